@@ -7,7 +7,6 @@ import (
 	_ "github.com/klauspost/compress/zstd"
 	_ "gocloud.dev/blob/azureblob"
 	_ "gocloud.dev/blob/drivertest"
-	_ "gocloud.dev/blob/fileblob"
 	_ "gocloud.dev/blob/gcsblob"
 	_ "gocloud.dev/blob/memblob"
 	_ "gocloud.dev/blob/s3blob"
