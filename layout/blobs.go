@@ -1,0 +1,240 @@
+package layout
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"gocloud.dev/blob"
+)
+
+// BlobInfo describes a stored blob.
+type BlobInfo struct {
+	Digest Digest
+	Size   int64
+	// Existed is set when the upload was skipped because the blob was
+	// already there (content addressing makes the skip safe).
+	Existed bool
+}
+
+// BlobOptions are the object headers of a blob write.
+type BlobOptions struct {
+	ContentType     string
+	ContentEncoding string
+}
+
+// PutBlobBytes stores body at objects/sha256:<hex> (§3).
+func (s *Store) PutBlobBytes(ctx context.Context, body []byte, o BlobOptions) (BlobInfo, error) {
+	d := DigestOf(body)
+	return s.putBlob(ctx, d, int64(len(body)), func(ctx context.Context, wo *blob.WriterOptions) error {
+		return s.put(ctx, BlobKey(d), body, wo)
+	}, o)
+}
+
+// PutBlobFile stores the contents of f, whose digest and size the caller
+// computed while writing it (the staging file of a mount). The upload
+// streams from the file; nothing is held whole in memory.
+func (s *Store) PutBlobFile(ctx context.Context, f *os.File, d Digest, size int64, o BlobOptions) (BlobInfo, error) {
+	return s.putBlob(ctx, d, size, func(ctx context.Context, wo *blob.WriterOptions) error {
+		return s.retry(ctx, func() error {
+			s.st.puts.Add(1)
+			w, err := s.b.NewWriter(ctx, BlobKey(d), wo)
+			if err != nil {
+				return err
+			}
+			n, err := io.Copy(w, io.NewSectionReader(f, 0, size))
+			if err != nil {
+				cerr := w.Close()
+				return errors.Join(err, cerr)
+			}
+			if err := w.Close(); err != nil {
+				return err
+			}
+			s.st.bytesWritten.Add(n)
+			return nil
+		})
+	}, o)
+}
+
+// putBlob skips the upload when the blob exists, otherwise writes it with
+// the immutable Cache-Control and, where the backend takes one, a
+// server-side SHA-256 check. It never uses If-None-Match (§3).
+func (s *Store) putBlob(ctx context.Context, d Digest, size int64, write func(context.Context, *blob.WriterOptions) error, o BlobOptions) (BlobInfo, error) {
+	info := BlobInfo{Digest: d, Size: size}
+	key := BlobKey(d)
+	if a, err := s.head(ctx, key); err == nil && a.Size == size {
+		info.Existed = true
+		return info, nil
+	} else if err != nil && !errors.Is(err, ErrNotFound) {
+		return info, fmt.Errorf("store blob %s: %w", d, err)
+	}
+	ct := o.ContentType
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	var ap applied
+	wo := conditionalOptions(blob.WriterOptions{
+		ContentType:     ct,
+		ContentEncoding: o.ContentEncoding,
+		CacheControl:    CacheImmutable,
+	}, Conditions{SHA256: d}, &ap)
+	if err := write(ctx, wo); err != nil {
+		return info, fmt.Errorf("store blob %s: %w", key, err)
+	}
+	return info, nil
+}
+
+// HashFile returns the digest and size of f's contents.
+func HashFile(f *os.File) (Digest, int64, error) {
+	h := sha256.New()
+	n, err := io.Copy(h, io.NewSectionReader(f, 0, 1<<62))
+	if err != nil {
+		return Digest{}, 0, err
+	}
+	var d Digest
+	copy(d[:], h.Sum(nil))
+	return d, n, nil
+}
+
+// BlobAttributes returns the stored blob's attributes (one HEAD).
+func (s *Store) BlobAttributes(ctx context.Context, d Digest) (*blob.Attributes, error) {
+	return s.head(ctx, BlobKey(d))
+}
+
+// OpenBlob opens length bytes of the stored blob at offset (length < 0:
+// to the end). The bytes are the stored body, not decoded and not yet
+// verified: callers verify against the digest (cache/ does).
+func (s *Store) OpenBlob(ctx context.Context, d Digest, offset, length int64) (io.ReadCloser, error) {
+	var r *blob.Reader
+	key := BlobKey(d)
+	err := s.retry(ctx, func() error {
+		s.st.gets.Add(1)
+		var err error
+		r, err = s.b.NewRangeReader(ctx, key, offset, length, nil)
+		return err
+	})
+	if err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("open blob %s: %w", key, ErrNotFound)
+		}
+		return nil, fmt.Errorf("open blob %s: %w", key, err)
+	}
+	return &countingReader{r: r, n: &s.st.bytesRead}, nil
+}
+
+type countingReader struct {
+	r interface {
+		io.Reader
+		io.Closer
+	}
+	n interface{ Add(int64) int64 }
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+func (c *countingReader) Close() error { return c.r.Close() }
+
+// ReadBlob reads a whole blob and checks it against its digest.
+func (s *Store) ReadBlob(ctx context.Context, d Digest, max int64) ([]byte, error) {
+	body, err := s.getAll(ctx, BlobKey(d), max)
+	if err != nil {
+		return nil, err
+	}
+	if DigestOf(body) != d {
+		return nil, fmt.Errorf("read blob %s: %w: digest mismatch", BlobKey(d), ErrCorrupt)
+	}
+	return body, nil
+}
+
+// BucketOpener opens a bucket URL; blob.OpenBucket by default.
+type BucketOpener func(ctx context.Context, url string) (*blob.Bucket, error)
+
+// Ingest fetches the object at a remote URI (scheme://bucket/key, any
+// scheme the URL mux knows), streams it through a temporary file while
+// hashing, and stores it as a blob (§3.2). It returns a descriptor with
+// digest, size, content type and created-at filled in; the caller names
+// and commits it. tmpDir holds the spill file ("" = os.TempDir()).
+func (s *Store) Ingest(ctx context.Context, uri string, open BucketOpener, tmpDir string) (Descriptor, error) {
+	bucketURL, key, err := SplitObjectURL(uri)
+	if err != nil {
+		return Descriptor{}, err
+	}
+	if open == nil {
+		open = blob.OpenBucket
+	}
+	src, err := open(ctx, bucketURL)
+	if err != nil {
+		return Descriptor{}, fmt.Errorf("ingest %s: open bucket: %w", uri, err)
+	}
+	defer src.Close()
+	r, err := src.NewReader(ctx, key, nil)
+	if err != nil {
+		return Descriptor{}, fmt.Errorf("ingest %s: %w", uri, err)
+	}
+	defer r.Close()
+	f, err := os.CreateTemp(tmpDir, "pugfs-ingest-*")
+	if err != nil {
+		return Descriptor{}, fmt.Errorf("ingest %s: spill file: %w", uri, err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), r)
+	if err != nil {
+		return Descriptor{}, fmt.Errorf("ingest %s: fetch: %w", uri, err)
+	}
+	var d Digest
+	copy(d[:], h.Sum(nil))
+	ct := r.ContentType()
+	if _, err := s.PutBlobFile(ctx, f, d, n, BlobOptions{ContentType: ct}); err != nil {
+		return Descriptor{}, fmt.Errorf("ingest %s: %w", uri, err)
+	}
+	desc := Descriptor{Digest: d, Size: n, ContentType: ct, CreatedAt: s.opts.Now().UTC()}
+	if n <= InlineLimit {
+		if desc.Data, err = io.ReadAll(io.NewSectionReader(f, 0, n)); err != nil {
+			return Descriptor{}, fmt.Errorf("ingest %s: %w", uri, err)
+		}
+	}
+	return desc, nil
+}
+
+// SplitObjectURL splits scheme://bucket/path/key?query into the bucket URL
+// (scheme://bucket?query) and the key. For file:///dir/key the last path
+// element is the key and its directory the bucket.
+func SplitObjectURL(uri string) (bucketURL, key string, err error) {
+	u, err := url.Parse(uri)
+	if err != nil || u.Scheme == "" {
+		return "", "", fmt.Errorf("%w: object URL %q: want scheme://bucket/key", ErrInvalid, truncate(uri))
+	}
+	p := strings.TrimPrefix(u.Path, "/")
+	if u.Scheme == "file" || strings.HasSuffix(u.Scheme, "+file") {
+		i := strings.LastIndexByte(u.Path, '/')
+		if i < 0 || i == len(u.Path)-1 {
+			return "", "", fmt.Errorf("%w: object URL %q: no file name", ErrInvalid, truncate(uri))
+		}
+		key = u.Path[i+1:]
+		u.Path = u.Path[:i]
+		if u.Path == "" {
+			u.Path = "/"
+		}
+		return u.String(), key, nil
+	}
+	if u.Host == "" || p == "" {
+		return "", "", fmt.Errorf("%w: object URL %q: want scheme://bucket/key", ErrInvalid, truncate(uri))
+	}
+	u.Path = ""
+	u.RawPath = ""
+	return u.String(), p, nil
+}
+
+// now is the store's clock.
+func (s *Store) now() time.Time { return s.opts.Now().UTC() }

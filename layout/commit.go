@@ -1,0 +1,237 @@
+package layout
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"gocloud.dev/blob"
+)
+
+// NewTransactionID returns a non-zero transaction ID from crypto/rand
+// (§13.2).
+func NewTransactionID() uint64 {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			panic("layout: crypto/rand failed: " + err.Error())
+		}
+		if v := binary.BigEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
+// Position is a point in a session's log: a version and the sequence
+// number of the last descriptor at or below it.
+type Position struct {
+	Version uint32
+	LastSeq int64
+}
+
+// CommitRequest is one snapshot to append.
+type CommitRequest struct {
+	Type        SnapshotType
+	Descriptors []Descriptor
+	// Base is the position the writer's view was built on. A checkpoint
+	// conflicts with any foreign checkpoint above Base (decisions.md
+	// §13.3). Nil means "the latest, discovered now".
+	Base *Position
+	// TransactionID, if non-zero, is used instead of a fresh one; a
+	// retry of a commit whose outcome is unknown passes the same ID.
+	TransactionID uint64
+}
+
+// CommitResult describes a landed snapshot.
+type CommitResult struct {
+	Version       uint32
+	TransactionID uint64
+	// Descriptors as committed: renumbered and normalised.
+	Descriptors []Descriptor
+	// Attempts is the number of versions tried (1 when nothing raced).
+	Attempts int
+}
+
+// LastSeq returns the position after the commit.
+func (r CommitResult) LastSeq() int64 {
+	return r.Descriptors[len(r.Descriptors)-1].SequenceNumber
+}
+
+// Position returns where the log stands after the commit.
+func (r CommitResult) Position() Position {
+	if len(r.Descriptors) == 0 {
+		return Position{Version: r.Version}
+	}
+	return Position{Version: r.Version, LastSeq: r.LastSeq()}
+}
+
+// Commit appends a snapshot to session id (§13). Sequence numbers are
+// assigned here, and re-derived on every retry so that §7.3 holds for
+// whoever wins. Conflicts follow decisions.md §13.3: our own transaction at
+// the next version is success; a checkpoint losing to a foreign checkpoint
+// is ErrConflict; everything else moves to the next free version, at most
+// CommitRetries times (then ErrRetriesExhausted).
+func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (CommitResult, error) {
+	if req.Type == "" {
+		req.Type = Checkpoint
+	}
+	if _, err := ParseSnapshotType(string(req.Type)); err != nil {
+		return CommitResult{}, err
+	}
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		if d.Data != nil && (len(d.Data) > InlineLimit || DigestOf(d.Data) != d.Digest) {
+			return CommitResult{}, fmt.Errorf("commit to %s: %w: descriptor %q: inline data does not match its digest or exceeds %d bytes", id, ErrInvalid, d.Name, InlineLimit)
+		}
+	}
+	txn := req.TransactionID
+	if txn == 0 {
+		txn = NewTransactionID()
+	}
+	var pos Position
+	if req.Base != nil {
+		pos = *req.Base
+	} else {
+		v, err := s.LatestVersion(ctx, id)
+		if err != nil {
+			return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
+		}
+		if pos, err = s.positionAt(ctx, id, v); err != nil {
+			return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
+		}
+	}
+	for attempt := 1; attempt <= s.opts.CommitRetries; attempt++ {
+		if pos.Version == ^uint32(0) {
+			return CommitResult{}, fmt.Errorf("commit to %s: %w: version space exhausted", id, ErrInvalid)
+		}
+		v := pos.Version + 1
+		ds := renumber(id, req.Descriptors, pos.LastSeq+1)
+		landed, err := s.commitAt(ctx, id, v, req.Type, txn, ds)
+		if err != nil {
+			return CommitResult{}, fmt.Errorf("commit version %d of %s: %w", v, id, err)
+		}
+		if landed {
+			return CommitResult{Version: v, TransactionID: txn, Descriptors: ds, Attempts: attempt}, nil
+		}
+		// Version v exists and is not ours.
+		meta, err := s.ReadSnapshotMeta(ctx, id, v)
+		if err != nil {
+			return CommitResult{}, fmt.Errorf("commit to %s: inspect version %d: %w", id, v, err)
+		}
+		if meta.TransactionID == txn {
+			return CommitResult{Version: v, TransactionID: txn, Descriptors: ds, Attempts: attempt}, nil
+		}
+		if req.Type == Checkpoint && meta.Type == Checkpoint {
+			return CommitResult{}, fmt.Errorf("commit checkpoint to %s at version %d: %w", id, v, ErrConflict)
+		}
+		if req.Type == Checkpoint {
+			// Every version above our base must be inspected for a
+			// foreign checkpoint, so step one at a time.
+			if pos, err = s.positionAt(ctx, id, v); err != nil {
+				return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
+			}
+			continue
+		}
+		// Provisional and queueing commits only need the newest position.
+		latest, err := s.LatestVersion(ctx, id)
+		if err != nil {
+			return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
+		}
+		if latest < v {
+			latest = v // stale listing (§14.3): at least v exists
+		}
+		if pos, err = s.positionAt(ctx, id, latest); err != nil {
+			return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
+		}
+	}
+	return CommitResult{}, fmt.Errorf("commit to %s: %w after %d attempts", id, ErrRetriesExhausted, s.opts.CommitRetries)
+}
+
+// renumber copies ds with sequence numbers from first on and the
+// self-targeted cross-session field dropped (§12.3).
+func renumber(id SessionID, ds []Descriptor, first int64) []Descriptor {
+	out := make([]Descriptor, len(ds))
+	for i, d := range ds {
+		d = d.Clone()
+		d.SequenceNumber = first + int64(i)
+		if !d.Fork && d.TargetSession == id {
+			d.TargetSession = SessionID{}
+		}
+		out[i] = d
+	}
+	return out
+}
+
+// commitAt tries to create snapshot v. It returns landed=false (and no
+// error) when the key already exists; the caller then inspects it. When a
+// write's outcome is unknown (an error after the request may have reached
+// the backend, §13.2), the key is read back: our transaction ID there
+// means it landed.
+func (s *Store) commitAt(ctx context.Context, id SessionID, v uint32, t SnapshotType, txn uint64, ds []Descriptor) (landed bool, err error) {
+	key, err := SnapshotKey(id, v)
+	if err != nil {
+		return false, err
+	}
+	body, err := EncodeDescriptors(ds)
+	if err != nil {
+		return false, err
+	}
+	err = s.put(ctx, key, body, &blob.WriterOptions{
+		IfNotExist:      true,
+		ContentType:     typeJSON,
+		ContentEncoding: EncodingZstd,
+		CacheControl:    CacheImmutable,
+		Metadata: map[string]string{
+			MetaSnapshotSession: id.String(),
+			MetaSnapshotVersion: strconv.FormatUint(uint64(v), 10),
+			MetaTransactionID:   strconv.FormatUint(txn, 10),
+			MetaSnapshotType:    string(t),
+		},
+	})
+	if err == nil {
+		return true, nil
+	}
+	if isPrecondition(err) {
+		return false, nil
+	}
+	// Unknown outcome: read back.
+	meta, herr := s.ReadSnapshotMeta(ctx, id, v)
+	if herr == nil && meta.TransactionID == txn {
+		return true, nil
+	}
+	if herr == nil {
+		return false, nil // someone else's snapshot: the caller inspects it
+	}
+	if errors.Is(herr, ErrNotFound) {
+		return false, err // nothing landed
+	}
+	return false, fmt.Errorf("%w (and reading it back: %v)", err, herr)
+}
+
+// positionAt returns the last sequence number at or below version v,
+// walking back over empty snapshots to the manifest's first sequence
+// number.
+func (s *Store) positionAt(ctx context.Context, id SessionID, v uint32) (Position, error) {
+	for w := v; w > 0; w-- {
+		ds, err := s.ReadSnapshot(ctx, id, w)
+		if err != nil {
+			return Position{}, err
+		}
+		if len(ds) > 0 {
+			return Position{Version: v, LastSeq: ds[len(ds)-1].SequenceNumber}, nil
+		}
+	}
+	m, err := s.LoadManifest(ctx, id)
+	if err != nil {
+		return Position{}, err
+	}
+	return Position{Version: v, LastSeq: m.FirstSequenceNumber - 1}, nil
+}
+
+// PositionAt is positionAt for callers without a cache.
+func (s *Store) PositionAt(ctx context.Context, id SessionID, v uint32) (Position, error) {
+	return s.positionAt(ctx, id, v)
+}

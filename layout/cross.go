@@ -1,0 +1,109 @@
+package layout
+
+import (
+	"context"
+	"fmt"
+	"sort"
+)
+
+// DeliveryOutcome says what happened to one target of a cross-session
+// write.
+type DeliveryOutcome int
+
+const (
+	// Delivered: a provisional snapshot of the target now holds the batch.
+	Delivered DeliveryOutcome = iota
+	// AlreadyDelivered: the (source-session, source-version) key was
+	// already in the target (§12.2 step 2).
+	AlreadyDelivered
+	// Raced: another writer took the target's next version; per §12.2
+	// step 4 this is success, and a later delivery of the same source
+	// version is made idempotent by the key.
+	Raced
+)
+
+// Delivery reports one target of DeliverCrossSession.
+type Delivery struct {
+	Target  SessionID
+	Outcome DeliveryOutcome
+	Version uint32
+}
+
+// DeliverCrossSession runs the target side of cross-session writes
+// (§12.2) for the snapshot committed by writer at version: descriptors
+// with target-session set and fork false, grouped by target.
+func (s *Store) DeliverCrossSession(ctx context.Context, writer SessionID, version uint32, committed []Descriptor) ([]Delivery, error) {
+	groups := map[SessionID][]Descriptor{}
+	for _, d := range committed {
+		if d.Fork || d.TargetSession.IsZero() || d.TargetSession == writer {
+			continue
+		}
+		groups[d.TargetSession] = append(groups[d.TargetSession], d)
+	}
+	targets := make([]SessionID, 0, len(groups))
+	for t := range groups {
+		targets = append(targets, t)
+	}
+	sort.Slice(targets, func(i, j int) bool { return targets[i].String() < targets[j].String() })
+	var out []Delivery
+	for _, t := range targets {
+		dl, err := s.deliver(ctx, writer, version, t, groups[t])
+		if err != nil {
+			return out, fmt.Errorf("deliver %s@%d to %s: %w", writer, version, t, err)
+		}
+		out = append(out, dl)
+	}
+	return out, nil
+}
+
+func (s *Store) deliver(ctx context.Context, writer SessionID, version uint32, target SessionID, ds []Descriptor) (Delivery, error) {
+	latest, err := s.LatestVersion(ctx, target)
+	if err != nil {
+		return Delivery{}, err
+	}
+	snaps, err := s.ReadSnapshotRange(ctx, target, 1, latest, 8)
+	if err != nil {
+		return Delivery{}, err
+	}
+	for i, snap := range snaps {
+		for _, d := range snap {
+			if d.SourceSession == writer && d.SourceVersion == version {
+				return Delivery{Target: target, Outcome: AlreadyDelivered, Version: uint32(i) + 1}, nil
+			}
+		}
+	}
+	pos, err := s.positionFromSnaps(ctx, target, snaps)
+	if err != nil {
+		return Delivery{}, err
+	}
+	copies := make([]Descriptor, len(ds))
+	for i, d := range ds {
+		c := d.Clone()
+		c.TargetSession, c.SourceSession, c.SourceVersion = SessionID{}, writer, version
+		c.SequenceNumber = pos.LastSeq + 1 + int64(i)
+		copies[i] = c
+	}
+	v := latest + 1
+	landed, err := s.commitAt(ctx, target, v, Provisional, NewTransactionID(), copies)
+	if err != nil {
+		return Delivery{}, err
+	}
+	if !landed {
+		return Delivery{Target: target, Outcome: Raced}, nil
+	}
+	return Delivery{Target: target, Outcome: Delivered, Version: v}, nil
+}
+
+// positionFromSnaps is positionAt for snapshots 1..len(snaps) already read.
+func (s *Store) positionFromSnaps(ctx context.Context, id SessionID, snaps [][]Descriptor) (Position, error) {
+	for i := len(snaps) - 1; i >= 0; i-- {
+		if n := len(snaps[i]); n > 0 {
+			return Position{Version: uint32(len(snaps)), LastSeq: snaps[i][n-1].SequenceNumber}, nil
+		}
+	}
+	m, err := s.LoadManifest(ctx, id)
+	if err != nil {
+		return Position{}, err
+	}
+	return Position{Version: uint32(len(snaps)), LastSeq: m.FirstSequenceNumber - 1}, nil
+}

@@ -1,0 +1,258 @@
+package layout
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// InlineLimit is the largest body carried inline in a descriptor (§3.1).
+const InlineLimit = 1024
+
+// Descriptor is the in-snapshot reference to a blob (§7). Zero fields are
+// omitted on output (decisions.md). Fields the schema does not know yet are
+// kept in Extra and written back, so read-modify-write paths (memory merges)
+// preserve them (§18).
+type Descriptor struct {
+	Digest          Digest
+	Size            int64
+	CreatedAt       time.Time
+	ContentType     string
+	ContentEncoding string
+	CacheControl    string
+	SchemaURL       string
+	Name            string
+	Metadata        map[string]string
+	SequenceNumber  int64
+	// Data is the inline body (§7.1); nil when absent.
+	Data          []byte
+	TargetSession SessionID
+	SourceSession SessionID
+	SourceVersion uint32
+	Fork          bool
+	Deleted       bool
+	// Commit is the commit envelope of a memory record (§8.2); nil elsewhere.
+	Commit *MemoryCommit
+	// Extra holds unknown fields verbatim, by JSON key.
+	Extra map[string]json.RawMessage
+}
+
+// MemoryCommit identifies the session write that produced a memory record
+// (§8.2).
+type MemoryCommit struct {
+	Session     SessionID `json:"session"`
+	Version     uint32    `json:"version"`
+	Transaction uint64    `json:"transaction"`
+}
+
+// IsSlot reports whether d occupies a named slot in the live tree
+// (decisions.md "Which descriptors are named slots"): a name, not a fork
+// record and not a cross-session write record. Tombstones are slot
+// operations too; callers check Deleted.
+func (d *Descriptor) IsSlot() bool {
+	return d.Name != "" && !d.Fork && d.TargetSession.IsZero()
+}
+
+// Clone returns a deep copy of d.
+func (d Descriptor) Clone() Descriptor {
+	c := d
+	if d.Metadata != nil {
+		c.Metadata = make(map[string]string, len(d.Metadata))
+		for k, v := range d.Metadata {
+			c.Metadata[k] = v
+		}
+	}
+	if d.Data != nil {
+		c.Data = append([]byte(nil), d.Data...)
+	}
+	if d.Commit != nil {
+		cm := *d.Commit
+		c.Commit = &cm
+	}
+	if d.Extra != nil {
+		c.Extra = make(map[string]json.RawMessage, len(d.Extra))
+		for k, v := range d.Extra {
+			c.Extra[k] = append(json.RawMessage(nil), v...)
+		}
+	}
+	return c
+}
+
+// InlineOK reports whether d.Data is present and matches the digest; a
+// reader uses inline data only then (decisions.md).
+func (d *Descriptor) InlineOK() bool {
+	return d.Data != nil && int64(len(d.Data)) == d.Size && DigestOf(d.Data) == d.Digest
+}
+
+// descriptorJSON mirrors the wire schema; pointers and omitempty give the
+// "omit when zero" rule.
+type descriptorJSON struct {
+	Digest          string            `json:"digest,omitempty"`
+	Size            int64             `json:"size,omitempty"`
+	CreatedAt       string            `json:"created-at,omitempty"`
+	ContentType     string            `json:"content-type,omitempty"`
+	ContentEncoding string            `json:"content-encoding,omitempty"`
+	CacheControl    string            `json:"cache-control,omitempty"`
+	SchemaURL       string            `json:"schema-url,omitempty"`
+	Name            string            `json:"name,omitempty"`
+	Metadata        map[string]string `json:"metadata,omitempty"`
+	SequenceNumber  int64             `json:"sequence-number,omitempty"`
+	Data            string            `json:"data,omitempty"`
+	TargetSession   string            `json:"target-session,omitempty"`
+	SourceSession   string            `json:"source-session,omitempty"`
+	SourceVersion   uint32            `json:"source-version,omitempty"`
+	Fork            bool              `json:"fork,omitempty"`
+	Deleted         bool              `json:"deleted,omitempty"`
+	Commit          *MemoryCommit     `json:"commit,omitempty"`
+}
+
+var knownDescriptorKeys = map[string]bool{
+	"digest": true, "size": true, "created-at": true, "content-type": true,
+	"content-encoding": true, "cache-control": true, "schema-url": true,
+	"name": true, "metadata": true, "sequence-number": true, "data": true,
+	"target-session": true, "source-session": true, "source-version": true,
+	"fork": true, "deleted": true, "commit": true, "fork-session-id": true,
+}
+
+// MarshalJSON writes the known fields in schema order, then unknown ones
+// sorted by key.
+func (d Descriptor) MarshalJSON() ([]byte, error) {
+	j := descriptorJSON{
+		Digest:          d.Digest.String(),
+		Size:            d.Size,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		CacheControl:    d.CacheControl,
+		SchemaURL:       d.SchemaURL,
+		Name:            d.Name,
+		Metadata:        d.Metadata,
+		SequenceNumber:  d.SequenceNumber,
+		SourceVersion:   d.SourceVersion,
+		Fork:            d.Fork,
+		Deleted:         d.Deleted,
+		Commit:          d.Commit,
+	}
+	if len(j.Metadata) == 0 {
+		j.Metadata = nil
+	}
+	if !d.CreatedAt.IsZero() {
+		j.CreatedAt = d.CreatedAt.UTC().Format(time.RFC3339Nano)
+	}
+	if d.Data != nil {
+		j.Data = base64.StdEncoding.EncodeToString(d.Data)
+	}
+	if !d.TargetSession.IsZero() {
+		j.TargetSession = d.TargetSession.String()
+	}
+	if !d.SourceSession.IsZero() {
+		j.SourceSession = d.SourceSession.String()
+	}
+	b, err := json.Marshal(j)
+	if err != nil || len(d.Extra) == 0 {
+		return b, err
+	}
+	keys := make([]string, 0, len(d.Extra))
+	for k := range d.Extra {
+		if !knownDescriptorKeys[k] {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var buf bytes.Buffer
+	buf.Write(b[:len(b)-1])
+	first := len(b) == 2 // "{}"
+	for _, k := range keys {
+		if !first {
+			buf.WriteByte(',')
+		}
+		first = false
+		kb, _ := json.Marshal(k)
+		buf.Write(kb)
+		buf.WriteByte(':')
+		buf.Write(d.Extra[k])
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
+// UnmarshalJSON reads the schema, the legacy fork-session-id form (§7.2),
+// and keeps unknown fields.
+func (d *Descriptor) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return fmt.Errorf("%w: descriptor: %v", ErrCorrupt, err)
+	}
+	if raw == nil {
+		return fmt.Errorf("%w: descriptor is null", ErrCorrupt)
+	}
+	var j descriptorJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return fmt.Errorf("%w: descriptor: %v", ErrCorrupt, err)
+	}
+	var out Descriptor
+	var err error
+	if out.Digest, err = ParseDigest(j.Digest); err != nil {
+		return fmt.Errorf("%w: descriptor %q: %v", ErrCorrupt, truncate(j.Name), err)
+	}
+	if j.Size < 0 {
+		return fmt.Errorf("%w: descriptor %q: negative size", ErrCorrupt, truncate(j.Name))
+	}
+	out.Size = j.Size
+	if j.CreatedAt != "" {
+		if out.CreatedAt, err = time.Parse(time.RFC3339Nano, j.CreatedAt); err != nil {
+			return fmt.Errorf("%w: descriptor %q: created-at: %v", ErrCorrupt, truncate(j.Name), err)
+		}
+		out.CreatedAt = out.CreatedAt.UTC()
+	}
+	out.ContentType, out.ContentEncoding, out.CacheControl = j.ContentType, j.ContentEncoding, j.CacheControl
+	out.SchemaURL, out.Name, out.SequenceNumber = j.SchemaURL, j.Name, j.SequenceNumber
+	if len(j.Metadata) > 0 {
+		out.Metadata = j.Metadata
+	}
+	if _, ok := raw["data"]; ok && j.Data != "" {
+		if out.Data, err = base64.StdEncoding.DecodeString(j.Data); err != nil {
+			return fmt.Errorf("%w: descriptor %q: data: %v", ErrCorrupt, truncate(j.Name), err)
+		}
+	}
+	if out.TargetSession, err = parseOptionalID(j.TargetSession); err != nil {
+		return fmt.Errorf("%w: descriptor %q: target-session: %v", ErrCorrupt, truncate(j.Name), err)
+	}
+	if out.SourceSession, err = parseOptionalID(j.SourceSession); err != nil {
+		return fmt.Errorf("%w: descriptor %q: source-session: %v", ErrCorrupt, truncate(j.Name), err)
+	}
+	out.SourceVersion, out.Fork, out.Deleted, out.Commit = j.SourceVersion, j.Fork, j.Deleted, j.Commit
+	if legacy, ok := raw["fork-session-id"]; ok {
+		var s string
+		if err := json.Unmarshal(legacy, &s); err != nil {
+			return fmt.Errorf("%w: descriptor %q: fork-session-id: %v", ErrCorrupt, truncate(j.Name), err)
+		}
+		id, err := parseOptionalID(s)
+		if err != nil {
+			return fmt.Errorf("%w: descriptor %q: fork-session-id: %v", ErrCorrupt, truncate(j.Name), err)
+		}
+		// §7.2: a non-zero legacy ID means fork = true, target = id.
+		if !id.IsZero() {
+			out.Fork, out.TargetSession = true, id
+		}
+	}
+	for k, v := range raw {
+		if !knownDescriptorKeys[k] {
+			if out.Extra == nil {
+				out.Extra = make(map[string]json.RawMessage)
+			}
+			out.Extra[k] = v
+		}
+	}
+	*d = out
+	return nil
+}
+
+func parseOptionalID(s string) (SessionID, error) {
+	if s == "" {
+		return SessionID{}, nil
+	}
+	return ParseSessionID(s)
+}

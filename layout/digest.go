@@ -1,0 +1,50 @@
+package layout
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+)
+
+// Digest is the SHA-256 of a blob body as stored (§3). The zero value is the
+// "no blob" digest that tombstones carry (§10).
+type Digest [32]byte
+
+const digestPrefix = "sha256:"
+
+// DigestOf returns the digest of body.
+func DigestOf(body []byte) Digest { return Digest(sha256.Sum256(body)) }
+
+// ParseDigest parses "sha256:<64 lowercase hex>". The empty string and
+// sha256: followed by 64 zeros both give the zero digest (decisions.md).
+// Uppercase hex is rejected: blob keys are lowercase (§3), so an uppercase
+// digest would name a key that cannot exist.
+func ParseDigest(s string) (Digest, error) {
+	var d Digest
+	if s == "" {
+		return d, nil
+	}
+	hexPart, ok := strings.CutPrefix(s, digestPrefix)
+	if !ok || len(hexPart) != 64 || strings.ToLower(hexPart) != hexPart {
+		return d, fmt.Errorf("%w: digest %q: want sha256:<64 lowercase hex>", ErrInvalid, truncate(s))
+	}
+	if _, err := hex.Decode(d[:], []byte(hexPart)); err != nil {
+		return Digest{}, fmt.Errorf("%w: digest %q: not hex", ErrInvalid, truncate(s))
+	}
+	return d, nil
+}
+
+// String returns "sha256:<hex>", or "" for the zero digest.
+func (d Digest) String() string {
+	if d.IsZero() {
+		return ""
+	}
+	return digestPrefix + hex.EncodeToString(d[:])
+}
+
+// Hex returns the 64 lowercase hex digits.
+func (d Digest) Hex() string { return hex.EncodeToString(d[:]) }
+
+// IsZero reports whether d is the zero ("no blob") digest.
+func (d Digest) IsZero() bool { return d == Digest{} }

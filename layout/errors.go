@@ -1,0 +1,59 @@
+package layout
+
+import (
+	"errors"
+
+	"gocloud.dev/gcerrors"
+)
+
+// Sentinel errors. Every error the package returns wraps one of these (or a
+// backend error) with the key or session it concerns; test with errors.Is.
+var (
+	// ErrInvalid: an argument or a key/name is malformed.
+	ErrInvalid = errors.New("invalid")
+	// ErrNotFound: the object does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrSessionNotFound: no manifest for the session (§6.3 step 3). It also
+	// matches ErrNotFound.
+	ErrSessionNotFound = &notFoundError{"session not found"}
+	// ErrCorrupt: an object exists but cannot be decoded, fails its digest,
+	// or contradicts the layout (a manifest whose ID disagrees with its path,
+	// a cyclic parent chain, a version past 2^32-1).
+	ErrCorrupt = errors.New("corrupt object")
+	// ErrConflict: a checkpoint lost to a foreign checkpoint (decisions.md
+	// §13.3); nothing was written.
+	ErrConflict = errors.New("conflict: a foreign checkpoint landed first")
+	// ErrRetriesExhausted: a commit could not make progress within the retry
+	// budget (§13.3).
+	ErrRetriesExhausted = errors.New("commit retries exhausted")
+	// ErrRefMoved: a session ref no longer points at the session (§9.1).
+	ErrRefMoved = errors.New("session ref points elsewhere")
+	// ErrTooLarge: an object or its decoded form exceeds the configured bound.
+	ErrTooLarge = errors.New("object too large")
+)
+
+type notFoundError struct{ msg string }
+
+func (e *notFoundError) Error() string        { return e.msg }
+func (e *notFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// isNotFound reports a backend not-found (gocloud code) or our own.
+func isNotFound(err error) bool {
+	return errors.Is(err, ErrNotFound) || gcerrors.Code(err) == gcerrors.NotFound
+}
+
+// isPrecondition reports an If-None-Match / If-Match failure.
+func isPrecondition(err error) bool {
+	return gcerrors.Code(err) == gcerrors.FailedPrecondition
+}
+
+// isPermanent reports backend errors that retrying cannot fix.
+func isPermanent(err error) bool {
+	switch gcerrors.Code(err) {
+	case gcerrors.NotFound, gcerrors.FailedPrecondition, gcerrors.InvalidArgument,
+		gcerrors.PermissionDenied, gcerrors.Unimplemented, gcerrors.AlreadyExists,
+		gcerrors.Canceled:
+		return true
+	}
+	return errors.Is(err, ErrCorrupt) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrTooLarge)
+}

@@ -1,0 +1,253 @@
+package layout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gocloud.dev/blob"
+)
+
+// ValidateMemoryName checks §8.3: non-empty, no "/" (plus no NUL, and not
+// "." or "..", which no path could show).
+func ValidateMemoryName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+		return fmt.Errorf("%w: memory record name %q: must be non-empty without / or NUL", ErrInvalid, truncate(name))
+	}
+	return nil
+}
+
+// Namespace is a memory namespace and its latest version.
+type Namespace struct {
+	Name    string
+	Version uint32
+}
+
+// ListNamespaces lists memories/ recursively and returns every namespace
+// with its latest version (§8.4), sorted by name. Keys that do not parse
+// are passed to bad, if set.
+func (s *Store) ListNamespaces(ctx context.Context, bad func(key string, err error)) ([]Namespace, error) {
+	latest := map[string]uint32{}
+	err := s.walk(ctx, MemoriesPrefix, "", func(o *blob.ListObject) (bool, error) {
+		ns, v, err := ParseMemoryKey(o.Key)
+		if err != nil {
+			if bad != nil {
+				bad(o.Key, err)
+			}
+			return true, nil
+		}
+		if v > latest[ns] {
+			latest[ns] = v
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Namespace, 0, len(latest))
+	for ns, v := range latest {
+		out = append(out, Namespace{ns, v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// LatestMemoryVersion returns a namespace's latest version (§8.4), 0 when
+// it has none. Only files directly under memories/<ns>/ count: nested
+// namespaces are directories and are skipped.
+func (s *Store) LatestMemoryVersion(ctx context.Context, ns string) (uint32, error) {
+	dir, err := MemoryDir(ns)
+	if err != nil {
+		return 0, err
+	}
+	var latest uint32
+	err = s.walkFirstPage(ctx, dir, func(o *blob.ListObject) bool {
+		v, err := ParseVersionFileName(strings.TrimPrefix(o.Key, dir))
+		if err != nil {
+			return true
+		}
+		latest = v
+		return false
+	})
+	if err != nil {
+		return 0, fmt.Errorf("latest version of memory %s: %w", ns, err)
+	}
+	return latest, nil
+}
+
+// ReadMemory returns the records of version v of a namespace.
+func (s *Store) ReadMemory(ctx context.Context, ns string, v uint32) ([]Descriptor, error) {
+	key, err := MemoryKey(ns, v)
+	if err != nil {
+		return nil, err
+	}
+	body, err := s.getAll(ctx, key, s.opts.MaxDecoded)
+	if err != nil {
+		return nil, fmt.Errorf("load memory %s version %d: %w", ns, v, err)
+	}
+	ds, err := DecodeDescriptors(body, "", s.opts.MaxDecoded)
+	if err != nil {
+		return nil, fmt.Errorf("load memory %s (%s): %w", ns, key, err)
+	}
+	return ds, nil
+}
+
+// MemoryWrite is one merge into a namespace (§8.3).
+type MemoryWrite struct {
+	// Put records replace records of the same name (and are appended).
+	Put []Descriptor
+	// Remove names are dropped.
+	Remove []string
+	// Commit is stamped on the Put records; a zero Transaction gets a
+	// fresh ID.
+	Commit MemoryCommit
+}
+
+// MemoryResult reports a memory merge.
+type MemoryResult struct {
+	Version uint32
+	// Changed is false when the merge changed nothing and no version was
+	// written.
+	Changed  bool
+	Records  []Descriptor
+	Attempts int
+}
+
+// WriteMemory merges w into the latest version of ns and writes the next
+// version with If-None-Match, retrying against the new latest on a
+// precondition failure (§8.3, §13.4). A merge that changes nothing writes
+// nothing.
+func (s *Store) WriteMemory(ctx context.Context, ns string, w MemoryWrite) (MemoryResult, error) {
+	if _, err := MemoryDir(ns); err != nil {
+		return MemoryResult{}, err
+	}
+	for _, d := range w.Put {
+		if err := ValidateMemoryName(d.Name); err != nil {
+			return MemoryResult{}, err
+		}
+	}
+	for _, n := range w.Remove {
+		if err := ValidateMemoryName(n); err != nil {
+			return MemoryResult{}, err
+		}
+	}
+	if w.Commit.Transaction == 0 {
+		w.Commit.Transaction = NewTransactionID()
+	}
+	for attempt := 1; attempt <= s.opts.CommitRetries; attempt++ {
+		v, err := s.LatestMemoryVersion(ctx, ns)
+		if err != nil {
+			return MemoryResult{}, err
+		}
+		var cur []Descriptor
+		if v > 0 {
+			if cur, err = s.ReadMemory(ctx, ns, v); err != nil {
+				return MemoryResult{}, err
+			}
+		}
+		merged, changed := MergeMemory(cur, w)
+		if !changed {
+			return MemoryResult{Version: v, Records: cur, Attempts: attempt}, nil
+		}
+		if v == ^uint32(0) {
+			return MemoryResult{}, fmt.Errorf("write memory %s: %w: version space exhausted", ns, ErrInvalid)
+		}
+		key, _ := MemoryKey(ns, v+1)
+		body, err := EncodeDescriptors(merged)
+		if err != nil {
+			return MemoryResult{}, err
+		}
+		err = s.put(ctx, key, body, &blob.WriterOptions{
+			IfNotExist: true, ContentType: typeJSON, ContentEncoding: EncodingZstd, CacheControl: CacheImmutable,
+			Metadata: map[string]string{MetaTransactionID: strconv.FormatUint(w.Commit.Transaction, 10)},
+		})
+		if err == nil {
+			return MemoryResult{Version: v + 1, Changed: true, Records: merged, Attempts: attempt}, nil
+		}
+		// Precondition failed, or the outcome is unknown: read the key back.
+		txn := strconv.FormatUint(w.Commit.Transaction, 10)
+		a, herr := s.head(ctx, key)
+		switch {
+		case herr == nil && a.Metadata[MetaTransactionID] == txn:
+			return MemoryResult{Version: v + 1, Changed: true, Records: merged, Attempts: attempt}, nil
+		case herr == nil:
+			continue // another writer's version: merge again
+		case isPrecondition(err) && errors.Is(herr, ErrNotFound):
+			continue // listing raced a delete; try again
+		default:
+			return MemoryResult{}, fmt.Errorf("write memory %s: %w", ns, err)
+		}
+	}
+	return MemoryResult{}, fmt.Errorf("write memory %s: %w", ns, ErrRetriesExhausted)
+}
+
+// MergeMemory applies w to cur (§8.3): drop records whose name is written
+// or removed, append the written records in order. A written record equal
+// to the current one of its name (same content, ignoring created-at,
+// sequence number and commit envelope) changes nothing; changed is false
+// when the result equals cur.
+func MergeMemory(cur []Descriptor, w MemoryWrite) (merged []Descriptor, changed bool) {
+	byName := map[string]int{}
+	for i, d := range cur {
+		byName[d.Name] = i
+	}
+	drop := map[string]bool{}
+	var puts []Descriptor
+	for _, n := range w.Remove {
+		if _, ok := byName[n]; ok {
+			drop[n] = true
+			changed = true
+		}
+	}
+	seenPut := map[string]int{}
+	for _, d := range w.Put {
+		if i, ok := byName[d.Name]; ok && !drop[d.Name] && sameRecord(cur[i], d) {
+			continue
+		}
+		d = d.Clone()
+		c := w.Commit
+		d.Commit = &c
+		if j, ok := seenPut[d.Name]; ok {
+			puts[j] = d // the call's last record of a name wins
+			continue
+		}
+		seenPut[d.Name] = len(puts)
+		puts = append(puts, d)
+		drop[d.Name] = true
+		changed = true
+	}
+	if !changed {
+		return cur, false
+	}
+	merged = make([]Descriptor, 0, len(cur)+len(puts))
+	for _, d := range cur {
+		if !drop[d.Name] {
+			merged = append(merged, d)
+		}
+	}
+	return append(merged, puts...), true
+}
+
+func sameRecord(a, b Descriptor) bool {
+	return a.Name == b.Name && a.Digest == b.Digest && a.Size == b.Size &&
+		a.ContentType == b.ContentType && a.ContentEncoding == b.ContentEncoding &&
+		a.SchemaURL == b.SchemaURL && a.Deleted == b.Deleted && maps.Equal(a.Metadata, b.Metadata)
+}
+
+// ResolveMemoryKey splits key = <namespace>/<name> by longest-prefix match
+// against the known namespaces (§8.5).
+func ResolveMemoryKey(namespaces []string, key string) (ns, name string, ok bool) {
+	for _, n := range namespaces {
+		if strings.HasPrefix(key, n+"/") && len(n) > len(ns) {
+			ns = n
+		}
+	}
+	if ns == "" {
+		return "", "", false
+	}
+	return ns, key[len(ns)+1:], true
+}

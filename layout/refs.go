@@ -1,0 +1,235 @@
+package layout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"gocloud.dev/blob"
+)
+
+// maxRef bounds a ref body: one line.
+const maxRef = 64 << 10
+
+// Ref is a ref's target and the version token a compare-and-swap needs.
+type Ref struct {
+	Name   string
+	Target string
+	ETag   string
+}
+
+// ReadRef returns ref name's target (§9): the body's single line, with a
+// trailing newline tolerated.
+func (s *Store) ReadRef(ctx context.Context, name string) (Ref, error) {
+	key, err := RefKey(name)
+	if err != nil {
+		return Ref{}, err
+	}
+	a, err := s.head(ctx, key)
+	if err != nil {
+		return Ref{}, fmt.Errorf("read ref %s: %w", name, err)
+	}
+	body, err := s.getAll(ctx, key, maxRef)
+	if err != nil {
+		return Ref{}, fmt.Errorf("read ref %s: %w", name, err)
+	}
+	t := strings.TrimRight(string(body), "\r\n")
+	if strings.ContainsAny(t, "\r\n") {
+		return Ref{}, fmt.Errorf("read ref %s: %w: body is more than one line", name, ErrCorrupt)
+	}
+	return Ref{Name: name, Target: t, ETag: a.ETag}, nil
+}
+
+func refOptions() blob.WriterOptions {
+	return blob.WriterOptions{ContentType: typeRef, CacheControl: CacheNoCache}
+}
+
+func validateTarget(t string) error {
+	if t == "" || strings.ContainsAny(t, "\r\n\x00") {
+		return fmt.Errorf("%w: ref target %q: want one non-empty line", ErrInvalid, truncate(t))
+	}
+	return nil
+}
+
+// Link points ref name at target with an unconditional PUT (§9).
+func (s *Store) Link(ctx context.Context, name, target string) error {
+	key, err := RefKey(name)
+	if err != nil {
+		return err
+	}
+	if err := validateTarget(target); err != nil {
+		return err
+	}
+	wo := refOptions()
+	if err := s.put(ctx, key, []byte(target), &wo); err != nil {
+		return fmt.Errorf("link %s: %w", name, err)
+	}
+	return nil
+}
+
+// linkIfAbsent creates ref name only if it does not exist.
+func (s *Store) linkIfAbsent(ctx context.Context, name, target string) (bool, error) {
+	key, err := RefKey(name)
+	if err != nil {
+		return false, err
+	}
+	wo := refOptions()
+	wo.IfNotExist = true
+	err = s.put(ctx, key, []byte(target), &wo)
+	if isPrecondition(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// ErrWeakCAS reports that a rename went through on a backend without
+// If-Match: the new value was written and read back, but a concurrent
+// writer could have been overwritten in between (decisions.md §2.1).
+var ErrWeakCAS = errors.New("backend has no If-Match: ref replaced by PUT and re-read")
+
+// RenameRef sets ref name to target only if it still has the value read
+// as prev (§9 Rename: If-Match on the prior version). On backends without
+// If-Match it falls back to re-read + PUT + re-read and returns ErrWeakCAS
+// with the write done, so callers can report the weaker guarantee. A
+// mismatch is ErrConflict.
+func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target string) error {
+	key, err := RefKey(name)
+	if err != nil {
+		return err
+	}
+	if err := validateTarget(target); err != nil {
+		return err
+	}
+	if prev.ETag != "" {
+		var ap applied
+		wo := conditionalOptions(refOptions(), Conditions{IfMatch: prev.ETag}, &ap)
+		err := s.put(ctx, key, []byte(target), wo)
+		switch {
+		case err == nil:
+			return nil
+		case isPrecondition(err):
+			return fmt.Errorf("rename ref %s: %w: it changed since it was read", name, ErrConflict)
+		case !errors.Is(err, errNoCAS):
+			return fmt.Errorf("rename ref %s: %w", name, err)
+		}
+	}
+	cur, err := s.ReadRef(ctx, name)
+	if err != nil && !(errors.Is(err, ErrNotFound) && prev.Target == "") {
+		return fmt.Errorf("rename ref %s: %w", name, err)
+	}
+	if cur.Target != prev.Target {
+		return fmt.Errorf("rename ref %s: %w: it changed since it was read", name, ErrConflict)
+	}
+	if err := s.Link(ctx, name, target); err != nil {
+		return err
+	}
+	back, err := s.ReadRef(ctx, name)
+	if err != nil {
+		return fmt.Errorf("rename ref %s: read back: %w", name, err)
+	}
+	if back.Target != target {
+		return fmt.Errorf("rename ref %s: %w: another writer replaced it", name, ErrConflict)
+	}
+	return ErrWeakCAS
+}
+
+// DeleteRef removes a ref.
+func (s *Store) DeleteRef(ctx context.Context, name string) error {
+	key, err := RefKey(name)
+	if err != nil {
+		return err
+	}
+	return s.delete(ctx, key)
+}
+
+// ListRefs returns every ref name under refs/ (both plain and kind/name),
+// sorted; names that break §9's shape are passed to bad.
+func (s *Store) ListRefs(ctx context.Context, bad func(key string, err error)) ([]string, error) {
+	var out []string
+	err := s.walk(ctx, RefsPrefix, "", func(o *blob.ListObject) (bool, error) {
+		name := strings.TrimPrefix(o.Key, RefsPrefix)
+		if err := ValidateRefName(name); err != nil {
+			if bad != nil {
+				bad(o.Key, err)
+			}
+			return true, nil
+		}
+		out = append(out, name)
+		return true, nil
+	})
+	return out, err
+}
+
+// ResolveSessionName returns the session that refs/sessions/<name> points
+// at (§9.1).
+func (s *Store) ResolveSessionName(ctx context.Context, name string) (SessionID, error) {
+	r, err := s.ReadRef(ctx, SessionRefName(name))
+	if err != nil {
+		return SessionID{}, err
+	}
+	id, err := ParseManifestKey(r.Target)
+	if err != nil {
+		return SessionID{}, fmt.Errorf("session ref %s: %w: %v", name, ErrCorrupt, err)
+	}
+	return id, nil
+}
+
+// CheckSessionRef is the §9.1 ownership re-check: ErrRefMoved unless
+// refs/sessions/<name> still points at id's manifest.
+func (s *Store) CheckSessionRef(ctx context.Context, name string, id SessionID) error {
+	got, err := s.ResolveSessionName(ctx, name)
+	if err != nil {
+		return fmt.Errorf("check session ref %s: %w", name, err)
+	}
+	if got != id {
+		return fmt.Errorf("session ref %s: %w: %s, not %s", name, ErrRefMoved, got, id)
+	}
+	return nil
+}
+
+// CreateNamedSession creates a session named name, or returns the existing
+// one (§9.2). The ref is claimed with If-None-Match, so two creators cannot
+// both believe they won; the loser deletes its dangling manifest and loads
+// the winner's. A ref that already exists wins outright. created reports
+// whether this call made the session.
+func (s *Store) CreateNamedSession(ctx context.Context, name string, m *Manifest) (got *Manifest, created bool, err error) {
+	refName := SessionRefName(name)
+	if err := ValidateRefName(refName); err != nil {
+		return nil, false, err
+	}
+	if id, err := s.ResolveSessionName(ctx, name); err == nil {
+		got, err := s.LoadManifest(ctx, id)
+		return got, false, err
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, false, err
+	}
+	if m == nil {
+		m = s.NewRootManifest()
+	}
+	m.Name = name
+	if _, _, err := s.CreateSession(ctx, m); err != nil {
+		return nil, false, err
+	}
+	key, _ := ManifestKey(m.Session)
+	won, err := s.linkIfAbsent(ctx, refName, key)
+	if err != nil {
+		return nil, false, fmt.Errorf("create named session %s: claim ref: %w", name, err)
+	}
+	// Re-read the ref as §9.2 prescribes, so that a writer using plain
+	// Link (another implementation) is detected too.
+	winner, err := s.ResolveSessionName(ctx, name)
+	if err != nil {
+		return nil, false, fmt.Errorf("create named session %s: re-read ref: %w", name, err)
+	}
+	if won && winner == m.Session {
+		return m, true, nil
+	}
+	if winner != m.Session {
+		if err := s.delete(ctx, key); err != nil {
+			return nil, false, fmt.Errorf("create named session %s: delete dangling manifest: %w", name, err)
+		}
+	}
+	got, err = s.LoadManifest(ctx, winner)
+	return got, false, err
+}

@@ -1,0 +1,344 @@
+package layout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"gocloud.dev/blob"
+)
+
+// Cache-Control values (decisions.md §16) and content types.
+const (
+	CacheImmutable = "max-age=31536000, immutable"
+	CacheNoCache   = "no-cache"
+	typeJSON       = "application/json"
+	typeRef        = "text/plain; charset=utf-8"
+)
+
+// maxManifest bounds a manifest body; real ones are a few hundred bytes.
+const maxManifest = 1 << 20
+
+// LoadManifest reads and validates a session's manifest. A manifest whose
+// session field disagrees with its path is ErrCorrupt.
+func (s *Store) LoadManifest(ctx context.Context, id SessionID) (*Manifest, error) {
+	key, err := ManifestKey(id)
+	if err != nil {
+		return nil, err
+	}
+	body, err := s.getAll(ctx, key, maxManifest)
+	if errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("load manifest of %s: %w", id, ErrSessionNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load manifest of %s: %w", id, err)
+	}
+	body, err = DecodeBody(body, "", maxManifest)
+	if err != nil {
+		return nil, fmt.Errorf("load manifest %s: %w", key, err)
+	}
+	m, err := DecodeManifest(body)
+	if err != nil {
+		return nil, fmt.Errorf("load manifest %s: %w", key, err)
+	}
+	if m.Session != id {
+		return nil, fmt.Errorf("load manifest %s: %w: it names session %s", key, ErrCorrupt, m.Session)
+	}
+	return m, nil
+}
+
+// CreateSession writes m's manifest with If-None-Match (§5.1). If the
+// manifest already exists it is loaded and returned with created=false
+// (idempotent creation with an explicit ID).
+func (s *Store) CreateSession(ctx context.Context, m *Manifest) (got *Manifest, created bool, err error) {
+	if m.Session.IsZero() {
+		return nil, false, fmt.Errorf("create session: %w: zero session ID", ErrInvalid)
+	}
+	key, err := ManifestKey(m.Session)
+	if err != nil {
+		return nil, false, err
+	}
+	body, err := EncodeManifest(m)
+	if err != nil {
+		return nil, false, err
+	}
+	err = s.put(ctx, key, body, &blob.WriterOptions{
+		IfNotExist: true, ContentType: typeJSON, CacheControl: CacheImmutable,
+	})
+	if err == nil {
+		return m, true, nil
+	}
+	if !isPrecondition(err) {
+		return nil, false, fmt.Errorf("create session %s: %w", m.Session, err)
+	}
+	existing, lerr := s.LoadManifest(ctx, m.Session)
+	if lerr != nil {
+		return nil, false, fmt.Errorf("create session %s: exists but: %w", m.Session, lerr)
+	}
+	return existing, false, nil
+}
+
+// NewRootManifest returns a manifest for a fresh root session (first
+// sequence number 1, decisions.md).
+func (s *Store) NewRootManifest() *Manifest {
+	return &Manifest{Session: NewSessionID(s.opts.Now()), FirstSequenceNumber: 1}
+}
+
+// SessionExists reports whether the session's manifest exists.
+func (s *Store) SessionExists(ctx context.Context, id SessionID) (bool, error) {
+	key, err := ManifestKey(id)
+	if err != nil {
+		return false, err
+	}
+	return s.exists(ctx, key)
+}
+
+// ListSessions returns the IDs of every session directory under sessions/,
+// in key order, by walking the partition levels with delimiter listings (no
+// snapshot is listed). Keys that do not parse are passed to bad, if set,
+// and skipped.
+func (s *Store) ListSessions(ctx context.Context, bad func(key string, err error)) ([]SessionID, error) {
+	var ids []SessionID
+	var rec func(prefix string, depth int) error
+	rec = func(prefix string, depth int) error {
+		return s.walk(ctx, prefix, "/", func(o *blob.ListObject) (bool, error) {
+			if !o.IsDir {
+				return true, nil
+			}
+			if depth < 4 {
+				return true, rec(o.Key, depth+1)
+			}
+			sk, err := ParseSessionKey(o.Key + manifestName)
+			if err != nil {
+				if bad != nil {
+					bad(o.Key, err)
+				}
+				return true, nil
+			}
+			ids = append(ids, sk.ID)
+			return true, nil
+		})
+	}
+	if err := rec(SessionsPrefix, 0); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// SnapshotType is a snapshot's pugmark-snapshot-type (§6.4).
+type SnapshotType string
+
+// The three snapshot types (§6.4, closed for v1, §18).
+const (
+	Checkpoint  SnapshotType = "checkpoint"
+	Provisional SnapshotType = "provisional"
+	Queueing    SnapshotType = "queueing"
+)
+
+// ParseSnapshotType accepts the three v1 type names.
+func ParseSnapshotType(s string) (SnapshotType, error) {
+	switch t := SnapshotType(strings.ToLower(s)); t {
+	case Checkpoint, Provisional, Queueing:
+		return t, nil
+	}
+	return "", fmt.Errorf("%w: snapshot type %q: want checkpoint, provisional or queueing", ErrInvalid, s)
+}
+
+// Snapshot metadata keys (decisions.md §6.2).
+const (
+	MetaSnapshotSession = "pugmark-snapshot-session"
+	MetaSnapshotVersion = "pugmark-snapshot-version"
+	MetaTransactionID   = "pugmark-transaction-id"
+	MetaSnapshotType    = "pugmark-snapshot-type"
+	MetaSchema          = "schema"
+)
+
+// SnapshotMeta is a snapshot object's metadata (§6.2).
+type SnapshotMeta struct {
+	Type SnapshotType
+	// TypeMissing is set when the object carries no type key; Type is then
+	// checkpoint (§6.2 backward compatibility).
+	TypeMissing   bool
+	TransactionID uint64
+	Session       string
+	Version       string
+	Schema        string
+}
+
+func parseSnapshotMeta(md map[string]string) SnapshotMeta {
+	var m SnapshotMeta
+	m.Type = Checkpoint
+	if t, ok := md[MetaSnapshotType]; ok {
+		if st, err := ParseSnapshotType(t); err == nil {
+			m.Type = st
+		}
+	} else {
+		m.TypeMissing = true
+	}
+	fmt.Sscan(md[MetaTransactionID], &m.TransactionID)
+	m.Session, m.Version, m.Schema = md[MetaSnapshotSession], md[MetaSnapshotVersion], md[MetaSchema]
+	return m
+}
+
+// LatestVersion returns the latest snapshot version of a session with one
+// LIST max-keys=1 (§6.3); 0 when the session exists without snapshots;
+// ErrSessionNotFound when there is no manifest. Keys in snapshots/ that are
+// not version files are skipped.
+func (s *Store) LatestVersion(ctx context.Context, id SessionID) (uint32, error) {
+	prefix, err := SnapshotsPrefix(id)
+	if err != nil {
+		return 0, err
+	}
+	var latest uint32
+	err = s.walkFirstPage(ctx, prefix, func(o *blob.ListObject) bool {
+		v, err := ParseVersionFileName(strings.TrimPrefix(o.Key, prefix))
+		if err != nil {
+			return true
+		}
+		latest = v
+		return false
+	})
+	if err != nil {
+		return 0, fmt.Errorf("latest version of %s: %w", id, err)
+	}
+	if latest > 0 {
+		return latest, nil
+	}
+	ok, err := s.SessionExists(ctx, id)
+	if err != nil {
+		return 0, fmt.Errorf("latest version of %s: %w", id, err)
+	}
+	if !ok {
+		return 0, fmt.Errorf("latest version of %s: %w", id, ErrSessionNotFound)
+	}
+	return 0, nil
+}
+
+// walkFirstPage lists prefix with max-keys=1 and widens only while the
+// keys seen are not accepted (stray files, §6.1 "readers skip it"). fn
+// returns true to keep going.
+func (s *Store) walkFirstPage(ctx context.Context, prefix string, fn func(*blob.ListObject) bool) error {
+	token := blob.FirstPageToken
+	size := 1
+	for {
+		var page []*blob.ListObject
+		var next []byte
+		err := s.retry(ctx, func() error {
+			s.st.lists.Add(1)
+			var err error
+			page, next, err = s.b.ListPage(ctx, token, size, &blob.ListOptions{Prefix: prefix, Delimiter: "/"})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for _, o := range page {
+			if o.IsDir {
+				continue
+			}
+			if !fn(o) {
+				return nil
+			}
+		}
+		if len(next) == 0 {
+			return nil
+		}
+		token = next
+		if size < 1000 {
+			size *= 10
+		}
+	}
+}
+
+// SnapshotVersions lists every snapshot version of a session, newest
+// first. It reads the whole listing; use it for fsck and history views,
+// not to find the latest (§6.1).
+func (s *Store) SnapshotVersions(ctx context.Context, id SessionID) ([]uint32, error) {
+	prefix, err := SnapshotsPrefix(id)
+	if err != nil {
+		return nil, err
+	}
+	var vs []uint32
+	err = s.walk(ctx, prefix, "/", func(o *blob.ListObject) (bool, error) {
+		if v, err := ParseVersionFileName(strings.TrimPrefix(o.Key, prefix)); err == nil && !o.IsDir {
+			vs = append(vs, v)
+		}
+		return true, nil
+	})
+	sort.Slice(vs, func(i, j int) bool { return vs[i] > vs[j] })
+	return vs, err
+}
+
+// ReadSnapshot returns the descriptors committed at version v (the delta,
+// §6.5). One GET; the encoding is sniffed, which is exact for JSON bodies.
+func (s *Store) ReadSnapshot(ctx context.Context, id SessionID, v uint32) ([]Descriptor, error) {
+	key, err := SnapshotKey(id, v)
+	if err != nil {
+		return nil, err
+	}
+	body, err := s.getAll(ctx, key, s.opts.MaxDecoded)
+	if err != nil {
+		return nil, fmt.Errorf("load snapshot %d of %s: %w", v, id, err)
+	}
+	ds, err := DecodeDescriptors(body, "", s.opts.MaxDecoded)
+	if err != nil {
+		return nil, fmt.Errorf("load snapshot %d of %s (%s): %w", v, id, key, err)
+	}
+	return ds, nil
+}
+
+// ReadSnapshotMeta returns the metadata of snapshot v (one HEAD).
+func (s *Store) ReadSnapshotMeta(ctx context.Context, id SessionID, v uint32) (SnapshotMeta, error) {
+	key, err := SnapshotKey(id, v)
+	if err != nil {
+		return SnapshotMeta{}, err
+	}
+	a, err := s.head(ctx, key)
+	if err != nil {
+		return SnapshotMeta{}, fmt.Errorf("snapshot %d of %s: %w", v, id, err)
+	}
+	return parseSnapshotMeta(a.Metadata), nil
+}
+
+// LatestCheckpoint returns the newest version whose type is checkpoint
+// (§6.3), walking the listing forward from the latest and reading each
+// candidate's metadata. It returns 0 with ok=false when the session has
+// no checkpoint, and ErrSessionNotFound when it does not exist.
+func (s *Store) LatestCheckpoint(ctx context.Context, id SessionID) (v uint32, ok bool, err error) {
+	prefix, err := SnapshotsPrefix(id)
+	if err != nil {
+		return 0, false, err
+	}
+	any := false
+	err = s.walk(ctx, prefix, "/", func(o *blob.ListObject) (bool, error) {
+		ver, perr := ParseVersionFileName(strings.TrimPrefix(o.Key, prefix))
+		if perr != nil || o.IsDir {
+			return true, nil
+		}
+		any = true
+		m, err := s.ReadSnapshotMeta(ctx, id, ver)
+		if err != nil {
+			return false, err
+		}
+		if m.Type == Checkpoint {
+			v, ok = ver, true
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("latest checkpoint of %s: %w", id, err)
+	}
+	if !any {
+		exists, err := s.SessionExists(ctx, id)
+		if err != nil {
+			return 0, false, err
+		}
+		if !exists {
+			return 0, false, fmt.Errorf("latest checkpoint of %s: %w", id, ErrSessionNotFound)
+		}
+	}
+	return v, ok, nil
+}

@@ -1,0 +1,183 @@
+package layout
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Entry is one descriptor of a full-state scan, with the session and
+// version whose snapshot holds it.
+type Entry struct {
+	Descriptor
+	Session SessionID
+	Version uint32
+}
+
+// MaxParentDepth bounds parent chains; a deeper (or cyclic) chain is
+// ErrCorrupt rather than a hang.
+const MaxParentDepth = 4096
+
+// Ancestor is one link of a parent chain: the session and the version of
+// it that is visible to the child.
+type Ancestor struct {
+	Session SessionID
+	Version uint32
+}
+
+// ParentChain returns the ancestors of a session, root first, each with
+// the version its child sees (§6.5 step 1). A cycle or a chain deeper than
+// MaxParentDepth is ErrCorrupt.
+func (s *Store) ParentChain(ctx context.Context, id SessionID) ([]Ancestor, error) {
+	var chain []Ancestor
+	seen := map[SessionID]bool{id: true}
+	cur := id
+	for {
+		m, err := s.LoadManifest(ctx, cur)
+		if err != nil {
+			if cur != id {
+				return nil, fmt.Errorf("parent chain of %s: ancestor %s: %w", id, cur, err)
+			}
+			return nil, err
+		}
+		if m.Parent == nil {
+			break
+		}
+		p := *m.Parent
+		if seen[p.Session] {
+			return nil, fmt.Errorf("parent chain of %s: %w: cycle through %s", id, ErrCorrupt, p.Session)
+		}
+		if len(chain) >= MaxParentDepth {
+			return nil, fmt.Errorf("parent chain of %s: %w: deeper than %d", id, ErrCorrupt, MaxParentDepth)
+		}
+		seen[p.Session] = true
+		chain = append(chain, Ancestor{Session: p.Session, Version: p.Version})
+		cur = p.Session
+	}
+	for i, j := 0, len(chain)-1; i < j; i, j = i+1, j-1 {
+		chain[i], chain[j] = chain[j], chain[i]
+	}
+	return chain, nil
+}
+
+// ReadSnapshotRange reads versions from..to (inclusive) of a session with
+// at most par requests in flight; result[i] is version from+i. Snapshot
+// keys are computed from versions, so no listing is needed.
+func (s *Store) ReadSnapshotRange(ctx context.Context, id SessionID, from, to uint32, par int) ([][]Descriptor, error) {
+	if from == 0 || to < from {
+		return nil, nil
+	}
+	if par < 1 {
+		par = 1
+	}
+	n := int(to-from) + 1
+	out := make([][]Descriptor, n)
+	errs := make([]error, n)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i], errs[i] = s.ReadSnapshot(ctx, id, from+uint32(i))
+			if errs[i] != nil {
+				cancel()
+			}
+		}(i)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil && len(errs) > 0 {
+		return nil, err
+	}
+	return out, nil
+}
+
+// FullLog returns the full-state scan of a session at version v (§6.5):
+// the parent chain (each ancestor up to the version its child sees, with
+// fork records dropped, §11.3), then this session's snapshots 1..v, each
+// in stored order. Tombstones, fork and cross-session records of the
+// session itself are included.
+func (s *Store) FullLog(ctx context.Context, id SessionID, v uint32) ([]Entry, error) {
+	chain, err := s.ParentChain(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var out []Entry
+	for _, a := range chain {
+		snaps, err := s.ReadSnapshotRange(ctx, a.Session, 1, a.Version, 8)
+		if err != nil {
+			return nil, fmt.Errorf("full log of %s: ancestor %s: %w", id, a.Session, err)
+		}
+		out = AppendEntries(out, a.Session, 1, snaps, true)
+	}
+	snaps, err := s.ReadSnapshotRange(ctx, id, 1, v, 8)
+	if err != nil {
+		return nil, fmt.Errorf("full log of %s: %w", id, err)
+	}
+	return AppendEntries(out, id, 1, snaps, false), nil
+}
+
+// AppendEntries appends the descriptors of consecutive snapshots (the
+// first at version from) to log. For an ancestor's snapshots, fork
+// records are dropped (§11.3).
+func AppendEntries(log []Entry, session SessionID, from uint32, snaps [][]Descriptor, ancestor bool) []Entry {
+	for i, ds := range snaps {
+		for _, d := range ds {
+			if ancestor && d.Fork {
+				continue
+			}
+			log = append(log, Entry{Descriptor: d, Session: session, Version: from + uint32(i)})
+		}
+	}
+	return log
+}
+
+// Slots returns the live named slots of a log (§10): for each name the last
+// slot descriptor wins, and a tombstone removes the name. Fork records and
+// cross-session write records occupy no slot.
+func Slots(log []Entry) map[string]Entry {
+	slots := make(map[string]Entry)
+	for _, e := range log {
+		ApplySlot(slots, e)
+	}
+	return slots
+}
+
+// ApplySlot applies one entry to a slot map (incremental form of Slots).
+func ApplySlot(slots map[string]Entry, e Entry) {
+	if !e.IsSlot() {
+		return
+	}
+	if e.Deleted {
+		delete(slots, e.Name)
+		return
+	}
+	slots[e.Name] = e
+}
+
+// Lookup returns the descriptor for name at the end of log (§10 named-slot
+// lookup): the last matching slot descriptor, not found if it is a
+// tombstone.
+func Lookup(log []Entry, name string) (Entry, bool) {
+	for i := len(log) - 1; i >= 0; i-- {
+		if e := log[i]; e.IsSlot() && e.Name == name {
+			return e, !e.Deleted
+		}
+	}
+	return Entry{}, false
+}

@@ -1,0 +1,267 @@
+package layout
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"gocloud.dev/blob"
+)
+
+// Options tune a Store. The zero value is usable.
+type Options struct {
+	// MaxDecoded bounds decoded snapshot/memory/manifest sizes; default
+	// DefaultMaxDecoded.
+	MaxDecoded int64
+	// Retries is how many times a transient backend error is retried
+	// (default 4; negative means none).
+	Retries int
+	// RetryBase is the first backoff delay (default 50ms), doubled per try.
+	RetryBase time.Duration
+	// CommitRetries caps commit attempts (§13.3; default 100).
+	CommitRetries int
+	// Now returns the current time (default time.Now); tests pin it.
+	Now func() time.Time
+}
+
+// Store is the pugmark layout over one bucket. It is safe for concurrent
+// use and holds no cache: every call goes to the bucket (cache/ sits on
+// top).
+type Store struct {
+	b    *blob.Bucket
+	opts Options
+	st   counters
+}
+
+// New returns a Store over b.
+func New(b *blob.Bucket, opts *Options) *Store {
+	s := &Store{b: b}
+	if opts != nil {
+		s.opts = *opts
+	}
+	if s.opts.MaxDecoded <= 0 {
+		s.opts.MaxDecoded = DefaultMaxDecoded
+	}
+	if s.opts.Retries == 0 {
+		s.opts.Retries = 4
+	}
+	if s.opts.RetryBase <= 0 {
+		s.opts.RetryBase = 50 * time.Millisecond
+	}
+	if s.opts.CommitRetries <= 0 {
+		s.opts.CommitRetries = 100
+	}
+	if s.opts.Now == nil {
+		s.opts.Now = time.Now
+	}
+	return s
+}
+
+// Bucket returns the underlying bucket.
+func (s *Store) Bucket() *blob.Bucket { return s.b }
+
+// Stats counts backend requests by kind, bytes, retries and errors.
+type Stats struct {
+	Gets, Heads, Puts, Lists, Deletes int64
+	BytesRead, BytesWritten           int64
+	Retries, Errors                   int64
+}
+
+type counters struct {
+	gets, heads, puts, lists, deletes atomic.Int64
+	bytesRead, bytesWritten           atomic.Int64
+	retries, errors                   atomic.Int64
+}
+
+// Stats returns a snapshot of the request counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Gets: s.st.gets.Load(), Heads: s.st.heads.Load(), Puts: s.st.puts.Load(),
+		Lists: s.st.lists.Load(), Deletes: s.st.deletes.Load(),
+		BytesRead: s.st.bytesRead.Load(), BytesWritten: s.st.bytesWritten.Load(),
+		Retries: s.st.retries.Load(), Errors: s.st.errors.Load(),
+	}
+}
+
+// retry runs fn until it succeeds, fails permanently, or the retry budget
+// or ctx runs out. Backoff is exponential with full jitter.
+func (s *Store) retry(ctx context.Context, fn func() error) error {
+	var err error
+	for attempt := 0; ; attempt++ {
+		err = fn()
+		if err == nil {
+			return nil
+		}
+		if isPermanent(err) || attempt >= s.opts.Retries || ctx.Err() != nil {
+			if !isNotFound(err) && !isPrecondition(err) {
+				s.st.errors.Add(1)
+			}
+			return err
+		}
+		s.st.retries.Add(1)
+		d := s.opts.RetryBase << attempt
+		d = time.Duration(rand.Int64N(int64(d)) + 1)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// getAll reads a whole object, at most max bytes.
+func (s *Store) getAll(ctx context.Context, key string, max int64) ([]byte, error) {
+	var body []byte
+	err := s.retry(ctx, func() error {
+		s.st.gets.Add(1)
+		r, err := s.b.NewReader(ctx, key, nil)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		if r.Size() > max {
+			return fmt.Errorf("%w: %s is %d bytes, limit %d", ErrTooLarge, key, r.Size(), max)
+		}
+		var buf bytes.Buffer
+		buf.Grow(int(r.Size()))
+		n, err := io.Copy(&buf, io.LimitReader(r, max+1))
+		s.st.bytesRead.Add(n)
+		if err != nil {
+			return err
+		}
+		if n > max {
+			return fmt.Errorf("%w: %s grew past %d bytes", ErrTooLarge, key, max)
+		}
+		body = buf.Bytes()
+		return nil
+	})
+	if err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("get %s: %w", key, ErrNotFound)
+		}
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	return body, nil
+}
+
+// head returns an object's attributes.
+func (s *Store) head(ctx context.Context, key string) (*blob.Attributes, error) {
+	var a *blob.Attributes
+	err := s.retry(ctx, func() error {
+		s.st.heads.Add(1)
+		var err error
+		a, err = s.b.Attributes(ctx, key)
+		return err
+	})
+	if err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("head %s: %w", key, ErrNotFound)
+		}
+		return nil, fmt.Errorf("head %s: %w", key, err)
+	}
+	return a, nil
+}
+
+// exists reports whether key exists.
+func (s *Store) exists(ctx context.Context, key string) (bool, error) {
+	_, err := s.head(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// put writes body at key. Transient failures are retried; with
+// IfNotExist, a retry after a lost response may report precondition-failed
+// for our own write, which callers resolve (transaction IDs, digests).
+func (s *Store) put(ctx context.Context, key string, body []byte, wo *blob.WriterOptions) error {
+	err := s.retry(ctx, func() error {
+		s.st.puts.Add(1)
+		opts := *wo
+		err := s.b.WriteAll(ctx, key, body, &opts)
+		if err == nil {
+			s.st.bytesWritten.Add(int64(len(body)))
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	return nil
+}
+
+// list returns up to max objects (and, with a delimiter, prefixes) under
+// prefix, in key order. max <= 0 means all.
+func (s *Store) list(ctx context.Context, prefix, delim string, max int) ([]*blob.ListObject, error) {
+	var out []*blob.ListObject
+	token := blob.FirstPageToken
+	for {
+		pageSize := 1000
+		if max > 0 && max-len(out) < pageSize {
+			pageSize = max - len(out)
+		}
+		var page []*blob.ListObject
+		var next []byte
+		err := s.retry(ctx, func() error {
+			s.st.lists.Add(1)
+			var err error
+			page, next, err = s.b.ListPage(ctx, token, pageSize, &blob.ListOptions{Prefix: prefix, Delimiter: delim})
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", prefix, err)
+		}
+		out = append(out, page...)
+		if len(next) == 0 || (max > 0 && len(out) >= max) {
+			return out, nil
+		}
+		token = next
+	}
+}
+
+// walk calls fn for every object and (with delim) prefix under prefix, in
+// key order, a page at a time; fn returning false stops.
+func (s *Store) walk(ctx context.Context, prefix, delim string, fn func(*blob.ListObject) (bool, error)) error {
+	token := blob.FirstPageToken
+	for {
+		var page []*blob.ListObject
+		var next []byte
+		err := s.retry(ctx, func() error {
+			s.st.lists.Add(1)
+			var err error
+			page, next, err = s.b.ListPage(ctx, token, 1000, &blob.ListOptions{Prefix: prefix, Delimiter: delim})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("list %s: %w", prefix, err)
+		}
+		for _, o := range page {
+			more, err := fn(o)
+			if err != nil || !more {
+				return err
+			}
+		}
+		if len(next) == 0 {
+			return nil
+		}
+		token = next
+	}
+}
+
+func (s *Store) delete(ctx context.Context, key string) error {
+	err := s.retry(ctx, func() error {
+		s.st.deletes.Add(1)
+		return s.b.Delete(ctx, key)
+	})
+	if err != nil && !isNotFound(err) {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	return nil
+}
