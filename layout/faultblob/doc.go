@@ -42,4 +42,41 @@
 // Options.Seed, so a test that issues requests in a fixed order sees the
 // same faults on every run. Listing staleness follows Options.Now, which
 // tests can replace with a fake clock; see Rule.StaleFor for the model.
+//
+// # Use from a URL
+//
+// Importing the package registers the schemes fault+file, fault+mem,
+// fault+s3, fault+gs and fault+azblob on blob.DefaultURLMux. Such a URL is
+// the inner bucket's URL with "fault+" before its scheme and fault_
+// parameters in its query, e.g.
+//
+//	fault+s3://bucket?region=us-east-1&fault_latency=5ms&fault_error_rate=0.01&fault_seed=1&fault_stale=200ms&fault_lost_put_rate=0.1&fault_ops=get,list
+//
+// The fault_ parameters are removed, the rest of the URL (scheme without
+// "fault+", host, path, other parameters) is opened through the same URL
+// mux, and the result is wrapped. The inner scheme's driver must be
+// linked in by its own package. The parameters:
+//
+//	fault_seed=N           RNG seed (uint64, default 0)
+//	fault_ops=LIST         comma-separated ops that fault_latency,
+//	                       fault_jitter and fault_error_rate apply to:
+//	                       get, head, put, list, delete, copy, all
+//	                       (default all)
+//	fault_prefix=P         restrict every fault to keys starting with P
+//	fault_latency=D        fixed delay per request (Go duration, e.g. 5ms)
+//	fault_jitter=D         extra random delay in [0, D] per request
+//	fault_error_rate=F     probability in [0, 1] that a request fails
+//	                       before reaching the inner bucket
+//	fault_error_code=C     gcerrors code of injected errors, e.g. Internal
+//	                       (default), ResourceExhausted, DeadlineExceeded
+//	fault_lost_put_rate=F  probability in [0, 1] that a PUT commits and
+//	                       still returns an error (any fault_ops)
+//	fault_stale=D          listings omit keys PUT within the last D and
+//	                       still show keys DELETEd within the last D (any
+//	                       fault_ops)
+//
+// An unknown fault_ parameter is an error. The standard prefix and key
+// parameters are applied by the URL mux outside the wrapper, so rules see
+// full keys. ParseParams and SplitURL give the CLI the parsed faults;
+// Params.String describes them.
 package faultblob
