@@ -112,7 +112,8 @@ type SessionKey struct {
 
 // ParseSessionKey splits a key under sessions/ into the session ID and the
 // remainder, checking every partition component's format and range (§4.2)
-// and that the partition names a real hour (Feb 30 does not exist).
+// and that the partition names a real hour (Feb 30 does not exist). The
+// all-zero ID is rejected: it means "no session".
 func ParseSessionKey(key string) (SessionKey, error) {
 	bad := func(why string) (SessionKey, error) {
 		return SessionKey{}, fmt.Errorf("%w: session key %q: %s", ErrInvalid, truncate(key), why)
@@ -156,6 +157,10 @@ func ParseSessionKey(key string) (SessionKey, error) {
 	}
 	hour := t.Unix() / 3600
 	id[0], id[1], id[2], id[3] = byte(hour>>24), byte(hour>>16), byte(hour>>8), byte(hour)
+	if id.IsZero() {
+		// The all-zero ID is "no session" (decisions.md §4.1): no key names it.
+		return bad("the zero session ID names no session")
+	}
 	sk := SessionKey{ID: id}
 	if len(parts) == 6 {
 		sk.Rest = parts[5]
