@@ -139,7 +139,11 @@ func (d Descriptor) MarshalJSON() ([]byte, error) {
 		j.Metadata = nil
 	}
 	if !d.CreatedAt.IsZero() {
-		j.CreatedAt = d.CreatedAt.UTC().Format(time.RFC3339Nano)
+		t := d.CreatedAt.UTC()
+		if y := t.Year(); y < 0 || y > 9999 {
+			return nil, fmt.Errorf("%w: descriptor %q: created-at %v is outside years 0000-9999", ErrInvalid, truncate(d.Name), t)
+		}
+		j.CreatedAt = t.Format(time.RFC3339Nano)
 	}
 	if d.Data != nil {
 		j.Data = base64.StdEncoding.EncodeToString(d.Data)
@@ -179,7 +183,11 @@ func (d Descriptor) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON reads the schema, the legacy fork-session-id form (§7.2),
-// and keeps unknown fields.
+// and keeps unknown fields. Keys match exactly: JSON object keys are
+// case-sensitive, so "Name" is an unknown field, not the name (encoding/json
+// would match it case-insensitively). Of duplicate keys the last wins.
+// Unknown values are kept compacted, in the form MarshalJSON writes them
+// back, so that decode-encode-decode is stable.
 func (d *Descriptor) UnmarshalJSON(b []byte) error {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
@@ -189,9 +197,34 @@ func (d *Descriptor) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("%w: descriptor is null", ErrCorrupt)
 	}
 	var j descriptorJSON
-	if err := json.Unmarshal(b, &j); err != nil {
-		return fmt.Errorf("%w: descriptor: %v", ErrCorrupt, err)
+	var name string
+	if v, ok := raw["name"]; ok {
+		// Decoded first so that the other errors can name the descriptor.
+		if err := json.Unmarshal(v, &name); err != nil {
+			return fmt.Errorf("%w: descriptor: name: %v", ErrCorrupt, err)
+		}
 	}
+	for _, f := range []struct {
+		key string
+		dst any
+	}{
+		{"digest", &j.Digest}, {"size", &j.Size}, {"created-at", &j.CreatedAt},
+		{"content-type", &j.ContentType}, {"content-encoding", &j.ContentEncoding},
+		{"cache-control", &j.CacheControl}, {"schema-url", &j.SchemaURL},
+		{"metadata", &j.Metadata}, {"sequence-number", &j.SequenceNumber}, {"data", &j.Data},
+		{"target-session", &j.TargetSession}, {"source-session", &j.SourceSession},
+		{"source-version", &j.SourceVersion}, {"fork", &j.Fork}, {"deleted", &j.Deleted},
+		{"commit", &j.Commit},
+	} {
+		v, ok := raw[f.key]
+		if !ok {
+			continue
+		}
+		if err := json.Unmarshal(v, f.dst); err != nil {
+			return fmt.Errorf("%w: descriptor %q: %s: %v", ErrCorrupt, truncate(name), f.key, err)
+		}
+	}
+	j.Name = name
 	var out Descriptor
 	var err error
 	if out.Digest, err = ParseDigest(j.Digest); err != nil {
@@ -206,13 +239,18 @@ func (d *Descriptor) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("%w: descriptor %q: created-at: %v", ErrCorrupt, truncate(j.Name), err)
 		}
 		out.CreatedAt = out.CreatedAt.UTC()
+		if y := out.CreatedAt.Year(); y < 0 || y > 9999 {
+			// An offset can push the UTC form out of RFC 3339's range;
+			// such a time could not be written back.
+			return fmt.Errorf("%w: descriptor %q: created-at %q is outside years 0000-9999 in UTC", ErrCorrupt, truncate(j.Name), truncate(j.CreatedAt))
+		}
 	}
 	out.ContentType, out.ContentEncoding, out.CacheControl = j.ContentType, j.ContentEncoding, j.CacheControl
 	out.SchemaURL, out.Name, out.SequenceNumber = j.SchemaURL, j.Name, j.SequenceNumber
 	if len(j.Metadata) > 0 {
 		out.Metadata = j.Metadata
 	}
-	if _, ok := raw["data"]; ok && j.Data != "" {
+	if j.Data != "" {
 		if out.Data, err = base64.StdEncoding.DecodeString(j.Data); err != nil {
 			return fmt.Errorf("%w: descriptor %q: data: %v", ErrCorrupt, truncate(j.Name), err)
 		}
@@ -243,11 +281,22 @@ func (d *Descriptor) UnmarshalJSON(b []byte) error {
 			if out.Extra == nil {
 				out.Extra = make(map[string]json.RawMessage)
 			}
-			out.Extra[k] = v
+			out.Extra[k] = canonicalRaw(v)
 		}
 	}
 	*d = out
 	return nil
+}
+
+// canonicalRaw returns v compacted and HTML-escaped, which is what
+// json.Marshal makes of a Marshaler's output.
+func canonicalRaw(v json.RawMessage) json.RawMessage {
+	var c, out bytes.Buffer
+	if err := json.Compact(&c, v); err != nil {
+		return append(json.RawMessage(nil), v...)
+	}
+	json.HTMLEscape(&out, c.Bytes())
+	return out.Bytes()
 }
 
 func parseOptionalID(s string) (SessionID, error) {

@@ -1,0 +1,471 @@
+package layout
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"gocloud.dev/blob"
+)
+
+func fullDescriptor() Descriptor {
+	body := []byte("inline body")
+	return Descriptor{
+		Digest:          DigestOf(body),
+		Size:            int64(len(body)),
+		CreatedAt:       time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.UTC),
+		ContentType:     "text/plain",
+		ContentEncoding: "gzip",
+		CacheControl:    "no-store",
+		SchemaURL:       "https://example.com/schema.json",
+		Name:            "dir/file.txt",
+		Metadata:        map[string]string{"k": "v", "K2": "V2"},
+		SequenceNumber:  42,
+		Data:            body,
+		TargetSession:   NewSessionID(testNow),
+		SourceSession:   NewSessionID(testNow),
+		SourceVersion:   7,
+		Fork:            true,
+		Deleted:         true,
+		Commit:          &MemoryCommit{Session: NewSessionID(testNow), Version: 3, Transaction: 99},
+		Extra:           map[string]json.RawMessage{"x-future": json.RawMessage(`{"a":[1,2]}`)},
+	}
+}
+
+func jsonKeys(t *testing.T, b []byte) []string {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// §7: every field round-trips under its schema name.
+func TestSection7_DescriptorRoundTrip(t *testing.T) {
+	d := fullDescriptor()
+	b, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"digest", "size", "created-at", "content-type", "content-encoding", "cache-control",
+		"schema-url", "name", "metadata", "sequence-number", "data", "target-session", "source-session",
+		"source-version", "fork", "deleted", "commit", "x-future"}
+	got := jsonKeys(t, b)
+	if len(got) != len(want) {
+		t.Fatalf("keys %v, want %v", got, want)
+	}
+	for _, k := range want {
+		if !bytes.Contains(b, []byte(`"`+k+`":`)) {
+			t.Fatalf("key %q missing from %s", k, b)
+		}
+	}
+	// Known fields in schema order, unknown ones after.
+	if !bytes.HasPrefix(b, []byte(`{"digest":`)) || !bytes.HasSuffix(b, []byte(`"x-future":{"a":[1,2]}}`)) {
+		t.Fatalf("order: %s", b)
+	}
+	if !bytes.Contains(b, []byte(`"created-at":"2024-05-06T07:08:09.123456789Z"`)) {
+		t.Fatalf("created-at: %s", b)
+	}
+	if !bytes.Contains(b, []byte(`"data":"aW5saW5lIGJvZHk="`)) {
+		t.Fatalf("data is not standard base64: %s", b)
+	}
+	var back Descriptor
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, d) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", back, d)
+	}
+}
+
+// decisions.md: optional fields are omitted when zero.
+func TestSection7_DescriptorOmitsZeroFields(t *testing.T) {
+	b, err := json.Marshal(Descriptor{})
+	if err != nil || string(b) != "{}" {
+		t.Fatalf("zero descriptor = %s %v", b, err)
+	}
+	d := Descriptor{Name: "n", Metadata: map[string]string{}, Data: nil, CreatedAt: time.Time{}}
+	b, _ = json.Marshal(d)
+	if string(b) != `{"name":"n"}` {
+		t.Fatalf("got %s", b)
+	}
+	// Created-at is written in UTC whatever the location.
+	d = Descriptor{CreatedAt: time.Date(2024, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600))}
+	b, _ = json.Marshal(d)
+	if string(b) != `{"created-at":"2024-01-02T02:04:05Z"}` {
+		t.Fatalf("got %s", b)
+	}
+	var back Descriptor
+	if err := json.Unmarshal([]byte(`{"created-at":"2024-01-02T03:04:05.5+01:00","metadata":{},"data":"","source-version":0,"fork":false}`), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.CreatedAt.Location() != time.UTC || back.CreatedAt.Hour() != 2 || back.Metadata != nil || back.Data != nil {
+		t.Fatalf("got %+v", back)
+	}
+}
+
+// §7.2: the legacy fork-session-id form reads as fork=true, target=<id>;
+// writes use the new form.
+func TestSection7_2_LegacyForkSessionID(t *testing.T) {
+	id := NewSessionID(testNow)
+	for _, in := range []string{
+		`{"name":"f","fork-session-id":"` + strings.ToUpper(id.String()) + `"}`,
+		`{"name":"f","fork-session-id":"` + id.String() + `","fork":false}`,
+		`{"fork-session-id":"` + id.String() + `","name":"f"}`,
+	} {
+		var d Descriptor
+		if err := json.Unmarshal([]byte(in), &d); err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		if !d.Fork || d.TargetSession != id || d.Extra != nil {
+			t.Fatalf("%s: got %+v", in, d)
+		}
+		out, _ := json.Marshal(d)
+		if bytes.Contains(out, []byte("fork-session-id")) || !bytes.Contains(out, []byte(`"target-session":"`+id.String()+`"`)) || !bytes.Contains(out, []byte(`"fork":true`)) {
+			t.Fatalf("re-encoded %s", out)
+		}
+	}
+	for _, in := range []string{`{"fork-session-id":""}`, `{"fork-session-id":"00000000000000000000000000000000"}`, `{"fork-session-id":null}`} {
+		var d Descriptor
+		if err := json.Unmarshal([]byte(in), &d); err != nil || d.Fork || !d.TargetSession.IsZero() {
+			t.Fatalf("%s: %+v %v", in, d, err)
+		}
+	}
+	for _, in := range []string{`{"fork-session-id":"xyz"}`, `{"fork-session-id":7}`, `{"fork-session-id":"` + id.String() + `0"}`} {
+		var d Descriptor
+		err := json.Unmarshal([]byte(in), &d)
+		wantErrIs(t, err, ErrCorrupt)
+	}
+}
+
+// decisions.md: a zero digest is absent, empty, or sha256: and 64 zeros.
+func TestSection10_ZeroDigestForms(t *testing.T) {
+	for _, in := range []string{`{"name":"x","deleted":true}`, `{"name":"x","deleted":true,"digest":""}`,
+		`{"name":"x","deleted":true,"digest":"sha256:` + strings.Repeat("0", 64) + `"}`} {
+		var d Descriptor
+		if err := json.Unmarshal([]byte(in), &d); err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		if !d.Digest.IsZero() || !d.Deleted {
+			t.Fatalf("%s: %+v", in, d)
+		}
+		out, _ := json.Marshal(d)
+		if string(out) != `{"name":"x","deleted":true}` {
+			t.Fatalf("%s re-encoded as %s", in, out)
+		}
+	}
+}
+
+// §18 / decisions.md: unknown fields are kept verbatim by key; known keys
+// match exactly (JSON field names are case-sensitive).
+func TestSection18_UnknownFieldsPreserved(t *testing.T) {
+	in := `{"name":"a","zeta":1,"alpha":{"nested":[true,null]},"NAME":"shadow","Digest":"nope"}`
+	var d Descriptor
+	if err := json.Unmarshal([]byte(in), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Name != "a" || !d.Digest.IsZero() {
+		t.Fatalf("a differently-cased key was read as a schema field: %+v", d)
+	}
+	if len(d.Extra) != 4 || string(d.Extra["alpha"]) != `{"nested":[true,null]}` || string(d.Extra["NAME"]) != `"shadow"` {
+		t.Fatalf("extra = %v", d.Extra)
+	}
+	out, _ := json.Marshal(d)
+	if string(out) != `{"name":"a","Digest":"nope","NAME":"shadow","alpha":{"nested":[true,null]},"zeta":1}` {
+		t.Fatalf("got %s", out)
+	}
+	// The last of duplicate keys wins, on every path.
+	var dup Descriptor
+	if err := json.Unmarshal([]byte(`{"NAME":"b","name":"a"}`), &dup); err != nil || dup.Name != "a" {
+		t.Fatalf("%+v %v", dup, err)
+	}
+	// A schema key in Extra never shadows the field.
+	d = Descriptor{Name: "real", Extra: map[string]json.RawMessage{"name": json.RawMessage(`"fake"`)}}
+	out, _ = json.Marshal(d)
+	if string(out) != `{"name":"real"}` {
+		t.Fatalf("got %s", out)
+	}
+	// Clone is deep.
+	c := fullDescriptor()
+	cl := c.Clone()
+	cl.Metadata["k"] = "changed"
+	cl.Data[0] = 'X'
+	cl.Commit.Version = 100
+	cl.Extra["x-future"][0] = '['
+	if c.Metadata["k"] != "v" || c.Data[0] != 'i' || c.Commit.Version != 3 || c.Extra["x-future"][0] != '{' {
+		t.Fatal("Clone shares memory with the original")
+	}
+}
+
+func TestSection7_DescriptorCorrupt(t *testing.T) {
+	for _, in := range []string{
+		`null`, `[]`, `1`, `"x"`, `{`, `{"size":-1}`, `{"size":"1"}`, `{"digest":"sha256:abc"}`,
+		`{"digest":"SHA256:` + strings.Repeat("a", 64) + `"}`,
+		`{"digest":"sha256:` + strings.Repeat("A", 64) + `"}`,
+		`{"created-at":"yesterday"}`, `{"created-at":"2024-01-01"}`,
+		`{"created-at":"9999-12-31T23:59:59-01:00"}`, // year 10000 in UTC: not writable as RFC 3339
+		`{"data":"***"}`, `{"target-session":"abc"}`, `{"source-session":"` + strings.Repeat("g", 32) + `"}`,
+		`{"source-version":-1}`, `{"source-version":4294967296}`, `{"source-version":1.5}`,
+		`{"fork":"yes"}`, `{"deleted":1}`, `{"metadata":{"a":1}}`, `{"sequence-number":"1"}`,
+		`{"commit":{"session":"zz"}}`, `{"name":5}`,
+	} {
+		var d Descriptor
+		err := json.Unmarshal([]byte(in), &d)
+		if err == nil {
+			t.Errorf("Unmarshal(%s) = %+v, want error", in, d)
+			continue
+		}
+		// Through DecodeDescriptors the error is ErrCorrupt.
+		_, err = DecodeDescriptors([]byte("["+in+"]"), "", 1<<20)
+		wantErrIs(t, err, ErrCorrupt)
+	}
+}
+
+// §3.1 / §7.1 / decisions.md: inline data is used only when it matches.
+func TestSection7_1_InlineData(t *testing.T) {
+	d := desc("a", "hello")
+	if !d.InlineOK() {
+		t.Fatal("matching inline data rejected")
+	}
+	bad := d.Clone()
+	bad.Data[0] = 'j'
+	if bad.InlineOK() {
+		t.Fatal("mismatching inline data accepted")
+	}
+	short := d.Clone()
+	short.Size = 4
+	if short.InlineOK() {
+		t.Fatal("size mismatch accepted")
+	}
+	none := d.Clone()
+	none.Data = nil
+	if none.InlineOK() {
+		t.Fatal("absent data accepted")
+	}
+}
+
+// decisions.md "Which descriptors are named slots".
+func TestSection10_IsSlot(t *testing.T) {
+	id := NewSessionID(testNow)
+	for _, tc := range []struct {
+		d    Descriptor
+		slot bool
+	}{
+		{Descriptor{Name: "a"}, true},
+		{Descriptor{Name: "a", Deleted: true}, true},
+		{Descriptor{}, false},
+		{Descriptor{Name: "a", Fork: true, TargetSession: id}, false},
+		{Descriptor{Name: "a", TargetSession: id}, false},
+		{Descriptor{Name: "a", Fork: true}, false},
+		{Descriptor{Name: "a", SourceSession: id, SourceVersion: 3}, true},
+	} {
+		if tc.d.IsSlot() != tc.slot {
+			t.Errorf("%+v: IsSlot = %v", tc.d, !tc.slot)
+		}
+	}
+}
+
+// §5: manifest schema.
+func TestSection5_ManifestCodec(t *testing.T) {
+	m := &Manifest{
+		Session: NewSessionID(testNow), Parent: &ParentRef{Session: NewSessionID(testNow), Version: 4},
+		Name: "n", Agent: "ag", Handler: "h", Metadata: map[string]string{"a": "b"}, FirstSequenceNumber: 17,
+	}
+	b, err := EncodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"session", "parent", "name", "agent", "handler", "metadata", "first-sequence-number"} {
+		if !bytes.Contains(b, []byte(`"`+k+`":`)) {
+			t.Fatalf("key %q missing: %s", k, b)
+		}
+	}
+	back, err := DecodeManifest(b)
+	if err != nil || !reflect.DeepEqual(back, m) {
+		t.Fatalf("round trip %+v %v", back, err)
+	}
+	// Optional fields are omitted; first-sequence-number is always written.
+	b, _ = EncodeManifest(&Manifest{Session: m.Session})
+	if got := jsonKeys(t, b); len(got) != 2 {
+		t.Fatalf("minimal manifest %s", b)
+	}
+	// A zero parent reads as no parent; unknown fields are ignored (§18).
+	back, err = DecodeManifest([]byte(`{"session":"` + strings.ToUpper(m.Session.String()) + `","parent":{"session":"00000000000000000000000000000000","version":0},"future":1}`))
+	if err != nil || back.Parent != nil || back.Session != m.Session {
+		t.Fatalf("%+v %v", back, err)
+	}
+	if _, err := EncodeManifest(&Manifest{}); err == nil {
+		t.Fatal("encoded a manifest without a session")
+	}
+	for _, in := range []string{``, `null`, `[]`, `{}`, `{"session":""}`, `{"session":"xyz"}`,
+		`{"session":"00000000000000000000000000000000"}`,
+		`{"session":"` + m.Session.String() + `","parent":{"session":"` + m.Session.String() + `","version":1}}`,
+		`{"session":"` + m.Session.String() + `","first-sequence-number":"1"}`,
+		`{"session":"` + m.Session.String() + `","parent":{"session":"` + m.Parent.Session.String() + `","version":-1}}`,
+	} {
+		_, err := DecodeManifest([]byte(in))
+		wantErrIs(t, err, ErrCorrupt)
+	}
+}
+
+// §6.2 / §15: snapshot bodies are zstd; readers sniff gzip, zstd and plain.
+func TestSection15_Sniffing(t *testing.T) {
+	ds := descs("a", "b")
+	z, err := EncodeDescriptors(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if Sniff(z) != EncodingZstd {
+		t.Fatalf("EncodeDescriptors is not zstd: % x", z[:4])
+	}
+	plain, _ := json.Marshal(ds)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(plain)
+	zw.Close()
+	for _, tc := range []struct {
+		name string
+		body []byte
+		enc  string
+	}{
+		{"zstd sniffed", z, ""},
+		{"zstd declared", z, "zstd"},
+		{"gzip sniffed", gz.Bytes(), ""},
+		{"gzip declared", gz.Bytes(), "gzip"},
+		{"plain", plain, ""},
+		{"identity", plain, "identity"},
+		{"plain with whitespace", append([]byte(" \n"), plain...), ""},
+	} {
+		got, err := DecodeDescriptors(tc.body, tc.enc, 1<<20)
+		if err != nil || len(got) != 2 || got[1].Name != "b" {
+			t.Errorf("%s: %v %v", tc.name, got, err)
+		}
+	}
+	for _, tc := range []struct {
+		head []byte
+		want string
+	}{
+		{[]byte{0x1f, 0x8b}, EncodingGzip}, {[]byte{0x1f, 0x8b, 8}, EncodingGzip},
+		{[]byte{0x28, 0xb5, 0x2f, 0xfd}, EncodingZstd}, {[]byte{0x28, 0xb5, 0x2f}, EncodingNone},
+		{[]byte{0x1f}, EncodingNone}, {nil, EncodingNone}, {[]byte("[]"), EncodingNone},
+	} {
+		if got := Sniff(tc.head); got != tc.want {
+			t.Errorf("Sniff(% x) = %q, want %q", tc.head, got, tc.want)
+		}
+	}
+	if ds, err := DecodeDescriptors(mustEncode(t, nil), "", 100); err != nil || ds == nil || len(ds) != 0 {
+		t.Fatalf("empty snapshot: %v %v", ds, err)
+	}
+}
+
+func mustEncode(t *testing.T, ds []Descriptor) []byte {
+	b, err := EncodeDescriptors(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Garbage and truncated bodies are ErrCorrupt, never a panic.
+func TestSection15_CorruptBodies(t *testing.T) {
+	z := mustEncode(t, descs("a", "b", "c"))
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(`[{"name":"a"}]`))
+	zw.Close()
+	for _, tc := range []struct {
+		name string
+		body []byte
+		enc  string
+	}{
+		{"not json", []byte("{not json"), ""},
+		{"object", []byte(`{"name":"a"}`), ""},
+		{"null", []byte("null"), ""},
+		{"numbers", []byte("[1,2]"), ""},
+		{"null element", []byte("[null]"), ""},
+		{"empty", nil, ""},
+		{"truncated zstd", z[:len(z)/2], ""},
+		{"zstd magic only", z[:4], ""},
+		{"zstd junk", append(append([]byte{}, z[:4]...), bytes.Repeat([]byte{0xAA}, 40)...), ""},
+		{"truncated gzip", gz.Bytes()[:gz.Len()-6], ""},
+		{"gzip junk", []byte{0x1f, 0x8b, 1, 2, 3, 4, 5}, ""},
+		{"declared zstd but plain", []byte("[]"), "zstd"},
+		{"declared gzip but plain", []byte("[]"), "gzip"},
+		{"unknown encoding", []byte("[]"), "br"},
+		{"trailing garbage", append([]byte(`[{"name":"a"}]`), 'x'), ""},
+	} {
+		_, err := DecodeDescriptors(tc.body, tc.enc, 1<<20)
+		if err == nil {
+			t.Errorf("%s: no error", tc.name)
+			continue
+		}
+		wantErrIs(t, err, ErrCorrupt)
+	}
+}
+
+// Bounded decompression: a small object that expands past the limit is
+// ErrTooLarge, without allocating the expansion.
+func TestSection15_DecompressionBomb(t *testing.T) {
+	const expanded = 64 << 20
+	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBestCompression))
+	zbomb := enc.EncodeAll(append(append([]byte("["), bytes.Repeat([]byte(" "), expanded)...), ']'), nil)
+	// A streamed frame (no content size in the header) as well.
+	var streamed bytes.Buffer
+	zs, _ := zstd.NewWriter(&streamed)
+	zs.Write([]byte("["))
+	zs.Write(bytes.Repeat([]byte(" "), expanded))
+	zs.Write([]byte("]"))
+	zs.Close()
+	var gz bytes.Buffer
+	gw, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+	gw.Write(bytes.Repeat([]byte(" "), expanded))
+	gw.Close()
+	t.Logf("bombs: zstd %d bytes, streamed zstd %d bytes, gzip %d bytes, each expanding to %d", len(zbomb), streamed.Len(), gz.Len(), expanded)
+	if len(zbomb) > 64<<10 || streamed.Len() > 64<<10 {
+		t.Fatalf("bomb too big to be a bomb")
+	}
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{{"zstd", zbomb}, {"zstd streamed", streamed.Bytes()}, {"gzip", gz.Bytes()}} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		_, err := DecodeDescriptors(tc.body, "", 1<<20)
+		runtime.ReadMemStats(&after)
+		wantErrIs(t, err, ErrTooLarge)
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 48<<20 {
+			t.Errorf("%s: decoding allocated %d MB", tc.name, alloc>>20)
+		}
+	}
+	// The same bound through a Store (Options.MaxDecoded).
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, &Options{MaxDecoded: 1 << 20})
+		id := newSession(t, s)
+		key, _ := SnapshotKey(id, 1)
+		putRaw(t, b, key, zbomb, nil)
+		_, err := s.ReadSnapshot(bg, id, 1)
+		wantErrIs(t, err, ErrTooLarge)
+		mk, _ := MemoryKey("bomb", 1)
+		putRaw(t, b, mk, streamed.Bytes(), nil)
+		_, err = s.ReadMemory(bg, "bomb", 1)
+		wantErrIs(t, err, ErrTooLarge)
+		// Plain bodies past the bound are refused before they are read.
+		big := append(append([]byte("["), bytes.Repeat([]byte(" "), 2<<20)...), ']')
+		key2, _ := SnapshotKey(id, 2)
+		putRaw(t, b, key2, big, nil)
+		_, err = s.ReadSnapshot(bg, id, 2)
+		wantErrIs(t, err, ErrTooLarge)
+	})
+}
