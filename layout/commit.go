@@ -41,7 +41,10 @@ type CommitRequest struct {
 	// §13.3). Nil means "the latest, discovered now".
 	Base *Position
 	// TransactionID, if non-zero, is used instead of a fresh one; a
-	// retry of a commit whose outcome is unknown passes the same ID.
+	// retry of a commit whose outcome is unknown passes the same ID
+	// (§13.2). Such a retry inspects every version above Base for its
+	// own snapshot; without a Base it inspects the latest versions down
+	// to and including the newest checkpoint.
 	TransactionID uint64
 }
 
@@ -53,18 +56,22 @@ type CommitResult struct {
 	Descriptors []Descriptor
 	// Attempts is the number of versions tried (1 when nothing raced).
 	Attempts int
+	// prevSeq is the last sequence number below the snapshot, so that an
+	// empty commit still knows where the log stands.
+	prevSeq int64
 }
 
-// LastSeq returns the position after the commit.
+// LastSeq returns the sequence number of the last descriptor at or below
+// the committed version (the one before it for an empty snapshot).
 func (r CommitResult) LastSeq() int64 {
+	if len(r.Descriptors) == 0 {
+		return r.prevSeq
+	}
 	return r.Descriptors[len(r.Descriptors)-1].SequenceNumber
 }
 
 // Position returns where the log stands after the commit.
 func (r CommitResult) Position() Position {
-	if len(r.Descriptors) == 0 {
-		return Position{Version: r.Version}
-	}
 	return Position{Version: r.Version, LastSeq: r.LastSeq()}
 }
 
@@ -88,7 +95,10 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 		}
 	}
 	txn := req.TransactionID
-	if txn == 0 {
+	// A caller-supplied ID may already have landed (§13.2): every version
+	// above the base must then be inspected, never skipped.
+	retry := txn != 0
+	if !retry {
 		txn = NewTransactionID()
 	}
 	var pos Position
@@ -98,6 +108,15 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 		v, err := s.LatestVersion(ctx, id)
 		if err != nil {
 			return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
+		}
+		if retry {
+			r, ok, err := s.findOwnCommit(ctx, id, v, txn)
+			if err != nil {
+				return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
+			}
+			if ok {
+				return r, nil
+			}
 		}
 		if pos, err = s.positionAt(ctx, id, v); err != nil {
 			return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
@@ -114,7 +133,7 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 			return CommitResult{}, fmt.Errorf("commit version %d of %s: %w", v, id, err)
 		}
 		if landed {
-			return CommitResult{Version: v, TransactionID: txn, Descriptors: ds, Attempts: attempt}, nil
+			return CommitResult{Version: v, TransactionID: txn, Descriptors: ds, Attempts: attempt, prevSeq: pos.LastSeq}, nil
 		}
 		// Version v exists and is not ours.
 		meta, err := s.ReadSnapshotMeta(ctx, id, v)
@@ -122,14 +141,20 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 			return CommitResult{}, fmt.Errorf("commit to %s: inspect version %d: %w", id, v, err)
 		}
 		if meta.TransactionID == txn {
-			return CommitResult{Version: v, TransactionID: txn, Descriptors: ds, Attempts: attempt}, nil
+			r, err := s.ownCommit(ctx, id, v, txn)
+			if err != nil {
+				return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
+			}
+			r.Attempts = attempt
+			return r, nil
 		}
 		if req.Type == Checkpoint && meta.Type == Checkpoint {
 			return CommitResult{}, fmt.Errorf("commit checkpoint to %s at version %d: %w", id, v, ErrConflict)
 		}
-		if req.Type == Checkpoint {
+		if req.Type == Checkpoint || retry {
 			// Every version above our base must be inspected for a
-			// foreign checkpoint, so step one at a time.
+			// foreign checkpoint (or our own earlier attempt), so step
+			// one at a time.
 			if pos, err = s.positionAt(ctx, id, v); err != nil {
 				return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
 			}
@@ -148,6 +173,38 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 		}
 	}
 	return CommitResult{}, fmt.Errorf("commit to %s: %w after %d attempts", id, ErrRetriesExhausted, s.opts.CommitRetries)
+}
+
+// findOwnCommit looks for transaction txn at versions latest, latest-1, ...
+// down to and including the newest checkpoint (§13.2 retry without a base).
+func (s *Store) findOwnCommit(ctx context.Context, id SessionID, latest uint32, txn uint64) (CommitResult, bool, error) {
+	for v := latest; v > 0; v-- {
+		meta, err := s.ReadSnapshotMeta(ctx, id, v)
+		if err != nil {
+			return CommitResult{}, false, err
+		}
+		if meta.TransactionID == txn {
+			r, err := s.ownCommit(ctx, id, v, txn)
+			return r, err == nil, err
+		}
+		if meta.Type == Checkpoint {
+			break
+		}
+	}
+	return CommitResult{}, false, nil
+}
+
+// ownCommit describes our own snapshot found at version v, as stored.
+func (s *Store) ownCommit(ctx context.Context, id SessionID, v uint32, txn uint64) (CommitResult, error) {
+	ds, err := s.ReadSnapshot(ctx, id, v)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	pos, err := s.positionAt(ctx, id, v)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	return CommitResult{Version: v, TransactionID: txn, Descriptors: ds, Attempts: 1, prevSeq: pos.LastSeq - int64(len(ds))}, nil
 }
 
 // renumber copies ds with sequence numbers from first on and the

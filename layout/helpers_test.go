@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"gocloud.dev/blob"
+	"gocloud.dev/blob/memblob"
 
 	"github.com/pugmark/pugfs/internal/testbucket"
 )
@@ -178,3 +179,5 @@ func wantErrIs(t *testing.T, err, target error) {
 		t.Errorf("got error %v, want %v", err, target)
 	}
 }
+
+func memBucket() *blob.Bucket { return memblob.OpenBucket(nil) }

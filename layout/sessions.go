@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gocloud.dev/blob"
@@ -177,7 +178,11 @@ func parseSnapshotMeta(md map[string]string) SnapshotMeta {
 	} else {
 		m.TypeMissing = true
 	}
-	fmt.Sscan(md[MetaTransactionID], &m.TransactionID)
+	// Decimal only (decisions.md §6.2): fmt.Sscan would also take "0x10",
+	// "1_000" or a valid prefix of "12abc".
+	if txn, err := strconv.ParseUint(md[MetaTransactionID], 10, 64); err == nil {
+		m.TransactionID = txn
+	}
 	m.Session, m.Version, m.Schema = md[MetaSnapshotSession], md[MetaSnapshotVersion], md[MetaSchema]
 	return m
 }

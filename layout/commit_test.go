@@ -1,0 +1,319 @@
+package layout
+
+import (
+	"strconv"
+	"testing"
+
+	"gocloud.dev/blob"
+)
+
+// §13.2: transaction IDs are non-zero and random.
+func TestSection13_2_TransactionIDs(t *testing.T) {
+	seen := map[uint64]bool{}
+	for range 2000 {
+		v := NewTransactionID()
+		if v == 0 || seen[v] {
+			t.Fatalf("transaction ID %d zero or repeated", v)
+		}
+		seen[v] = true
+	}
+}
+
+// §6.2: a commit writes the snapshot with Content-Type application/json,
+// Content-Encoding zstd, the immutable Cache-Control (§16) and the four
+// metadata keys; the body is a zstd JSON array.
+func TestSection6_2_CommitWritesMetadata(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		id := newSession(t, s)
+		for i, typ := range []SnapshotType{Checkpoint, Provisional, Queueing, ""} {
+			r := commit(t, s, id, typ, desc("a", "x"))
+			v := uint32(i + 1)
+			want := typ
+			if typ == "" {
+				want = Checkpoint
+			}
+			if r.Version != v || r.TransactionID == 0 || r.Attempts != 1 {
+				t.Fatalf("result %+v", r)
+			}
+			key, _ := SnapshotKey(id, v)
+			a, err := b.Attributes(bg, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.ContentType != "application/json" || a.ContentEncoding != "zstd" || a.CacheControl != CacheImmutable {
+				t.Fatalf("attributes: type %q encoding %q cache %q", a.ContentType, a.ContentEncoding, a.CacheControl)
+			}
+			md := a.Metadata
+			if md[MetaSnapshotSession] != id.String() || md[MetaSnapshotVersion] != strconv.Itoa(int(v)) ||
+				md[MetaTransactionID] != strconv.FormatUint(r.TransactionID, 10) || md[MetaSnapshotType] != string(want) {
+				t.Fatalf("metadata %v, want session %s version %d txn %d type %s", md, id, v, r.TransactionID, want)
+			}
+			raw, err := b.ReadAll(bg, key)
+			if err != nil || Sniff(raw) != EncodingZstd {
+				t.Fatalf("body is not zstd: %v", err)
+			}
+			m, err := s.ReadSnapshotMeta(bg, id, v)
+			if err != nil || m.Type != want || m.TransactionID != r.TransactionID || m.Session != id.String() || m.Version != strconv.Itoa(int(v)) {
+				t.Fatalf("ReadSnapshotMeta %+v %v", m, err)
+			}
+		}
+		if _, err := s.Commit(bg, id, CommitRequest{Type: "draft"}); err == nil {
+			t.Fatal("committed an unknown type")
+		}
+		_, err := s.Commit(bg, NewSessionID(testNow), CommitRequest{Descriptors: descs("a")})
+		wantErrIs(t, err, ErrSessionNotFound)
+	})
+}
+
+// §7.3: sequence numbers start at first-sequence-number and advance by one
+// across all snapshots, whatever the caller put in them; empty snapshots
+// do not break the count.
+func TestSection7_3_SequenceNumbers(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		m := s.NewRootManifest()
+		m.FirstSequenceNumber = 100
+		if _, _, err := s.CreateSession(bg, m); err != nil {
+			t.Fatal(err)
+		}
+		id := m.Session
+		in := descs("a", "b", "c")
+		for i := range in {
+			in[i].SequenceNumber = 7 // ignored
+		}
+		r1 := commit(t, s, id, Checkpoint, in...)
+		checkSeqs(t, r1.Descriptors, 100)
+		if in[0].SequenceNumber != 7 {
+			t.Fatal("Commit modified the caller's descriptors")
+		}
+		empty := commit(t, s, id, Provisional)
+		if empty.LastSeq() != 102 || empty.Position() != (Position{Version: 2, LastSeq: 102}) {
+			t.Fatalf("empty commit position %+v lastseq %d", empty.Position(), empty.LastSeq())
+		}
+		// A commit based on the empty commit's position continues the count.
+		pos := empty.Position()
+		r3, err := s.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("d", "e"), Base: &pos})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSeqs(t, r3.Descriptors, 103)
+		commit(t, s, id, Queueing)
+		r5 := commit(t, s, id, Queueing, descs("f")...)
+		checkSeqs(t, r5.Descriptors, 105)
+		checkSeqs(t, allDescs(t, s, id), 100)
+		p, err := s.PositionAt(bg, id, 4)
+		if err != nil || p != (Position{Version: 4, LastSeq: 104}) {
+			t.Fatalf("PositionAt(4) = %+v %v", p, err)
+		}
+		p, err = s.PositionAt(bg, id, 0)
+		if err != nil || p != (Position{Version: 0, LastSeq: 99}) {
+			t.Fatalf("PositionAt(0) = %+v %v", p, err)
+		}
+	})
+}
+
+// §12.3: a cross-session write targeting the writer itself is a local
+// write; the target-session field is dropped at commit.
+func TestSection12_3_SelfTargetDropped(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		id := newSession(t, s)
+		other := newSession(t, s)
+		self := desc("self", "x")
+		self.TargetSession = id
+		cross := desc("cross", "y")
+		cross.TargetSession = other
+		r := commit(t, s, id, Checkpoint, self, cross)
+		if !r.Descriptors[0].TargetSession.IsZero() || r.Descriptors[1].TargetSession != other {
+			t.Fatalf("committed %+v", r.Descriptors)
+		}
+		stored, err := s.ReadSnapshot(bg, id, 1)
+		if err != nil || !stored[0].TargetSession.IsZero() || !stored[0].IsSlot() || stored[1].TargetSession != other {
+			t.Fatalf("stored %+v %v", stored, err)
+		}
+		log, _ := s.FullLog(bg, id, 1)
+		if _, ok := Lookup(log, "self"); !ok {
+			t.Fatal("self-targeted write is not a live slot")
+		}
+		if _, ok := Lookup(log, "cross"); ok {
+			t.Fatal("a cross-session record occupies a slot")
+		}
+	})
+}
+
+// §3.1 / §7.1: inline data must match the digest and be at most 1024 bytes.
+func TestSection7_1_CommitChecksInlineData(t *testing.T) {
+	s := newStore(t, memBucket(), nil)
+	id := newSession(t, s)
+	bad := desc("a", "x")
+	bad.Data = []byte("y")
+	_, err := s.Commit(bg, id, CommitRequest{Descriptors: []Descriptor{bad}})
+	wantErrIs(t, err, ErrInvalid)
+	big := make([]byte, InlineLimit+1)
+	large := Descriptor{Name: "big", Digest: DigestOf(big), Size: int64(len(big)), Data: big}
+	_, err = s.Commit(bg, id, CommitRequest{Descriptors: []Descriptor{large}})
+	wantErrIs(t, err, ErrInvalid)
+	ok := Descriptor{Name: "ok", Digest: DigestOf(big[:InlineLimit]), Size: InlineLimit, Data: big[:InlineLimit]}
+	if _, err := s.Commit(bg, id, CommitRequest{Descriptors: []Descriptor{ok}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// §13.2: retrying with the same transaction ID after the snapshot landed
+// succeeds at the same version and writes nothing new — with the original
+// base, without a base, and after foreign snapshots landed on top.
+func TestSection13_2_IdempotentRetry(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		for _, typ := range []SnapshotType{Checkpoint, Provisional, Queueing} {
+			t.Run(string(typ), func(t *testing.T) {
+				id := newSession(t, s)
+				commit(t, s, id, Checkpoint, desc("base", "0"))
+				base, _ := s.PositionAt(bg, id, 1)
+				req := CommitRequest{Type: typ, Descriptors: descs("a", "b"), Base: &base, TransactionID: 777}
+				first, err := s.Commit(bg, id, req)
+				if err != nil || first.Version != 2 || first.TransactionID != 777 {
+					t.Fatalf("first %+v %v", first, err)
+				}
+				again, err := s.Commit(bg, id, req)
+				if err != nil || again.Version != 2 || again.TransactionID != 777 {
+					t.Fatalf("retry with base: %+v %v", again, err)
+				}
+				checkSeqs(t, again.Descriptors, 2)
+				noBase := req
+				noBase.Base = nil
+				again, err = s.Commit(bg, id, noBase)
+				if err != nil || again.Version != 2 {
+					t.Fatalf("retry without base: %+v %v", again, err)
+				}
+				checkSeqs(t, again.Descriptors, 2)
+				if v, _ := s.LatestVersion(bg, id); v != 2 {
+					t.Fatalf("a retry wrote a new version: latest %d", v)
+				}
+				// Foreign provisional snapshots land above ours; the retry
+				// still finds its own at version 2.
+				commit(t, s, id, Provisional, desc("other", "1"))
+				commit(t, s, id, Queueing, desc("other2", "2"))
+				for _, r := range []CommitRequest{req, noBase} {
+					again, err = s.Commit(bg, id, r)
+					if err != nil || again.Version != 2 || again.Descriptors[1].Name != "b" {
+						t.Fatalf("retry (base %v) after foreign snapshots: %+v %v", r.Base, again, err)
+					}
+				}
+				if v, _ := s.LatestVersion(bg, id); v != 4 {
+					t.Fatalf("latest %d, want 4", v)
+				}
+				checkSeqs(t, allDescs(t, s, id), 1)
+			})
+		}
+	})
+}
+
+// decisions.md §13.3, row by row.
+func TestSection13_3_ConflictTable(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		setup := func(t *testing.T, above ...SnapshotType) (SessionID, Position) {
+			id := newSession(t, s)
+			commit(t, s, id, Checkpoint, desc("base", "0"))
+			base, _ := s.PositionAt(bg, id, 1)
+			for i, typ := range above {
+				commit(t, s, id, typ, desc("above"+strconv.Itoa(i), "x"))
+			}
+			return id, base
+		}
+		// Row 2: checkpoint vs a foreign checkpoint: ErrConflict, nothing written.
+		t.Run("checkpoint/checkpoint", func(t *testing.T) {
+			id, base := setup(t, Checkpoint)
+			_, err := s.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("mine"), Base: &base})
+			wantErrIs(t, err, ErrConflict)
+			if v, _ := s.LatestVersion(bg, id); v != 2 {
+				t.Fatalf("conflict wrote something: latest %d", v)
+			}
+			ds, _ := s.ReadSnapshot(bg, id, 2)
+			if ds[0].Name != "above0" {
+				t.Fatalf("foreign checkpoint replaced: %+v", ds)
+			}
+		})
+		// A legacy snapshot without a type is a checkpoint (§6.2).
+		t.Run("checkpoint/legacy", func(t *testing.T) {
+			id, base := setup(t)
+			putSnapshot(t, b, id, 2, nil, Descriptor{Name: "legacy", SequenceNumber: 2})
+			_, err := s.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("mine"), Base: &base})
+			wantErrIs(t, err, ErrConflict)
+		})
+		// Row 3: checkpoint vs provisional/queueing: merge, renumber, land at
+		// the next free version.
+		for _, above := range [][]SnapshotType{{Provisional}, {Queueing}, {Provisional, Queueing, Provisional}} {
+			t.Run("checkpoint/"+string(above[0])+strconv.Itoa(len(above)), func(t *testing.T) {
+				id, base := setup(t, above...)
+				r, err := s.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("m1", "m2"), Base: &base})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := uint32(2 + len(above))
+				if r.Version != want || r.Attempts != len(above)+1 {
+					t.Fatalf("landed at %d after %d attempts, want %d", r.Version, r.Attempts, want)
+				}
+				checkSeqs(t, r.Descriptors, int64(2+len(above)))
+				checkSeqs(t, allDescs(t, s, id), 1)
+				m, _ := s.ReadSnapshotMeta(bg, id, want)
+				if m.Type != Checkpoint || m.TransactionID != r.TransactionID {
+					t.Fatalf("meta %+v", m)
+				}
+			})
+		}
+		// ... but a foreign checkpoint anywhere above the base is a conflict.
+		t.Run("checkpoint/provisional-then-checkpoint", func(t *testing.T) {
+			id, base := setup(t, Provisional, Checkpoint, Provisional)
+			_, err := s.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("mine"), Base: &base})
+			wantErrIs(t, err, ErrConflict)
+			if v, _ := s.LatestVersion(bg, id); v != 4 {
+				t.Fatalf("latest %d", v)
+			}
+		})
+		// Row 4: provisional / queueing vs anything: next free version,
+		// renumbered.
+		for _, typ := range []SnapshotType{Provisional, Queueing} {
+			for _, above := range [][]SnapshotType{{Checkpoint}, {Provisional}, {Queueing}, {Checkpoint, Provisional, Checkpoint}} {
+				t.Run(string(typ)+"/"+string(above[0])+strconv.Itoa(len(above)), func(t *testing.T) {
+					id, base := setup(t, above...)
+					r, err := s.Commit(bg, id, CommitRequest{Type: typ, Descriptors: descs("m1", "m2"), Base: &base})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if want := uint32(2 + len(above)); r.Version != want {
+						t.Fatalf("landed at %d, want %d", r.Version, want)
+					}
+					checkSeqs(t, allDescs(t, s, id), 1)
+				})
+			}
+		}
+	})
+}
+
+// §13.3: a writer that cannot make progress within the retry budget
+// surfaces ErrRetriesExhausted.
+func TestSection13_3_RetryCap(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, &Options{CommitRetries: 3})
+		id := newSession(t, s)
+		for i := range 5 {
+			commit(t, s, id, Provisional, desc("p"+strconv.Itoa(i), "x"))
+		}
+		base := Position{Version: 0, LastSeq: 0}
+		_, err := s.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("late"), Base: &base})
+		wantErrIs(t, err, ErrRetriesExhausted)
+		if v, _ := s.LatestVersion(bg, id); v != 5 {
+			t.Fatalf("latest %d", v)
+		}
+		// With the default budget it lands after the provisionals.
+		s2 := newStore(t, b, nil)
+		r, err := s2.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("late"), Base: &base})
+		if err != nil || r.Version != 6 {
+			t.Fatalf("%+v %v", r, err)
+		}
+		checkSeqs(t, allDescs(t, s, id), 1)
+	})
+}
