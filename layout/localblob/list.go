@@ -7,6 +7,7 @@ import (
 	"errors"
 	"sort"
 	"strings"
+	"sync"
 
 	"gocloud.dev/blob/driver"
 	"golang.org/x/sys/unix"
@@ -240,6 +241,10 @@ func hasObject(fd int) (bool, error) {
 	return false, nil
 }
 
+// direntBufs recycles getdents buffers: a delimited listing reads one
+// directory per common prefix.
+var direntBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 type entry struct {
 	name string // on disk
 	comp string // decoded key component
@@ -253,7 +258,9 @@ type entry struct {
 func readEntries(fd int, atRoot bool, filter string) ([]entry, error) {
 	dirReads.Add(1)
 	var ents []entry
-	buf := make([]byte, 32<<10)
+	bp := direntBufs.Get().(*[]byte)
+	defer direntBufs.Put(bp)
+	buf := *bp
 	for {
 		var n int
 		err := retryEINTR(func() error {

@@ -47,7 +47,9 @@ type Options struct {
 	CreateDir bool
 	// StaleTempAge is the age past which OpenBucket removes leftover temp
 	// files of crashed writers. Zero means DefaultStaleTempAge; negative
-	// disables the sweep.
+	// disables the sweep. A live writer that has not written for that long
+	// loses its temp file too; its Close then fails cleanly and publishes
+	// nothing.
 	StaleTempAge time.Duration
 
 	// forceSidecar makes writes use sidecars as on a filesystem without

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/memblob"
@@ -640,5 +641,28 @@ func TestBucketCloseWithOpenWriter(t *testing.T) {
 	got, err := os.ReadFile(filepath.Join(dir, "k"))
 	if err != nil || !bytes.Equal(got, []byte("v")) {
 		t.Fatalf("%q %v", got, err)
+	}
+}
+
+// A writer whose temp file is swept as stale (it stalled past
+// StaleTempAge) fails on Close and publishes nothing.
+func TestSweptWriterFailsCleanly(t *testing.T) {
+	ctx := context.Background()
+	b, dir := newBucket(t, nil)
+	w, err := b.NewWriter(ctx, "k", &blob.WriterOptions{ContentType: "text/plain"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(w, "v")
+	other, err := OpenBucket(dir, &Options{StaleTempAge: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	if err := w.Close(); err == nil || !strings.Contains(err.Error(), "stale") {
+		t.Fatalf("Close of a swept writer: %v", err)
+	}
+	if ok, _ := b.Exists(ctx, "k"); ok {
+		t.Fatal("swept write was published")
 	}
 }

@@ -64,6 +64,7 @@ type writer struct {
 	md5h, sha  hash.Hash
 	sidecar    string
 	closed     bool
+	published  bool // the key names our inode; never undo from here on
 }
 
 // NewTypedWriter implements driver.Bucket. The body goes to a temp file in
@@ -173,10 +174,14 @@ func (w *writer) Close() (err error) {
 	}
 	w.closed = true
 	defer w.b.leave()
-	published := false
 	defer func() {
-		if !published {
+		if !w.published {
 			w.abort()
+		} else if w.ifNotExist {
+			// linkat left the temp name as a second link; it is no longer
+			// needed (a crash here leaves it for the stale sweep,
+			// harmlessly).
+			_ = unix.Unlinkat(w.tfd, w.tmp, 0)
 		}
 	}()
 	if err := w.ctx.Err(); err != nil {
@@ -208,19 +213,12 @@ func (w *writer) Close() (err error) {
 		return err
 	}
 	replaced, err := w.publish()
-	if err != nil {
-		return err
-	}
-	published = true
-	if w.ifNotExist {
-		// linkat left the temp name as a second link; it is no longer
-		// needed (a crash here leaves it for the stale sweep, harmlessly).
-		_ = unix.Unlinkat(w.tfd, w.tmp, 0)
-	}
 	if replaced != 0 {
 		w.b.removeSidecar(replaced)
 	}
-	return nil
+	// An error after publication (a failed directory fsync) is still
+	// reported: the object is visible but its durability is unknown.
+	return err
 }
 
 // abort removes everything an unpublished write created.
@@ -270,6 +268,7 @@ func (w *writer) publish() (replaced uint64, err error) {
 		}
 		replaced, err = w.commitLocked(dfd)
 		unlockDir(dfd)
+		w.published = err == nil
 		if errors.Is(err, errRetry) {
 			closeAll(fds)
 			continue
