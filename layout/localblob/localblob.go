@@ -28,13 +28,14 @@ const (
 	// root so that publication is a same-filesystem link or rename.
 	tmpDirName = reservedPrefix + "tmp"
 	// metaDirName holds sidecars on filesystems without user xattrs.
-	metaDirName = reservedPrefix + "meta"
-	// DefaultStaleTempAge is how old an abandoned temp file must be before
-	// OpenBucket deletes it. Generous, because a slow writer's temp file
-	// looks exactly like an abandoned one.
-	DefaultStaleTempAge = time.Hour
-	defaultPageSize     = 1000
+	metaDirName     = reservedPrefix + "meta"
+	defaultPageSize = 1000
 )
+
+// DefaultStaleTempAge is how old an abandoned temp file must be before
+// OpenBucket deletes it. Generous, because a slow writer's temp file looks
+// exactly like an abandoned one.
+const DefaultStaleTempAge = time.Hour
 
 func init() {
 	blob.DefaultURLMux().RegisterBucket(Scheme, &URLOpener{})

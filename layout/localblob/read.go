@@ -27,7 +27,9 @@ type ObjectInfo struct {
 	ModTime time.Time
 	// ContentType is the stored type, or a guess for files without
 	// metadata.
-	ContentType        string
+	ContentType string
+	// ContentEncoding, CacheControl, ContentDisposition and
+	// ContentLanguage are as written; empty for files without metadata.
 	ContentEncoding    string
 	CacheControl       string
 	ContentDisposition string
