@@ -181,3 +181,5 @@ func wantErrIs(t *testing.T, err, target error) {
 }
 
 func memBucket() *blob.Bucket { return memblob.OpenBucket(nil) }
+
+func contextWithCancel() (context.Context, context.CancelFunc) { return context.WithCancel(bg) }

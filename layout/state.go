@@ -2,6 +2,7 @@ package layout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -62,7 +63,10 @@ func (s *Store) ParentChain(ctx context.Context, id SessionID) ([]Ancestor, erro
 
 // ReadSnapshotRange reads versions from..to (inclusive) of a session with
 // at most par requests in flight; result[i] is version from+i. Snapshot
-// keys are computed from versions, so no listing is needed.
+// keys are computed from versions, so no listing is needed. Versions are
+// read in windows, so a range that runs past the last snapshot (a corrupt
+// parent version, a stray 00000001.json) fails at the first missing
+// version instead of allocating for the whole range.
 func (s *Store) ReadSnapshotRange(ctx context.Context, id SessionID, from, to uint32, par int) ([][]Descriptor, error) {
 	if from == 0 || to < from {
 		return nil, nil
@@ -70,6 +74,20 @@ func (s *Store) ReadSnapshotRange(ctx context.Context, id SessionID, from, to ui
 	if par < 1 {
 		par = 1
 	}
+	const window = 256
+	var out [][]Descriptor
+	for lo := uint64(from); lo <= uint64(to); lo += window {
+		hi := min(lo+window-1, uint64(to))
+		part, err := s.readSnapshotWindow(ctx, id, uint32(lo), uint32(hi), par)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, part...)
+	}
+	return out, nil
+}
+
+func (s *Store) readSnapshotWindow(ctx context.Context, id SessionID, from, to uint32, par int) ([][]Descriptor, error) {
 	n := int(to-from) + 1
 	out := make([][]Descriptor, n)
 	errs := make([]error, n)
@@ -96,12 +114,18 @@ func (s *Store) ReadSnapshotRange(ctx context.Context, id SessionID, from, to ui
 		}(i)
 	}
 	wg.Wait()
+	// Report the lowest failing version; context errors from siblings
+	// cancelled after it are secondary.
+	var first error
 	for _, err := range errs {
-		if err != nil {
-			return nil, err
+		if err != nil && (first == nil || errors.Is(first, context.Canceled)) {
+			first = err
 		}
 	}
-	if err := ctx.Err(); err != nil && len(errs) > 0 {
+	if first != nil {
+		return nil, first
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -1,0 +1,98 @@
+package layout
+
+import (
+	"testing"
+
+	"gocloud.dev/blob"
+)
+
+// §12.2: the target receives a provisional snapshot of copies with
+// target-session cleared, source-session/version set and its own sequence
+// numbers; a second delivery of the same (source, version) is skipped;
+// self-targets and fork records are not cross-session writes.
+func TestSection12_2_DeliverCrossSession(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		w := newSession(t, s)
+		t1, t2 := newSession(t, s), newSession(t, s)
+		commit(t, s, t1, Checkpoint, descs("existing")...)
+		x1, x2, x3 := desc("to-t1-a", "a"), desc("to-t1-b", "b"), desc("to-t2", "c")
+		x1.TargetSession, x2.TargetSession, x3.TargetSession = t1, t1, t2
+		self := desc("self", "s")
+		self.TargetSession = w
+		local := desc("local", "l")
+		fork := desc("fork", "f")
+		fork.Fork, fork.TargetSession = true, t2
+		r := commit(t, s, w, Checkpoint, x1, local, self, x2, fork, x3)
+		dl, err := s.DeliverCrossSession(bg, w, r.Version, r.Descriptors)
+		if err != nil || len(dl) != 2 {
+			t.Fatalf("deliveries %+v %v", dl, err)
+		}
+		for _, d := range dl {
+			if d.Outcome != Delivered {
+				t.Fatalf("outcome %+v", d)
+			}
+		}
+		got := map[SessionID]Delivery{dl[0].Target: dl[0], dl[1].Target: dl[1]}
+		if got[t1].Version != 2 || got[t2].Version != 1 {
+			t.Fatalf("deliveries %+v", dl)
+		}
+		ds, err := s.ReadSnapshot(bg, t1, 2)
+		if err != nil || len(ds) != 2 {
+			t.Fatal(ds, err)
+		}
+		for i, d := range ds {
+			if !d.TargetSession.IsZero() || d.SourceSession != w || d.SourceVersion != r.Version || d.Fork {
+				t.Fatalf("delivered %+v", d)
+			}
+			if d.SequenceNumber != int64(2+i) {
+				t.Fatalf("sequence %d", d.SequenceNumber)
+			}
+		}
+		if ds[0].Name != "to-t1-a" || ds[1].Name != "to-t1-b" || ds[0].Digest != x1.Digest {
+			t.Fatalf("delivered %+v", ds)
+		}
+		if m, _ := s.ReadSnapshotMeta(bg, t1, 2); m.Type != Provisional || m.TransactionID == 0 || m.Session != t1.String() {
+			t.Fatalf("target snapshot meta %+v", m)
+		}
+		t2ds, _ := s.ReadSnapshot(bg, t2, 1)
+		if len(t2ds) != 1 || t2ds[0].Name != "to-t2" || t2ds[0].SequenceNumber != 1 {
+			t.Fatalf("t2 %+v", t2ds)
+		}
+		// The delivered copies are live slots in the target (§12.3).
+		log, _ := s.FullLog(bg, t1, 2)
+		if _, ok := Lookup(log, "to-t1-a"); !ok {
+			t.Fatal("delivered write not visible in the target")
+		}
+		// Retry: already delivered, nothing new — even after the target moved on.
+		commit(t, s, t1, Checkpoint, descs("after")...)
+		dl, err = s.DeliverCrossSession(bg, w, r.Version, r.Descriptors)
+		if err != nil || len(dl) != 2 || dl[0].Outcome != AlreadyDelivered || dl[1].Outcome != AlreadyDelivered {
+			t.Fatalf("redelivery %+v %v", dl, err)
+		}
+		for _, d := range dl {
+			if d.Version != got[d.Target].Version {
+				t.Fatalf("already delivered at %d, want %d", d.Version, got[d.Target].Version)
+			}
+		}
+		if v, _ := s.LatestVersion(bg, t1); v != 3 {
+			t.Fatalf("t1 latest %d", v)
+		}
+		// A different source version of the same writer is a new batch.
+		r2 := commit(t, s, w, Checkpoint, x1)
+		dl, err = s.DeliverCrossSession(bg, w, r2.Version, r2.Descriptors)
+		if err != nil || len(dl) != 1 || dl[0].Outcome != Delivered || dl[0].Version != 4 {
+			t.Fatalf("second batch %+v %v", dl, err)
+		}
+		checkSeqs(t, allDescs(t, s, t1), 1)
+		// Nothing to deliver.
+		if dl, err := s.DeliverCrossSession(bg, w, 1, []Descriptor{local, self}); err != nil || len(dl) != 0 {
+			t.Fatalf("%+v %v", dl, err)
+		}
+		// A missing target is an error.
+		lost := desc("lost", "x")
+		lost.TargetSession = NewSessionID(testNow)
+		_, err = s.DeliverCrossSession(bg, w, 9, []Descriptor{lost})
+		wantErrIs(t, err, ErrSessionNotFound)
+	})
+}
