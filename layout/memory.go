@@ -1,7 +1,9 @@
 package layout
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -138,11 +140,16 @@ func (s *Store) WriteMemory(ctx context.Context, ns string, w MemoryWrite) (Memo
 	if w.Commit.Transaction == 0 {
 		w.Commit.Transaction = NewTransactionID()
 	}
+	txn := strconv.FormatUint(w.Commit.Transaction, 10)
+	// floor is the newest version known to exist, so that a stale listing
+	// (§14.3) cannot send us back to a version already taken.
+	var floor uint32
 	for attempt := 1; attempt <= s.opts.CommitRetries; attempt++ {
 		v, err := s.LatestMemoryVersion(ctx, ns)
 		if err != nil {
 			return MemoryResult{}, err
 		}
+		v = max(v, floor)
 		var cur []Descriptor
 		if v > 0 {
 			if cur, err = s.ReadMemory(ctx, ns, v); err != nil {
@@ -163,19 +170,28 @@ func (s *Store) WriteMemory(ctx context.Context, ns string, w MemoryWrite) (Memo
 		}
 		err = s.put(ctx, key, body, &blob.WriterOptions{
 			IfNotExist: true, ContentType: typeJSON, ContentEncoding: EncodingZstd, CacheControl: CacheImmutable,
-			Metadata: map[string]string{MetaTransactionID: strconv.FormatUint(w.Commit.Transaction, 10)},
+			Metadata: map[string]string{MetaTransactionID: txn},
 		})
 		if err == nil {
 			return MemoryResult{Version: v + 1, Changed: true, Records: merged, Attempts: attempt}, nil
 		}
 		// Precondition failed, or the outcome is unknown: read the key back.
-		txn := strconv.FormatUint(w.Commit.Transaction, 10)
+		// The transaction ID is the writer's (§8.2), which several writes
+		// of one session snapshot share, so a matching ID alone does not
+		// prove the file is ours: its body must be the one we wrote.
 		a, herr := s.head(ctx, key)
 		switch {
 		case herr == nil && a.Metadata[MetaTransactionID] == txn:
-			return MemoryResult{Version: v + 1, Changed: true, Records: merged, Attempts: attempt}, nil
+			got, gerr := s.getAll(ctx, key, s.opts.MaxDecoded)
+			if gerr != nil {
+				return MemoryResult{}, fmt.Errorf("write memory %s: read back %s: %w", ns, key, gerr)
+			}
+			if bytes.Equal(got, body) {
+				return MemoryResult{Version: v + 1, Changed: true, Records: merged, Attempts: attempt}, nil
+			}
+			floor = v + 1 // a sibling write of the same transaction: merge again
 		case herr == nil:
-			continue // another writer's version: merge again
+			floor = v + 1 // another writer's version: merge again
 		case isPrecondition(err) && errors.Is(herr, ErrNotFound):
 			continue // listing raced a delete; try again
 		default:
@@ -186,41 +202,46 @@ func (s *Store) WriteMemory(ctx context.Context, ns string, w MemoryWrite) (Memo
 }
 
 // MergeMemory applies w to cur (§8.3): drop records whose name is written
-// or removed, append the written records in order. A written record equal
-// to the current one of its name (same content, ignoring created-at,
-// sequence number and commit envelope) changes nothing; changed is false
-// when the result equals cur.
+// or removed, append the written records in call order (of several records
+// of one name in a call, the last wins, at the position of the first). A
+// written record equal to the current one of its name (same content,
+// ignoring created-at, sequence number and commit envelope) changes
+// nothing; changed is false when the result equals cur. Remove applies
+// before Put, so a name both removed and written ends up written.
 func MergeMemory(cur []Descriptor, w MemoryWrite) (merged []Descriptor, changed bool) {
 	byName := map[string]int{}
 	for i, d := range cur {
 		byName[d.Name] = i
 	}
-	drop := map[string]bool{}
-	var puts []Descriptor
+	removed := map[string]bool{}
 	for _, n := range w.Remove {
 		if _, ok := byName[n]; ok {
-			drop[n] = true
-			changed = true
+			removed[n] = true
 		}
 	}
-	seenPut := map[string]int{}
+	// The call's final record per name, in first-occurrence order.
+	var order []string
+	final := map[string]Descriptor{}
 	for _, d := range w.Put {
-		if i, ok := byName[d.Name]; ok && !drop[d.Name] && sameRecord(cur[i], d) {
+		if _, ok := final[d.Name]; !ok {
+			order = append(order, d.Name)
+		}
+		final[d.Name] = d
+	}
+	drop := maps.Clone(removed)
+	var puts []Descriptor
+	for _, n := range order {
+		d := final[n]
+		if i, ok := byName[n]; ok && !removed[n] && sameRecord(cur[i], d) {
 			continue
 		}
 		d = d.Clone()
 		c := w.Commit
 		d.Commit = &c
-		if j, ok := seenPut[d.Name]; ok {
-			puts[j] = d // the call's last record of a name wins
-			continue
-		}
-		seenPut[d.Name] = len(puts)
 		puts = append(puts, d)
-		drop[d.Name] = true
-		changed = true
+		drop[n] = true
 	}
-	if !changed {
+	if len(drop) == 0 {
 		return cur, false
 	}
 	merged = make([]Descriptor, 0, len(cur)+len(puts))
@@ -232,22 +253,47 @@ func MergeMemory(cur []Descriptor, w MemoryWrite) (merged []Descriptor, changed 
 	return append(merged, puts...), true
 }
 
+// sameRecord reports whether b would store the same content as a: every
+// field but created-at, sequence number, the commit envelope and inline
+// data (which only mirrors the blob the digest names, §7.1).
 func sameRecord(a, b Descriptor) bool {
 	return a.Name == b.Name && a.Digest == b.Digest && a.Size == b.Size &&
 		a.ContentType == b.ContentType && a.ContentEncoding == b.ContentEncoding &&
-		a.SchemaURL == b.SchemaURL && a.Deleted == b.Deleted && maps.Equal(a.Metadata, b.Metadata)
+		a.CacheControl == b.CacheControl && a.SchemaURL == b.SchemaURL &&
+		a.Deleted == b.Deleted && a.Fork == b.Fork && a.TargetSession == b.TargetSession &&
+		a.SourceSession == b.SourceSession && a.SourceVersion == b.SourceVersion &&
+		maps.Equal(a.Metadata, b.Metadata) &&
+		sameExtra(a.Extra, b.Extra)
+}
+
+func sameExtra(a, b map[string]json.RawMessage) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok || !bytes.Equal(canonicalRaw(v), canonicalRaw(w)) {
+			return false
+		}
+	}
+	return true
 }
 
 // ResolveMemoryKey splits key = <namespace>/<name> by longest-prefix match
-// against the known namespaces (§8.5).
+// against the known namespaces (§8.5). The remainder must be a record name
+// (§8.3: non-empty, no "/"); otherwise ok is false.
 func ResolveMemoryKey(namespaces []string, key string) (ns, name string, ok bool) {
 	for _, n := range namespaces {
-		if strings.HasPrefix(key, n+"/") && len(n) > len(ns) {
+		if n != "" && strings.HasPrefix(key, n+"/") && len(n) > len(ns) {
 			ns = n
 		}
 	}
 	if ns == "" {
 		return "", "", false
 	}
-	return ns, key[len(ns)+1:], true
+	name = key[len(ns)+1:]
+	if ValidateMemoryName(name) != nil {
+		return "", "", false
+	}
+	return ns, name, true
 }
