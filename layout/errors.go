@@ -55,5 +55,7 @@ func isPermanent(err error) bool {
 		gcerrors.Canceled:
 		return true
 	}
-	return errors.Is(err, ErrCorrupt) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrTooLarge)
+	// errNoCAS: the backend cannot do If-Match; asking again will not help.
+	return errors.Is(err, ErrCorrupt) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrTooLarge) ||
+		errors.Is(err, errNoCAS)
 }

@@ -103,7 +103,7 @@ func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target str
 	}
 	if prev.ETag != "" {
 		var ap applied
-		wo := conditionalOptions(refOptions(), Conditions{IfMatch: prev.ETag}, &ap)
+		wo := conditionalOptions(refOptions(), Conditions{IfMatch: prev.ETag, Size: int64(len(target))}, &ap)
 		err := s.put(ctx, key, []byte(target), wo)
 		switch {
 		case err == nil:
@@ -208,7 +208,8 @@ func (s *Store) CreateNamedSession(ctx context.Context, name string, m *Manifest
 		m = s.NewRootManifest()
 	}
 	m.Name = name
-	if _, _, err := s.CreateSession(ctx, m); err != nil {
+	mine, made, err := s.CreateSession(ctx, m)
+	if err != nil {
 		return nil, false, err
 	}
 	key, _ := ManifestKey(m.Session)
@@ -222,10 +223,15 @@ func (s *Store) CreateNamedSession(ctx context.Context, name string, m *Manifest
 	if err != nil {
 		return nil, false, fmt.Errorf("create named session %s: re-read ref: %w", name, err)
 	}
-	if won && winner == m.Session {
-		return m, true, nil
+	if winner == m.Session {
+		// won is false only when our own claim's response was lost and
+		// its retry saw the ref we had just written.
+		_ = won
+		return mine, made, nil
 	}
-	if winner != m.Session {
+	// Only a manifest this call created is dangling; a session that
+	// existed before (an explicit m naming it) is left alone (§5.1).
+	if made {
 		if err := s.delete(ctx, key); err != nil {
 			return nil, false, fmt.Errorf("create named session %s: delete dangling manifest: %w", name, err)
 		}

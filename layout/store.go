@@ -98,7 +98,7 @@ func (s *Store) retry(ctx context.Context, fn func() error) error {
 			return nil
 		}
 		if isPermanent(err) || attempt >= s.opts.Retries || ctx.Err() != nil {
-			if !isNotFound(err) && !isPrecondition(err) {
+			if !isNotFound(err) && !isPrecondition(err) && !errors.Is(err, errNoCAS) {
 				s.st.errors.Add(1)
 			}
 			return err

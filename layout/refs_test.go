@@ -1,0 +1,214 @@
+package layout
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"gocloud.dev/blob"
+
+	"github.com/pugmark/pugfs/internal/testbucket"
+)
+
+// §9: Link is an unconditional PUT of one text/plain line with
+// Cache-Control no-cache (§16); ReadRef returns it.
+func TestSection9_LinkAndReadRef(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		_, err := s.ReadRef(bg, "nope")
+		wantErrIs(t, err, ErrNotFound)
+		if err := s.Link(bg, "foo", "first target"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Link(bg, "foo", "second target"); err != nil { // overwrite
+			t.Fatal(err)
+		}
+		r, err := s.ReadRef(bg, "foo")
+		if err != nil || r.Target != "second target" || r.Name != "foo" {
+			t.Fatalf("%+v %v", r, err)
+		}
+		body, _ := b.ReadAll(bg, "refs/foo")
+		if string(body) != "second target" {
+			t.Fatalf("body %q", body)
+		}
+		a, _ := b.Attributes(bg, "refs/foo")
+		if a.CacheControl != CacheNoCache || !strings.HasPrefix(a.ContentType, "text/plain") {
+			t.Fatalf("attributes cache %q type %q", a.CacheControl, a.ContentType)
+		}
+		// A trailing newline is tolerated; more lines are corrupt.
+		putRaw(t, b, "refs/nl", []byte("target\n"), nil)
+		if r, err := s.ReadRef(bg, "nl"); err != nil || r.Target != "target" {
+			t.Fatalf("%+v %v", r, err)
+		}
+		putRaw(t, b, "refs/crlf", []byte("target\r\n"), nil)
+		if r, err := s.ReadRef(bg, "crlf"); err != nil || r.Target != "target" {
+			t.Fatalf("%+v %v", r, err)
+		}
+		putRaw(t, b, "refs/two", []byte("a\nb\n"), nil)
+		_, err = s.ReadRef(bg, "two")
+		wantErrIs(t, err, ErrCorrupt)
+		for _, target := range []string{"", "a\nb", "a\rb", "a\x00b"} {
+			wantErrIs(t, s.Link(bg, "foo", target), ErrInvalid)
+		}
+		wantErrIs(t, s.Link(bg, "a/b/c", "x"), ErrInvalid)
+		if err := s.Link(bg, "sessions/x", "y"); err != nil {
+			t.Fatal(err)
+		}
+		putRaw(t, b, "refs/deep/er/name", []byte("x"), nil)
+		var bad []string
+		refs, err := s.ListRefs(bg, func(k string, err error) { bad = append(bad, k) })
+		if err != nil || strings.Join(refs, ",") != "crlf,foo,nl,sessions/x,two" || len(bad) != 1 {
+			t.Fatalf("refs %v %v bad %v", refs, err, bad)
+		}
+		if err := s.DeleteRef(bg, "foo"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteRef(bg, "foo"); err != nil { // idempotent
+			t.Fatal(err)
+		}
+		_, err = s.ReadRef(bg, "foo")
+		wantErrIs(t, err, ErrNotFound)
+	})
+}
+
+// §9.1: a named session has refs/sessions/<n> whose body is exactly the
+// manifest key; CheckSessionRef fails with ErrRefMoved once it points
+// elsewhere.
+func TestSection9_1_SessionRefs(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		m, created, err := s.CreateNamedSession(bg, "demo", nil)
+		if err != nil || !created || m.Name != "demo" {
+			t.Fatalf("%+v %v %v", m, created, err)
+		}
+		key, _ := ManifestKey(m.Session)
+		body, _ := b.ReadAll(bg, "refs/sessions/demo")
+		if string(body) != key {
+			t.Fatalf("ref body %q, want %q", body, key)
+		}
+		stored, err := s.LoadManifest(bg, m.Session)
+		if err != nil || stored.Name != "demo" || stored.FirstSequenceNumber != 1 {
+			t.Fatalf("%+v %v", stored, err)
+		}
+		if id, err := s.ResolveSessionName(bg, "demo"); err != nil || id != m.Session {
+			t.Fatalf("%v %v", id, err)
+		}
+		if err := s.CheckSessionRef(bg, "demo", m.Session); err != nil {
+			t.Fatal(err)
+		}
+		// Creating it again returns the existing session.
+		again, created, err := s.CreateNamedSession(bg, "demo", nil)
+		if err != nil || created || again.Session != m.Session {
+			t.Fatalf("%+v %v %v", again, created, err)
+		}
+		// The name is reassigned: the old owner must stop (§9.1, §14.1).
+		other := newSession(t, s)
+		okey, _ := ManifestKey(other)
+		if err := s.Link(bg, "sessions/demo", okey); err != nil {
+			t.Fatal(err)
+		}
+		wantErrIs(t, s.CheckSessionRef(bg, "demo", m.Session), ErrRefMoved)
+		if err := s.CheckSessionRef(bg, "demo", other); err != nil {
+			t.Fatal(err)
+		}
+		wantErrIs(t, s.CheckSessionRef(bg, "missing", m.Session), ErrNotFound)
+		// A ref that does not hold a manifest key is corrupt.
+		if err := s.Link(bg, "sessions/bad", "sessions/not/a/key"); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.ResolveSessionName(bg, "bad")
+		wantErrIs(t, err, ErrCorrupt)
+		wantErrIs(t, s.CheckSessionRef(bg, "bad", m.Session), ErrCorrupt)
+		_, _, err = s.CreateNamedSession(bg, "a/b", nil)
+		wantErrIs(t, err, ErrInvalid)
+	})
+}
+
+// §9.2: naming an existing session (an explicit manifest that already
+// exists) and losing the race must not delete that session.
+func TestSection9_2_LoserKeepsPreexistingManifest(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		pre := make([]*Manifest, racers)
+		for i := range pre {
+			pre[i] = s.NewRootManifest()
+			if _, _, err := s.CreateSession(bg, pre[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		errs := make([]error, racers)
+		got := make([]*Manifest, racers)
+		race(racers, func(i int) {
+			m := *pre[i]
+			got[i], _, errs[i] = s.CreateNamedSession(bg, "taken", &m)
+		})
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("%d: %v", i, err)
+			}
+			if got[i].Session != got[0].Session {
+				t.Fatalf("callers disagree on the winner")
+			}
+		}
+		for i, m := range pre {
+			if ok, err := s.SessionExists(bg, m.Session); !ok || err != nil {
+				t.Fatalf("pre-existing session %d deleted by a losing CreateNamedSession: %v", i, err)
+			}
+		}
+	})
+}
+
+// §9 Rename: compare-and-swap on the prior value. Without If-Match
+// (memblob) it falls back to PUT + re-read and reports ErrWeakCAS; a stale
+// prev is ErrConflict and changes nothing.
+func TestSection9_RenameRefCAS(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, &Options{Retries: 4})
+		if err := s.Link(bg, "r", "one"); err != nil {
+			t.Fatal(err)
+		}
+		prev, err := s.ReadRef(bg, "r")
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := s.Stats()
+		err = s.RenameRef(bg, "r", prev, "two")
+		switch {
+		case err == nil:
+			if testbucket.KindOf(t, b) == testbucket.Mem {
+				t.Fatal("memblob has no If-Match, yet RenameRef claimed a strong swap")
+			}
+		case errors.Is(err, ErrWeakCAS):
+		default:
+			t.Fatalf("rename: %v", err)
+		}
+		if st := s.Stats(); st.Retries != before.Retries || st.Errors != before.Errors {
+			t.Fatalf("rename made %d retries, %d errors (retrying an unsupported If-Match?)", st.Retries-before.Retries, st.Errors-before.Errors)
+		}
+		if testbucket.KindOf(t, b) == testbucket.Mem {
+			wantErrIs(t, err, ErrWeakCAS)
+		}
+		if r, _ := s.ReadRef(bg, "r"); r.Target != "two" {
+			t.Fatalf("target %q after rename", r.Target)
+		}
+		// prev is stale now.
+		wantErrIs(t, s.RenameRef(bg, "r", prev, "three"), ErrConflict)
+		if r, _ := s.ReadRef(bg, "r"); r.Target != "two" {
+			t.Fatalf("a stale rename changed the ref to %q", r.Target)
+		}
+		// Stale target but an ETag from a HEAD of the same value.
+		wantErrIs(t, s.RenameRef(bg, "r", Ref{Name: "r", Target: "one"}, "three"), ErrConflict)
+		// Creating through RenameRef with an empty prev.
+		if err := s.RenameRef(bg, "fresh", Ref{}, "v"); err != nil && !errors.Is(err, ErrWeakCAS) {
+			t.Fatal(err)
+		}
+		if r, _ := s.ReadRef(bg, "fresh"); r.Target != "v" {
+			t.Fatalf("fresh %q", r.Target)
+		}
+		wantErrIs(t, s.RenameRef(bg, "r", prev, ""), ErrInvalid)
+		wantErrIs(t, s.RenameRef(bg, "a/b/c", prev, "x"), ErrInvalid)
+	})
+}
+
+var _ = fmt.Sprint
