@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -61,14 +62,30 @@ func NewDecoder(r io.Reader, enc string) (io.ReadCloser, error) {
 		}
 		return zr, nil
 	case EncodingZstd:
-		zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30),
-			zstd.WithDecoderMaxWindow(64<<20))
-		if err != nil {
-			return nil, fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
-		}
-		return zstdCloser{zr}, nil
+		return newZstdReader(r, maxZstdWindow)
 	}
 	return nil, fmt.Errorf("%w: unknown content-encoding %q", ErrCorrupt, truncate(enc))
+}
+
+// maxZstdWindow bounds the window a zstd stream may ask for; the decoder
+// allocates it up front, so an 11-byte frame can claim it.
+const maxZstdWindow = 64 << 20
+
+func newZstdReader(r io.Reader, window uint64) (io.ReadCloser, error) {
+	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30),
+		zstd.WithDecoderMaxWindow(window))
+	if err != nil {
+		return nil, fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
+	}
+	return zstdCloser{zr}, nil
+}
+
+// zstdWindowFor is the window bound for a body whose decoded size is
+// bounded by limit: decoding allocates the window up front, so it follows
+// the bound (but never below 8 MiB, the window common encoders use for
+// streams of unknown size).
+func zstdWindowFor(limit int64) uint64 {
+	return uint64(min(maxZstdWindow, max(limit, 8<<20)))
 }
 
 type zstdCloser struct{ *zstd.Decoder }
@@ -88,12 +105,27 @@ func DecodeBody(body []byte, enc string, max int64) ([]byte, error) {
 		}
 		return body, nil
 	}
-	dr, err := NewDecoder(bytes.NewReader(body), enc)
+	var dr io.ReadCloser
+	var err error
+	if enc == EncodingZstd {
+		// A frame that declares more content than the bound is refused
+		// before anything is allocated for it.
+		var h zstd.Header
+		if h.Decode(body) == nil && h.HasFCS && h.FrameContentSize > uint64(max) {
+			return nil, fmt.Errorf("%w: zstd frame declares %d bytes, limit %d", ErrTooLarge, h.FrameContentSize, max)
+		}
+		dr, err = newZstdReader(bytes.NewReader(body), zstdWindowFor(max))
+	} else {
+		dr, err = NewDecoder(bytes.NewReader(body), enc)
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer dr.Close()
 	out, err := io.ReadAll(io.LimitReader(dr, max+1))
+	if errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded) {
+		return nil, fmt.Errorf("%w: %s body: %v", ErrTooLarge, enc, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s body: %v", ErrCorrupt, enc, err)
 	}

@@ -445,9 +445,22 @@ func TestSection15_DecompressionBomb(t *testing.T) {
 		_, err := DecodeDescriptors(tc.body, "", 1<<20)
 		runtime.ReadMemStats(&after)
 		wantErrIs(t, err, ErrTooLarge)
+		t.Logf("%s: allocated %d KB", tc.name, (after.TotalAlloc-before.TotalAlloc)>>10)
 		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 48<<20 {
 			t.Errorf("%s: decoding allocated %d MB", tc.name, alloc>>20)
 		}
+	}
+	// A tiny frame that only declares a huge window: refused without
+	// allocating that window.
+	windowBomb := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x80, 0x11, 0x00, 0x00, '[', ']'}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := DecodeDescriptors(windowBomb, "", 1<<20)
+	runtime.ReadMemStats(&after)
+	wantErrIs(t, err, ErrTooLarge)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16<<20 {
+		t.Errorf("window bomb: decoding allocated %d MB", alloc>>20)
 	}
 	// The same bound through a Store (Options.MaxDecoded).
 	eachBackend(t, func(t *testing.T, b *blob.Bucket) {

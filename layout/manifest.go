@@ -43,6 +43,9 @@ func DecodeManifest(body []byte) (*Manifest, error) {
 	if m.Parent != nil && m.Parent.Session.IsZero() {
 		m.Parent = nil
 	}
+	if len(m.Metadata) == 0 {
+		m.Metadata = nil // {} and absent are the same (and encode alike)
+	}
 	if m.Parent != nil && m.Parent.Session == m.Session {
 		return nil, fmt.Errorf("%w: manifest of %s names itself as parent", ErrCorrupt, m.Session)
 	}

@@ -123,7 +123,8 @@ func ParseSessionKey(key string) (SessionKey, error) {
 		return bad("not under sessions/")
 	}
 	parts := strings.SplitN(rest, "/", 6)
-	if len(parts) < 5 {
+	if len(parts) < 6 {
+		// The session component is a directory: at least ".../<tail>/".
 		return bad("too few components")
 	}
 	fields := [4]struct {
@@ -161,11 +162,7 @@ func ParseSessionKey(key string) (SessionKey, error) {
 		// The all-zero ID is "no session" (decisions.md §4.1): no key names it.
 		return bad("the zero session ID names no session")
 	}
-	sk := SessionKey{ID: id}
-	if len(parts) == 6 {
-		sk.Rest = parts[5]
-	}
-	return sk, nil
+	return SessionKey{ID: id, Rest: parts[5]}, nil
 }
 
 // ParseManifestKey returns the session of a manifest key (the body of a

@@ -90,7 +90,7 @@ func TestSection4_2_SessionPathRoundTrip(t *testing.T) {
 		if dir != tc.dir+wantTail {
 			t.Fatalf("SessionDir = %q, want %q", dir, tc.dir+wantTail)
 		}
-		for _, rest := range []string{"manifest.json", "snapshots/FFFFFFFF.json", "other"} {
+		for _, rest := range []string{"manifest.json", "snapshots/FFFFFFFF.json", "other", ""} {
 			sk, err := ParseSessionKey(dir + rest)
 			if err != nil || sk.ID != id || sk.Rest != rest {
 				t.Fatalf("ParseSessionKey(%q) = %+v, %v", dir+rest, sk, err)
@@ -183,6 +183,7 @@ func TestSection4_2_PartitionRangeChecks(t *testing.T) {
 		"sessions/yr=2024/month=01/day=01/hour=00/" + tail24 + "/manifest.json",
 		"sessions/year=2024/month=01/day=01/" + tail24 + "/manifest.json",
 		"sessions/year=2024/month=01/day=01/hour=00",
+		"sessions/year=2024/month=01/day=01/hour=00/" + tail24, // the session is a directory
 		"session/year=2024/month=01/day=01/hour=00/" + tail24 + "/manifest.json",
 		"/sessions/year=2024/month=01/day=01/hour=00/" + tail24 + "/manifest.json",
 		"",

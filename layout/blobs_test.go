@@ -1,0 +1,199 @@
+package layout
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"gocloud.dev/blob"
+)
+
+// §3: blobs live at objects/sha256:<hex>, stored as-is with the immutable
+// Cache-Control; rewriting a key is allowed (no If-None-Match) and an
+// existing blob is not uploaded again.
+func TestSection3_BlobWrites(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		body := []byte("some blob body")
+		bi, err := s.PutBlobBytes(bg, body, BlobOptions{ContentType: "text/x-test"})
+		if err != nil || bi.Existed || bi.Digest != DigestOf(body) || bi.Size != int64(len(body)) {
+			t.Fatalf("%+v %v", bi, err)
+		}
+		key := BlobKey(bi.Digest)
+		raw, err := b.ReadAll(bg, key)
+		if err != nil || !bytes.Equal(raw, body) {
+			t.Fatalf("stored %q %v", raw, err)
+		}
+		a, _ := b.Attributes(bg, key)
+		if a.CacheControl != CacheImmutable || a.ContentType != "text/x-test" {
+			t.Fatalf("attributes %q %q", a.CacheControl, a.ContentType)
+		}
+		bi2, err := s.PutBlobBytes(bg, body, BlobOptions{})
+		if err != nil || !bi2.Existed {
+			t.Fatalf("second put %+v %v", bi2, err)
+		}
+		// A truncated object at the key is replaced (no If-None-Match).
+		other := []byte("another body")
+		okey := BlobKey(DigestOf(other))
+		putRaw(t, b, okey, other[:3], nil)
+		if bi3, err := s.PutBlobBytes(bg, other, BlobOptions{}); err != nil || bi3.Existed {
+			t.Fatalf("repair %+v %v", bi3, err)
+		}
+		if raw, _ := b.ReadAll(bg, okey); !bytes.Equal(raw, other) {
+			t.Fatalf("not repaired: %q", raw)
+		}
+		if a, _ := b.Attributes(bg, okey); a.ContentType != "application/octet-stream" {
+			t.Fatalf("default type %q", a.ContentType)
+		}
+		got, err := s.ReadBlob(bg, bi.Digest, 1<<20)
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("read %q %v", got, err)
+		}
+		_, err = s.ReadBlob(bg, bi.Digest, 4)
+		wantErrIs(t, err, ErrTooLarge)
+		_, err = s.ReadBlob(bg, DigestOf([]byte("missing")), 1<<20)
+		wantErrIs(t, err, ErrNotFound)
+		// Same size, different bytes: the digest check catches it.
+		bad := []byte("xxxx blob body")
+		putRaw(t, b, key, bad, nil)
+		_, err = s.ReadBlob(bg, bi.Digest, 1<<20)
+		wantErrIs(t, err, ErrCorrupt)
+		putRaw(t, b, key, body, nil)
+		rc, err := s.OpenBlob(bg, bi.Digest, 5, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		part, _ := io.ReadAll(rc)
+		rc.Close()
+		if string(part) != "blob" {
+			t.Fatalf("range %q", part)
+		}
+		_, err = s.OpenBlob(bg, DigestOf([]byte("missing")), 0, -1)
+		wantErrIs(t, err, ErrNotFound)
+		if a, err := s.BlobAttributes(bg, bi.Digest); err != nil || a.Size != int64(len(body)) {
+			t.Fatalf("%+v %v", a, err)
+		}
+		// Streaming upload from a staging file.
+		f, err := os.CreateTemp(t.TempDir(), "stage")
+		if err != nil {
+			t.Fatal(err)
+		}
+		big := bytes.Repeat([]byte("0123456789"), 200000)
+		f.Write(big)
+		d, n, err := HashFile(f)
+		if err != nil || d != DigestOf(big) || n != int64(len(big)) {
+			t.Fatalf("HashFile %v %d %v", d, n, err)
+		}
+		if _, err := s.PutBlobFile(bg, f, d, n, BlobOptions{ContentType: "application/x-big"}); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if got, err := s.ReadBlob(bg, d, 1<<30); err != nil || !bytes.Equal(got, big) {
+			t.Fatalf("big blob: %d bytes, %v", len(got), err)
+		}
+	})
+}
+
+// §3.2: remote-URI ingestion stores the body as a local blob and returns
+// the descriptor (inline data when at most 1024 bytes, §3.1).
+func TestSection3_2_Ingest(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		src := memBucket()
+		small, large := []byte("small remote"), bytes.Repeat([]byte("L"), InlineLimit+1)
+		src.WriteAll(bg, "path/to/small", small, &blob.WriterOptions{ContentType: "text/plain"})
+		src.WriteAll(bg, "path/to/large", large, &blob.WriterOptions{ContentType: "application/x-l"})
+		var opened []string
+		open := func(ctx context.Context, u string) (*blob.Bucket, error) {
+			opened = append(opened, u)
+			return blob.PrefixedBucket(src, ""), nil
+		}
+		d, err := s.Ingest(bg, "s3://other-bucket/path/to/small?region=x", open, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opened[0] != "s3://other-bucket?region=x" || d.Digest != DigestOf(small) || d.Size != int64(len(small)) ||
+			d.ContentType != "text/plain" || !bytes.Equal(d.Data, small) || d.CreatedAt.IsZero() {
+			t.Fatalf("opened %v, descriptor %+v", opened, d)
+		}
+		if got, err := s.ReadBlob(bg, d.Digest, 1<<20); err != nil || !bytes.Equal(got, small) {
+			t.Fatalf("%q %v", got, err)
+		}
+		d, err = s.Ingest(bg, "s3://other-bucket/path/to/large", open, t.TempDir())
+		if err != nil || d.Data != nil || d.Size != int64(len(large)) {
+			t.Fatalf("%+v %v", d, err)
+		}
+		if _, err := s.Ingest(bg, "s3://other-bucket/path/to/missing", open, t.TempDir()); err == nil {
+			t.Fatal("ingested a missing object")
+		}
+	})
+}
+
+func TestSection3_2_SplitObjectURL(t *testing.T) {
+	for _, tc := range []struct{ in, bucket, key string }{
+		{"s3://bkt/a/b/c?region=eu", "s3://bkt?region=eu", "a/b/c"},
+		{"gs://bkt/k", "gs://bkt", "k"},
+		{"file:///tmp/dir/key.bin", "file:///tmp/dir", "key.bin"},
+		{"file:///key", "file:///", "key"},
+	} {
+		b, k, err := SplitObjectURL(tc.in)
+		if err != nil || b != tc.bucket || k != tc.key {
+			t.Errorf("SplitObjectURL(%q) = %q %q %v", tc.in, b, k, err)
+		}
+	}
+	for _, in := range []string{"", "no-scheme", "s3://bkt", "s3://bkt/", "s3:///key", "file:///dir/", "%zz://x/y"} {
+		if _, _, err := SplitObjectURL(in); err == nil {
+			t.Errorf("SplitObjectURL(%q) succeeded", in)
+		}
+	}
+}
+
+// §16 / decisions.md §16: Cache-Control per object class.
+func TestSection16_CacheControl(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		m, _, err := s.CreateNamedSession(bg, "cc", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bi, _ := s.PutBlobBytes(bg, []byte("x"), BlobOptions{})
+		commit(t, s, m.Session, Checkpoint, desc("a", "x"))
+		writeMem(t, s, "ns", MemoryWrite{Put: descs("r")})
+		mk, _ := ManifestKey(m.Session)
+		sk, _ := SnapshotKey(m.Session, 1)
+		memk, _ := MemoryKey("ns", 1)
+		for key, want := range map[string]string{
+			BlobKey(bi.Digest): CacheImmutable,
+			mk:                 CacheImmutable,
+			sk:                 CacheImmutable,
+			memk:               CacheImmutable,
+			"refs/sessions/cc": CacheNoCache,
+		} {
+			a, err := b.Attributes(bg, key)
+			if err != nil || a.CacheControl != want {
+				t.Errorf("%s: Cache-Control %q, want %q (%v)", key, a.CacheControl, want, err)
+			}
+		}
+		// §1: nothing outside the four prefixes is written.
+		it := b.List(nil)
+		for {
+			o, err := it.Next(bg)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok := false
+			for _, p := range []string{ObjectsPrefix, SessionsPrefix, MemoriesPrefix, RefsPrefix} {
+				ok = ok || strings.HasPrefix(o.Key, p)
+			}
+			if !ok {
+				t.Errorf("key %q outside pugmark's prefixes", o.Key)
+			}
+		}
+	})
+}
