@@ -3,9 +3,11 @@ package layout
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"gocloud.dev/blob"
@@ -196,4 +198,57 @@ func TestSection16_CacheControl(t *testing.T) {
 			}
 		}
 	})
+}
+
+// recordedConditions collects what a test write hook was asked to apply.
+var (
+	recordMu   sync.Mutex
+	recordOn   bool
+	recordedCs []Conditions
+)
+
+func init() {
+	RegisterWriteHook(func(as func(any) bool, c Conditions) (bool, bool, error) {
+		recordMu.Lock()
+		if recordOn {
+			recordedCs = append(recordedCs, c)
+		}
+		recordMu.Unlock()
+		return false, false, nil // applies nothing, like a hook for another driver
+	})
+}
+
+// §2.2 / §3: blob writes ask the driver for a server-side SHA-256 check of
+// the digest in the key; ref renames ask for If-Match on the prior ETag.
+func TestSection3_ChecksumCondition(t *testing.T) {
+	s := newStore(t, memBucket(), nil)
+	recordMu.Lock()
+	recordOn, recordedCs = true, nil
+	recordMu.Unlock()
+	defer func() {
+		recordMu.Lock()
+		recordOn = false
+		recordMu.Unlock()
+	}()
+	body := []byte("checksummed")
+	if _, err := s.PutBlobBytes(bg, body, BlobOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Link(bg, "r", "a"); err != nil {
+		t.Fatal(err)
+	}
+	prev, _ := s.ReadRef(bg, "r")
+	if err := s.RenameRef(bg, "r", prev, "b"); !errors.Is(err, ErrWeakCAS) {
+		t.Fatalf("rename: %v", err)
+	}
+	recordMu.Lock()
+	defer recordMu.Unlock()
+	var sha, ifMatch bool
+	for _, c := range recordedCs {
+		sha = sha || c.SHA256 == DigestOf(body)
+		ifMatch = ifMatch || (c.IfMatch != "" && c.IfMatch == prev.ETag)
+	}
+	if !sha || !ifMatch {
+		t.Fatalf("conditions %+v: sha %v ifMatch %v (etag %q)", recordedCs, sha, ifMatch, prev.ETag)
+	}
 }

@@ -38,7 +38,9 @@ type CommitRequest struct {
 	Descriptors []Descriptor
 	// Base is the position the writer's view was built on. A checkpoint
 	// conflicts with any foreign checkpoint above Base (decisions.md
-	// §13.3). Nil means "the latest, discovered now".
+	// §13.3). Nil means "the latest, discovered now": there is no view to
+	// protect, so such a commit never conflicts and lands at the next free
+	// version, also when the listing was stale (§14.3).
 	Base *Position
 	// TransactionID, if non-zero, is used instead of a fresh one; a
 	// retry of a commit whose outcome is unknown passes the same ID
@@ -148,10 +150,11 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 			r.Attempts = attempt
 			return r, nil
 		}
-		if req.Type == Checkpoint && meta.Type == Checkpoint {
+		guarded := req.Type == Checkpoint && req.Base != nil
+		if guarded && meta.Type == Checkpoint {
 			return CommitResult{}, fmt.Errorf("commit checkpoint to %s at version %d: %w", id, v, ErrConflict)
 		}
-		if req.Type == Checkpoint || retry {
+		if guarded || retry {
 			// Every version above our base must be inspected for a
 			// foreign checkpoint (or our own earlier attempt), so step
 			// one at a time.
@@ -160,7 +163,8 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 			}
 			continue
 		}
-		// Provisional and queueing commits only need the newest position.
+		// Provisional and queueing commits (and checkpoints without a
+		// base) only need the newest position.
 		latest, err := s.LatestVersion(ctx, id)
 		if err != nil {
 			return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)

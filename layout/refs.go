@@ -213,14 +213,16 @@ func (s *Store) CreateNamedSession(ctx context.Context, name string, m *Manifest
 		return nil, false, err
 	}
 	key, _ := ManifestKey(m.Session)
-	won, err := s.linkIfAbsent(ctx, refName, key)
-	if err != nil {
-		return nil, false, fmt.Errorf("create named session %s: claim ref: %w", name, err)
-	}
+	won, claimErr := s.linkIfAbsent(ctx, refName, key)
 	// Re-read the ref as §9.2 prescribes, so that a writer using plain
-	// Link (another implementation) is detected too.
+	// Link (another implementation) is detected too — and so that a claim
+	// whose outcome is unknown (an error after the PUT may have landed,
+	// §13.2) is settled by what the ref now says.
 	winner, err := s.ResolveSessionName(ctx, name)
 	if err != nil {
+		if claimErr != nil {
+			return nil, false, fmt.Errorf("create named session %s: claim ref: %w", name, claimErr)
+		}
 		return nil, false, fmt.Errorf("create named session %s: re-read ref: %w", name, err)
 	}
 	if winner == m.Session {

@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -36,7 +37,13 @@ func (s *Store) LoadManifest(ctx context.Context, id SessionID) (*Manifest, erro
 	if err != nil {
 		return nil, fmt.Errorf("load manifest of %s: %w", id, err)
 	}
-	body, err = DecodeBody(body, "", maxManifest)
+	return decodeManifestAt(key, id, body)
+}
+
+// decodeManifestAt decodes the manifest body stored at key, which must be
+// id's manifest.
+func decodeManifestAt(key string, id SessionID, body []byte) (*Manifest, error) {
+	body, err := DecodeBody(body, "", maxManifest)
 	if err != nil {
 		return nil, fmt.Errorf("load manifest %s: %w", key, err)
 	}
@@ -52,7 +59,9 @@ func (s *Store) LoadManifest(ctx context.Context, id SessionID) (*Manifest, erro
 
 // CreateSession writes m's manifest with If-None-Match (§5.1). If the
 // manifest already exists it is loaded and returned with created=false
-// (idempotent creation with an explicit ID).
+// (idempotent creation with an explicit ID) — unless it holds exactly the
+// bytes this call writes, which is what a retry after a lost response
+// finds (§13.2): then created is true.
 func (s *Store) CreateSession(ctx context.Context, m *Manifest) (got *Manifest, created bool, err error) {
 	if m.Session.IsZero() {
 		return nil, false, fmt.Errorf("create session: %w: zero session ID", ErrInvalid)
@@ -71,12 +80,23 @@ func (s *Store) CreateSession(ctx context.Context, m *Manifest) (got *Manifest, 
 	if err == nil {
 		return m, true, nil
 	}
-	if !isPrecondition(err) {
+	precondition := isPrecondition(err)
+	// The manifest exists, or the write's outcome is unknown (§13.2): read
+	// it back. Our own bytes there mean our write landed (a retry whose
+	// first attempt's response was lost), or an identical create did.
+	raw, gerr := s.getAll(ctx, key, maxManifest)
+	if gerr == nil && bytes.Equal(raw, body) {
+		return m, true, nil
+	}
+	if !precondition {
 		return nil, false, fmt.Errorf("create session %s: %w", m.Session, err)
 	}
-	existing, lerr := s.LoadManifest(ctx, m.Session)
-	if lerr != nil {
-		return nil, false, fmt.Errorf("create session %s: exists but: %w", m.Session, lerr)
+	if gerr != nil {
+		return nil, false, fmt.Errorf("create session %s: exists but: %w", m.Session, gerr)
+	}
+	existing, err := decodeManifestAt(key, m.Session, raw)
+	if err != nil {
+		return nil, false, fmt.Errorf("create session %s: exists but: %w", m.Session, err)
 	}
 	return existing, false, nil
 }

@@ -1,0 +1,187 @@
+package layout
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+
+	"github.com/pugmark/pugfs/layout/faultblob"
+)
+
+// faulty wraps b in a fault injector with a frozen clock, so stale
+// listings stay stale until the test advances it.
+func faulty(t *testing.T, b *blob.Bucket) (*blob.Bucket, *faultblob.Injector, func(time.Duration)) {
+	now := time.Unix(1700000000, 0)
+	inj := faultblob.NewInjector(faultblob.Options{Seed: 1, Now: func() time.Time { return now }})
+	return faultblob.Wrap(b, inj), inj, func(d time.Duration) { now = now.Add(d) }
+}
+
+// §13.2: a PUT whose response is lost after it committed is recognised by
+// its transaction ID: the commit succeeds once, at one version — whether
+// the transport retries it or not.
+func TestSection13_2_LostResponses(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		for _, retries := range []int{4, -1} {
+			t.Run(fmt.Sprintf("retries=%d", retries), func(t *testing.T) {
+				fb, inj, _ := faulty(t, b)
+				s := newStore(t, fb, &Options{Retries: retries})
+				id := newSession(t, s)
+				commit(t, s, id, Checkpoint, desc("base", "0"))
+				prefix, _ := SnapshotsPrefix(id)
+				for _, typ := range []SnapshotType{Checkpoint, Provisional} {
+					rid := inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: prefix}, FailFirst: 1, LoseResponse: true})
+					before, _ := s.LatestVersion(bg, id)
+					r, err := s.Commit(bg, id, CommitRequest{Type: typ, Descriptors: descs("x", "y")})
+					inj.Remove(rid)
+					if err != nil {
+						t.Fatalf("%s: %v", typ, err)
+					}
+					if r.Version != before+1 {
+						t.Fatalf("%s landed at %d, want %d", typ, r.Version, before+1)
+					}
+					if v, _ := s.LatestVersion(bg, id); v != before+1 {
+						t.Fatalf("%s: a lost response produced %d versions", typ, v-before)
+					}
+					if m, _ := s.ReadSnapshotMeta(bg, id, r.Version); m.TransactionID != r.TransactionID {
+						t.Fatalf("meta %+v", m)
+					}
+				}
+				if st := inj.Stats(); st.Ops[faultblob.OpPut].Lost != 2 {
+					t.Fatalf("injected %d lost responses", st.Ops[faultblob.OpPut].Lost)
+				}
+				checkSeqs(t, allDescs(t, s, id), 1)
+
+				// Manifests (§5.1), memory files (§13.4) and session refs
+				// (§9.2) survive lost responses too.
+				inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: SessionsPrefix}, FailNth: 1, LoseResponse: true})
+				inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: RefsPrefix}, FailNth: 1, LoseResponse: true})
+				inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: MemoriesPrefix}, FailNth: 1, LoseResponse: true})
+				name := fmt.Sprintf("lost-%d", retries)
+				m, created, err := s.CreateNamedSession(bg, name, nil)
+				if err != nil || !created {
+					t.Fatalf("CreateNamedSession after lost responses: created=%v %v", created, err)
+				}
+				if err := s.CheckSessionRef(bg, name, m.Session); err != nil {
+					t.Fatal(err)
+				}
+				ns := fmt.Sprintf("lost/%d", retries)
+				mr, err := s.WriteMemory(bg, ns, MemoryWrite{Put: descs("a")})
+				if err != nil || mr.Version != 1 || !mr.Changed {
+					t.Fatalf("memory %+v %v", mr, err)
+				}
+				if v, _ := s.LatestMemoryVersion(bg, ns); v != 1 {
+					t.Fatalf("memory latest %d", v)
+				}
+				inj.Reset()
+			})
+		}
+	})
+}
+
+// Transient backend errors are retried (Options.Retries); permanent ones
+// surface at once.
+func TestSection2_TransientAndPermanentErrors(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		fb, inj, _ := faulty(t, b)
+		s := newStore(t, fb, nil)
+		id := newSession(t, s)
+		inj.Add(faultblob.Rule{FailFirst: 3, Err: faultblob.TransientError(gcerrors.Internal)})
+		r, err := s.Commit(bg, id, CommitRequest{Descriptors: descs("a")})
+		if err != nil || r.Version != 1 {
+			t.Fatalf("%+v %v", r, err)
+		}
+		if st := s.Stats(); st.Retries < 3 {
+			t.Fatalf("retries %d", st.Retries)
+		}
+		inj.Reset()
+		inj.Add(faultblob.Rule{Ops: faultblob.OpGet, FailFirst: 1, Err: faultblob.PermanentError(gcerrors.PermissionDenied)})
+		before := s.Stats()
+		_, err = s.ReadSnapshot(bg, id, 1)
+		if gcerrors.Code(err) != gcerrors.PermissionDenied {
+			t.Fatalf("got %v", err)
+		}
+		if st := s.Stats(); st.Retries != before.Retries || st.Errors != before.Errors+1 {
+			t.Fatalf("a permanent error was retried: %+v", st)
+		}
+		inj.Reset()
+		// Transient errors past the budget surface too.
+		inj.Add(faultblob.Rule{Ops: faultblob.OpHead, Err: faultblob.TransientError(gcerrors.Internal), FailProb: 1})
+		_, err = s.ReadSnapshotMeta(bg, id, 1)
+		if _, ok := faultblob.IsInjected(err); !ok {
+			t.Fatalf("got %v", err)
+		}
+		inj.Reset()
+	})
+}
+
+// §2.5 / §14.3: with an eventually consistent LIST, writers that see a
+// stale latest version make doomed If-None-Match attempts and converge,
+// without conflicts, gaps or lost records.
+func TestSection14_3_StaleListings(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		fb, inj, advance := faulty(t, b)
+		s := newStore(t, fb, nil)
+		inj.Add(faultblob.Rule{Ops: faultblob.OpList, StaleFor: time.Hour})
+		id := newSession(t, s)
+		for i := range 4 {
+			typ := Provisional
+			if i == 1 {
+				typ = Checkpoint
+			}
+			r, err := s.Commit(bg, id, CommitRequest{Type: typ, Descriptors: descs(fmt.Sprintf("d%d", i))})
+			if err != nil || r.Version != uint32(i+1) {
+				t.Fatalf("commit %d under a stale listing: %+v %v", i, r, err)
+			}
+		}
+		if v, _ := s.LatestVersion(bg, id); v != 0 {
+			t.Fatalf("listing not stale: %d", v)
+		}
+		// A checkpoint without a base is not in conflict with a checkpoint
+		// it could not see: it retries against the new latest.
+		r, err := s.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("late")})
+		if err != nil || r.Version != 5 {
+			t.Fatalf("checkpoint: %+v %v", r, err)
+		}
+		// With an explicit base below the foreign checkpoint it is.
+		_, err = s.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("x"), Base: &Position{Version: 1, LastSeq: 1}})
+		wantErrIs(t, err, ErrConflict)
+		// Memory: every hidden version's records survive the merge.
+		for _, n := range []string{"a", "b", "c"} {
+			if _, err := s.WriteMemory(bg, "stale", MemoryWrite{Put: descs(n)}); err != nil {
+				t.Fatalf("memory %s: %v", n, err)
+			}
+		}
+		mr, err := s.WriteMemory(bg, "stale", MemoryWrite{Put: descs("d")})
+		if err != nil || mr.Version != 4 || recNames(mr.Records) != "a,b,c,d" {
+			t.Fatalf("memory %+v %v", recNames(mr.Records), err)
+		}
+		// §11.2 step 3: the child's snapshot 1 is hidden from the listing,
+		// so phase 2 tries to write it again and takes the precondition
+		// failure as success.
+		p := newSession(t, s)
+		child, res, err := s.RecordFork(bg, p, ForkRequest{Descriptor: desc("t", "t")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pf := PendingFork{Parent: p, Version: res.Version, Descriptor: res.Descriptors[0]}
+		for i := range 3 {
+			if _, err := s.MaterializeFork(bg, pf); err != nil {
+				t.Fatalf("run %d: %v", i, err)
+			}
+		}
+		advance(2 * time.Hour)
+		if vs, _ := s.SnapshotVersions(bg, child); len(vs) != 1 {
+			t.Fatalf("child versions %v", vs)
+		}
+		if v, _ := s.LatestVersion(bg, id); v != 5 {
+			t.Fatalf("latest %d once the listing caught up", v)
+		}
+		checkSeqs(t, allDescs(t, s, id), 1)
+	})
+}
+
+var _ = errors.Is
