@@ -1,0 +1,600 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"math"
+	"os"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// blobDecoded is a decoded body: its size, digest and per-chunk hashes,
+// and the file holding all of it when it is too large to live in memory
+// only (nil: its chunks are in the LRU, or re-decoded when evicted).
+type blobDecoded struct {
+	size   int64
+	sum    layout.Digest
+	hashes [][32]byte
+	f      *os.File
+	spill  bool // f is not a disk cache entry: its bytes count in spillBytes
+}
+
+// blobDecodeResult is a decoded body and, when it was just decoded, the
+// chunk the decoding caller wanted (so it need not race the LRU for it).
+type blobDecodeResult struct {
+	dec  *blobDecoded
+	want int64
+	buf  []byte
+}
+
+// blobDecodeError is a body that does not decode with its encoding. For a
+// sniffed encoding that means the sniff was wrong and the body is shown as
+// stored; for a declared one it is corruption.
+type blobDecodeError struct{ err error }
+
+func (e *blobDecodeError) Error() string { return e.err.Error() }
+func (e *blobDecodeError) Unwrap() error { return e.err }
+
+// errBlobStale says a decoded body's file is gone or damaged: decode again.
+var errBlobStale = errors.New("cache: decoded copy unusable")
+
+// errBlobDecodeDone unblocks a pass still feeding a decoder that finished.
+var errBlobDecodeDone = errors.New("cache: decoder finished")
+
+// ensureDecoded returns the decoded body of d in space; sniffed says the
+// encoding was only sniffed (a decode failure is then not an error worth
+// remembering: the body is shown as stored).
+func (c *BlobCache) ensureDecoded(ctx context.Context, d *layout.Descriptor, space blobSpace, want int64, sniffed bool) (*blobDecoded, error) {
+	res, err := c.decoded(ctx, d, space, want, sniffed)
+	if err != nil {
+		return nil, err
+	}
+	return res.dec, nil
+}
+
+func (c *BlobCache) decoded(ctx context.Context, d *layout.Descriptor, space blobSpace, want int64, sniffed bool) (*blobDecodeResult, error) {
+	key := blobBodyKey{d.Digest, space}
+	c.mu.Lock()
+	dec, ok := c.decs.Get(key)
+	c.mu.Unlock()
+	if ok {
+		return &blobDecodeResult{dec: dec, want: -1}, nil
+	}
+	if err := c.badErr(d.Digest, d.Size, space); err != nil {
+		return nil, err
+	}
+	return blobDo(c, c.decodes, key, ctx, func(ctx context.Context) (*blobDecodeResult, error) {
+		c.mu.Lock()
+		dec, ok := c.decs.Get(key)
+		c.mu.Unlock()
+		if ok {
+			return &blobDecodeResult{dec: dec, want: -1}, nil
+		}
+		res, err := c.decode(ctx, d, space, want)
+		if err != nil {
+			var de *blobDecodeError
+			if errors.Is(err, layout.ErrTooLarge) || (!sniffed && errors.As(err, &de)) {
+				c.markBad(d.Digest, d.Size, space, err)
+			}
+			return nil, err
+		}
+		return res, nil
+	})
+}
+
+// decode produces the decoded body from the cheapest proven source: a
+// decoded copy in the disk cache, inline data, a verify pass that decodes
+// as it goes, or the verified stored body re-read chunk by chunk.
+func (c *BlobCache) decode(ctx context.Context, d *layout.Descriptor, space blobSpace, want int64) (*blobDecodeResult, error) {
+	if info, ok := c.decInfo(d.Digest, space); ok && c.disk != nil {
+		if f, ok := c.disk.openEntry(info.sum, info.size); ok {
+			res, err := c.loadDecodedFile(ctx, d.Digest, space, f, info, want)
+			if err == nil {
+				return res, nil
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			c.log.Warn("cache: disk cache copy of a decoded body failed verification; removing it",
+				"key", layout.BlobKey(d.Digest), "encoding", space.encoding(), "err", err)
+			c.disk.drop(diskData, info.sum)
+		}
+	}
+	if d.InlineOK() {
+		return c.decodeFrom(ctx, d.Digest, space, bytes.NewReader(d.Data), want)
+	}
+	meta, pass, err := c.verified(ctx, d.Digest, d.Size, blobPassMode{decode: space}, want)
+	if err != nil {
+		return nil, err
+	}
+	if pass != nil && pass.decSpace == space {
+		return pass.dec, pass.decErr
+	}
+	return c.decodeFrom(ctx, d.Digest, space, &blobRawReader{c: c, ctx: ctx, d: d.Digest, size: meta.size}, want)
+}
+
+func (c *BlobCache) decodeFrom(ctx context.Context, d layout.Digest, space blobSpace, r io.Reader, want int64) (*blobDecodeResult, error) {
+	s := c.newDecSink(d, space, want)
+	if err := s.run(ctx, r); err != nil {
+		s.abort()
+		return nil, err
+	}
+	return s.publish()
+}
+
+// loadDecodedFile verifies a decoded body's disk copy whole (on first use
+// in this process) against the digest its info record names, recording
+// the chunk hashes later re-reads are checked against.
+func (c *BlobCache) loadDecodedFile(ctx context.Context, d layout.Digest, space blobSpace, f *os.File, info blobDecInfo, want int64) (res *blobDecodeResult, err error) {
+	stage := c.newStager(want)
+	defer func() {
+		if err != nil {
+			stage.abort()
+			f.Close()
+		}
+	}()
+	it := &blobFileIter{c: c, f: f, size: info.size}
+	n := c.numChunks(info.size)
+	hashes := make([][32]byte, n)
+	h := sha256.New()
+	for i := int64(0); i < n; i++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		buf, sum, err := it.next()
+		if err != nil {
+			return nil, err
+		}
+		hashes[i] = sum
+		h.Write(buf)
+		if !stage.offer(blobChunkKey{d, space, i}, buf) {
+			c.putBuf(buf)
+		}
+	}
+	var got layout.Digest
+	h.Sum(got[:0])
+	if got != info.sum {
+		return nil, &blobMismatch{detail: "decoded copy hashes to sha256:" + got.Hex()}
+	}
+	c.st.diskHits.Add(1)
+	dec := &blobDecoded{size: info.size, sum: got, hashes: hashes, f: f}
+	return c.publishDecoded(d, space, dec, want, stage), nil
+}
+
+// publishDecoded makes dec the decoded body of (d, space), publishes the
+// staged chunks and returns the wanted one.
+func (c *BlobCache) publishDecoded(d layout.Digest, space blobSpace, dec *blobDecoded, want int64, stagers ...*blobStager) *blobDecodeResult {
+	res := &blobDecodeResult{dec: dec, want: want}
+	c.mu.Lock()
+	sh := c.shapeLocked(d)
+	prev := sh.dec[space]
+	cur := blobDecInfo{known: true, size: dec.size, sum: dec.sum}
+	sh.dec[space] = cur
+	key := blobBodyKey{d, space}
+	c.decs.Remove(key)
+	c.decs.Add(key, dec)
+	if dec.spill {
+		c.spillBytes += dec.size
+		for c.spillBytes > c.spillMax && c.decs.Len() > 1 {
+			c.decs.RemoveOldest()
+		}
+	}
+	for _, s := range stagers {
+		if buf := s.publishLocked(want); buf != nil {
+			res.buf = buf
+		}
+	}
+	c.unlock()
+	if prev.known && prev != cur {
+		c.log.Warn("cache: decoded body differs from the one recorded before; using the new one",
+			"key", layout.BlobKey(d), "encoding", space.encoding(), "size", dec.size, "recorded_size", prev.size)
+	}
+	if prev != cur {
+		c.persistShape(d)
+	}
+	return res
+}
+
+// releaseDecodedLocked is the eviction callback of decs. Files are closed
+// after c.mu is released (c.unlock): closing a large unlinked spill file
+// frees its blocks, which is disk work.
+func (c *BlobCache) releaseDecodedLocked(dec *blobDecoded) {
+	if dec.spill {
+		c.spillBytes -= dec.size
+	}
+	if dec.f != nil {
+		c.closeQ = append(c.closeQ, dec.f)
+	}
+}
+
+// unlock releases c.mu, then closes the files evictions queued. A reader
+// still using such a file gets os.ErrClosed and decodes again.
+func (c *BlobCache) unlock() {
+	q := c.closeQ
+	c.closeQ = nil
+	c.mu.Unlock()
+	for _, f := range q {
+		f.Close()
+	}
+}
+
+// dropDecoded forgets dec as the decoded body of key (it is stale).
+func (c *BlobCache) dropDecoded(key blobBodyKey, dec *blobDecoded) {
+	c.mu.Lock()
+	if cur, ok := c.decs.Peek(key); ok && cur == dec {
+		c.decs.Remove(key)
+	}
+	c.unlock()
+}
+
+// decodedChunk returns chunk idx of the decoded body, from memory, its
+// file (checked against the chunk hash) or by decoding again.
+func (c *BlobCache) decodedChunk(ctx context.Context, d *layout.Descriptor, space blobSpace, dec *blobDecoded, idx int64) ([]byte, error) {
+	k := blobChunkKey{d.Digest, space, idx}
+	if buf, ok := c.lookup(k); ok {
+		return buf, nil
+	}
+	// Each round either finds the chunk or decodes again; a few rounds
+	// cover chunks evicted by concurrent readers right after publication.
+	for range 4 {
+		if buf, ok := c.peek(k); ok {
+			return buf, nil
+		}
+		if dec.f != nil {
+			buf, err := c.decodedFileChunk(ctx, d.Digest, space, dec, idx)
+			if err == nil {
+				return buf, nil
+			}
+			if !errors.Is(err, errBlobStale) {
+				return nil, err
+			}
+		}
+		c.dropDecoded(blobBodyKey{d.Digest, space}, dec)
+		res, err := c.decoded(ctx, d, space, idx, false)
+		if err != nil {
+			return nil, err
+		}
+		if res.want == idx && res.buf != nil {
+			return res.buf, nil
+		}
+		if res.dec.size != dec.size {
+			return nil, fmt.Errorf("%s: %w: decoded size changed from %d to %d", layout.BlobKey(d.Digest), layout.ErrCorrupt, dec.size, res.dec.size)
+		}
+		dec = res.dec
+	}
+	return nil, fmt.Errorf("cache: %s: decoded chunk %d evicted before it could be read; memory budget too small", layout.BlobKey(d.Digest), idx)
+}
+
+// decodedFileChunk reads one chunk of a decoded body from its file,
+// coalescing concurrent requests.
+func (c *BlobCache) decodedFileChunk(ctx context.Context, d layout.Digest, space blobSpace, dec *blobDecoded, idx int64) ([]byte, error) {
+	k := blobChunkKey{d, space, idx}
+	return blobDo(c, c.fetches, k, ctx, func(context.Context) ([]byte, error) {
+		if buf, ok := c.peek(k); ok {
+			return buf, nil
+		}
+		off := idx * c.cs
+		buf := make([]byte, min(c.cs, dec.size-off))
+		if _, err := dec.f.ReadAt(buf, off); err != nil {
+			if !errors.Is(err, os.ErrClosed) {
+				c.log.Warn("cache: reading a decoded copy failed; decoding again", "key", layout.BlobKey(d), "err", err)
+			}
+			return nil, errBlobStale
+		}
+		if sha256.Sum256(buf) != dec.hashes[idx] {
+			c.log.Warn("cache: decoded copy is damaged; decoding again", "key", layout.BlobKey(d), "chunk", idx)
+			if !dec.spill && c.disk != nil {
+				c.disk.drop(diskData, dec.sum)
+			}
+			return nil, errBlobStale
+		}
+		c.mu.Lock()
+		c.addChunkLocked(k, buf)
+		c.mu.Unlock()
+		return buf, nil
+	})
+}
+
+// readDecoded serves [off, off+len(p)) of a decoded body.
+func (c *BlobCache) readDecoded(ctx context.Context, d *layout.Descriptor, b blobBody, p []byte, off int64) (int, error) {
+	key := blobBodyKey{d.Digest, b.space}
+	seq := c.sequential(key, off, off+int64(len(p)))
+	first := true
+	return c.readChunks(d.Digest, b.size, p, off, func(idx int64) ([]byte, error) {
+		buf, err := c.decodedChunk(ctx, d, b.space, b.dec, idx)
+		if err == nil && seq && first && b.dec.f != nil {
+			first = false
+			dec := b.dec
+			c.readAhead(key, idx, c.numChunks(dec.size), func(ctx context.Context, j int64) {
+				_, _ = c.decodedFileChunk(ctx, d.Digest, b.space, dec, j)
+			})
+		}
+		return buf, err
+	})
+}
+
+// blobDecSink receives a decoded body chunk by chunk: hashes it, bounds
+// it, keeps it in memory while it is small and spills it to a file when
+// it is not.
+type blobDecSink struct {
+	c       *BlobCache
+	d       layout.Digest
+	space   blobSpace
+	want    int64
+	hashes  [][32]byte
+	h       hash.Hash
+	total   int64
+	mem     *blobStager // every chunk, while the body may stay memory-only
+	stage   *blobStager // the wanted chunks, once it spilled
+	f       *os.File
+	tmp     *diskTemp // f is a disk cache entry being written
+	spill   bool      // f is an anonymous spill file
+	scratch []byte
+}
+
+func (c *BlobCache) newDecSink(d layout.Digest, space blobSpace, want int64) *blobDecSink {
+	return &blobDecSink{
+		c: c, d: d, space: space, want: want, h: sha256.New(),
+		mem:   &blobStager{c: c, lo: 0, hi: math.MaxInt64},
+		stage: c.newStager(want),
+	}
+}
+
+func (s *blobDecSink) key() string { return layout.BlobKey(s.d) }
+
+// run decodes r into the sink. Errors of the input (a failed or corrupt
+// raw read, cancellation) come back as they are; errors of the decoder are
+// blobDecodeErrors.
+func (s *blobDecSink) run(ctx context.Context, r io.Reader) error {
+	cr := &blobCountReader{r: r}
+	dr, err := layout.NewDecoder(cr, s.space.encoding())
+	if err != nil {
+		if cr.err != nil {
+			return cr.err
+		}
+		if cr.n == 0 && cr.eof {
+			return nil // an empty body decodes to an empty body
+		}
+		return s.decodeErr(err)
+	}
+	defer dr.Close()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		buf := s.scratch
+		if buf == nil {
+			buf = make([]byte, s.c.cs)
+		}
+		k, rerr := blobFill(dr, buf)
+		if k > 0 {
+			kept, err := s.add(buf[:k])
+			if err != nil {
+				return err
+			}
+			if kept {
+				s.scratch = nil
+			} else {
+				s.scratch = buf
+			}
+		}
+		switch {
+		case rerr == io.EOF:
+			return nil
+		case rerr == nil:
+		case cr.err != nil:
+			return cr.err
+		case ctx.Err() != nil:
+			return ctx.Err()
+		default:
+			return s.decodeErr(rerr)
+		}
+	}
+}
+
+func (s *blobDecSink) decodeErr(err error) error {
+	if errors.Is(err, layout.ErrCorrupt) {
+		return &blobDecodeError{fmt.Errorf("%s: %s body: %w", s.key(), s.space.encoding(), err)}
+	}
+	return &blobDecodeError{fmt.Errorf("%s: %w: %s body: %v", s.key(), layout.ErrCorrupt, s.space.encoding(), err)}
+}
+
+// add takes one decoded chunk; it reports whether it kept buf.
+func (s *blobDecSink) add(buf []byte) (bool, error) {
+	idx := int64(len(s.hashes))
+	s.hashes = append(s.hashes, sha256.Sum256(buf))
+	s.h.Write(buf)
+	s.total += int64(len(buf))
+	if s.total > s.c.opts.MaxDecoded {
+		return false, fmt.Errorf("%s: %w: %s body decodes past %d bytes", s.key(), layout.ErrTooLarge, s.space.encoding(), s.c.opts.MaxDecoded)
+	}
+	k := blobChunkKey{s.d, s.space, idx}
+	if s.f == nil {
+		if s.total <= s.c.spillAt && s.mem.take(k, buf) {
+			return true, nil
+		}
+		if err := s.openFile(); err != nil {
+			return false, err
+		}
+		for _, b := range s.mem.bufs {
+			if err := s.write(b); err != nil {
+				return false, err
+			}
+		}
+		// Keep the wanted chunks staged, release the others.
+		s.c.mu.Lock()
+		for i, mk := range s.mem.keys {
+			b := s.mem.bufs[i]
+			if s.stage.wants(mk.idx) {
+				s.stage.keys = append(s.stage.keys, mk)
+				s.stage.bufs = append(s.stage.bufs, b)
+				s.stage.bytes += int64(len(b))
+			} else {
+				s.c.reserved -= int64(len(b))
+			}
+		}
+		s.c.mu.Unlock()
+		s.mem.keys, s.mem.bufs, s.mem.bytes = nil, nil, 0
+	}
+	if err := s.write(buf); err != nil {
+		return false, err
+	}
+	return s.stage.offer(k, buf), nil
+}
+
+// openFile starts the file of a body too large for memory: a disk cache
+// entry if there is a disk cache, else an anonymous spill file.
+func (s *blobDecSink) openFile() error {
+	if dc := s.c.disk; dc != nil && dc.enabled() {
+		if t, err := dc.create(); err == nil {
+			s.tmp, s.f = t, t.f
+			return nil
+		}
+	}
+	f, err := os.CreateTemp(s.c.opts.SpillDir, "pugfs-spill-*")
+	if err != nil {
+		return fmt.Errorf("cache: %s: spill file for the decoded body: %w", s.key(), err)
+	}
+	// Unlinked at once: the space goes when the file is closed, even if
+	// the process dies.
+	_ = os.Remove(f.Name())
+	s.f, s.spill = f, true
+	return nil
+}
+
+func (s *blobDecSink) write(b []byte) error {
+	if s.tmp != nil {
+		return s.tmp.write(b)
+	}
+	if _, err := s.f.Write(b); err != nil {
+		return fmt.Errorf("cache: %s: spill file: %w", s.key(), err)
+	}
+	return nil
+}
+
+// publish installs the decoded body.
+func (s *blobDecSink) publish() (*blobDecodeResult, error) {
+	dec := &blobDecoded{size: s.total, hashes: s.hashes, f: s.f, spill: s.spill}
+	s.h.Sum(dec.sum[:0])
+	if s.tmp != nil {
+		if !s.tmp.commit(dec.sum) {
+			// Not kept in the disk cache (too big, or the disk failed); the
+			// open file still serves this process.
+			dec.spill = true
+		}
+		s.tmp = nil
+	}
+	return s.c.publishDecoded(s.d, s.space, dec, s.want, s.mem, s.stage), nil
+}
+
+// abort releases everything the sink holds.
+func (s *blobDecSink) abort() {
+	s.mem.abort()
+	s.stage.abort()
+	if s.tmp != nil {
+		s.tmp.abort()
+		s.tmp = nil
+	} else if s.f != nil {
+		s.f.Close()
+	}
+	s.f = nil
+}
+
+// blobCountReader remembers how much was read and how the input ended, so
+// that input failures are told apart from decoding failures.
+type blobCountReader struct {
+	r   io.Reader
+	n   int64
+	eof bool
+	err error
+}
+
+func (r *blobCountReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.n += int64(n)
+	if err == io.EOF {
+		r.eof = true
+	} else if err != nil {
+		r.err = err
+	}
+	return n, err
+}
+
+// blobFill reads until buf is full; unlike io.ReadFull it passes the
+// reader's own errors through (a decoder's io.ErrUnexpectedEOF is a
+// truncated stream, not a short last chunk) and returns io.EOF only at the
+// real end.
+func blobFill(r io.Reader, buf []byte) (int, error) {
+	n, idle := 0, 0
+	for n < len(buf) {
+		k, err := r.Read(buf[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
+		if k == 0 {
+			if idle++; idle > 100 {
+				return n, io.ErrNoProgress
+			}
+		}
+	}
+	return n, nil
+}
+
+// blobDecodeJob decodes alongside a verify pass: the pass feeds each raw
+// chunk through a pipe, and the result is published only once the pass
+// has proven the raw bytes.
+type blobDecodeJob struct {
+	space blobSpace
+	pw    *io.PipeWriter
+	done  chan struct{}
+	sink  *blobDecSink
+	err   error
+	dead  bool // the decoder stopped reading
+}
+
+func (c *BlobCache) startDecodeJob(ctx context.Context, d layout.Digest, space blobSpace, want int64) *blobDecodeJob {
+	pr, pw := io.Pipe()
+	j := &blobDecodeJob{space: space, pw: pw, done: make(chan struct{}), sink: c.newDecSink(d, space, want)}
+	go func() {
+		defer close(j.done)
+		j.err = j.sink.run(ctx, pr)
+		pr.CloseWithError(errBlobDecodeDone)
+	}()
+	return j
+}
+
+// feed hands buf to the decoder; buf may be reused once feed returns.
+func (j *blobDecodeJob) feed(buf []byte) {
+	if j.dead {
+		return
+	}
+	if _, err := j.pw.Write(buf); err != nil {
+		j.dead = true
+	}
+}
+
+// finish ends the input and publishes the decoded body (the raw bytes are
+// proven by now).
+func (j *blobDecodeJob) finish() (*blobDecodeResult, error) {
+	j.pw.Close()
+	<-j.done
+	if j.err != nil {
+		j.sink.abort()
+		return nil, j.err
+	}
+	return j.sink.publish()
+}
+
+// abort stops the decoder and discards its output.
+func (j *blobDecodeJob) abort(err error) {
+	j.pw.CloseWithError(err)
+	<-j.done
+	j.sink.abort()
+}

@@ -1,0 +1,357 @@
+package cache
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/pugmark/pugfs/layout"
+)
+
+func gzipOf(t testing.TB, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w := gzip.NewWriter(&buf)
+	if _, err := w.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func zstdOf(t testing.TB, b []byte) []byte {
+	t.Helper()
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc.Close()
+	return enc.EncodeAll(b, nil)
+}
+
+// blobTestText is compressible content with some variety.
+func blobTestText(n int) []byte {
+	var b bytes.Buffer
+	for i := 0; b.Len() < n; i++ {
+		b.WriteString(`{"line":`)
+		b.WriteString(strings.Repeat("x", i%37))
+		b.WriteString("}\n")
+	}
+	return b.Bytes()[:n]
+}
+
+func encodeAs(t testing.TB, enc string, b []byte) []byte {
+	if enc == "gzip" {
+		return gzipOf(t, b)
+	}
+	return zstdOf(t, b)
+}
+
+func TestBlobDecoded(t *testing.T) {
+	ctx := context.Background()
+	const cs = 16 << 10
+	for _, enc := range []string{"gzip", "zstd"} {
+		for _, size := range []int{0, 2000, 300 << 10} {
+			t.Run(enc+"/"+strconv.Itoa(size), func(t *testing.T) {
+				plain := blobTestText(size)
+				stored := encodeAs(t, enc, plain)
+				store, ds := storeWith(t, stored)
+				spill := t.TempDir()
+				c := newTestBlobCache(t, store, BlobOptions{ChunkSize: cs, MemBytes: 1 << 20, SpillDir: spill})
+				d := &layout.Descriptor{Digest: ds[0], Size: int64(len(stored)), ContentEncoding: strings.ToUpper(enc), ContentType: "application/json"}
+				if got, err := c.Size(ctx, d); err != nil || got != int64(len(plain)) {
+					t.Fatalf("Size = %d, %v; want %d", got, err, len(plain))
+				}
+				passes := c.Stats().VerifyPasses
+				for _, step := range []int{4096, 7777} {
+					got, err := readAll(ctx, c, d, step)
+					if err != nil || !bytes.Equal(got, plain) {
+						t.Fatalf("read in steps of %d: %d bytes, %v", step, len(got), err)
+					}
+				}
+				if size > 0 {
+					p := make([]byte, 333)
+					off := int64(size / 3)
+					n, err := c.ReadAt(ctx, d, p, off)
+					if (err != nil && err != io.EOF) || !bytes.Equal(p[:n], plain[off:min(int(off)+333, size)]) {
+						t.Fatalf("odd read: %d %v", n, err)
+					}
+				}
+				// Evicted decoded chunks come back: from the spill file, or by
+				// decoding again.
+				c.dropMemory()
+				if got, err := readAll(ctx, c, d, 5000); err != nil || !bytes.Equal(got, plain) {
+					t.Fatalf("after eviction: %d bytes, %v", len(got), err)
+				}
+				if st := c.Stats(); st.VerifyPasses != passes || st.VerifyPasses != 1 {
+					t.Fatalf("verify passes %d (after Size %d); want exactly one", st.VerifyPasses, passes)
+				}
+				// The stored bytes stay readable as they are.
+				raw := make([]byte, len(stored))
+				if n, err := c.ReadRawAt(ctx, ds[0], int64(len(stored)), raw, 0); n != len(stored) || !bytes.Equal(raw, stored) {
+					t.Fatalf("raw view: %d %v", n, err)
+				}
+				if ents, _ := os.ReadDir(spill); len(ents) != 0 {
+					t.Fatalf("spill files left visible: %v", ents)
+				}
+			})
+		}
+	}
+}
+
+func TestBlobDecodedConcurrent(t *testing.T) {
+	ctx := context.Background()
+	plain := blobTestText(200 << 10)
+	stored := gzipOf(t, plain)
+	src := newFakeBlobSource()
+	dg := src.put(stored)
+	c := newTestBlobCache(t, src, BlobOptions{ChunkSize: 8 << 10, MemBytes: 128 << 10, SpillDir: t.TempDir()})
+	d := &layout.Descriptor{Digest: dg, Size: int64(len(stored)), ContentEncoding: "gzip"}
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := readAll(ctx, c, d, 1000+i*777)
+			if err == nil && !bytes.Equal(got, plain) {
+				err = errors.New("wrong content")
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := c.Stats(); st.VerifyPasses != 1 || st.MemPeak > 128<<10 {
+		t.Fatalf("want one pass within the budget: %+v", st)
+	}
+}
+
+func TestBlobSniff(t *testing.T) {
+	ctx := context.Background()
+	plain := blobTestText(50 << 10)
+	gz, zs := gzipOf(t, plain), zstdOf(t, plain)
+	small := []byte(`{"small":true}`)
+	smallGz := gzipOf(t, small)
+	notGzip := append([]byte{0x1f, 0x8b}, []byte("just text that starts oddly")...)
+	cases := []struct {
+		name, ct string
+		stored   []byte
+		inline   bool
+		want     []byte
+	}{
+		{"a.json", "application/json", gz, false, plain},
+		{"a.txt", "", zs, false, plain},
+		{"a.txt", "text/plain; charset=utf-8", zs, false, plain},
+		{"a", "application/vnd.pugmark+json", gz, false, plain},
+		{"a.ndjson", "application/x-ndjson", gz, false, plain},
+		{"small.json", "application/json", smallGz, true, small},
+		{"a.json.gz", "application/json", gz, false, gz},
+		{"a.bin", "application/octet-stream", gz, false, gz},
+		{"odd.txt", "text/plain", notGzip, false, notGzip},
+		{"plain.json", "application/json", plain, false, plain},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name+" "+tc.ct, func(t *testing.T) {
+			src := newFakeBlobSource()
+			dg := src.put(tc.stored)
+			c := newTestBlobCache(t, src, BlobOptions{ChunkSize: 4096})
+			d := &layout.Descriptor{Digest: dg, Size: int64(len(tc.stored)), Name: tc.name, ContentType: tc.ct}
+			if tc.inline {
+				d.Data = bytes.Clone(tc.stored)
+			}
+			if got, err := c.Size(ctx, d); err != nil || got != int64(len(tc.want)) {
+				t.Fatalf("Size = %d, %v; want %d", got, err, len(tc.want))
+			}
+			got, err := readAll(ctx, c, d, 3000)
+			if err != nil || !bytes.Equal(got, tc.want) {
+				t.Fatalf("read %d bytes, %v; want %d", len(got), err, len(tc.want))
+			}
+			st := c.Stats()
+			if tc.inline && st.BackendReads != 0 {
+				t.Fatalf("inline body fetched: %+v", st)
+			}
+			if !tc.inline && st.VerifyPasses != 1 {
+				t.Fatalf("verify passes = %d, want 1", st.VerifyPasses)
+			}
+		})
+	}
+}
+
+func TestBlobDecompressionBomb(t *testing.T) {
+	ctx := context.Background()
+	zeros := make([]byte, 4<<20)
+	for _, enc := range []string{"gzip", "zstd"} {
+		for _, declared := range []bool{true, false} {
+			name := enc + "/declared"
+			if !declared {
+				name = enc + "/sniffed"
+			}
+			t.Run(name, func(t *testing.T) {
+				stored := encodeAs(t, enc, zeros)
+				src := newFakeBlobSource()
+				dg := src.put(stored)
+				c := newTestBlobCache(t, src, BlobOptions{ChunkSize: 64 << 10, MaxDecoded: 1 << 20, SpillDir: t.TempDir()})
+				d := &layout.Descriptor{Digest: dg, Size: int64(len(stored)), ContentType: "application/json"}
+				if declared {
+					d.ContentEncoding = enc
+				}
+				if _, err := c.Size(ctx, d); !errors.Is(err, layout.ErrTooLarge) {
+					t.Fatalf("Size: %v, want ErrTooLarge", err)
+				}
+				if n, err := c.ReadAt(ctx, d, make([]byte, 10), 0); !errors.Is(err, layout.ErrTooLarge) || n != 0 {
+					t.Fatalf("ReadAt: %d, %v, want ErrTooLarge", n, err)
+				}
+				if st := c.Stats(); st.VerifyPasses != 1 {
+					t.Fatalf("the bomb was fetched %d times", st.VerifyPasses)
+				}
+			})
+		}
+	}
+}
+
+func TestBlobDeclaredEncodingWrong(t *testing.T) {
+	ctx := context.Background()
+	body := []byte("this is not gzip at all, though the descriptor says so")
+	src := newFakeBlobSource()
+	dg := src.put(body)
+	c := newTestBlobCache(t, src, BlobOptions{})
+	for _, enc := range []string{"gzip", "zstd", "br"} {
+		d := &layout.Descriptor{Digest: dg, Size: int64(len(body)), ContentEncoding: enc}
+		_, err := c.ReadAt(ctx, d, make([]byte, 10), 0)
+		if !errors.Is(err, layout.ErrCorrupt) || !strings.Contains(err.Error(), "objects/sha256:"+dg.Hex()) {
+			t.Fatalf("%s: %v; want ErrCorrupt naming the key", enc, err)
+		}
+	}
+	raw := make([]byte, len(body))
+	if n, err := c.ReadRawAt(ctx, dg, int64(len(body)), raw, 0); n != len(body) || err != nil || !bytes.Equal(raw, body) {
+		t.Fatalf("raw view of a body that does not decode: %d %v", n, err)
+	}
+}
+
+func TestBlobDecodedCorruptRaw(t *testing.T) {
+	ctx := context.Background()
+	stored := gzipOf(t, blobTestText(20<<10))
+	src := newFakeBlobSource()
+	dg := layout.DigestOf(stored)
+	bad := bytes.Clone(stored)
+	bad[len(bad)/2] ^= 0xff
+	src.putAs(dg, bad)
+	c := newTestBlobCache(t, src, BlobOptions{ChunkSize: 4096})
+	d := &layout.Descriptor{Digest: dg, Size: int64(len(stored)), ContentEncoding: "gzip"}
+	if _, err := c.Size(ctx, d); !errors.Is(err, layout.ErrCorrupt) || !strings.Contains(err.Error(), dg.Hex()) {
+		t.Fatalf("Size: %v", err)
+	}
+	if n, err := c.ReadAt(ctx, d, make([]byte, 10), 0); !errors.Is(err, layout.ErrCorrupt) || n != 0 {
+		t.Fatalf("ReadAt: %d %v", n, err)
+	}
+	// The same corrupt blob, sniffed: still an error, not the raw bytes.
+	d2 := &layout.Descriptor{Digest: dg, Size: int64(len(stored)), ContentType: "application/json"}
+	if n, err := c.ReadAt(ctx, d2, make([]byte, 10), 0); !errors.Is(err, layout.ErrCorrupt) || n != 0 {
+		t.Fatalf("sniffed ReadAt: %d %v", n, err)
+	}
+}
+
+func TestBlobSizeMismatch(t *testing.T) {
+	ctx := context.Background()
+	body := blobTestBody(3000, 8)
+	src := newFakeBlobSource()
+	dg := src.put(body)
+	c := newTestBlobCache(t, src, BlobOptions{ChunkSize: 1024})
+	d := &layout.Descriptor{Digest: dg, Size: int64(len(body)), ContentType: "image/png"}
+	if _, err := readAll(ctx, c, d, 1000); err != nil {
+		t.Fatal(err)
+	}
+	wrong := &layout.Descriptor{Digest: dg, Size: int64(len(body)) + 1, ContentType: "image/png"}
+	if _, err := c.ReadAt(ctx, wrong, make([]byte, 10), 0); !errors.Is(err, layout.ErrCorrupt) || !strings.Contains(err.Error(), "descriptor size") {
+		t.Fatalf("wrong size: %v", err)
+	}
+	// The right descriptor is not affected.
+	if got, err := readAll(ctx, c, d, 1000); err != nil || !bytes.Equal(got, body) {
+		t.Fatal(err)
+	}
+}
+
+func TestBlobSpillBound(t *testing.T) {
+	ctx := context.Background()
+	src := newFakeBlobSource()
+	var ds []*layout.Descriptor
+	var plains [][]byte
+	for i := range 4 {
+		p := blobTestText(80<<10 + i)
+		s := gzipOf(t, p)
+		ds = append(ds, &layout.Descriptor{Digest: src.put(s), Size: int64(len(s)), ContentEncoding: "gzip"})
+		plains = append(plains, p)
+	}
+	// Without a disk cache, DiskBytes bounds the spill files held open.
+	c := newTestBlobCache(t, src, BlobOptions{ChunkSize: 8 << 10, MemBytes: 64 << 10, DiskBytes: 200 << 10, SpillDir: t.TempDir()})
+	for round := range 2 {
+		for i, d := range ds {
+			got, err := readAll(ctx, c, d, 3000)
+			if err != nil || !bytes.Equal(got, plains[i]) {
+				t.Fatalf("round %d body %d: %v", round, i, err)
+			}
+			c.mu.Lock()
+			spill := c.spillBytes
+			c.mu.Unlock()
+			if spill > 200<<10 {
+				t.Fatalf("spill bytes %d past the bound", spill)
+			}
+		}
+	}
+}
+
+func TestBlobDecodedCopyDamaged(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	plain := blobTestText(300 << 10)
+	stored := gzipOf(t, plain)
+	src := newFakeBlobSource()
+	dg := src.put(stored)
+	var log blobLog
+	opts := diskOpts(dir)
+	opts.Logger = log.logger()
+	c := newTestBlobCache(t, src, opts)
+	d := &layout.Descriptor{Digest: dg, Size: int64(len(stored)), ContentEncoding: "gzip"}
+	if got, err := readAll(ctx, c, d, 10000); err != nil || !bytes.Equal(got, plain) {
+		t.Fatal(err)
+	}
+	sum := layout.DigestOf(plain).Hex()
+	p := filepath.Join(dir, diskSubdir, diskData, sum[:2], sum)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("decoded body not in the disk cache: %v", err)
+	}
+	// Damage the decoded copy in place (the open descriptor sees it too).
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{b[100] ^ 1}, 100); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	c.dropMemory()
+	if got, err := readAll(ctx, c, d, 10000); err != nil || !bytes.Equal(got, plain) {
+		t.Fatalf("after damage: %v", err)
+	}
+	if log.count("damaged") == 0 {
+		t.Fatalf("damage not reported:\n%s", log.String())
+	}
+}

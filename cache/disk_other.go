@@ -1,0 +1,18 @@
+//go:build !unix
+
+package cache
+
+import (
+	"errors"
+	"io/fs"
+	"syscall"
+)
+
+// diskNoFollow is 0 where O_NOFOLLOW does not exist; os.Root still keeps
+// every access inside the cache directory.
+const diskNoFollow = 0
+
+// diskFatal reports errors after which the disk tier cannot work.
+func diskFatal(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, fs.ErrPermission)
+}

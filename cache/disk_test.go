@@ -1,0 +1,437 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// diskFixture is a set of bodies of every kind the disk tier stores: plain
+// multi-chunk, a large decoded body (its own disk entry), a small decoded
+// one (memory only, re-decoded from the raw entry), and a sniffed one.
+type diskFixture struct {
+	src   *fakeBlobSource
+	ds    []*layout.Descriptor
+	wants [][]byte
+}
+
+func newDiskFixture(t *testing.T) *diskFixture {
+	f := &diskFixture{src: newFakeBlobSource()}
+	add := func(stored, want []byte, d layout.Descriptor) {
+		d.Digest, d.Size = f.src.put(stored), int64(len(stored))
+		f.ds = append(f.ds, &d)
+		f.wants = append(f.wants, want)
+	}
+	plain := blobTestBody(70<<10, 20)
+	add(plain, plain, layout.Descriptor{Name: "a.bin", ContentType: "application/octet-stream"})
+	big := blobTestText(300 << 10)
+	add(gzipOf(t, big), big, layout.Descriptor{Name: "big.json", ContentEncoding: "gzip"})
+	small := blobTestText(3000)
+	add(zstdOf(t, small), small, layout.Descriptor{Name: "small.json", ContentEncoding: "zstd"})
+	sniffed := blobTestText(100 << 10)
+	add(gzipOf(t, sniffed), sniffed, layout.Descriptor{Name: "lost.json", ContentType: "application/json"})
+	return f
+}
+
+func (f *diskFixture) check(t *testing.T, c *BlobCache) {
+	t.Helper()
+	ctx := context.Background()
+	for i, d := range f.ds {
+		if sz, err := c.Size(ctx, d); err != nil || sz != int64(len(f.wants[i])) {
+			t.Fatalf("%s: Size = %d, %v; want %d", d.Name, sz, err, len(f.wants[i]))
+		}
+		got, err := readAll(ctx, c, d, 5000)
+		if err != nil || !bytes.Equal(got, f.wants[i]) {
+			t.Fatalf("%s: read %d bytes, %v", d.Name, len(got), err)
+		}
+	}
+}
+
+func diskOpts(dir string) BlobOptions {
+	return BlobOptions{ChunkSize: 16 << 10, MemBytes: 1 << 20, DiskDir: dir, DiskBytes: 64 << 20}
+}
+
+func TestDiskSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	f := newDiskFixture(t)
+	c1 := newTestBlobCache(t, f.src, diskOpts(dir))
+	if !c1.Stats().DiskEnabled {
+		t.Fatal("disk cache not enabled")
+	}
+	f.check(t, c1)
+	if err := c1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	reads := f.src.reads.Load()
+
+	// A new instance (a remount) answers from the directory alone.
+	f.src.set(func(s *fakeBlobSource) {
+		s.fail = func(layout.Digest) error { return errors.New("backend must not be used") }
+	})
+	c2 := newTestBlobCache(t, f.src, diskOpts(dir))
+	f.check(t, c2)
+	if got := f.src.reads.Load(); got != reads {
+		t.Fatalf("second instance made %d backend reads", got-reads)
+	}
+	st := c2.Stats()
+	if st.DiskHits == 0 || st.DiskBytes == 0 {
+		t.Fatalf("no disk use: %+v", st)
+	}
+	// Evicted from memory, chunks come back from disk, re-checked.
+	c2.dropMemory()
+	f.check(t, c2)
+	if got := f.src.reads.Load(); got != reads {
+		t.Fatalf("after memory eviction: %d backend reads", got-reads)
+	}
+}
+
+func TestDiskDamagedEntry(t *testing.T) {
+	dir := t.TempDir()
+	f := newDiskFixture(t)
+	c1 := newTestBlobCache(t, f.src, diskOpts(dir))
+	f.check(t, c1)
+	c1.Close()
+	// Damage every body file; the info records stay.
+	var damaged int
+	err := filepath.WalkDir(filepath.Join(dir, diskSubdir, diskData), func(p string, de fs.DirEntry, err error) error {
+		if err != nil || !de.Type().IsRegular() {
+			return err
+		}
+		if err := os.Chmod(p, 0o644); err != nil {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		b[len(b)/2] ^= 0x20
+		damaged++
+		return os.WriteFile(p, b, 0o644)
+	})
+	if err != nil || damaged == 0 {
+		t.Fatalf("damaging entries: %d, %v", damaged, err)
+	}
+	var log blobLog
+	opts := diskOpts(dir)
+	opts.Logger = log.logger()
+	reads := f.src.reads.Load()
+	c2 := newTestBlobCache(t, f.src, opts)
+	f.check(t, c2)
+	if f.src.reads.Load() == reads {
+		t.Fatal("damaged entries were used without a backend read")
+	}
+	if log.count("failed verification") == 0 {
+		t.Fatalf("no warning about the damaged copies:\n%s", log.String())
+	}
+	if c2.Stats().VerifyFailures != 0 {
+		t.Fatal("a damaged local copy was counted as a corrupt blob")
+	}
+
+	// Damage after the copy was verified: chunk re-reads check their hash.
+	h := f.ds[0].Digest.Hex()
+	p := filepath.Join(dir, diskSubdir, diskData, h[:2], h)
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, bytes.Repeat([]byte{'z'}, int(f.ds[0].Size)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c2.dropMemory()
+	reads = f.src.reads.Load()
+	f.check(t, c2)
+	if f.src.reads.Load() == reads || log.count("damaged") == 0 {
+		t.Fatalf("damage after verification not caught:\n%s", log.String())
+	}
+}
+
+func TestDiskShared(t *testing.T) {
+	dir := t.TempDir()
+	f := newDiskFixture(t)
+	cs := []*BlobCache{newTestBlobCache(t, f.src, diskOpts(dir)), newTestBlobCache(t, f.src, diskOpts(dir))}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*3*len(f.ds))
+	for _, c := range cs {
+		for r := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range f.ds {
+					i := (i + r) % len(f.ds)
+					got, err := readAll(context.Background(), c, f.ds[i], 4000+r)
+					if err == nil && !bytes.Equal(got, f.wants[i]) {
+						err = fmt.Errorf("%s: wrong content", f.ds[i].Name)
+					}
+					errs <- err
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ents, err := os.ReadDir(filepath.Join(dir, diskSubdir, diskTmp)); err != nil || len(ents) != 0 {
+		t.Fatalf("temp files left: %v %v", ents, err)
+	}
+	for _, d := range f.ds {
+		h := d.Digest.Hex()
+		if fi, err := os.Lstat(filepath.Join(dir, diskSubdir, diskData, h[:2], h)); err != nil || !fi.Mode().IsRegular() || fi.Size() != d.Size {
+			t.Fatalf("%s: no whole entry: %v", d.Name, err)
+		}
+	}
+	// A third instance sees the union without the backend.
+	reads := f.src.reads.Load()
+	f.check(t, newTestBlobCache(t, f.src, diskOpts(dir)))
+	if f.src.reads.Load() != reads {
+		t.Fatal("shared directory incomplete")
+	}
+}
+
+// readOnlyRemove makes removal behave as it does for an unprivileged user
+// on a write-protected entry (tests run as root, who may remove anything).
+func readOnlyRemove(dc *diskCache, calls *int, mu *sync.Mutex) func(string) error {
+	return func(name string) error {
+		mu.Lock()
+		*calls++
+		mu.Unlock()
+		if fi, err := dc.root.Lstat(name); err == nil && fi.Mode()&fs.ModeSymlink == 0 && fi.Mode().Perm()&0o200 == 0 {
+			return &fs.PathError{Op: "remove", Path: name, Err: syscall.EACCES}
+		}
+		return dc.root.Remove(name)
+	}
+}
+
+func TestDiskReadOnlyRemoval(t *testing.T) {
+	t.Run("clear", func(t *testing.T) {
+		dir := t.TempDir()
+		f := newDiskFixture(t)
+		c := newTestBlobCache(t, f.src, diskOpts(dir))
+		var calls int
+		var mu sync.Mutex
+		c.disk.removeFn = readOnlyRemove(c.disk, &calls, &mu)
+		f.check(t, c)
+		entries := diskFiles(t, dir)
+		if len(entries) == 0 {
+			t.Fatal("nothing cached")
+		}
+		for _, p := range entries {
+			if fi, _ := os.Lstat(p); fi.Mode().Perm()&0o200 != 0 && strings.Contains(p, diskData) {
+				t.Fatalf("%s is writable; entries are meant to be read-only", p)
+			}
+		}
+		// A write-protected leftover directory in tmp/ too.
+		left := filepath.Join(dir, diskSubdir, diskTmp, "leftover")
+		if err := os.Mkdir(left, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(left, "x"), []byte("x"), 0o444); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(left, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ClearDisk(); err != nil {
+			t.Fatal(err)
+		}
+		if left := diskFiles(t, dir); len(left) != 0 {
+			t.Fatalf("left after clear: %v", left)
+		}
+		if calls <= len(entries) {
+			t.Fatalf("%d removals for %d read-only entries: no retry happened", calls, len(entries))
+		}
+		if st := c.Stats(); st.DiskBytes != 0 {
+			t.Fatalf("DiskBytes %d after clear", st.DiskBytes)
+		}
+	})
+	t.Run("evict", func(t *testing.T) {
+		dir := t.TempDir()
+		src := newFakeBlobSource()
+		opts := diskOpts(dir)
+		opts.DiskBytes = 100 << 10
+		c := newTestBlobCache(t, src, opts)
+		var calls int
+		var mu sync.Mutex
+		c.disk.removeFn = readOnlyRemove(c.disk, &calls, &mu)
+		for i := range 6 {
+			b := blobTestBody(40<<10, uint64(30+i))
+			d := &layout.Descriptor{Digest: src.put(b), Size: int64(len(b)), ContentType: "application/octet-stream"}
+			if got, err := readAll(context.Background(), c, d, 9000); err != nil || !bytes.Equal(got, b) {
+				t.Fatal(err)
+			}
+		}
+		st := c.Stats()
+		if st.DiskEvictions == 0 || st.DiskBytes > opts.DiskBytes {
+			t.Fatalf("no eviction within the bound: %+v", st)
+		}
+		var total int64
+		for _, p := range diskFiles(t, dir) {
+			fi, _ := os.Lstat(p)
+			total += fi.Size()
+		}
+		if total > opts.DiskBytes {
+			t.Fatalf("%d bytes on disk, bound %d", total, opts.DiskBytes)
+		}
+	})
+}
+
+// diskFiles lists every non-directory under the cache directory.
+func diskFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(filepath.Join(dir, diskSubdir), func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !de.IsDir() {
+			out = append(out, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestDiskSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	body := blobTestBody(40<<10, 40)
+	src := newFakeBlobSource()
+	dg := src.put(body)
+	h := dg.Hex()
+	// Prepare the directory layout, then plant links pointing outside: one
+	// with the name of the blob's entry (holding the right bytes, even), one
+	// in place of a shard directory, one in info/.
+	c0 := newTestBlobCache(t, src, diskOpts(dir))
+	c0.Close()
+	victim := filepath.Join(outside, "victim")
+	if err := os.WriteFile(victim, body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outsideShard := filepath.Join(outside, "shard")
+	if err := os.Mkdir(outsideShard, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	keep := filepath.Join(outsideShard, strings.Repeat("0", 64))
+	if err := os.WriteFile(keep, []byte("keep me"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(dir, diskSubdir)
+	if err := os.MkdirAll(filepath.Join(base, diskData, h[:2]), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	links := map[string]string{
+		filepath.Join(base, diskData, h[:2], h): victim,
+		filepath.Join(base, diskData, "00"):     outsideShard,
+		filepath.Join(base, diskInfo, h[:2]):    outsideShard,
+	}
+	for link, target := range links {
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newTestBlobCache(t, src, diskOpts(dir))
+	if st := c.Stats(); st.DiskBytes != 0 {
+		t.Fatalf("links counted as entries: %+v", st)
+	}
+	d := &layout.Descriptor{Digest: dg, Size: int64(len(body)), ContentType: "application/json"}
+	if got, err := readAll(context.Background(), c, d, 7000); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("read: %v", err)
+	}
+	if src.reads.Load() == 0 {
+		t.Fatal("the planted link was trusted as a cache entry")
+	}
+	if err := c.ClearDisk(); err != nil {
+		t.Logf("clear: %v", err)
+	}
+	for _, p := range []string{victim, keep} {
+		if b, err := os.ReadFile(p); err != nil || len(b) == 0 {
+			t.Fatalf("%s outside the cache was touched: %v", p, err)
+		}
+	}
+	if b, _ := os.ReadFile(victim); !bytes.Equal(b, body) {
+		t.Fatal("the link target was written through")
+	}
+	if ents, _ := os.ReadDir(outsideShard); len(ents) != 1 {
+		t.Fatalf("outside directory changed: %v", ents)
+	}
+}
+
+func TestDiskUnwritable(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, dir := range map[string]string{"under a file": filepath.Join(file, "cache"), "a file": file} {
+		t.Run(name, func(t *testing.T) {
+			var log blobLog
+			opts := diskOpts(dir)
+			opts.Logger = log.logger()
+			f := newDiskFixture(t)
+			c := newTestBlobCache(t, f.src, opts)
+			f.check(t, c)
+			if c.Stats().DiskEnabled {
+				t.Fatal("disk cache enabled on an unusable directory")
+			}
+			if n := strings.Count(log.String(), "level=WARN"); n != 1 {
+				t.Fatalf("%d warnings, want 1:\n%s", n, log.String())
+			}
+		})
+	}
+}
+
+func TestDiskFull(t *testing.T) {
+	dir := t.TempDir()
+	var log blobLog
+	opts := diskOpts(dir)
+	opts.Logger = log.logger()
+	f := newDiskFixture(t)
+	c := newTestBlobCache(t, f.src, opts)
+	c.disk.createFn = func(name string) (*os.File, error) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: syscall.ENOSPC}
+	}
+	f.check(t, c)
+	c.dropMemory()
+	f.check(t, c)
+	if c.Stats().DiskEnabled {
+		t.Fatal("disk cache still enabled after ENOSPC")
+	}
+	if n := log.count("disk cache disabled"); n != 1 || strings.Count(log.String(), "level=WARN") != 1 {
+		t.Fatalf("want exactly one warning:\n%s", log.String())
+	}
+}
+
+func TestDiskInfoRecord(t *testing.T) {
+	var sh blobShape
+	sh.sniffed, sh.sniff = true, blobGzip
+	sh.dec[blobGzip] = blobDecInfo{known: true, size: 12345, sum: layout.DigestOf([]byte("x"))}
+	rec := diskEncodeInfo(sh)
+	got, ok := diskDecodeInfo(rec)
+	if !ok || got != sh {
+		t.Fatalf("round trip: %+v %v", got, ok)
+	}
+	for i := range rec {
+		bad := bytes.Clone(rec)
+		bad[i] ^= 0x01
+		if got, ok := diskDecodeInfo(bad); ok && got != sh {
+			t.Fatalf("damage at %d accepted: %+v", i, got)
+		}
+	}
+	if _, ok := diskDecodeInfo(rec[:len(rec)-10]); ok {
+		t.Fatal("truncated record accepted")
+	}
+}

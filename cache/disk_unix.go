@@ -1,0 +1,20 @@
+//go:build unix
+
+package cache
+
+import (
+	"errors"
+	"io/fs"
+	"syscall"
+)
+
+// diskNoFollow makes opening an entry fail on a symbolic link instead of
+// following it.
+const diskNoFollow = syscall.O_NOFOLLOW
+
+// diskFatal reports errors after which the disk tier cannot work: a full
+// disk or quota, a read-only file system, missing permission.
+func diskFatal(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) ||
+		errors.Is(err, syscall.EROFS) || errors.Is(err, fs.ErrPermission)
+}
