@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gocloud.dev/blob"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// bucketURL turns a command-line bucket argument into a URL for the
+// gocloud URL mux: a plain path (absolute or relative) is the project's
+// local driver, file:///abs/path; anything with a scheme is passed through.
+// local is the directory for plain paths and file:// URLs, so callers can
+// give a clear error for a directory that does not exist.
+func bucketURL(arg string) (u, local string, err error) {
+	if arg == "" {
+		return "", "", usagef("empty BUCKET-URL")
+	}
+	if !strings.Contains(arg, "://") {
+		abs, err := filepath.Abs(arg)
+		if err != nil {
+			return "", "", fmt.Errorf("bucket path %s: %w", arg, err)
+		}
+		return (&url.URL{Scheme: "file", Path: abs}).String(), abs, nil
+	}
+	p, err := url.Parse(arg)
+	if err != nil || p.Scheme == "" {
+		return "", "", usagef("BUCKET-URL %q is neither a path nor a URL", arg)
+	}
+	if p.Scheme == "file" || strings.HasSuffix(p.Scheme, "+file") {
+		local = p.Path
+		if p.Host == "." {
+			local = strings.TrimPrefix(local, "/")
+		}
+	}
+	return arg, local, nil
+}
+
+// openBucket opens a bucket argument. With create, a missing local
+// directory is created (pugfs demo); otherwise it is an error that says
+// so, rather than the driver's ENOENT.
+func openBucket(ctx context.Context, arg string, create bool) (*blob.Bucket, string, error) {
+	u, local, err := bucketURL(arg)
+	if err != nil {
+		return nil, "", err
+	}
+	if local != "" {
+		st, err := os.Stat(local)
+		switch {
+		case errors.Is(err, os.ErrNotExist) && create:
+			if err := os.MkdirAll(local, 0o755); err != nil {
+				return nil, u, fmt.Errorf("create bucket directory: %w", err)
+			}
+		case errors.Is(err, os.ErrNotExist):
+			return nil, u, fmt.Errorf("bucket directory %s does not exist (pugfs demo %s writes a demo bucket there)", local, arg)
+		case err != nil:
+			return nil, u, fmt.Errorf("bucket directory: %w", err)
+		case !st.IsDir():
+			return nil, u, fmt.Errorf("bucket %s is not a directory", local)
+		}
+	}
+	b, err := blob.OpenBucket(ctx, u)
+	if err != nil {
+		return nil, u, fmt.Errorf("open bucket %s: %w", redact(u), err)
+	}
+	return b, u, nil
+}
+
+// openStore opens a bucket argument as a layout store. The caller closes
+// the bucket.
+func openStore(ctx context.Context, arg string) (*layout.Store, *blob.Bucket, error) {
+	b, _, err := openBucket(ctx, arg, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	return layout.New(b, nil), b, nil
+}
+
+// isEmptyBucket reports whether the bucket has no objects at all.
+func isEmptyBucket(ctx context.Context, b *blob.Bucket) (bool, error) {
+	_, err := b.List(nil).Next(ctx)
+	if err == io.EOF {
+		return true, nil
+	}
+	return false, err
+}
+
+// redact hides credentials a URL may carry in its user info.
+func redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return u
+	}
+	return p.Redacted()
+}
+
+// resolveSession accepts a session ID (32 hex, any case) or a session
+// name (refs/sessions/<name>, §9.1) and returns the ID of an existing
+// session.
+func resolveSession(ctx context.Context, s *layout.Store, arg string) (layout.SessionID, error) {
+	if id, err := layout.ParseSessionID(arg); err == nil {
+		ok, err := s.SessionExists(ctx, id)
+		if err != nil {
+			return id, err
+		}
+		if ok {
+			return id, nil
+		}
+		// A 32-hex name is possible; fall through to the name lookup.
+	}
+	id, err := s.ResolveSessionName(ctx, arg)
+	switch {
+	case errors.Is(err, layout.ErrInvalid):
+		return id, fmt.Errorf("session %q: not a session ID and not a valid session name", arg)
+	case errors.Is(err, layout.ErrNotFound):
+		return id, fmt.Errorf("session %q does not exist (no such ID, and no refs/sessions/%s)", arg, arg)
+	case err != nil:
+		return id, err
+	}
+	if ok, err := s.SessionExists(ctx, id); err != nil {
+		return id, err
+	} else if !ok {
+		return id, fmt.Errorf("refs/sessions/%s points at session %s, which has no manifest (run pugfs fsck)", arg, id)
+	}
+	return id, nil
+}

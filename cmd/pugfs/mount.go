@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// commitMode says when files written through the mount become snapshots
+// (tree.md "Writing").
+type commitMode string
+
+const (
+	// commitOnClose commits each file when it is closed or fsynced.
+	commitOnClose commitMode = "close"
+	// commitOnFsync stages every change in a session until an fsync,
+	// then commits them all as one snapshot.
+	commitOnFsync commitMode = "fsync"
+)
+
+// defaultCacheSize is --cache-size's default.
+const defaultCacheSize = 256 << 20
+
+// mountConfig is everything `pugfs mount` was asked for, parsed and
+// validated; runMount (mount_fuse.go) acts on it.
+type mountConfig struct {
+	// BucketURL is normalised for blob.OpenBucket: a plain path is
+	// file:///abs/path (the project's local driver). openBucket(ctx,
+	// BucketURL, false) opens it.
+	BucketURL string
+	// Mountpoint is the absolute path of an existing directory.
+	Mountpoint string
+	ReadOnly   bool
+	// MetadataTTL is how long a session's latest version, the session
+	// list, memories and refs are trusted; 0 checks on every lookup.
+	MetadataTTL time.Duration
+	// CacheDir is where blob bodies and staged writes are cached; ""
+	// leaves the choice to runMount.
+	CacheDir string
+	// CacheSize bounds CacheDir, in bytes (> 0).
+	CacheSize int64
+	Debug     bool
+	// AllowOther lets other users see the mount (needs user_allow_other
+	// in /etc/fuse.conf when not root).
+	AllowOther bool
+	// UID and GID own every file in the tree; default the invoking user.
+	UID, GID uint32
+	// Umask clears permission bits: files are 0666 &^ Umask, directories
+	// 0777 &^ Umask.
+	Umask uint32
+	// Commit says when writes are committed.
+	Commit commitMode
+	// SnapshotType is the type of the snapshots the mount commits.
+	SnapshotType layout.SnapshotType
+	// MetricsAddr, if set, is a host:port to serve metrics on.
+	MetricsAddr string
+}
+
+func mountCommand() *command {
+	return &command{
+		name:     "mount",
+		synopsis: "pugfs mount [flags] BUCKET-URL MOUNTPOINT",
+		short:    "mount a bucket as a directory tree (foreground; Ctrl-C unmounts)",
+		long: `
+Mounts the pugmark bucket at BUCKET-URL on MOUNTPOINT, an existing
+directory, and serves it until interrupted (Ctrl-C or SIGTERM unmounts).
+Sessions appear under sessions/<id>/ as their latest state, with history
+under sessions/<id>/.pugmark/; memories/, refs/, names/ and objects/ show
+the rest of the bucket. Unless --read-only, files written into a session are
+committed as snapshots when closed (--commit=close) or fsynced
+(--commit=fsync). See tree.md for the whole tree.
+
+For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
+/sbin/mount.fuse.pugfs: mount -t fuse.pugfs BUCKET-URL MOUNTPOINT -o ro.`,
+		examples: `  pugfs mount ./demo-bucket ./mnt
+  pugfs mount --read-only --allow-other s3://my-bucket?region=eu-west-1 /mnt/pugmark
+  pugfs mount --commit=fsync --snapshot-type=checkpoint /srv/bucket /mnt/agent
+  pugfs mount --metadata-ttl=0 --cache-dir=/var/cache/pugfs --cache-size=2GiB gs://bucket /mnt/p`,
+		setup: func(fs *flag.FlagSet) func(context.Context, *stdio, []string) error {
+			var cfg mountConfig
+			var uid, gid int
+			cacheSize := sizeFlag(defaultCacheSize)
+			umask := octalFlag(0o022)
+			commit := string(commitOnClose)
+			snapType := string(layout.Provisional)
+			fs.BoolVar(&cfg.ReadOnly, "read-only", false, "refuse every write (EROFS)")
+			fs.DurationVar(&cfg.MetadataTTL, "metadata-ttl", time.Second, "how long listings and latest versions are trusted, a `DURATION` (0: ask the bucket on every lookup)")
+			fs.StringVar(&cfg.CacheDir, "cache-dir", "", "`DIR` for cached blobs and staged writes (default: chosen by the mount)")
+			fs.Var(&cacheSize, "cache-size", "bound on the cache directory, a `SIZE` such as 512MiB or 2G")
+			fs.BoolVar(&cfg.Debug, "debug", false, "log every FUSE request and bucket call to stderr")
+			fs.BoolVar(&cfg.AllowOther, "allow-other", false, "let other users access the mount (needs user_allow_other in /etc/fuse.conf)")
+			fs.IntVar(&uid, "uid", -1, "owner `UID` of every file (default: the user running pugfs)")
+			fs.IntVar(&gid, "gid", -1, "group `GID` of every file (default: the user's group)")
+			fs.Var(&umask, "umask", "permission bits to clear, in `OCTAL`")
+			fs.StringVar(&commit, "commit", commit, "when writes are committed, `MODE`: close (each file on close) or fsync (all staged changes of a session on fsync, as one snapshot)")
+			fs.StringVar(&snapType, "snapshot-type", snapType, "`TYPE` of the snapshots the mount commits: provisional, checkpoint or queueing")
+			fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve metrics on `HOST:PORT` (default: off)")
+			return func(ctx context.Context, sio *stdio, args []string) error {
+				if len(args) != 2 {
+					return usagef("want BUCKET-URL and MOUNTPOINT, got %d argument(s)", len(args))
+				}
+				var err error
+				if cfg.BucketURL, _, err = bucketURL(args[0]); err != nil {
+					return err
+				}
+				if cfg.Mountpoint, err = checkMountpoint(args[1]); err != nil {
+					return err
+				}
+				if cfg.MetadataTTL < 0 {
+					return usagef("--metadata-ttl must not be negative")
+				}
+				cfg.CacheSize = int64(cacheSize)
+				if cfg.CacheSize <= 0 {
+					return usagef("--cache-size must be positive")
+				}
+				cfg.Umask = uint32(umask)
+				if cfg.UID, err = idFlag("uid", uid, os.Getuid()); err != nil {
+					return err
+				}
+				if cfg.GID, err = idFlag("gid", gid, os.Getgid()); err != nil {
+					return err
+				}
+				switch commitMode(commit) {
+				case commitOnClose, commitOnFsync:
+					cfg.Commit = commitMode(commit)
+				default:
+					return usagef("--commit=%s: want close or fsync", commit)
+				}
+				t, err := layout.ParseSnapshotType(snapType)
+				if err != nil {
+					return usagef("--snapshot-type=%s: want provisional, checkpoint or queueing", snapType)
+				}
+				cfg.SnapshotType = t
+				if cfg.MetricsAddr != "" {
+					if _, _, err := net.SplitHostPort(cfg.MetricsAddr); err != nil {
+						return usagef("--metrics-addr=%s: want HOST:PORT (e.g. localhost:9090)", cfg.MetricsAddr)
+					}
+				}
+				return runMount(ctx, cfg)
+			}
+		},
+	}
+}
+
+// checkMountpoint returns the absolute path of an existing directory.
+func checkMountpoint(arg string) (string, error) {
+	abs, err := filepath.Abs(arg)
+	if err != nil {
+		return "", fmt.Errorf("mountpoint %s: %w", arg, err)
+	}
+	st, err := os.Stat(abs)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "", fmt.Errorf("mountpoint %s does not exist; create it with mkdir -p %s", abs, abs)
+	case err != nil:
+		// ENOTCONN: a pugfs that died left its mount behind.
+		return "", fmt.Errorf("mountpoint %s: %w (a stale mount? unmount it with fusermount3 -u %s)", abs, err, abs)
+	case !st.IsDir():
+		return "", fmt.Errorf("mountpoint %s is not a directory", abs)
+	}
+	return abs, nil
+}
+
+func idFlag(name string, v, def int) (uint32, error) {
+	switch {
+	case v == -1:
+		return uint32(def), nil
+	case v < 0 || int64(v) > math.MaxUint32:
+		return 0, usagef("--%s=%d: want a non-negative number", name, v)
+	}
+	return uint32(v), nil
+}
+
+// sizeFlag is a byte count written with an optional unit: 1024, 64k,
+// 512MiB, 1.5G. K, M, G, T and their KiB... forms are powers of 1024; KB,
+// MB, GB, TB are powers of 1000 (the usual convention of disk tools).
+type sizeFlag int64
+
+func (s *sizeFlag) String() string { return formatSize(int64(*s)) }
+
+func (s *sizeFlag) Set(v string) error {
+	n, err := parseSize(v)
+	if err != nil {
+		return err
+	}
+	*s = sizeFlag(n)
+	return nil
+}
+
+func parseSize(v string) (int64, error) {
+	t := strings.TrimSpace(v)
+	i := strings.IndexFunc(t, func(r rune) bool { return !(r >= '0' && r <= '9' || r == '.') })
+	num, unit := t, ""
+	if i >= 0 {
+		num, unit = t[:i], strings.TrimSpace(t[i:])
+	}
+	mult, ok := map[string]float64{
+		"": 1, "b": 1,
+		"k": 1 << 10, "kib": 1 << 10, "kb": 1e3,
+		"m": 1 << 20, "mib": 1 << 20, "mb": 1e6,
+		"g": 1 << 30, "gib": 1 << 30, "gb": 1e9,
+		"t": 1 << 40, "tib": 1 << 40, "tb": 1e12,
+	}[strings.ToLower(unit)]
+	f, err := strconv.ParseFloat(num, 64)
+	if !ok || err != nil || f < 0 || f*mult > math.MaxInt64 {
+		return 0, fmt.Errorf("size %q: want a number with an optional unit (e.g. 512MiB, 2G, 1000000)", v)
+	}
+	return int64(f * mult), nil
+}
+
+func formatSize(n int64) string {
+	for _, u := range []struct {
+		s string
+		n int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.n && n%u.n == 0 {
+			return fmt.Sprintf("%d%s", n/u.n, u.s)
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// octalFlag is a permission mask written in octal (022, 0o022).
+type octalFlag uint32
+
+func (o *octalFlag) String() string { return fmt.Sprintf("%03o", uint32(*o)) }
+
+func (o *octalFlag) Set(v string) error {
+	n, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimPrefix(v, "0o"), "0O"), 8, 32)
+	if err != nil || n > 0o777 {
+		return fmt.Errorf("umask %q: want octal permission bits, 000 to 777", v)
+	}
+	*o = octalFlag(n)
+	return nil
+}
