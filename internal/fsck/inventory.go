@@ -3,7 +3,6 @@ package fsck
 import (
 	"context"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -93,17 +92,28 @@ type refEntry struct {
 // inventory, reporting keys of the wrong shape.
 func (c *checker) list(ctx context.Context) error {
 	walk := func(prefix string, fn func(o *blob.ListObject)) error {
-		it := c.b.List(&blob.ListOptions{Prefix: prefix})
+		// Page by page, so that one failed page is retried instead of
+		// failing the whole check.
+		token := blob.FirstPageToken
 		for {
-			o, err := it.Next(ctx)
-			if err == io.EOF {
-				return nil
-			}
+			var page []*blob.ListObject
+			var next []byte
+			err := retry(ctx, func() error {
+				var err error
+				page, next, err = c.b.ListPage(ctx, token, 1000, &blob.ListOptions{Prefix: prefix})
+				return err
+			})
 			if err != nil {
 				return fmt.Errorf("fsck: list %s: %w", prefix, err)
 			}
-			c.nListed.Add(1)
-			fn(o)
+			for _, o := range page {
+				c.nListed.Add(1)
+				fn(o)
+			}
+			if len(next) == 0 {
+				return nil
+			}
+			token = next
 		}
 	}
 	if err := walk(layout.ObjectsPrefix, c.listBlob); err != nil {
