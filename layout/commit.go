@@ -95,6 +95,9 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 		if d.Data != nil && (len(d.Data) > InlineLimit || DigestOf(d.Data) != d.Digest) {
 			return CommitResult{}, fmt.Errorf("commit to %s: %w: descriptor %q: inline data does not match its digest or exceeds %d bytes", id, ErrInvalid, d.Name, InlineLimit)
 		}
+		if d.Fork && d.TargetSession == id {
+			return CommitResult{}, fmt.Errorf("commit to %s: %w: descriptor %q: a session cannot fork into itself", id, ErrInvalid, d.Name)
+		}
 	}
 	txn := req.TransactionID
 	// A caller-supplied ID may already have landed (§13.2): every version

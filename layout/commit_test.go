@@ -317,3 +317,26 @@ func TestSection13_3_RetryCap(t *testing.T) {
 		checkSeqs(t, allDescs(t, s, id), 1)
 	})
 }
+
+// §6.1: versions are uint32; a session (or namespace) at 2^32-1 cannot
+// take another snapshot, and says so instead of wrapping to 0.
+func TestSection6_1_VersionSpaceExhausted(t *testing.T) {
+	b := memBucket()
+	s := newStore(t, b, nil)
+	id := newSession(t, s)
+	putSnapshot(t, b, id, 1<<32-1, map[string]string{MetaSnapshotType: "provisional"}, Descriptor{Name: "last", SequenceNumber: 1})
+	if v, err := s.LatestVersion(bg, id); err != nil || v != 1<<32-1 {
+		t.Fatalf("latest %d %v", v, err)
+	}
+	_, err := s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("x"), Base: &Position{Version: 1<<32 - 1, LastSeq: 1}})
+	wantErrIs(t, err, ErrInvalid)
+	mk, _ := MemoryKey("full", 1<<32-1)
+	putRaw(t, b, mk, mustEncode(t, descs("r")), nil)
+	_, err = s.WriteMemory(bg, "full", MemoryWrite{Put: descs("s")})
+	wantErrIs(t, err, ErrInvalid)
+	// A fork record targeting its own session is refused (§11).
+	self := desc("f", "x")
+	self.Fork, self.TargetSession = true, id
+	_, err = s.Commit(bg, id, CommitRequest{Descriptors: []Descriptor{self}})
+	wantErrIs(t, err, ErrInvalid)
+}
