@@ -3,6 +3,7 @@ package fsck_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -665,6 +666,19 @@ func TestForkRecordShape(t *testing.T) {
 	})
 	rep := f.check(fsck.Options{})
 	want(t, rep, fsck.Error, "§11", snapKey(f.root, 4), "its own session")
+}
+
+func TestLegacyForkForm(t *testing.T) {
+	f := newFixture(t)
+	ds, _ := f.s.ReadSnapshot(f.ctx, f.root, 4)
+	js := fmt.Sprintf(`[{"digest":%q,"size":%d,"name":%q,"data":%q,"sequence-number":%d,"fork-session-id":%q}]`,
+		ds[0].Digest, ds[0].Size, ds[0].Name, base64.StdEncoding.EncodeToString(ds[0].Data), ds[0].SequenceNumber, f.child)
+	f.plantSnapshot(f.root, 4, zstdOf([]byte(js)), snapMeta(f.root, 4, "checkpoint"))
+	rep := f.check(fsck.Options{})
+	want(t, rep, fsck.Info, "§7.2", snapKey(f.root, 4), "legacy")
+	if len(rep.Findings) != 1 {
+		t.Errorf("the legacy form is still a valid fork record: %v", rep.Findings)
+	}
 }
 
 func TestForkChildSnapshotOne(t *testing.T) {

@@ -1,6 +1,7 @@
 package fsck
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strconv"
@@ -211,6 +212,9 @@ func (c *checker) checkSessionSnapshots(ctx context.Context, se *sessionEntry) {
 				continue
 			}
 			where := descWhere("descriptor", i, &d)
+			if bytes.Contains(raw, []byte(`"fork-session-id"`)) {
+				c.infof("§7.2", key, "%s: legacy fork-session-id form (read as fork = true); new writes use fork and target-session", where)
+			}
 			c.checkDescriptor(key, where, &d)
 			c.collect(se, v, key, where, &d)
 			if v == 1 && i == 0 {
