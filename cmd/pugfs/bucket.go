@@ -60,7 +60,7 @@ func openBucket(ctx context.Context, arg string, create bool) (*blob.Bucket, str
 				return nil, u, fmt.Errorf("create bucket directory: %w", err)
 			}
 		case errors.Is(err, os.ErrNotExist):
-			return nil, u, fmt.Errorf("bucket directory %s does not exist (pugfs demo %s writes a demo bucket there)", local, arg)
+			return nil, u, fmt.Errorf("bucket directory %s does not exist (pugfs demo or pugfs session new create one)", local)
 		case err != nil:
 			return nil, u, fmt.Errorf("bucket directory: %w", err)
 		case !st.IsDir():
@@ -74,10 +74,10 @@ func openBucket(ctx context.Context, arg string, create bool) (*blob.Bucket, str
 	return b, u, nil
 }
 
-// openStore opens a bucket argument as a layout store. The caller closes
-// the bucket.
-func openStore(ctx context.Context, arg string) (*layout.Store, *blob.Bucket, error) {
-	b, _, err := openBucket(ctx, arg, false)
+// openStore opens a bucket argument as a layout store; create as for
+// openBucket. The caller closes the bucket.
+func openStore(ctx context.Context, arg string, create bool) (*layout.Store, *blob.Bucket, error) {
+	b, _, err := openBucket(ctx, arg, create)
 	if err != nil {
 		return nil, nil, err
 	}

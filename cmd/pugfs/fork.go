@@ -67,7 +67,7 @@ snapshot, and the child's sequence numbers continue from version V (§7.3).`,
 				if *at < -1 || *at > int64(^uint32(0)) {
 					return usagef("--at=%d: want a snapshot version", *at)
 				}
-				s, b, err := openStore(ctx, args[0])
+				s, b, err := openStore(ctx, args[0], false)
 				if err != nil {
 					return err
 				}

@@ -41,7 +41,7 @@ is 1 when there is any error finding, 0 otherwise.`,
 				if len(args) != 1 {
 					return usagef("want one BUCKET-URL, got %d argument(s)", len(args))
 				}
-				s, b, err := openStore(ctx, args[0])
+				s, b, err := openStore(ctx, args[0], false)
 				if err != nil {
 					return err
 				}

@@ -133,7 +133,7 @@ func TestFsckFindsCorruption(t *testing.T) {
 }
 
 func TestSessionNew(t *testing.T) {
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "new-bucket") // created on first use
 	a := mustRun(t, "session", "new", "--name", "x", "--agent", "me", dir)
 	b := mustRun(t, "session", "new", "--name", "x", dir)
 	if !idLine.MatchString(a) || a != b {
@@ -269,7 +269,7 @@ func TestFailuresAreOneLine(t *testing.T) {
 		{"fsck", filepath.Join(dir, "absent")},
 		{"fsck", "nosuchscheme://x"},
 		{"mount", dir, filepath.Join(dir, "no-mountpoint")},
-		{"session", "new", filepath.Join(dir, "absent")},
+		{"fork", filepath.Join(dir, "absent"), "demo"},
 	} {
 		r := pugfs(t, args...)
 		if r.code != 1 || strings.Count(r.err, "\n") != 1 {

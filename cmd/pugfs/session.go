@@ -30,7 +30,8 @@ prints its 32-hex ID. With --name, the session is named: refs/sessions/<N>
 points at it (§9.1), and if that name already exists its session's ID is
 printed instead and nothing is written, so running the command twice prints
 the same ID. Two concurrent creators of one name agree on a single winner
-(§9.2).`,
+(§9.2). A local directory that does not exist yet is created, so this
+also starts a new bucket.`,
 		examples: `  pugfs session new ./demo-bucket
   pugfs session new --name review --agent alice ./demo-bucket
   id=$(pugfs session new --name nightly s3://bucket?region=us-east-1)`,
@@ -47,7 +48,7 @@ the same ID. Two concurrent creators of one name agree on a single winner
 						return usagef("--name=%q: a session name is one path component without NUL or newlines", *name)
 					}
 				}
-				s, b, err := openStore(ctx, args[0])
+				s, b, err := openStore(ctx, args[0], true)
 				if err != nil {
 					return err
 				}
