@@ -26,7 +26,8 @@ type BlobSource interface {
 
 var _ BlobSource = (*layout.Store)(nil)
 
-// Defaults of BlobOptions; a zero or negative field takes its default.
+// Defaults of BlobOptions. A zero or negative field takes its default,
+// except ReadAhead, where a negative value turns read-ahead off.
 const (
 	DefaultBlobMemBytes   = 256 << 20
 	DefaultBlobChunkSize  = 1 << 20
@@ -202,7 +203,7 @@ type BlobCache struct {
 	seq        *simplelru.LRU[blobBodyKey, blobSeq]
 	bad        map[blobBadKey]blobBad
 	passes     map[blobSizedKey]*blobCall[*blobPassResult]
-	decodes    map[blobBodyKey]*blobCall[*blobDecodeResult]
+	decodes    map[blobBadKey]*blobCall[*blobDecodeResult]
 	fetches    map[blobChunkKey]*blobCall[[]byte]
 
 	st blobCounters
@@ -266,10 +267,13 @@ type blobSizedKey struct {
 	size int64
 }
 
+// blobBadKey identifies a body of a claimed size in one view: the key of
+// remembered failures (blobRaw: the stored bytes are bad; else the
+// decoding failed) and of decode flights.
 type blobBadKey struct {
 	d     layout.Digest
 	size  int64
-	space blobSpace // blobRaw: the stored bytes; else the decoding failed
+	space blobSpace
 }
 
 type blobBad struct {
@@ -348,7 +352,7 @@ func NewBlobCache(src BlobSource, opts BlobOptions) (*BlobCache, error) {
 		raSem:    make(chan struct{}, opts.Parallel),
 		bad:      make(map[blobBadKey]blobBad),
 		passes:   make(map[blobSizedKey]*blobCall[*blobPassResult]),
-		decodes:  make(map[blobBodyKey]*blobCall[*blobDecodeResult]),
+		decodes:  make(map[blobBadKey]*blobCall[*blobDecodeResult]),
 		fetches:  make(map[blobChunkKey]*blobCall[[]byte]),
 	}
 	// A decoded body stays memory-only while it is a few chunks and a small
@@ -577,7 +581,8 @@ func blobSniffCandidate(d *layout.Descriptor) bool {
 }
 
 // blobBody is how one read is served: which key space, its size, and the
-// decoded body when it is not the stored bytes.
+// decoded body when it is not the stored bytes (nil until needed when the
+// decoded size is already known).
 type blobBody struct {
 	space blobSpace
 	size  int64
@@ -591,6 +596,12 @@ func (c *BlobCache) body(ctx context.Context, d *layout.Descriptor, want int64) 
 	if err != nil {
 		return blobBody{}, err
 	}
+	c.mu.Lock()
+	m, known := c.metas.Peek(d.Digest)
+	c.mu.Unlock()
+	if known && m.size != d.Size {
+		return blobBody{}, c.sizeMismatch(d.Digest, d.Size, m.size)
+	}
 	if sniff {
 		if space, err = c.resolveSniff(ctx, d, want); err != nil {
 			return blobBody{}, err
@@ -599,7 +610,18 @@ func (c *BlobCache) body(ctx context.Context, d *layout.Descriptor, want int64) 
 	if space == blobRaw {
 		return blobBody{space: blobRaw, size: d.Size}, nil
 	}
-	dec, err := c.ensureDecoded(ctx, d, space, want, sniff)
+	c.mu.Lock()
+	dec, ok := c.decs.Get(blobBodyKey{d.Digest, space})
+	c.mu.Unlock()
+	if ok {
+		return blobBody{space: space, size: dec.size, dec: dec}, nil
+	}
+	if info, ok := c.decInfo(d.Digest, space); ok {
+		// Decoded before: reads of chunks still in memory need no decoding;
+		// readDecoded decodes on the first miss.
+		return blobBody{space: space, size: info.size}, nil
+	}
+	dec, err = c.ensureDecoded(ctx, d, space, want, sniff)
 	if err != nil {
 		var de *blobDecodeError
 		if sniff && errors.As(err, &de) {

@@ -69,7 +69,7 @@ func (c *BlobCache) decoded(ctx context.Context, d *layout.Descriptor, space blo
 	if err := c.badErr(d.Digest, d.Size, space); err != nil {
 		return nil, err
 	}
-	return blobDo(c, c.decodes, key, ctx, func(ctx context.Context) (*blobDecodeResult, error) {
+	return blobDo(c, c.decodes, blobBadKey{d.Digest, d.Size, space}, ctx, func(ctx context.Context) (*blobDecodeResult, error) {
 		c.mu.Lock()
 		dec, ok := c.decs.Get(key)
 		c.mu.Unlock()
@@ -234,41 +234,50 @@ func (c *BlobCache) dropDecoded(key blobBodyKey, dec *blobDecoded) {
 }
 
 // decodedChunk returns chunk idx of the decoded body, from memory, its
-// file (checked against the chunk hash) or by decoding again.
-func (c *BlobCache) decodedChunk(ctx context.Context, d *layout.Descriptor, space blobSpace, dec *blobDecoded, idx int64) ([]byte, error) {
+// file (checked against the chunk hash) or by decoding again. dec may be
+// nil (not needed if the chunk is in memory); the decoded body used is
+// returned for the caller's next chunks.
+func (c *BlobCache) decodedChunk(ctx context.Context, d *layout.Descriptor, space blobSpace, dec *blobDecoded, size, idx int64) ([]byte, *blobDecoded, error) {
 	k := blobChunkKey{d.Digest, space, idx}
 	if buf, ok := c.lookup(k); ok {
-		return buf, nil
+		return buf, dec, nil
 	}
 	// Each round either finds the chunk or decodes again; a few rounds
 	// cover chunks evicted by concurrent readers right after publication.
 	for range 4 {
 		if buf, ok := c.peek(k); ok {
-			return buf, nil
+			return buf, dec, nil
 		}
-		if dec.f != nil {
+		if dec != nil && dec.f != nil {
 			buf, err := c.decodedFileChunk(ctx, d.Digest, space, dec, idx)
 			if err == nil {
-				return buf, nil
+				return buf, dec, nil
 			}
 			if !errors.Is(err, errBlobStale) {
-				return nil, err
+				return nil, dec, err
 			}
 		}
-		c.dropDecoded(blobBodyKey{d.Digest, space}, dec)
+		if dec != nil {
+			c.dropDecoded(blobBodyKey{d.Digest, space}, dec)
+		}
 		res, err := c.decoded(ctx, d, space, idx, false)
 		if err != nil {
-			return nil, err
-		}
-		if res.want == idx && res.buf != nil {
-			return res.buf, nil
-		}
-		if res.dec.size != dec.size {
-			return nil, fmt.Errorf("%s: %w: decoded size changed from %d to %d", layout.BlobKey(d.Digest), layout.ErrCorrupt, dec.size, res.dec.size)
+			return nil, dec, err
 		}
 		dec = res.dec
+		if dec.size != size {
+			return nil, dec, fmt.Errorf("%s: %w: decoded size changed from %d to %d", layout.BlobKey(d.Digest), layout.ErrCorrupt, size, dec.size)
+		}
+		if res.want == idx && res.buf != nil {
+			return res.buf, dec, nil
+		}
+		if dec.f == nil {
+			// Just published from memory: the chunk is in the LRU unless a
+			// concurrent reader evicted it already.
+			continue
+		}
 	}
-	return nil, fmt.Errorf("cache: %s: decoded chunk %d evicted before it could be read; memory budget too small", layout.BlobKey(d.Digest), idx)
+	return nil, dec, fmt.Errorf("cache: %s: decoded chunk %d evicted before it could be read; memory budget too small", layout.BlobKey(d.Digest), idx)
 }
 
 // decodedFileChunk reads one chunk of a decoded body from its file,
@@ -306,13 +315,15 @@ func (c *BlobCache) readDecoded(ctx context.Context, d *layout.Descriptor, b blo
 	key := blobBodyKey{d.Digest, b.space}
 	seq := c.sequential(key, off, off+int64(len(p)))
 	first := true
+	dec := b.dec
 	return c.readChunks(d.Digest, b.size, p, off, func(idx int64) ([]byte, error) {
-		buf, err := c.decodedChunk(ctx, d, b.space, b.dec, idx)
-		if err == nil && seq && first && b.dec.f != nil {
+		buf, used, err := c.decodedChunk(ctx, d, b.space, dec, b.size, idx)
+		dec = used
+		if err == nil && seq && first && dec != nil && dec.f != nil {
 			first = false
-			dec := b.dec
-			c.readAhead(key, idx, c.numChunks(dec.size), func(ctx context.Context, j int64) {
-				_, _ = c.decodedFileChunk(ctx, d.Digest, b.space, dec, j)
+			ra := dec
+			c.readAhead(key, idx, c.numChunks(ra.size), func(ctx context.Context, j int64) {
+				_, _ = c.decodedFileChunk(ctx, d.Digest, b.space, ra, j)
 			})
 		}
 		return buf, err

@@ -88,6 +88,21 @@ func TestBlobDecoded(t *testing.T) {
 						t.Fatalf("odd read: %d %v", n, err)
 					}
 				}
+				// With the decoded body closed, chunks still in memory are
+				// served without decoding again.
+				c.mu.Lock()
+				c.decs.Purge()
+				c.unlock()
+				reads := c.Stats().BackendReads
+				if got, err := readAll(ctx, c, d, 5000); err != nil || !bytes.Equal(got, plain) {
+					t.Fatalf("after closing the decoded body: %d bytes, %v", len(got), err)
+				}
+				c.mu.Lock()
+				open := c.decs.Len()
+				c.mu.Unlock()
+				if c.Stats().BackendReads != reads || open != 0 {
+					t.Fatalf("cached decoded chunks were decoded again (reads %d -> %d, open %d)", reads, c.Stats().BackendReads, open)
+				}
 				// Evicted decoded chunks come back: from the spill file, or by
 				// decoding again.
 				c.dropMemory()

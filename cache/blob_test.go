@@ -40,6 +40,19 @@ type fakeBlobSource struct {
 	tamper func(off int64, b []byte)   // changes the bytes a read returns
 	fail   func(d layout.Digest) error // makes a read fail
 	reads  atomic.Int64
+	open   atomic.Int64 // readers not closed yet
+	peak   atomic.Int64 // most readers open at once
+}
+
+type fakeBlobReader struct {
+	io.Reader
+	f    *fakeBlobSource
+	once sync.Once
+}
+
+func (r *fakeBlobReader) Close() error {
+	r.once.Do(func() { r.f.open.Add(-1) })
+	return nil
 }
 
 func newFakeBlobSource() *fakeBlobSource {
@@ -99,7 +112,12 @@ func (f *fakeBlobSource) OpenBlob(ctx context.Context, d layout.Digest, off, len
 	if tamper != nil {
 		tamper(off, b)
 	}
-	return io.NopCloser(bytes.NewReader(b)), nil
+	for n := f.open.Add(1); ; {
+		if p := f.peak.Load(); n <= p || f.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	return &fakeBlobReader{Reader: bytes.NewReader(b), f: f}, nil
 }
 
 // blobLog collects log output.
@@ -466,6 +484,37 @@ func TestBlobCoalesce(t *testing.T) {
 		}
 		return 0
 	})
+}
+
+func TestBlobParallelBound(t *testing.T) {
+	const cs = 1024
+	body := blobTestBody(40*cs, 9)
+	src := newFakeBlobSource()
+	dg := src.put(body)
+	// Every read waits until a few are open at once, so the pass has to
+	// overlap reads to make progress; none may exceed Parallel.
+	gate := make(chan struct{})
+	var opened atomic.Int64
+	src.set(func(f *fakeBlobSource) {
+		f.gate = gate
+		f.blocks = func(int64) bool {
+			if opened.Add(1) == 3 {
+				close(gate)
+			}
+			return true
+		}
+	})
+	c := newTestBlobCache(t, src, BlobOptions{ChunkSize: cs, Parallel: 3})
+	d := &layout.Descriptor{Digest: dg, Size: int64(len(body)), ContentType: "application/octet-stream"}
+	if got, err := readAll(context.Background(), c, d, 4096); err != nil || !bytes.Equal(got, body) {
+		t.Fatal(err)
+	}
+	if p := src.peak.Load(); p > 3 {
+		t.Fatalf("%d backend reads open at once, Parallel is 3", p)
+	}
+	if src.open.Load() != 0 {
+		t.Fatalf("%d readers never closed", src.open.Load())
+	}
 }
 
 func TestBlobCancelledWaiter(t *testing.T) {
