@@ -410,7 +410,7 @@ func (c *BlobCache) diskChunk(d layout.Digest, meta *blobMeta, idx int64) ([]byt
 	off := idx * c.cs
 	buf := make([]byte, min(c.cs, meta.size-off))
 	if _, err := f.ReadAt(buf, off); err != nil {
-		c.disk.fail("read", f.Name(), err)
+		c.disk.warn("read", f.Name(), err)
 		return nil, false
 	}
 	if sha256.Sum256(buf) != meta.hashes[idx] {

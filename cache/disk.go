@@ -150,9 +150,9 @@ func (dc *diskCache) usage() (bytes, evictions int64) {
 	return dc.total, dc.evictions.Load()
 }
 
-// fail handles a failed disk operation: a full disk or a permission or
-// read-only file system problem disables the tier (one warning); anything
-// else is a warning.
+// fail handles a failed write (create, write, rename, mkdir): a full disk
+// or a permission or read-only file system problem disables the tier (one
+// warning); anything else is a warning.
 func (dc *diskCache) fail(op, name string, err error) {
 	if diskFatal(err) {
 		if dc.disabled.CompareAndSwap(false, true) {
@@ -160,6 +160,13 @@ func (dc *diskCache) fail(op, name string, err error) {
 		}
 		return
 	}
+	dc.warn(op, name, err)
+}
+
+// warn reports a failure that leaves the tier usable: an entry that cannot
+// be read, listed or removed (consistency.md §5) costs that entry, not the
+// cache.
+func (dc *diskCache) warn(op, name string, err error) {
 	dc.log.Warn("cache: disk cache: "+op+" failed", "dir", dc.dir, "path", name, "err", err)
 }
 
@@ -275,7 +282,7 @@ func (dc *diskCache) drop(sub string, sum layout.Digest) {
 	h := sum.Hex()
 	rel := path.Join(sub, h[:2], h)
 	if err := dc.removeEntry(rel); err != nil {
-		dc.fail("remove", rel, err)
+		dc.warn("remove", rel, err)
 		return
 	}
 	dc.forget(rel)
@@ -424,7 +431,7 @@ func (dc *diskCache) evict() {
 			break
 		}
 		if err := dc.removeEntry(v.rel); err != nil {
-			dc.fail("evict", v.rel, err)
+			dc.warn("evict", v.rel, err)
 			continue
 		}
 		total -= v.e.size
@@ -482,7 +489,7 @@ func (dc *diskCache) scan() {
 	for _, sub := range []string{diskData, diskInfo} {
 		shards, err := dc.readDir(sub)
 		if err != nil {
-			dc.fail("scan", sub, err)
+			dc.warn("scan", sub, err)
 			continue
 		}
 		for _, sd := range shards {
@@ -492,7 +499,7 @@ func (dc *diskCache) scan() {
 			dir := path.Join(sub, sd.Name())
 			ents, err := dc.readDir(dir)
 			if err != nil {
-				dc.fail("scan", dir, err)
+				dc.warn("scan", dir, err)
 				continue
 			}
 			for _, de := range ents {
@@ -549,7 +556,7 @@ func (dc *diskCache) cleanTmp() {
 		}
 		rel := path.Join(diskTmp, de.Name())
 		if err := dc.removeTree(rel, de); err != nil {
-			dc.fail("clean", rel, err)
+			dc.warn("clean", rel, err)
 		}
 	}
 }
@@ -565,7 +572,7 @@ func (dc *diskCache) clear() error {
 		}
 		for _, de := range ents {
 			if err := dc.removeTree(path.Join(sub, de.Name()), de); err != nil {
-				dc.fail("clear", path.Join(sub, de.Name()), err)
+				dc.warn("clear", path.Join(sub, de.Name()), err)
 				errs = append(errs, err)
 			}
 		}

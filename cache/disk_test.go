@@ -287,6 +287,31 @@ func TestDiskReadOnlyRemoval(t *testing.T) {
 	})
 }
 
+func TestDiskRemovalFailureIsAWarning(t *testing.T) {
+	dir := t.TempDir()
+	var log blobLog
+	opts := diskOpts(dir)
+	opts.Logger = log.logger()
+	f := newDiskFixture(t)
+	c := newTestBlobCache(t, f.src, opts)
+	f.check(t, c)
+	stubborn := f.ds[0].Digest.Hex()
+	c.disk.removeFn = func(name string) error {
+		if strings.HasSuffix(name, stubborn) {
+			return &fs.PathError{Op: "remove", Path: name, Err: syscall.EPERM}
+		}
+		return c.disk.root.Remove(name)
+	}
+	if err := c.ClearDisk(); err == nil {
+		t.Fatal("ClearDisk hid a failed removal")
+	}
+	if !c.Stats().DiskEnabled || log.count("disk cache: clear failed") == 0 {
+		t.Fatalf("want a warning and a working disk tier:\n%s", log.String())
+	}
+	c.dropMemory()
+	f.check(t, c)
+}
+
 // diskFiles lists every non-directory under the cache directory.
 func diskFiles(t *testing.T, dir string) []string {
 	t.Helper()
