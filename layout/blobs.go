@@ -83,7 +83,7 @@ func (s *Store) putBlob(ctx context.Context, d Digest, size int64, write func(co
 		ContentType:     ct,
 		ContentEncoding: o.ContentEncoding,
 		CacheControl:    CacheImmutable,
-	}, Conditions{SHA256: d}, &ap)
+	}, Conditions{SHA256: d, Size: size}, &ap)
 	if err := write(ctx, wo); err != nil {
 		return info, fmt.Errorf("store blob %s: %w", key, err)
 	}

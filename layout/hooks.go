@@ -15,6 +15,9 @@ type Conditions struct {
 	IfMatch string
 	// SHA256 is the digest the backend should verify; zero for none.
 	SHA256 Digest
+	// Size of the body, when known (-1 otherwise); drivers whose
+	// checksum only works for single-part uploads look at it.
+	Size int64
 }
 
 // A WriteHook applies Conditions to one driver's write request through the
