@@ -118,22 +118,6 @@ func putSnapshot(t *testing.T, b *blob.Bucket, id SessionID, v uint32, md map[st
 	putRaw(t, b, key, body, &blob.WriterOptions{ContentType: "application/json", ContentEncoding: "zstd", Metadata: md})
 }
 
-func mustKey(t *testing.T, key string, err error) string {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key
-}
-
-// wantErr fails unless errors.Is(err, target).
-func wantErr(t *testing.T, err, target error) {
-	t.Helper()
-	if !errors.Is(err, target) {
-		t.Fatalf("got error %v, want %v", err, target)
-	}
-}
-
 // names returns the descriptor names of a log.
 func names(log []Entry) string {
 	var parts []string

@@ -52,7 +52,7 @@ func (s *Store) ParentChain(ctx context.Context, id SessionID) ([]Ancestor, erro
 			return nil, fmt.Errorf("parent chain of %s: %w: deeper than %d", id, ErrCorrupt, MaxParentDepth)
 		}
 		seen[p.Session] = true
-		chain = append(chain, Ancestor{Session: p.Session, Version: p.Version})
+		chain = append(chain, Ancestor(p))
 		cur = p.Session
 	}
 	for i, j := 0, len(chain)-1; i < j; i, j = i+1, j-1 {

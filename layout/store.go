@@ -197,35 +197,6 @@ func (s *Store) put(ctx context.Context, key string, body []byte, wo *blob.Write
 	return nil
 }
 
-// list returns up to max objects (and, with a delimiter, prefixes) under
-// prefix, in key order. max <= 0 means all.
-func (s *Store) list(ctx context.Context, prefix, delim string, max int) ([]*blob.ListObject, error) {
-	var out []*blob.ListObject
-	token := blob.FirstPageToken
-	for {
-		pageSize := 1000
-		if max > 0 && max-len(out) < pageSize {
-			pageSize = max - len(out)
-		}
-		var page []*blob.ListObject
-		var next []byte
-		err := s.retry(ctx, func() error {
-			s.st.lists.Add(1)
-			var err error
-			page, next, err = s.b.ListPage(ctx, token, pageSize, &blob.ListOptions{Prefix: prefix, Delimiter: delim})
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", prefix, err)
-		}
-		out = append(out, page...)
-		if len(next) == 0 || (max > 0 && len(out) >= max) {
-			return out, nil
-		}
-		token = next
-	}
-}
-
 // walk calls fn for every object and (with delim) prefix under prefix, in
 // key order, a page at a time; fn returning false stops.
 func (s *Store) walk(ctx context.Context, prefix, delim string, fn func(*blob.ListObject) (bool, error)) error {

@@ -34,6 +34,7 @@ import (
 	_ "gocloud.dev/blob/memblob"
 	_ "gocloud.dev/blob/s3blob"
 
+	_ "github.com/pugmark/pugfs/layout/drivers"
 	_ "github.com/pugmark/pugfs/layout/faultblob"
 	_ "github.com/pugmark/pugfs/layout/localblob"
 )

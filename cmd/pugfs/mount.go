@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/pugmark/pugfs/layout"
@@ -159,6 +160,15 @@ func checkMountpoint(arg string) (string, error) {
 		return "", fmt.Errorf("mountpoint %s: %w", arg, err)
 	}
 	st, err := os.Stat(abs)
+	if errors.Is(err, syscall.ENOTCONN) {
+		// A pugfs that died left its mount behind: detach it so the
+		// mountpoint can be used again.
+		fmt.Fprintf(os.Stderr, "pugfs: %s is a stale mount (its filesystem died); unmounting it\n", abs)
+		if uerr := syscall.Unmount(abs, syscall.MNT_DETACH); uerr != nil {
+			return "", fmt.Errorf("mountpoint %s is a stale mount and unmounting it failed: %v (try fusermount3 -u %s)", abs, uerr, abs)
+		}
+		st, err = os.Stat(abs)
+	}
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return "", fmt.Errorf("mountpoint %s does not exist; create it with mkdir -p %s", abs, abs)

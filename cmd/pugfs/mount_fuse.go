@@ -2,11 +2,141 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pugmark/pugfs/cache"
+	pfs "github.com/pugmark/pugfs/fs"
+	"github.com/pugmark/pugfs/layout"
+	"gocloud.dev/blob"
 )
 
 // runMount mounts cfg.BucketURL on cfg.Mountpoint and serves it until ctx
-// is cancelled. Temporary: the FUSE wiring replaces this file.
+// is cancelled (SIGINT/SIGTERM), then unmounts.
 func runMount(ctx context.Context, cfg mountConfig) error {
-	return errors.New("mount: not implemented yet")
+	level := slog.LevelInfo
+	if cfg.Debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	b, u, err := openBucket(ctx, cfg.BucketURL, false)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	store := layout.New(b, nil)
+	if err := probe(ctx, b); err != nil {
+		return fmt.Errorf("bucket %s is not usable: %v", redact(u), err)
+	}
+	stateDir, err := stateDirFor(cfg, u)
+	if err != nil {
+		return err
+	}
+	staging := filepath.Join(stateDir, "staging", fmt.Sprint(os.Getpid()))
+	if err := os.MkdirAll(staging, 0o700); err != nil {
+		return fmt.Errorf("staging directory %s: %w", staging, err)
+	}
+	defer os.RemoveAll(staging)
+	copts := cache.Options{MetadataTTL: cfg.MetadataTTL, Logger: log}
+	bopts := cache.BlobOptions{MemBytes: cfg.CacheSize, SpillDir: staging, Logger: log}
+	if cfg.CacheDir != "" {
+		copts.IndexPath = filepath.Join(cfg.CacheDir, "index.json")
+		bopts.DiskDir = filepath.Join(cfg.CacheDir, "blobs")
+		bopts.DiskBytes = cfg.CacheSize * 4
+	}
+	c, err := cache.New(store, copts)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	bc, err := cache.NewBlobCache(store, bopts)
+	if err != nil {
+		return err
+	}
+	defer bc.Close()
+	mode := pfs.CommitOnClose
+	if cfg.Commit == commitOnFsync {
+		mode = pfs.CommitOnFsync
+	}
+	f, err := pfs.New(pfs.Config{
+		Store: store, Cache: c, Blobs: bc,
+		BucketURL: redact(u), Flags: strings.Join(os.Args[1:], " "),
+		ReadOnly: cfg.ReadOnly, MetadataTTL: cfg.MetadataTTL, Commit: mode, SnapshotType: cfg.SnapshotType,
+		StagingDir: staging, UID: cfg.UID, GID: cfg.GID, Umask: cfg.Umask, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	srv, err := pfs.Mount(cfg.Mountpoint, f, pfs.MountOptions{AllowOther: cfg.AllowOther, Debug: cfg.Debug, FsName: redact(u)})
+	if err != nil {
+		return fmt.Errorf("mount %s: %v (is /dev/fuse there, and are you root or is fusermount3 installed?)", cfg.Mountpoint, err)
+	}
+	if err := srv.WaitMount(); err != nil {
+		return fmt.Errorf("mount %s: %v", cfg.Mountpoint, err)
+	}
+	log.Info("mounted", "bucket", redact(u), "mountpoint", cfg.Mountpoint, "read-only", cfg.ReadOnly)
+	done := make(chan struct{})
+	go func() { srv.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil // unmounted from outside (fusermount3 -u, umount)
+	case <-ctx.Done():
+	}
+	log.Info("unmounting", "mountpoint", cfg.Mountpoint)
+	for i := 0; ; i++ {
+		err := srv.Unmount()
+		if err == nil {
+			break
+		}
+		if i == 0 {
+			log.Warn("mountpoint busy; retrying, and detaching it if it stays busy", "err", err)
+		}
+		if i >= 20 {
+			if derr := syscall.Unmount(cfg.Mountpoint, syscall.MNT_DETACH); derr != nil {
+				return fmt.Errorf("unmount %s: %v", cfg.Mountpoint, err)
+			}
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	<-done
+	return nil
 }
+
+// probe checks that the bucket answers, so a wrong URL or missing
+// credentials fail the mount instead of every later request.
+func probe(ctx context.Context, b *blob.Bucket) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, _, err := b.ListPage(ctx, blob.FirstPageToken, 1, &blob.ListOptions{Prefix: layout.SessionsPrefix, Delimiter: "/"})
+	return err
+}
+
+// stateDirFor is where the mount keeps staging files: the cache directory
+// if given, else a per-bucket directory in the user's cache.
+func stateDirFor(cfg mountConfig, u string) (string, error) {
+	if cfg.CacheDir != "" {
+		return cfg.CacheDir, nil
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	sum := sha256.Sum256([]byte(u))
+	dir := filepath.Join(base, "pugfs", hex.EncodeToString(sum[:8]))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
+var _ = errors.New

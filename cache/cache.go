@@ -1,0 +1,322 @@
+// Package cache sits between the FUSE tree and the layout store. Almost
+// everything in a pugmark bucket is immutable (blobs by digest, snapshots
+// by version, manifests), so the cache keeps it without expiry and goes to
+// the backend only for what can move: a session's latest version, the set
+// of sessions, memories and refs, each re-checked at most once per
+// metadata TTL.
+//
+// # Locks
+//
+// Lock order: Session.mu (one session's load, refresh and commit
+// bookkeeping) before Cache.mu (the global state lock). Cache.mu guards the
+// session map, the LRU order and the registry rows, and is held for memory
+// operations only: never across backend or disk I/O (consistency.md §3).
+// The persisted index has its own write lock (Registry.flushMu), taken
+// before Cache.mu is briefly taken to capture rows.
+//
+// # Freshness
+//
+// A refresh captures the session's fingerprint (the latest version by LIST)
+// before reading snapshots, and the rebuilt State records exactly that
+// version (consistency.md §4). The check time is taken before the LIST, so a
+// commit that lands during a rebuild is picked up by the first access after
+// the TTL.
+package cache
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/pugmark/pugfs/layout"
+)
+
+// DefaultMetadataTTL is how long a session's latest version, the session
+// list, memories and refs are trusted before the bucket is asked again.
+const DefaultMetadataTTL = time.Second
+
+// Store is what the session cache needs from the layout package.
+type Store interface {
+	LatestVersion(ctx context.Context, id layout.SessionID) (uint32, error)
+	LoadManifest(ctx context.Context, id layout.SessionID) (*layout.Manifest, error)
+	ReadSnapshotRange(ctx context.Context, id layout.SessionID, from, to uint32, par int) ([][]layout.Descriptor, error)
+	ListSessions(ctx context.Context, bad func(key string, err error)) ([]layout.SessionID, error)
+}
+
+var _ Store = (*layout.Store)(nil)
+
+// Options configure a Cache.
+type Options struct {
+	// MetadataTTL bounds how stale a session's latest version may be; 0
+	// checks on every access.
+	MetadataTTL time.Duration
+	// MaxSessions bounds the number of session states kept (default 4096).
+	MaxSessions int
+	// Parallel bounds concurrent snapshot reads per refresh (default 16).
+	Parallel int
+	// IndexPath, if set, is the file the registry is persisted to.
+	IndexPath string
+	// FlushDelay defers registry publication (default 2s).
+	FlushDelay time.Duration
+	Logger     *slog.Logger
+	Now        func() time.Time
+}
+
+// Cache is the session-state cache and registry of one mount.
+type Cache struct {
+	store Store
+	opts  Options
+	log   *slog.Logger
+
+	mu       sync.Mutex // the global state lock; see the package comment
+	sessions *simplelru.LRU[layout.SessionID, *Session]
+	// ancestors caches the visible log of (session, version) for parent
+	// chains: immutable, shared by every child forked there.
+	ancestors *simplelru.LRU[ancestorKey, []layout.Entry]
+	manifests *simplelru.LRU[layout.SessionID, *layout.Manifest]
+	trees     *simplelru.LRU[ancestorKey, *Dir]
+	list      sessionList
+
+	// Registry holds the session rows (consistency.md §1).
+	Registry *Registry
+
+	stats counters
+}
+
+type ancestorKey struct {
+	id layout.SessionID
+	v  uint32
+}
+
+type sessionList struct {
+	ids     []layout.SessionID
+	checked time.Time
+	valid   bool
+}
+
+type counters struct {
+	loads, refreshes, hits, checks, evictions, snapshotsRead atomic.Int64
+}
+
+// Stats are the session cache's counters.
+type Stats struct {
+	Sessions                                         int
+	Loads, Refreshes, Hits, Checks, Evictions, Snaps int64
+}
+
+// New returns a Cache over store.
+func New(store Store, opts Options) (*Cache, error) {
+	if opts.MaxSessions <= 0 {
+		opts.MaxSessions = 4096
+	}
+	if opts.Parallel <= 0 {
+		opts.Parallel = 16
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	c := &Cache{store: store, opts: opts, log: opts.Logger}
+	var err error
+	c.sessions, err = simplelru.NewLRU[layout.SessionID, *Session](opts.MaxSessions, func(_ layout.SessionID, s *Session) {
+		// Called under c.mu. A load in flight on s publishes to s only,
+		// and s is no longer reachable from the map: it cannot come back.
+		s.evicted = true
+		c.stats.evictions.Add(1)
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.ancestors, _ = simplelru.NewLRU[ancestorKey, []layout.Entry](1024, nil)
+	c.manifests, _ = simplelru.NewLRU[layout.SessionID, *layout.Manifest](16384, nil)
+	c.Registry, err = newRegistry(opts.IndexPath, opts.FlushDelay, &c.mu, c.log)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close flushes the registry.
+func (c *Cache) Close() error { return c.Registry.Close() }
+
+// Stats returns the counters.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	n := c.sessions.Len()
+	c.mu.Unlock()
+	return Stats{Sessions: n, Loads: c.stats.loads.Load(), Refreshes: c.stats.refreshes.Load(),
+		Hits: c.stats.hits.Load(), Checks: c.stats.checks.Load(), Evictions: c.stats.evictions.Load(),
+		Snaps: c.stats.snapshotsRead.Load()}
+}
+
+// TTL returns the metadata TTL.
+func (c *Cache) TTL() time.Duration { return c.opts.MetadataTTL }
+
+// entry returns the cache's Session for id, creating it.
+func (c *Cache) entry(id layout.SessionID) *Session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.sessions.Get(id); ok {
+		return s
+	}
+	s := &Session{id: id, c: c}
+	c.sessions.Add(id, s)
+	return s
+}
+
+// Evict drops a session's cached state (tests and memory pressure).
+func (c *Cache) Evict(id layout.SessionID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sessions.Remove(id)
+}
+
+// State returns a session's state, fresh within the metadata TTL. Errors
+// wrap layout.ErrSessionNotFound for a session without a manifest.
+func (c *Cache) State(ctx context.Context, id layout.SessionID) (*State, error) {
+	return c.entry(id).State(ctx)
+}
+
+// Invalidate makes the next access to id re-check the bucket.
+func (c *Cache) Invalidate(id layout.SessionID) {
+	c.mu.Lock()
+	s, ok := c.sessions.Peek(id)
+	c.mu.Unlock()
+	if ok {
+		s.checked.Store(0)
+	}
+}
+
+// manifest returns a session's manifest; manifests are immutable and
+// cached without expiry.
+func (c *Cache) manifest(ctx context.Context, id layout.SessionID) (*layout.Manifest, error) {
+	c.mu.Lock()
+	m, ok := c.manifests.Get(id)
+	c.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	m, err := c.store.LoadManifest(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.manifests.Add(id, m)
+	c.mu.Unlock()
+	return m, nil
+}
+
+// ancestorLog returns the entries a child sees of its parent chain
+// (§6.5 step 1; fork records dropped, §11.3).
+func (c *Cache) ancestorLog(ctx context.Context, id layout.SessionID, m *layout.Manifest) ([]layout.Entry, error) {
+	if m.Parent == nil {
+		return nil, nil
+	}
+	// Walk up, collecting the chain, with cycle and depth guards.
+	var chain []ancestorKey
+	seen := map[layout.SessionID]bool{id: true}
+	cur := m
+	for cur.Parent != nil {
+		p := *cur.Parent
+		if seen[p.Session] || len(chain) >= layout.MaxParentDepth {
+			return nil, fmt.Errorf("parent chain of %s: %w: cycle or too deep at %s", id, layout.ErrCorrupt, p.Session)
+		}
+		seen[p.Session] = true
+		chain = append(chain, ancestorKey{p.Session, p.Version})
+		c.mu.Lock()
+		cached, ok := c.ancestors.Get(ancestorKey{p.Session, p.Version})
+		c.mu.Unlock()
+		if ok {
+			return c.extendAncestors(ctx, cached, chain[:len(chain)-1])
+		}
+		pm, err := c.manifest(ctx, p.Session)
+		if err != nil {
+			return nil, fmt.Errorf("parent chain of %s: ancestor %s: %w", id, p.Session, err)
+		}
+		cur = pm
+	}
+	return c.extendAncestors(ctx, nil, chain)
+}
+
+// extendAncestors builds, root-most first, the visible logs of chain
+// (child-most first) on top of base, caching each level.
+func (c *Cache) extendAncestors(ctx context.Context, base []layout.Entry, chain []ancestorKey) ([]layout.Entry, error) {
+	log := base
+	for i := len(chain) - 1; i >= 0; i-- {
+		l := chain[i]
+		snaps, err := c.snapshots(ctx, l.id, 1, l.v)
+		if err != nil {
+			return nil, fmt.Errorf("ancestor %s at version %d: %w", l.id, l.v, err)
+		}
+		next := make([]layout.Entry, len(log), len(log)+16)
+		copy(next, log)
+		log = layout.AppendEntries(next, l.id, 1, snaps, true)
+		c.mu.Lock()
+		c.ancestors.Add(ancestorKey{l.id, l.v}, log)
+		c.mu.Unlock()
+	}
+	return log, nil
+}
+
+// snapshots returns versions from..to of id, from a loaded state when it
+// covers them (history is immutable), else from the store.
+func (c *Cache) snapshots(ctx context.Context, id layout.SessionID, from, to uint32) ([][]layout.Descriptor, error) {
+	if to < from {
+		return nil, nil
+	}
+	c.mu.Lock()
+	s, ok := c.sessions.Peek(id)
+	c.mu.Unlock()
+	if ok {
+		if st := s.st.Load(); st != nil && st.Version >= to {
+			return st.snaps[from-1 : to], nil
+		}
+	}
+	snaps, err := c.store.ReadSnapshotRange(ctx, id, from, to, c.opts.Parallel)
+	c.stats.snapshotsRead.Add(int64(len(snaps)))
+	return snaps, err
+}
+
+// Sessions lists every session ID in the bucket, re-listed at most once
+// per TTL. Sessions this mount created are merged in immediately.
+func (c *Cache) Sessions(ctx context.Context) ([]layout.SessionID, error) {
+	now := c.opts.Now()
+	c.mu.Lock()
+	if c.list.valid && now.Sub(c.list.checked) < c.opts.MetadataTTL {
+		ids := append([]layout.SessionID(nil), c.list.ids...)
+		c.mu.Unlock()
+		return ids, nil
+	}
+	c.mu.Unlock()
+	ids, err := c.store.ListSessions(ctx, func(key string, err error) {
+		c.log.Warn("skipping a key under sessions/ that is not a session path", "key", key, "err", err)
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.list = sessionList{ids: ids, checked: now, valid: true}
+	c.mu.Unlock()
+	return append([]layout.SessionID(nil), ids...), nil
+}
+
+// SessionCreated records a session this mount created, so listings show it
+// before the next re-list.
+func (c *Cache) SessionCreated(id layout.SessionID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, x := range c.list.ids {
+		if x == id {
+			return
+		}
+	}
+	if c.list.valid {
+		c.list.ids = append(c.list.ids, id)
+	}
+}

@@ -1,0 +1,246 @@
+package cache
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// Row is one session's registry entry. Rows returned by the registry are
+// copies: changing one changes nothing else (consistency.md §1).
+type Row struct {
+	ID      layout.SessionID `json:"id"`
+	Name    string           `json:"name,omitempty"`
+	Version uint32           `json:"version"`
+	// UpdatedAt is the last content append; name changes, reads and
+	// refreshes never move it.
+	UpdatedAt time.Time         `json:"updated_at"`
+	Parent    *layout.ParentRef `json:"parent,omitempty"`
+}
+
+// Registry holds a row per known session, optionally persisted to a file
+// with a deferred, ordered flush (consistency.md §1).
+type Registry struct {
+	state *sync.Mutex // the cache's global state lock; guards rows, dirty, gen
+	rows  map[layout.SessionID]*Row
+	dirty bool
+	gen   uint64 // bumped by every mutation
+	timer *time.Timer
+
+	path  string
+	delay time.Duration
+	log   *slog.Logger
+	// flushMu serialises publication: capture under state, write after
+	// releasing it. Taken before state, never while holding it.
+	flushMu    sync.Mutex
+	flushedGen uint64
+}
+
+func newRegistry(path string, delay time.Duration, state *sync.Mutex, log *slog.Logger) (*Registry, error) {
+	if delay <= 0 {
+		delay = 2 * time.Second
+	}
+	r := &Registry{state: state, rows: map[layout.SessionID]*Row{}, path: path, delay: delay, log: log}
+	if path == "" {
+		return r, nil
+	}
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return r, nil
+	}
+	if err != nil {
+		log.Warn("registry index unreadable; starting empty", "path", path, "err", err)
+		return r, nil
+	}
+	var rows []Row
+	if err := json.Unmarshal(b, &rows); err != nil {
+		log.Warn("registry index corrupt; starting empty", "path", path, "err", err)
+		return r, nil
+	}
+	for i := range rows {
+		row := rows[i]
+		r.rows[row.ID] = &row
+	}
+	return r, nil
+}
+
+// observe records a state's row: a content append (a newer UpdatedAt)
+// moves the timestamp; nothing else does.
+func (r *Registry) observe(st *State) {
+	r.state.Lock()
+	defer r.state.Unlock()
+	row, ok := r.rows[st.ID]
+	if !ok {
+		row = &Row{ID: st.ID}
+		r.rows[st.ID] = row
+	}
+	changed := !ok || row.Version != st.Version || row.Name != st.Manifest.Name
+	row.Version = st.Version
+	row.Name = st.Manifest.Name
+	row.Parent = st.Manifest.Parent
+	if st.UpdatedAt.After(row.UpdatedAt) {
+		row.UpdatedAt = st.UpdatedAt
+		changed = true
+	}
+	if changed {
+		r.markDirtyLocked()
+	}
+}
+
+// SetName changes a row's name without touching its timestamp (a rename
+// or a new ref is not a content append).
+func (r *Registry) SetName(id layout.SessionID, name string) {
+	r.state.Lock()
+	defer r.state.Unlock()
+	row, ok := r.rows[id]
+	if !ok {
+		row = &Row{ID: id}
+		r.rows[id] = row
+	}
+	if row.Name != name {
+		row.Name = name
+		r.markDirtyLocked()
+	}
+}
+
+func (r *Registry) markDirtyLocked() {
+	r.dirty = true
+	r.gen++
+	if r.path != "" && r.timer == nil {
+		r.timer = time.AfterFunc(r.delay, func() {
+			if err := r.Flush(); err != nil {
+				r.log.Warn("registry flush failed; state kept in memory", "path", r.path, "err", err)
+			}
+		})
+	}
+}
+
+// Get returns a copy of a session's row.
+func (r *Registry) Get(id layout.SessionID) (Row, bool) {
+	r.state.Lock()
+	defer r.state.Unlock()
+	row, ok := r.rows[id]
+	if !ok {
+		return Row{}, false
+	}
+	return copyRow(row), true
+}
+
+func copyRow(row *Row) Row {
+	c := *row
+	if row.Parent != nil {
+		p := *row.Parent
+		c.Parent = &p
+	}
+	return c
+}
+
+// List returns copies of every row, newest content first (absent times
+// sort as zero). Rows are copied under the state lock; sorting happens
+// after it is released.
+func (r *Registry) List() []Row {
+	r.state.Lock()
+	out := make([]Row, 0, len(r.rows))
+	for _, row := range r.rows {
+		out = append(out, copyRow(row))
+	}
+	r.state.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].UpdatedAt.Equal(out[j].UpdatedAt) {
+			return out[i].UpdatedAt.After(out[j].UpdatedAt)
+		}
+		return out[i].ID.String() < out[j].ID.String()
+	})
+	return out
+}
+
+// Flush publishes the rows to the index file if anything changed since
+// the last flush. An older capture never overwrites a newer one: captures
+// and writes are ordered by flushMu, and mutations made during a write
+// leave the registry dirty for the next flush.
+func (r *Registry) Flush() error {
+	if r.path == "" {
+		return nil
+	}
+	r.flushMu.Lock()
+	defer r.flushMu.Unlock()
+	r.state.Lock()
+	r.timer = nil
+	if !r.dirty {
+		r.state.Unlock()
+		return nil
+	}
+	gen := r.gen
+	rows := make([]Row, 0, len(r.rows))
+	for _, row := range r.rows {
+		rows = append(rows, copyRow(row))
+	}
+	r.dirty = false
+	r.state.Unlock()
+
+	sort.Slice(rows, func(i, j int) bool { return rows[i].ID.String() < rows[j].ID.String() })
+	err := writeFileAtomic(r.path, rows)
+	r.state.Lock()
+	defer r.state.Unlock()
+	if err != nil {
+		r.dirty = true // keep it for the next attempt
+		return err
+	}
+	r.flushedGen = gen
+	if r.gen != gen {
+		r.dirty = true
+		if r.timer == nil {
+			r.timer = time.AfterFunc(r.delay, func() { _ = r.Flush() })
+		}
+	}
+	return nil
+}
+
+// Close flushes pending changes.
+func (r *Registry) Close() error {
+	r.state.Lock()
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+	r.state.Unlock()
+	return r.Flush()
+}
+
+func writeFileAtomic(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".index-*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write registry index %s: %w", path, err)
+	}
+	return nil
+}

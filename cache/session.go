@@ -1,0 +1,354 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// Session is the cache's handle on one session. Its state is replaced
+// wholesale (copy-on-write) so readers never lock.
+type Session struct {
+	id layout.SessionID
+	c  *Cache
+
+	// mu serialises this session's loads, refreshes and commit
+	// bookkeeping (consistency.md §3); taken before Cache.mu.
+	mu sync.Mutex
+	st atomic.Pointer[State]
+	// checked is the UnixNano time captured before the last LIST that
+	// confirmed st; 0 forces a re-check.
+	checked atomic.Int64
+	// evicted is guarded by Cache.mu.
+	evicted bool
+}
+
+// State is an immutable view of a session at one version. Everything in
+// it is shared and must not be modified.
+type State struct {
+	ID       layout.SessionID
+	Manifest *layout.Manifest
+	// Version is the latest version this state covers: the fingerprint
+	// captured before its snapshots were read.
+	Version uint32
+	// UpdatedAt is the time of the last content append (consistency.md
+	// §1): the newest created-at of the latest snapshot that added
+	// descriptors; the session ID's hour when there is none.
+	UpdatedAt time.Time
+	// LastSeq is the sequence number of the last descriptor.
+	LastSeq int64
+
+	ancestors []layout.Entry          // parent chain's visible entries
+	snaps     [][]layout.Descriptor   // own snapshots 1..Version
+	slots     map[string]layout.Entry // live slots at Version
+
+	treeOnce sync.Once
+	tree     *Dir
+}
+
+// Position is where a commit based on this state starts.
+func (st *State) Position() layout.Position {
+	return layout.Position{Version: st.Version, LastSeq: st.LastSeq}
+}
+
+// Snapshot returns the delta committed at version v (1..Version).
+func (st *State) Snapshot(v uint32) ([]layout.Descriptor, bool) {
+	if v == 0 || v > st.Version {
+		return nil, false
+	}
+	return st.snaps[v-1], true
+}
+
+// Slot returns the live descriptor for name.
+func (st *State) Slot(name string) (layout.Entry, bool) {
+	e, ok := st.slots[name]
+	return e, ok
+}
+
+// Slots returns the live slots; the map is shared and read-only.
+func (st *State) Slots() map[string]layout.Entry { return st.slots }
+
+// Log returns the full-state scan (§6.5) at version v <= Version: parent
+// chain first, then own snapshots 1..v.
+func (st *State) Log(v uint32) []layout.Entry {
+	if v > st.Version {
+		v = st.Version
+	}
+	out := make([]layout.Entry, len(st.ancestors), len(st.ancestors)+int(v)*2)
+	copy(out, st.ancestors)
+	return layout.AppendEntries(out, st.ID, 1, st.snaps[:v], false)
+}
+
+// SlotsAt returns the live slots at version v <= Version.
+func (st *State) SlotsAt(v uint32) map[string]layout.Entry {
+	if v >= st.Version {
+		return st.slots
+	}
+	return layout.Slots(st.Log(v))
+}
+
+// Seq returns the descriptor with sequence number n in the full log.
+func (st *State) Seq(n int64) (layout.Entry, bool) {
+	// Sequence numbers increase along the log; binary search own
+	// snapshots first, then the ancestors.
+	log := st.Log(st.Version)
+	i := sort.Search(len(log), func(i int) bool { return log[i].SequenceNumber >= n })
+	if i < len(log) && log[i].SequenceNumber == n {
+		return log[i], true
+	}
+	for _, e := range log {
+		if e.SequenceNumber == n {
+			return e, true
+		}
+	}
+	return layout.Entry{}, false
+}
+
+// Forks returns the children recorded in this session's own snapshots
+// (§17), pending ones included.
+func (st *State) Forks() []layout.Branch { return layout.BranchesIn(1, st.snaps) }
+
+// Tree returns the directory tree of the live slots.
+func (st *State) Tree() *Dir {
+	st.treeOnce.Do(func() { st.tree = BuildTree(st.slots) })
+	return st.tree
+}
+
+// State returns the session's state, re-checking the bucket when the last
+// check is older than the TTL.
+func (s *Session) State(ctx context.Context) (*State, error) {
+	c := s.c
+	if st := s.st.Load(); st != nil && s.fresh() {
+		c.stats.hits.Add(1)
+		return st, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.st.Load(); st != nil && s.fresh() {
+		c.stats.hits.Add(1)
+		return st, nil // refreshed while we waited: single flight
+	}
+	return s.refreshLocked(ctx)
+}
+
+func (s *Session) fresh() bool {
+	ttl := s.c.opts.MetadataTTL
+	if ttl <= 0 {
+		return false
+	}
+	return s.c.opts.Now().UnixNano()-s.checked.Load() < int64(ttl)
+}
+
+// refreshLocked brings the state up to the latest version. s.mu is held.
+func (s *Session) refreshLocked(ctx context.Context) (*State, error) {
+	c := s.c
+	checkedAt := c.opts.Now()
+	c.stats.checks.Add(1)
+	fp, err := c.store.LatestVersion(ctx, s.id)
+	if err != nil {
+		return nil, err
+	}
+	prev := s.st.Load()
+	if prev != nil && fp == prev.Version {
+		s.checked.Store(checkedAt.UnixNano())
+		return prev, nil
+	}
+	var st *State
+	if prev == nil || fp < prev.Version {
+		// First load, or the bucket went backwards (restored, or an
+		// eventually consistent listing): build from scratch.
+		c.stats.loads.Add(1)
+		st, err = s.build(ctx, fp)
+	} else {
+		c.stats.refreshes.Add(1)
+		st, err = s.extend(ctx, prev, fp)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.publishLocked(st, checkedAt)
+	return st, nil
+}
+
+// publishLocked installs st and updates the registry row.
+func (s *Session) publishLocked(st *State, checkedAt time.Time) {
+	s.st.Store(st)
+	s.checked.Store(checkedAt.UnixNano())
+	s.c.Registry.observe(st)
+}
+
+func (s *Session) build(ctx context.Context, fp uint32) (*State, error) {
+	c := s.c
+	m, err := c.manifest(ctx, s.id)
+	if err != nil {
+		return nil, err
+	}
+	anc, err := c.ancestorLog(ctx, s.id, m)
+	if err != nil {
+		return nil, err
+	}
+	snaps, err := c.store.ReadSnapshotRange(ctx, s.id, 1, fp, c.opts.Parallel)
+	if err != nil {
+		return nil, fmt.Errorf("load session %s: %w", s.id, err)
+	}
+	c.stats.snapshotsRead.Add(int64(len(snaps)))
+	slots := make(map[string]layout.Entry)
+	for _, e := range anc {
+		layout.ApplySlot(slots, e)
+	}
+	st := &State{ID: s.id, Manifest: m, ancestors: anc, LastSeq: m.FirstSequenceNumber - 1, UpdatedAt: s.id.Time()}
+	if n := len(anc); n > 0 {
+		st.LastSeq = max(st.LastSeq, anc[n-1].SequenceNumber)
+	}
+	st.applySnaps(slots, snaps, 1)
+	st.slots = slots
+	return st, nil
+}
+
+// extend returns prev plus versions prev.Version+1..fp: one snapshot read
+// per new version, and a copy of the slot map (states are immutable).
+func (s *Session) extend(ctx context.Context, prev *State, fp uint32) (*State, error) {
+	c := s.c
+	snaps, err := c.store.ReadSnapshotRange(ctx, s.id, prev.Version+1, fp, c.opts.Parallel)
+	if err != nil {
+		return nil, fmt.Errorf("refresh session %s: %w", s.id, err)
+	}
+	c.stats.snapshotsRead.Add(int64(len(snaps)))
+	return prev.with(prev.Version+1, snaps), nil
+}
+
+// with returns a new state with snaps appended starting at version from.
+func (prev *State) with(from uint32, snaps [][]layout.Descriptor) *State {
+	slots := make(map[string]layout.Entry, len(prev.slots)+4)
+	for k, v := range prev.slots {
+		slots[k] = v
+	}
+	st := &State{ID: prev.ID, Manifest: prev.Manifest, ancestors: prev.ancestors,
+		LastSeq: prev.LastSeq, UpdatedAt: prev.UpdatedAt, Version: prev.Version}
+	// prev.snaps is only ever appended to by its successor under the
+	// session lock, so sharing the backing array is safe: older states
+	// see only their own length.
+	st.snaps = prev.snaps[:prev.Version]
+	st.applySnaps(slots, snaps, from)
+	st.slots = slots
+	return st
+}
+
+// applySnaps appends snaps (the first at version from) to st.
+func (st *State) applySnaps(slots map[string]layout.Entry, snaps [][]layout.Descriptor, from uint32) {
+	for i, ds := range snaps {
+		v := from + uint32(i)
+		st.snaps = append(st.snaps, ds)
+		st.Version = v
+		var newest time.Time
+		for _, d := range ds {
+			layout.ApplySlot(slots, layout.Entry{Descriptor: d, Session: st.ID, Version: v})
+			if d.CreatedAt.After(newest) {
+				newest = d.CreatedAt
+			}
+			st.LastSeq = d.SequenceNumber
+		}
+		if len(ds) > 0 {
+			if newest.IsZero() {
+				newest = st.UpdatedAt
+			}
+			st.UpdatedAt = newest
+		}
+	}
+}
+
+// Committed folds a commit this mount made into the cached state, so the
+// writer sees it at once. If the commit is not the next version (others
+// landed in between), the state is marked for re-check instead.
+func (c *Cache) Committed(id layout.SessionID, res layout.CommitResult) {
+	s := c.entry(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := s.st.Load()
+	if prev == nil || res.Version != prev.Version+1 {
+		s.checked.Store(0)
+		return
+	}
+	st := prev.with(res.Version, [][]layout.Descriptor{res.Descriptors})
+	s.st.Store(st)
+	s.c.Registry.observe(st)
+}
+
+// Dir is a directory of the live tree built from slot names (decisions.md
+// "Names as paths").
+type Dir struct {
+	Files map[string]*layout.Entry
+	Dirs  map[string]*Dir
+	// Hidden counts names that have no path.
+	Hidden int
+}
+
+// Names returns the directory's entries, sorted.
+func (d *Dir) Names() []string {
+	out := make([]string, 0, len(d.Files)+len(d.Dirs))
+	for n := range d.Files {
+		out = append(out, n)
+	}
+	for n := range d.Dirs {
+		if _, ok := d.Files[n]; !ok {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Walk returns the directory at path components parts.
+func (d *Dir) Walk(parts []string) (*Dir, bool) {
+	for _, p := range parts {
+		if _, isFile := d.Files[p]; isFile {
+			return nil, false
+		}
+		next, ok := d.Dirs[p]
+		if !ok {
+			return nil, false
+		}
+		d = next
+	}
+	return d, true
+}
+
+// BuildTree lays out slots as a tree. A name that is both a file and a
+// prefix of another (a and a/b) shows the file.
+func BuildTree(slots map[string]layout.Entry) *Dir {
+	root := &Dir{Files: map[string]*layout.Entry{}, Dirs: map[string]*Dir{}}
+	names := make([]string, 0, len(slots))
+	for n := range slots {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		e := slots[n]
+		parts, ok := layout.NamePath(n)
+		if !ok {
+			root.Hidden++
+			continue
+		}
+		d := root
+		for _, p := range parts[:len(parts)-1] {
+			next, ok := d.Dirs[p]
+			if !ok {
+				next = &Dir{Files: map[string]*layout.Entry{}, Dirs: map[string]*Dir{}}
+				d.Dirs[p] = next
+			}
+			d = next
+		}
+		leaf := parts[len(parts)-1]
+		d.Files[leaf] = &e
+	}
+	return root
+}
+
+// JoinName is the slot name of path components.
+func JoinName(parts []string) string { return strings.Join(parts, "/") }

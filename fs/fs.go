@@ -1,0 +1,223 @@
+// Package fs is the go-fuse node tree of a pugfs mount (tree.md): it maps
+// paths to cache and layout calls and never builds bucket keys. Every
+// errno comes from errnoOf.
+package fs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/layout"
+)
+
+// CommitMode says when staged writes become snapshots.
+type CommitMode int
+
+const (
+	// CommitOnClose commits each file when it is closed (flush) or
+	// fsynced; concurrent closes share a snapshot (group commit).
+	CommitOnClose CommitMode = iota
+	// CommitOnFsync stages every change in a session until fsync of a
+	// file or of the session directory, then commits them as one
+	// snapshot.
+	CommitOnFsync
+)
+
+// Config is everything a mount needs.
+type Config struct {
+	Store *layout.Store
+	Cache *cache.Cache
+	Blobs *cache.BlobCache
+	// BucketURL is shown in .pugmark/bucket, with credentials removed.
+	BucketURL string
+	// Flags is shown in .pugmark/flags.
+	Flags        string
+	ReadOnly     bool
+	MetadataTTL  time.Duration
+	Commit       CommitMode
+	SnapshotType layout.SnapshotType
+	// GroupWindow is how long a commit waits for other closes in the
+	// same session to share its snapshot (default 2ms).
+	GroupWindow time.Duration
+	// StagingDir holds spill files of writes in progress.
+	StagingDir string
+	UID, GID   uint32
+	Umask      uint32
+	Logger     *slog.Logger
+	// Now is the clock for created-at (tests pin it).
+	Now func() time.Time
+}
+
+// FS is one mount's filesystem.
+type FS struct {
+	cfg   Config
+	store *layout.Store
+	cache *cache.Cache
+	blobs *cache.BlobCache
+	views *cache.Views
+	log   *slog.Logger
+	ttl   time.Duration
+	start time.Time
+	w     *writer
+	// notify sends kernel cache invalidations from a background queue.
+	notify *notifier
+	root   *gofs.Inode
+}
+
+// New returns the filesystem for cfg.
+func New(cfg Config) (*FS, error) {
+	if cfg.Store == nil || cfg.Cache == nil || cfg.Blobs == nil {
+		return nil, fmt.Errorf("fs: Store, Cache and Blobs are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.SnapshotType == "" {
+		cfg.SnapshotType = layout.Provisional
+	}
+	if cfg.GroupWindow <= 0 {
+		cfg.GroupWindow = 2 * time.Millisecond
+	}
+	if cfg.StagingDir == "" {
+		cfg.StagingDir = os.TempDir()
+	}
+	if err := os.MkdirAll(cfg.StagingDir, 0o700); err != nil {
+		return nil, fmt.Errorf("fs: staging directory: %w", err)
+	}
+	f := &FS{cfg: cfg, store: cfg.Store, cache: cfg.Cache, blobs: cfg.Blobs, log: cfg.Logger,
+		ttl: cfg.MetadataTTL, start: cfg.Now()}
+	f.views = cfg.Cache.NewViews(cfg.Store)
+	f.w = newWriter(f)
+	f.notify = newNotifier(f)
+	return f, nil
+}
+
+// Root returns the root node.
+func (f *FS) Root() gofs.InodeEmbedder { return &rootNode{dirNode: dirNode{f: f, ls: &rootDir{f: f}}} }
+
+// rootNode is the mount root; it records its inode for notifications.
+type rootNode struct{ dirNode }
+
+var _ = (gofs.NodeOnAdder)((*rootNode)(nil))
+
+// OnAdd runs once at mount time.
+func (r *rootNode) OnAdd(ctx context.Context) { r.f.root = &r.Inode }
+
+// Close stops the background work of the filesystem.
+func (f *FS) Close() { f.notify.close() }
+
+// owner sets uid/gid and applies the umask to the permission bits.
+func (f *FS) owner(a *fuse.Attr) {
+	a.Uid, a.Gid = f.cfg.UID, f.cfg.GID
+	a.Mode &^= f.cfg.Umask & 0o777
+}
+
+// MountOptions are the kernel-facing options of Mount.
+type MountOptions struct {
+	AllowOther bool
+	Debug      bool
+	// FsName is shown in /proc/mounts (the bucket URL, redacted).
+	FsName string
+}
+
+// Mount mounts f at dir with DirectMount (root) falling back to
+// fusermount3, and returns the running server.
+func Mount(dir string, f *FS, mo MountOptions) (*fuse.Server, error) {
+	entry := f.ttl
+	neg := f.ttl
+	opts := &gofs.Options{
+		EntryTimeout:    &entry,
+		AttrTimeout:     &entry,
+		NegativeTimeout: &neg,
+		UID:             f.cfg.UID,
+		GID:             f.cfg.GID,
+		MountOptions: fuse.MountOptions{
+			AllowOther:   mo.AllowOther,
+			Debug:        mo.Debug,
+			FsName:       mo.FsName,
+			Name:         "pugfs",
+			DirectMount:  true,
+			MaxWrite:     1 << 20,
+			MaxReadAhead: 1 << 20,
+			// Kernel-side permission checks: with allow_other, the mode
+			// bits decide who may enter (issue: access).
+			Options: mountFlags(f.cfg.ReadOnly, mo.AllowOther),
+		},
+	}
+	if mo.FsName == "" {
+		opts.FsName = "pugfs"
+	}
+	opts.Logger = nil
+	srv, err := gofs.Mount(dir, f.Root(), opts)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	return srv, nil
+}
+
+func mountFlags(ro, allowOther bool) []string {
+	var o []string
+	if ro {
+		o = append(o, "ro")
+	}
+	if allowOther {
+		o = append(o, "default_permissions")
+	}
+	return o
+}
+
+// rootDir is the mount root: the fixed top-level directories.
+type rootDir struct{ f *FS }
+
+func (r *rootDir) entries() []child {
+	f := r.f
+	return []child{
+		{name: "sessions", mode: syscall.S_IFDIR, ino: inoOf("sessions"), ttl: f.ttl, node: func() gofsNode {
+			if f.cfg.ReadOnly {
+				return &dirNode{f: f, ls: &sessionsDir{f: f}}
+			}
+			return &sessionsNode{dirNode{f: f, ls: &sessionsDir{f: f}}}
+		}},
+		f.dir("names", inoOf("names"), f.ttl, &namesDir{f: f}),
+		{name: "memories", mode: syscall.S_IFDIR, ino: inoOf("memories"), ttl: f.ttl, node: func() gofsNode {
+			return f.memDirChild("memories", "")
+		}},
+		{name: "refs", mode: syscall.S_IFDIR, ino: inoOf("refs"), ttl: f.ttl, node: func() gofsNode {
+			rd := &refsDir{f: f}
+			if f.cfg.ReadOnly {
+				return &dirNode{f: f, ls: rd}
+			}
+			return &refsNode{dirNode: dirNode{f: f, ls: rd}}
+		}},
+		f.dir("objects", inoOf("objects"), f.ttl, &objectsDir{f: f}),
+	}
+}
+
+func (r *rootDir) list(ctx context.Context) ([]child, error) { return r.entries(), nil }
+
+func (r *rootDir) find(ctx context.Context, name string) (child, error) {
+	if name == ".pugmark" {
+		return r.f.dir(name, inoOf("root-meta"), r.f.ttl, &rootMetaDir{f: r.f}), nil
+	}
+	for _, c := range r.entries() {
+		if c.name == name {
+			return c, nil
+		}
+	}
+	return child{}, syscall.ENOENT
+}
+
+func (r *rootDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
+	setTimes(out, r.f.start)
+	return nil
+}

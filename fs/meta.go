@@ -1,0 +1,368 @@
+package fs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/layout"
+)
+
+// sessionMetaDir is sessions/<id>/.pugmark/.
+type sessionMetaDir struct {
+	f  *FS
+	id layout.SessionID
+}
+
+func (m *sessionMetaDir) state(ctx context.Context) (*cache.State, error) {
+	return m.f.cache.State(ctx, m.id)
+}
+
+func (m *sessionMetaDir) entries(ctx context.Context) ([]child, error) {
+	f, id := m.f, m.id
+	st, err := m.state(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sid := id.String()
+	out := []child{
+		f.genFile("manifest.json", inoOf("manifest", sid), id.Time(), true, func(ctx context.Context) ([]byte, error) {
+			b, err := json.MarshalIndent(st.Manifest, "", "  ")
+			return append(b, '\n'), err
+		}),
+		f.genFile("version", inoOf("version", sid), time.Time{}, false, func(ctx context.Context) ([]byte, error) {
+			st, err := m.state(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return []byte(strconv.FormatUint(uint64(st.Version), 10) + "\n"), nil
+		}),
+		f.genFile("checkpoint", inoOf("checkpoint", sid), time.Time{}, false, func(ctx context.Context) ([]byte, error) {
+			st, err := m.state(ctx)
+			if err != nil {
+				return nil, err
+			}
+			v, ok, err := f.views.LatestCheckpoint(ctx, st)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return []byte("none\n"), nil
+			}
+			return []byte(strconv.FormatUint(uint64(v), 10) + "\n"), nil
+		}),
+		f.genFile("log.jsonl", inoOf("log", sid), time.Time{}, false, func(ctx context.Context) ([]byte, error) {
+			st, err := m.state(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return logJSONL(st.Log(st.Version))
+		}),
+		f.dir("snapshots", inoOf("snapshots", sid), f.ttl, &snapshotsDir{f: f, id: id}),
+		f.dir("at", inoOf("at", sid), f.ttl, &atDir{f: f, id: id}),
+		f.dir("seq", inoOf("seq", sid), f.ttl, &seqDir{f: f, id: id}),
+		f.dir("forks", inoOf("forks", sid), f.ttl, &forksDir{f: f, id: id}),
+	}
+	if p := st.Manifest.Parent; p != nil {
+		target := fmt.Sprintf("../../%s/.pugmark/at/%d", p.Session, p.Version)
+		out = append(out, f.symlink("parent", inoOf("parent", sid), target, id.Time(), historyTTL))
+	}
+	return out, nil
+}
+
+func (m *sessionMetaDir) list(ctx context.Context) ([]child, error) { return m.entries(ctx) }
+
+func (m *sessionMetaDir) find(ctx context.Context, name string) (child, error) {
+	cs, err := m.entries(ctx)
+	if err != nil {
+		return child{}, err
+	}
+	for _, c := range cs {
+		if c.name == name {
+			return c, nil
+		}
+	}
+	return child{}, syscall.ENOENT
+}
+
+func (m *sessionMetaDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
+	st, err := m.state(ctx)
+	if err != nil {
+		return err
+	}
+	setTimes(out, st.UpdatedAt)
+	return nil
+}
+
+// logJSONL renders log.jsonl: one descriptor a line without data,
+// prefixed by where it was found.
+func logJSONL(log []layout.Entry) ([]byte, error) {
+	var buf bytes.Buffer
+	for _, e := range log {
+		d := e.Descriptor
+		d.Data = nil
+		b, err := json.Marshal(d)
+		if err != nil {
+			return nil, err
+		}
+		// Put where the descriptor lives first, then its fields.
+		fmt.Fprintf(&buf, `{"session":%q,"version":%d`, e.Session.String(), e.Version)
+		if len(b) > 2 {
+			buf.WriteByte(',')
+			buf.Write(b[1 : len(b)-1])
+		}
+		buf.WriteString("}\n")
+	}
+	return buf.Bytes(), nil
+}
+
+// versionsDir lists 1..latest (or 0..latest) as names.
+func versionNames(st *cache.State, from uint32) []uint32 {
+	var out []uint32
+	for v := from; v <= st.Version; v++ {
+		out = append(out, v)
+		if v == ^uint32(0) {
+			break
+		}
+	}
+	return out
+}
+
+func parseVersion(name string, st *cache.State, min uint32) (uint32, bool) {
+	if name == "" || (len(name) > 1 && name[0] == '0') {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(name, 10, 32)
+	if err != nil || uint32(v) < min || uint32(v) > st.Version {
+		return 0, false
+	}
+	return uint32(v), true
+}
+
+// snapshotsDir is .pugmark/snapshots/<N>.json.
+type snapshotsDir struct {
+	f  *FS
+	id layout.SessionID
+}
+
+func (s *snapshotsDir) child(st *cache.State, v uint32) child {
+	f, id := s.f, s.id
+	return f.genFile(fmt.Sprintf("%d.json", v), inoOf("snapjson", id.String(), strconv.Itoa(int(v))), snapTime(st, v), true,
+		onceBytes(func(ctx context.Context) ([]byte, error) {
+			ds, _ := st.Snapshot(v)
+			meta, err := f.views.SnapshotMeta(ctx, id, v)
+			if err != nil {
+				return nil, err
+			}
+			out := struct {
+				Session       string              `json:"session"`
+				Version       uint32              `json:"version"`
+				Type          layout.SnapshotType `json:"type"`
+				TypeMissing   bool                `json:"type-missing,omitempty"`
+				TransactionID string              `json:"transaction-id"`
+				Descriptors   []layout.Descriptor `json:"descriptors"`
+			}{id.String(), v, meta.Type, meta.TypeMissing, strconv.FormatUint(meta.TransactionID, 10), ds}
+			b, err := json.MarshalIndent(out, "", "  ")
+			return append(b, '\n'), err
+		}))
+}
+
+func snapTime(st *cache.State, v uint32) time.Time {
+	ds, _ := st.Snapshot(v)
+	var t time.Time
+	for _, d := range ds {
+		if d.CreatedAt.After(t) {
+			t = d.CreatedAt
+		}
+	}
+	return t
+}
+
+func (s *snapshotsDir) list(ctx context.Context) ([]child, error) {
+	st, err := s.f.cache.State(ctx, s.id)
+	if err != nil {
+		return nil, err
+	}
+	var out []child
+	for _, v := range versionNames(st, 1) {
+		out = append(out, s.child(st, v))
+	}
+	return out, nil
+}
+
+func (s *snapshotsDir) find(ctx context.Context, name string) (child, error) {
+	st, err := s.f.cache.State(ctx, s.id)
+	if err != nil {
+		return child{}, err
+	}
+	base, ok := cutSuffix(name, ".json")
+	if !ok {
+		return child{}, syscall.ENOENT
+	}
+	v, ok := parseVersion(base, st, 1)
+	if !ok {
+		return child{}, syscall.ENOENT
+	}
+	return s.child(st, v), nil
+}
+
+func (s *snapshotsDir) dirAttr(ctx context.Context, out *fuse.Attr) error { return nil }
+
+func cutSuffix(s, suf string) (string, bool) {
+	if len(s) > len(suf) && s[len(s)-len(suf):] == suf {
+		return s[:len(s)-len(suf)], true
+	}
+	return "", false
+}
+
+// onceBytes memoises immutable generated content.
+func onceBytes(gen func(ctx context.Context) ([]byte, error)) func(ctx context.Context) ([]byte, error) {
+	var b []byte
+	var done bool
+	var mu = make(chan struct{}, 1)
+	return func(ctx context.Context) ([]byte, error) {
+		mu <- struct{}{}
+		defer func() { <-mu }()
+		if done {
+			return b, nil
+		}
+		out, err := gen(ctx)
+		if err != nil {
+			return nil, err
+		}
+		b, done = out, true
+		return b, nil
+	}
+}
+
+// atDir is .pugmark/at/<N>/: read-only full state at each version.
+type atDir struct {
+	f  *FS
+	id layout.SessionID
+}
+
+func (a *atDir) child(v uint32) child {
+	sd := &sessionDir{f: a.f, id: a.id, at: v, hist: true}
+	return child{name: strconv.FormatUint(uint64(v), 10), mode: syscall.S_IFDIR, ttl: historyTTL,
+		ino:  inoOf("at", a.id.String(), strconv.FormatUint(uint64(v), 10)),
+		node: func() gofsNode { return a.f.sessionNode(sd) }}
+}
+
+func (a *atDir) list(ctx context.Context) ([]child, error) {
+	st, err := a.f.cache.State(ctx, a.id)
+	if err != nil {
+		return nil, err
+	}
+	var out []child
+	for _, v := range versionNames(st, 0) {
+		out = append(out, a.child(v))
+	}
+	return out, nil
+}
+
+func (a *atDir) find(ctx context.Context, name string) (child, error) {
+	st, err := a.f.cache.State(ctx, a.id)
+	if err != nil {
+		return child{}, err
+	}
+	v, ok := parseVersion(name, st, 0)
+	if !ok {
+		return child{}, syscall.ENOENT
+	}
+	return a.child(v), nil
+}
+
+func (a *atDir) dirAttr(ctx context.Context, out *fuse.Attr) error { return nil }
+
+// seqDir is .pugmark/seq/<n>: the body of the descriptor with sequence
+// number n.
+type seqDir struct {
+	f  *FS
+	id layout.SessionID
+}
+
+func (s *seqDir) child(e layout.Entry) child {
+	f := s.f
+	name := strconv.FormatInt(e.SequenceNumber, 10)
+	return child{name: name, mode: syscall.S_IFREG, ttl: historyTTL,
+		ino: inoOf("seq", s.id.String(), name),
+		node: func() gofsNode {
+			return &fileNode{f: f, c: &blobContent{f: f, d: e.Descriptor}, x: descXattrs(e)}
+		}}
+}
+
+func (s *seqDir) list(ctx context.Context) ([]child, error) {
+	st, err := s.f.cache.State(ctx, s.id)
+	if err != nil {
+		return nil, err
+	}
+	var out []child
+	seen := map[int64]bool{}
+	for _, e := range st.Log(st.Version) {
+		if e.Digest.IsZero() || seen[e.SequenceNumber] {
+			continue
+		}
+		seen[e.SequenceNumber] = true
+		out = append(out, s.child(e))
+	}
+	return out, nil
+}
+
+func (s *seqDir) find(ctx context.Context, name string) (child, error) {
+	st, err := s.f.cache.State(ctx, s.id)
+	if err != nil {
+		return child{}, err
+	}
+	n, err := strconv.ParseInt(name, 10, 64)
+	if err != nil || strconv.FormatInt(n, 10) != name {
+		return child{}, syscall.ENOENT
+	}
+	e, ok := st.Seq(n)
+	if !ok || e.Digest.IsZero() {
+		return child{}, syscall.ENOENT
+	}
+	return s.child(e), nil
+}
+
+func (s *seqDir) dirAttr(ctx context.Context, out *fuse.Attr) error { return nil }
+
+// forksDir is .pugmark/forks/<child-id>: links to every child recorded in
+// this session's snapshots, pending forks included (§17).
+type forksDir struct {
+	f  *FS
+	id layout.SessionID
+}
+
+func (d *forksDir) list(ctx context.Context) ([]child, error) {
+	st, err := d.f.cache.State(ctx, d.id)
+	if err != nil {
+		return nil, err
+	}
+	var out []child
+	for _, b := range st.Forks() {
+		out = append(out, d.f.symlink(b.Child.String(), inoOf("fork", d.id.String(), b.Child.String()),
+			"../../../"+b.Child.String(), snapTime(st, b.Version), historyTTL))
+	}
+	return out, nil
+}
+
+func (d *forksDir) find(ctx context.Context, name string) (child, error) {
+	cs, err := d.list(ctx)
+	if err != nil {
+		return child{}, err
+	}
+	for _, c := range cs {
+		if c.name == name {
+			return c, nil
+		}
+	}
+	return child{}, syscall.ENOENT
+}
+
+func (d *forksDir) dirAttr(ctx context.Context, out *fuse.Attr) error { return nil }

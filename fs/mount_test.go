@@ -1,0 +1,129 @@
+package fs
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/layout"
+	"gocloud.dev/blob/memblob"
+)
+
+// testMount mounts a filesystem over store in a temp dir and unmounts it
+// at cleanup. The test talks to it through separate processes (shell
+// tools), never through mmap or fork from this process.
+func testMount(t *testing.T, store *layout.Store, mutate func(*Config)) string {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Fatalf("/dev/fuse is missing: the tests need FUSE (install fuse3, load the fuse module): %v", err)
+	}
+	c, err := cache.New(store, cache.Options{MetadataTTL: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc, err := cache.NewBlobCache(store, cache.BlobOptions{MemBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Store: store, Cache: c, Blobs: bc, BucketURL: "mem://", StagingDir: t.TempDir(), UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	f, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	srv, err := Mount(dir, f, MountOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.WaitMount(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+		srv.Wait()
+		f.Close()
+		bc.Close()
+	})
+	return dir
+}
+
+// sh runs script with bash inside dir. The cd happens in bash, after
+// exec: a forked child of this process that touches the mount before
+// exec can deadlock against the server in this process.
+func sh(t *testing.T, dir, script string) string {
+	t.Helper()
+	cmd := exec.Command("bash", "-c", "cd '"+dir+"' && "+script)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", script, err, out)
+	}
+	return string(out)
+}
+
+func shFail(t *testing.T, dir, script string) string {
+	t.Helper()
+	cmd := exec.Command("bash", "-c", "cd '"+dir+"' && "+script)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("%s: succeeded, want failure\n%s", script, out)
+	}
+	return string(out)
+}
+
+func TestMountSmoke(t *testing.T) {
+	ctx := context.Background()
+	store := layout.New(memblob.OpenBucket(nil), &layout.Options{Now: time.Now})
+	m := store.NewRootManifest()
+	if _, _, err := store.CreateSession(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	body := []byte("hello pugfs\n")
+	bi, _ := store.PutBlobBytes(ctx, body, layout.BlobOptions{})
+	d := layout.Descriptor{Digest: bi.Digest, Size: bi.Size, Name: "notes/hello.txt", Data: body, CreatedAt: time.Now()}
+	if _, err := store.Commit(ctx, m.Session, layout.CommitRequest{Type: layout.Checkpoint, Descriptors: []layout.Descriptor{d}}); err != nil {
+		t.Fatal(err)
+	}
+	mnt := testMount(t, store, nil)
+	id := m.Session.String()
+	if got := sh(t, mnt, "ls sessions"); strings.TrimSpace(got) != id {
+		t.Fatalf("ls sessions = %q", got)
+	}
+	if got := sh(t, mnt, "cat sessions/"+id+"/notes/hello.txt"); got != string(body) {
+		t.Fatalf("cat = %q", got)
+	}
+	if got := sh(t, mnt, "cat sessions/"+id+"/.pugmark/version"); got != "1\n" {
+		t.Fatalf("version = %q", got)
+	}
+	sh(t, mnt, "echo written > sessions/"+id+"/new.txt")
+	if got := sh(t, mnt, "cat sessions/"+id+"/new.txt"); got != "written\n" {
+		t.Fatalf("new.txt = %q", got)
+	}
+	if got := sh(t, mnt, "cat sessions/"+id+"/.pugmark/version"); got != "2\n" {
+		t.Fatalf("version after write = %q", got)
+	}
+	sh(t, mnt, "mv sessions/"+id+"/new.txt sessions/"+id+"/notes/moved.txt")
+	if got := sh(t, mnt, "ls sessions/"+id+"/notes"); got != "hello.txt\nmoved.txt\n" {
+		t.Fatalf("ls notes = %q", got)
+	}
+	sh(t, mnt, "rm sessions/"+id+"/notes/hello.txt")
+	if got := sh(t, mnt, "ls sessions/"+id+"/notes"); got != "moved.txt\n" {
+		t.Fatalf("ls notes after rm = %q", got)
+	}
+	shFail(t, mnt, "echo x > sessions/"+id+"/.pugmark/at/1/x")
+	log, err := store.FullLog(ctx, m.Session, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := layout.Lookup(log, "notes/moved.txt"); !ok {
+		t.Fatalf("moved.txt not in the bucket: %+v", log)
+	}
+}

@@ -1,0 +1,345 @@
+package fs
+
+import (
+	"context"
+	"sort"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// gofsNode is a node implementation.
+type gofsNode = gofs.InodeEmbedder
+
+// child describes one directory entry before it becomes an inode.
+type child struct {
+	name string
+	mode uint32 // syscall.S_IFDIR, S_IFREG or S_IFLNK
+	ino  uint64
+	// node builds the node; only called when the kernel does not know
+	// the inode yet.
+	node func() gofs.InodeEmbedder
+	// ttl is the entry/attr timeout for this child: long for history,
+	// the metadata TTL for what commits can change.
+	ttl time.Duration
+}
+
+// lister is what a directory kind implements; dirNode adapts it to
+// go-fuse. hidden entries (.pugmark) are found by find but not listed.
+type lister interface {
+	list(ctx context.Context) ([]child, error)
+	find(ctx context.Context, name string) (child, error)
+	dirAttr(ctx context.Context, out *fuse.Attr) error
+}
+
+// dirNode is a read-only directory over a lister. Writable directories
+// embed it and add the write operations.
+type dirNode struct {
+	gofs.Inode
+	f  *FS
+	ls lister
+}
+
+var (
+	_ = (gofs.NodeLookuper)((*dirNode)(nil))
+	_ = (gofs.NodeReaddirer)((*dirNode)(nil))
+	_ = (gofs.NodeGetattrer)((*dirNode)(nil))
+)
+
+func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	c, err := d.ls.find(ctx, name)
+	if err != nil {
+		return nil, d.f.errnoOf("lookup "+name, err)
+	}
+	return d.f.materialise(ctx, &d.Inode, c, out)
+}
+
+// materialise turns a child into an inode and fills the entry reply.
+func (f *FS) materialise(ctx context.Context, parent *gofs.Inode, c child, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	in := parent.GetChild(c.name)
+	if in == nil || in.StableAttr().Ino != c.ino {
+		in = parent.NewInode(ctx, c.node(), gofs.StableAttr{Mode: c.mode, Ino: c.ino})
+	}
+	if g, ok := in.Operations().(gofs.NodeGetattrer); ok {
+		var ao fuse.AttrOut
+		if errno := g.Getattr(ctx, nil, &ao); errno != 0 {
+			return nil, errno
+		}
+		out.Attr = ao.Attr
+	}
+	out.Attr.Ino = c.ino
+	out.SetEntryTimeout(c.ttl)
+	out.SetAttrTimeout(c.ttl)
+	return in, 0
+}
+
+func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	cs, err := d.ls.list(ctx)
+	if err != nil {
+		return nil, d.f.errnoOf("readdir", err)
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })
+	es := make([]fuse.DirEntry, len(cs))
+	for i, c := range cs {
+		es[i] = fuse.DirEntry{Name: c.name, Mode: c.mode, Ino: c.ino}
+	}
+	return gofs.NewListDirStream(es), 0
+}
+
+func (d *dirNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFDIR | 0o555
+	setTimes(&out.Attr, d.f.start) // what has no time of its own shows the mount's
+	if err := d.ls.dirAttr(ctx, &out.Attr); err != nil {
+		return d.f.errnoOf("getattr", err)
+	}
+	d.f.owner(&out.Attr)
+	out.Nlink = 2
+	return 0
+}
+
+// Unlink, Rmdir and the other writes on read-only directories: go-fuse
+// makes unimplemented Unlink/Rmdir succeed silently, so refuse them.
+func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno { return syscall.EROFS }
+
+// Rmdir refuses: see Unlink.
+func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno { return syscall.EROFS }
+
+// Mkdir refuses on read-only directories.
+func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EROFS
+}
+
+// Create refuses on read-only directories.
+func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	return nil, nil, 0, syscall.EROFS
+}
+
+// Symlink refuses on read-only directories.
+func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EROFS
+}
+
+// Rename refuses on read-only directories.
+func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	return syscall.EROFS
+}
+
+// Setattr refuses on read-only directories.
+func (d *dirNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	return syscall.EROFS
+}
+
+// content is what a read-only file shows.
+type content interface {
+	// size of the file as shown.
+	size(ctx context.Context) (int64, error)
+	readAt(ctx context.Context, p []byte, off int64) (int, error)
+	mtime() time.Time
+	// immutable content may stay in the page cache across opens.
+	immutable() bool
+}
+
+// fileNode is a read-only file over a content.
+type fileNode struct {
+	gofs.Inode
+	f *FS
+	c content
+	x xattrs
+	// writable is set by embedders that accept writes (refs).
+	writable bool
+}
+
+// xattrs supplies extended attributes; nil for none.
+type xattrs func() map[string]string
+
+var (
+	_ = (gofs.NodeOpener)((*fileNode)(nil))
+	_ = (gofs.NodeReader)((*fileNode)(nil))
+	_ = (gofs.NodeGetattrer)((*fileNode)(nil))
+	_ = (gofs.NodeGetxattrer)((*fileNode)(nil))
+	_ = (gofs.NodeListxattrer)((*fileNode)(nil))
+)
+
+func (n *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	sz, err := n.c.size(ctx)
+	if err != nil {
+		return n.f.errnoOf("getattr", err)
+	}
+	out.Mode = syscall.S_IFREG | 0o444
+	if n.writable {
+		out.Mode = syscall.S_IFREG | 0o644
+	}
+	out.Size = uint64(sz)
+	out.Blocks = (uint64(sz) + 511) / 512
+	setTimes(&out.Attr, n.f.start)
+	setTimes(&out.Attr, n.c.mtime())
+	n.f.owner(&out.Attr)
+	out.Nlink = 1
+	return 0
+}
+
+func (n *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	if n.c.immutable() {
+		return nil, fuse.FOPEN_KEEP_CACHE, 0
+	}
+	// Mutable generated content: read straight through, so a size that
+	// changed since the last stat cannot cut the file short.
+	return nil, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (n *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	k, err := n.c.readAt(ctx, dest, off)
+	if err != nil {
+		return nil, n.f.errnoOf("read", err)
+	}
+	return fuse.ReadResultData(dest[:k]), 0
+}
+
+func (n *fileNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	return getxattr(n.x, attr, dest)
+}
+
+func (n *fileNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	return listxattr(n.x, dest)
+}
+
+// Setattr refuses: read-only file.
+func (n *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	return syscall.EROFS
+}
+
+// Setxattr refuses: read-only file.
+func (n *fileNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return syscall.EROFS
+}
+
+func getxattr(x xattrs, attr string, dest []byte) (uint32, syscall.Errno) {
+	if x == nil {
+		return 0, syscall.ENODATA
+	}
+	v, ok := x()[attr]
+	if !ok {
+		return 0, syscall.ENODATA
+	}
+	if len(dest) == 0 {
+		return uint32(len(v)), 0
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+func listxattr(x xattrs, dest []byte) (uint32, syscall.Errno) {
+	if x == nil {
+		return 0, 0
+	}
+	m := x()
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var buf []byte
+	for _, k := range names {
+		buf = append(buf, k...)
+		buf = append(buf, 0)
+	}
+	if len(dest) == 0 {
+		return uint32(len(buf)), 0
+	}
+	if len(dest) < len(buf) {
+		return uint32(len(buf)), syscall.ERANGE
+	}
+	return uint32(copy(dest, buf)), 0
+}
+
+// linkNode is a symbolic link.
+type linkNode struct {
+	gofs.Inode
+	f      *FS
+	target string
+	mt     time.Time
+}
+
+var _ = (gofs.NodeReadlinker)((*linkNode)(nil))
+
+func (l *linkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	return []byte(l.target), 0
+}
+
+func (l *linkNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFLNK | 0o777
+	out.Size = uint64(len(l.target))
+	setTimes(&out.Attr, l.f.start)
+	setTimes(&out.Attr, l.mt)
+	l.f.owner(&out.Attr)
+	out.Nlink = 1
+	return 0
+}
+
+func setTimes(a *fuse.Attr, t time.Time) {
+	if t.IsZero() {
+		return
+	}
+	a.SetTimes(&t, &t, &t)
+}
+
+// bytesContent is generated content computed on demand.
+type bytesContent struct {
+	gen   func(ctx context.Context) ([]byte, error)
+	mt    time.Time
+	fixed bool
+}
+
+func (b *bytesContent) size(ctx context.Context) (int64, error) {
+	body, err := b.gen(ctx)
+	return int64(len(body)), err
+}
+
+func (b *bytesContent) readAt(ctx context.Context, p []byte, off int64) (int, error) {
+	body, err := b.gen(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if off >= int64(len(body)) {
+		return 0, nil
+	}
+	return copy(p, body[off:]), nil
+}
+
+func (b *bytesContent) mtime() time.Time { return b.mt }
+func (b *bytesContent) immutable() bool  { return b.fixed }
+
+// genFile returns a child that is a generated file.
+func (f *FS) genFile(name string, ino uint64, mt time.Time, fixed bool, gen func(ctx context.Context) ([]byte, error)) child {
+	ttl := f.ttl
+	if fixed {
+		ttl = historyTTL
+	}
+	return child{name: name, mode: syscall.S_IFREG, ino: ino, ttl: ttl, node: func() gofs.InodeEmbedder {
+		return &fileNode{f: f, c: &bytesContent{gen: gen, mt: mt, fixed: fixed}}
+	}}
+}
+
+// symlink returns a child that is a symbolic link.
+func (f *FS) symlink(name string, ino uint64, target string, mt time.Time, ttl time.Duration) child {
+	return child{name: name, mode: syscall.S_IFLNK, ino: ino, ttl: ttl, node: func() gofs.InodeEmbedder {
+		return &linkNode{f: f, target: target, mt: mt}
+	}}
+}
+
+// dir returns a child that is a directory over ls.
+func (f *FS) dir(name string, ino uint64, ttl time.Duration, ls lister) child {
+	return child{name: name, mode: syscall.S_IFDIR, ino: ino, ttl: ttl, node: func() gofs.InodeEmbedder {
+		return &dirNode{f: f, ls: ls}
+	}}
+}
+
+// historyTTL is the kernel cache lifetime of immutable entries.
+const historyTTL = 24 * time.Hour

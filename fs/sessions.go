@@ -1,0 +1,249 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/layout"
+)
+
+// sessionsDir is sessions/: every session in the bucket, and any ID by
+// lookup even when listing would be expensive.
+type sessionsDir struct{ f *FS }
+
+func (s *sessionsDir) list(ctx context.Context) ([]child, error) {
+	ids, err := s.f.cache.Sessions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]child, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, s.f.sessionChild(id.String(), id))
+	}
+	return out, nil
+}
+
+func (s *sessionsDir) find(ctx context.Context, name string) (child, error) {
+	id, err := layout.ParseSessionID(name)
+	if err != nil {
+		return child{}, syscall.ENOENT
+	}
+	if _, err := s.f.cache.State(ctx, id); err != nil {
+		return child{}, err
+	}
+	return s.f.sessionChild(name, id), nil
+}
+
+func (s *sessionsDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
+	setTimes(out, s.f.start)
+	return nil
+}
+
+// sessionChild is the live directory of a session.
+func (f *FS) sessionChild(name string, id layout.SessionID) child {
+	sd := &sessionDir{f: f, id: id}
+	return child{name: name, mode: syscall.S_IFDIR, ino: inoOf("session", id.String()), ttl: f.ttl,
+		node: func() gofs.InodeEmbedder { return f.sessionNode(sd) }}
+}
+
+// sessionDir lists one directory of a session's tree: the live state
+// (at == 0) or the state at a version (read-only history).
+type sessionDir struct {
+	f     *FS
+	id    layout.SessionID
+	parts []string // path inside the session
+	// hist marks a read-only view of version at (.pugmark/at/<N>).
+	hist bool
+	at   uint32
+}
+
+func (d *sessionDir) live() bool { return !d.hist }
+
+// view returns the state and the slots the directory shows.
+func (d *sessionDir) view(ctx context.Context) (*cache.State, *cache.Dir, error) {
+	st, err := d.f.cache.State(ctx, d.id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if d.live() {
+		return st, st.Tree(), nil
+	}
+	if d.at > st.Version {
+		return nil, nil, syscall.ENOENT
+	}
+	return st, d.f.treeAt(st, d.at), nil
+}
+
+func (d *sessionDir) list(ctx context.Context) ([]child, error) {
+	st, tree, err := d.view(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dir, ok := tree.Walk(d.parts)
+	var out []child
+	seen := map[string]bool{}
+	if ok {
+		for _, name := range dir.Names() {
+			c, ok := d.childOf(st, dir, name)
+			if ok && !d.f.w.hidden(d.id, d.live(), d.parts, name) {
+				out = append(out, c)
+				seen[name] = true
+			}
+		}
+	}
+	if d.live() {
+		out = append(out, d.f.w.overlay(d, seen)...)
+	}
+	return out, nil
+}
+
+func (d *sessionDir) find(ctx context.Context, name string) (child, error) {
+	if name == ".pugmark" && len(d.parts) == 0 && d.live() {
+		return d.f.dir(name, inoOf("session-meta", d.id.String()), d.f.ttl, &sessionMetaDir{f: d.f, id: d.id}), nil
+	}
+	if d.live() {
+		if c, ok := d.f.w.lookup(d, name); ok {
+			return c, nil
+		}
+		if d.f.w.hidden(d.id, true, d.parts, name) {
+			return child{}, syscall.ENOENT
+		}
+	}
+	st, tree, err := d.view(ctx)
+	if err != nil {
+		return child{}, err
+	}
+	dir, ok := tree.Walk(d.parts)
+	if !ok {
+		return child{}, syscall.ENOENT
+	}
+	c, ok := d.childOf(st, dir, name)
+	if !ok {
+		return child{}, syscall.ENOENT
+	}
+	return c, nil
+}
+
+func (d *sessionDir) childOf(st *cache.State, dir *cache.Dir, name string) (child, bool) {
+	if e, ok := dir.Files[name]; ok {
+		return d.f.slotChild(d, name, *e), true
+	}
+	if _, ok := dir.Dirs[name]; ok {
+		sub := &sessionDir{f: d.f, id: d.id, parts: appendPart(d.parts, name), hist: d.hist, at: d.at}
+		return d.f.sessionSubdir(sub, name), true
+	}
+	return child{}, false
+}
+
+func appendPart(parts []string, name string) []string {
+	out := make([]string, len(parts)+1)
+	copy(out, parts)
+	out[len(parts)] = name
+	return out
+}
+
+func (f *FS) sessionSubdir(sub *sessionDir, name string) child {
+	ttl := f.ttl
+	if !sub.live() {
+		ttl = historyTTL
+	}
+	return child{name: name, mode: syscall.S_IFDIR, ttl: ttl,
+		ino:  inoOf("sdir", sub.id.String(), viewKey(sub), cache.JoinName(sub.parts)),
+		node: func() gofs.InodeEmbedder { return f.sessionNode(sub) }}
+}
+
+func (d *sessionDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
+	st, err := d.f.cache.State(ctx, d.id)
+	if err != nil {
+		return err
+	}
+	setTimes(out, st.UpdatedAt)
+	if d.live() && !d.f.cfg.ReadOnly {
+		out.Mode = syscall.S_IFDIR | 0o755
+	}
+	return nil
+}
+
+// slotChild is a file backed by a descriptor. The inode is keyed on
+// session, version view, name and digest, so new content is a new inode
+// and old pages can stay cached (FOPEN_KEEP_CACHE) for the old one.
+func (f *FS) slotChild(d *sessionDir, name string, e layout.Entry) child {
+	full := cache.JoinName(appendPart(d.parts, name))
+	ttl := f.ttl
+	if !d.live() {
+		ttl = historyTTL
+	}
+	ino := inoOf("slot", d.id.String(), viewKey(d), full, e.Digest.String(),
+		strconv.FormatInt(e.SequenceNumber, 10))
+	return child{name: name, mode: syscall.S_IFREG, ino: ino, ttl: ttl, node: func() gofs.InodeEmbedder {
+		return f.slotNode(d, full, e)
+	}}
+}
+
+// blobContent is a file showing a descriptor's (decoded) body.
+type blobContent struct {
+	f *FS
+	d layout.Descriptor
+}
+
+func (b *blobContent) size(ctx context.Context) (int64, error) { return b.f.blobs.Size(ctx, &b.d) }
+func (b *blobContent) readAt(ctx context.Context, p []byte, off int64) (int, error) {
+	n, err := b.f.blobs.ReadAt(ctx, &b.d, p, off)
+	if errors.Is(err, errEOF) {
+		err = nil
+	}
+	return n, err
+}
+func (b *blobContent) mtime() time.Time { return b.d.CreatedAt }
+func (b *blobContent) immutable() bool  { return true }
+
+// descXattrs are the extended attributes of a slot file (tree.md).
+func descXattrs(e layout.Entry) xattrs {
+	return func() map[string]string {
+		d := e.Descriptor
+		m := map[string]string{
+			"user.pugmark.digest":          d.Digest.String(),
+			"user.pugmark.sequence-number": strconv.FormatInt(d.SequenceNumber, 10),
+			"user.pugmark.version":         strconv.FormatUint(uint64(e.Version), 10),
+		}
+		if d.ContentType != "" {
+			m["user.pugmark.content-type"] = d.ContentType
+		}
+		if d.ContentEncoding != "" {
+			m["user.pugmark.content-encoding"] = d.ContentEncoding
+		}
+		if !d.CreatedAt.IsZero() {
+			m["user.pugmark.created-at"] = d.CreatedAt.UTC().Format(time.RFC3339Nano)
+		}
+		if d.SchemaURL != "" {
+			m["user.pugmark.schema-url"] = d.SchemaURL
+		}
+		if e.Session != (layout.SessionID{}) {
+			m["user.pugmark.session"] = e.Session.String()
+		}
+		for k, v := range d.Metadata {
+			m["user.pugmark.meta."+k] = v
+		}
+		return m
+	}
+}
+
+// treeAt returns the tree of st's session at version v, cached.
+func (f *FS) treeAt(st *cache.State, v uint32) *cache.Dir {
+	return f.cache.TreeAt(st, v)
+}
+
+// viewKey distinguishes the live tree from each history version in inode
+// keys.
+func viewKey(d *sessionDir) string {
+	if d.live() {
+		return "live"
+	}
+	return strconv.FormatUint(uint64(d.at), 10)
+}

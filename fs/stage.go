@@ -1,0 +1,225 @@
+package fs
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"os"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// errEOF is the end-of-content signal of the blob cache.
+var errEOF = io.EOF
+
+// staged is a file being written: its bytes live in a spill file in the
+// staging directory, never whole in memory. It is shared by every handle
+// open on the same name in one session.
+type staged struct {
+	// mu guards everything below and serialises I/O on the spill file.
+	mu    sync.Mutex
+	name  string
+	file  *os.File
+	size  int64
+	dirty bool
+	// touched is set once bytes or metadata were changed through a
+	// handle. A freshly created, untouched file is committed at release,
+	// not at the first flush: shells dup and close the new fd before
+	// writing, and committing that empty file would add a version.
+	touched bool
+	meta    map[string]string // user.pugmark.meta.<k>
+	ctype   string            // set by setxattr user.pugmark.content-type
+	schema  string
+	created time.Time
+	opens   int
+	// committed is the descriptor this staged file last became.
+	committed *layout.Entry
+}
+
+// newStaged creates a spill file, filled from base when the write does not
+// truncate.
+func (w *writer) newStaged(ctx context.Context, name string, base *layout.Entry, truncate bool) (*staged, error) {
+	f, err := os.CreateTemp(w.f.cfg.StagingDir, "stage-*")
+	if err != nil {
+		return nil, fmt.Errorf("stage %s: %w", name, err)
+	}
+	s := &staged{name: name, file: f, created: w.f.cfg.Now()}
+	if base != nil {
+		s.meta = cloneMap(base.Metadata)
+		s.schema = base.SchemaURL
+		if !truncate {
+			n, err := w.copyIn(ctx, f, base)
+			if err != nil {
+				f.Close()
+				os.Remove(f.Name())
+				return nil, fmt.Errorf("stage %s: copy current content: %w", name, err)
+			}
+			s.size = n
+		}
+	}
+	// The spill file's name is not needed once open; an unlinked file
+	// cannot be left behind by a crash.
+	os.Remove(f.Name())
+	return s, nil
+}
+
+// copyIn copies the current (decoded) content of e into f.
+func (w *writer) copyIn(ctx context.Context, f *os.File, e *layout.Entry) (int64, error) {
+	buf := make([]byte, 1<<20)
+	var off int64
+	for {
+		n, err := w.f.blobs.ReadAt(ctx, &e.Descriptor, buf, off)
+		if n > 0 {
+			if _, werr := f.WriteAt(buf[:n], off); werr != nil {
+				return off, werr
+			}
+			off += int64(n)
+		}
+		if errors.Is(err, io.EOF) || (err == nil && n == 0) {
+			return off, nil
+		}
+		if err != nil {
+			return off, err
+		}
+	}
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+func (s *staged) writeAt(p []byte, off int64) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, err := s.file.WriteAt(p, off)
+	if end := off + int64(n); end > s.size {
+		s.size = end
+	}
+	if n > 0 {
+		s.dirty, s.touched = true, true
+	}
+	return n, err
+}
+
+func (s *staged) readAt(p []byte, off int64) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if off >= s.size {
+		return 0, nil
+	}
+	if max := s.size - off; int64(len(p)) > max {
+		p = p[:max]
+	}
+	n, err := s.file.ReadAt(p, off)
+	if errors.Is(err, io.EOF) {
+		// A sparse tail past the last write reads as zeros.
+		for i := n; i < len(p); i++ {
+			p[i] = 0
+		}
+		return len(p), nil
+	}
+	return n, err
+}
+
+func (s *staged) truncate(n int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.file.Truncate(n); err != nil {
+		return err
+	}
+	if n != s.size {
+		s.size = n
+		s.dirty = true
+	}
+	s.touched = true
+	return nil
+}
+
+func (s *staged) getSize() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.size
+}
+
+// snapshotDesc hashes the spill file and returns the descriptor it
+// becomes, and whether it needs an upload. Caller holds s.mu.
+func (s *staged) describeLocked(now time.Time) (layout.Descriptor, error) {
+	if err := s.file.Truncate(s.size); err != nil {
+		return layout.Descriptor{}, err
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(s.file, 0, s.size)); err != nil {
+		return layout.Descriptor{}, err
+	}
+	var d layout.Descriptor
+	copy(d.Digest[:], h.Sum(nil))
+	d.Size = s.size
+	d.Name = s.name
+	d.CreatedAt = now.UTC()
+	d.Metadata = cloneMap(s.meta)
+	d.SchemaURL = s.schema
+	var head [512]byte
+	n, _ := s.file.ReadAt(head[:], 0)
+	d.ContentType = s.ctype
+	if d.ContentType == "" {
+		d.ContentType = contentTypeOf(s.name, head[:n])
+	}
+	if s.size <= layout.InlineLimit {
+		d.Data = make([]byte, s.size)
+		if _, err := s.file.ReadAt(d.Data, 0); err != nil && !errors.Is(err, io.EOF) {
+			return layout.Descriptor{}, err
+		}
+	}
+	return d, nil
+}
+
+// contentTypeOf picks a type from the name's extension, else sniffs.
+func contentTypeOf(name string, head []byte) string {
+	if ext := path.Ext(name); ext != "" {
+		if t := mime.TypeByExtension(ext); t != "" {
+			return t
+		}
+		switch ext {
+		case ".md":
+			return "text/markdown; charset=utf-8"
+		case ".jsonl", ".ndjson":
+			return "application/x-ndjson"
+		case ".go", ".py", ".rs", ".sh", ".yaml", ".yml", ".toml":
+			return "text/plain; charset=utf-8"
+		}
+	}
+	if len(head) == 0 {
+		return "application/octet-stream"
+	}
+	if t := http.DetectContentType(head); t != "" {
+		if t == "text/plain; charset=utf-8" && bytes.HasPrefix(bytes.TrimSpace(head), []byte("{")) {
+			return "application/json"
+		}
+		return t
+	}
+	return "application/octet-stream"
+}
+
+func (s *staged) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.file != nil {
+		s.file.Close()
+		s.file = nil
+	}
+}

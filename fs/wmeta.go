@@ -1,0 +1,479 @@
+package fs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/pugmark/pugfs/layout"
+)
+
+// The write side of sessions/ (mkdir creates a session), memories/ and
+// refs/.
+
+// sessionsNode is sessions/ on a read-write mount.
+type sessionsNode struct{ dirNode }
+
+var _ = (gofs.NodeMkdirer)((*sessionsNode)(nil))
+
+// Mkdir creates the session with that ID (idempotent, §5.1).
+func (n *sessionsNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	id, err := layout.ParseSessionID(name)
+	if err != nil || id.IsZero() || name != id.String() {
+		return nil, syscall.EINVAL
+	}
+	if _, _, err := n.f.store.CreateSession(context.WithoutCancel(ctx), &layout.Manifest{Session: id, FirstSequenceNumber: 1}); err != nil {
+		return nil, n.f.errnoOf("create session "+name, err)
+	}
+	n.f.cache.SessionCreated(id)
+	n.f.cache.Invalidate(id)
+	return n.f.materialise(ctx, &n.Inode, n.f.sessionChild(name, id), out)
+}
+
+// memNode returns the node of a memory record file.
+func (f *FS) memNode(ns string, e layout.Entry) gofsNode {
+	if f.cfg.ReadOnly {
+		return &fileNode{f: f, c: &blobContent{f: f, d: e.Descriptor}, x: descXattrs(e)}
+	}
+	return &memFile{f: f, ns: ns, e: e, has: true}
+}
+
+// memDirNode is a writable directory under memories/.
+type memDirNode struct {
+	dirNode
+	prefix string
+}
+
+func (f *FS) memDirChild(name, prefix string) gofsNode {
+	md := &memDir{f: f, prefix: prefix}
+	if f.cfg.ReadOnly {
+		return &dirNode{f: f, ls: md}
+	}
+	return &memDirNode{dirNode: dirNode{f: f, ls: md}, prefix: prefix}
+}
+
+func (n *memDirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	if n.prefix == "" {
+		return nil, nil, 0, syscall.EPERM // a record needs a namespace
+	}
+	if layout.ValidateMemoryName(name) != nil {
+		return nil, nil, 0, syscall.EINVAL
+	}
+	node := &memFile{f: n.f, ns: n.prefix, e: layout.Entry{Descriptor: layout.Descriptor{Name: name}}}
+	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: inoOf("mem-new", n.prefix, name)})
+	h := &memHandle{n: node, dirty: true}
+	out.Mode = syscall.S_IFREG | 0o644
+	n.f.owner(&out.Attr)
+	out.SetEntryTimeout(0)
+	out.SetAttrTimeout(0)
+	return in, h, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (n *memDirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	sub := name
+	if n.prefix != "" {
+		sub = n.prefix + "/" + name
+	}
+	if layout.ValidateNamespace(sub) != nil {
+		return nil, syscall.EINVAL
+	}
+	n.f.w.mu.Lock()
+	n.f.w.memDirs[sub] = true
+	n.f.w.mu.Unlock()
+	return n.f.materialise(ctx, &n.Inode, n.f.memSubdir(name, sub), out)
+}
+
+func (n *memDirNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	if n.prefix == "" {
+		return syscall.EPERM
+	}
+	res, err := n.f.store.WriteMemory(context.WithoutCancel(ctx), n.prefix, layout.MemoryWrite{Remove: []string{name}})
+	n.f.views.InvalidateMemories()
+	if err != nil {
+		return n.f.errnoOf("unlink memory "+n.prefix+"/"+name, err)
+	}
+	if !res.Changed {
+		return syscall.ENOENT
+	}
+	return 0
+}
+
+func (n *memDirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	sub := name
+	if n.prefix != "" {
+		sub = n.prefix + "/" + name
+	}
+	md := &memDir{f: n.f, prefix: sub}
+	cs, err := md.entries(ctx)
+	if err != nil {
+		return n.f.errnoOf("rmdir memory "+sub, err)
+	}
+	if len(cs) > 0 {
+		return syscall.ENOTEMPTY
+	}
+	n.f.w.mu.Lock()
+	defer n.f.w.mu.Unlock()
+	if !n.f.w.memDirs[sub] {
+		return syscall.ENOENT
+	}
+	delete(n.f.w.memDirs, sub)
+	return 0
+}
+
+// memOverlay lists namespaces made by mkdir that have no record yet.
+func (w *writer) memOverlay(prefix string, files, dirs map[string]bool) []child {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []child
+	for ns := range w.memDirs {
+		rest := ns
+		if prefix != "" {
+			var ok bool
+			if rest, ok = strings.CutPrefix(ns, prefix+"/"); !ok {
+				continue
+			}
+		}
+		next, _, _ := strings.Cut(rest, "/")
+		if next == "" || files[next] || dirs[next] {
+			continue
+		}
+		dirs[next] = true
+		sub := next
+		if prefix != "" {
+			sub = prefix + "/" + next
+		}
+		out = append(out, w.f.memSubdir(next, sub))
+	}
+	return out
+}
+
+// memFile is a memory record. Writes are buffered whole (records are
+// small) and committed on close as a memory merge (§8.3).
+type memFile struct {
+	gofs.Inode
+	f   *FS
+	ns  string
+	mu  sync.Mutex
+	e   layout.Entry
+	has bool
+}
+
+func (n *memFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFREG | 0o644
+	out.Nlink = 1
+	n.f.owner(&out.Attr)
+	if h, ok := fh.(*memHandle); ok {
+		h.mu.Lock()
+		out.Size = uint64(len(h.buf))
+		h.mu.Unlock()
+		return 0
+	}
+	n.mu.Lock()
+	e, has := n.e, n.has
+	n.mu.Unlock()
+	if !has {
+		return 0
+	}
+	sz, err := n.f.blobs.Size(ctx, &e.Descriptor)
+	if err != nil {
+		return n.f.errnoOf("getattr memory", err)
+	}
+	out.Size = uint64(sz)
+	setTimes(&out.Attr, e.CreatedAt)
+	return 0
+}
+
+func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	h := &memHandle{n: n}
+	n.mu.Lock()
+	e, has := n.e, n.has
+	n.mu.Unlock()
+	if has && flags&syscall.O_TRUNC == 0 {
+		body, err := readAll(ctx, n.f, &e.Descriptor)
+		if err != nil {
+			return nil, 0, n.f.errnoOf("open memory", err)
+		}
+		h.buf = body
+	}
+	if flags&syscall.O_TRUNC != 0 {
+		h.dirty = true
+	}
+	return h, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (n *memFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if sz, ok := in.GetSize(); ok {
+		h, ok := fh.(*memHandle)
+		if !ok {
+			var errno syscall.Errno
+			var hh gofs.FileHandle
+			hh, _, errno = n.Open(ctx, syscall.O_RDWR)
+			if errno != 0 {
+				return errno
+			}
+			h = hh.(*memHandle)
+			defer h.Flush(ctx)
+		}
+		h.mu.Lock()
+		if int(sz) <= len(h.buf) {
+			h.buf = h.buf[:sz]
+		} else {
+			h.buf = append(h.buf, make([]byte, int(sz)-len(h.buf))...)
+		}
+		h.dirty = true
+		h.mu.Unlock()
+	}
+	return n.Getattr(ctx, fh, out)
+}
+
+func readAll(ctx context.Context, f *FS, d *layout.Descriptor) ([]byte, error) {
+	var out bytes.Buffer
+	buf := make([]byte, 1<<20)
+	for off := int64(0); ; {
+		k, err := f.blobs.ReadAt(ctx, d, buf, off)
+		out.Write(buf[:k])
+		off += int64(k)
+		if errors.Is(err, errEOF) || (err == nil && k == 0) {
+			return out.Bytes(), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+type memHandle struct {
+	n     *memFile
+	mu    sync.Mutex
+	buf   []byte
+	dirty bool
+}
+
+func (h *memHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if off >= int64(len(h.buf)) {
+		return fuse.ReadResultData(nil), 0
+	}
+	return fuse.ReadResultData(append([]byte(nil), h.buf[off:min(int64(len(h.buf)), off+int64(len(dest)))]...)), 0
+}
+
+func (h *memHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if end := off + int64(len(data)); end > int64(len(h.buf)) {
+		h.buf = append(h.buf, make([]byte, end-int64(len(h.buf)))...)
+	}
+	copy(h.buf[off:], data)
+	h.dirty = true
+	return uint32(len(data)), 0
+}
+
+// Flush commits the record: store the blob, merge it into the namespace.
+// A write that changes nothing writes no new version.
+func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.dirty {
+		return 0
+	}
+	n := h.n
+	f := n.f
+	ctx = context.WithoutCancel(ctx)
+	bi, err := f.store.PutBlobBytes(ctx, h.buf, layout.BlobOptions{ContentType: contentTypeOf(n.e.Name, h.buf)})
+	if err != nil {
+		return f.errnoOf("write memory "+n.ns+"/"+n.e.Name, err)
+	}
+	d := layout.Descriptor{Name: n.e.Name, Digest: bi.Digest, Size: bi.Size, CreatedAt: f.cfg.Now().UTC(),
+		ContentType: contentTypeOf(n.e.Name, h.buf), Metadata: cloneMap(n.e.Metadata), SchemaURL: n.e.SchemaURL}
+	if len(h.buf) <= layout.InlineLimit {
+		d.Data = append([]byte{}, h.buf...)
+	}
+	res, err := f.store.WriteMemory(ctx, n.ns, layout.MemoryWrite{Put: []layout.Descriptor{d}})
+	f.views.InvalidateMemories()
+	if err != nil {
+		return f.errnoOf("write memory "+n.ns+"/"+n.e.Name, err)
+	}
+	for _, r := range res.Records {
+		if r.Name == d.Name {
+			d = r
+		}
+	}
+	n.mu.Lock()
+	n.e, n.has = layout.Entry{Descriptor: d}, true
+	n.mu.Unlock()
+	h.dirty = false
+	return 0
+}
+
+func (h *memHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno { return h.Flush(ctx) }
+
+// refNode returns a ref file: writable (a Link, compare-and-swap against
+// the value seen at open) unless the mount is read-only.
+func (f *FS) refNode(name string) gofsNode {
+	if f.cfg.ReadOnly {
+		return &fileNode{f: f, c: f.refContent(name)}
+	}
+	return &refFile{fileNode: fileNode{f: f, c: f.refContent(name), writable: true}, name: name}
+}
+
+// refFile is a writable ref.
+type refFile struct {
+	fileNode
+	name string
+}
+
+func (r *refFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if flags&(syscall.O_WRONLY|syscall.O_RDWR) == 0 {
+		return r.fileNode.Open(ctx, flags)
+	}
+	prev, err := r.f.store.ReadRef(ctx, r.name)
+	if err != nil && !errors.Is(err, layout.ErrNotFound) {
+		return nil, 0, r.f.errnoOf("open ref "+r.name, err)
+	}
+	h := &refHandle{r: r, prev: prev, existed: err == nil}
+	if err == nil && flags&syscall.O_TRUNC == 0 {
+		h.buf = []byte(prev.Target + "\n")
+	}
+	return h, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (r *refFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if h, ok := fh.(*refHandle); ok {
+		if sz, ok := in.GetSize(); ok && int(sz) <= len(h.buf) {
+			h.mu.Lock()
+			h.buf = h.buf[:sz]
+			h.dirty = true
+			h.mu.Unlock()
+		}
+		return 0
+	}
+	if sz, ok := in.GetSize(); ok && sz == 0 {
+		return 0 // O_TRUNC follow-up; the handle starts empty
+	}
+	return r.fileNode.Getattr(ctx, fh, out)
+}
+
+type refHandle struct {
+	r       *refFile
+	mu      sync.Mutex
+	prev    layout.Ref
+	existed bool
+	buf     []byte
+	dirty   bool
+}
+
+func (h *refHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if off >= int64(len(h.buf)) {
+		return fuse.ReadResultData(nil), 0
+	}
+	return fuse.ReadResultData(append([]byte(nil), h.buf[off:min(int64(len(h.buf)), off+int64(len(dest)))]...)), 0
+}
+
+func (h *refHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if end := off + int64(len(data)); end > int64(len(h.buf)) {
+		h.buf = append(h.buf, make([]byte, end-int64(len(h.buf)))...)
+	}
+	copy(h.buf[off:], data)
+	h.dirty = true
+	return uint32(len(data)), 0
+}
+
+// Flush writes the ref: the first line of what was written.
+func (h *refHandle) Flush(ctx context.Context) syscall.Errno {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.dirty {
+		return 0
+	}
+	f := h.r.f
+	ctx = context.WithoutCancel(ctx)
+	target := strings.TrimRight(string(h.buf), "\r\n")
+	if strings.ContainsAny(target, "\r\n") || target == "" {
+		return syscall.EINVAL
+	}
+	var err error
+	if h.existed {
+		err = f.store.RenameRef(ctx, h.r.name, h.prev, target)
+		if errors.Is(err, layout.ErrWeakCAS) {
+			f.log.Warn("ref replaced without compare-and-swap: the backend has no If-Match", "ref", h.r.name)
+			err = nil
+		}
+	} else {
+		err = f.store.Link(ctx, h.r.name, target)
+	}
+	f.views.InvalidateRefs()
+	if err != nil {
+		return f.errnoOf("write ref "+h.r.name, err)
+	}
+	h.dirty = false
+	if nr, rerr := f.store.ReadRef(ctx, h.r.name); rerr == nil {
+		h.prev, h.existed = nr, true
+	}
+	return 0
+}
+
+// refsNode is a writable refs/ directory.
+type refsNode struct {
+	dirNode
+	kind string
+}
+
+func (n *refsNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	full := name
+	if n.kind != "" {
+		full = n.kind + "/" + name
+	}
+	if layout.ValidateRefName(full) != nil {
+		return nil, nil, 0, syscall.EINVAL
+	}
+	node := &refFile{fileNode: fileNode{f: n.f, c: n.f.refContent(full), writable: true}, name: full}
+	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: inoOf("ref", full)})
+	out.Mode = syscall.S_IFREG | 0o644
+	n.f.owner(&out.Attr)
+	out.SetEntryTimeout(0)
+	out.SetAttrTimeout(0)
+	return in, &refHandle{r: node, dirty: true}, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (n *refsNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if n.kind != "" || layout.ValidateRefName(name) != nil {
+		return nil, syscall.EINVAL
+	}
+	return n.f.materialise(ctx, &n.Inode, n.f.refsKindChild(name), out)
+}
+
+func (n *refsNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	full := name
+	if n.kind != "" {
+		full = n.kind + "/" + name
+	}
+	if _, err := n.f.store.ReadRef(ctx, full); err != nil {
+		return n.f.errnoOf("unlink ref "+full, err)
+	}
+	err := n.f.store.DeleteRef(context.WithoutCancel(ctx), full)
+	n.f.views.InvalidateRefs()
+	if err != nil {
+		return n.f.errnoOf("unlink ref "+full, err)
+	}
+	return 0
+}
+
+func (f *FS) refsKindChild(kind string) child {
+	return child{name: kind, mode: syscall.S_IFDIR, ino: inoOf("refkind", kind), ttl: f.ttl, node: func() gofsNode {
+		rd := &refsDir{f: f, kind: kind}
+		if f.cfg.ReadOnly {
+			return &dirNode{f: f, ls: rd}
+		}
+		return &refsNode{dirNode: dirNode{f: f, ls: rd}, kind: kind}
+	}}
+}

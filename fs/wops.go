@@ -1,0 +1,162 @@
+package fs
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// retain counts a read-only open of a staged file so it outlives the
+// writer's close while being read.
+func (w *writer) retain(id layout.SessionID, s *staged) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s.opens++
+	return true
+}
+
+// opensNow returns the number of opens of s.
+func (s *staged) opensNow(w *writer) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return s.opens
+}
+
+// drop forgets a staged file (unlink of a name being written).
+func (w *writer) drop(id layout.SessionID, s *staged) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ws := w.ss[id]; ws != nil && ws.files[s.name] == s {
+		delete(ws.files, s.name)
+		s.mu.Lock()
+		s.dirty = false // unlinked before commit: nothing to keep
+		s.mu.Unlock()
+	}
+}
+
+// rename moves a file or a directory inside one session as one snapshot
+// of tombstones and re-pointed descriptors; no blob is uploaded again.
+func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to string, noReplace bool) syscall.Errno {
+	f := w.f
+	if from == to {
+		return 0
+	}
+	if strings.HasPrefix(to, from+"/") {
+		return syscall.EINVAL // a directory into itself
+	}
+	st, err := f.cache.State(ctx, id)
+	if err != nil {
+		return f.errnoOf("rename "+from, err)
+	}
+	ws := w.session(id)
+	exists := func(name string) (file, dir bool) {
+		if _, ok := st.Slot(name); ok && !w.hidden(id, true, nil, name) {
+			file = true
+		}
+		if w.stagedFile(id, name) != nil {
+			file = true
+		}
+		if d, ok := st.Tree().Walk(strings.Split(name, "/")); ok && d != nil && len(d.Names()) > 0 {
+			dir = true
+		}
+		w.mu.Lock()
+		if ws.dirs[name] {
+			dir = true
+		}
+		w.mu.Unlock()
+		return
+	}
+	srcFile, srcDir := exists(from)
+	if !srcFile && !srcDir {
+		return syscall.ENOENT
+	}
+	dstFile, dstDir := exists(to)
+	if noReplace && (dstFile || dstDir) {
+		return syscall.EEXIST
+	}
+	now := f.cfg.Now().UTC()
+	if srcFile {
+		if dstDir {
+			return syscall.EISDIR
+		}
+		// A file still being written moves with its staged data; open
+		// handles keep writing to it under the new name.
+		if s := w.stagedFile(id, from); s != nil {
+			w.mu.Lock()
+			delete(ws.files, from)
+			s.mu.Lock()
+			s.name = to
+			dirty := s.dirty
+			s.mu.Unlock()
+			ws.files[to] = s
+			w.mu.Unlock()
+			if dirty {
+				// Its commit happens on close, under the new name.
+				if _, ok := st.Slot(from); ok {
+					return f.errnoOf("rename "+from, w.queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}}))
+				}
+				return 0
+			}
+		}
+		e, ok := st.Slot(from)
+		if !ok {
+			return syscall.ENOENT
+		}
+		moved := e.Descriptor.Clone()
+		moved.Name = to
+		moved.CreatedAt = now
+		return f.errnoOf("rename "+from, w.queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}, moved}))
+	}
+	// A directory: every live slot under it.
+	if dstFile {
+		return syscall.ENOTDIR
+	}
+	if dstDir {
+		files, staged, err := w.dirEntries(ctx, id, to)
+		if err != nil {
+			return f.errnoOf("rename "+from, err)
+		}
+		if len(files)+len(staged) > 0 {
+			return syscall.ENOTEMPTY
+		}
+	}
+	files, staged, err := w.dirEntries(ctx, id, from)
+	if err != nil {
+		return f.errnoOf("rename "+from, err)
+	}
+	var ds []layout.Descriptor
+	for _, e := range files {
+		moved := e.Descriptor.Clone()
+		moved.Name = to + strings.TrimPrefix(e.Name, from)
+		moved.CreatedAt = now
+		ds = append(ds, layout.Descriptor{Name: e.Name, Deleted: true, CreatedAt: now}, moved)
+	}
+	w.mu.Lock()
+	sort.Strings(staged)
+	for _, name := range staged {
+		s := ws.files[name]
+		delete(ws.files, name)
+		nn := to + strings.TrimPrefix(name, from)
+		s.mu.Lock()
+		s.name = nn
+		s.mu.Unlock()
+		ws.files[nn] = s
+	}
+	for d := range ws.dirs {
+		if d == from || strings.HasPrefix(d, from+"/") {
+			delete(ws.dirs, d)
+			ws.dirs[to+strings.TrimPrefix(d, from)] = true
+		}
+	}
+	if len(ds) == 0 {
+		ws.dirs[to] = true
+	}
+	w.mu.Unlock()
+	if len(ds) == 0 {
+		return 0
+	}
+	return f.errnoOf("rename "+from, w.queue(ctx, id, ds))
+}

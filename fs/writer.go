@@ -1,0 +1,568 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/layout"
+)
+
+// writer turns writes through the tree into commits.
+//
+// Lock order: writer.mu, then staged.mu. writer.mu guards the per-session
+// maps only; uploads and commits run without it.
+type writer struct {
+	f  *FS
+	mu sync.Mutex
+	ss map[layout.SessionID]*wsession
+	// mem holds namespaces made by mkdir that have no record yet.
+	memDirs map[string]bool
+
+	st struct {
+		commits, snapshots, descriptors, errors, conflicts atomic.Int64
+	}
+}
+
+// wsession is one session's write state on this mount.
+type wsession struct {
+	id layout.SessionID
+	// files are staged files by slot name (open, or dirty and not yet
+	// committed).
+	files map[string]*staged
+	// dirs are directories made by mkdir that hold nothing yet.
+	dirs map[string]bool
+	// gone hides names removed locally whose tombstones are pending
+	// (fsync mode) or in flight.
+	gone map[string]bool
+	// pending ops of --commit=fsync, in order.
+	pending []pendingOp
+	// batch is the group commit being gathered.
+	batch *batch
+	// commitMu serialises snapshot commits of this session from this
+	// mount, so that group members land in order.
+	commitMu sync.Mutex
+}
+
+type pendingOp struct {
+	file *staged            // a file to upload and describe at commit
+	desc *layout.Descriptor // a ready descriptor (tombstone, rename)
+}
+
+type writerStats struct {
+	commits, snapshots, descriptors, errors, conflicts int64
+}
+
+func newWriter(f *FS) *writer {
+	return &writer{f: f, ss: map[layout.SessionID]*wsession{}, memDirs: map[string]bool{}}
+}
+
+func (w *writer) stats() writerStats {
+	return writerStats{w.st.commits.Load(), w.st.snapshots.Load(), w.st.descriptors.Load(), w.st.errors.Load(), w.st.conflicts.Load()}
+}
+
+func (w *writer) session(id layout.SessionID) *wsession {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ws := w.ss[id]
+	if ws == nil {
+		ws = &wsession{id: id, files: map[string]*staged{}, dirs: map[string]bool{}, gone: map[string]bool{}}
+		w.ss[id] = ws
+	}
+	return ws
+}
+
+// hidden reports a name removed locally but not yet committed.
+func (w *writer) hidden(id layout.SessionID, live bool, parts []string, name string) bool {
+	if !live {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ws := w.ss[id]
+	if ws == nil {
+		return false
+	}
+	full := cache.JoinName(appendPart(parts, name))
+	if ws.gone[full] {
+		// A staged file of the same name shows again.
+		_, ok := ws.files[full]
+		return !ok
+	}
+	return false
+}
+
+// overlay returns local entries of directory d not in the committed tree:
+// staged files and mkdir'd directories.
+func (w *writer) overlay(d *sessionDir, seen map[string]bool) []child {
+	w.mu.Lock()
+	ws := w.ss[d.id]
+	if ws == nil {
+		w.mu.Unlock()
+		return nil
+	}
+	prefix := cache.JoinName(d.parts)
+	if prefix != "" {
+		prefix += "/"
+	}
+	type item struct {
+		name string
+		file *staged
+	}
+	var items []item
+	dirs := map[string]bool{}
+	for full, s := range ws.files {
+		rest, ok := strings.CutPrefix(full, prefix)
+		if !ok {
+			continue
+		}
+		if first, _, nested := strings.Cut(rest, "/"); nested {
+			dirs[first] = true
+		} else {
+			items = append(items, item{rest, s})
+		}
+	}
+	for full := range ws.dirs {
+		rest, ok := strings.CutPrefix(full, prefix)
+		if !ok || rest == "" {
+			continue
+		}
+		first, _, _ := strings.Cut(rest, "/")
+		dirs[first] = true
+	}
+	w.mu.Unlock()
+	var out []child
+	for _, it := range items {
+		if !seen[it.name] {
+			out = append(out, w.f.stagedChild(d, it.name))
+		}
+	}
+	for name := range dirs {
+		if !seen[name] {
+			sub := &sessionDir{f: w.f, id: d.id, parts: appendPart(d.parts, name)}
+			out = append(out, w.f.sessionSubdir(sub, name))
+		}
+	}
+	return out
+}
+
+// lookup finds a local entry of d.
+func (w *writer) lookup(d *sessionDir, name string) (child, bool) {
+	full := cache.JoinName(appendPart(d.parts, name))
+	w.mu.Lock()
+	ws := w.ss[d.id]
+	var isFile, isDir bool
+	if ws != nil {
+		_, isFile = ws.files[full]
+		if !isFile {
+			isDir = ws.dirs[full]
+			for f := range ws.files {
+				if strings.HasPrefix(f, full+"/") {
+					isDir = true
+					break
+				}
+			}
+		}
+	}
+	w.mu.Unlock()
+	switch {
+	case isFile:
+		return w.f.stagedChild(d, name), true
+	case isDir:
+		sub := &sessionDir{f: w.f, id: d.id, parts: appendPart(d.parts, name)}
+		return w.f.sessionSubdir(sub, name), true
+	}
+	return child{}, false
+}
+
+// stagedFile returns the staged file of a name, if any.
+func (w *writer) stagedFile(id layout.SessionID, name string) *staged {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ws := w.ss[id]; ws != nil {
+		return ws.files[name]
+	}
+	return nil
+}
+
+// open returns the staged file for name, creating it from base.
+func (w *writer) open(ctx context.Context, id layout.SessionID, name string, base *layout.Entry, truncate bool) (*staged, error) {
+	ws := w.session(id)
+	w.mu.Lock()
+	s := ws.files[name]
+	if s != nil {
+		s.opens++
+		w.mu.Unlock()
+		if truncate {
+			if err := s.truncate(0); err != nil {
+				return nil, err
+			}
+		}
+		return s, nil
+	}
+	w.mu.Unlock()
+	s, err := w.newStaged(ctx, name, base, truncate)
+	if err != nil {
+		return nil, err
+	}
+	if base == nil || truncate {
+		s.dirty = true // a new or truncated file is a change even if empty
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if other := ws.files[name]; other != nil {
+		// Lost a race with another open: use theirs.
+		s.close()
+		other.opens++
+		return other, nil
+	}
+	s.opens = 1
+	ws.files[name] = s
+	delete(ws.gone, name)
+	return s, nil
+}
+
+// release drops one open of s; a clean, unopened staged file is forgotten
+// (its content is in the committed state).
+func (w *writer) release(id layout.SessionID, s *staged) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s.opens--
+	ws := w.ss[id]
+	if s.opens > 0 || ws == nil {
+		return
+	}
+	s.mu.Lock()
+	dirty := s.dirty
+	s.mu.Unlock()
+	if dirty && w.f.cfg.Commit == CommitOnFsync {
+		return // kept until the session is fsynced
+	}
+	if dirty {
+		w.salvageLocked(id, s)
+	}
+	if ws.files[s.name] == s {
+		delete(ws.files, s.name)
+	}
+	s.close()
+}
+
+// salvageLocked keeps the bytes of a staged file whose commit failed and
+// whose last descriptor is gone, so a failure never silently drops data.
+func (w *writer) salvageLocked(id layout.SessionID, s *staged) {
+	dir := filepath.Join(w.f.cfg.StagingDir, "failed", id.String())
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		w.f.log.Error("could not keep the data of a failed commit", "session", id, "name", s.name, "err", err)
+		return
+	}
+	dst := filepath.Join(dir, strings.ReplaceAll(s.name, "/", "%2F")+"."+time.Now().UTC().Format("20060102T150405.000000000"))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err == nil {
+		buf := make([]byte, 1<<20)
+		for off := int64(0); off < s.size && err == nil; {
+			n, rerr := s.file.ReadAt(buf, off)
+			if n > 0 {
+				_, err = out.Write(buf[:n])
+				off += int64(n)
+			}
+			if rerr != nil {
+				break
+			}
+		}
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		w.f.log.Error("could not keep the data of a failed commit", "session", id, "name", s.name, "err", err)
+		return
+	}
+	w.f.log.Error("commit failed; staged data kept", "session", id, "name", s.name, "path", dst)
+}
+
+// flush commits s if it is dirty (close(2) and fsync(2) of a file). With
+// untouchedToo false, a created file nobody has written to yet is left for
+// release.
+func (w *writer) flush(ctx context.Context, id layout.SessionID, s *staged, untouchedToo bool) error {
+	if w.f.cfg.Commit == CommitOnFsync {
+		return nil
+	}
+	s.mu.Lock()
+	dirty, touched := s.dirty, s.touched
+	s.mu.Unlock()
+	if !dirty || (!touched && !untouchedToo) {
+		return nil
+	}
+	return w.commit(ctx, id, []pendingOp{{file: s}})
+}
+
+// fsyncSession commits everything staged in a session as one snapshot
+// (--commit=fsync), or the one file in close mode.
+func (w *writer) fsyncSession(ctx context.Context, id layout.SessionID) error {
+	ws := w.session(id)
+	w.mu.Lock()
+	ops := ws.pending
+	ws.pending = nil
+	seen := map[*staged]bool{}
+	for _, op := range ops {
+		if op.file != nil {
+			seen[op.file] = true
+		}
+	}
+	names := make([]string, 0, len(ws.files))
+	for n := range ws.files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if s := ws.files[n]; !seen[s] {
+			s.mu.Lock()
+			dirty := s.dirty
+			s.mu.Unlock()
+			if dirty {
+				ops = append(ops, pendingOp{file: s})
+			}
+		}
+	}
+	w.mu.Unlock()
+	if len(ops) == 0 {
+		return nil
+	}
+	err := w.commit(ctx, id, ops)
+	if err != nil {
+		// Keep the ops for the next fsync: nothing is dropped.
+		w.mu.Lock()
+		var again []pendingOp
+		for _, op := range ops {
+			if op.desc != nil {
+				again = append(again, op)
+			}
+		}
+		ws.pending = append(again, ws.pending...)
+		w.mu.Unlock()
+		return err
+	}
+	w.mu.Lock()
+	for _, op := range ops {
+		if op.file != nil && op.file.opens <= 0 && ws.files[op.file.name] == op.file {
+			delete(ws.files, op.file.name)
+			op.file.close()
+		}
+	}
+	w.mu.Unlock()
+	return nil
+}
+
+// queue adds ready descriptors (tombstones, renames) as one change: in
+// close mode they are committed now as one snapshot; in fsync mode they
+// wait for fsync.
+func (w *writer) queue(ctx context.Context, id layout.SessionID, ds []layout.Descriptor) error {
+	if w.f.cfg.Commit == CommitOnFsync {
+		ws := w.session(id)
+		w.mu.Lock()
+		for i := range ds {
+			d := ds[i]
+			ws.pending = append(ws.pending, pendingOp{desc: &d})
+			if d.Deleted {
+				ws.gone[d.Name] = true
+			}
+		}
+		w.mu.Unlock()
+		return nil
+	}
+	ops := make([]pendingOp, len(ds))
+	for i := range ds {
+		d := ds[i]
+		ops[i] = pendingOp{desc: &d}
+	}
+	return w.commit(ctx, id, ops)
+}
+
+// batch is a group commit: descriptors from concurrent closes in one
+// session that share one snapshot.
+type batch struct {
+	descs  []layout.Descriptor
+	files  []*staged
+	sealed bool
+	done   chan struct{}
+	err    error
+	res    layout.CommitResult
+}
+
+// commit uploads the blobs of ops, then commits their descriptors,
+// sharing a snapshot with other commits of the session that arrive within
+// the group window. It returns once this call's descriptors are durable.
+func (w *writer) commit(ctx context.Context, id layout.SessionID, ops []pendingOp) error {
+	// Uploads and commits outlive an interrupted syscall: tying them to
+	// the request context would abandon half-done work.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	defer cancel()
+	descs := make([]layout.Descriptor, 0, len(ops))
+	var files []*staged
+	for _, op := range ops {
+		if op.desc != nil {
+			descs = append(descs, *op.desc)
+			files = append(files, nil)
+			continue
+		}
+		d, err := w.upload(ctx, op.file)
+		if err != nil {
+			w.st.errors.Add(1)
+			return err
+		}
+		descs = append(descs, d)
+		files = append(files, op.file)
+	}
+	ws := w.session(id)
+	w.mu.Lock()
+	b := ws.batch
+	leader := false
+	if b == nil || b.sealed {
+		b = &batch{done: make(chan struct{})}
+		ws.batch = b
+		leader = true
+	}
+	b.descs = append(b.descs, descs...)
+	b.files = append(b.files, files...)
+	w.mu.Unlock()
+	if leader {
+		// Wait a short window for others to join, then seal and commit.
+		t := time.NewTimer(w.f.cfg.GroupWindow)
+		<-t.C
+		w.mu.Lock()
+		b.sealed = true
+		if ws.batch == b {
+			ws.batch = nil
+		}
+		w.mu.Unlock()
+		b.res, b.err = w.commitBatch(ctx, ws, b)
+		close(b.done)
+	} else {
+		<-b.done
+	}
+	return b.err
+}
+
+// upload stores a staged file's blob and returns its descriptor. The
+// staged file is no longer dirty once its descriptor is built; if the
+// commit then fails, dirty is set again.
+func (w *writer) upload(ctx context.Context, s *staged) (layout.Descriptor, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, err := s.describeLocked(w.f.cfg.Now())
+	if err != nil {
+		return d, fmt.Errorf("commit %s: read staged data: %w", s.name, err)
+	}
+	if _, err := w.f.store.PutBlobFile(ctx, s.file, d.Digest, d.Size, layout.BlobOptions{ContentType: d.ContentType}); err != nil {
+		return d, fmt.Errorf("commit %s: %w", s.name, err)
+	}
+	s.dirty = false
+	return d, nil
+}
+
+func (w *writer) commitBatch(ctx context.Context, ws *wsession, b *batch) (layout.CommitResult, error) {
+	ws.commitMu.Lock()
+	defer ws.commitMu.Unlock()
+	id := ws.id
+	st, err := w.f.cache.State(ctx, id)
+	if err != nil {
+		w.failBatch(b)
+		return layout.CommitResult{}, err
+	}
+	base := st.Position()
+	res, err := w.f.store.Commit(ctx, id, layout.CommitRequest{Type: w.f.cfg.SnapshotType, Descriptors: b.descs, Base: &base})
+	if err != nil {
+		w.failBatch(b)
+		w.st.errors.Add(1)
+		if errors.Is(err, layout.ErrConflict) {
+			w.st.conflicts.Add(1)
+		}
+		w.f.cache.Invalidate(id)
+		return res, fmt.Errorf("commit to session %s: %w", id, err)
+	}
+	w.st.commits.Add(int64(len(b.descs)))
+	w.st.snapshots.Add(1)
+	w.st.descriptors.Add(int64(len(res.Descriptors)))
+	w.f.cache.Committed(id, res)
+	w.f.cache.Registry.SetName(id, st.Manifest.Name)
+	w.mu.Lock()
+	for i, d := range res.Descriptors {
+		if d.Deleted {
+			delete(ws.gone, d.Name)
+		}
+		if s := b.files[i]; s != nil {
+			e := layout.Entry{Descriptor: d, Session: id, Version: res.Version}
+			s.mu.Lock()
+			s.committed = &e
+			s.mu.Unlock()
+		}
+	}
+	w.mu.Unlock()
+	w.f.notifyChanged(id, res.Descriptors)
+	return res, nil
+}
+
+func (w *writer) failBatch(b *batch) {
+	for _, s := range b.files {
+		if s != nil {
+			s.mu.Lock()
+			s.dirty = true
+			s.mu.Unlock()
+		}
+	}
+}
+
+// notifyChanged tells the kernel, from a background goroutine (calling
+// it inside a request can deadlock, engineering.md), that names changed.
+func (f *FS) notifyChanged(id layout.SessionID, ds []layout.Descriptor) {
+	f.notify.enqueue(id, ds)
+}
+
+// isDirEmpty reports whether a session directory has no live or staged
+// entries.
+func (w *writer) dirEntries(ctx context.Context, id layout.SessionID, prefix string) (files []layout.Entry, staged []string, err error) {
+	st, err := w.f.cache.State(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	for name, e := range st.Slots() {
+		if strings.HasPrefix(name, prefix+"/") {
+			if _, ok := layout.NamePath(name); ok {
+				files = append(files, e)
+			}
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ws := w.ss[id]; ws != nil {
+		for name := range ws.files {
+			if strings.HasPrefix(name, prefix+"/") {
+				staged = append(staged, name)
+			}
+		}
+		var live []layout.Entry
+		for _, e := range files {
+			if !ws.gone[e.Name] {
+				live = append(live, e)
+			}
+		}
+		files = live
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
+	return files, staged, nil
+}
+
+var _ = gofs.OK
+var _ = syscall.ENOENT
