@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 
 	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
+	tmtypes "github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager/types"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/localblob"
 
@@ -58,6 +59,9 @@ func s3Hook(as func(any) bool, c layout.Conditions) (ifMatch, sha bool, err erro
 	if !c.SHA256.IsZero() && c.Size >= 0 && c.Size <= s3SingleMax {
 		v := base64.StdEncoding.EncodeToString(c.SHA256[:])
 		in.ChecksumSHA256 = &v
+		// The SDK otherwise announces its default algorithm (CRC32)
+		// next to our SHA-256 value and S3 rejects the pair.
+		in.ChecksumAlgorithm = tmtypes.ChecksumAlgorithmSha256
 		sha = true
 	}
 	return ifMatch, sha, nil

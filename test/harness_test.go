@@ -1,0 +1,231 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/internal/testbucket"
+	_ "github.com/pugmark/pugfs/layout/drivers"
+	"github.com/pugmark/pugfs/layout"
+	"gocloud.dev/blob"
+)
+
+func TestMain(m *testing.M) { testbucket.Main(m) }
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// pugfsBinary builds cmd/pugfs once per test binary, with the race
+// detector when the tests run with it, so the mounted filesystem is
+// checked too.
+func pugfsBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "pugfs-e2e-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "pugfs")
+		args := []string{"build", "-o", binPath}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		args = append(args, "github.com/pugmark/pugfs/cmd/pugfs")
+		cmd := exec.Command("go", args...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// Bucket is a bucket under test with the URL a subprocess can open.
+type Bucket struct {
+	Kind  testbucket.Kind
+	B     *blob.Bucket
+	Store *layout.Store
+	URL   string
+	Env   []string
+}
+
+// eachBucket runs fn on a fresh local bucket and a fresh S3 bucket.
+func eachBucket(t *testing.T, fn func(t *testing.T, bk *Bucket)) {
+	for _, k := range testbucket.Kinds() {
+		if k == testbucket.Mem {
+			continue // a subprocess cannot open another process's memory
+		}
+		t.Run(string(k), func(t *testing.T) {
+			fn(t, openBucket(t, k))
+		})
+	}
+}
+
+// openBucket returns a fresh bucket of kind k.
+func openBucket(t *testing.T, k testbucket.Kind) *Bucket {
+	t.Helper()
+	b := testbucket.Open(t, k)
+	u, env := testbucket.URL(t, b)
+	return &Bucket{Kind: k, B: b, Store: layout.New(b, nil), URL: u, Env: env}
+}
+
+// Mount is a running pugfs mount in a subprocess.
+type Mount struct {
+	Dir  string
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+// Log returns what the pugfs process printed so far.
+func (m *Mount) Log() string { return m.logs.String() }
+
+// mount starts `pugfs mount [args] URL DIR` and waits until the mount is
+// live. It is unmounted (SIGTERM, then SIGKILL) at cleanup.
+func mount(t *testing.T, bk *Bucket, args ...string) *Mount {
+	t.Helper()
+	dir := t.TempDir()
+	m := startMount(t, bk, dir, args...)
+	t.Cleanup(func() { m.Stop(t) })
+	return m
+}
+
+func startMount(t *testing.T, bk *Bucket, dir string, args ...string) *Mount {
+	t.Helper()
+	full := append([]string{"mount", "--cache-size", "64MiB"}, args...)
+	full = append(full, bk.URL, dir)
+	cmd := exec.Command(pugfsBinary(t), full...)
+	cmd.Env = append(os.Environ(), bk.Env...)
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	m := &Mount{Dir: dir, cmd: cmd, logs: logs, done: make(chan struct{})}
+	go func() { m.err = cmd.Wait(); close(m.done) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !isMounted(dir) {
+		select {
+		case <-m.done:
+			t.Fatalf("pugfs mount exited early: %v\n%s", m.err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("pugfs did not mount %s within 30s\n%s", dir, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return m
+}
+
+// Stop unmounts gracefully and checks the process exited cleanly.
+func (m *Mount) Stop(t *testing.T) {
+	select {
+	case <-m.done:
+		return
+	default:
+	}
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.done:
+		if m.err != nil {
+			t.Errorf("pugfs exited with %v\n%s", m.err, m.Log())
+		}
+	case <-time.After(30 * time.Second):
+		m.cmd.Process.Kill()
+		<-m.done
+		syscall.Unmount(m.Dir, syscall.MNT_DETACH)
+		t.Errorf("pugfs did not exit 30s after SIGTERM\n%s", m.Log())
+	}
+}
+
+// Kill ends the mount process with SIGKILL and detaches the dead mount.
+func (m *Mount) Kill() {
+	m.cmd.Process.Kill()
+	<-m.done
+	syscall.Unmount(m.Dir, syscall.MNT_DETACH)
+}
+
+func isMounted(dir string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// sh runs a bash script in dir and returns its stdout; it fails the test
+// on a non-zero exit. The cd happens inside bash.
+func sh(t *testing.T, dir, script string) string {
+	t.Helper()
+	out, errOut, err := run(dir, script)
+	if err != nil {
+		t.Fatalf("%s: %v\nstdout: %s\nstderr: %s", script, err, out, errOut)
+	}
+	return out
+}
+
+// shErr runs a script that must fail and returns its stderr.
+func shErr(t *testing.T, dir, script string) string {
+	t.Helper()
+	out, errOut, err := run(dir, script)
+	if err == nil {
+		t.Fatalf("%s: succeeded, want failure\nstdout: %s", script, out)
+	}
+	return errOut
+}
+
+func run(dir, script string) (string, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", "set -o pipefail; cd '"+dir+"' && "+script)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("timed out: %w", err)
+	}
+	return out.String(), errOut.String(), err
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
