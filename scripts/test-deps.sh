@@ -10,7 +10,7 @@ TOOLS=$PWD/.tools/bin
 mkdir -p "$TOOLS"
 
 VERSITYGW_VERSION=v1.8.0
-STATICCHECK_VERSION=2026.2.2
+STATICCHECK_VERSION=v0.8.2
 
 need_apt=()
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/pugmark/pugfs/internal/testbucket"
-	_ "github.com/pugmark/pugfs/layout/drivers"
 	"github.com/pugmark/pugfs/layout"
+	_ "github.com/pugmark/pugfs/layout/drivers"
 	"gocloud.dev/blob"
 )
 
