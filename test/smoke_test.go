@@ -36,3 +36,18 @@ func TestMountReadWriteSmoke(t *testing.T) {
 		}
 	})
 }
+
+// TestHistoryIsReadOnly: writes into history fail, as tree.md says.
+func TestHistoryIsReadOnly(t *testing.T) {
+	eachBucket(t, func(t *testing.T, bk *Bucket) {
+		m0, _, err := bk.Store.CreateSession(context.Background(), bk.Store.NewRootManifest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		mnt := mount(t, bk)
+		out := shErr(t, mnt.Dir, "echo x > sessions/"+m0.Session.String()+"/.pugmark/at/0/x")
+		if !strings.Contains(out, "Read-only file system") {
+			t.Fatalf("stderr = %q, want EROFS", out)
+		}
+	})
+}
