@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,6 +86,20 @@ func runMount(ctx context.Context, cfg mountConfig) error {
 		return fmt.Errorf("mount %s: %v", cfg.Mountpoint, err)
 	}
 	log.Info("mounted", "bucket", redact(u), "mountpoint", cfg.Mountpoint, "read-only", cfg.ReadOnly)
+	if cfg.MetricsAddr != "" {
+		ln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			srv.Unmount()
+			return fmt.Errorf("metrics address %s: %v", cfg.MetricsAddr, err)
+		}
+		hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			f.WriteMetrics(w)
+		}), ReadHeaderTimeout: 10 * time.Second}
+		go hs.Serve(ln)
+		defer hs.Close()
+		log.Info("serving metrics", "addr", ln.Addr().String(), "path", "/metrics")
+	}
 	done := make(chan struct{})
 	go func() { srv.Wait(); close(done) }()
 	select {
