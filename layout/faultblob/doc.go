@@ -74,6 +74,15 @@
 //	fault_stale=D          listings omit keys PUT within the last D and
 //	                       still show keys DELETEd within the last D (any
 //	                       fault_ops)
+//	fault_stall_prefix=P   every request (any op, whatever fault_ops and
+//	                       fault_prefix say) on a key or listing prefix
+//	                       starting with P hangs for fault_stall
+//	fault_stall=D          how long a stalled request hangs (default 1m)
+//	fault_active_file=F    faults apply only to requests that start while
+//	                       the file F exists, and delays and stalls end
+//	                       early once it is removed: a test in another
+//	                       process switches faults on and off with it
+//	                       (listing staleness is not switched)
 //
 // An unknown fault_ parameter is an error. The standard prefix and key
 // parameters are applied by the URL mux outside the wrapper, so rules see

@@ -198,6 +198,16 @@ type Rule struct {
 	// done (the request then fails with the context's error).
 	Stall *Gate
 
+	// While, if set, switches the rule on and off: the rule applies only
+	// to requests that start while While reports true, and the delay it
+	// gave a request (Latency, Jitter) ends early once While reports
+	// false (checked every few milliseconds). A test in another process
+	// toggles faults this way, e.g. with a file that exists only while
+	// the faults should apply (fault_active_file). It does not affect
+	// StaleFor. While may be called with the Injector's lock held: it must
+	// be cheap, safe for concurrent use, and must not call the Injector.
+	While func() bool
+
 	// StaleFor makes listings eventually consistent (storage-layout §2.5,
 	// §14.3) for the keys the rule's Match selects. The model is
 	// deterministic and per key, driven by the Injector's clock and by the
@@ -290,6 +300,9 @@ func (r Rule) String() string {
 	}
 	if r.Stall != nil {
 		parts = append(parts, "stall")
+	}
+	if r.While != nil {
+		parts = append(parts, "while switched on")
 	}
 	if r.StaleFor > 0 {
 		parts = append(parts, "stale listing "+r.StaleFor.String())
@@ -681,9 +694,14 @@ func (in *Injector) counters(op Op) *opCounters { return &in.stats[op.index()] }
 type plan struct {
 	c     *opCounters
 	delay time.Duration
-	gates []*Gate
-	err   error // returned instead of doing the request
-	lost  error // returned after doing the request
+	// cut, when every rule that added delay has a While, holds those
+	// conditions: the delay ends once all of them report false. It is
+	// nil when some delay cannot be cut short.
+	cut        []func() bool
+	uncuttable bool
+	gates      []*Gate
+	err        error // returned instead of doing the request
+	lost       error // returned after doing the request
 }
 
 // decide counts a request of kind op on key and decides its faults.
@@ -697,10 +715,20 @@ func (in *Injector) decide(op Op, key string) plan {
 		if (r.Ops != 0 && r.Ops&op == 0) || !r.Match.Matches(key) {
 			continue
 		}
+		if r.While != nil && !r.While() {
+			continue
+		}
 		rs.calls++
-		p.delay += r.Latency
-		if r.Jitter > 0 {
-			p.delay += time.Duration(in.rng.Int64N(int64(r.Jitter) + 1))
+		if r.Latency > 0 || r.Jitter > 0 {
+			p.delay += r.Latency
+			if r.Jitter > 0 {
+				p.delay += time.Duration(in.rng.Int64N(int64(r.Jitter) + 1))
+			}
+			if r.While != nil {
+				p.cut = append(p.cut, r.While)
+			} else {
+				p.uncuttable = true
+			}
 		}
 		if r.Stall != nil {
 			p.gates = append(p.gates, r.Stall)
@@ -728,12 +756,8 @@ func (in *Injector) decide(op Op, key string) plan {
 func (p *plan) before(ctx context.Context) error {
 	if p.delay > 0 {
 		p.c.delayed.Add(1)
-		t := time.NewTimer(p.delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
+		if err := p.sleep(ctx); err != nil {
+			return err
 		}
 	}
 	stalled := false
@@ -752,6 +776,31 @@ func (p *plan) before(ctx context.Context) error {
 		return p.err
 	}
 	return nil
+}
+
+// sleep waits out the delay, or less when every rule that added to it
+// has been switched off (Rule.While).
+func (p *plan) sleep(ctx context.Context) error {
+	t := time.NewTimer(p.delay)
+	defer t.Stop()
+	var tick <-chan time.Time
+	if len(p.cut) > 0 && !p.uncuttable {
+		tk := time.NewTicker(5 * time.Millisecond)
+		defer tk.Stop()
+		tick = tk.C
+	}
+	for {
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick:
+			if !slices.ContainsFunc(p.cut, func(f func() bool) bool { return f() }) {
+				return nil
+			}
+		}
+	}
 }
 
 // after returns the lost-response error, if any, once the inner bucket

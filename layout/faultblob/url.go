@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -81,7 +82,24 @@ type Params struct {
 	LostPutRate float64
 	// Stale is the listing staleness window (fault_stale).
 	Stale time.Duration
+	// StallPrefix, if set, makes every request (any op) on a key, or a
+	// listing prefix, starting with it hang for Stall
+	// (fault_stall_prefix). It is independent of Prefix and Ops.
+	StallPrefix string
+	// Stall is how long each stalled request hangs (fault_stall); zero
+	// with a StallPrefix means DefaultStall. With ActiveFile, a stall
+	// also ends once the file is removed.
+	Stall time.Duration
+	// ActiveFile, if set, switches every fault of the URL on and off from
+	// outside the process: faults apply only to requests that start while
+	// this path exists, and delays and stalls end early when it is
+	// removed (fault_active_file). Listing staleness is not switched.
+	ActiveFile string
 }
+
+// DefaultStall is how long a fault_stall_prefix request hangs when
+// fault_stall is not given.
+const DefaultStall = time.Minute
 
 // SplitURL splits a "fault+<scheme>://..." URL into the inner bucket's URL
 // (scheme without "fault+", fault_ parameters removed, everything else
@@ -139,6 +157,18 @@ func ParseParams(q url.Values) (Params, error) {
 			p.LostPutRate, err = parseRate(v)
 		case "stale":
 			p.Stale, err = parseDuration(v)
+		case "stall_prefix":
+			p.StallPrefix = v
+			if v == "" {
+				err = fmt.Errorf("empty prefix (it would stall every request)")
+			}
+		case "stall":
+			p.Stall, err = parseDuration(v)
+		case "active_file":
+			p.ActiveFile = v
+			if v == "" {
+				err = fmt.Errorf("empty path")
+			}
 		default:
 			return Params{}, fmt.Errorf("faultblob: unknown URL parameter %s", k)
 		}
@@ -181,12 +211,21 @@ func ParseErrorCode(s string) (gcerrors.ErrorCode, error) {
 func (p Params) Active() bool { return len(p.Rules()) > 0 }
 
 // Rules returns the rules p stands for, in this order: latency and errors
-// on Ops; lost PUT responses; listing staleness.
+// on Ops; lost PUT responses; listing staleness; the stall. With an
+// ActiveFile every rule but the staleness one is switched by it.
 func (p Params) Rules() []Rule {
 	m := Match{Prefix: p.Prefix}
 	code := p.ErrorCode
 	if code == gcerrors.OK {
 		code = gcerrors.Internal
+	}
+	var while func() bool
+	if p.ActiveFile != "" {
+		path := p.ActiveFile
+		while = func() bool {
+			_, err := os.Stat(path)
+			return err == nil
+		}
 	}
 	var rules []Rule
 	if p.Latency > 0 || p.Jitter > 0 || p.ErrorRate > 0 {
@@ -194,16 +233,25 @@ func (p Params) Rules() []Rule {
 			Ops: p.Ops, Match: m,
 			Latency: p.Latency, Jitter: p.Jitter,
 			FailProb: p.ErrorRate, Err: TransientError(code),
+			While: while,
 		})
 	}
 	if p.LostPutRate > 0 {
 		rules = append(rules, Rule{
 			Ops: OpPut, Match: m,
 			FailProb: p.LostPutRate, LoseResponse: true, Err: TransientError(code),
+			While: while,
 		})
 	}
 	if p.Stale > 0 {
 		rules = append(rules, Rule{Ops: OpList, Match: m, StaleFor: p.Stale})
+	}
+	if p.StallPrefix != "" {
+		d := p.Stall
+		if d == 0 {
+			d = DefaultStall
+		}
+		rules = append(rules, Rule{Match: Match{Prefix: p.StallPrefix}, Latency: d, While: while})
 	}
 	return rules
 }
@@ -226,6 +274,9 @@ func (p Params) String() string {
 	parts := make([]string, 0, len(rules)+1)
 	for _, r := range rules {
 		parts = append(parts, r.String())
+	}
+	if p.ActiveFile != "" {
+		parts = append(parts, fmt.Sprintf("only while %s exists", p.ActiveFile))
 	}
 	parts = append(parts, fmt.Sprintf("seed %d", p.Seed))
 	return strings.Join(parts, "; ")
