@@ -48,7 +48,8 @@ type mountConfig struct {
 	// CacheDir is where blob bodies and staged writes are cached; ""
 	// leaves the choice to runMount.
 	CacheDir string
-	// CacheSize bounds CacheDir, in bytes (> 0).
+	// CacheSize is the blob cache's memory budget in bytes (> 0); the disk
+	// cache under CacheDir may use four times as much.
 	CacheSize int64
 	Debug     bool
 	// AllowOther lets other users see the mount (needs user_allow_other
