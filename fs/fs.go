@@ -53,6 +53,9 @@ type Config struct {
 	Logger     *slog.Logger
 	// Now is the clock for created-at (tests pin it).
 	Now func() time.Time
+	// ExtraStats, if set, adds lines to .pugmark/stats (the fault
+	// injector's counters when the bucket is a fault+ URL).
+	ExtraStats func() string
 }
 
 // FS is one mount's filesystem.

@@ -61,6 +61,9 @@ func (f *FS) statsText() string {
 	ws := f.w.stats()
 	fmt.Fprintf(&b, "commits %d (snapshots %d, descriptors %d), commit errors %d, conflicts %d\n",
 		ws.commits, ws.snapshots, ws.descriptors, ws.errors, ws.conflicts)
+	if f.cfg.ExtraStats != nil {
+		b.WriteString(f.cfg.ExtraStats())
+	}
 	return b.String()
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/pugmark/pugfs/cache"
 	pfs "github.com/pugmark/pugfs/fs"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/faultblob"
 	"gocloud.dev/blob"
 )
 
@@ -73,6 +74,7 @@ func runMount(ctx context.Context, cfg mountConfig) error {
 		BucketURL: redact(u), Flags: strings.Join(os.Args[1:], " "),
 		ReadOnly: cfg.ReadOnly, MetadataTTL: cfg.MetadataTTL, Commit: mode, SnapshotType: cfg.SnapshotType,
 		StagingDir: staging, UID: cfg.UID, GID: cfg.GID, Umask: cfg.Umask, Logger: log,
+		ExtraStats: faultStats(b),
 	})
 	if err != nil {
 		return err
@@ -153,6 +155,26 @@ func stateDirFor(cfg mountConfig, u string) (string, error) {
 		return "", fmt.Errorf("state directory %s: %w", dir, err)
 	}
 	return dir, nil
+}
+
+// faultStats reports the injected faults of a fault+ bucket in
+// .pugmark/stats, one line per request kind, so that tests driving the
+// mount from outside can tell what was injected; nil for other buckets.
+func faultStats(b *blob.Bucket) func() string {
+	var inj *faultblob.Injector
+	if !b.As(&inj) || inj == nil {
+		return nil
+	}
+	return func() string {
+		s := inj.Stats()
+		var sb strings.Builder
+		for _, op := range []faultblob.Op{faultblob.OpGet, faultblob.OpHead, faultblob.OpPut, faultblob.OpList, faultblob.OpDelete, faultblob.OpCopy} {
+			o := s.Ops[op]
+			fmt.Fprintf(&sb, "faults %s: requests %d, delayed %d, stalled %d, errors %d, lost %d\n", op, o.Requests, o.Delayed, o.Stalled, o.Errors, o.Lost)
+		}
+		fmt.Fprintf(&sb, "faults list: hidden keys %d, ghost keys %d\n", s.HiddenKeys, s.GhostKeys)
+		return sb.String()
+	}
 }
 
 var _ = errors.New
