@@ -40,6 +40,8 @@ type staged struct {
 	schema  string
 	created time.Time
 	opens   int
+	// committing is closed when the commit in flight for this file ends.
+	committing chan struct{}
 	// committed is the descriptor this staged file last became.
 	committed *layout.Entry
 }

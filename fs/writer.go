@@ -300,12 +300,28 @@ func (w *writer) flush(ctx context.Context, id layout.SessionID, s *staged, unto
 		return nil
 	}
 	s.mu.Lock()
+	// Closes of dup'd descriptors can flush the same staged file at
+	// once: wait for a commit in flight, then decide on what is left.
+	for s.committing != nil {
+		ch := s.committing
+		s.mu.Unlock()
+		<-ch
+		s.mu.Lock()
+	}
 	dirty, touched := s.dirty, s.touched
-	s.mu.Unlock()
 	if !dirty || (!touched && !untouchedToo) {
+		s.mu.Unlock()
 		return nil
 	}
-	return w.commit(ctx, id, []pendingOp{{file: s}})
+	ch := make(chan struct{})
+	s.committing = ch
+	s.mu.Unlock()
+	err := w.commit(ctx, id, []pendingOp{{file: s}})
+	s.mu.Lock()
+	s.committing = nil
+	close(ch)
+	s.mu.Unlock()
+	return err
 }
 
 // fsyncSession commits everything staged in a session as one snapshot
