@@ -80,6 +80,8 @@ type Cache struct {
 	manifests *simplelru.LRU[layout.SessionID, *layout.Manifest]
 	trees     *simplelru.LRU[ancestorKey, *Dir]
 	list      sessionList
+	// summaries are Summary's light rows, by session.
+	summaries map[layout.SessionID]summary
 
 	// Registry holds the session rows (consistency.md §1).
 	Registry *Registry

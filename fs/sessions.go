@@ -34,7 +34,7 @@ func (s *sessionsDir) find(ctx context.Context, name string) (child, error) {
 	if err != nil {
 		return child{}, syscall.ENOENT
 	}
-	if _, err := s.f.cache.State(ctx, id); err != nil {
+	if _, _, err := s.f.cache.Summary(ctx, id); err != nil {
 		return child{}, err
 	}
 	return s.f.sessionChild(name, id), nil
@@ -159,11 +159,23 @@ func (f *FS) sessionSubdir(sub *sessionDir, name string) child {
 }
 
 func (d *sessionDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
-	st, err := d.f.cache.State(ctx, d.id)
-	if err != nil {
-		return err
+	var updated time.Time
+	if len(d.parts) == 0 {
+		// A session's own directory: a light summary is enough, so that
+		// ls -l sessions/ does not load every session.
+		_, t, err := d.f.cache.Summary(ctx, d.id)
+		if err != nil {
+			return err
+		}
+		updated = t
+	} else {
+		st, err := d.f.cache.State(ctx, d.id)
+		if err != nil {
+			return err
+		}
+		updated = st.UpdatedAt
 	}
-	setTimes(out, st.UpdatedAt)
+	setTimes(out, updated)
 	if d.live() && !d.f.cfg.ReadOnly {
 		out.Mode = syscall.S_IFDIR | 0o755
 	}

@@ -1,0 +1,92 @@
+package cache
+
+import (
+	"context"
+	"time"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// summaryWalk bounds how many empty snapshots Summary reads back before
+// it loads the whole state instead.
+const summaryWalk = 16
+
+type summary struct {
+	version   uint32
+	updatedAt time.Time
+	checked   time.Time
+}
+
+// Summary returns a session's latest version and the time of its last
+// content append without loading its state: one LIST and, when the
+// version moved, the latest snapshot (walking back over empty ones). It is
+// what a session directory's attributes need, so `ls -l sessions/` over
+// many sessions does not build every session's full state.
+func (c *Cache) Summary(ctx context.Context, id layout.SessionID) (version uint32, updatedAt time.Time, err error) {
+	now := c.opts.Now()
+	c.mu.Lock()
+	s, loaded := c.sessions.Peek(id)
+	sum, ok := c.summaries[id]
+	c.mu.Unlock()
+	if loaded {
+		if st := s.st.Load(); st != nil && s.fresh() {
+			return st.Version, st.UpdatedAt, nil
+		}
+	}
+	if ok && c.opts.MetadataTTL > 0 && now.Sub(sum.checked) < c.opts.MetadataTTL {
+		return sum.version, sum.updatedAt, nil
+	}
+	fp, err := c.store.LatestVersion(ctx, id)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	c.stats.checks.Add(1)
+	switch {
+	case loaded && s.st.Load() != nil && s.st.Load().Version == fp:
+		st := s.st.Load()
+		sum = summary{version: fp, updatedAt: st.UpdatedAt}
+	case ok && sum.version == fp:
+	default:
+		sum, err = c.summarise(ctx, id, fp)
+		if err != nil {
+			return 0, time.Time{}, err
+		}
+	}
+	sum.checked = now
+	c.mu.Lock()
+	if c.summaries == nil {
+		c.summaries = map[layout.SessionID]summary{}
+	}
+	c.summaries[id] = sum
+	c.mu.Unlock()
+	return sum.version, sum.updatedAt, nil
+}
+
+func (c *Cache) summarise(ctx context.Context, id layout.SessionID, fp uint32) (summary, error) {
+	for v := fp; v > 0 && fp-v < summaryWalk; v-- {
+		snaps, err := c.snapshots(ctx, id, v, v)
+		if err != nil {
+			return summary{}, err
+		}
+		if len(snaps) == 1 && len(snaps[0]) > 0 {
+			var newest time.Time
+			for _, d := range snaps[0] {
+				if d.CreatedAt.After(newest) {
+					newest = d.CreatedAt
+				}
+			}
+			if newest.IsZero() {
+				break // no times here: let the state decide
+			}
+			return summary{version: fp, updatedAt: newest}, nil
+		}
+	}
+	if fp == 0 {
+		return summary{version: 0, updatedAt: id.Time()}, nil
+	}
+	st, err := c.State(ctx, id)
+	if err != nil {
+		return summary{}, err
+	}
+	return summary{version: st.Version, updatedAt: st.UpdatedAt}, nil
+}
