@@ -87,7 +87,7 @@ func (n *sessDirNode) Create(ctx context.Context, name string, flags uint32, mod
 	out.Attr = ao.Attr
 	out.SetEntryTimeout(f.ttl)
 	out.SetAttrTimeout(f.ttl)
-	return in, &whandle{f: f, id: n.sd.id, s: s, n: node}, 0, 0
+	return in, &whandle{f: f, id: n.sd.id, s: s, n: node, counted: true}, 0, 0
 }
 
 func (n *sessDirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
