@@ -2,6 +2,8 @@ package fs
 
 import (
 	"context"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -67,7 +69,67 @@ var (
 	_ = (gofs.NodeFsyncer)((*sessDirNode)(nil))
 )
 
-func (n *sessDirNode) full(name string) string { return cache.JoinName(appendPart(n.sd.parts, name)) }
+// dir returns the directory this node is now. A rename moves the inode
+// (the kernel keeps its dentry), so the path is read from the inode tree,
+// not from where the node was made.
+func (n *sessDirNode) dir() *sessionDir {
+	parts, ok := livePath(&n.Inode)
+	if !ok || slices.Equal(parts, n.sd.parts) {
+		return n.sd
+	}
+	return &sessionDir{f: n.f, id: n.sd.id, parts: parts}
+}
+
+func (n *sessDirNode) full(name string) string {
+	return cache.JoinName(appendPart(n.dir().parts, name))
+}
+
+// livePath returns the path inside its session of a node of a live
+// session tree, from the inode tree; ok is false for an inode that left
+// the tree (unlinked, or replaced by a rename).
+func livePath(in *gofs.Inode) (parts []string, ok bool) {
+	for p, depth := in, 0; depth <= layout.MaxParentDepth; depth++ {
+		if d, isDir := p.Operations().(*sessDirNode); isDir && len(d.sd.parts) == 0 {
+			slices.Reverse(parts)
+			return parts, true
+		}
+		name, parent := p.Parent()
+		if parent == nil {
+			return nil, false
+		}
+		parts = append(parts, name)
+		p = parent
+	}
+	return nil, false
+}
+
+var (
+	_ = (gofs.NodeLookuper)((*sessDirNode)(nil))
+	_ = (gofs.NodeReaddirer)((*sessDirNode)(nil))
+)
+
+// Lookup finds name in the directory this node is now (see dir).
+func (n *sessDirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	c, err := n.dir().find(ctx, name)
+	if err != nil {
+		return nil, n.f.errnoOf("lookup "+name, err)
+	}
+	return n.f.materialise(ctx, &n.Inode, c, out)
+}
+
+// Readdir lists the directory this node is now (see dir).
+func (n *sessDirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	cs, err := n.dir().list(ctx)
+	if err != nil {
+		return nil, n.f.errnoOf("readdir", err)
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })
+	es := make([]fuse.DirEntry, len(cs))
+	for i, c := range cs {
+		es[i] = fuse.DirEntry{Name: c.name, Mode: c.mode, Ino: c.ino}
+	}
+	return gofs.NewListDirStream(es), 0
+}
 
 func (n *sessDirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	if e := validLeaf(name); e != 0 {
@@ -94,27 +156,29 @@ func (n *sessDirNode) Mkdir(ctx context.Context, name string, mode uint32, out *
 	if e := validLeaf(name); e != 0 {
 		return nil, e
 	}
-	if c, err := n.sd.find(ctx, name); err == nil && c.name != "" {
+	d := n.dir()
+	if c, err := d.find(ctx, name); err == nil && c.name != "" {
 		return nil, syscall.EEXIST
 	}
-	full := n.full(name)
+	full := cache.JoinName(appendPart(d.parts, name))
 	ws := n.f.w.session(n.sd.id)
 	n.f.w.mu.Lock()
 	ws.dirs[full] = true
 	n.f.w.mu.Unlock()
-	sub := &sessionDir{f: n.f, id: n.sd.id, parts: appendPart(n.sd.parts, name)}
+	sub := &sessionDir{f: n.f, id: n.sd.id, parts: appendPart(d.parts, name)}
 	return n.f.materialise(ctx, &n.Inode, n.f.sessionSubdir(sub, name), out)
 }
 
 func (n *sessDirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	f := n.f
-	full := n.full(name)
+	parts := n.dir().parts
+	full := cache.JoinName(appendPart(parts, name))
 	st, err := f.cache.State(ctx, n.sd.id)
 	if err != nil {
 		return f.errnoOf("unlink "+full, err)
 	}
 	_, live := st.Slot(full)
-	if live && f.w.hidden(n.sd.id, true, n.sd.parts, name) {
+	if live && f.w.hidden(n.sd.id, true, parts, name) {
 		live = false
 	}
 	s := f.w.stagedFile(n.sd.id, full)
@@ -125,7 +189,7 @@ func (n *sessDirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 		if s != nil {
 			return 0
 		}
-		if dir, ok := st.Tree().Walk(appendPart(n.sd.parts, name)); ok && dir != nil {
+		if dir, ok := st.Tree().Walk(appendPart(parts, name)); ok && dir != nil {
 			return syscall.EISDIR
 		}
 		return syscall.ENOENT
@@ -202,14 +266,17 @@ func (n *sessDirNode) Symlink(ctx context.Context, target, name string, out *fus
 	if err := f.w.queue(ictx, n.sd.id, []layout.Descriptor{d}); err != nil {
 		return nil, f.errnoOf("ingest "+target, err)
 	}
-	e := layout.Entry{Descriptor: d, Session: n.sd.id}
-	node := &slotFile{f: f, id: n.sd.id, name: full, e: e, has: true}
-	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: inoOf("slot", n.sd.id.String(), "live", full, d.Digest.String(), "ingest")})
+	// The kernel fails a symlink(2) whose reply is not a symlink (EIO),
+	// so answer with one, never cached: the next lookup finds the
+	// ingested file in its place.
+	node := &linkNode{f: f, target: target, mt: d.CreatedAt}
+	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFLNK,
+		Ino: inoOf("ingest-link", n.sd.id.String(), full, strconv.FormatUint(stagedSeq.Add(1), 10))})
 	var ao fuse.AttrOut
 	node.Getattr(ctx, nil, &ao)
 	out.Attr = ao.Attr
-	out.SetEntryTimeout(f.ttl)
-	out.SetAttrTimeout(f.ttl)
+	out.SetEntryTimeout(0)
+	out.SetAttrTimeout(0)
 	return in, 0
 }
 
@@ -250,11 +317,41 @@ var (
 	_ = (gofs.NodeSetxattrer)((*slotFile)(nil))
 	_ = (gofs.NodeListxattrer)((*slotFile)(nil))
 	_ = (gofs.NodeRemovexattrer)((*slotFile)(nil))
+	_ = (gofs.NodeFsyncer)((*slotFile)(nil))
 )
+
+// Fsync commits what fsync(2) of this file covers: with --commit=fsync
+// every staged change of the session, else this file if it is staged.
+// A descriptor without a write handle (opened read-only) works too, as
+// sync(1) opens files read-only; nothing staged is nothing to do.
+func (n *slotFile) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
+	if h, ok := fh.(*whandle); ok {
+		return h.Fsync(ctx, flags)
+	}
+	var err error
+	if n.f.cfg.Commit == CommitOnFsync {
+		err = n.f.w.fsyncSession(ctx, n.id)
+	} else if s, _ := n.current(); s != nil {
+		err = n.f.w.flush(ctx, n.id, s, true)
+	}
+	if err != nil {
+		return n.f.errnoOf("fsync "+n.slot(), err)
+	}
+	return 0
+}
+
+// slot returns the slot name this file has now: a rename moves the inode,
+// so the name is read from the inode tree (see sessDirNode.dir).
+func (n *slotFile) slot() string {
+	if parts, ok := livePath(&n.Inode); ok && len(parts) > 0 {
+		return cache.JoinName(parts)
+	}
+	return n.name
+}
 
 // current returns the staged file in progress, or the committed entry.
 func (n *slotFile) current() (*staged, *layout.Entry) {
-	if s := n.f.w.stagedFile(n.id, n.name); s != nil {
+	if s := n.f.w.stagedFile(n.id, n.slot()); s != nil {
 		return s, nil
 	}
 	if n.st != nil {
@@ -284,7 +381,7 @@ func (n *slotFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 	case e != nil:
 		sz, err := n.f.blobs.Size(ctx, &e.Descriptor)
 		if err != nil {
-			return n.f.errnoOf("getattr "+n.name, err)
+			return n.f.errnoOf("getattr "+n.slot(), err)
 		}
 		out.Size, out.Blocks = uint64(sz), (uint64(sz)+511)/512
 		setTimes(&out.Attr, e.CreatedAt)
@@ -303,9 +400,9 @@ func (n *slotFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		return nil, fuse.FOPEN_KEEP_CACHE, 0
 	}
 	_, e := n.current()
-	s, err := n.f.w.open(ctx, n.id, n.name, e, flags&syscall.O_TRUNC != 0)
+	s, err := n.f.w.open(ctx, n.id, n.slot(), e, flags&syscall.O_TRUNC != 0)
 	if err != nil {
-		return nil, 0, n.f.errnoOf("open "+n.name, err)
+		return nil, 0, n.f.errnoOf("open "+n.slot(), err)
 	}
 	n.st = s
 	return &whandle{f: n.f, id: n.id, s: s, n: n, counted: true}, 0, 0
@@ -319,7 +416,7 @@ func (n *slotFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	if s != nil {
 		k, err := s.readAt(dest, off)
 		if err != nil {
-			return nil, n.f.errnoOf("read "+n.name, err)
+			return nil, n.f.errnoOf("read "+n.slot(), err)
 		}
 		return fuse.ReadResultData(dest[:k]), 0
 	}
@@ -328,7 +425,7 @@ func (n *slotFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	}
 	k, err := (&blobContent{f: n.f, d: e.Descriptor}).readAt(ctx, dest, off)
 	if err != nil {
-		return nil, n.f.errnoOf("read "+n.name, err)
+		return nil, n.f.errnoOf("read "+n.slot(), err)
 	}
 	return fuse.ReadResultData(dest[:k]), 0
 }
@@ -337,15 +434,15 @@ func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 	if sz, ok := in.GetSize(); ok {
 		if h, ok := fh.(*whandle); ok && !h.readOnly {
 			if err := h.s.truncate(int64(sz)); err != nil {
-				return n.f.errnoOf("truncate "+n.name, err)
+				return n.f.errnoOf("truncate "+n.slot(), err)
 			}
 		} else {
 			// truncate(2) without a handle, or O_TRUNC's follow-up
 			// Setattr: stage, truncate, commit unless a writer holds it.
 			_, e := n.current()
-			s, err := n.f.w.open(ctx, n.id, n.name, e, sz == 0)
+			s, err := n.f.w.open(ctx, n.id, n.slot(), e, sz == 0)
 			if err != nil {
-				return n.f.errnoOf("truncate "+n.name, err)
+				return n.f.errnoOf("truncate "+n.slot(), err)
 			}
 			n.st = s
 			err = s.truncate(int64(sz))
@@ -354,7 +451,7 @@ func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 			}
 			n.f.w.release(n.id, s)
 			if err != nil {
-				return n.f.errnoOf("truncate "+n.name, err)
+				return n.f.errnoOf("truncate "+n.slot(), err)
 			}
 		}
 	}
@@ -414,9 +511,9 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 		return syscall.EINVAL
 	}
 	_, e := n.current()
-	s, err := n.f.w.open(ctx, n.id, n.name, e, false)
+	s, err := n.f.w.open(ctx, n.id, n.slot(), e, false)
 	if err != nil {
-		return n.f.errnoOf("setxattr "+n.name, err)
+		return n.f.errnoOf("setxattr "+n.slot(), err)
 	}
 	n.st = s
 	s.mu.Lock()
@@ -440,7 +537,7 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 	}
 	n.f.w.release(n.id, s)
 	if err != nil {
-		return n.f.errnoOf("setxattr "+n.name, err)
+		return n.f.errnoOf("setxattr "+n.slot(), err)
 	}
 	return 0
 }
