@@ -20,6 +20,7 @@ import (
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/faultblob"
 	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
 )
 
 // runMount mounts cfg.BucketURL on cfg.Mountpoint and serves it until ctx
@@ -131,12 +132,29 @@ func runMount(ctx context.Context, cfg mountConfig) error {
 }
 
 // probe checks that the bucket answers, so a wrong URL or missing
-// credentials fail the mount instead of every later request.
+// credentials fail the mount instead of every later request. A transient
+// failure (a 500, a timeout) is retried with backoff, as every later
+// request is: one unlucky LIST must not fail the mount.
 func probe(ctx context.Context, b *blob.Bucket) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	_, _, err := b.ListPage(ctx, blob.FirstPageToken, 1, &blob.ListOptions{Prefix: layout.SessionsPrefix, Delimiter: "/"})
-	return err
+	delay := 100 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		_, _, err := b.ListPage(ctx, blob.FirstPageToken, 1, &blob.ListOptions{Prefix: layout.SessionsPrefix, Delimiter: "/"})
+		if err == nil || attempt >= 4 || ctx.Err() != nil {
+			return err
+		}
+		switch gcerrors.Code(err) {
+		case gcerrors.NotFound, gcerrors.PermissionDenied, gcerrors.InvalidArgument, gcerrors.Unimplemented:
+			return err // retrying cannot help
+		}
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return err
+		}
+		delay *= 2
+	}
 }
 
 // stateDirFor is where the mount keeps staging files: the cache directory
