@@ -195,6 +195,17 @@ func (c *Cache) Invalidate(id layout.SessionID) {
 	}
 }
 
+// observe records st in the registry unless s was evicted: a load that
+// finished on an evicted Session may be older than what its successor
+// already published.
+func (c *Cache) observe(s *Session, st *State) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !s.evicted {
+		c.Registry.observeLocked(st)
+	}
+}
+
 // manifest returns a session's manifest; manifests are immutable and
 // cached without expiry.
 func (c *Cache) manifest(ctx context.Context, id layout.SessionID) (*layout.Manifest, error) {

@@ -71,19 +71,18 @@ func newRegistry(path string, delay time.Duration, state *sync.Mutex, log *slog.
 	return r, nil
 }
 
-// observe records a state's row: a content append (a newer UpdatedAt)
-// moves the timestamp; nothing else does.
-func (r *Registry) observe(st *State) {
-	r.state.Lock()
-	defer r.state.Unlock()
+// observeLocked records a state's row; the state lock is held. A content
+// append (a newer UpdatedAt) moves the timestamp; nothing else does. The
+// manifest's name only names a new row: a name set since (SetName: a
+// rename, a new ref) is not undone by a refresh.
+func (r *Registry) observeLocked(st *State) {
 	row, ok := r.rows[st.ID]
 	if !ok {
-		row = &Row{ID: st.ID}
+		row = &Row{ID: st.ID, Name: st.Manifest.Name}
 		r.rows[st.ID] = row
 	}
-	changed := !ok || row.Version != st.Version || row.Name != st.Manifest.Name
+	changed := !ok || row.Version != st.Version || (row.Parent == nil) != (st.Manifest.Parent == nil)
 	row.Version = st.Version
-	row.Name = st.Manifest.Name
 	row.Parent = st.Manifest.Parent
 	if st.UpdatedAt.After(row.UpdatedAt) {
 		row.UpdatedAt = st.UpdatedAt

@@ -25,7 +25,9 @@ type Session struct {
 	// checked is the UnixNano time captured before the last LIST that
 	// confirmed st; 0 forces a re-check.
 	checked atomic.Int64
-	// evicted is guarded by Cache.mu.
+	// evicted is guarded by Cache.mu. An evicted Session is unreachable
+	// from the map; a load still running on it may finish and return its
+	// state to its callers, but it no longer publishes registry rows.
 	evicted bool
 }
 
@@ -180,7 +182,7 @@ func (s *Session) refreshLocked(ctx context.Context) (*State, error) {
 func (s *Session) publishLocked(st *State, checkedAt time.Time) {
 	s.st.Store(st)
 	s.checked.Store(checkedAt.UnixNano())
-	s.c.Registry.observe(st)
+	s.c.observe(s, st)
 }
 
 func (s *Session) build(ctx context.Context, fp uint32) (*State, error) {
@@ -249,15 +251,14 @@ func (st *State) applySnaps(slots map[string]layout.Entry, snaps [][]layout.Desc
 		var newest time.Time
 		for _, d := range ds {
 			layout.ApplySlot(slots, layout.Entry{Descriptor: d, Session: st.ID, Version: v})
-			if d.CreatedAt.After(newest) {
+			// Fork records are bookkeeping (§11.1), not content: they
+			// never move updated_at (consistency.md §1).
+			if !d.Fork && d.CreatedAt.After(newest) {
 				newest = d.CreatedAt
 			}
 			st.LastSeq = d.SequenceNumber
 		}
-		if len(ds) > 0 {
-			if newest.IsZero() {
-				newest = st.UpdatedAt
-			}
+		if !newest.IsZero() {
 			st.UpdatedAt = newest
 		}
 	}
@@ -277,7 +278,7 @@ func (c *Cache) Committed(id layout.SessionID, res layout.CommitResult) {
 	}
 	st := prev.with(res.Version, [][]layout.Descriptor{res.Descriptors})
 	s.st.Store(st)
-	s.c.Registry.observe(st)
+	c.observe(s, st)
 }
 
 // Dir is a directory of the live tree built from slot names (decisions.md

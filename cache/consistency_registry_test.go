@@ -1,0 +1,355 @@
+package cache
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/internal/testbucket"
+	"github.com/pugmark/pugfs/layout"
+	"gocloud.dev/blob"
+	"gocloud.dev/blob/memblob"
+)
+
+// consistency.md §1: updated_at is the time of the last content append.
+// Renames (Registry.SetName), reads, cache refreshes and evictions, empty
+// commits and fork bookkeeping run concurrently with readers and listers
+// and never move it; a commit that adds descriptors does, in State and in
+// the registry row, and reorders the listing.
+//
+// Seen failing: with fork records counted as content (applySnaps before the
+// fix) every reader saw the fork's created-at; with SetName stamping
+// UpdatedAt with the clock, the listers did; with observe copying the
+// manifest's name over the row's (before the fix), the final rename was
+// lost on the next refresh.
+func TestUpdatedAtMovesOnlyOnContentAppends(t *testing.T) {
+	testbucket.Each(t, func(t *testing.T, b *blob.Bucket) {
+		w := newWorld(t, b)
+		c := newCache(t, w.store, Options{MetadataTTL: 0})
+		s, other := w.session(), w.session()
+		t1, t2 := epoch.Add(time.Hour), epoch.Add(2*time.Hour)
+		w.commit(s, textDesc("a.txt", "a", t1))
+		w.commit(other, textDesc("b.txt", "b", t2))
+		if st := mustState(t, c, s); !st.UpdatedAt.Equal(t1) {
+			t.Fatalf("UpdatedAt %v, want %v", st.UpdatedAt, t1)
+		}
+		mustState(t, c, other)
+		order := func(want ...layout.SessionID) {
+			t.Helper()
+			var got []layout.SessionID
+			for _, r := range c.Registry.List() {
+				if r.ID == s || r.ID == other {
+					got = append(got, r.ID)
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("listing order %v, want %v", got, want)
+			}
+		}
+		order(other, s)
+		fork, err := w.store.PutBlobBytes(bg, []byte("fork output"), layout.BlobOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		const rounds = 3
+		errc := make(chan error, 64)
+		check := func(what string, at time.Time) {
+			if !at.Equal(t1) {
+				select {
+				case errc <- fmt.Errorf("%s: updated_at %v, want %v", what, at, t1):
+				default:
+				}
+			}
+		}
+		stop := make(chan struct{})
+		var wg, busy sync.WaitGroup
+		loop := func(fn func(i int)) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					fn(i)
+				}
+			}()
+		}
+		for range 3 {
+			loop(func(int) { // reads and refreshes (TTL 0: every read re-checks)
+				st, err := c.State(bg, s)
+				if err != nil {
+					errc <- err
+					return
+				}
+				check("state", st.UpdatedAt)
+			})
+		}
+		loop(func(i int) { c.Registry.SetName(s, fmt.Sprintf("name-%d", i)) })
+		loop(func(int) {
+			if r, ok := c.Registry.Get(s); ok {
+				check("row", r.UpdatedAt)
+			}
+			for _, r := range c.Registry.List() {
+				if r.ID == s {
+					check("listed row", r.UpdatedAt)
+				}
+			}
+		})
+		loop(func(i int) {
+			if i%2 == 0 {
+				c.Evict(s)
+			} else {
+				c.Invalidate(s)
+			}
+		})
+		// Fork bookkeeping (a fork record in s, the child's manifest and
+		// snapshot) and empty commits, through the store and Committed.
+		busy.Add(2)
+		go func() {
+			defer busy.Done()
+			for range rounds {
+				if _, err := w.store.Fork(bg, s, layout.ForkRequest{Descriptor: layout.Descriptor{
+					Digest: fork.Digest, Size: fork.Size, Name: "out.txt"}}); err != nil {
+					errc <- err
+				}
+			}
+		}()
+		go func() {
+			defer busy.Done()
+			for range rounds {
+				res, err := w.store.Commit(bg, s, layout.CommitRequest{Type: layout.Provisional})
+				if err != nil {
+					errc <- err
+					continue
+				}
+				c.Committed(s, res)
+			}
+		}()
+		busy.Wait()
+		close(stop)
+		wg.Wait()
+		select {
+		case err := <-errc:
+			t.Fatal(err)
+		default:
+		}
+
+		c.Registry.SetName(s, "final")
+		st := mustState(t, c, s)
+		if want := uint32(1 + 2*rounds); st.Version != want || !st.UpdatedAt.Equal(t1) {
+			t.Fatalf("state at version %d (want %d), updated_at %v (want %v)", st.Version, want, st.UpdatedAt, t1)
+		}
+		row, _ := c.Registry.Get(s)
+		if row.Version != st.Version || !row.UpdatedAt.Equal(t1) || row.Name != "final" {
+			t.Fatalf("row %+v, want version %d, updated_at %v, name final", row, st.Version, t1)
+		}
+		order(other, s)
+
+		// Content appends move it: through Committed (own commit), and
+		// through a refresh; a tombstone is content too.
+		t3, t4 := epoch.Add(3*time.Hour), epoch.Add(4*time.Hour)
+		c.Committed(s, w.commit(s, textDesc("c.txt", "c", t3)))
+		if st, _ := c.State(bg, s); !st.UpdatedAt.Equal(t3) {
+			t.Fatalf("after a content commit: updated_at %v, want %v", st.UpdatedAt, t3)
+		}
+		if row, _ := c.Registry.Get(s); !row.UpdatedAt.Equal(t3) || row.Name != "final" {
+			t.Fatalf("after a content commit: row %+v", row)
+		}
+		order(s, other)
+		gone := textDesc("a.txt", "", t4)
+		gone.Deleted, gone.Data, gone.Digest, gone.Size = true, nil, layout.Digest{}, 0
+		w.commit(s, gone)
+		if st := mustState(t, c, s); !st.UpdatedAt.Equal(t4) {
+			t.Fatalf("after a tombstone: updated_at %v, want %v", st.UpdatedAt, t4)
+		}
+		if row, _ := c.Registry.Get(s); !row.UpdatedAt.Equal(t4) {
+			t.Fatalf("after a tombstone: row %+v", row)
+		}
+	})
+}
+
+// consistency.md §1: listing copies each row under the state lock and
+// sorts outside it. Creation (first loads), commits, eviction (explicit and
+// by the LRU bound), renames and lookups run together with listers; every
+// listed row is whole (its version and updated_at come from one
+// observation, its name belongs to its ID), listings are sorted, and a
+// lister that scribbles over the rows it got changes nothing.
+//
+// Seen failing: with copyRow sharing Parent (a shallow copy) the listers'
+// writes to Parent.Version showed up in other listings; with List reading
+// the map without the state lock, -race reported the race; with a stale
+// load of an evicted session publishing its row (before the fix), rows
+// went back to older versions with newer updated_at.
+func TestRegistryListPointInTime(t *testing.T) {
+	store := layout.New(memblob.OpenBucket(nil), nil)
+	w := &world{t: t, store: store}
+	c := newCache(t, store, Options{MetadataTTL: 0, MaxSessions: 4})
+	// Session i's commit at version v is created at base(i) + v seconds,
+	// so a whole row satisfies UpdatedAt == base(i) + Version seconds.
+	base := map[layout.SessionID]time.Time{}
+	var sessions []layout.SessionID
+	newSession := func(parent *layout.SessionID) layout.SessionID {
+		var id layout.SessionID
+		if parent == nil {
+			id = w.session()
+		} else {
+			var err error
+			id, err = store.Fork(bg, *parent, layout.ForkRequest{Descriptor: textDesc("fork", "f", epoch)})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		base[id] = epoch.Add(time.Duration(len(sessions)) * time.Hour)
+		sessions = append(sessions, id)
+		return id
+	}
+	for range 6 {
+		newSession(nil)
+	}
+	parents := map[layout.SessionID]layout.ParentRef{}
+	for _, p := range sessions[:2] {
+		ch := newSession(&p)
+		m, err := store.LoadManifest(bg, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parents[ch] = *m.Parent
+	}
+	// Children start at version 1 (the fork output); give every session
+	// one more commit so the invariant holds from the start.
+	// final is written by one writer goroutine per session, read after.
+	final := map[layout.SessionID]*uint32{}
+	for _, id := range sessions {
+		v, _ := store.LatestVersion(bg, id)
+		w.commit(id, textDesc("x", "x", base[id].Add(time.Duration(v+1)*time.Second)))
+		final[id] = new(v + 1)
+	}
+
+	errc := make(chan error, 16)
+	fail := func(format string, args ...any) {
+		select {
+		case errc <- fmt.Errorf(format, args...):
+		default:
+		}
+	}
+	checkRow := func(r Row) {
+		b, ok := base[r.ID]
+		if !ok {
+			fail("row for an unknown session %s", r.ID)
+			return
+		}
+		if want := b.Add(time.Duration(r.Version) * time.Second); r.Version > 0 && !r.UpdatedAt.Equal(want) {
+			fail("torn row %s: version %d with updated_at %v (want %v)", r.ID, r.Version, r.UpdatedAt, want)
+		}
+		if r.Name != "" && !strings.HasPrefix(r.Name, r.ID.String()) {
+			fail("row %s has another row's name %q", r.ID, r.Name)
+		}
+		// A row SetName made before the first load has no parent yet.
+		if p, forked := parents[r.ID]; r.Version > 0 && (forked != (r.Parent != nil) || (forked && *r.Parent != p)) {
+			fail("row %s: parent %+v, want %+v", r.ID, r.Parent, p)
+		}
+	}
+	scribble := func(r *Row) {
+		r.Name, r.Version, r.UpdatedAt = "scribbled", 99999, time.Time{}
+		if r.Parent != nil {
+			r.Parent.Version = 99999
+		}
+	}
+	const commits = 8
+	var writers, readers sync.WaitGroup
+	stop := make(chan struct{})
+	for i, id := range sessions {
+		writers.Add(1)
+		go func() { // commits, folded in as own commits and by refreshes
+			defer writers.Done()
+			for range commits {
+				v := *final[id] + 1
+				res, err := store.Commit(bg, id, layout.CommitRequest{Type: layout.Provisional,
+					Descriptors: []layout.Descriptor{textDesc("x", "x", base[id].Add(time.Duration(v)*time.Second))}})
+				if err != nil || res.Version != v {
+					fail("commit %s: version %d, %v", id, res.Version, err)
+					return
+				}
+				*final[id] = v
+				if i%2 == 0 {
+					c.Committed(id, res)
+				} else if _, err := c.State(bg, id); err != nil {
+					fail("state: %v", err)
+				}
+			}
+		}()
+	}
+	spin := func(fn func(i int)) {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				fn(i)
+			}
+		}()
+	}
+	spin(func(i int) { // first loads, and loads after eviction
+		if _, err := c.State(bg, sessions[i%len(sessions)]); err != nil {
+			fail("state: %v", err)
+		}
+	})
+	spin(func(i int) { c.Evict(sessions[(i*5)%len(sessions)]) })
+	spin(func(i int) {
+		id := sessions[(i*3)%len(sessions)]
+		c.Registry.SetName(id, fmt.Sprintf("%s-%d", id, i))
+	})
+	for range 2 {
+		spin(func(int) {
+			rows := c.Registry.List()
+			for i, r := range rows {
+				checkRow(r)
+				if i > 0 && (r.UpdatedAt.After(rows[i-1].UpdatedAt) ||
+					r.UpdatedAt.Equal(rows[i-1].UpdatedAt) && r.ID.String() < rows[i-1].ID.String()) {
+					fail("listing out of order at %d: %s", i, ids(rows))
+				}
+			}
+			for i := range rows {
+				scribble(&rows[i])
+			}
+		})
+	}
+	spin(func(i int) {
+		if r, ok := c.Registry.Get(sessions[i%len(sessions)]); ok {
+			checkRow(r)
+			scribble(&r)
+		}
+	})
+	writers.Wait()
+	close(stop)
+	readers.Wait()
+	select {
+	case err := <-errc:
+		t.Fatal(err)
+	default:
+	}
+	for _, id := range sessions {
+		c.Registry.SetName(id, id.String()+"-final")
+		mustState(t, c, id)
+	}
+	rows := c.Registry.List()
+	if len(rows) != len(sessions) {
+		t.Fatalf("%d rows for %d sessions", len(rows), len(sessions))
+	}
+	for _, r := range rows {
+		checkRow(r)
+		if r.Version != *final[r.ID] || r.Name != r.ID.String()+"-final" {
+			t.Fatalf("final row %+v: want version %d", r, *final[r.ID])
+		}
+	}
+}
