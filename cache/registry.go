@@ -41,6 +41,10 @@ type Registry struct {
 	// releasing it. Taken before state, never while holding it.
 	flushMu    sync.Mutex
 	flushedGen uint64
+	// hookWrite, if set (tests only; guarded by state), runs inside Flush
+	// with the captured rows, after the state lock is released and before
+	// the file is written.
+	hookWrite func(rows []Row)
 }
 
 func newRegistry(path string, delay time.Duration, state *sync.Mutex, log *slog.Logger) (*Registry, error) {
@@ -112,12 +116,13 @@ func (r *Registry) SetName(id layout.SessionID, name string) {
 func (r *Registry) markDirtyLocked() {
 	r.dirty = true
 	r.gen++
+	r.armLocked()
+}
+
+// armLocked schedules a deferred flush unless one is pending.
+func (r *Registry) armLocked() {
 	if r.path != "" && r.timer == nil {
-		r.timer = time.AfterFunc(r.delay, func() {
-			if err := r.Flush(); err != nil {
-				r.log.Warn("registry flush failed; state kept in memory", "path", r.path, "err", err)
-			}
-		})
+		r.timer = time.AfterFunc(r.delay, func() { _ = r.Flush() }) // Flush logs its failures
 	}
 }
 
@@ -163,12 +168,14 @@ func (r *Registry) List() []Row {
 // Flush publishes the rows to the index file if anything changed since
 // the last flush. An older capture never overwrites a newer one: captures
 // and writes are ordered by flushMu, and mutations made during a write
-// leave the registry dirty for the next flush.
+// leave the registry dirty for the next flush. A failed write is logged as
+// a warning and returned; the rows stay in memory, dirty, for the next
+// flush.
 func (r *Registry) Flush() error {
 	if r.path == "" {
 		return nil
 	}
-	r.flushMu.Lock()
+	r.lockFlush()
 	defer r.flushMu.Unlock()
 	r.state.Lock()
 	r.timer = nil
@@ -182,25 +189,32 @@ func (r *Registry) Flush() error {
 		rows = append(rows, copyRow(row))
 	}
 	r.dirty = false
+	hook := r.hookWrite
 	r.state.Unlock()
 
+	if hook != nil {
+		hook(rows)
+	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].ID.String() < rows[j].ID.String() })
 	err := writeFileAtomic(r.path, rows)
 	r.state.Lock()
 	defer r.state.Unlock()
 	if err != nil {
 		r.dirty = true // keep it for the next attempt
+		r.log.Warn("registry flush failed; state kept in memory", "path", r.path, "err", err)
 		return err
 	}
 	r.flushedGen = gen
 	if r.gen != gen {
 		r.dirty = true
-		if r.timer == nil {
-			r.timer = time.AfterFunc(r.delay, func() { _ = r.Flush() })
-		}
+		r.armLocked()
 	}
 	return nil
 }
+
+// lockFlush waits for this flush's turn to capture and publish (a named
+// frame, so that tests can see a flush waiting here).
+func (r *Registry) lockFlush() { r.flushMu.Lock() }
 
 // Close flushes pending changes.
 func (r *Registry) Close() error {
