@@ -431,6 +431,17 @@ func (n *slotFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 }
 
 func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if _, ok := in.GetSize(); !ok {
+		// utimes or chmod of a file being written (touch does this while
+		// its descriptor is open) is a touch: the close then commits a new
+		// empty file at once instead of leaving it to the asynchronous
+		// release. Times and modes are not stored.
+		if s, _ := n.current(); s != nil {
+			s.mu.Lock()
+			s.touched = true
+			s.mu.Unlock()
+		}
+	}
 	if sz, ok := in.GetSize(); ok {
 		if h, ok := fh.(*whandle); ok && !h.readOnly {
 			if err := h.s.truncate(int64(sz)); err != nil {
@@ -530,7 +541,11 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 	default:
 		s.schema = val
 	}
-	s.dirty, s.touched = true, true
+	// Dirty but not touched: a metadata change alone does not make the
+	// next flush commit while the file is open for writing (a shell's
+	// setfattr child closes its inherited copy of the descriptor first),
+	// so the metadata lands with the content, in one descriptor.
+	s.dirty = true
 	s.mu.Unlock()
 	if s.opensNow(n.f.w) == 1 {
 		err = n.f.w.flush(ctx, n.id, s, true)
