@@ -3,11 +3,13 @@ package fs
 import (
 	"context"
 	"sort"
+	"sync"
 	"syscall"
 	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/pugmark/pugfs/layout"
 )
 
 // gofsNode is a node implementation.
@@ -49,6 +51,9 @@ var (
 )
 
 func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if len(name) > layout.MaxNameComponent {
+		return nil, syscall.ENAMETOOLONG
+	}
 	c, err := d.ls.find(ctx, name)
 	if err != nil {
 		return nil, d.f.errnoOf("lookup "+name, err)
@@ -87,6 +92,121 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	}
 	return gofs.NewListDirStream(es), 0
 }
+
+// OpendirHandle returns a handle that keeps the listing it read, so that
+// READDIRPLUS is answered from it (FileLookuper) instead of one Lookup,
+// with its own bucket checks, per entry. Listings of history never change:
+// the kernel may keep them across opens (FOPEN_CACHE_DIR).
+func (d *dirNode) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	ls := listerOf(d)
+	var fl uint32
+	if fx, ok := ls.(fixedLister); ok && fx.fixed() {
+		fl = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+	}
+	return &listHandle{d: d, ls: ls}, fl, 0
+}
+
+// listerOf returns what directory node d lists now: a renamed directory
+// of a live session lists its new path (sessDirNode.dir).
+func listerOf(d *dirNode) lister {
+	if s, ok := d.Operations().(*sessDirNode); ok {
+		return s.dir()
+	}
+	return d.ls
+}
+
+// fixedLister is a lister whose listing can never change (history).
+type fixedLister interface{ fixed() bool }
+
+// listHandle is an open directory: the children as listed at the first
+// read (or the last rewind), served in name order.
+type listHandle struct {
+	d  *dirNode
+	ls lister
+
+	mu     sync.Mutex
+	cs     []child
+	loaded bool
+	next   int
+}
+
+var (
+	_ = (gofs.NodeOpendirHandler)((*dirNode)(nil))
+	_ = (gofs.FileReaddirenter)((*listHandle)(nil))
+	_ = (gofs.FileSeekdirer)((*listHandle)(nil))
+	_ = (gofs.FileLookuper)((*listHandle)(nil))
+	_ = (gofs.FileReleasedirer)((*listHandle)(nil))
+)
+
+// load reads the listing; h.mu is held.
+func (h *listHandle) load(ctx context.Context) syscall.Errno {
+	if h.loaded {
+		return 0
+	}
+	cs, err := h.ls.list(ctx)
+	if err != nil {
+		return h.d.f.errnoOf("readdir", err)
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })
+	h.cs, h.loaded, h.next = cs, true, 0
+	return 0
+}
+
+func (h *listHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if errno := h.load(ctx); errno != 0 {
+		return nil, errno
+	}
+	if h.next >= len(h.cs) {
+		return nil, 0
+	}
+	c := h.cs[h.next]
+	h.next++
+	return &fuse.DirEntry{Name: c.name, Mode: c.mode, Ino: c.ino, Off: uint64(h.next)}, 0
+}
+
+// Seekdir moves to an offset Readdirent gave out; 0 (rewinddir) lists
+// the directory again.
+func (h *listHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if off == 0 {
+		h.loaded = false
+	}
+	if errno := h.load(ctx); errno != 0 {
+		return errno
+	}
+	if off > uint64(len(h.cs)) {
+		return syscall.EINVAL
+	}
+	h.next = int(off)
+	return 0
+}
+
+// Lookup answers READDIRPLUS for the entry Readdirent just gave out, from
+// the listing.
+func (h *listHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	h.mu.Lock()
+	var c child
+	found := false
+	for i := h.next - 1; i >= 0 && i < len(h.cs); i-- {
+		if h.cs[i].name == name {
+			c, found = h.cs[i], true
+			break
+		}
+	}
+	h.mu.Unlock()
+	if !found {
+		if l, ok := h.d.Operations().(gofs.NodeLookuper); ok {
+			return l.Lookup(ctx, name, out)
+		}
+		return nil, syscall.ENOENT
+	}
+	return h.d.f.materialise(ctx, &h.d.Inode, c, out)
+}
+
+func (h *listHandle) Releasedir(ctx context.Context, flags uint32) {}
 
 func (d *dirNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	out.Mode = syscall.S_IFDIR | 0o555
@@ -264,18 +384,36 @@ type linkNode struct {
 	gofs.Inode
 	f      *FS
 	target string
-	mt     time.Time
+	// dyn, if set, gives the target instead of target.
+	dyn func(ctx context.Context) (string, error)
+	mt  time.Time
 }
 
 var _ = (gofs.NodeReadlinker)((*linkNode)(nil))
 
+func (l *linkNode) get(ctx context.Context) (string, syscall.Errno) {
+	if l.dyn == nil {
+		return l.target, 0
+	}
+	t, err := l.dyn(ctx)
+	if err != nil {
+		return "", l.f.errnoOf("readlink", err)
+	}
+	return t, 0
+}
+
 func (l *linkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	return []byte(l.target), 0
+	t, errno := l.get(ctx)
+	return []byte(t), errno
 }
 
 func (l *linkNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	t, errno := l.get(ctx)
+	if errno != 0 {
+		return errno
+	}
 	out.Mode = syscall.S_IFLNK | 0o777
-	out.Size = uint64(len(l.target))
+	out.Size = uint64(len(t))
 	setTimes(&out.Attr, l.f.start)
 	setTimes(&out.Attr, l.mt)
 	l.f.owner(&out.Attr)

@@ -81,21 +81,36 @@ func (n *namesDir) list(ctx context.Context) ([]child, error) {
 		if !ok {
 			continue
 		}
-		out = append(out, child{name: name, mode: syscall.S_IFLNK, ino: inoOf("name", name), ttl: n.f.ttl,
-			node: func() gofsNode { return &linkNode{f: n.f, target: "?"} }})
+		out = append(out, n.child(name))
 	}
 	return out, nil
+}
+
+// child is names/<name>. Its target is read when asked for (the ref can
+// move to another session; within the metadata TTL it is cached), so the
+// listing and a lookup give the same inode without reading every ref.
+func (n *namesDir) child(name string) child {
+	f := n.f
+	return child{name: name, mode: syscall.S_IFLNK, ino: inoOf("name", name), ttl: f.ttl,
+		node: func() gofsNode {
+			return &linkNode{f: f, dyn: func(ctx context.Context) (string, error) {
+				id, err := f.resolveName(ctx, name)
+				if err != nil {
+					return "", err
+				}
+				return "../sessions/" + id.String(), nil
+			}}
+		}}
 }
 
 func (n *namesDir) find(ctx context.Context, name string) (child, error) {
 	if err := layout.ValidateRefName(layout.SessionRefName(name)); err != nil {
 		return child{}, syscall.ENOENT
 	}
-	id, err := n.f.resolveName(ctx, name)
-	if err != nil {
+	if _, err := n.f.resolveName(ctx, name); err != nil {
 		return child{}, err
 	}
-	return n.f.symlink(name, inoOf("name", name, id.String()), "../sessions/"+id.String(), time.Time{}, n.f.ttl), nil
+	return n.child(name), nil
 }
 
 func (n *namesDir) dirAttr(ctx context.Context, out *fuse.Attr) error { return nil }
@@ -171,7 +186,12 @@ func (r *refsDir) find(ctx context.Context, name string) (child, error) {
 	}
 	return r.f.refChild(name, full), nil
 }
-func (r *refsDir) dirAttr(ctx context.Context, out *fuse.Attr) error { return nil }
+func (r *refsDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
+	if !r.f.cfg.ReadOnly {
+		out.Mode = syscall.S_IFDIR | 0o755 // writing refs/<name> is a Link
+	}
+	return nil
+}
 
 // refChild is a ref file: its target, one line.
 func (f *FS) refChild(leaf, name string) child {

@@ -42,6 +42,9 @@ func (s *sessionsDir) find(ctx context.Context, name string) (child, error) {
 
 func (s *sessionsDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 	setTimes(out, s.f.start)
+	if !s.f.cfg.ReadOnly {
+		out.Mode = syscall.S_IFDIR | 0o755 // mkdir creates a session
+	}
 	return nil
 }
 
@@ -103,7 +106,13 @@ func (d *sessionDir) list(ctx context.Context) ([]child, error) {
 	return out, nil
 }
 
+// fixed reports whether the listing can never change: history.
+func (d *sessionDir) fixed() bool { return d.hist }
+
 func (d *sessionDir) find(ctx context.Context, name string) (child, error) {
+	if len(name) > layout.MaxNameComponent {
+		return child{}, syscall.ENAMETOOLONG
+	}
 	if name == ".pugmark" && len(d.parts) == 0 && d.live() {
 		return d.f.dir(name, inoOf("session-meta", d.id.String()), d.f.ttl, &sessionMetaDir{f: d.f, id: d.id}), nil
 	}
