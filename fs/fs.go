@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -48,9 +49,13 @@ type Config struct {
 	GroupWindow time.Duration
 	// StagingDir holds spill files of writes in progress.
 	StagingDir string
-	UID, GID   uint32
-	Umask      uint32
-	Logger     *slog.Logger
+	// FailedDir keeps the bytes of writes whose commit failed for good
+	// (default StagingDir/failed). It should outlive the mount: the
+	// staging directory is removed at unmount and after a crash.
+	FailedDir string
+	UID, GID  uint32
+	Umask     uint32
+	Logger    *slog.Logger
 	// Now is the clock for created-at (tests pin it).
 	Now func() time.Time
 	// ExtraStats, if set, adds lines to .pugmark/stats (the fault
@@ -93,6 +98,9 @@ func New(cfg Config) (*FS, error) {
 	}
 	if cfg.StagingDir == "" {
 		cfg.StagingDir = os.TempDir()
+	}
+	if cfg.FailedDir == "" {
+		cfg.FailedDir = filepath.Join(cfg.StagingDir, "failed")
 	}
 	if err := os.MkdirAll(cfg.StagingDir, 0o700); err != nil {
 		return nil, fmt.Errorf("fs: staging directory: %w", err)

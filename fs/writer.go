@@ -260,7 +260,7 @@ func (w *writer) release(id layout.SessionID, s *staged) {
 // salvageLocked keeps the bytes of a staged file whose commit failed and
 // whose last descriptor is gone, so a failure never silently drops data.
 func (w *writer) salvageLocked(id layout.SessionID, s *staged) {
-	dir := filepath.Join(w.f.cfg.StagingDir, "failed", id.String())
+	dir := filepath.Join(w.f.cfg.FailedDir, id.String())
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		w.f.log.Error("could not keep the data of a failed commit", "session", id, "name", s.name, "err", err)
 		return

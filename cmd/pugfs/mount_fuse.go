@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,6 +46,8 @@ func runMount(ctx context.Context, cfg mountConfig) error {
 	if err != nil {
 		return err
 	}
+	failed := filepath.Join(stateDir, "failed")
+	cleanStaging(stateDir, failed, log)
 	staging := filepath.Join(stateDir, "staging", fmt.Sprint(os.Getpid()))
 	if err := os.MkdirAll(staging, 0o700); err != nil {
 		return fmt.Errorf("staging directory %s: %w", staging, err)
@@ -74,7 +78,7 @@ func runMount(ctx context.Context, cfg mountConfig) error {
 		Store: store, Cache: c, Blobs: bc,
 		BucketURL: redact(u), Flags: strings.Join(os.Args[1:], " "),
 		ReadOnly: cfg.ReadOnly, MetadataTTL: cfg.MetadataTTL, Commit: mode, SnapshotType: cfg.SnapshotType,
-		StagingDir: staging, UID: cfg.UID, GID: cfg.GID, Umask: cfg.Umask, Logger: log,
+		StagingDir: staging, FailedDir: failed, UID: cfg.UID, GID: cfg.GID, Umask: cfg.Umask, Logger: log,
 		ExtraStats: faultStats(b),
 	})
 	if err != nil {
@@ -173,6 +177,79 @@ func stateDirFor(cfg mountConfig, u string) (string, error) {
 		return "", fmt.Errorf("state directory %s: %w", dir, err)
 	}
 	return dir, nil
+}
+
+// cleanStaging removes the staging directories of mounts that are gone (a
+// pugfs killed with SIGKILL, a machine that crashed), so they do not pile
+// up: what they hold was never acknowledged (a write is acknowledged only
+// when its commit lands), and a clean exit removes its own. Salvage files
+// of failed commits inside them are moved to failedDir first, and the
+// files kept there are reported.
+func cleanStaging(stateDir, failedDir string, log *slog.Logger) {
+	root := filepath.Join(stateDir, "staging")
+	ents, _ := os.ReadDir(root)
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 0 || !e.IsDir() {
+			continue // not a staging directory
+		}
+		if pid != os.Getpid() && pugfsRunning(pid) {
+			continue // another live mount's
+		}
+		dir := filepath.Join(root, e.Name())
+		keepFailed(filepath.Join(dir, "failed"), failedDir, log)
+		if err := os.RemoveAll(dir); err != nil {
+			log.Warn("could not remove the staging directory of a mount that is gone", "dir", dir, "err", err)
+			continue
+		}
+		log.Info("removed the staging directory of a mount that is gone", "dir", dir, "pid", pid)
+	}
+	n := 0
+	filepath.WalkDir(failedDir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			n++
+		}
+		return nil
+	})
+	if n > 0 {
+		log.Warn("data of failed commits is kept; copy back what you need and delete the rest", "dir", failedDir, "files", n)
+	}
+}
+
+// keepFailed moves the salvage files under src (src/<session>/<file>) to
+// dst/<session>/.
+func keepFailed(src, dst string, log *slog.Logger) {
+	filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		if _, err := os.Lstat(to); err == nil {
+			to += ".moved"
+		}
+		err = os.MkdirAll(filepath.Dir(to), 0o700)
+		if err == nil {
+			err = os.Rename(p, to)
+		}
+		if err != nil {
+			log.Error("could not keep the data of a failed commit", "path", p, "err", err)
+		}
+		return nil
+	})
+}
+
+// pugfsRunning reports whether pid is a running pugfs (a reused pid of
+// another program does not count).
+func pugfsRunning(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	return bytes.Contains(cmdline, []byte("pugfs"))
 }
 
 // faultStats reports the injected faults of a fault+ bucket in
