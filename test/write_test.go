@@ -1,0 +1,644 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// TestWriteShellTools: the shell tools people write files with stage and
+// commit what they mean (tree.md "Writing", first bullet): echo >, >>,
+// cp, mv, rm, sed -i (temp file + rename over), truncate -s, dd
+// conv=notrunc into an existing file, dd seek past EOF (sparse), and
+// O_TRUNC of an existing file. The bucket (read with the layout package)
+// and a fresh mount agree with what the shell should have made.
+func TestWriteShellTools(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		m := mount(t, bk)
+		dir := sessDir(m, id)
+		sh(t, dir, `
+			echo hello > a.txt
+			echo world >> a.txt
+			cp a.txt b.txt
+			mv b.txt c.txt
+			printf 'one\ntwo\nthree\n' > s.txt
+			sed -i 's/two/TWO/' s.txt
+			printf 'abcdefghij' > t.bin
+			truncate -s 4 t.bin
+			printf '0123456789' > d.bin
+			printf 'XY' | dd of=d.bin bs=1 seek=3 conv=notrunc status=none
+			printf 'Z' | dd of=sparse.bin bs=1 seek=100 status=none
+			printf 'tail' | dd of=d.bin bs=1 seek=20 conv=notrunc status=none
+			echo gone > rm.txt
+			rm rm.txt
+			echo long-old-content > o.txt
+			echo new > o.txt
+			mkdir -p deep/er
+			echo nested > deep/er/n.txt
+		`)
+		want := map[string]string{
+			"a.txt":         "hello\nworld\n",
+			"c.txt":         "hello\nworld\n",
+			"s.txt":         "one\nTWO\nthree\n",
+			"t.bin":         "abcd",
+			"d.bin":         "012XY56789" + strings.Repeat("\x00", 10) + "tail",
+			"sparse.bin":    strings.Repeat("\x00", 100) + "Z",
+			"o.txt":         "new\n",
+			"deep/er/n.txt": "nested\n",
+		}
+		wantTree(t, dir, want)
+		wantSlots(t, bk, id, want)
+		wantTree(t, freshMount(t, bk, id), want)
+		checkBucket(t, bk)
+	})
+}
+
+// TestWriteReadsSeeStagedContent: before close, reads on the same mount
+// (another descriptor, another process) see what was written so far.
+// The reading process is started before the file is opened: a child
+// forked while the descriptor is open would inherit it, and its
+// close-on-exec is a close(2), which commits.
+func TestWriteReadsSeeStagedContent(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		m := mount(t, bk)
+		p := filepath.Join(sessDir(m, id), "live.txt")
+		cmd := exec.Command("bash", "-c", "read go; cat "+p)
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(p, createFlags, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.Write([]byte("first ")); err != nil {
+			t.Fatal(err)
+		}
+		stdin.Write([]byte("go\n"))
+		if err := cmd.Wait(); err != nil || out.String() != "first " {
+			t.Fatalf("cat before close = %q, %v", out.String(), err)
+		}
+		if _, err := f.Write([]byte("second")); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(p); err != nil || string(got) != "first second" {
+			t.Fatalf("read before close = %q, %v", got, err)
+		}
+		if fi, err := os.Stat(p); err != nil || fi.Size() != 12 {
+			t.Fatalf("stat before close: %v, %v", fi, err)
+		}
+		if v := latest(t, bk, id); v != 0 {
+			t.Fatalf("version %d before close, want 0", v)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wantSlots(t, bk, id, map[string]string{"live.txt": "first second"})
+	})
+}
+
+// TestWriteLargeFile: a 50 MiB file is staged on disk and uploaded as a
+// stream, never held whole in memory. On the local driver the mount's peak
+// RSS grows by far less than the file. S3's transfer manager buffers up
+// to about 64 MiB per upload (a 16 MiB single-PUT probe, then 6 parts of
+// 8 MiB), so there the check is that a file twice as large adds nothing to
+// the peak: memory is bounded, not proportional to the file.
+func TestWriteLargeFile(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		// A soft memory limit makes the collector run before garbage
+		// piles up, so the peak RSS is close to what is live.
+		lim := *bk
+		lim.Env = append(append([]string(nil), bk.Env...), "GOMEMLIMIT=24MiB")
+		m := mount(t, &lim, "--cache-size", "8MiB")
+		write := func(name string, size int) {
+			t.Helper()
+			src := filepath.Join(t.TempDir(), name)
+			data := make([]byte, size)
+			rand.Read(data)
+			if err := os.WriteFile(src, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			sh(t, sessDir(m, id), "cp "+src+" "+name)
+			e, ok := slots(t, bk, id)[name]
+			if sum := sha256.Sum256(data); !ok || e.Size != int64(size) || e.Digest != layout.Digest(sum) || e.Data != nil {
+				t.Fatalf("bucket: %s = %+v, want size %d digest %x, no inline data", name, e.Descriptor, size, sum)
+			}
+			got, err := os.ReadFile(filepath.Join(freshMount(t, bk, id), name))
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("fresh mount: %s differs (%d bytes, %v)", name, len(got), err)
+			}
+		}
+		const size = 50 << 20
+		before := vmHWM(t, m)
+		write("big.bin", size)
+		after := vmHWM(t, m)
+		t.Logf("peak RSS %d KiB -> %d KiB for a %d KiB file", before>>10, after>>10, size>>10)
+		if bk.Kind != "s3" {
+			if grew := after - before; grew > size/4 {
+				t.Errorf("pugfs peak RSS grew by %d KiB writing a %d KiB file", grew>>10, size>>10)
+			}
+			return
+		}
+		write("bigger.bin", 2*size)
+		again := vmHWM(t, m)
+		t.Logf("peak RSS %d KiB -> %d KiB for a %d KiB file", after>>10, again>>10, 2*size>>10)
+		if grew := again - after; grew > 16<<20 {
+			t.Errorf("pugfs peak RSS grew by another %d KiB for a file twice as large: not bounded", grew>>10)
+		}
+	})
+}
+
+// vmHWM returns the peak resident set size of the mount process, in bytes.
+func vmHWM(t testing.TB, m *Mount) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(m.cmd.Process.Pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				t.Fatalf("VmHWM %q: %v", rest, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmHWM in /proc/%d/status", m.cmd.Process.Pid)
+	return 0
+}
+
+// faultBucket returns bk behind the fault injector with every PUT under
+// prefix failing.
+func faultBucket(t testing.TB, bk *Bucket, prefix string) *Bucket {
+	t.Helper()
+	u, err := url.Parse(bk.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Scheme = "fault+" + u.Scheme
+	q := u.Query()
+	q.Set("fault_error_rate", "1")
+	q.Set("fault_ops", "put")
+	if prefix != "" {
+		q.Set("fault_prefix", prefix)
+	}
+	u.RawQuery = q.Encode()
+	fb := *bk
+	fb.URL = u.String()
+	return &fb
+}
+
+// TestWriteCommitErrorOnClose: a commit that fails is returned by close(2)
+// (EIO), logged with the key and the reason, and the staged bytes are kept
+// in the staging "failed" directory, also after the mount has stopped.
+func TestWriteCommitErrorOnClose(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		for _, prefix := range []string{"objects/", "sessions/"} {
+			t.Run(strings.TrimSuffix(prefix, "/"), func(t *testing.T) {
+				id := newSession(t, bk)
+				cacheDir := t.TempDir()
+				m := mount(t, faultBucket(t, bk, prefix), "--cache-dir", cacheDir)
+				p := filepath.Join(sessDir(m, id), "doomed.txt")
+				err := writeFile(p, []byte("precious bytes\n"), createFlags)
+				if errnoOf(err) != syscall.EIO {
+					t.Fatalf("close = %v, want EIO", err)
+				}
+				if v := latest(t, bk, id); v != 0 {
+					t.Fatalf("a failed commit made version %d", v)
+				}
+				waitFor(t, "the failure in the log", func() bool {
+					return strings.Contains(m.Log(), "doomed.txt") && strings.Contains(m.Log(), "injected")
+				})
+				failed := func() []string {
+					var found []string
+					filepath.Walk(cacheDir, func(p string, fi os.FileInfo, err error) error {
+						if err == nil && !fi.IsDir() && strings.Contains(p, "failed") && strings.Contains(fi.Name(), "doomed.txt") {
+							if b, _ := os.ReadFile(p); string(b) == "precious bytes\n" {
+								found = append(found, p)
+							}
+						}
+						return nil
+					})
+					return found
+				}
+				waitFor(t, "the staged data in the failed directory", func() bool { return len(failed()) > 0 })
+				m.Stop(t)
+				if len(failed()) == 0 {
+					t.Fatalf("the failed commit's data is gone after unmount\n%s", m.Log())
+				}
+			})
+		}
+	})
+}
+
+// TestWriteDupFdsOneSnapshot: flush runs on every close of every dup'd
+// descriptor; the file is still one commit.
+func TestWriteDupFdsOneSnapshot(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		m := mount(t, bk)
+		sh(t, sessDir(m, id), `exec 3>f.txt; echo a >&3; exec 4>&3; exec 3>&-; exec 4>&-`)
+		if v := latest(t, bk, id); v != 1 {
+			t.Fatalf("version %d after one file through two descriptors, want 1", v)
+		}
+		wantSlots(t, bk, id, map[string]string{"f.txt": "a\n"})
+		// touch sets the times through its descriptor: committed on close.
+		sh(t, sessDir(m, id), `touch empty`)
+		wantSlots(t, bk, id, map[string]string{"f.txt": "a\n", "empty": ""})
+		// A file only created and closed by a shell is committed at
+		// release (the shell's first close is of a dup before any
+		// write), which runs after close(2) returns.
+		sh(t, sessDir(m, id), `: > empty2`)
+		waitFor(t, "empty2 committed", func() bool { _, ok := slots(t, bk, id)["empty2"]; return ok })
+		wantSlots(t, bk, id, map[string]string{"f.txt": "a\n", "empty": "", "empty2": ""})
+		if v := latest(t, bk, id); v != 3 {
+			t.Fatalf("version %d after two empty files, want 3", v)
+		}
+	})
+}
+
+// TestWriteDescriptorFields: descriptors written through the tree carry
+// name, digest, size, created-at, content-type (extension, else sniffed),
+// sequence number, inline data exactly when <= 1024 bytes, and metadata
+// set with setxattr before close; setxattr on a closed file is a new
+// descriptor with the same digest.
+func TestWriteDescriptorFields(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		m := mount(t, bk)
+		dir := sessDir(m, id)
+		start := time.Now().UTC()
+		files := map[string][]byte{
+			"doc.json":  []byte(`{"a": 1}`),
+			"page.html": []byte("plain words"),
+			"noext":     []byte("<!DOCTYPE html><html><body>hi</body></html>"),
+			"blob":      {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 0},
+			"inline":    bytes.Repeat([]byte("i"), 1024),
+			"notinline": bytes.Repeat([]byte("n"), 1025),
+			"notes.txt": []byte("text\n"),
+		}
+		wantType := map[string]string{
+			"doc.json":  "application/json",
+			"page.html": "text/html; charset=utf-8",
+			"noext":     "text/html; charset=utf-8",
+			"blob":      "image/png",
+			"inline":    "text/plain; charset=utf-8",
+			"notinline": "text/plain; charset=utf-8",
+			"notes.txt": "text/plain; charset=utf-8",
+		}
+		for name, b := range files {
+			if err := writeFile(filepath.Join(dir, name), b, createFlags); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Metadata set before close.
+		sh(t, dir, `exec 3>meta.txt; setfattr -n user.pugmark.meta.owner -v alice meta.txt; echo m >&3; exec 3>&-`)
+		end := time.Now().UTC()
+		got := slots(t, bk, id)
+		for name, b := range files {
+			e, ok := got[name]
+			if !ok {
+				t.Errorf("%s missing", name)
+				continue
+			}
+			d := e.Descriptor
+			if d.Name != name || d.Digest != layout.DigestOf(b) || d.Size != int64(len(b)) {
+				t.Errorf("%s: name %q digest %s size %d", name, d.Name, d.Digest, d.Size)
+			}
+			if d.CreatedAt.Before(start.Add(-time.Second)) || d.CreatedAt.After(end.Add(time.Second)) {
+				t.Errorf("%s: created-at %v not within [%v, %v]", name, d.CreatedAt, start, end)
+			}
+			if d.ContentType != wantType[name] {
+				t.Errorf("%s: content-type %q, want %q", name, d.ContentType, wantType[name])
+			}
+			if inline := len(b) <= layout.InlineLimit; inline != (d.Data != nil) || (inline && !bytes.Equal(d.Data, b)) {
+				t.Errorf("%s (%d bytes): inline data %d bytes", name, len(b), len(d.Data))
+			}
+			if d.SequenceNumber < 1 {
+				t.Errorf("%s: sequence number %d", name, d.SequenceNumber)
+			}
+		}
+		me := got["meta.txt"]
+		if me.Metadata["owner"] != "alice" || string(body(t, bk, me.Descriptor)) != "m\n" {
+			t.Fatalf("meta.txt: metadata %v body %q", me.Metadata, body(t, bk, me.Descriptor))
+		}
+		if v := latest(t, bk, id); v != uint32(len(files)+1) {
+			t.Errorf("version %d, want %d (one per file)", v, len(files)+1)
+		}
+		// setxattr on a closed file: a new descriptor, same blob.
+		v0 := latest(t, bk, id)
+		sh(t, dir, `setfattr -n user.pugmark.meta.reviewed -v yes notes.txt`)
+		if v := latest(t, bk, id); v != v0+1 {
+			t.Fatalf("setfattr on a closed file: version %d, want %d", v, v0+1)
+		}
+		ne := slots(t, bk, id)["notes.txt"]
+		if ne.Digest != got["notes.txt"].Digest || ne.Metadata["reviewed"] != "yes" || ne.Version != v0+1 {
+			t.Fatalf("notes.txt after setfattr: %+v", ne)
+		}
+		if x := sh(t, dir, `getfattr --only-values -n user.pugmark.meta.reviewed notes.txt`); x != "yes" {
+			t.Fatalf("getfattr = %q", x)
+		}
+		if x := sh(t, dir, `getfattr --only-values -n user.pugmark.digest notes.txt`); x != ne.Digest.String() {
+			t.Fatalf("getfattr digest = %q, want %s", x, ne.Digest)
+		}
+		// Sequence numbers are contiguous across the session.
+		for i, e := range fullLog(t, bk, id) {
+			if e.SequenceNumber != int64(i+1) {
+				t.Fatalf("log entry %d has sequence number %d", i, e.SequenceNumber)
+			}
+		}
+		fresh := freshMount(t, bk, id)
+		if x := sh(t, fresh, `getfattr --only-values -n user.pugmark.meta.owner meta.txt`); x != "alice" {
+			t.Fatalf("fresh mount: meta.owner = %q", x)
+		}
+		checkBucket(t, bk)
+	})
+}
+
+// TestWriteUnlinkAndRename: unlink is a tombstone; rename of a file and of
+// a whole directory is one snapshot of tombstones and new descriptors
+// without uploading any blob again.
+func TestWriteUnlinkAndRename(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		m := mount(t, bk)
+		dir := sessDir(m, id)
+		sh(t, dir, `echo x > x.txt; mkdir -p d/sub; echo 1 > d/one; echo 2 > d/sub/two; echo k > keep.txt`)
+		v0 := latest(t, bk, id)
+
+		sh(t, dir, `rm x.txt`)
+		snap, err := bk.Store.ReadSnapshot(context.Background(), id, v0+1)
+		if err != nil || len(snap) != 1 || !snap[0].Deleted || snap[0].Name != "x.txt" || !snap[0].Digest.IsZero() {
+			t.Fatalf("rm: snapshot %d = %+v, %v; want one tombstone", v0+1, snap, err)
+		}
+
+		renames := []struct{ script, want string }{
+			{`mv keep.txt kept.txt`, "keep.txt kept.txt"},
+			{`mv d e`, "d/one d/sub/two e/one e/sub/two"},
+			{`mv e/sub e/moved`, "e/moved/two e/sub/two"},
+		}
+		for _, r := range renames {
+			v := latest(t, bk, id)
+			puts, objs := mountPuts(t, m), objectCount(t, bk)
+			sh(t, dir, r.script)
+			if got := latest(t, bk, id); got != v+1 {
+				t.Fatalf("%s: version %d -> %d, want one snapshot", r.script, v, got)
+			}
+			if p := mountPuts(t, m) - puts; p != 1 {
+				t.Errorf("%s: %d PUTs, want 1 (the snapshot; no blob uploads)", r.script, p)
+			}
+			if o := objectCount(t, bk); o != objs {
+				t.Errorf("%s: objects %d -> %d", r.script, objs, o)
+			}
+			snap, err := bk.Store.ReadSnapshot(context.Background(), id, v+1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, d := range snap {
+				names = append(names, d.Name)
+				if d.Deleted == strings.HasPrefix(d.Name, strings.Fields(r.script)[1]) {
+					continue
+				}
+				t.Errorf("%s: descriptor %s deleted=%v", r.script, d.Name, d.Deleted)
+			}
+			if got := strings.Join(sortStrings(names), " "); got != r.want {
+				t.Errorf("%s: snapshot names %q, want %q", r.script, got, r.want)
+			}
+		}
+		want := map[string]string{"kept.txt": "k\n", "e/one": "1\n", "e/moved/two": "2\n"}
+		wantTree(t, dir, want)
+		wantSlots(t, bk, id, want)
+		// The moved directory keeps working under its new name.
+		sh(t, dir, `echo 3 > e/three; cat e/one >> e/moved/two`)
+		want["e/three"] = "3\n"
+		want["e/moved/two"] = "2\n1\n"
+		wantTree(t, dir, want)
+		wantSlots(t, bk, id, want)
+		wantTree(t, freshMount(t, bk, id), want)
+		checkBucket(t, bk)
+	})
+}
+
+func sortStrings(s []string) []string {
+	out := append([]string(nil), s...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+// TestWriteRenameRules: RENAME_NOREPLACE is honoured, a rename across
+// sessions is EXDEV (mv then copies and deletes), a write over a renamed
+// file lands under the new name.
+func TestWriteRenameRules(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		a, b := newSession(t, bk), newSession(t, bk)
+		m := mount(t, bk)
+		da, db := sessDir(m, a), sessDir(m, b)
+		sh(t, da, `echo src > src; echo dst > dst`)
+		err := renameat2(filepath.Join(da, "src"), filepath.Join(da, "dst"), renameNoReplace)
+		if errnoOf(err) != syscall.EEXIST {
+			t.Fatalf("renameat2(RENAME_NOREPLACE) over an existing file = %v, want EEXIST", err)
+		}
+		if err := renameat2(filepath.Join(da, "src"), filepath.Join(da, "new"), renameNoReplace); err != nil {
+			t.Fatalf("renameat2(RENAME_NOREPLACE) to a free name: %v", err)
+		}
+		if err := os.Rename(filepath.Join(da, "new"), filepath.Join(db, "new")); errnoOf(err) != syscall.EXDEV {
+			t.Fatalf("rename across sessions = %v, want EXDEV", err)
+		}
+		sh(t, da, `mv new ../`+b.String()+`/moved`)
+		// rename over an existing name replaces it.
+		sh(t, da, `echo over > tmp; mv tmp dst; echo more >> dst`)
+		wantSlots(t, bk, a, map[string]string{"dst": "over\nmore\n"})
+		wantSlots(t, bk, b, map[string]string{"moved": "src\n"})
+		checkBucket(t, bk)
+	})
+}
+
+const renameNoReplace = 1
+
+func renameat2(from, to string, flags uint) error {
+	f, err := syscall.BytePtrFromString(from)
+	if err != nil {
+		return err
+	}
+	tt, err := syscall.BytePtrFromString(to)
+	if err != nil {
+		return err
+	}
+	const sysRenameat2 = 316 // linux/amd64
+	atFdcwd := -100
+	_, _, e := syscall.Syscall6(sysRenameat2, uintptr(atFdcwd), uintptr(unsafe.Pointer(f)), uintptr(atFdcwd), uintptr(unsafe.Pointer(tt)), uintptr(flags), 0)
+	if e != 0 {
+		return &os.LinkError{Op: "renameat2", Old: from, New: to, Err: e}
+	}
+	return nil
+}
+
+// TestWriteDirectories: mkdir in a session is local until a file is
+// written below it; rmdir of a non-empty directory is ENOTEMPTY.
+func TestWriteDirectories(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		m := mount(t, bk)
+		dir := sessDir(m, id)
+		sh(t, dir, `mkdir -p empty/inner local; test -d empty/inner`)
+		if v := latest(t, bk, id); v != 0 {
+			t.Fatalf("mkdir made version %d", v)
+		}
+		fresh := freshMount(t, bk, id)
+		if out := sh(t, fresh, `ls -A`); out != "" {
+			t.Fatalf("a fresh mount shows %q after a mkdir", out)
+		}
+		sh(t, dir, `echo f > local/f`)
+		if v := latest(t, bk, id); v != 1 {
+			t.Fatalf("version %d after the first file under a mkdir'd dir", v)
+		}
+		if e := shErr(t, dir, `rmdir local`); !strings.Contains(e, "not empty") {
+			t.Fatalf("rmdir of a non-empty directory: %q", e)
+		}
+		if e := shErr(t, dir, `rmdir empty`); !strings.Contains(e, "not empty") {
+			t.Fatalf("rmdir of a directory holding a directory: %q", e)
+		}
+		sh(t, dir, `rmdir empty/inner empty; test ! -e empty`)
+		if e := shErr(t, dir, `mkdir local`); !strings.Contains(e, "exists") {
+			t.Fatalf("mkdir of an existing directory: %q", e)
+		}
+		if out := sh(t, fresh, `ls -A; cat local/f`); out != "local\nf\n" {
+			t.Fatalf("fresh mount: %q", out)
+		}
+	})
+}
+
+// TestWriteSymlinkIngests: ln -s URL name ingests the object (§3.2):
+// streamed, hashed, stored, committed; file:// from another local
+// directory and s3:// from another bucket of the S3 server.
+func TestWriteSymlinkIngests(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		m := mount(t, bk)
+		dir := sessDir(m, id)
+		content := []byte(strings.Repeat("ingest me\n", 500))
+		var srcURL string
+		switch bk.Kind {
+		case "s3":
+			other := openBucket(t, bk.Kind)
+			if err := other.B.WriteAll(context.Background(), "in/obj.txt", content, nil); err != nil {
+				t.Fatal(err)
+			}
+			u, _ := url.Parse(other.URL)
+			u.Path = "/in/obj.txt"
+			srcURL = u.String()
+		default:
+			src := t.TempDir()
+			if err := os.WriteFile(filepath.Join(src, "obj.txt"), content, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			srcURL = "file://" + filepath.Join(src, "obj.txt")
+		}
+		objs := objectCount(t, bk)
+		sh(t, dir, `ln -s '`+srcURL+`' ingested.txt`)
+		e, ok := slots(t, bk, id)["ingested.txt"]
+		if !ok || e.Digest != layout.DigestOf(content) || e.Size != int64(len(content)) {
+			t.Fatalf("bucket: ingested.txt = %+v", e.Descriptor)
+		}
+		if !bytes.Equal(body(t, bk, e.Descriptor), content) {
+			t.Fatal("bucket: ingested body differs")
+		}
+		if objectCount(t, bk) != objs+1 {
+			t.Errorf("objects %d -> %d, want one more", objs, objectCount(t, bk))
+		}
+		if got := sh(t, dir, `cat ingested.txt`); got != string(content) {
+			t.Fatalf("cat ingested.txt: %d bytes", len(got))
+		}
+		if e := shErr(t, dir, `ln -s 'file:///nonexistent/dir/x' bad`); e == "" {
+			t.Fatal("ln -s of a missing object: no error")
+		}
+		wantTree(t, freshMount(t, bk, id), map[string]string{"ingested.txt": string(content)})
+	})
+}
+
+// TestWriteReadOnlyPlaces: history, objects/, names/, the root and
+// .pugmark/ refuse writes; a --read-only mount refuses every write.
+func TestWriteReadOnlyPlaces(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		m := mount(t, bk)
+		s := "sessions/" + id.String()
+		sh(t, m.Dir, `echo x > `+s+`/f; setfattr -n user.pugmark.meta.k -v v `+s+`/f`)
+		obj := strings.TrimSpace(sh(t, m.Dir, `ls objects | head -1`))
+		for _, script := range []string{
+			`echo x > ` + s + `/.pugmark/at/1/new`,
+			`echo x >> ` + s + `/.pugmark/at/1/f`,
+			`rm ` + s + `/.pugmark/at/1/f`,
+			`mkdir ` + s + `/.pugmark/at/1/d`,
+			`echo x > ` + s + `/.pugmark/version`,
+			`rm ` + s + `/.pugmark/snapshots/1.json`,
+			`touch ` + s + `/.pugmark/seq/1`,
+			`mv ` + s + `/.pugmark/at/1/f ` + s + `/g`,
+			`echo x > objects/new`,
+			`rm objects/` + obj,
+			`echo x >> objects/` + obj,
+			`echo x > names/n`,
+			`echo x > .pugmark/x`,
+			`echo x > rootfile`,
+			`mkdir rootdir`,
+			`rmdir sessions`,
+		} {
+			if e := shErr(t, m.Dir, script); !strings.Contains(e, "Read-only file system") {
+				t.Errorf("%s: %q, want EROFS", script, e)
+			}
+		}
+		if e := shErr(t, m.Dir, `setfattr -n user.pugmark.digest -v x `+s+`/f`); !strings.Contains(e, "not permitted") {
+			t.Errorf("setfattr of a derived attribute: %q, want EPERM", e)
+		}
+		ro := mount(t, bk, "--read-only")
+		for _, script := range []string{
+			`echo x > ` + s + `/new`,
+			`echo x >> ` + s + `/f`,
+			`rm ` + s + `/f`,
+			`mkdir ` + s + `/d`,
+			`truncate -s 0 ` + s + `/f`,
+			`setfattr -n user.pugmark.meta.k -v w ` + s + `/f`,
+			`mkdir sessions/` + layout.NewSessionID(time.Now()).String(),
+			`mkdir memories/ns`,
+			`echo x > refs/r`,
+			`ln -s file:///etc/hostname ` + s + `/l`,
+		} {
+			if e := shErr(t, ro.Dir, script); !strings.Contains(e, "Read-only file system") {
+				t.Errorf("read-only mount: %s: %q, want EROFS", script, e)
+			}
+		}
+		if v := latest(t, bk, id); v != 2 {
+			t.Fatalf("version %d, want 2", v)
+		}
+	})
+}
