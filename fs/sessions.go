@@ -75,7 +75,8 @@ func (d *sessionDir) view(ctx context.Context) (*cache.State, *cache.Dir, error)
 		return nil, nil, err
 	}
 	if d.live() {
-		return st, st.Tree(), nil
+		_, tree := d.f.w.live(st)
+		return st, tree, nil
 	}
 	if d.at > st.Version {
 		return nil, nil, syscall.ENOENT

@@ -177,7 +177,8 @@ func (n *sessDirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if err != nil {
 		return f.errnoOf("unlink "+full, err)
 	}
-	_, live := st.Slot(full)
+	slots, tree := f.w.live(st)
+	_, live := slots[full]
 	if live && f.w.hidden(n.sd.id, true, parts, name) {
 		live = false
 	}
@@ -189,7 +190,7 @@ func (n *sessDirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 		if s != nil {
 			return 0
 		}
-		if dir, ok := st.Tree().Walk(appendPart(parts, name)); ok && dir != nil {
+		if dir, ok := tree.Walk(appendPart(parts, name)); ok && dir != nil {
 			return syscall.EISDIR
 		}
 		return syscall.ENOENT

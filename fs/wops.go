@@ -52,14 +52,15 @@ func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		return f.errnoOf("rename "+from, err)
 	}
 	ws := w.session(id)
+	slots, tree := w.live(st)
 	exists := func(name string) (file, dir bool) {
-		if _, ok := st.Slot(name); ok && !w.hidden(id, true, nil, name) {
+		if _, ok := slots[name]; ok && !w.hidden(id, true, nil, name) {
 			file = true
 		}
 		if w.stagedFile(id, name) != nil {
 			file = true
 		}
-		if d, ok := st.Tree().Walk(strings.Split(name, "/")); ok && d != nil && len(d.Names()) > 0 {
+		if d, ok := tree.Walk(strings.Split(name, "/")); ok && d != nil && len(d.Names()) > 0 {
 			dir = true
 		}
 		w.mu.Lock()
@@ -95,13 +96,13 @@ func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 			w.mu.Unlock()
 			if dirty {
 				// Its commit happens on close, under the new name.
-				if _, ok := st.Slot(from); ok {
+				if _, ok := slots[from]; ok {
 					return f.errnoOf("rename "+from, w.queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}}))
 				}
 				return 0
 			}
 		}
-		e, ok := st.Slot(from)
+		e, ok := slots[from]
 		if !ok {
 			return syscall.ENOENT
 		}

@@ -45,8 +45,17 @@ type wsession struct {
 	// gone hides names removed locally whose tombstones are pending
 	// (fsync mode) or in flight.
 	gone map[string]bool
-	// pending ops of --commit=fsync, in order.
+	// pending ops of --commit=fsync, in order. They stay here until
+	// their snapshot has landed, so the local view keeps showing them
+	// while the commit is in flight.
 	pending []pendingOp
+	// gen counts changes of pending; view caches the live view for one
+	// state and generation.
+	gen  uint64
+	view *liveView
+	// fsyncMu serialises fsyncs of the session, so that each commits
+	// the pending prefix it saw exactly once.
+	fsyncMu sync.Mutex
 	// batch is the group commit being gathered.
 	batch *batch
 	// commitMu serialises snapshot commits of this session from this
@@ -324,13 +333,59 @@ func (w *writer) flush(ctx context.Context, id layout.SessionID, s *staged, unto
 	return err
 }
 
+// liveView is the live state of a session as this mount shows it: the
+// committed slots with the ops pending in --commit=fsync applied.
+type liveView struct {
+	st    *cache.State
+	gen   uint64
+	slots map[string]layout.Entry
+	tree  *cache.Dir
+}
+
+// live returns the live slots and tree of st's session on this mount:
+// st's own unless --commit=fsync holds pending renames, tombstones or
+// ingests, which must show (and hide) before they are committed.
+func (w *writer) live(st *cache.State) (map[string]layout.Entry, *cache.Dir) {
+	w.mu.Lock()
+	ws := w.ss[st.ID]
+	if ws == nil || len(ws.pending) == 0 {
+		w.mu.Unlock()
+		return st.Slots(), st.Tree()
+	}
+	if v := ws.view; v != nil && v.st == st && v.gen == ws.gen {
+		w.mu.Unlock()
+		return v.slots, v.tree
+	}
+	gen := ws.gen
+	ops := append([]pendingOp(nil), ws.pending...)
+	w.mu.Unlock()
+	slots := make(map[string]layout.Entry, len(st.Slots())+len(ops))
+	for k, v := range st.Slots() {
+		slots[k] = v
+	}
+	for _, op := range ops {
+		if op.desc != nil {
+			layout.ApplySlot(slots, layout.Entry{Descriptor: *op.desc, Session: st.ID})
+		}
+	}
+	v := &liveView{st: st, gen: gen, slots: slots, tree: cache.BuildTree(slots)}
+	w.mu.Lock()
+	if ws.gen == gen {
+		ws.view = v
+	}
+	w.mu.Unlock()
+	return v.slots, v.tree
+}
+
 // fsyncSession commits everything staged in a session as one snapshot
 // (--commit=fsync), or the one file in close mode.
 func (w *writer) fsyncSession(ctx context.Context, id layout.SessionID) error {
 	ws := w.session(id)
+	ws.fsyncMu.Lock()
+	defer ws.fsyncMu.Unlock()
 	w.mu.Lock()
-	ops := ws.pending
-	ws.pending = nil
+	ops := append([]pendingOp(nil), ws.pending...)
+	taken := len(ops)
 	seen := map[*staged]bool{}
 	for _, op := range ops {
 		if op.file != nil {
@@ -358,19 +413,13 @@ func (w *writer) fsyncSession(ctx context.Context, id layout.SessionID) error {
 	}
 	err := w.commit(ctx, id, ops)
 	if err != nil {
-		// Keep the ops for the next fsync: nothing is dropped.
-		w.mu.Lock()
-		var again []pendingOp
-		for _, op := range ops {
-			if op.desc != nil {
-				again = append(again, op)
-			}
-		}
-		ws.pending = append(again, ws.pending...)
-		w.mu.Unlock()
+		// The pending ops stay for the next fsync: nothing is dropped.
 		return err
 	}
 	w.mu.Lock()
+	// Ops queued while the commit ran come after the ones it took.
+	ws.pending = append([]pendingOp(nil), ws.pending[taken:]...)
+	ws.gen++
 	for _, op := range ops {
 		if op.file != nil && op.file.opens <= 0 && ws.files[op.file.name] == op.file {
 			delete(ws.files, op.file.name)
@@ -393,8 +442,11 @@ func (w *writer) queue(ctx context.Context, id layout.SessionID, ds []layout.Des
 			ws.pending = append(ws.pending, pendingOp{desc: &d})
 			if d.Deleted {
 				ws.gone[d.Name] = true
+			} else {
+				delete(ws.gone, d.Name)
 			}
 		}
+		ws.gen++
 		w.mu.Unlock()
 		return nil
 	}
@@ -553,7 +605,8 @@ func (w *writer) dirEntries(ctx context.Context, id layout.SessionID, prefix str
 	if err != nil {
 		return nil, nil, err
 	}
-	for name, e := range st.Slots() {
+	live, _ := w.live(st)
+	for name, e := range live {
 		if strings.HasPrefix(name, prefix+"/") {
 			if _, ok := layout.NamePath(name); ok {
 				files = append(files, e)
