@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// seed commits files (name -> content) to id as one checkpoint.
+func seed(t testing.TB, bk *Bucket, id layout.SessionID, files map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	var ds []layout.Descriptor
+	for name, content := range files {
+		bi, err := bk.Store.PutBlobBytes(ctx, []byte(content), layout.BlobOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, layout.Descriptor{Name: name, Digest: bi.Digest, Size: bi.Size, Data: []byte(content), CreatedAt: time.Now().UTC()})
+	}
+	if _, err := bk.Store.Commit(ctx, id, layout.CommitRequest{Type: layout.Checkpoint, Descriptors: ds}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWriteFsyncMode: with --commit=fsync every change in a session (new
+// files, appends, rm, mv of files and directories, ln -s ingests) stays
+// local, visible on this mount only, until an fsync of a file (sync FILE,
+// also of a file without a staged write) or of the session directory;
+// then all of them are ONE snapshot.
+func TestWriteFsyncMode(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		seed(t, bk, id, map[string]string{"a.txt": "a\n", "b.txt": "b\n", "d/c.txt": "c\n", "keep": "k\n"})
+		m := mount(t, bk, "--commit=fsync")
+		dir := sessDir(m, id)
+		src := filepath.Join(t.TempDir(), "src.txt")
+		if err := os.WriteFile(src, []byte("ingested\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sh(t, dir, `
+			echo n1 > n1.txt
+			mkdir sub
+			echo n2 > sub/n2.txt
+			rm a.txt
+			mv b.txt b2.txt
+			echo more >> d/c.txt
+			mv d e
+			ln -s file://`+src+` in.txt
+			mv in.txt in2.txt
+			cp b2.txt b3.txt
+		`)
+		want := map[string]string{"n1.txt": "n1\n", "sub/n2.txt": "n2\n", "b2.txt": "b\n", "b3.txt": "b\n",
+			"e/c.txt": "c\nmore\n", "keep": "k\n", "in2.txt": "ingested\n"}
+		wantTree(t, dir, want)
+		if v := latest(t, bk, id); v != 1 {
+			t.Fatalf("version %d before fsync, want 1 (the seed)", v)
+		}
+		wantTree(t, freshMount(t, bk, id), map[string]string{"a.txt": "a\n", "b.txt": "b\n", "d/c.txt": "c\n", "keep": "k\n"})
+
+		sh(t, dir, `sync n1.txt`)
+		if v := latest(t, bk, id); v != 2 {
+			t.Fatalf("version %d after sync, want 2: one snapshot", v)
+		}
+		wantSlots(t, bk, id, want)
+		wantTree(t, dir, want)
+
+		// The session directory, fsynced by a program.
+		sh(t, dir, `echo n3 > n3.txt; rm b3.txt; mv e/c.txt c.txt`)
+		delete(want, "b3.txt")
+		delete(want, "e/c.txt")
+		want["n3.txt"], want["c.txt"] = "n3\n", "c\nmore\n"
+		d, err := os.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Sync(); err != nil {
+			t.Fatalf("fsync of the session directory: %v", err)
+		}
+		d.Close()
+		if v := latest(t, bk, id); v != 3 {
+			t.Fatalf("version %d after fsync of the directory, want 3", v)
+		}
+		wantSlots(t, bk, id, want)
+
+		// sync of a committed file with nothing staged on it.
+		sh(t, dir, `rm n3.txt; sync keep`)
+		delete(want, "n3.txt")
+		if v := latest(t, bk, id); v != 4 {
+			t.Fatalf("version %d after sync keep, want 4", v)
+		}
+		// Nothing pending: fsync is no snapshot.
+		sh(t, dir, `sync keep`)
+		if v := latest(t, bk, id); v != 4 {
+			t.Fatalf("version %d after an fsync with nothing pending, want 4", v)
+		}
+		wantSlots(t, bk, id, want)
+		wantTree(t, dir, want)
+		wantTree(t, freshMount(t, bk, id), want)
+		checkBucket(t, bk)
+	})
+}
