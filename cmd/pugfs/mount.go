@@ -161,6 +161,15 @@ func checkMountpoint(arg string) (string, error) {
 		return "", fmt.Errorf("mountpoint %s: %w", arg, err)
 	}
 	st, err := os.Stat(abs)
+	if err == nil {
+		// The kernel answers stat from its attribute cache even when the
+		// FUSE server behind the directory is dead; statfs always asks
+		// the server, so a dead one shows as ENOTCONN.
+		var sfs syscall.Statfs_t
+		if serr := syscall.Statfs(abs, &sfs); errors.Is(serr, syscall.ENOTCONN) {
+			err = serr
+		}
+	}
 	if errors.Is(err, syscall.ENOTCONN) {
 		// A pugfs that died left its mount behind: detach it so the
 		// mountpoint can be used again.
