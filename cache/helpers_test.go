@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -176,32 +177,75 @@ func (s *countingStore) ReadSnapshotRange(ctx context.Context, id layout.Session
 	return s.Store.ReadSnapshotRange(ctx, id, from, to, par)
 }
 
-// within runs fn and fails the test if it has not returned after d: a
-// call that blocks on a lock it should not wait for never returns, so a
-// context deadline alone would not catch it.
-func within(t *testing.T, d time.Duration, what string, fn func(ctx context.Context) error) {
-	t.Helper()
+// runBounded runs ops concurrently and waits at most d for them. It
+// returns the names of the ops still running then (a call blocked on a
+// lock it should not wait for never returns, so a context deadline alone
+// would not catch it) and the errors of those that finished. Stuck ops
+// are left running: the caller releases what they wait for.
+func runBounded(d time.Duration, ops map[string]func(ctx context.Context) error) (stuck []string, errs []error) {
 	ctx, cancel := context.WithTimeout(bg, d)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- fn(ctx) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	case <-time.After(d + time.Second):
-		t.Fatalf("%s: still blocked after %v", what, d)
+	var mu sync.Mutex
+	pending := map[string]bool{}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for name := range ops {
+		pending[name] = true
 	}
+	for name, op := range ops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := op(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			delete(pending, name)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d + time.Second):
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for name := range pending {
+		stuck = append(stuck, name)
+	}
+	sort.Strings(stuck)
+	return stuck, append([]error(nil), errs...)
 }
 
-// waitBlockedOnMutex polls until some goroutine waits for a sync.Mutex
-// inside a function whose name contains fn, or until done is closed; it
-// reports which happened first. It is how a test knows that a call has
-// reached a lock and is parked there, which nothing else tells it.
+// blockedOnMutex counts the goroutines waiting for a sync.Mutex inside a
+// function whose name contains fn: how a test knows that calls have
+// reached a lock and are parked there, which nothing else tells it.
+func blockedOnMutex(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		head, _, _ := strings.Cut(g, "\n")
+		if strings.Contains(head, "[sync.Mutex.Lock") && strings.Contains(g, fn) {
+			count++
+		}
+	}
+	return count
+}
+
+// waitBlockedOnMutex polls until a goroutine waits for a mutex in fn (see
+// blockedOnMutex), or until done is closed; it reports which came first.
 func waitBlockedOnMutex(t *testing.T, fn string, done <-chan struct{}) (blocked bool) {
 	t.Helper()
-	buf := make([]byte, 1<<20)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		select {
@@ -209,12 +253,8 @@ func waitBlockedOnMutex(t *testing.T, fn string, done <-chan struct{}) (blocked 
 			return false
 		default:
 		}
-		n := runtime.Stack(buf, true)
-		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
-			head, _, _ := strings.Cut(g, "\n")
-			if strings.Contains(head, "[sync.Mutex.Lock") && strings.Contains(g, fn) {
-				return true
-			}
+		if blockedOnMutex(fn) > 0 {
+			return true
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for a goroutine blocked on a mutex in %s", fn)
