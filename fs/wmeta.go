@@ -66,7 +66,7 @@ func (n *memDirNode) Create(ctx context.Context, name string, flags uint32, mode
 	}
 	node := &memFile{f: n.f, ns: n.prefix, e: layout.Entry{Descriptor: layout.Descriptor{Name: name}}}
 	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: inoOf("mem-new", n.prefix, name)})
-	h := &memHandle{n: node, dirty: true}
+	h := &memHandle{n: node, bufHandle: bufHandle{dirty: true}}
 	out.Mode = syscall.S_IFREG | 0o644
 	n.f.owner(&out.Attr)
 	out.SetEntryTimeout(0)
@@ -247,14 +247,15 @@ func readAll(ctx context.Context, f *FS, d *layout.Descriptor) ([]byte, error) {
 	}
 }
 
-type memHandle struct {
-	n     *memFile
+// bufHandle is an open handle whose content is held whole in memory:
+// memory records and refs, which are small. Embedders commit it on Flush.
+type bufHandle struct {
 	mu    sync.Mutex
 	buf   []byte
 	dirty bool
 }
 
-func (h *memHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+func (h *bufHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if off >= int64(len(h.buf)) {
@@ -263,7 +264,7 @@ func (h *memHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Read
 	return fuse.ReadResultData(append([]byte(nil), h.buf[off:min(int64(len(h.buf)), off+int64(len(dest)))]...)), 0
 }
 
-func (h *memHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+func (h *bufHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if end := off + int64(len(data)); end > int64(len(h.buf)) {
@@ -272,6 +273,11 @@ func (h *memHandle) Write(ctx context.Context, data []byte, off int64) (uint32, 
 	copy(h.buf[off:], data)
 	h.dirty = true
 	return uint32(len(data)), 0
+}
+
+type memHandle struct {
+	bufHandle
+	n *memFile
 }
 
 // Flush commits the record: store the blob, merge it into the namespace.
@@ -360,32 +366,10 @@ func (r *refFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetA
 }
 
 type refHandle struct {
+	bufHandle
 	r       *refFile
-	mu      sync.Mutex
 	prev    layout.Ref
 	existed bool
-	buf     []byte
-	dirty   bool
-}
-
-func (h *refHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if off >= int64(len(h.buf)) {
-		return fuse.ReadResultData(nil), 0
-	}
-	return fuse.ReadResultData(append([]byte(nil), h.buf[off:min(int64(len(h.buf)), off+int64(len(dest)))]...)), 0
-}
-
-func (h *refHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if end := off + int64(len(data)); end > int64(len(h.buf)) {
-		h.buf = append(h.buf, make([]byte, end-int64(len(h.buf)))...)
-	}
-	copy(h.buf[off:], data)
-	h.dirty = true
-	return uint32(len(data)), 0
 }
 
 // Flush writes the ref: the first line of what was written.
@@ -442,7 +426,7 @@ func (n *refsNode) Create(ctx context.Context, name string, flags uint32, mode u
 	n.f.owner(&out.Attr)
 	out.SetEntryTimeout(0)
 	out.SetAttrTimeout(0)
-	return in, &refHandle{r: node, dirty: true}, fuse.FOPEN_DIRECT_IO, 0
+	return in, &refHandle{r: node, bufHandle: bufHandle{dirty: true}}, fuse.FOPEN_DIRECT_IO, 0
 }
 
 func (n *refsNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
