@@ -1,0 +1,129 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+
+	"github.com/hanwen/go-fuse/v2/posixtest"
+
+	"github.com/pugmark/pugfs/internal/testbucket"
+	"github.com/pugmark/pugfs/layout"
+)
+
+// posixRead are the checks of go-fuse's posixtest that test the read side:
+// listings (size, seek, consistency across opens), reads (short reads at
+// EOF, ReadAt, O_DIRECT), lseek SEEK_HOLE/SEEK_DATA, openat and fd leaks.
+// Each writes its own files first; they run in a fresh session directory
+// of a read-write mount, so the files are committed through pugfs and read
+// back from the bucket. posixtest runs in this process and uses package
+// os; that is safe because the mount is a subprocess.
+var posixRead = []string{
+	"DirSeek",
+	"DirectIO",
+	"FdLeak",
+	"FileLarge",
+	"LseekEnxioCheck",
+	"LseekHoleSeeksToEOF",
+	"OpenAt",
+	"ReadDirBasic",
+	"ReadDirConsistency",
+}
+
+// posixNotRead are the other checks of posixtest.All, and why they do not
+// apply to a read-only view of a bucket.
+var posixNotRead = map[string]string{
+	// The write side: a read-only view refuses them (EROFS); on a
+	// read-write mount they pass and the write-side tests cover them.
+	"AppendWrite":                "write side: O_APPEND writes",
+	"TruncateFile":               "write side: ftruncate",
+	"TruncateNoFile":             "write side: truncate(2)",
+	"ParallelFileOpen":           "write side: concurrent O_RDWR writers of one file",
+	"MkdirRmdir":                 "write side: mkdir/rmdir of a local directory",
+	"RenameOpenDir":              "write side: rename of directories",
+	"RenameOverwriteDestNoExist": "write side: rename",
+	"RenameOverwriteDestExist": "write side: rename over an existing name keeps the source inode; " +
+		"pugfs numbers slot inodes by name and digest, so the renamed file is a new inode",
+	"NlinkZero":    "write side: nlink of an open file whose name was replaced by a rename (pugfs reports 1)",
+	"FstatDeleted": "write side: nlink of open files after unlink (pugfs reports 1, other fields match)",
+	// Not in the model: a name is one descriptor slot with no mode, no
+	// links and no locks.
+	"FileBasic":           "expects the mode given at creation (0755); descriptors carry no mode, files are 0644 (0444 read-only)",
+	"Link":                "hard links: a name is a descriptor slot, link(2) is ENOTSUP",
+	"LinkUnlinkRename":    "hard links (link(2) is ENOTSUP)",
+	"Fallocate":           "fallocate: a blob has no preallocated space",
+	"FallocateKeepSize":   "fallocate",
+	"FcntlFlockSetLk":     "POSIX locks: nothing in a bucket to lock",
+	"FcntlFlockLocksFile": "POSIX locks",
+	"Tmpfile":             "O_TMPFILE: an unnamed file cannot be a descriptor",
+	// Symbolic links in a session are URL ingestion (tree.md: ln -s
+	// s3://bucket/key name); the links the tree shows (names/, parent,
+	// forks/) are read-only.
+	"SymlinkReadlink": "symlink(2) ingests the URL it names; /foobar is not one",
+	"SetattrSymlink":  "symlink(2) to an arbitrary target, and lutimes on it",
+	"OpenSymlinkRace": "needs symlink(2) to /etc/passwd in the tree",
+	// Extended attributes are the descriptor's (user.pugmark.*).
+	"XAttr":      "sets user.* attributes of its own; only user.pugmark.* exist",
+	"XAttrLarge": "large arbitrary xattrs",
+}
+
+func TestPosix(t *testing.T) {
+	t.Parallel()
+	classified := map[string]bool{}
+	for _, n := range posixRead {
+		classified[n] = true
+	}
+	for n := range posixNotRead {
+		if classified[n] {
+			t.Errorf("posixtest %s is listed as applicable and as not", n)
+		}
+		classified[n] = true
+	}
+	for n := range posixtest.All {
+		if !classified[n] {
+			t.Errorf("posixtest %s is new: add it to posixRead or posixNotRead", n)
+		}
+	}
+	for n := range classified {
+		if posixtest.All[n] == nil {
+			t.Errorf("posixtest has no %s any more", n)
+		}
+	}
+
+	bk := openBucket(t, testbucket.Local)
+	m := mount(t, bk)
+	for _, n := range posixRead {
+		id := newSession(t, bk)
+		t.Run(n, func(t *testing.T) {
+			posixtest.All[n](t, m.Dir+"/"+sess(id))
+			// What the test wrote is in the bucket and reads back
+			// the same through a listing of the session.
+			if n == "ReadDirBasic" {
+				v := latest(t, bk, id)
+				if got := len(slots(t, bk, id)); v == 0 || got != 110 {
+					t.Errorf("the bucket has %d slots at version %d, want 110", got, v)
+				}
+			}
+		})
+	}
+
+	// Read-only views: listings are consistent across opens wherever
+	// nothing can write.
+	ro := mount(t, bk, "--read-only")
+	id := newSession(t, bk)
+	d := putDescNoFail(t, bk, "x/y.txt")
+	if _, err := bk.Store.Commit(context.Background(), id, layout.CommitRequest{Descriptors: []layout.Descriptor{d}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"", "sessions", sess(id), sess(id) + "/x", meta(id), meta(id) + "/at", meta(id) + "/at/1",
+		meta(id) + "/at/1/x", meta(id) + "/snapshots", meta(id) + "/seq", "objects", ".pugmark"} {
+		t.Run("ReadDirConsistency read-only /"+dir, func(t *testing.T) {
+			posixtest.ReadDirConsistency(t, ro.Dir+"/"+dir)
+		})
+	}
+}
+
+func putDescNoFail(t *testing.T, bk *Bucket, name string) layout.Descriptor {
+	t.Helper()
+	defer rdCatch(t)
+	return rdPutDesc(t, bk.Store, name, "text/plain", "", []byte("content of "+name+"\n"), fixT1)
+}
