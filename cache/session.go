@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -25,10 +26,17 @@ type Session struct {
 	// checked is the UnixNano time captured before the last LIST that
 	// confirmed st; 0 forces a re-check.
 	checked atomic.Int64
+	// inval counts Invalidate calls, so that a refresh in flight when one
+	// comes does not mark its (older) result as checked.
+	inval atomic.Uint64
 	// evicted is guarded by Cache.mu. An evicted Session is unreachable
 	// from the map; a load still running on it may finish and return its
 	// state to its callers, but it no longer publishes registry rows.
 	evicted bool
+	// floor is a version known to exist (a commit of this mount), guarded
+	// by mu: a refresh never settles below it, because LIST may lag
+	// (§2.5) and a stale listing must not hide our own commits.
+	floor uint32
 }
 
 // State is an immutable view of a session at one version. Everything in
@@ -150,21 +158,38 @@ func (s *Session) fresh() bool {
 // refreshLocked brings the state up to the latest version. s.mu is held.
 func (s *Session) refreshLocked(ctx context.Context) (*State, error) {
 	c := s.c
+	inval := s.inval.Load()
 	checkedAt := c.opts.Now()
 	c.stats.checks.Add(1)
 	fp, err := c.store.LatestVersion(ctx, s.id)
 	if err != nil {
 		return nil, err
 	}
+	fp = max(fp, s.floor)
 	prev := s.st.Load()
 	if prev != nil && fp == prev.Version {
-		s.checked.Store(checkedAt.UnixNano())
+		if s.inval.Load() == inval {
+			s.checked.Store(checkedAt.UnixNano())
+		}
 		return prev, nil
+	}
+	if prev != nil && fp < prev.Version {
+		// The listing shows fewer versions than we already read. LIST
+		// may lag (§2.5, §14.3) but GET of a created key may not: if our
+		// latest version is still there, the listing is stale, and
+		// going back to it would hide commits, this mount's own
+		// included, until the listing catches up.
+		if _, err := c.store.ReadSnapshotRange(ctx, s.id, prev.Version, prev.Version, 1); err == nil {
+			s.checked.Store(checkedAt.UnixNano())
+			return prev, nil
+		} else if !errors.Is(err, layout.ErrNotFound) {
+			return nil, err
+		}
 	}
 	var st *State
 	if prev == nil || fp < prev.Version {
-		// First load, or the bucket went backwards (restored, or an
-		// eventually consistent listing): build from scratch.
+		// First load, or the bucket went backwards (restored from a
+		// backup: our latest version is gone): build from scratch.
 		c.stats.loads.Add(1)
 		st, err = s.build(ctx, fp)
 	} else {
@@ -174,14 +199,17 @@ func (s *Session) refreshLocked(ctx context.Context) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.publishLocked(st, checkedAt)
+	s.publishLocked(st, checkedAt, inval)
 	return st, nil
 }
 
-// publishLocked installs st and updates the registry row.
-func (s *Session) publishLocked(st *State, checkedAt time.Time) {
+// publishLocked installs st and updates the registry row. A refresh
+// that Invalidate overtook leaves the state due for a re-check.
+func (s *Session) publishLocked(st *State, checkedAt time.Time, inval uint64) {
 	s.st.Store(st)
-	s.checked.Store(checkedAt.UnixNano())
+	if s.inval.Load() == inval {
+		s.checked.Store(checkedAt.UnixNano())
+	}
 	s.c.observe(s, st)
 }
 
@@ -271,6 +299,7 @@ func (c *Cache) Committed(id layout.SessionID, res layout.CommitResult) {
 	s := c.entry(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.floor = max(s.floor, res.Version)
 	prev := s.st.Load()
 	if prev == nil || res.Version != prev.Version+1 {
 		s.checked.Store(0)
