@@ -185,12 +185,14 @@ func (c *Cache) State(ctx context.Context, id layout.SessionID) (*State, error) 
 	return c.entry(id).State(ctx)
 }
 
-// Invalidate makes the next access to id re-check the bucket.
+// Invalidate makes the next access to id re-check the bucket, also when a
+// refresh is in flight: that refresh's LIST may predate the change.
 func (c *Cache) Invalidate(id layout.SessionID) {
 	c.mu.Lock()
 	s, ok := c.sessions.Peek(id)
 	c.mu.Unlock()
 	if ok {
+		s.inval.Add(1)
 		s.checked.Store(0)
 	}
 }
