@@ -42,6 +42,10 @@ type staged struct {
 	opens   int
 	// committing is closed when the commit in flight for this file ends.
 	committing chan struct{}
+	// failed is set when a commit of the current content failed and the
+	// error went back to the caller; it is cleared by the next change.
+	// Release does not retry such a commit behind the caller's back.
+	failed bool
 	// committed is the descriptor this staged file last became.
 	committed *layout.Entry
 }
@@ -113,7 +117,7 @@ func (s *staged) writeAt(p []byte, off int64) (int, error) {
 		s.size = end
 	}
 	if n > 0 {
-		s.dirty, s.touched = true, true
+		s.dirty, s.touched, s.failed = true, true, false
 	}
 	return n, err
 }
@@ -146,7 +150,7 @@ func (s *staged) truncate(n int64) error {
 	}
 	if n != s.size {
 		s.size = n
-		s.dirty = true
+		s.dirty, s.failed = true, false
 	}
 	s.touched = true
 	return nil

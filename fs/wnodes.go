@@ -546,7 +546,7 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 	// next flush commit while the file is open for writing (a shell's
 	// setfattr child closes its inherited copy of the descriptor first),
 	// so the metadata lands with the content, in one descriptor.
-	s.dirty = true
+	s.dirty, s.failed = true, false
 	s.mu.Unlock()
 	if s.opensNow(n.f.w) == 1 {
 		err = n.f.w.flush(ctx, n.id, s, true)
@@ -629,9 +629,9 @@ func (h *whandle) Release(ctx context.Context) syscall.Errno {
 		return 0
 	}
 	if !h.readOnly && h.f.cfg.Commit == CommitOnClose {
-		// Backstop: Flush normally committed already; a failure there was
-		// returned by close(2). Try once more before giving up.
-		if err := h.f.w.flush(context.Background(), h.id, h.s, true); err != nil {
+		// Backstop: Flush normally committed already. A failure there was
+		// returned by close(2) and is not retried (see releaseFlush).
+		if err := h.f.w.releaseFlush(context.Background(), h.id, h.s); err != nil {
 			h.f.log.Error("commit on release failed", "session", h.id, "name", h.s.name, "err", err)
 		}
 	}

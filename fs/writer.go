@@ -328,9 +328,27 @@ func (w *writer) flush(ctx context.Context, id layout.SessionID, s *staged, unto
 	err := w.commit(ctx, id, []pendingOp{{file: s}})
 	s.mu.Lock()
 	s.committing = nil
+	if err != nil {
+		s.failed = true
+	}
 	close(ch)
 	s.mu.Unlock()
 	return err
+}
+
+// releaseFlush is the backstop commit of a file's last release: it
+// commits what no close has tried to (a file created and never written),
+// but not a commit that failed and was reported by close(2) or fsync(2):
+// that content must not appear later as if the call had succeeded. It is
+// kept in the failed directory instead (release).
+func (w *writer) releaseFlush(ctx context.Context, id layout.SessionID, s *staged) error {
+	s.mu.Lock()
+	failed := s.failed
+	s.mu.Unlock()
+	if failed {
+		return nil
+	}
+	return w.flush(ctx, id, s, true)
 }
 
 // liveView is the live state of a session as this mount shows it: the
