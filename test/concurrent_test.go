@@ -1,0 +1,245 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// TestGroupCommit: concurrent closes in one session inside the group
+// window share snapshots, and each close returns only once its own
+// descriptor is durable: read back from the bucket right after close.
+func TestGroupCommit(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		m := mount(t, bk)
+		const n = 16
+		files := make([]*os.File, n)
+		for i := range files {
+			f, err := os.OpenFile(filepath.Join(sessDir(m, id), fmt.Sprintf("g%02d.txt", i)), createFlags, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fmt.Fprintf(f, "file %d\n", i); err != nil {
+				t.Fatal(err)
+			}
+			files[i] = f
+		}
+		start := make(chan struct{})
+		errs := make(chan error, n)
+		var wg sync.WaitGroup
+		for i, f := range files {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				if err := f.Close(); err != nil {
+					errs <- err
+					return
+				}
+				// Durable once close returns: a fresh reader of the
+				// bucket finds it.
+				name := fmt.Sprintf("g%02d.txt", i)
+				ctx := context.Background()
+				v, err := bk.Store.LatestVersion(ctx, id)
+				if err != nil {
+					errs <- err
+					return
+				}
+				log, err := bk.Store.FullLog(ctx, id, v)
+				if err != nil {
+					errs <- err
+					return
+				}
+				e, ok := layout.Lookup(log, name)
+				if !ok || string(e.Data) != fmt.Sprintf("file %d\n", i) {
+					errs <- fmt.Errorf("%s not in the bucket right after its close returned (version %d)", name, v)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		v := latest(t, bk, id)
+		if v >= n {
+			t.Errorf("%d concurrent closes made %d snapshots; want fewer (group commit)", n, v)
+		}
+		t.Logf("%d concurrent closes: %d snapshots", n, v)
+		want := map[string]string{}
+		for i := 0; i < n; i++ {
+			want[fmt.Sprintf("g%02d.txt", i)] = fmt.Sprintf("file %d\n", i)
+		}
+		wantSlots(t, bk, id, want)
+		checkBucket(t, bk)
+	})
+}
+
+// TestSnapshotTypes: --snapshot-type sets the snapshots' type metadata;
+// provisional is the default.
+func TestSnapshotTypes(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		for i, typ := range []string{"", "provisional", "checkpoint", "queueing"} {
+			var args []string
+			if typ != "" {
+				args = append(args, "--snapshot-type", typ)
+			}
+			m := mount(t, bk, args...)
+			sh(t, sessDir(m, id), fmt.Sprintf("echo %d > f%d", i, i))
+			m.Stop(t)
+			want := layout.SnapshotType(typ)
+			if typ == "" {
+				want = layout.Provisional
+			}
+			if got := snapType(t, bk, id, uint32(i+1)); got != want {
+				t.Errorf("--snapshot-type=%q: snapshot %d is %s, want %s", typ, i+1, got, want)
+			}
+		}
+		checkBucket(t, bk)
+	})
+}
+
+// TestCheckpointConflict: a checkpoint that loses to a foreign checkpoint
+// is ESTALE on close (and on fsync with --commit=fsync); nothing of the
+// loser is written, not even later by the release, and the bucket holds
+// exactly the winner's state. The loser's view is kept stale with a long
+// metadata TTL.
+func TestCheckpointConflict(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		for _, mode := range []string{"close", "fsync"} {
+			t.Run(mode, func(t *testing.T) {
+				id := newSession(t, bk)
+				seed(t, bk, id, map[string]string{"base.txt": "base\n"})
+				loser := mount(t, bk, "--snapshot-type", "checkpoint", "--metadata-ttl", "1h", "--commit", mode)
+				winner := mount(t, bk, "--snapshot-type", "checkpoint", "--metadata-ttl", "0")
+				if got := sh(t, sessDir(loser, id), `cat base.txt .pugmark/version`); got != "base\n1\n" {
+					t.Fatalf("loser sees %q", got)
+				}
+				sh(t, sessDir(winner, id), `echo won > winner.txt`)
+				if v := latest(t, bk, id); v != 2 {
+					t.Fatalf("winner: version %d, want 2", v)
+				}
+				p := filepath.Join(sessDir(loser, id), "loser.txt")
+				f, err := os.OpenFile(p, createFlags, 0o644)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.Write([]byte("lost\n"))
+				if mode == "fsync" {
+					if err := f.Sync(); errnoOf(err) != syscall.ESTALE {
+						t.Fatalf("fsync = %v, want ESTALE", err)
+					}
+					f.Close()
+				} else if err := f.Close(); errnoOf(err) != syscall.ESTALE {
+					t.Fatalf("close = %v, want ESTALE", err)
+				}
+				waitFor(t, "the loser's log to say why", func() bool {
+					return strings.Contains(loser.Log(), "stale") && strings.Contains(loser.Log(), "conflict")
+				})
+				// The release (and the unmount) must not commit it after
+				// all: stop the loser, then look.
+				loser.Stop(t)
+				if v := latest(t, bk, id); v != 2 {
+					t.Fatalf("version %d after the loser stopped, want 2", v)
+				}
+				for _, e := range fullLog(t, bk, id) {
+					if e.Name == "loser.txt" {
+						t.Fatalf("the loser's file is in the bucket: %+v", e)
+					}
+				}
+				wantSlots(t, bk, id, map[string]string{"base.txt": "base\n", "winner.txt": "won\n"})
+				if typ := snapType(t, bk, id, 2); typ != layout.Checkpoint {
+					t.Fatalf("snapshot 2 is %s", typ)
+				}
+				wantTree(t, freshMount(t, bk, id), map[string]string{"base.txt": "base\n", "winner.txt": "won\n"})
+				checkBucket(t, bk)
+			})
+		}
+	})
+}
+
+// TestTwoMountsConcurrentWriters: two mounts of one bucket write into one
+// session at once (provisional snapshots). Every close that succeeded is
+// in the bucket afterwards, versions and sequence numbers are contiguous
+// (fsck finds no error), and both mounts and a fresh one agree.
+func TestTwoMountsConcurrentWriters(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		a, b := mount(t, bk), mount(t, bk)
+		const writers, files = 4, 6
+		type result struct {
+			name, content string
+			err           error
+		}
+		results := make(chan result, 2*writers*files)
+		var wg sync.WaitGroup
+		for mi, m := range []*Mount{a, b} {
+			for w := 0; w < writers; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < files; i++ {
+						name := fmt.Sprintf("m%d/w%d/f%d", mi, w, i)
+						content := strings.Repeat(name+"\n", 1+i*100)
+						p := filepath.Join(sessDir(m, id), name)
+						if i == 0 {
+							if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+								results <- result{name, content, err}
+								continue
+							}
+						}
+						results <- result{name, content, writeFile(p, []byte(content), createFlags)}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(results)
+		want := map[string]string{}
+		for r := range results {
+			if r.err != nil {
+				t.Errorf("%s: %v", r.name, r.err)
+				continue
+			}
+			want[r.name] = r.content
+		}
+		wantSlots(t, bk, id, want)
+		log := fullLog(t, bk, id)
+		for i, e := range log {
+			if e.SequenceNumber != int64(i+1) {
+				t.Fatalf("log entry %d (%s) has sequence number %d", i, e.Name, e.SequenceNumber)
+			}
+		}
+		v := latest(t, bk, id)
+		for ver := uint32(1); ver <= v; ver++ {
+			if typ := snapType(t, bk, id, ver); typ != layout.Provisional {
+				t.Errorf("snapshot %d is %s", ver, typ)
+			}
+		}
+		t.Logf("%d files in %d snapshots", len(want), v)
+		checkBucket(t, bk)
+		for _, m := range []*Mount{a, b} {
+			waitFor(t, "both mounts to see every file", func() bool {
+				for name, content := range want {
+					got, err := os.ReadFile(filepath.Join(sessDir(m, id), name))
+					if err != nil || !bytes.Equal(got, []byte(content)) {
+						return false
+					}
+				}
+				return true
+			})
+		}
+		wantTree(t, freshMount(t, bk, id), want)
+	})
+}
