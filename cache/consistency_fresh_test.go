@@ -32,10 +32,9 @@ func body(st *State, name string) string {
 // through mount 1 is seen by mount 2's first load, and its listing shows
 // it after the TTL. Mount 1's own commits are visible to it at once.
 //
-// Seen failing: with fresh() measuring the TTL from the end of the last
-// check's rebuild instead of the capture (so checks never expired while
-// readers kept the session busy), the readers were stuck on version 1;
-// with Committed ignored, mount 1 read its own commit only after the TTL.
+// Seen failing: with fresh() ignoring the TTL (a loaded state trusted
+// forever), the readers timed out on version 1; with Committed a no-op,
+// mount 1 read version 1 right after its own commit of version 2.
 func TestFreshnessAcrossStores(t *testing.T) {
 	testbucket.Each(t, func(t *testing.T, b *blob.Bucket) {
 		w1 := newWorld(t, b)
@@ -140,11 +139,10 @@ func TestFreshnessAcrossStores(t *testing.T) {
 // The refresh returns version 2 (not 3, which it never read); the queued
 // readers, and every read after, see version 3.
 //
-// Seen failing: with refreshLocked taking the check time after the rebuild
+// Seen failing: with publishLocked taking the check time after the rebuild
 // instead of before the LIST, the queued readers took version 2 as fresh;
-// with it re-listing after the rebuild and recording that newer version,
-// the refresh claimed version 3 without its content, and no later read
-// ever fetched it.
+// with refreshLocked re-listing after the rebuild and recording that newer
+// version, the refresh claimed version 3 with version 2's content.
 func TestFreshnessFingerprintBeforeRead(t *testing.T) {
 	testbucket.Each(t, func(t *testing.T, b *blob.Bucket) {
 		w1 := newWorld(t, b)
@@ -185,8 +183,11 @@ func TestFreshnessFingerprintBeforeRead(t *testing.T) {
 		release()
 
 		r := <-refresh
-		if r.err != nil || r.st.Version != 2 || body(r.st, "f") != "v2" {
-			t.Fatalf("the stalled refresh: %v; want version 2 with v2", r.err)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.st.Version != 2 || body(r.st, "f") != "v2" {
+			t.Fatalf("the stalled refresh: version %d (%q); want version 2 with v2", r.st.Version, body(r.st, "f"))
 		}
 		for range queued {
 			r := <-later
@@ -208,7 +209,7 @@ func TestFreshnessFingerprintBeforeRead(t *testing.T) {
 // next read, without any time passing.
 //
 // Seen failing: with fresh() treating a zero TTL as "never expires", the
-// readers made one LatestVersion call between them and missed the commit.
+// 40 reads made one LatestVersion call between them.
 func TestFreshnessTTLZero(t *testing.T) {
 	testbucket.Each(t, func(t *testing.T, b *blob.Bucket) {
 		w1 := newWorld(t, b)
