@@ -66,7 +66,8 @@ func (n *memDirNode) Create(ctx context.Context, name string, flags uint32, mode
 	}
 	node := &memFile{f: n.f, ns: n.prefix, e: layout.Entry{Descriptor: layout.Descriptor{Name: name}}}
 	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: inoOf("mem-new", n.prefix, name)})
-	h := &memHandle{n: node, bufHandle: bufHandle{dirty: true}}
+	h := &memHandle{n: node, bufHandle: bufHandle{dirty: true}, write: true}
+	node.bufs.add(&h.bufHandle)
 	out.Mode = syscall.S_IFREG | 0o644
 	n.f.owner(&out.Attr)
 	out.SetEntryTimeout(0)
@@ -156,11 +157,47 @@ func (w *writer) memOverlay(prefix string, files, dirs map[string]bool) []child 
 // small) and committed on close as a memory merge (§8.3).
 type memFile struct {
 	gofs.Inode
-	f   *FS
-	ns  string
-	mu  sync.Mutex
-	e   layout.Entry
-	has bool
+	f    *FS
+	ns   string
+	mu   sync.Mutex
+	e    layout.Entry
+	has  bool
+	bufs openBufs
+}
+
+// openBufs are the write handles open on a memory record or ref file.
+// open(O_TRUNC) of an existing file arrives as an open without O_TRUNC
+// followed by a truncate without a handle (engineering.md): the truncate
+// must reach the handle the open just made.
+type openBufs struct {
+	mu sync.Mutex
+	hs map[*bufHandle]bool
+}
+
+func (o *openBufs) add(h *bufHandle) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.hs == nil {
+		o.hs = map[*bufHandle]bool{}
+	}
+	o.hs[h] = true
+}
+
+func (o *openBufs) remove(h *bufHandle) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.hs, h)
+}
+
+// truncate sets every open handle's content to sz bytes; it reports
+// whether there was any.
+func (o *openBufs) truncate(sz uint64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for h := range o.hs {
+		h.truncate(sz, false)
+	}
+	return len(o.hs) > 0
 }
 
 func (n *memFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -189,7 +226,7 @@ func (n *memFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 }
 
 func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	h := &memHandle{n: n}
+	h := &memHandle{n: n, write: flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0}
 	n.mu.Lock()
 	e, has := n.e, n.has
 	n.mu.Unlock()
@@ -203,30 +240,31 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 	if flags&syscall.O_TRUNC != 0 {
 		h.dirty = true
 	}
+	if h.write {
+		n.bufs.add(&h.bufHandle)
+	}
 	return h, fuse.FOPEN_DIRECT_IO, 0
 }
 
 func (n *memFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if sz, ok := in.GetSize(); ok {
-		h, ok := fh.(*memHandle)
-		if !ok {
-			var errno syscall.Errno
-			var hh gofs.FileHandle
-			hh, _, errno = n.Open(ctx, syscall.O_RDWR)
+		if h, ok := fh.(*memHandle); ok {
+			h.truncate(sz, true)
+		} else if !n.bufs.truncate(sz) {
+			// truncate(2) of a record nobody has open: a commit of its
+			// own.
+			hh, _, errno := n.Open(ctx, syscall.O_RDWR)
 			if errno != 0 {
 				return errno
 			}
-			h = hh.(*memHandle)
-			defer h.Flush(ctx)
+			h := hh.(*memHandle)
+			h.truncate(sz, true)
+			errno = h.Flush(ctx)
+			h.Release(ctx)
+			if errno != 0 {
+				return errno
+			}
 		}
-		h.mu.Lock()
-		if int(sz) <= len(h.buf) {
-			h.buf = h.buf[:sz]
-		} else {
-			h.buf = append(h.buf, make([]byte, int(sz)-len(h.buf))...)
-		}
-		h.dirty = true
-		h.mu.Unlock()
 	}
 	return n.Getattr(ctx, fh, out)
 }
@@ -253,6 +291,26 @@ type bufHandle struct {
 	mu    sync.Mutex
 	buf   []byte
 	dirty bool
+	// touched is set once content was written (or truncated) through
+	// this handle. Flush commits only touched content: shells dup and
+	// close a new descriptor before writing to it, and committing that
+	// empty file would add a version (or, for a ref, fail).
+	touched bool
+	// failed is set when the commit of the current content failed and
+	// the error went back to close(2); the release does not retry it.
+	failed bool
+}
+
+func (h *bufHandle) truncate(sz uint64, touch bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if int(sz) <= len(h.buf) {
+		h.buf = h.buf[:sz]
+	} else {
+		h.buf = append(h.buf, make([]byte, int(sz)-len(h.buf))...)
+	}
+	h.dirty, h.failed = true, false
+	h.touched = h.touched || touch
 }
 
 func (h *bufHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -271,13 +329,52 @@ func (h *bufHandle) Write(ctx context.Context, data []byte, off int64) (uint32, 
 		h.buf = append(h.buf, make([]byte, end-int64(len(h.buf)))...)
 	}
 	copy(h.buf[off:], data)
-	h.dirty = true
+	h.dirty, h.touched, h.failed = true, true, false
 	return uint32(len(data)), 0
 }
 
 type memHandle struct {
 	bufHandle
-	n *memFile
+	n     *memFile
+	write bool
+}
+
+var _ = (gofs.FileReleaser)((*memHandle)(nil))
+
+// Release commits what no close has tried to: a record created, or
+// truncated by open(O_TRUNC), and never written.
+func (h *memHandle) Release(ctx context.Context) syscall.Errno {
+	h.n.bufs.remove(&h.bufHandle)
+	h.mu.Lock()
+	pending := h.dirty && !h.failed
+	h.touched = true
+	h.mu.Unlock()
+	if pending {
+		if errno := h.Flush(context.Background()); errno != 0 {
+			h.n.f.log.Error("memory write on release failed", "namespace", h.n.ns, "name", h.n.e.Name, "errno", errno.Error())
+		}
+	}
+	return 0
+}
+
+// memCommit returns the commit envelope of this mount's memory writes
+// (§8.2). A mount is not a session, so it makes one, on its first memory
+// write, to name as the writer: readers and fsck find it.
+func (f *FS) memCommit(ctx context.Context) (layout.MemoryCommit, error) {
+	w := f.w
+	w.memMu.Lock()
+	defer w.memMu.Unlock()
+	if w.memID.IsZero() {
+		m := f.store.NewRootManifest()
+		m.Agent = "pugfs"
+		m.Metadata = map[string]string{"pugfs": "writer of the memory records of a mount"}
+		if _, _, err := f.store.CreateSession(ctx, m); err != nil {
+			return layout.MemoryCommit{}, err
+		}
+		f.cache.SessionCreated(m.Session)
+		w.memID = m.Session
+	}
+	return layout.MemoryCommit{Session: w.memID}, nil
 }
 
 // Flush commits the record: store the blob, merge it into the namespace.
@@ -285,25 +382,33 @@ type memHandle struct {
 func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.dirty {
+	if !h.dirty || !h.touched {
 		return 0
 	}
 	n := h.n
 	f := n.f
 	ctx = context.WithoutCancel(ctx)
+	fail := func(err error) syscall.Errno {
+		h.failed = true
+		return f.errnoOf("write memory "+n.ns+"/"+n.e.Name, err)
+	}
+	cm, err := f.memCommit(ctx)
+	if err != nil {
+		return fail(err)
+	}
 	bi, err := f.store.PutBlobBytes(ctx, h.buf, layout.BlobOptions{ContentType: contentTypeOf(n.e.Name, h.buf)})
 	if err != nil {
-		return f.errnoOf("write memory "+n.ns+"/"+n.e.Name, err)
+		return fail(err)
 	}
 	d := layout.Descriptor{Name: n.e.Name, Digest: bi.Digest, Size: bi.Size, CreatedAt: f.cfg.Now().UTC(),
 		ContentType: contentTypeOf(n.e.Name, h.buf), Metadata: cloneMap(n.e.Metadata), SchemaURL: n.e.SchemaURL}
 	if len(h.buf) <= layout.InlineLimit {
 		d.Data = append([]byte{}, h.buf...)
 	}
-	res, err := f.store.WriteMemory(ctx, n.ns, layout.MemoryWrite{Put: []layout.Descriptor{d}})
+	res, err := f.store.WriteMemory(ctx, n.ns, layout.MemoryWrite{Put: []layout.Descriptor{d}, Commit: cm})
 	f.views.InvalidateMemories()
 	if err != nil {
-		return f.errnoOf("write memory "+n.ns+"/"+n.e.Name, err)
+		return fail(err)
 	}
 	for _, r := range res.Records {
 		if r.Name == d.Name {
@@ -332,6 +437,7 @@ func (f *FS) refNode(name string) gofsNode {
 type refFile struct {
 	fileNode
 	name string
+	bufs openBufs
 }
 
 func (r *refFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
@@ -346,21 +452,20 @@ func (r *refFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 	if err == nil && flags&syscall.O_TRUNC == 0 {
 		h.buf = []byte(prev.Target + "\n")
 	}
+	r.bufs.add(&h.bufHandle)
 	return h, fuse.FOPEN_DIRECT_IO, 0
 }
 
 func (r *refFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if h, ok := fh.(*refHandle); ok {
-		if sz, ok := in.GetSize(); ok && int(sz) <= len(h.buf) {
-			h.mu.Lock()
-			h.buf = h.buf[:sz]
-			h.dirty = true
-			h.mu.Unlock()
+	if sz, ok := in.GetSize(); ok {
+		if h, ok := fh.(*refHandle); ok {
+			h.truncate(sz, true)
+			return r.fileNode.Getattr(ctx, fh, out)
 		}
-		return 0
-	}
-	if sz, ok := in.GetSize(); ok && sz == 0 {
-		return 0 // O_TRUNC follow-up; the handle starts empty
+		// The O_TRUNC follow-up reaches the handles open for writing;
+		// truncate(2) of a ref nobody has open would only make it empty,
+		// which no ref can be: nothing to do.
+		r.bufs.truncate(sz)
 	}
 	return r.fileNode.Getattr(ctx, fh, out)
 }
@@ -372,11 +477,20 @@ type refHandle struct {
 	existed bool
 }
 
+var _ = (gofs.FileReleaser)((*refHandle)(nil))
+
+// Release forgets the handle. A ref that was never written through it
+// holds no target, so there is nothing to commit.
+func (h *refHandle) Release(ctx context.Context) syscall.Errno {
+	h.r.bufs.remove(&h.bufHandle)
+	return 0
+}
+
 // Flush writes the ref: the first line of what was written.
 func (h *refHandle) Flush(ctx context.Context) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.dirty {
+	if !h.dirty || !h.touched {
 		return 0
 	}
 	f := h.r.f
@@ -426,7 +540,9 @@ func (n *refsNode) Create(ctx context.Context, name string, flags uint32, mode u
 	n.f.owner(&out.Attr)
 	out.SetEntryTimeout(0)
 	out.SetAttrTimeout(0)
-	return in, &refHandle{r: node, bufHandle: bufHandle{dirty: true}}, fuse.FOPEN_DIRECT_IO, 0
+	h := &refHandle{r: node, bufHandle: bufHandle{dirty: true}}
+	node.bufs.add(&h.bufHandle)
+	return in, h, fuse.FOPEN_DIRECT_IO, 0
 }
 
 func (n *refsNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

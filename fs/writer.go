@@ -28,6 +28,10 @@ type writer struct {
 	ss map[layout.SessionID]*wsession
 	// mem holds namespaces made by mkdir that have no record yet.
 	memDirs map[string]bool
+	// memMu guards memID, the session this mount names as the writer of
+	// its memory records (§8.2), made on the first memory write.
+	memMu sync.Mutex
+	memID layout.SessionID
 
 	st struct {
 		commits, snapshots, descriptors, errors, conflicts atomic.Int64
