@@ -1,0 +1,218 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// memRecords returns the records of the latest version of namespace ns
+// (name -> body) and that version.
+func memRecords(t testing.TB, bk *Bucket, ns string) (map[string]string, uint32) {
+	t.Helper()
+	ctx := context.Background()
+	v, err := bk.Store.LatestMemoryVersion(ctx, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	if v == 0 {
+		return out, 0
+	}
+	recs, err := bk.Store.ReadMemory(ctx, ns, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range recs {
+		out[d.Name] = string(body(t, bk, d))
+	}
+	return out, v
+}
+
+func wantMemory(t testing.TB, bk *Bucket, ns string, want map[string]string, version uint32) {
+	t.Helper()
+	got, v := memRecords(t, bk, ns)
+	if v != version {
+		t.Errorf("memories/%s: version %d, want %d", ns, v, version)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("memories/%s = %v, want %v", ns, got, want)
+	}
+}
+
+// TestWriteMemories: writing memories/<ns>/<name> is a memory commit;
+// overwrite, append and unlink each write one new version; a rewrite that
+// changes nothing writes none; nested namespaces are made with mkdir.
+func TestWriteMemories(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		m := mount(t, bk)
+		mem := filepath.Join(m.Dir, "memories")
+		sh(t, mem, `mkdir ns; echo "a longer first value" > ns/rec`)
+		wantMemory(t, bk, "ns", map[string]string{"rec": "a longer first value\n"}, 1)
+		sh(t, mem, `echo short > ns/rec`)
+		wantMemory(t, bk, "ns", map[string]string{"rec": "short\n"}, 2)
+		sh(t, mem, `echo short > ns/rec`)
+		wantMemory(t, bk, "ns", map[string]string{"rec": "short\n"}, 2)
+		sh(t, mem, `echo more >> ns/rec; echo other > ns/other`)
+		wantMemory(t, bk, "ns", map[string]string{"rec": "short\nmore\n", "other": "other\n"}, 4)
+		if got := sh(t, mem, `cat ns/rec`); got != "short\nmore\n" {
+			t.Fatalf("cat ns/rec = %q", got)
+		}
+		sh(t, mem, `exec 3>ns/dup; echo d >&3; exec 4>&3; exec 3>&-; exec 4>&-`)
+		wantMemory(t, bk, "ns", map[string]string{"rec": "short\nmore\n", "other": "other\n", "dup": "d\n"}, 5)
+		sh(t, mem, `rm ns/other`)
+		wantMemory(t, bk, "ns", map[string]string{"rec": "short\nmore\n", "dup": "d\n"}, 6)
+		if e := shErr(t, mem, `rm ns/other`); e == "" {
+			t.Fatal("rm of a missing record: no error")
+		}
+		sh(t, mem, `mkdir -p ns/sub/deeper; echo x > ns/sub/deeper/r; test -d ns/sub`)
+		wantMemory(t, bk, "ns/sub/deeper", map[string]string{"r": "x\n"}, 1)
+		wantMemory(t, bk, "ns", map[string]string{"rec": "short\nmore\n", "dup": "d\n"}, 6)
+		if e := shErr(t, mem, `echo x > toplevel`); e == "" {
+			t.Fatal("a record outside any namespace: no error")
+		}
+		fresh := mount(t, bk, "--read-only", "--metadata-ttl", "0")
+		if got := sh(t, fresh.Dir, `cat memories/ns/rec memories/ns/dup memories/ns/sub/deeper/r; ls memories/ns`); got != "short\nmore\nd\nx\ndup\nrec\nsub\n" {
+			t.Fatalf("fresh mount: %q", got)
+		}
+		checkBucket(t, bk)
+	})
+}
+
+// TestWriteMemoriesTwoMounts: writers on two mounts putting different
+// names into one namespace at once all survive (§8.3 merge, retry on
+// conflict).
+func TestWriteMemoriesTwoMounts(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		a, b := mount(t, bk), mount(t, bk)
+		sh(t, a.Dir, `mkdir memories/shared && echo seed > memories/shared/seed`)
+		const n = 8
+		var wg sync.WaitGroup
+		errs := make(chan error, 2*n)
+		want := map[string]string{"seed": "seed\n"}
+		for i, m := range []*Mount{a, b} {
+			for j := 0; j < n; j++ {
+				name := fmt.Sprintf("m%d-%d", i, j)
+				want[name] = name + "\n"
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs <- writeFile(filepath.Join(m.Dir, "memories", "shared", name), []byte(name+"\n"), createFlags)
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, v := memRecords(t, bk, "shared")
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("memories/shared = %v, want %v", got, want)
+		}
+		if v != 2*n+1 {
+			t.Errorf("version %d, want %d (one per write)", v, 2*n+1)
+		}
+		checkBucket(t, bk)
+	})
+}
+
+// TestWriteRefs: writing refs/<name> is a Link; overwriting it replaces
+// the target (a shorter one too); rm deletes it.
+func TestWriteRefs(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		m := mount(t, bk)
+		ctx := context.Background()
+		target := func(name string) string {
+			r, err := bk.Store.ReadRef(ctx, name)
+			if errors.Is(err, layout.ErrNotFound) {
+				return "<none>"
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r.Target
+		}
+		sh(t, m.Dir, `echo a-long-first-target > refs/r`)
+		if got := target("r"); got != "a-long-first-target" {
+			t.Fatalf("ref r = %q", got)
+		}
+		sh(t, m.Dir, `echo second > refs/r`)
+		if got := target("r"); got != "second" {
+			t.Fatalf("ref r after overwrite = %q", got)
+		}
+		if got := sh(t, m.Dir, `cat refs/r`); got != "second\n" {
+			t.Fatalf("cat refs/r = %q", got)
+		}
+		sh(t, m.Dir, `exec 3>refs/d; echo dup >&3; exec 4>&3; exec 3>&-; exec 4>&-`)
+		if got := target("d"); got != "dup" {
+			t.Fatalf("ref d = %q", got)
+		}
+		if err := writeFile(filepath.Join(m.Dir, "refs", "bad"), []byte("two\nlines\n"), createFlags); errnoOf(err) != syscall.EINVAL {
+			t.Fatalf("a two-line ref: close = %v, want EINVAL", err)
+		}
+		if got := target("bad"); got != "<none>" {
+			t.Fatalf("ref bad = %q", got)
+		}
+		sh(t, m.Dir, `rm refs/r`)
+		if got := target("r"); got != "<none>" {
+			t.Fatalf("ref r after rm = %q", got)
+		}
+		if e := shErr(t, m.Dir, `rm refs/r`); e == "" {
+			t.Fatal("rm of a missing ref: no error")
+		}
+		fresh := mount(t, bk, "--read-only", "--metadata-ttl", "0")
+		if got := sh(t, fresh.Dir, `ls refs; cat refs/d`); got != "d\ndup\n" {
+			t.Fatalf("fresh mount: %q", got)
+		}
+	})
+}
+
+// TestWriteRefsCompareAndSwap: an overwrite is a compare-and-swap against
+// the value seen at open: of two mounts that opened the ref, the second
+// to close gets ESTALE and the first's target stays (local driver and S3
+// both support If-Match).
+func TestWriteRefsCompareAndSwap(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		if err := bk.Store.Link(context.Background(), "race", "start"); err != nil {
+			t.Fatal(err)
+		}
+		a, b := mount(t, bk, "--metadata-ttl", "0"), mount(t, bk, "--metadata-ttl", "0")
+		fa, err := os.OpenFile(filepath.Join(a.Dir, "refs", "race"), os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fb, err := os.OpenFile(filepath.Join(b.Dir, "refs", "race"), os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fa.Write([]byte("from-a\n"))
+		fb.Write([]byte("from-b\n"))
+		if err := fa.Close(); err != nil {
+			t.Fatalf("first close: %v", err)
+		}
+		if err := fb.Close(); errnoOf(err) != syscall.ESTALE {
+			t.Fatalf("second close = %v, want ESTALE", err)
+		}
+		r, err := bk.Store.ReadRef(context.Background(), "race")
+		if err != nil || r.Target != "from-a" {
+			t.Fatalf("ref race = %+v, %v; want from-a", r, err)
+		}
+		// A fresh open sees the new value and may replace it.
+		if err := writeFile(filepath.Join(b.Dir, "refs", "race"), []byte("from-b\n"), os.O_WRONLY|os.O_TRUNC); err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := bk.Store.ReadRef(context.Background(), "race"); r.Target != "from-b" {
+			t.Fatalf("ref race = %q after a fresh write", r.Target)
+		}
+	})
+}
