@@ -294,6 +294,9 @@ type blobShape struct {
 	sniffed  bool
 	sniff    blobSpace // the encoding the head announces
 	sniffBad bool      // it announced one the body does not decode with
+	// probed says probeRaw read the (unverified) head; probeRaw that it
+	// had no magic number. Only Size uses them.
+	probed, probeRaw bool
 	dec      [blobSpaces]blobDecInfo
 }
 
@@ -451,6 +454,9 @@ func (c *BlobCache) Size(ctx context.Context, d *layout.Descriptor) (int64, erro
 		return d.Size, nil
 	}
 	if sniff {
+		if c.probeRaw(ctx, d) {
+			return d.Size, nil
+		}
 		if space, err = c.resolveSniff(ctx, d, 0); err != nil {
 			return 0, err
 		}
@@ -676,6 +682,64 @@ func (c *BlobCache) resolveSniff(ctx context.Context, d *layout.Descriptor, want
 	}
 	s, _ := c.knownSniff(d.Digest)
 	return s, nil
+}
+
+// blobProbeLen is how many head bytes probeRaw reads: enough for every
+// magic number Sniff knows.
+const blobProbeLen = 4
+
+// probeRaw reports, for Size, whether a body not sniffed yet starts with
+// no magic number, so that it is shown as stored and its size is the
+// descriptor's. It reads the first bytes with one small ranged read and
+// does not verify them: stat(2) of a large text file must not download
+// the whole body. Reads still verify everything, so a body that does not
+// match its digest is an error then, never bytes. When the answer is not
+// "as stored" (a magic number, an error) the caller takes the verified
+// way, which a decoded size needs anyway.
+func (c *BlobCache) probeRaw(ctx context.Context, d *layout.Descriptor) bool {
+	if d.Size == 0 {
+		return true // nothing to sniff (and a 0-byte range cannot be asked for)
+	}
+	if d.InlineOK() {
+		return false // resolveSniff sniffs the inline bytes, verified
+	}
+	if _, ok := c.knownSniff(d.Digest); ok {
+		return false
+	}
+	c.mu.Lock()
+	sh, ok := c.shapes.Get(d.Digest)
+	probed, raw := ok && sh.probed, ok && sh.probeRaw
+	c.mu.Unlock()
+	if probed {
+		return raw
+	}
+	if c.loadShape(d.Digest) {
+		if _, ok := c.knownSniff(d.Digest); ok {
+			return false
+		}
+	}
+	n := min(int64(blobProbeLen), d.Size)
+	c.st.backendReads.Add(1)
+	c.st.inFlight.Add(1)
+	rc, err := c.src.OpenBlob(ctx, d.Digest, 0, n)
+	var head []byte
+	if err == nil {
+		head = make([]byte, n)
+		var k int
+		k, err = io.ReadFull(rc, head)
+		c.st.bytesFetched.Add(int64(k))
+		rc.Close()
+	}
+	c.st.inFlight.Add(-1)
+	if err != nil {
+		return false
+	}
+	raw = layout.Sniff(head) == layout.EncodingNone
+	c.mu.Lock()
+	sh = c.shapeLocked(d.Digest)
+	sh.probed, sh.probeRaw = true, raw
+	c.mu.Unlock()
+	return raw
 }
 
 func (c *BlobCache) knownSniff(d layout.Digest) (blobSpace, bool) {
