@@ -64,6 +64,7 @@ func TestRead(t *testing.T) {
 		r2.sameInodes(r)
 		r2.historyTimeouts()
 		r2.readdirplus()
+		r2.statCost()
 	})
 }
 
@@ -1046,8 +1047,9 @@ func (r *rdCtx) corruption() {
 	r.run("digest mismatch", func(r *rdCtx, t *testing.T) {
 		bad := r.odd() + "/bad"
 		r.eq("ls bad", r.sh("ls "+bad), "fine.txt\nmismatch.bin\nmismatch.txt\n")
-		// Its size needs no fetch: the descriptor's.
+		// Its size is the descriptor's: stat works, reading does not.
 		r.eq("stat", r.sh("stat -c %s "+bad+"/mismatch.bin"), "38\n")
+		r.eq("stat text", r.sh("stat -c %s "+bad+"/mismatch.txt"), "38\n")
 		r.fails("cat "+bad+"/mismatch.bin", "Input/output error")
 		r.fails("cat "+bad+"/mismatch.txt", "Input/output error")
 		r.fails("cat "+bad+"/mismatch.bin", "Input/output error") // remembered, still refused
@@ -1056,5 +1058,22 @@ func (r *rdCtx) corruption() {
 		r.eq("neighbour", r.sh("cat "+bad+"/fine.txt"), "my neighbour is corrupt\n")
 		r.eq("elsewhere", r.sh("cat "+r.odd()+"/plain.txt"), "plain inline text\n")
 		r.eq("history", r.sh("cat "+meta(fx.odd)+"/at/1/plain.txt"), "plain inline text\n")
+	})
+}
+
+// statCost: the size of a large text file without content-encoding (which
+// might have lost it, §15) is known from its first bytes; stat must not
+// download the body.
+func (r *rdCtx) statCost() {
+	fx := r.fx
+	r.run("stat reads only the head", func(r *rdCtx, t *testing.T) {
+		p := sess(fx.demo.Main.ID) + "/logs/build.log"
+		before := r.stats()
+		r.eq("size", r.sh("stat -c %s "+p), "204800\n")
+		after := r.stats()
+		if d := after["blobs.BytesFetched"] - before["blobs.BytesFetched"]; d > 1024 {
+			t.Errorf("stat of a 200 KiB text file fetched %d bytes", d)
+		}
+		r.eq("then cat", r.sh("wc -c < "+p), "204800\n")
 	})
 }
