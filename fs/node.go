@@ -219,6 +219,31 @@ func (d *dirNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 	return 0
 }
 
+// Statfs reports what statvfs(2) and pathconf(3) callers need: the name
+// length limit (decisions.md "Names as paths": 255) and a block size. A
+// bucket has no capacity to report, so the counts stay 0. go-fuse answers
+// zeros for nodes without Statfs, so every node kind has one.
+func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno { return statfs(out) }
+
+// Statfs: see dirNode.Statfs.
+func (n *fileNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno { return statfs(out) }
+
+// Statfs: see dirNode.Statfs.
+func (l *linkNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno { return statfs(out) }
+
+// Statfs: see dirNode.Statfs.
+func (n *slotFile) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno { return statfs(out) }
+
+// Statfs: see dirNode.Statfs.
+func (n *memFile) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno { return statfs(out) }
+
+func statfs(out *fuse.StatfsOut) syscall.Errno {
+	out.Bsize = 4096
+	out.Frsize = 4096
+	out.NameLen = layout.MaxNameComponent
+	return 0
+}
+
 // Unlink, Rmdir and the other writes on read-only directories: go-fuse
 // makes unimplemented Unlink/Rmdir succeed silently, so refuse them.
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno { return syscall.EROFS }
