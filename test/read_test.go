@@ -654,6 +654,8 @@ func (r *rdCtx) hostileNames() {
 		r.fails("cat "+r.odd()+"/escape", "No such file")
 		r.fails("stat "+r.odd()+"/"+strings.Repeat("x", 300), "File name too long")
 		r.fails("stat "+r.odd()+"/long", "No such file")
+		// statvfs says so, wherever it is asked.
+		r.eq("NAME_MAX", r.sh("stat -f -c %l . sessions "+r.odd()+" "+r.odd()+"/plain.txt "+meta(fx.odd)+"/at/1/plain.txt names/odd memories/team/roster.md | sort -u"), "255\n")
 	})
 }
 
