@@ -46,6 +46,10 @@ type staged struct {
 	// error went back to the caller; it is cleared by the next change.
 	// Release does not retry such a commit behind the caller's back.
 	failed bool
+	// unlinked is set when the name was removed (or renamed over) while
+	// the file was open: what is still written through open descriptors
+	// goes nowhere, as with any unlinked file.
+	unlinked bool
 	// committed is the descriptor this staged file last became.
 	committed *layout.Entry
 }

@@ -33,6 +33,7 @@ func (w *writer) drop(id layout.SessionID, s *staged) {
 		delete(ws.files, s.name)
 		s.mu.Lock()
 		s.dirty = false // unlinked before commit: nothing to keep
+		s.unlinked = true
 		s.mu.Unlock()
 	}
 }
@@ -82,6 +83,11 @@ func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 	if srcFile {
 		if dstDir {
 			return syscall.EISDIR
+		}
+		// A file open under the target name is replaced: its descriptors
+		// now write to an unlinked file.
+		if s := w.stagedFile(id, to); s != nil {
+			w.drop(id, s)
 		}
 		// A file still being written moves with its staged data; open
 		// handles keep writing to it under the new name.

@@ -256,9 +256,9 @@ func (w *writer) release(id layout.SessionID, s *staged) {
 		return
 	}
 	s.mu.Lock()
-	dirty := s.dirty
+	dirty := s.dirty && !s.unlinked
 	s.mu.Unlock()
-	if dirty && w.f.cfg.Commit == CommitOnFsync {
+	if dirty && w.f.cfg.Commit == CommitOnFsync && ws.files[s.name] == s {
 		return // kept until the session is fsynced
 	}
 	if dirty {
@@ -322,7 +322,7 @@ func (w *writer) flush(ctx context.Context, id layout.SessionID, s *staged, unto
 		s.mu.Lock()
 	}
 	dirty, touched := s.dirty, s.touched
-	if !dirty || (!touched && !untouchedToo) {
+	if !dirty || (!touched && !untouchedToo) || s.unlinked {
 		s.mu.Unlock()
 		return nil
 	}
