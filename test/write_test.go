@@ -503,6 +503,52 @@ func renameat2(from, to string, flags uint) error {
 	return nil
 }
 
+// TestWriteOpenFileMovedOrRemoved: a file open for writing moves with a
+// rename (its descriptors keep writing to it under the new name); once
+// its name is removed, or renamed over, what is still written through
+// its descriptors goes nowhere, as with any unlinked file.
+func TestWriteOpenFileMovedOrRemoved(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		m := mount(t, bk)
+		dir := sessDir(m, id)
+		sh(t, dir, `exec 3>removed; echo a >&3; rm removed; echo b >&3; exec 3>&-`)
+
+		f, err := os.OpenFile(filepath.Join(dir, "moving"), createFlags, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Write([]byte("x"))
+		if err := os.Rename(filepath.Join(dir, "moving"), filepath.Join(dir, "moved")); err != nil {
+			t.Fatal(err)
+		}
+		f.Write([]byte("y"))
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+
+		if err := writeFile(filepath.Join(dir, "new"), []byte("new"), createFlags); err != nil {
+			t.Fatal(err)
+		}
+		g, err := os.OpenFile(filepath.Join(dir, "target"), createFlags, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Write([]byte("replaced"))
+		if err := os.Rename(filepath.Join(dir, "new"), filepath.Join(dir, "target")); err != nil {
+			t.Fatal(err)
+		}
+		g.Write([]byte(" and more"))
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"moved": "xy", "target": "new"}
+		wantTree(t, dir, want)
+		wantSlots(t, bk, id, want)
+		wantTree(t, freshMount(t, bk, id), want)
+	})
+}
+
 // TestWriteDirectories: mkdir in a session is local until a file is
 // written below it; rmdir of a non-empty directory is ENOTEMPTY.
 func TestWriteDirectories(t *testing.T) {
