@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// process is a long-running child (a FUSE daemon, versitygw).
+type process struct {
+	cmd  *exec.Cmd
+	out  *tailBuffer
+	done chan struct{} // closed once reaped
+	err  error         // set before done is closed
+}
+
+// startProcess starts cmd in its own process group (a Ctrl-C reaches only
+// the harness, which then unmounts in order) with a parent-death signal, so
+// a harness killed outright takes its daemons along. The signal fires when
+// the thread that forked the child exits, so the child is started and
+// reaped on a goroutine locked to its thread.
+func startProcess(cmd *exec.Cmd) (*process, error) {
+	p := &process{cmd: cmd, out: &tailBuffer{max: 16 << 10}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	return p, nil
+}
+
+func (p *process) pid() int { return p.cmd.Process.Pid }
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// signal sends sig to the process and waits up to d for it to exit.
+func (p *process) signal(sig syscall.Signal, d time.Duration) bool {
+	if p.exited() {
+		return true
+	}
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// kill ends the process group with SIGKILL and reaps it (bounded).
+func (p *process) kill() {
+	if p.exited() {
+		return
+	}
+	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// The columns of the table.
+const (
+	colPugfs    = "pugfs"
+	colNative   = "native"
+	colLoopback = "loopback"
+	colRclone   = "rclone"
+)
+
+var columns = []string{colPugfs, colNative, colLoopback, colRclone}
+
+// target is one filesystem configuration a row runs on: a kind (a column)
+// over a source, with flags. Targets with the same key share a mount.
+type target struct {
+	key  string // unique: names the mount point
+	col  string
+	src  string // a plain directory, or pugfs's bucket URL
+	env  []string
+	args []string // daemon flags
+}
+
+// daemon is a mounted FUSE filesystem.
+type daemon struct {
+	t   *target
+	dir string
+	p   *process
+}
+
+// mounter starts, reuses and stops the FUSE daemons and records their
+// peak RSS.
+type mounter struct {
+	base  string // mount points live here
+	bins  map[string]string
+	env   []string // for every daemon
+	logf  func(string, ...any)
+	mu    sync.Mutex
+	live  map[string]*daemon
+	peak  map[string]int64 // by target key: the highest VmHWM seen
+	count map[string]int   // mounts started, by target key
+}
+
+func newMounter(base string, bins map[string]string, env []string, logf func(string, ...any)) *mounter {
+	return &mounter{base: base, bins: bins, env: env, logf: logf,
+		live: map[string]*daemon{}, peak: map[string]int64{}, count: map[string]int{}}
+}
+
+// root returns the directory a row runs in for t: the plain directory for
+// the native disk, else a mount point, reusing a live mount unless fresh.
+func (m *mounter) root(ctx context.Context, t *target, fresh bool) (string, error) {
+	if t.col == colNative {
+		return t.src, nil
+	}
+	m.mu.Lock()
+	d := m.live[t.key]
+	m.mu.Unlock()
+	if d != nil {
+		if !fresh && !d.p.exited() && isMounted(d.dir) {
+			return d.dir, nil
+		}
+		m.stop(d)
+	}
+	d, err := m.start(ctx, t)
+	if err != nil {
+		return "", err
+	}
+	return d.dir, nil
+}
+
+func (m *mounter) start(ctx context.Context, t *target) (*daemon, error) {
+	dir := filepath.Join(m.base, t.key)
+	if isMounted(dir) {
+		_ = syscall.Unmount(dir, syscall.MNT_DETACH)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	bin := m.bins[t.col]
+	var argv []string
+	switch t.col {
+	case colPugfs:
+		argv = append(append([]string{bin, "mount"}, t.args...), t.src, dir)
+	case colLoopback:
+		argv = append(append([]string{bin, "-q"}, t.args...), dir, t.src)
+	case colRclone:
+		argv = append(append([]string{bin, "mount", "--vfs-cache-mode", "off"}, t.args...), t.src, dir)
+	default:
+		return nil, fmt.Errorf("no daemon for column %s", t.col)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(append(os.Environ(), m.env...), t.env...)
+	p, err := startProcess(cmd)
+	if err != nil {
+		return nil, err
+	}
+	d := &daemon{t: t, dir: dir, p: p}
+	m.mu.Lock()
+	m.live[t.key] = d
+	m.count[t.key]++
+	m.mu.Unlock()
+	deadline := time.Now().Add(30 * time.Second)
+	for !isMounted(dir) {
+		if p.exited() {
+			m.stop(d)
+			return nil, fmt.Errorf("%s exited before mounting (%v): %s", strings.Join(argv, " "), p.err, tail([]byte(p.out.String()), 800))
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			m.stop(d)
+			return nil, fmt.Errorf("%s did not mount %s within 30s: %s", strings.Join(argv, " "), dir, tail([]byte(p.out.String()), 800))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return d, nil
+}
+
+// stop records the daemon's peak RSS and unmounts it: SIGTERM (each
+// daemon unmounts itself on it), then a lazy unmount and SIGKILL if it
+// does not go within 20 s.
+func (m *mounter) stop(d *daemon) {
+	if !d.p.exited() {
+		if hwm, err := vmHWM(d.p.pid()); err == nil {
+			m.mu.Lock()
+			m.peak[d.t.key] = max(m.peak[d.t.key], hwm)
+			m.mu.Unlock()
+		}
+	}
+	if !d.p.signal(syscall.SIGTERM, 20*time.Second) {
+		m.logf("%s did not exit 20s after SIGTERM; detaching %s and killing it", d.t.key, d.dir)
+		_ = syscall.Unmount(d.dir, syscall.MNT_DETACH)
+		d.p.kill()
+	}
+	if isMounted(d.dir) {
+		_ = syscall.Unmount(d.dir, syscall.MNT_DETACH)
+	}
+	m.mu.Lock()
+	if m.live[d.t.key] == d {
+		delete(m.live, d.t.key)
+	}
+	m.mu.Unlock()
+}
+
+// stopKeys stops the live daemons whose key has the prefix.
+func (m *mounter) stopPrefix(prefix string) {
+	m.mu.Lock()
+	var ds []*daemon
+	for k, d := range m.live {
+		if strings.HasPrefix(k, prefix) {
+			ds = append(ds, d)
+		}
+	}
+	m.mu.Unlock()
+	for _, d := range ds {
+		m.stop(d)
+	}
+}
+
+// stopAll unmounts everything; deferred by run, so it runs on errors and
+// on Ctrl-C too.
+func (m *mounter) stopAll() { m.stopPrefix("") }
