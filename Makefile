@@ -30,7 +30,8 @@ test: lint
 	$(GO) test -race -timeout 40m $(TESTFLAGS) ./...
 
 bench: build deps
-	$(GO) test -run '^$$' -bench . -benchtime 3x ./layout/... ./cache/...
+	$(GO) build -o bin/pugfs-bench ./cmd/pugfs-bench
+	./bin/pugfs-bench -preset $(or $(BENCH),quick) -pugfs $(BIN)
 
 clean:
 	rm -rf bin
