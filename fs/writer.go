@@ -62,6 +62,12 @@ type wsession struct {
 	fsyncMu sync.Mutex
 	// batch is the group commit being gathered.
 	batch *batch
+	// uploading counts commits of this session that are storing their
+	// blobs and have not joined a batch yet; lastBatch is the number of
+	// commits the last batch held. Either says other writers are about:
+	// only then does a batch's leader wait the group window.
+	uploading int
+	lastBatch int
 	// commitMu serialises snapshot commits of this session from this
 	// mount, so that group members land in order.
 	commitMu sync.Mutex
@@ -486,9 +492,11 @@ type batch struct {
 	descs  []layout.Descriptor
 	files  []*staged
 	sealed bool
-	done   chan struct{}
-	err    error
-	res    layout.CommitResult
+	// members counts the commits that joined.
+	members int
+	done    chan struct{}
+	err     error
+	res     layout.CommitResult
 }
 
 // commit uploads the blobs of ops, then commits their descriptors,
@@ -499,6 +507,18 @@ func (w *writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 	// the request context would abandon half-done work.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 	defer cancel()
+	ws := w.session(id)
+	w.mu.Lock()
+	ws.uploading++
+	w.mu.Unlock()
+	joined := false
+	defer func() {
+		if !joined {
+			w.mu.Lock()
+			ws.uploading--
+			w.mu.Unlock()
+		}
+	}()
 	descs := make([]layout.Descriptor, 0, len(ops))
 	var files []*staged
 	for _, op := range ops {
@@ -515,8 +535,9 @@ func (w *writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 		descs = append(descs, d)
 		files = append(files, op.file)
 	}
-	ws := w.session(id)
 	w.mu.Lock()
+	ws.uploading--
+	joined = true
 	b := ws.batch
 	leader := false
 	if b == nil || b.sealed {
@@ -526,22 +547,35 @@ func (w *writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 	}
 	b.descs = append(b.descs, descs...)
 	b.files = append(b.files, files...)
+	b.members++
 	w.mu.Unlock()
-	if leader {
-		// Wait a short window for others to join, then seal and commit.
-		t := time.NewTimer(w.f.cfg.GroupWindow)
-		<-t.C
-		w.mu.Lock()
-		b.sealed = true
-		if ws.batch == b {
-			ws.batch = nil
-		}
-		w.mu.Unlock()
-		b.res, b.err = w.commitBatch(ctx, ws, b)
-		close(b.done)
-	} else {
+	if !leader {
 		<-b.done
+		return b.err
 	}
+	// Gather: when other commits of the session are under way, or the
+	// last batch was shared, wait the group window for more to join. A
+	// lone writer does not wait at all.
+	w.mu.Lock()
+	busy := ws.uploading > 0 || ws.lastBatch > 1
+	w.mu.Unlock()
+	if busy {
+		window := time.NewTimer(w.f.cfg.GroupWindow)
+		<-window.C
+	}
+	// Closes that arrive while an earlier batch is being committed join
+	// this one: it is sealed only once it may commit.
+	ws.commitMu.Lock()
+	w.mu.Lock()
+	b.sealed = true
+	if ws.batch == b {
+		ws.batch = nil
+	}
+	ws.lastBatch = b.members
+	w.mu.Unlock()
+	b.res, b.err = w.commitBatch(ctx, ws, b)
+	ws.commitMu.Unlock()
+	close(b.done)
 	return b.err
 }
 
@@ -562,9 +596,8 @@ func (w *writer) upload(ctx context.Context, s *staged) (layout.Descriptor, erro
 	return d, nil
 }
 
+// commitBatch commits b as one snapshot; the caller holds ws.commitMu.
 func (w *writer) commitBatch(ctx context.Context, ws *wsession, b *batch) (layout.CommitResult, error) {
-	ws.commitMu.Lock()
-	defer ws.commitMu.Unlock()
 	id := ws.id
 	st, err := w.f.cache.State(ctx, id)
 	if err != nil {
