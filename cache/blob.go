@@ -64,8 +64,8 @@ const (
 // BlobOptions configure a BlobCache. The zero value is usable.
 type BlobOptions struct {
 	// MemBytes bounds the bytes of cached and staged chunks held in memory
-	// (default 256 MiB). In-flight backend reads hold at most Parallel
-	// further chunk buffers per blob on top of it.
+	// (default 256 MiB). In-flight backend reads hold further chunk
+	// buffers on top of it, at most MaxInFlight.
 	MemBytes int64
 	// ChunkSize is the unit of fetching, caching and verification
 	// (default 1 MiB).
@@ -77,6 +77,11 @@ type BlobOptions struct {
 	// during its verify pass, and of background read-ahead reads in all
 	// (default 8).
 	Parallel int
+	// MaxInFlight bounds the backend reads in flight across the whole
+	// cache (default 4 x Parallel). Each holds at most one chunk buffer
+	// beyond MemBytes, so a read storm over many blobs holds at most
+	// MemBytes + MaxInFlight x ChunkSize of chunk data.
+	MaxInFlight int
 	// DiskDir is an optional on-disk cache directory ("" = none). The cache
 	// keeps its files under DiskDir/blobs; several processes may share it.
 	DiskDir string
@@ -186,8 +191,12 @@ type BlobCache struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	raSem  chan struct{}
-	bufs   sync.Pool
-	disk   *diskCache
+	// fetchSem bounds backend reads in flight (MaxInFlight); a slot is
+	// held only for one ranged read, never while waiting for anything
+	// else, so it cannot deadlock.
+	fetchSem chan struct{}
+	bufs     sync.Pool
+	disk     *diskCache
 
 	mu         sync.Mutex
 	closed     bool
@@ -297,7 +306,7 @@ type blobShape struct {
 	// probed says probeRaw read the (unverified) head; probeRaw that it
 	// had no magic number. Only Size uses them.
 	probed, probeRaw bool
-	dec      [blobSpaces]blobDecInfo
+	dec              [blobSpaces]blobDecInfo
 }
 
 type blobDecInfo struct {
@@ -330,6 +339,9 @@ func NewBlobCache(src BlobSource, opts BlobOptions) (*BlobCache, error) {
 	if opts.Parallel <= 0 {
 		opts.Parallel = DefaultBlobParallel
 	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 4 * opts.Parallel
+	}
 	if opts.DiskBytes <= 0 {
 		opts.DiskBytes = DefaultBlobDiskBytes
 	}
@@ -353,6 +365,7 @@ func NewBlobCache(src BlobSource, opts BlobOptions) (*BlobCache, error) {
 		cs:       int64(opts.ChunkSize),
 		spillMax: opts.DiskBytes,
 		raSem:    make(chan struct{}, opts.Parallel),
+		fetchSem: make(chan struct{}, opts.MaxInFlight),
 		bad:      make(map[blobBadKey]blobBad),
 		passes:   make(map[blobSizedKey]*blobCall[*blobPassResult]),
 		decodes:  make(map[blobBadKey]*blobCall[*blobDecodeResult]),

@@ -300,6 +300,12 @@ func (c *BlobCache) fetchRange(ctx context.Context, d layout.Digest, size, off, 
 	if last {
 		length = -1
 	}
+	select {
+	case c.fetchSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-c.fetchSem }()
 	c.st.backendReads.Add(1)
 	c.st.inFlight.Add(1)
 	defer c.st.inFlight.Add(-1)

@@ -684,3 +684,53 @@ func TestBlobSniffCandidate(t *testing.T) {
 		}
 	}
 }
+
+// A read storm over many unverified blobs (each verify pass wants Parallel
+// reads) keeps at most MaxInFlight backend reads open cache-wide, so the
+// chunk buffers beyond MemBytes stay bounded; the waiting reads proceed as
+// slots free up.
+func TestBlobInFlightBound(t *testing.T) {
+	src := newFakeBlobSource()
+	gate := make(chan struct{})
+	src.set(func(f *fakeBlobSource) { f.gate = gate })
+	const blobs, limit = 12, 6
+	opts := BlobOptions{ChunkSize: 16 << 10, Parallel: 4, MaxInFlight: limit, ReadAhead: -1}
+	c := newTestBlobCache(t, src, opts)
+	var ds []*layout.Descriptor
+	var bodies [][]byte
+	for i := range blobs {
+		b := blobTestBody(64<<10, uint64(500+i))
+		bodies = append(bodies, b)
+		ds = append(ds, &layout.Descriptor{Digest: src.put(b), Size: int64(len(b)), ContentType: "application/octet-stream"})
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, blobs)
+	for i := range blobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := readAll(context.Background(), c, ds[i], 10000)
+			if err == nil && !bytes.Equal(got, bodies[i]) {
+				err = fmt.Errorf("blob %d: wrong bytes", i)
+			}
+			if err != nil {
+				errc <- err
+			}
+		}()
+	}
+	waitFor(t, "reads to queue for a slot", func() bool {
+		return src.reads.Load() > limit || goroutinesWaiting("[select", "(*BlobCache).fetchRange") >= 2*limit
+	})
+	if n := src.reads.Load(); n != limit {
+		t.Fatalf("%d backend reads open at once, MaxInFlight %d", n, limit)
+	}
+	close(gate)
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.InFlight != 0 || st.VerifyPasses != blobs {
+		t.Fatalf("stats after the storm: %+v", st)
+	}
+}

@@ -222,7 +222,12 @@ func runBounded(d time.Duration, ops map[string]func(ctx context.Context) error)
 // blockedOnMutex counts the goroutines waiting for a sync.Mutex inside a
 // function whose name contains fn: how a test knows that calls have
 // reached a lock and are parked there, which nothing else tells it.
-func blockedOnMutex(fn string) int {
+func blockedOnMutex(fn string) int { return goroutinesWaiting("[sync.Mutex.Lock", fn) }
+
+// goroutinesWaiting counts the goroutines whose wait reason starts with
+// state (as in a goroutine dump: "[select", "[sync.Mutex.Lock") and
+// whose stack has a function whose name contains fn.
+func goroutinesWaiting(state, fn string) int {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -235,7 +240,7 @@ func blockedOnMutex(fn string) int {
 	count := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		head, _, _ := strings.Cut(g, "\n")
-		if strings.Contains(head, "[sync.Mutex.Lock") && strings.Contains(g, fn) {
+		if strings.Contains(head, state) && strings.Contains(g, fn) {
 			count++
 		}
 	}
