@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -54,10 +55,13 @@ func (f *FS) statsText() string {
 		ls.Gets, ls.Heads, ls.Puts, ls.Lists, ls.Deletes)
 	fmt.Fprintf(&b, "backend bytes: read %d, written %d\n", ls.BytesRead, ls.BytesWritten)
 	fmt.Fprintf(&b, "backend retries %d, errors %d\n", ls.Retries, ls.Errors)
-	cs := f.cache.Stats()
-	fmt.Fprintf(&b, "sessions cached %d: loads %d, refreshes %d, hits %d, freshness checks %d, evictions %d, snapshots read %d\n",
-		cs.Sessions, cs.Loads, cs.Refreshes, cs.Hits, cs.Checks, cs.Evictions, cs.Snaps)
-	fmt.Fprintf(&b, "blobs: %+v\n", f.blobs.Stats())
+	fmt.Fprintf(&b, "%s\n", f.cache.Stats())
+	bs := f.blobs.Stats()
+	// The raw counters on one line, Name:value, for scripts; then the same
+	// for people, with hit rates.
+	type rawBlobStats cache.BlobStats
+	fmt.Fprintf(&b, "blobs: %+v\n", rawBlobStats(bs))
+	fmt.Fprintf(&b, "blob cache %s\n", strings.ReplaceAll(bs.String(), "\n", "\nblob cache "))
 	ws := f.w.stats()
 	fmt.Fprintf(&b, "commits %d (snapshots %d, descriptors %d), commit errors %d, conflicts %d\n",
 		ws.commits, ws.snapshots, ws.descriptors, ws.errors, ws.conflicts)
