@@ -94,6 +94,9 @@ func (d *sessionDir) list(ctx context.Context) ([]child, error) {
 	seen := map[string]bool{}
 	if ok {
 		for _, name := range dir.Names() {
+			if d.metaName(name) {
+				continue // the hidden .pugmark/ shadows a slot of that name
+			}
 			c, ok := d.childOf(st, dir, name)
 			if ok && !d.f.w.hidden(d.id, d.live(), d.parts, name) {
 				out = append(out, c)
@@ -107,6 +110,12 @@ func (d *sessionDir) list(ctx context.Context) ([]child, error) {
 	return out, nil
 }
 
+// metaName reports whether name is the hidden .pugmark/ of a live
+// session's root directory.
+func (d *sessionDir) metaName(name string) bool {
+	return name == ".pugmark" && len(d.parts) == 0 && d.live()
+}
+
 // fixed reports whether the listing can never change: history.
 func (d *sessionDir) fixed() bool { return d.hist }
 
@@ -114,7 +123,7 @@ func (d *sessionDir) find(ctx context.Context, name string) (child, error) {
 	if len(name) > layout.MaxNameComponent {
 		return child{}, syscall.ENAMETOOLONG
 	}
-	if name == ".pugmark" && len(d.parts) == 0 && d.live() {
+	if d.metaName(name) {
 		return d.f.dir(name, inoOf("session-meta", d.id.String()), d.f.ttl, &sessionMetaDir{f: d.f, id: d.id}), nil
 	}
 	if d.live() {
@@ -170,7 +179,16 @@ func (f *FS) sessionSubdir(sub *sessionDir, name string) child {
 
 func (d *sessionDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 	var updated time.Time
-	if len(d.parts) == 0 {
+	switch {
+	case !d.live():
+		// History at version N shows the last content append at or
+		// before N, never a later one.
+		st, err := d.f.cache.State(ctx, d.id)
+		if err != nil {
+			return err
+		}
+		updated = updatedAt(st, d.at)
+	case len(d.parts) == 0:
 		// A session's own directory: a light summary is enough, so that
 		// ls -l sessions/ does not load every session.
 		_, t, err := d.f.cache.Summary(ctx, d.id)
@@ -178,7 +196,7 @@ func (d *sessionDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 			return err
 		}
 		updated = t
-	} else {
+	default:
 		st, err := d.f.cache.State(ctx, d.id)
 		if err != nil {
 			return err
@@ -190,6 +208,26 @@ func (d *sessionDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 		out.Mode = syscall.S_IFDIR | 0o755
 	}
 	return nil
+}
+
+// updatedAt is the time of the last content append at or before version
+// v (consistency.md §1): the newest created-at of the latest snapshot up
+// to v that added descriptors with a time; the ID's hour when there is
+// none.
+func updatedAt(st *cache.State, v uint32) time.Time {
+	for ; v > 0; v-- {
+		ds, _ := st.Snapshot(v)
+		var newest time.Time
+		for _, d := range ds {
+			if d.CreatedAt.After(newest) {
+				newest = d.CreatedAt
+			}
+		}
+		if !newest.IsZero() {
+			return newest
+		}
+	}
+	return st.ID.Time()
 }
 
 // slotChild is a file backed by a descriptor. The inode is keyed on
