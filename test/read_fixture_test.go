@@ -170,7 +170,10 @@ func buildReadFixture(t *testing.T, bk *Bucket) *readFixture {
 	}
 	// Names without a path: they stay in the log only.
 	fx.hidden = []string{"../escape", "a/../b", "", "nul\x00byte", strings.Repeat("x", 300), "long/" + strings.Repeat("y", 256),
-		"./dot", "a//b", "/abs", "trailing/", "a/b", ".", ".."}
+		"./dot", "a//b", "/abs", "trailing/", "a/b", ".", "..",
+		// The live root's .pugmark/ is the session's metadata; history
+		// shows the slot.
+		".pugmark/evil.txt"}
 	for _, n := range fx.hidden {
 		add(n, "text/plain", "", []byte("hidden "+strconv.Quote(n)+"\n"), nil)
 	}

@@ -166,6 +166,10 @@ func (r *rdCtx) hiddenMeta() {
 		r.eq("ls fork/.pugmark", r.sh("ls "+meta(r.fx.demo.Fork.ID)), "at\ncheckpoint\nforks\nlog.jsonl\nmanifest.json\nparent\nseq\nsnapshots\nversion\n")
 		// Deeper directories have no .pugmark of their own.
 		r.fails("ls "+r.odd()+"/big/.pugmark", "No such file")
+		// A slot under .pugmark/ is shadowed in the live tree, shown in
+		// history.
+		r.fails("cat "+meta(r.fx.odd)+"/evil.txt", "No such file")
+		r.eq("history shows it", r.sh("cat "+meta(r.fx.odd)+"/at/1/.pugmark/evil.txt"), "hidden \".pugmark/evil.txt\"\n")
 	})
 }
 
@@ -701,6 +705,11 @@ func (r *rdCtx) mtimes() {
 		r.eq("session mtime", r.sh("stat -c %Y "+r.odd()), strconv.FormatInt(fixT2.Unix(), 10)+"\n")
 		r.eq("child mtime", r.sh("stat -c %Y "+sess(fx.oddChild)), strconv.FormatInt(fixTF.Unix(), 10)+"\n")
 		r.eq("history file", r.sh("stat -c %Y "+meta(fx.odd)+"/at/1/plain.txt"), strconv.FormatInt(fixT1.Unix(), 10)+"\n")
+		// History directories show the last append at or before their
+		// version.
+		r.eq("at/0", r.sh("stat -c %Y "+meta(fx.odd)+"/at/0"), strconv.FormatInt(fx.odd.Time().Unix(), 10)+"\n")
+		r.eq("at/1", r.sh("stat -c %Y "+meta(fx.odd)+"/at/1 "+meta(fx.odd)+"/at/1/big"), strings.Repeat(strconv.FormatInt(fixT1.Unix(), 10)+"\n", 2))
+		r.eq("at/3", r.sh("stat -c %Y "+meta(fx.odd)+"/at/3"), strconv.FormatInt(fixT2.Unix(), 10)+"\n")
 		// A session with no snapshot shows the hour of its ID.
 		r.eq("empty session", r.sh("stat -c %Y "+sess(fx.empty)), strconv.FormatInt(fx.empty.Time().Unix(), 10)+"\n")
 	})
