@@ -259,22 +259,11 @@ func sessDir(m *Mount, id layout.SessionID) string {
 	return filepath.Join(m.Dir, "sessions", id.String())
 }
 
-// parallel runs each bucket kind's subtest in parallel with the others.
+// parallelBuckets runs each bucket kind's subtest in parallel with the others.
 func parallelBuckets(t *testing.T, fn func(t *testing.T, bk *Bucket)) {
 	t.Parallel()
 	eachBucket(t, func(t *testing.T, bk *Bucket) {
 		t.Parallel()
 		fn(t, bk)
 	})
-}
-
-// lines splits s into non-empty lines.
-func lines(s string) []string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if l != "" {
-			out = append(out, l)
-		}
-	}
-	return out
 }

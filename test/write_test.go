@@ -155,6 +155,11 @@ func TestWriteLargeFile(t *testing.T) {
 		write("big.bin", size)
 		after := vmHWM(t, m)
 		t.Logf("peak RSS %d KiB -> %d KiB for a %d KiB file", before>>10, after>>10, size>>10)
+		if raceEnabled {
+			// The race detector's shadow memory grows with every byte
+			// the program touches: the RSS says nothing then.
+			return
+		}
 		if bk.Kind != "s3" {
 			if grew := after - before; grew > size/4 {
 				t.Errorf("pugfs peak RSS grew by %d KiB writing a %d KiB file", grew>>10, size>>10)
