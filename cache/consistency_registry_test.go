@@ -20,7 +20,8 @@ import (
 // the registry row, and reorders the listing.
 //
 // Seen failing: with fork records counted as content (applySnaps before the
-// fix) every reader saw the fork's created-at; with SetName stamping
+// fix) every reader saw the fork's created-at, and so did Summary (before
+// its fix); with SetName stamping
 // UpdatedAt with the clock, the listers did; with observe copying the
 // manifest's name over the row's (before the fix), the final rename was
 // lost on the next refresh.
@@ -140,6 +141,11 @@ func TestUpdatedAtMovesOnlyOnContentAppends(t *testing.T) {
 		default:
 		}
 
+		// A cache that never loaded s summarises it (what a session
+		// directory's attributes use) from its latest snapshots.
+		if _, at, err := newCache(t, w.store, Options{}).Summary(bg, s); err != nil || !at.Equal(t1) {
+			t.Fatalf("summary: updated_at %v, %v; want %v", at, err, t1)
+		}
 		c.Registry.SetName(s, "final")
 		st := mustState(t, c, s)
 		if want := uint32(1 + 2*rounds); st.Version != want || !st.UpdatedAt.Equal(t1) {

@@ -68,13 +68,19 @@ func (c *Cache) summarise(ctx context.Context, id layout.SessionID, fp uint32) (
 		if err != nil {
 			return summary{}, err
 		}
-		if len(snaps) == 1 && len(snaps[0]) > 0 {
-			var newest time.Time
-			for _, d := range snaps[0] {
+		// Fork records are bookkeeping, not content (consistency.md §1):
+		// a snapshot of fork records only counts as empty.
+		content := false
+		var newest time.Time
+		for _, d := range snaps[0] {
+			if !d.Fork {
+				content = true
 				if d.CreatedAt.After(newest) {
 					newest = d.CreatedAt
 				}
 			}
+		}
+		if content {
 			if newest.IsZero() {
 				break // no times here: let the state decide
 			}
