@@ -72,11 +72,13 @@ func (c *Cache) summarise(ctx context.Context, id layout.SessionID, fp uint32) (
 		// a snapshot of fork records only counts as empty.
 		content := false
 		var newest time.Time
-		for _, d := range snaps[0] {
-			if !d.Fork {
-				content = true
-				if d.CreatedAt.After(newest) {
-					newest = d.CreatedAt
+		for _, ds := range snaps { // one snapshot, version v
+			for _, d := range ds {
+				if !d.Fork {
+					content = true
+					if d.CreatedAt.After(newest) {
+						newest = d.CreatedAt
+					}
 				}
 			}
 		}
