@@ -168,9 +168,7 @@ func (s *Session) refreshLocked(ctx context.Context) (*State, error) {
 	fp = max(fp, s.floor)
 	prev := s.st.Load()
 	if prev != nil && fp == prev.Version {
-		if s.inval.Load() == inval {
-			s.checked.Store(checkedAt.UnixNano())
-		}
+		s.markChecked(checkedAt, inval)
 		return prev, nil
 	}
 	if prev != nil && fp < prev.Version {
@@ -180,7 +178,7 @@ func (s *Session) refreshLocked(ctx context.Context) (*State, error) {
 		// going back to it would hide commits, this mount's own
 		// included, until the listing catches up.
 		if _, err := c.store.ReadSnapshotRange(ctx, s.id, prev.Version, prev.Version, 1); err == nil {
-			s.checked.Store(checkedAt.UnixNano())
+			s.markChecked(checkedAt, inval)
 			return prev, nil
 		} else if !errors.Is(err, layout.ErrNotFound) {
 			return nil, err
@@ -203,14 +201,20 @@ func (s *Session) refreshLocked(ctx context.Context) (*State, error) {
 	return st, nil
 }
 
-// publishLocked installs st and updates the registry row. A refresh
-// that Invalidate overtook leaves the state due for a re-check.
+// publishLocked installs st and updates the registry row.
 func (s *Session) publishLocked(st *State, checkedAt time.Time, inval uint64) {
 	s.st.Store(st)
+	s.markChecked(checkedAt, inval)
+	s.c.observe(s, st)
+}
+
+// markChecked records that the bucket confirmed the state at checkedAt,
+// unless Invalidate came since inval was read: that refresh is older than
+// the change Invalidate announced, so the state stays due for a re-check.
+func (s *Session) markChecked(checkedAt time.Time, inval uint64) {
 	if s.inval.Load() == inval {
 		s.checked.Store(checkedAt.UnixNano())
 	}
-	s.c.observe(s, st)
 }
 
 func (s *Session) build(ctx context.Context, fp uint32) (*State, error) {
