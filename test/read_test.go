@@ -1029,6 +1029,12 @@ func (r *rdCtx) historyTimeouts() {
 		if len(h) != 2 || h[1] != h[0] {
 			t.Errorf("stat of a history file re-checked the bucket: freshness checks %v", h)
 		}
+		// The listing of a history directory is cached by the kernel
+		// too (FOPEN_CACHE_DIR): a second ls -f reads no directory.
+		ls := "cd " + at + " && ls -f big >/dev/null && cat " + r.dir + "/.pugmark/stats && ls -f big >/dev/null && ls -f big >/dev/null && cat " + r.dir + "/.pugmark/stats"
+		if d := checks(r.sh(ls)); len(d) != 2 || d[1] != d[0] {
+			t.Errorf("listing a history directory again re-checked the bucket: freshness checks %v", d)
+		}
 		l := checks(r.sh(script(live, "plain.txt")))
 		if len(l) != 2 || l[1] <= l[0] {
 			t.Errorf("with --metadata-ttl=0, stat of a live file did not re-check: freshness checks %v", l)
