@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
@@ -637,6 +638,31 @@ func TestWriteSymlinkIngests(t *testing.T) {
 	})
 }
 
+// wantEROFS runs each script in a subshell of one bash in dir and checks
+// that each fails with EROFS.
+func wantEROFS(t *testing.T, dir string, scripts []string) {
+	t.Helper()
+	var b strings.Builder
+	for i, s := range scripts {
+		fmt.Fprintf(&b, "echo '@@ %d'; ( %s ) 2>&1 && echo '@@ succeeded'\n", i, s)
+	}
+	b.WriteString("echo '@@ end'\n")
+	out := sh(t, dir, b.String())
+	for i, s := range scripts {
+		start := strings.Index(out, fmt.Sprintf("@@ %d\n", i))
+		end := strings.Index(out, fmt.Sprintf("@@ %d\n", i+1))
+		if i == len(scripts)-1 {
+			end = strings.Index(out, "@@ end\n")
+		}
+		if start < 0 || end < start {
+			t.Fatalf("output of the checks is garbled:\n%s", out)
+		}
+		if got := out[start:end]; !strings.Contains(got, "Read-only file system") || strings.Contains(got, "@@ succeeded") {
+			t.Errorf("%s in %s: %q, want EROFS", s, dir, got)
+		}
+	}
+}
+
 // TestWriteReadOnlyPlaces: history, objects/, names/, the root and
 // .pugmark/ refuse writes; a --read-only mount refuses every write.
 func TestWriteReadOnlyPlaces(t *testing.T) {
@@ -646,7 +672,7 @@ func TestWriteReadOnlyPlaces(t *testing.T) {
 		s := "sessions/" + id.String()
 		sh(t, m.Dir, `echo x > `+s+`/f; setfattr -n user.pugmark.meta.k -v v `+s+`/f`)
 		obj := strings.TrimSpace(sh(t, m.Dir, `ls objects | head -1`))
-		for _, script := range []string{
+		wantEROFS(t, m.Dir, []string{
 			`echo x > ` + s + `/.pugmark/at/1/new`,
 			`echo x >> ` + s + `/.pugmark/at/1/f`,
 			`rm ` + s + `/.pugmark/at/1/f`,
@@ -663,16 +689,12 @@ func TestWriteReadOnlyPlaces(t *testing.T) {
 			`echo x > rootfile`,
 			`mkdir rootdir`,
 			`rmdir sessions`,
-		} {
-			if e := shErr(t, m.Dir, script); !strings.Contains(e, "Read-only file system") {
-				t.Errorf("%s: %q, want EROFS", script, e)
-			}
-		}
+		})
 		if e := shErr(t, m.Dir, `setfattr -n user.pugmark.digest -v x `+s+`/f`); !strings.Contains(e, "not permitted") {
 			t.Errorf("setfattr of a derived attribute: %q, want EPERM", e)
 		}
 		ro := mount(t, bk, "--read-only")
-		for _, script := range []string{
+		wantEROFS(t, ro.Dir, []string{
 			`echo x > ` + s + `/new`,
 			`echo x >> ` + s + `/f`,
 			`rm ` + s + `/f`,
@@ -683,11 +705,7 @@ func TestWriteReadOnlyPlaces(t *testing.T) {
 			`mkdir memories/ns`,
 			`echo x > refs/r`,
 			`ln -s file:///etc/hostname ` + s + `/l`,
-		} {
-			if e := shErr(t, ro.Dir, script); !strings.Contains(e, "Read-only file system") {
-				t.Errorf("read-only mount: %s: %q, want EROFS", script, e)
-			}
-		}
+		})
 		if v := latest(t, bk, id); v != 2 {
 			t.Fatalf("version %d, want 2", v)
 		}
