@@ -126,7 +126,8 @@ func (f *FS) resolveName(ctx context.Context, name string) (layout.SessionID, er
 	}
 	id, err := layout.ParseManifestKey(r.Target)
 	if err != nil {
-		return layout.SessionID{}, fmt.Errorf("session ref %s: %w: %v", name, layout.ErrCorrupt, err)
+		key, _ := layout.RefKey(layout.SessionRefName(name))
+		return layout.SessionID{}, fmt.Errorf("session ref %s: %w: target %q is not a manifest key: %v", key, layout.ErrCorrupt, r.Target, err)
 	}
 	return id, nil
 }

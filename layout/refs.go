@@ -36,7 +36,7 @@ func (s *Store) ReadRef(ctx context.Context, name string) (Ref, error) {
 	}
 	t := strings.TrimRight(string(body), "\r\n")
 	if strings.ContainsAny(t, "\r\n") {
-		return Ref{}, fmt.Errorf("read ref %s: %w: body is more than one line", name, ErrCorrupt)
+		return Ref{}, fmt.Errorf("read ref %s: %w: body is more than one line", key, ErrCorrupt)
 	}
 	return Ref{Name: name, Target: t, ETag: a.ETag}, nil
 }
