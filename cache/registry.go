@@ -198,9 +198,10 @@ func (r *Registry) Flush() error {
 	sort.Slice(rows, func(i, j int) bool { return rows[i].ID.String() < rows[j].ID.String() })
 	err := writeFileAtomic(r.path, rows)
 	r.state.Lock()
-	defer r.state.Unlock()
 	if err != nil {
 		r.dirty = true // keep it for the next attempt
+		r.state.Unlock()
+		// Logged after the state lock is released: a log write is I/O.
 		r.log.Warn("registry flush failed; state kept in memory", "path", r.path, "err", err)
 		return err
 	}
@@ -209,6 +210,7 @@ func (r *Registry) Flush() error {
 		r.dirty = true
 		r.armLocked()
 	}
+	r.state.Unlock()
 	return nil
 }
 
