@@ -274,18 +274,21 @@ type memDir struct {
 	prefix string
 }
 
-func (m *memDir) entries(ctx context.Context) ([]child, error) {
+// entries returns the directory's records and namespace directories.
+// recErr is the error reading the records of the namespace at this prefix:
+// the deeper namespaces are still listed, since they do not depend on it.
+func (m *memDir) entries(ctx context.Context) (out []child, recErr error, err error) {
 	nss, err := m.f.views.Namespaces(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []child
 	files := map[string]bool{}
 	for _, ns := range nss {
 		if ns.Name == m.prefix && ns.Version > 0 {
 			recs, err := m.f.views.Memory(ctx, ns.Name, ns.Version)
 			if err != nil {
-				return nil, err
+				recErr = err
+				continue
 			}
 			for _, d := range recs {
 				if layout.ValidateMemoryName(d.Name) != nil || d.Deleted || files[d.Name] {
@@ -318,16 +321,27 @@ func (m *memDir) entries(ctx context.Context) ([]child, error) {
 	}
 	out = append(out, m.f.w.memOverlay(m.prefix, files, dirs)...)
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out, nil
+	return out, recErr, nil
 }
 
-func (m *memDir) list(ctx context.Context) ([]child, error) { return m.entries(ctx) }
+func (m *memDir) list(ctx context.Context) ([]child, error) {
+	cs, recErr, err := m.entries(ctx)
+	if err == nil {
+		err = recErr
+	}
+	return cs, err
+}
+
 func (m *memDir) find(ctx context.Context, name string) (child, error) {
-	cs, err := m.entries(ctx)
+	cs, recErr, err := m.entries(ctx)
 	if err != nil {
 		return child{}, err
 	}
-	return findIn(cs, name)
+	c, err := findIn(cs, name)
+	if err != nil && recErr != nil {
+		return child{}, recErr // it may be a record we could not read
+	}
+	return c, err
 }
 func (m *memDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 	if !m.f.cfg.ReadOnly {

@@ -110,7 +110,7 @@ func (n *memDirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 		sub = n.prefix + "/" + name
 	}
 	md := &memDir{f: n.f, prefix: sub}
-	cs, err := md.entries(ctx)
+	cs, err := md.list(ctx)
 	if err != nil {
 		return n.f.errnoOf("rmdir memory "+sub, err)
 	}
