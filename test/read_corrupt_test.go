@@ -1,0 +1,107 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"gocloud.dev/blob"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// TestReadCorruptObjects: a corrupt snapshot, manifest, memory file or ref
+// is EIO for what depends on it, with a log line naming the key; the rest
+// of the tree keeps working (tree.md "Errors a user sees"). Stray keys in
+// pugmark's prefixes are skipped.
+func TestReadCorruptObjects(t *testing.T) {
+	eachBucket(t, func(t *testing.T, bk *Bucket) {
+		t.Parallel()
+		ctx := context.Background()
+		s := bk.Store
+		raw := func(key string, body []byte, o *blob.WriterOptions) {
+			t.Helper()
+			if err := s.Bucket().WriteAll(ctx, key, body, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		file := func(name, body string) layout.Descriptor {
+			t.Helper()
+			defer rdCatch(t)
+			return rdPutDesc(t, s, name, "text/plain", "", []byte(body), fixT1)
+		}
+		newSess := func(files ...layout.Descriptor) layout.SessionID {
+			t.Helper()
+			id := newSession(t, bk)
+			if len(files) > 0 {
+				if _, err := s.Commit(ctx, id, layout.CommitRequest{Descriptors: files}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return id
+		}
+
+		good := newSess(file("ok.txt", "fine\n"))
+		// p: snapshot 1 fine, snapshot 2 garbage. Its fork at version 1
+		// does not depend on snapshot 2.
+		p := newSess(file("p.txt", "p at 1\n"))
+		child, err := s.Fork(ctx, p, layout.ForkRequest{Descriptor: file("forked.txt", "child\n")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap3, _ := layout.SnapshotKey(p, 3)
+		raw(snap3, []byte("this is not zstd json"), &blob.WriterOptions{ContentType: "application/json", ContentEncoding: "zstd",
+			Metadata: map[string]string{layout.MetaSnapshotType: "checkpoint"}})
+		// q: a manifest that is not JSON.
+		q := layout.NewSessionID(fixT1)
+		mk, _ := layout.ManifestKey(q)
+		raw(mk, []byte("{not json"), &blob.WriterOptions{ContentType: "application/json"})
+		// Stray keys: not a snapshot file, not a session path, not a
+		// memory file.
+		sp, _ := layout.SnapshotsPrefix(good)
+		raw(sp+"README", []byte("stray\n"), nil)
+		raw("sessions/year=2025/stray.txt", []byte("stray\n"), nil)
+		raw("memories/stray.txt", []byte("stray\n"), nil)
+		// Memories: a corrupt namespace above a good one.
+		func() { defer rdCatch(t); rdMemPut(t, s, "broken/inner", "x.md", "inner\n") }()
+		mem, _ := layout.MemoryKey("broken", 1)
+		raw(mem, []byte("garbage"), &blob.WriterOptions{ContentType: "application/json"})
+		func() { defer rdCatch(t); rdMemPut(t, s, "fine", "y.md", "fine\n") }()
+		// Refs: a session ref whose body is two lines, a plain one fine.
+		raw("refs/sessions/twolines", []byte("a\nb\n"), nil)
+		gk, _ := layout.ManifestKey(good)
+		if err := s.Link(ctx, layout.SessionRefName("good"), gk); err != nil {
+			t.Fatal(err)
+		}
+
+		m := mount(t, bk)
+		r := &rdCtx{t: t, bk: bk, m: m, dir: m.Dir}
+		eio := "Input/output error"
+		// What depends on the corrupt objects fails...
+		r.fails("ls "+sess(p), eio)
+		r.fails("cat "+meta(p)+"/version", eio)
+		r.fails("ls "+sess(q), eio)
+		r.fails("ls memories/broken", eio)
+		r.fails("readlink -v names/twolines", eio)
+		r.fails("cat refs/sessions/twolines", eio)
+		for _, key := range []string{snap3, mk, mem, "refs/sessions/twolines"} {
+			waitFor(t, "a log line naming "+key, func() bool { return strings.Contains(m.Log(), key) })
+		}
+		// ... and nothing else.
+		r.eq("good", r.sh("cat "+sess(good)+"/ok.txt"), "fine\n")
+		r.eq("stray snapshot key", r.sh("cat "+meta(good)+"/version"), "1\n")
+		listed := r.sh("ls sessions")
+		for _, id := range []layout.SessionID{good, p, child, q} {
+			if !strings.Contains(listed, id.String()) {
+				t.Errorf("ls sessions lacks %s:\n%s", id, listed)
+			}
+		}
+		r.eq("fork of the good part", r.sh("cat "+sess(child)+"/p.txt "+sess(child)+"/forked.txt"), "p at 1\nchild\n")
+		r.eq("inner namespace", r.sh("cat memories/broken/inner/x.md"), "inner\n")
+		r.eq("other namespace", r.sh("cat memories/fine/y.md"), "fine\n")
+		r.eq("memories", r.sh("ls memories"), "broken\nfine\n")
+		r.eq("names", r.sh("readlink names/good"), "../sessions/"+good.String()+"\n")
+		r.eq("ls names", r.sh("ls names"), "good\ntwolines\n")
+		r.eq("ls -l names still lists", r.sh("{ ls -l names 2>/dev/null || true; } | grep -c good"), "1\n")
+	})
+}
