@@ -188,6 +188,7 @@ func (n *sessDirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	}
 	if !live {
 		if s != nil {
+			f.w.keepParents(n.sd.id, full)
 			return 0
 		}
 		if dir, ok := tree.Walk(appendPart(parts, name)); ok && dir != nil {
@@ -198,6 +199,7 @@ func (n *sessDirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if err := f.w.queue(ctx, n.sd.id, []layout.Descriptor{{Name: full, Deleted: true, CreatedAt: f.cfg.Now().UTC()}}); err != nil {
 		return f.errnoOf("unlink "+full, err)
 	}
+	f.w.keepParents(n.sd.id, full)
 	return 0
 }
 

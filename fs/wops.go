@@ -38,6 +38,20 @@ func (w *writer) drop(id layout.SessionID, s *staged) {
 	}
 }
 
+// keepParents keeps the directories above name as (local) directories:
+// removing or moving away the last file of a directory leaves it there,
+// empty, until rmdir, as on any filesystem (rm -r removes the files, then
+// the directories). Empty directories are not stored in the bucket.
+func (w *writer) keepParents(id layout.SessionID, name string) {
+	ws := w.session(id)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := strings.LastIndexByte(name, '/'); i > 0; i = strings.LastIndexByte(name, '/') {
+		name = name[:i]
+		ws.dirs[name] = true
+	}
+}
+
 // rename moves a file or a directory inside one session as one snapshot
 // of tombstones and re-pointed descriptors; no blob is uploaded again.
 func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to string, noReplace bool) syscall.Errno {
@@ -103,8 +117,11 @@ func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 			if dirty {
 				// Its commit happens on close, under the new name.
 				if _, ok := slots[from]; ok {
-					return f.errnoOf("rename "+from, w.queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}}))
+					if err := w.queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}}); err != nil {
+						return f.errnoOf("rename "+from, err)
+					}
 				}
+				w.keepParents(id, from)
 				return 0
 			}
 		}
@@ -115,7 +132,11 @@ func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		moved := e.Descriptor.Clone()
 		moved.Name = to
 		moved.CreatedAt = now
-		return f.errnoOf("rename "+from, w.queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}, moved}))
+		if err := w.queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}, moved}); err != nil {
+			return f.errnoOf("rename "+from, err)
+		}
+		w.keepParents(id, from)
+		return 0
 	}
 	// A directory: every live slot under it.
 	if dstFile {
@@ -162,8 +183,11 @@ func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		ws.dirs[to] = true
 	}
 	w.mu.Unlock()
-	if len(ds) == 0 {
-		return 0
+	if len(ds) > 0 {
+		if err := w.queue(ctx, id, ds); err != nil {
+			return f.errnoOf("rename "+from, err)
+		}
 	}
-	return f.errnoOf("rename "+from, w.queue(ctx, id, ds))
+	w.keepParents(id, from)
+	return 0
 }
