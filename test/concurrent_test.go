@@ -96,7 +96,7 @@ func TestSnapshotTypes(t *testing.T) {
 				args = append(args, "--snapshot-type", typ)
 			}
 			m := mount(t, bk, args...)
-			sh(t, sessDir(m, id), fmt.Sprintf("echo %d > f%d", i, i))
+			shE(t, sessDir(m, id), fmt.Sprintf("echo %d > f%d", i, i))
 			m.Stop(t)
 			want := layout.SnapshotType(typ)
 			if typ == "" {
@@ -123,10 +123,10 @@ func TestCheckpointConflict(t *testing.T) {
 				seed(t, bk, id, map[string]string{"base.txt": "base\n"})
 				loser := mount(t, bk, "--snapshot-type", "checkpoint", "--metadata-ttl", "1h", "--commit", mode)
 				winner := mount(t, bk, "--snapshot-type", "checkpoint", "--metadata-ttl", "0")
-				if got := sh(t, sessDir(loser, id), `cat base.txt .pugmark/version`); got != "base\n1\n" {
+				if got := shE(t, sessDir(loser, id), `cat base.txt .pugmark/version`); got != "base\n1\n" {
 					t.Fatalf("loser sees %q", got)
 				}
-				sh(t, sessDir(winner, id), `echo won > winner.txt`)
+				shE(t, sessDir(winner, id), `echo won > winner.txt`)
 				if v := latest(t, bk, id); v != 2 {
 					t.Fatalf("winner: version %d, want 2", v)
 				}

@@ -46,7 +46,7 @@ func TestSessionMkdir(t *testing.T) {
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
 		m := mount(t, bk)
 		id := layout.NewSessionID(time.Now())
-		sh(t, m.Dir, `mkdir sessions/`+id.String())
+		shE(t, m.Dir, `mkdir sessions/`+id.String())
 		ctx := context.Background()
 		man, err := bk.Store.LoadManifest(ctx, id)
 		if err != nil {
@@ -66,10 +66,10 @@ func TestSessionMkdir(t *testing.T) {
 		if man.FirstSequenceNumber != 1 || man.Parent != nil {
 			t.Fatalf("manifest %+v", man)
 		}
-		if got := sh(t, m.Dir, `cat sessions/`+id.String()+`/.pugmark/version; ls sessions`); !strings.Contains(got, id.String()) || !strings.HasPrefix(got, "0\n") {
+		if got := shE(t, m.Dir, `cat sessions/`+id.String()+`/.pugmark/version; ls sessions`); !strings.Contains(got, id.String()) || !strings.HasPrefix(got, "0\n") {
 			t.Fatalf("after mkdir: %q", got)
 		}
-		sh(t, m.Dir, `echo first > sessions/`+id.String()+`/f`)
+		shE(t, m.Dir, `echo first > sessions/`+id.String()+`/f`)
 		wantSlots(t, bk, id, map[string]string{"f": "first\n"})
 		// mkdir of a session that exists in the bucket already.
 		other := newSession(t, bk)
@@ -108,13 +108,13 @@ func TestSessionNewCommand(t *testing.T) {
 			t.Fatalf("refs/sessions/review -> %s, %v", id, err)
 		}
 		m := mount(t, bk, "--metadata-ttl", "0")
-		if got := sh(t, m.Dir, `ls sessions`); !strings.Contains(got, plain.String()) || !strings.Contains(got, named.String()) {
+		if got := shE(t, m.Dir, `ls sessions`); !strings.Contains(got, plain.String()) || !strings.Contains(got, named.String()) {
 			t.Fatalf("ls sessions = %q", got)
 		}
-		if got := sh(t, m.Dir, `readlink names/review; cat names/review/.pugmark/version`); got != "../sessions/"+named.String()+"\n0\n" {
+		if got := shE(t, m.Dir, `readlink names/review; cat names/review/.pugmark/version`); got != "../sessions/"+named.String()+"\n0\n" {
 			t.Fatalf("names/review: %q", got)
 		}
-		sh(t, m.Dir, `echo via-name > names/review/note.txt`)
+		shE(t, m.Dir, `echo via-name > names/review/note.txt`)
 		wantSlots(t, bk, named, map[string]string{"note.txt": "via-name\n"})
 	})
 }
@@ -130,8 +130,8 @@ func TestForkCommand(t *testing.T) {
 		m := mount(t, bk, "--metadata-ttl", "0")
 		parent := newSession(t, bk)
 		pd := sessDir(m, parent)
-		sh(t, pd, `echo one > a.txt`)
-		sh(t, pd, `echo two > b.txt`)
+		shE(t, pd, `echo one > a.txt`)
+		shE(t, pd, `echo two > b.txt`)
 
 		child := parseID(t, pugfsCmd(t, bk, "fork", bk.URL, parent.String()))
 		cm, err := bk.Store.LoadManifest(ctx, child)
@@ -158,14 +158,14 @@ func TestForkCommand(t *testing.T) {
 		if err := json.Unmarshal([]byte(readFile(t, filepath.Join(cd, ".pugmark-fork.json"))), &note); err != nil || note.ForkedFrom != parent.String() {
 			t.Fatalf("fork note %+v, %v", note, err)
 		}
-		if got := sh(t, m.Dir, `readlink sessions/`+child.String()+`/.pugmark/parent`); got != fmt.Sprintf("../../%s/.pugmark/at/3\n", parent) {
+		if got := shE(t, m.Dir, `readlink sessions/`+child.String()+`/.pugmark/parent`); got != fmt.Sprintf("../../%s/.pugmark/at/3\n", parent) {
 			t.Fatalf("child .pugmark/parent -> %q", got)
 		}
-		if got := sh(t, pd, `ls .pugmark/forks; readlink .pugmark/forks/`+child.String()+`; cat .pugmark/forks/`+child.String()+`/a.txt`); got != child.String()+"\n../../../"+child.String()+"\none\n" {
+		if got := shE(t, pd, `ls .pugmark/forks; readlink .pugmark/forks/`+child.String()+`; cat .pugmark/forks/`+child.String()+`/a.txt`); got != child.String()+"\n../../../"+child.String()+"\none\n" {
 			t.Fatalf("parent .pugmark/forks: %q", got)
 		}
 		// The child is writable and independent of the parent.
-		sh(t, cd, `echo child > c.txt; rm a.txt`)
+		shE(t, cd, `echo child > c.txt; rm a.txt`)
 		wantSlots(t, bk, parent, map[string]string{"a.txt": "one\n", "b.txt": "two\n"})
 		if _, ok := slots(t, bk, child)["a.txt"]; ok {
 			t.Fatal("rm a.txt in the child did not tombstone it")
@@ -178,10 +178,10 @@ func TestForkCommand(t *testing.T) {
 			t.Fatalf("fork --at 1: manifest %+v, %v", om, err)
 		}
 		od := sessDir(m, old)
-		if got := sh(t, od, `ls`); got != "a.txt\n" {
+		if got := shE(t, od, `ls`); got != "a.txt\n" {
 			t.Fatalf("fork --at 1 shows %q, want a.txt only", got)
 		}
-		if got := sh(t, pd, `ls .pugmark/forks`); got != strings.Join(sortStrings([]string{child.String(), old.String()}), "\n")+"\n" {
+		if got := shE(t, pd, `ls .pugmark/forks`); got != strings.Join(sortStrings([]string{child.String(), old.String()}), "\n")+"\n" {
 			t.Fatalf("parent forks: %q", got)
 		}
 		// A pending fork (phase 1 only, §11.1) is listed too.
@@ -195,7 +195,7 @@ func TestForkCommand(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := sh(t, pd, `ls .pugmark/forks`); !strings.Contains(got, pending.String()) {
+		if got := shE(t, pd, `ls .pugmark/forks`); !strings.Contains(got, pending.String()) {
 			t.Fatalf("parent forks %q lack the pending fork %s", got, pending)
 		}
 		checkBucket(t, bk)

@@ -42,7 +42,7 @@ func TestWriteFsyncMode(t *testing.T) {
 		if err := os.WriteFile(src, []byte("ingested\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		sh(t, dir, `
+		shE(t, dir, `
 			echo n1 > n1.txt
 			mkdir sub
 			echo n2 > sub/n2.txt
@@ -62,7 +62,7 @@ func TestWriteFsyncMode(t *testing.T) {
 		}
 		wantTree(t, freshMount(t, bk, id), map[string]string{"a.txt": "a\n", "b.txt": "b\n", "d/c.txt": "c\n", "keep": "k\n"})
 
-		sh(t, dir, `sync n1.txt`)
+		shE(t, dir, `sync n1.txt`)
 		if v := latest(t, bk, id); v != 2 {
 			t.Fatalf("version %d after sync, want 2: one snapshot", v)
 		}
@@ -70,7 +70,7 @@ func TestWriteFsyncMode(t *testing.T) {
 		wantTree(t, dir, want)
 
 		// The session directory, fsynced by a program.
-		sh(t, dir, `echo n3 > n3.txt; rm b3.txt; mv e/c.txt c.txt`)
+		shE(t, dir, `echo n3 > n3.txt; rm b3.txt; mv e/c.txt c.txt`)
 		delete(want, "b3.txt")
 		delete(want, "e/c.txt")
 		want["n3.txt"], want["c.txt"] = "n3\n", "c\nmore\n"
@@ -88,13 +88,13 @@ func TestWriteFsyncMode(t *testing.T) {
 		wantSlots(t, bk, id, want)
 
 		// sync of a committed file with nothing staged on it.
-		sh(t, dir, `rm n3.txt; sync keep`)
+		shE(t, dir, `rm n3.txt; sync keep`)
 		delete(want, "n3.txt")
 		if v := latest(t, bk, id); v != 4 {
 			t.Fatalf("version %d after sync keep, want 4", v)
 		}
 		// Nothing pending: fsync is no snapshot.
-		sh(t, dir, `sync keep`)
+		shE(t, dir, `sync keep`)
 		if v := latest(t, bk, id); v != 4 {
 			t.Fatalf("version %d after an fsync with nothing pending, want 4", v)
 		}

@@ -266,3 +266,10 @@ func parallelBuckets(t *testing.T, fn func(t *testing.T, bk *Bucket)) {
 		fn(t, bk)
 	})
 }
+
+// shE is sh with errexit: a multi-command script fails at its first
+// failing command, not only on the last one.
+func shE(t *testing.T, dir, script string) string {
+	t.Helper()
+	return sh(t, dir, "set -e\n"+script)
+}

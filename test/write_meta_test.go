@@ -54,32 +54,32 @@ func TestWriteMemories(t *testing.T) {
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
 		m := mount(t, bk)
 		mem := filepath.Join(m.Dir, "memories")
-		sh(t, mem, `mkdir ns; echo "a longer first value" > ns/rec`)
+		shE(t, mem, `mkdir ns; echo "a longer first value" > ns/rec`)
 		wantMemory(t, bk, "ns", map[string]string{"rec": "a longer first value\n"}, 1)
-		sh(t, mem, `echo short > ns/rec`)
+		shE(t, mem, `echo short > ns/rec`)
 		wantMemory(t, bk, "ns", map[string]string{"rec": "short\n"}, 2)
-		sh(t, mem, `echo short > ns/rec`)
+		shE(t, mem, `echo short > ns/rec`)
 		wantMemory(t, bk, "ns", map[string]string{"rec": "short\n"}, 2)
-		sh(t, mem, `echo more >> ns/rec; echo other > ns/other`)
+		shE(t, mem, `echo more >> ns/rec; echo other > ns/other`)
 		wantMemory(t, bk, "ns", map[string]string{"rec": "short\nmore\n", "other": "other\n"}, 4)
-		if got := sh(t, mem, `cat ns/rec`); got != "short\nmore\n" {
+		if got := shE(t, mem, `cat ns/rec`); got != "short\nmore\n" {
 			t.Fatalf("cat ns/rec = %q", got)
 		}
-		sh(t, mem, `exec 3>ns/dup; echo d >&3; exec 4>&3; exec 3>&-; exec 4>&-`)
+		shE(t, mem, `exec 3>ns/dup; echo d >&3; exec 4>&3; exec 3>&-; exec 4>&-`)
 		wantMemory(t, bk, "ns", map[string]string{"rec": "short\nmore\n", "other": "other\n", "dup": "d\n"}, 5)
-		sh(t, mem, `rm ns/other`)
+		shE(t, mem, `rm ns/other`)
 		wantMemory(t, bk, "ns", map[string]string{"rec": "short\nmore\n", "dup": "d\n"}, 6)
 		if e := shErr(t, mem, `rm ns/other`); e == "" {
 			t.Fatal("rm of a missing record: no error")
 		}
-		sh(t, mem, `mkdir -p ns/sub/deeper; echo x > ns/sub/deeper/r; test -d ns/sub`)
+		shE(t, mem, `mkdir -p ns/sub/deeper; echo x > ns/sub/deeper/r; test -d ns/sub`)
 		wantMemory(t, bk, "ns/sub/deeper", map[string]string{"r": "x\n"}, 1)
 		wantMemory(t, bk, "ns", map[string]string{"rec": "short\nmore\n", "dup": "d\n"}, 6)
 		if e := shErr(t, mem, `echo x > toplevel`); e == "" {
 			t.Fatal("a record outside any namespace: no error")
 		}
 		fresh := mount(t, bk, "--read-only", "--metadata-ttl", "0")
-		if got := sh(t, fresh.Dir, `cat memories/ns/rec memories/ns/dup memories/ns/sub/deeper/r; ls memories/ns`); got != "short\nmore\nd\nx\ndup\nrec\nsub\n" {
+		if got := shE(t, fresh.Dir, `cat memories/ns/rec memories/ns/dup memories/ns/sub/deeper/r; ls memories/ns`); got != "short\nmore\nd\nx\ndup\nrec\nsub\n" {
 			t.Fatalf("fresh mount: %q", got)
 		}
 		checkBucket(t, bk)
@@ -92,7 +92,7 @@ func TestWriteMemories(t *testing.T) {
 func TestWriteMemoriesTwoMounts(t *testing.T) {
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
 		a, b := mount(t, bk), mount(t, bk)
-		sh(t, a.Dir, `mkdir memories/shared && echo seed > memories/shared/seed`)
+		shE(t, a.Dir, `mkdir memories/shared && echo seed > memories/shared/seed`)
 		const n = 8
 		var wg sync.WaitGroup
 		errs := make(chan error, 2*n)
@@ -142,18 +142,18 @@ func TestWriteRefs(t *testing.T) {
 			}
 			return r.Target
 		}
-		sh(t, m.Dir, `echo a-long-first-target > refs/r`)
+		shE(t, m.Dir, `echo a-long-first-target > refs/r`)
 		if got := target("r"); got != "a-long-first-target" {
 			t.Fatalf("ref r = %q", got)
 		}
-		sh(t, m.Dir, `echo second > refs/r`)
+		shE(t, m.Dir, `echo second > refs/r`)
 		if got := target("r"); got != "second" {
 			t.Fatalf("ref r after overwrite = %q", got)
 		}
-		if got := sh(t, m.Dir, `cat refs/r`); got != "second\n" {
+		if got := shE(t, m.Dir, `cat refs/r`); got != "second\n" {
 			t.Fatalf("cat refs/r = %q", got)
 		}
-		sh(t, m.Dir, `exec 3>refs/d; echo dup >&3; exec 4>&3; exec 3>&-; exec 4>&-`)
+		shE(t, m.Dir, `exec 3>refs/d; echo dup >&3; exec 4>&3; exec 3>&-; exec 4>&-`)
 		if got := target("d"); got != "dup" {
 			t.Fatalf("ref d = %q", got)
 		}
@@ -163,7 +163,7 @@ func TestWriteRefs(t *testing.T) {
 		if got := target("bad"); got != "<none>" {
 			t.Fatalf("ref bad = %q", got)
 		}
-		sh(t, m.Dir, `rm refs/r`)
+		shE(t, m.Dir, `rm refs/r`)
 		if got := target("r"); got != "<none>" {
 			t.Fatalf("ref r after rm = %q", got)
 		}
@@ -171,7 +171,7 @@ func TestWriteRefs(t *testing.T) {
 			t.Fatal("rm of a missing ref: no error")
 		}
 		fresh := mount(t, bk, "--read-only", "--metadata-ttl", "0")
-		if got := sh(t, fresh.Dir, `ls refs; cat refs/d`); got != "d\ndup\n" {
+		if got := shE(t, fresh.Dir, `ls refs; cat refs/d`); got != "d\ndup\n" {
 			t.Fatalf("fresh mount: %q", got)
 		}
 	})

@@ -31,7 +31,7 @@ func TestWriteShellTools(t *testing.T) {
 		id := newSession(t, bk)
 		m := mount(t, bk)
 		dir := sessDir(m, id)
-		sh(t, dir, `
+		shE(t, dir, `
 			echo hello > a.txt
 			echo world >> a.txt
 			cp a.txt b.txt
@@ -141,7 +141,7 @@ func TestWriteLargeFile(t *testing.T) {
 			if err := os.WriteFile(src, data, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			sh(t, sessDir(m, id), "cp "+src+" "+name)
+			shE(t, sessDir(m, id), "cp "+src+" "+name)
 			e, ok := slots(t, bk, id)[name]
 			if sum := sha256.Sum256(data); !ok || e.Size != int64(size) || e.Digest != layout.Digest(sum) || e.Data != nil {
 				t.Fatalf("bucket: %s = %+v, want size %d digest %x, no inline data", name, e.Descriptor, size, sum)
@@ -266,18 +266,18 @@ func TestWriteDupFdsOneSnapshot(t *testing.T) {
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
 		id := newSession(t, bk)
 		m := mount(t, bk)
-		sh(t, sessDir(m, id), `exec 3>f.txt; echo a >&3; exec 4>&3; exec 3>&-; exec 4>&-`)
+		shE(t, sessDir(m, id), `exec 3>f.txt; echo a >&3; exec 4>&3; exec 3>&-; exec 4>&-`)
 		if v := latest(t, bk, id); v != 1 {
 			t.Fatalf("version %d after one file through two descriptors, want 1", v)
 		}
 		wantSlots(t, bk, id, map[string]string{"f.txt": "a\n"})
 		// touch sets the times through its descriptor: committed on close.
-		sh(t, sessDir(m, id), `touch empty`)
+		shE(t, sessDir(m, id), `touch empty`)
 		wantSlots(t, bk, id, map[string]string{"f.txt": "a\n", "empty": ""})
 		// A file only created and closed by a shell is committed at
 		// release (the shell's first close is of a dup before any
 		// write), which runs after close(2) returns.
-		sh(t, sessDir(m, id), `: > empty2`)
+		shE(t, sessDir(m, id), `: > empty2`)
 		waitFor(t, "empty2 committed", func() bool { _, ok := slots(t, bk, id)["empty2"]; return ok })
 		wantSlots(t, bk, id, map[string]string{"f.txt": "a\n", "empty": "", "empty2": ""})
 		if v := latest(t, bk, id); v != 3 {
@@ -321,7 +321,7 @@ func TestWriteDescriptorFields(t *testing.T) {
 			}
 		}
 		// Metadata set before close.
-		sh(t, dir, `exec 3>meta.txt; setfattr -n user.pugmark.meta.owner -v alice meta.txt; echo m >&3; exec 3>&-`)
+		shE(t, dir, `exec 3>meta.txt; setfattr -n user.pugmark.meta.owner -v alice meta.txt; echo m >&3; exec 3>&-`)
 		end := time.Now().UTC()
 		got := slots(t, bk, id)
 		for name, b := range files {
@@ -356,7 +356,7 @@ func TestWriteDescriptorFields(t *testing.T) {
 		}
 		// setxattr on a closed file: a new descriptor, same blob.
 		v0 := latest(t, bk, id)
-		sh(t, dir, `setfattr -n user.pugmark.meta.reviewed -v yes notes.txt`)
+		shE(t, dir, `setfattr -n user.pugmark.meta.reviewed -v yes notes.txt`)
 		if v := latest(t, bk, id); v != v0+1 {
 			t.Fatalf("setfattr on a closed file: version %d, want %d", v, v0+1)
 		}
@@ -364,10 +364,10 @@ func TestWriteDescriptorFields(t *testing.T) {
 		if ne.Digest != got["notes.txt"].Digest || ne.Metadata["reviewed"] != "yes" || ne.Version != v0+1 {
 			t.Fatalf("notes.txt after setfattr: %+v", ne)
 		}
-		if x := sh(t, dir, `getfattr --only-values -n user.pugmark.meta.reviewed notes.txt`); x != "yes" {
+		if x := shE(t, dir, `getfattr --only-values -n user.pugmark.meta.reviewed notes.txt`); x != "yes" {
 			t.Fatalf("getfattr = %q", x)
 		}
-		if x := sh(t, dir, `getfattr --only-values -n user.pugmark.digest notes.txt`); x != ne.Digest.String() {
+		if x := shE(t, dir, `getfattr --only-values -n user.pugmark.digest notes.txt`); x != ne.Digest.String() {
 			t.Fatalf("getfattr digest = %q, want %s", x, ne.Digest)
 		}
 		// Sequence numbers are contiguous across the session.
@@ -377,7 +377,7 @@ func TestWriteDescriptorFields(t *testing.T) {
 			}
 		}
 		fresh := freshMount(t, bk, id)
-		if x := sh(t, fresh, `getfattr --only-values -n user.pugmark.meta.owner meta.txt`); x != "alice" {
+		if x := shE(t, fresh, `getfattr --only-values -n user.pugmark.meta.owner meta.txt`); x != "alice" {
 			t.Fatalf("fresh mount: meta.owner = %q", x)
 		}
 		checkBucket(t, bk)
@@ -392,10 +392,10 @@ func TestWriteUnlinkAndRename(t *testing.T) {
 		id := newSession(t, bk)
 		m := mount(t, bk)
 		dir := sessDir(m, id)
-		sh(t, dir, `echo x > x.txt; mkdir -p d/sub; echo 1 > d/one; echo 2 > d/sub/two; echo k > keep.txt`)
+		shE(t, dir, `echo x > x.txt; mkdir -p d/sub; echo 1 > d/one; echo 2 > d/sub/two; echo k > keep.txt`)
 		v0 := latest(t, bk, id)
 
-		sh(t, dir, `rm x.txt`)
+		shE(t, dir, `rm x.txt`)
 		snap, err := bk.Store.ReadSnapshot(context.Background(), id, v0+1)
 		if err != nil || len(snap) != 1 || !snap[0].Deleted || snap[0].Name != "x.txt" || !snap[0].Digest.IsZero() {
 			t.Fatalf("rm: snapshot %d = %+v, %v; want one tombstone", v0+1, snap, err)
@@ -409,7 +409,7 @@ func TestWriteUnlinkAndRename(t *testing.T) {
 		for _, r := range renames {
 			v := latest(t, bk, id)
 			puts, objs := mountPuts(t, m), objectCount(t, bk)
-			sh(t, dir, r.script)
+			shE(t, dir, r.script)
 			if got := latest(t, bk, id); got != v+1 {
 				t.Fatalf("%s: version %d -> %d, want one snapshot", r.script, v, got)
 			}
@@ -439,7 +439,7 @@ func TestWriteUnlinkAndRename(t *testing.T) {
 		wantTree(t, dir, want)
 		wantSlots(t, bk, id, want)
 		// The moved directory keeps working under its new name.
-		sh(t, dir, `echo 3 > e/three; cat e/one >> e/moved/two`)
+		shE(t, dir, `echo 3 > e/three; cat e/one >> e/moved/two`)
 		want["e/three"] = "3\n"
 		want["e/moved/two"] = "2\n1\n"
 		wantTree(t, dir, want)
@@ -469,7 +469,7 @@ func TestWriteRenameRules(t *testing.T) {
 		a, b := newSession(t, bk), newSession(t, bk)
 		m := mount(t, bk)
 		da, db := sessDir(m, a), sessDir(m, b)
-		sh(t, da, `echo src > src; echo dst > dst`)
+		shE(t, da, `echo src > src; echo dst > dst`)
 		err := renameat2(filepath.Join(da, "src"), filepath.Join(da, "dst"), renameNoReplace)
 		if errnoOf(err) != syscall.EEXIST {
 			t.Fatalf("renameat2(RENAME_NOREPLACE) over an existing file = %v, want EEXIST", err)
@@ -480,9 +480,9 @@ func TestWriteRenameRules(t *testing.T) {
 		if err := os.Rename(filepath.Join(da, "new"), filepath.Join(db, "new")); errnoOf(err) != syscall.EXDEV {
 			t.Fatalf("rename across sessions = %v, want EXDEV", err)
 		}
-		sh(t, da, `mv new ../`+b.String()+`/moved`)
+		shE(t, da, `mv new ../`+b.String()+`/moved`)
 		// rename over an existing name replaces it.
-		sh(t, da, `echo over > tmp; mv tmp dst; echo more >> dst`)
+		shE(t, da, `echo over > tmp; mv tmp dst; echo more >> dst`)
 		wantSlots(t, bk, a, map[string]string{"dst": "over\nmore\n"})
 		wantSlots(t, bk, b, map[string]string{"moved": "src\n"})
 		checkBucket(t, bk)
@@ -518,7 +518,7 @@ func TestWriteOpenFileMovedOrRemoved(t *testing.T) {
 		id := newSession(t, bk)
 		m := mount(t, bk)
 		dir := sessDir(m, id)
-		sh(t, dir, `exec 3>removed; echo a >&3; rm removed; echo b >&3; exec 3>&-`)
+		shE(t, dir, `exec 3>removed; echo a >&3; rm removed; echo b >&3; exec 3>&-`)
 
 		f, err := os.OpenFile(filepath.Join(dir, "moving"), createFlags, 0o644)
 		if err != nil {
@@ -562,15 +562,15 @@ func TestWriteDirectories(t *testing.T) {
 		id := newSession(t, bk)
 		m := mount(t, bk)
 		dir := sessDir(m, id)
-		sh(t, dir, `mkdir -p empty/inner local; test -d empty/inner`)
+		shE(t, dir, `mkdir -p empty/inner local; test -d empty/inner`)
 		if v := latest(t, bk, id); v != 0 {
 			t.Fatalf("mkdir made version %d", v)
 		}
 		fresh := freshMount(t, bk, id)
-		if out := sh(t, fresh, `ls -A`); out != "" {
+		if out := shE(t, fresh, `ls -A`); out != "" {
 			t.Fatalf("a fresh mount shows %q after a mkdir", out)
 		}
-		sh(t, dir, `echo f > local/f`)
+		shE(t, dir, `echo f > local/f`)
 		if v := latest(t, bk, id); v != 1 {
 			t.Fatalf("version %d after the first file under a mkdir'd dir", v)
 		}
@@ -580,13 +580,21 @@ func TestWriteDirectories(t *testing.T) {
 		if e := shErr(t, dir, `rmdir empty`); !strings.Contains(e, "not empty") {
 			t.Fatalf("rmdir of a directory holding a directory: %q", e)
 		}
-		sh(t, dir, `rmdir empty/inner empty; test ! -e empty`)
+		shE(t, dir, `rmdir empty/inner empty; test ! -e empty`)
 		if e := shErr(t, dir, `mkdir local`); !strings.Contains(e, "exists") {
 			t.Fatalf("mkdir of an existing directory: %q", e)
 		}
-		if out := sh(t, fresh, `ls -A; cat local/f`); out != "local\nf\n" {
+		if out := shE(t, fresh, `ls -A; cat local/f`); out != "local\nf\n" {
 			t.Fatalf("fresh mount: %q", out)
 		}
+		// Directories that only exist through their files (made by
+		// another writer): rm -r, and rmdir once emptied.
+		other := newSession(t, bk)
+		seed(t, bk, other, map[string]string{"d/a": "a", "d/sub/b": "b", "e/x": "x", "keep": "k"})
+		od := sessDir(m, other)
+		shE(t, od, `rm -r d; test ! -e d; rm e/x; rmdir e; test ! -e e`)
+		wantSlots(t, bk, other, map[string]string{"keep": "k"})
+		wantTree(t, od, map[string]string{"keep": "k"})
 	})
 }
 
@@ -617,7 +625,7 @@ func TestWriteSymlinkIngests(t *testing.T) {
 			srcURL = "file://" + filepath.Join(src, "obj.txt")
 		}
 		objs := objectCount(t, bk)
-		sh(t, dir, `ln -s '`+srcURL+`' ingested.txt`)
+		shE(t, dir, `ln -s '`+srcURL+`' ingested.txt`)
 		e, ok := slots(t, bk, id)["ingested.txt"]
 		if !ok || e.Digest != layout.DigestOf(content) || e.Size != int64(len(content)) {
 			t.Fatalf("bucket: ingested.txt = %+v", e.Descriptor)
@@ -628,7 +636,7 @@ func TestWriteSymlinkIngests(t *testing.T) {
 		if objectCount(t, bk) != objs+1 {
 			t.Errorf("objects %d -> %d, want one more", objs, objectCount(t, bk))
 		}
-		if got := sh(t, dir, `cat ingested.txt`); got != string(content) {
+		if got := shE(t, dir, `cat ingested.txt`); got != string(content) {
 			t.Fatalf("cat ingested.txt: %d bytes", len(got))
 		}
 		if e := shErr(t, dir, `ln -s 'file:///nonexistent/dir/x' bad`); e == "" {
@@ -647,7 +655,7 @@ func wantEROFS(t *testing.T, dir string, scripts []string) {
 		fmt.Fprintf(&b, "echo '@@ %d'; ( %s ) 2>&1 && echo '@@ succeeded'\n", i, s)
 	}
 	b.WriteString("echo '@@ end'\n")
-	out := sh(t, dir, b.String())
+	out := shE(t, dir, b.String())
 	for i, s := range scripts {
 		start := strings.Index(out, fmt.Sprintf("@@ %d\n", i))
 		end := strings.Index(out, fmt.Sprintf("@@ %d\n", i+1))
@@ -670,8 +678,8 @@ func TestWriteReadOnlyPlaces(t *testing.T) {
 		id := newSession(t, bk)
 		m := mount(t, bk)
 		s := "sessions/" + id.String()
-		sh(t, m.Dir, `echo x > `+s+`/f; setfattr -n user.pugmark.meta.k -v v `+s+`/f`)
-		obj := strings.TrimSpace(sh(t, m.Dir, `ls objects | head -1`))
+		shE(t, m.Dir, `echo x > `+s+`/f; setfattr -n user.pugmark.meta.k -v v `+s+`/f`)
+		obj := strings.TrimSpace(shE(t, m.Dir, `ls objects | head -1`))
 		wantEROFS(t, m.Dir, []string{
 			`echo x > ` + s + `/.pugmark/at/1/new`,
 			`echo x >> ` + s + `/.pugmark/at/1/f`,
