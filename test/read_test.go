@@ -65,6 +65,7 @@ func TestRead(t *testing.T) {
 		r2.historyTimeouts()
 		r2.readdirplus()
 		r2.statCost()
+		r2.inline()
 	})
 }
 
@@ -1092,5 +1093,20 @@ func (r *rdCtx) statCost() {
 			t.Errorf("stat of a 200 KiB text file fetched %d bytes", d)
 		}
 		r.eq("then cat", r.sh("wc -c < "+p), "204800\n")
+	})
+}
+
+// inline: a file with inline data (§7.1) is served without a fetch.
+func (r *rdCtx) inline() {
+	r.run("inline data", func(r *rdCtx, t *testing.T) {
+		before := r.stats()
+		r.eq("meta.txt", r.sh("cat "+r.odd()+"/meta.txt"), "with metadata\n")
+		after := r.stats()
+		if after["blobs.BackendReads"] != before["blobs.BackendReads"] || after["backend.get"] != before["backend.get"] ||
+			after["blobs.InlineReads"] <= before["blobs.InlineReads"] {
+			t.Errorf("reading an inline file: backend reads %d -> %d, gets %d -> %d, inline reads %d -> %d",
+				before["blobs.BackendReads"], after["blobs.BackendReads"], before["backend.get"], after["backend.get"],
+				before["blobs.InlineReads"], after["blobs.InlineReads"])
+		}
 	})
 }
