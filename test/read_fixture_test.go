@@ -158,6 +158,10 @@ func buildReadFixture(t *testing.T, bk *Bucket) *readFixture {
 	v1[len(v1)-1].SchemaURL = "https://example.com/schema/meta.json"
 	_ = m
 	add("doomed.txt", "text/plain", "", []byte("to be deleted\n"), nil)
+	// Empty bodies, stored and decoded.
+	add("empty.txt", "text/plain", "", []byte{}, []byte{})
+	add("enc/empty.txt", "text/plain", layout.EncodingGzip, rdGzip(nil), []byte{})
+	add("enc/empty.json", "application/json", layout.EncodingZstd, rdZstd(nil), []byte{})
 	// Names with a path, some of them awkward.
 	for _, n := range []string{"with space.txt", "new\nline.txt", "ünïcødé/日本語.txt", "tab\there", "a", strings.Repeat("n", 255),
 		"deep/er/and/deeper/leaf.txt"} {
