@@ -124,8 +124,12 @@ var _ = (gofs.NodeOnAdder)((*rootNode)(nil))
 // OnAdd runs once at mount time.
 func (r *rootNode) OnAdd(ctx context.Context) { r.f.root = &r.Inode }
 
-// Close stops the background work of the filesystem.
-func (f *FS) Close() { f.notify.close() }
+// Close stops the background work of the filesystem and keeps what was
+// never committed (writer.shutdown). Call it after the unmount.
+func (f *FS) Close() {
+	f.w.shutdown()
+	f.notify.close()
+}
 
 // owner sets uid/gid and applies the umask to the permission bits.
 func (f *FS) owner(a *fuse.Attr) {

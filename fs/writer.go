@@ -268,7 +268,7 @@ func (w *writer) release(id layout.SessionID, s *staged) {
 		return // kept until the session is fsynced
 	}
 	if dirty {
-		w.salvageLocked(id, s)
+		w.salvageLocked(id, s, "commit failed; staged data kept")
 	}
 	if ws.files[s.name] == s {
 		delete(ws.files, s.name)
@@ -276,9 +276,34 @@ func (w *writer) release(id layout.SessionID, s *staged) {
 	s.close()
 }
 
-// salvageLocked keeps the bytes of a staged file whose commit failed and
-// whose last descriptor is gone, so a failure never silently drops data.
-func (w *writer) salvageLocked(id layout.SessionID, s *staged) {
+// shutdown runs when the mount stops. What it still holds uncommitted is
+// not dropped silently: written files (staged for --commit=fsync, or
+// still open when the mount went away) are kept in the failed directory,
+// and renames and removals waiting for an fsync are logged.
+func (w *writer) shutdown() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, ws := range w.ss {
+		for _, s := range ws.files {
+			s.mu.Lock()
+			keep := s.dirty && !s.unlinked
+			s.mu.Unlock()
+			if keep {
+				w.salvageLocked(id, s, "unmounted with uncommitted data; staged data kept")
+			}
+		}
+		for _, op := range ws.pending {
+			if d := op.desc; d != nil {
+				w.f.log.Error("unmounted before fsync: change not committed", "session", id, "name", d.Name, "removal", d.Deleted)
+			}
+		}
+	}
+}
+
+// salvageLocked keeps the bytes of a staged file whose commit failed (or
+// never happened) and whose last descriptor is gone, so that data is
+// never dropped silently; msg says why in the log.
+func (w *writer) salvageLocked(id layout.SessionID, s *staged, msg string) {
 	dir := filepath.Join(w.f.cfg.FailedDir, id.String())
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		w.f.log.Error("could not keep the data of a failed commit", "session", id, "name", s.name, "err", err)
@@ -308,7 +333,7 @@ func (w *writer) salvageLocked(id layout.SessionID, s *staged) {
 		w.f.log.Error("could not keep the data of a failed commit", "session", id, "name", s.name, "err", err)
 		return
 	}
-	w.f.log.Error("commit failed; staged data kept", "session", id, "name", s.name, "path", dst)
+	w.f.log.Error(msg, "session", id, "name", s.name, "path", dst)
 }
 
 // flush commits s if it is dirty (close(2) and fsync(2) of a file). With
