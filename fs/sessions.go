@@ -211,15 +211,16 @@ func (d *sessionDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 }
 
 // updatedAt is the time of the last content append at or before version
-// v (consistency.md §1): the newest created-at of the latest snapshot up
-// to v that added descriptors with a time; the ID's hour when there is
-// none.
+// v (consistency.md §1), as the cache reckons State.UpdatedAt: the newest
+// created-at of the latest snapshot up to v that added descriptors with a
+// time, fork records (bookkeeping) not counted; the ID's hour when there
+// is none.
 func updatedAt(st *cache.State, v uint32) time.Time {
 	for ; v > 0; v-- {
 		ds, _ := st.Snapshot(v)
 		var newest time.Time
 		for _, d := range ds {
-			if d.CreatedAt.After(newest) {
+			if !d.Fork && d.CreatedAt.After(newest) {
 				newest = d.CreatedAt
 			}
 		}
