@@ -711,6 +711,10 @@ func (r *rdCtx) mtimes() {
 		r.eq("at/0", r.sh("stat -c %Y "+meta(fx.odd)+"/at/0"), strconv.FormatInt(fx.odd.Time().Unix(), 10)+"\n")
 		r.eq("at/1", r.sh("stat -c %Y "+meta(fx.odd)+"/at/1 "+meta(fx.odd)+"/at/1/big"), strings.Repeat(strconv.FormatInt(fixT1.Unix(), 10)+"\n", 2))
 		r.eq("at/3", r.sh("stat -c %Y "+meta(fx.odd)+"/at/3"), strconv.FormatInt(fixT2.Unix(), 10)+"\n")
+		// A version that only records a fork adds no content.
+		main := meta(fx.demo.Main.ID)
+		r.eq("at/7 of main", r.sh("stat -c %Y "+main+"/at/7"), r.sh("stat -c %Y "+main+"/at/6"))
+		r.eq("main", r.sh("stat -c %Y "+sess(fx.demo.Main.ID)), r.sh("stat -c %Y "+main+"/at/6"))
 		// A session with no snapshot shows the hour of its ID.
 		r.eq("empty session", r.sh("stat -c %Y "+sess(fx.empty)), strconv.FormatInt(fx.empty.Time().Unix(), 10)+"\n")
 	})
