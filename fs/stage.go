@@ -73,6 +73,13 @@ func (w *writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 				return nil, fmt.Errorf("stage %s: copy current content: %w", name, err)
 			}
 			s.size = n
+			// A content type the name and content do not give was set
+			// on purpose (setxattr): it stays through later edits.
+			var head [512]byte
+			k, _ := f.ReadAt(head[:], 0)
+			if base.ContentType != "" && base.ContentType != contentTypeOf(name, head[:k]) {
+				s.ctype = base.ContentType
+			}
 		}
 	}
 	// The spill file's name is not needed once open; an unlinked file
