@@ -370,6 +370,11 @@ func TestWriteDescriptorFields(t *testing.T) {
 		if x := shE(t, dir, `getfattr --only-values -n user.pugmark.digest notes.txt`); x != ne.Digest.String() {
 			t.Fatalf("getfattr digest = %q, want %s", x, ne.Digest)
 		}
+		// A content type set on purpose stays through later edits.
+		shE(t, dir, `setfattr -n user.pugmark.content-type -v application/x-notes notes.txt; echo more >> notes.txt`)
+		if ne := slots(t, bk, id)["notes.txt"]; ne.ContentType != "application/x-notes" || ne.Metadata["reviewed"] != "yes" || string(body(t, bk, ne.Descriptor)) != "text\nmore\n" {
+			t.Fatalf("notes.txt after setfattr content-type and an append: %+v", ne.Descriptor)
+		}
 		// Sequence numbers are contiguous across the session.
 		for i, e := range fullLog(t, bk, id) {
 			if e.SequenceNumber != int64(i+1) {
