@@ -104,6 +104,69 @@ func (n *memDirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	return 0
 }
 
+var _ = (gofs.NodeRenamer)((*memDirNode)(nil))
+
+// Rename moves a record inside its namespace as one memory commit (the
+// old name removed, the same blob under the new one), so that editors'
+// write-a-temp-file-then-rename works on records too. Across namespaces
+// it is EXDEV (mv then copies and removes).
+func (n *memDirNode) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	dst, ok := newParent.(*memDirNode)
+	if !ok || dst.prefix != n.prefix {
+		return syscall.EXDEV
+	}
+	const renameNoReplace, renameExchange = 1, 2
+	if n.prefix == "" || flags&renameExchange != 0 {
+		return syscall.EINVAL
+	}
+	if layout.ValidateMemoryName(newName) != nil {
+		return syscall.EINVAL
+	}
+	if name == newName {
+		return 0
+	}
+	f := n.f
+	ctx = context.WithoutCancel(ctx)
+	what := "rename memory " + n.prefix + "/" + name
+	v, err := f.store.LatestMemoryVersion(ctx, n.prefix)
+	if err != nil {
+		return f.errnoOf(what, err)
+	}
+	var recs []layout.Descriptor
+	if v > 0 {
+		if recs, err = f.store.ReadMemory(ctx, n.prefix, v); err != nil {
+			return f.errnoOf(what, err)
+		}
+	}
+	var src *layout.Descriptor
+	for i := range recs {
+		switch recs[i].Name {
+		case name:
+			src = &recs[i]
+		case newName:
+			if flags&renameNoReplace != 0 {
+				return syscall.EEXIST
+			}
+		}
+	}
+	if src == nil {
+		return syscall.ENOENT
+	}
+	cm, err := f.memCommit(ctx)
+	if err != nil {
+		return f.errnoOf(what, err)
+	}
+	moved := src.Clone()
+	moved.Name, moved.Commit, moved.SequenceNumber = newName, nil, 0
+	moved.CreatedAt = f.cfg.Now().UTC()
+	_, err = f.store.WriteMemory(ctx, n.prefix, layout.MemoryWrite{Put: []layout.Descriptor{moved}, Remove: []string{name}, Commit: cm})
+	f.views.InvalidateMemories()
+	if err != nil {
+		return f.errnoOf(what, err)
+	}
+	return 0
+}
+
 func (n *memDirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	sub := name
 	if n.prefix != "" {
