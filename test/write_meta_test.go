@@ -69,17 +69,29 @@ func TestWriteMemories(t *testing.T) {
 		wantMemory(t, bk, "ns", map[string]string{"rec": "short\nmore\n", "other": "other\n", "dup": "d\n"}, 5)
 		shE(t, mem, `rm ns/other`)
 		wantMemory(t, bk, "ns", map[string]string{"rec": "short\nmore\n", "dup": "d\n"}, 6)
+		// mv inside a namespace is one version; sed -i (a temp record
+		// renamed over the old one) works.
+		shE(t, mem, `mv ns/dup ns/dup2`)
+		wantMemory(t, bk, "ns", map[string]string{"rec": "short\nmore\n", "dup2": "d\n"}, 7)
+		shE(t, mem, `sed -i s/more/MORE/ ns/rec; mv ns/dup2 ns/dup`)
+		if got, _ := memRecords(t, bk, "ns"); fmt.Sprint(got) != fmt.Sprint(map[string]string{"rec": "short\nMORE\n", "dup": "d\n"}) {
+			t.Fatalf("after sed -i and mv: %v", got)
+		}
+		_, v := memRecords(t, bk, "ns")
 		if e := shErr(t, mem, `rm ns/other`); e == "" {
 			t.Fatal("rm of a missing record: no error")
 		}
 		shE(t, mem, `mkdir -p ns/sub/deeper; echo x > ns/sub/deeper/r; test -d ns/sub`)
 		wantMemory(t, bk, "ns/sub/deeper", map[string]string{"r": "x\n"}, 1)
-		wantMemory(t, bk, "ns", map[string]string{"rec": "short\nmore\n", "dup": "d\n"}, 6)
+		wantMemory(t, bk, "ns", map[string]string{"rec": "short\nMORE\n", "dup": "d\n"}, v)
+		if err := os.Rename(filepath.Join(mem, "ns", "rec"), filepath.Join(mem, "ns", "sub", "rec")); errnoOf(err) != syscall.EXDEV {
+			t.Fatalf("rename across namespaces = %v, want EXDEV", err)
+		}
 		if e := shErr(t, mem, `echo x > toplevel`); e == "" {
 			t.Fatal("a record outside any namespace: no error")
 		}
 		fresh := mount(t, bk, "--read-only", "--metadata-ttl", "0")
-		if got := shE(t, fresh.Dir, `cat memories/ns/rec memories/ns/dup memories/ns/sub/deeper/r; ls memories/ns`); got != "short\nmore\nd\nx\ndup\nrec\nsub\n" {
+		if got := shE(t, fresh.Dir, `cat memories/ns/rec memories/ns/dup memories/ns/sub/deeper/r; ls memories/ns`); got != "short\nMORE\nd\nx\ndup\nrec\nsub\n" {
 			t.Fatalf("fresh mount: %q", got)
 		}
 		checkBucket(t, bk)
