@@ -23,7 +23,8 @@ import (
 // BenchmarkWriteCommits reports commits (1 KiB files created, written and
 // closed) per second with 1 and 8 concurrent writers: group commit lets
 // the 8 share snapshots. BenchmarkWriteLargeFile compares cp of a large
-// file into a session with cp to the disk the bucket is on.
+// file into a session (durable when cp's close returns) with cp to the
+// disk the bucket is on, with and without a sync of the copy.
 
 // benchMount mounts bk for a benchmark; it is unmounted at cleanup.
 func benchMount(b *testing.B, bk *Bucket, args ...string) string {
@@ -119,7 +120,7 @@ func BenchmarkWriteLargeFile(b *testing.B) {
 	if err := os.WriteFile(src, data, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	cp := func(b *testing.B, dir string) {
+	cp := func(b *testing.B, dir string, syncToo bool) {
 		b.Helper()
 		b.SetBytes(size)
 		b.ResetTimer()
@@ -132,8 +133,14 @@ func BenchmarkWriteLargeFile(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.StartTimer()
-			if out, err := exec.Command("cp", src, filepath.Join(dir, fmt.Sprintf("big%d.bin", i))).CombinedOutput(); err != nil {
+			dst := filepath.Join(dir, fmt.Sprintf("big%d.bin", i))
+			if out, err := exec.Command("cp", src, dst).CombinedOutput(); err != nil {
 				b.Fatalf("cp: %v\n%s", err, out)
+			}
+			if syncToo {
+				if out, err := exec.Command("sync", dst).CombinedOutput(); err != nil {
+					b.Fatalf("sync: %v\n%s", err, out)
+				}
 			}
 			b.StopTimer()
 		}
@@ -141,9 +148,14 @@ func BenchmarkWriteLargeFile(b *testing.B) {
 	b.Run("pugfs", func(b *testing.B) {
 		bk := benchBucket(b)
 		id := newSession(b, bk)
-		cp(b, filepath.Join(benchMount(b, bk), "sessions", id.String()))
+		cp(b, filepath.Join(benchMount(b, bk), "sessions", id.String()), false)
 	})
+	// cp to the disk the local bucket is on: into the page cache only,
+	// and durable (cp, then sync FILE), as a pugfs close is.
 	b.Run("native", func(b *testing.B) {
-		cp(b, b.TempDir())
+		cp(b, b.TempDir(), false)
+	})
+	b.Run("native+sync", func(b *testing.B) {
+		cp(b, b.TempDir(), true)
 	})
 }
