@@ -330,7 +330,10 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		return nil, 0, syscall.EROFS
 	}
 	if n.c.immutable() {
-		return nil, fuse.FOPEN_KEEP_CACHE, 0
+		// Nothing to flush on close of a read-only open without a
+		// handle: NOFLUSH saves the kernel's FLUSH round trip, one of
+		// three per file for grep -r over cached files.
+		return nil, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
 	}
 	// Mutable generated content: read straight through, so a size that
 	// changed since the last stat cannot cut the file short.

@@ -400,7 +400,7 @@ func (n *slotFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		if s, _ := n.current(); s != nil {
 			return &whandle{f: n.f, id: n.id, s: s, n: n, readOnly: true, counted: n.f.w.retain(n.id, s)}, fuse.FOPEN_DIRECT_IO, 0
 		}
-		return nil, fuse.FOPEN_KEEP_CACHE, 0
+		return nil, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0 // no handle: nothing to flush (fileNode.Open)
 	}
 	_, e := n.current()
 	s, err := n.f.w.open(ctx, n.id, n.slot(), e, flags&syscall.O_TRUNC != 0)
