@@ -232,6 +232,16 @@ func TestWriteCommitErrorOnClose(t *testing.T) {
 				if errnoOf(err) != syscall.EIO {
 					t.Fatalf("close = %v, want EIO", err)
 				}
+				// fsync(2) returns the failure too.
+				g, err := os.OpenFile(filepath.Join(sessDir(m, id), "synced.txt"), createFlags, 0o644)
+				if err != nil {
+					t.Fatal(err)
+				}
+				g.Write([]byte("synced\n"))
+				if err := g.Sync(); errnoOf(err) != syscall.EIO {
+					t.Fatalf("fsync = %v, want EIO", err)
+				}
+				g.Close()
 				if v := latest(t, bk, id); v != 0 {
 					t.Fatalf("a failed commit made version %d", v)
 				}
