@@ -96,6 +96,28 @@ func (z zstdCloser) Close() error { z.Decoder.Close(); return nil }
 // (pugmark's own JSON files always start with '[' or '{' when plain, so
 // sniffing cannot misread them). The output is bounded by max.
 func DecodeBody(body []byte, enc string, max int64) ([]byte, error) {
+	if (enc == EncodingNone && Sniff(body) == EncodingNone) || enc == "identity" {
+		if int64(len(body)) > max {
+			return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(body), max)
+		}
+		return body, nil
+	}
+	r, err := openBody(body, enc, max)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	out, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// openBody returns a reader of body decoded per enc (sniffed when empty)
+// that fails with ErrTooLarge past max decoded bytes and with ErrCorrupt
+// when the encoding is broken.
+func openBody(body []byte, enc string, max int64) (io.ReadCloser, error) {
 	if enc == EncodingNone {
 		enc = Sniff(body)
 	}
@@ -103,7 +125,7 @@ func DecodeBody(body []byte, enc string, max int64) ([]byte, error) {
 		if int64(len(body)) > max {
 			return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(body), max)
 		}
-		return body, nil
+		return io.NopCloser(bytes.NewReader(body)), nil
 	}
 	var dr io.ReadCloser
 	var err error
@@ -121,19 +143,36 @@ func DecodeBody(body []byte, enc string, max int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer dr.Close()
-	out, err := io.ReadAll(io.LimitReader(dr, max+1))
-	if errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded) {
-		return nil, fmt.Errorf("%w: %s body: %v", ErrTooLarge, enc, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s body: %v", ErrCorrupt, enc, err)
-	}
-	if int64(len(out)) > max {
-		return nil, fmt.Errorf("%w: decodes past %d bytes", ErrTooLarge, max)
-	}
-	return out, nil
+	return &boundedBody{r: dr, enc: enc, left: max}, nil
 }
+
+// boundedBody is a decoder's output, bounded and with classified errors.
+type boundedBody struct {
+	r    io.ReadCloser
+	enc  string
+	left int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	// One byte past the limit is enough to tell that it was passed.
+	if rem := b.left + 1; rem >= 0 && int64(len(p)) > rem {
+		p = p[:rem]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	if b.left < 0 {
+		return n, fmt.Errorf("%w: %s body decodes past the limit", ErrTooLarge, b.enc)
+	}
+	if err != nil && err != io.EOF {
+		if errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded) {
+			return n, fmt.Errorf("%w: %s body: %v", ErrTooLarge, b.enc, err)
+		}
+		return n, fmt.Errorf("%w: %s body: %v", ErrCorrupt, b.enc, err)
+	}
+	return n, err
+}
+
+func (b *boundedBody) Close() error { return b.r.Close() }
 
 // EncodeDescriptors returns the zstd-compressed JSON array of ds, the body
 // of a snapshot or memory file (§6.2, §8.2).
@@ -151,20 +190,111 @@ func EncodeDescriptors(ds []Descriptor) ([]byte, error) {
 // DecodeDescriptors parses a snapshot or memory file body: encoded per enc
 // (sniffed when empty), a JSON array of descriptors.
 func DecodeDescriptors(body []byte, enc string, max int64) ([]Descriptor, error) {
-	js, err := DecodeBody(body, enc, max)
+	r, err := openBody(body, enc, max)
 	if err != nil {
 		return nil, err
 	}
-	var ds []Descriptor
-	if err := json.Unmarshal(js, &ds); err != nil {
-		return nil, fmt.Errorf("%w: descriptor array: %v", ErrCorrupt, err)
-	}
-	if ds == nil {
-		// "null" is not an array.
-		if !bytes.Equal(bytes.TrimSpace(js), []byte("[]")) {
-			return nil, fmt.Errorf("%w: descriptor array: not an array", ErrCorrupt)
+	defer r.Close()
+	// Decoded as a stream, element by element: the JSON text is never
+	// held whole (a whitespace bomb costs nothing), and the descriptors
+	// in memory are bounded by max too, because a few bytes of JSON
+	// ("{}") are a whole Descriptor and a snapshot of 60 million of them
+	// compresses to kilobytes.
+	limit := max / descriptorCost
+	cr := &errReader{r: r}
+	dec := json.NewDecoder(&squeezeSpace{r: cr})
+	fail := func(err error) error {
+		if cr.err != nil {
+			return cr.err // ErrTooLarge or ErrCorrupt from the body
 		}
-		ds = []Descriptor{}
+		return fmt.Errorf("%w: descriptor array: %v", ErrCorrupt, err)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, fail(err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '[' {
+		return nil, fmt.Errorf("%w: descriptor array: not an array", ErrCorrupt)
+	}
+	ds := []Descriptor{}
+	for dec.More() {
+		if int64(len(ds)) >= limit {
+			return nil, fmt.Errorf("%w: more than %d descriptors (limit %d bytes decoded)", ErrTooLarge, limit, max)
+		}
+		var d Descriptor
+		if err := dec.Decode(&d); err != nil {
+			return nil, fail(err)
+		}
+		ds = append(ds, d)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, fail(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if err == nil {
+			return nil, fmt.Errorf("%w: descriptor array: data after the array", ErrCorrupt)
+		}
+		return nil, fail(err)
 	}
 	return ds, nil
 }
+
+// errReader remembers the first error other than EOF of its reader.
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF && e.err == nil {
+		e.err = err
+	}
+	return n, err
+}
+
+// squeezeSpace collapses each run of JSON whitespace outside strings to
+// its first byte. encoding/json's Decoder keeps all the whitespace it has
+// looked past in its buffer until the next token, so a snapshot of
+// "[", 200 MiB of spaces and "]" would be buffered whole.
+type squeezeSpace struct {
+	r                       io.Reader
+	inString, escaped, gone bool
+}
+
+func (s *squeezeSpace) Read(p []byte) (int, error) {
+	for {
+		n, err := s.r.Read(p)
+		out := 0
+		for _, c := range p[:n] {
+			switch {
+			case s.inString:
+				switch {
+				case s.escaped:
+					s.escaped = false
+				case c == '\\':
+					s.escaped = true
+				case c == '"':
+					s.inString = false
+				}
+			case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+				if s.gone {
+					continue
+				}
+				s.gone = true
+			default:
+				s.gone = false
+				s.inString = c == '"'
+			}
+			p[out] = c
+			out++
+		}
+		if out > 0 || err != nil || n == 0 {
+			return out, err
+		}
+	}
+}
+
+// descriptorCost is what one decoded Descriptor costs in memory, at
+// least: DecodeDescriptors holds at most max/descriptorCost of them.
+const descriptorCost = 256

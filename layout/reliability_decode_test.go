@@ -1,0 +1,103 @@
+package layout
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"runtime"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Decoding a snapshot costs memory bounded by the decode limit, whatever
+// the snapshot says: the JSON text is streamed, never held whole, and the
+// number of descriptors is bounded too.
+//
+// Without the streaming decode (io.ReadAll then json.Unmarshal), the
+// whitespace bomb allocates the whole limit and the empty-descriptor bomb
+// allocates 240 bytes per "{}," (60 million of them: 14 GB), so both
+// checks below fail (the second by running out of memory).
+func TestReliabilityDecodeBombsBounded(t *testing.T) {
+	const limit = 64 << 20
+	stream := func(fill func(w *bufio.Writer)) []byte {
+		var out bytes.Buffer
+		zw, _ := zstd.NewWriter(&out, zstd.WithEncoderLevel(zstd.SpeedBestCompression))
+		bw := bufio.NewWriterSize(zw, 1<<20)
+		fill(bw)
+		bw.Flush()
+		zw.Close()
+		return out.Bytes()
+	}
+	for _, tc := range []struct {
+		name     string
+		body     []byte
+		maxAlloc uint64
+	}{
+		{"60 million empty descriptors", stream(func(w *bufio.Writer) {
+			w.WriteString("[{}")
+			for i := 0; i < 60<<20; i++ {
+				w.WriteString(",{}")
+			}
+			w.WriteString("]")
+		}), 1 << 30}, // allocated in all, garbage included; 14 GB unbounded
+		{"whitespace inside the array", stream(func(w *bufio.Writer) {
+			w.WriteString("[")
+			w.Write(bytes.Repeat([]byte(" "), 200<<20))
+			w.WriteString("]")
+		}), 16 << 20},
+	} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		_, err := DecodeDescriptors(tc.body, EncodingZstd, limit)
+		runtime.ReadMemStats(&after)
+		wantErrIs(t, err, ErrTooLarge)
+		alloc := after.TotalAlloc - before.TotalAlloc
+		t.Logf("%s (%d bytes stored): allocated %d MiB", tc.name, len(tc.body), alloc>>20)
+		if alloc > tc.maxAlloc {
+			t.Errorf("%s: decoding allocated %d MiB, want <= %d MiB", tc.name, alloc>>20, tc.maxAlloc>>20)
+		}
+	}
+	// Within the bound, many small descriptors still decode.
+	var js bytes.Buffer
+	js.WriteString(`[{"name":"a","sequence-number":1}`)
+	for i := 2; i <= 1000; i++ {
+		js.WriteString(`,{"name":"a","sequence-number":2}`)
+	}
+	js.WriteString("]")
+	if ds, err := DecodeDescriptors(js.Bytes(), "", limit); err != nil || len(ds) != 1000 {
+		t.Fatalf("1000 descriptors: %d, %v", len(ds), err)
+	}
+}
+
+// FuzzReliabilityStreamedDecode: the streamed decoder (with whitespace
+// squeezed outside strings) accepts exactly what json.Unmarshal of the
+// whole array accepts, with the same descriptors. A squeeze that touched
+// whitespace inside a string, or an element-wise decode that let trailing
+// garbage through, shows up here as a difference.
+func FuzzReliabilityStreamedDecode(f *testing.F) {
+	for _, s := range []string{`[]`, ` [ ] `, `null`, `[null]`, `[{"name":"a  b\t\"  c"}]`, `[{"name":"a"}] x`,
+		`[{"name":"a","metadata":{"k":"  v  "}},{"deleted":true}]`, "[\n\t{\"name\" : \"\\\\\"  }\r\n]", `[1]`, `{}`, `[{}]   `} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if Sniff(body) != EncodingNone {
+			return
+		}
+		got, err := DecodeDescriptors(body, EncodingNone, 1<<20)
+		var want []Descriptor
+		werr := json.Unmarshal(body, &want)
+		if werr == nil && want == nil {
+			werr = errors.New("null") // not an array
+		}
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("DecodeDescriptors(%q) error %v, json.Unmarshal error %v", body, err, werr)
+		}
+		if err == nil && !reflect.DeepEqual(got, want) && !(len(got) == 0 && len(want) == 0) {
+			t.Fatalf("DecodeDescriptors(%q) = %+v, want %+v", body, got, want)
+		}
+	})
+}
