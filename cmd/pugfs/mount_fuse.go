@@ -38,7 +38,7 @@ func runMount(ctx context.Context, cfg mountConfig) error {
 		return err
 	}
 	defer b.Close()
-	store := layout.New(b, nil)
+	store := layout.New(b, &layout.Options{MaxDecoded: mountMaxDecoded})
 	if err := probe(ctx, b); err != nil {
 		return fmt.Errorf("bucket %s is not usable: %v", redact(u), err)
 	}
@@ -134,6 +134,13 @@ func runMount(ctx context.Context, cfg mountConfig) error {
 	<-done
 	return nil
 }
+
+// mountMaxDecoded bounds the decoded size of one snapshot, manifest or
+// memory file read by a mount, and (at 256 bytes each) the descriptors
+// decoded from it. A mount holds many of them at once and must not be
+// taken down by one bad object: layout's default (256 MiB) lets a
+// snapshot cost half a gigabyte. 64 MiB is some 200,000 descriptors.
+const mountMaxDecoded = 64 << 20
 
 // probe checks that the bucket answers, so a wrong URL or missing
 // credentials fail the mount instead of every later request. A transient
