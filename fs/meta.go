@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -57,13 +58,9 @@ func (m *sessionMetaDir) entries(ctx context.Context) ([]child, error) {
 			}
 			return []byte(strconv.FormatUint(uint64(v), 10) + "\n"), nil
 		}),
-		f.genFile("log.jsonl", inoOf("log", sid), time.Time{}, false, func(ctx context.Context) ([]byte, error) {
-			st, err := m.state(ctx)
-			if err != nil {
-				return nil, err
-			}
+		f.genFile("log.jsonl", inoOf("log", sid), time.Time{}, false, perVersion(m.state, func(st *cache.State) ([]byte, error) {
 			return logJSONL(st.Log(st.Version))
-		}),
+		})),
 		f.dir("snapshots", inoOf("snapshots", sid), f.ttl, &snapshotsDir{f: f, id: id}),
 		f.dir("at", inoOf("at", sid), f.ttl, &atDir{f: f, id: id}),
 		f.dir("seq", inoOf("seq", sid), f.ttl, &seqDir{f: f, id: id}),
@@ -98,6 +95,33 @@ func (m *sessionMetaDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 	}
 	setTimes(out, st.UpdatedAt)
 	return nil
+}
+
+// perVersion memoises content made from a session's state for the latest
+// version it was made for: stat(2) and open(2) of log.jsonl render it once
+// per version, not once per call.
+func perVersion(state func(context.Context) (*cache.State, error), gen func(*cache.State) ([]byte, error)) func(context.Context) ([]byte, error) {
+	var mu sync.Mutex
+	var made bool
+	var version uint32
+	var body []byte
+	return func(ctx context.Context) ([]byte, error) {
+		st, err := state(ctx)
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if made && version == st.Version {
+			return body, nil // history is immutable: same version, same log
+		}
+		b, err := gen(st)
+		if err != nil {
+			return nil, err
+		}
+		made, version, body = true, st.Version, b
+		return body, nil
+	}
 }
 
 // logJSONL renders log.jsonl: one descriptor a line without data,

@@ -336,11 +336,29 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		return nil, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
 	}
 	// Mutable generated content: read straight through, so a size that
-	// changed since the last stat cannot cut the file short.
+	// changed since the last stat cannot cut the file short. It is made
+	// once per open, not once per read(2): log.jsonl of a large session
+	// is megabytes, and a reader sees one version of it.
+	if b, ok := n.c.(*bytesContent); ok {
+		body, err := b.gen(ctx)
+		if err != nil {
+			return nil, 0, n.f.errnoOf("open", err)
+		}
+		return &snapHandle{b: body}, fuse.FOPEN_DIRECT_IO, 0
+	}
 	return nil, fuse.FOPEN_DIRECT_IO, 0
 }
 
+// snapHandle is an open generated file: its content as of the open.
+type snapHandle struct{ b []byte }
+
 func (n *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if h, ok := fh.(*snapHandle); ok {
+		if off >= int64(len(h.b)) {
+			return fuse.ReadResultData(nil), 0
+		}
+		return fuse.ReadResultData(h.b[off:min(off+int64(len(dest)), int64(len(h.b)))]), 0
+	}
 	k, err := n.c.readAt(ctx, dest, off)
 	if err != nil {
 		return nil, n.f.errnoOf("read", err)
