@@ -66,6 +66,7 @@ func TestRead(t *testing.T) {
 		r2.readdirplus()
 		r2.statCost()
 		r2.inline()
+		r2.generatedOnce()
 	})
 }
 
@@ -844,6 +845,9 @@ func (r *rdCtx) stats() map[string]int64 {
 		if m := regexp.MustCompile(`freshness checks (\d+)`).FindStringSubmatch(line); m != nil {
 			out["sessions.checks"], _ = strconv.ParseInt(m[1], 10, 64)
 		}
+		if m := regexp.MustCompile(`\bhits (\d+), freshness`).FindStringSubmatch(line); m != nil {
+			out["sessions.hits"], _ = strconv.ParseInt(m[1], 10, 64)
+		}
 		if m := regexp.MustCompile(`backend requests: get (\d+), head (\d+), put (\d+), list (\d+)`).FindStringSubmatch(line); m != nil {
 			for i, k := range []string{"get", "head", "put", "list"} {
 				out["backend."+k], _ = strconv.ParseInt(m[i+1], 10, 64)
@@ -1112,5 +1116,25 @@ func (r *rdCtx) inline() {
 				before["blobs.BackendReads"], after["blobs.BackendReads"], before["backend.get"], after["backend.get"],
 				before["blobs.InlineReads"], after["blobs.InlineReads"])
 		}
+	})
+}
+
+// generatedOnce: a generated file (log.jsonl) is made once per open, not
+// once per read(2): small reads of it do not each rebuild the log, and
+// together they give exactly what one read gives.
+func (r *rdCtx) generatedOnce() {
+	fx := r.fx
+	r.run("log.jsonl once per open", func(r *rdCtx, t *testing.T) {
+		p := meta(fx.odd) + "/log.jsonl"
+		whole := r.sh("cat " + p)
+		before := r.stats()
+		small := r.sh("dd if=" + p + " bs=512 status=none")
+		after := r.stats()
+		reads := int64(len(whole)/512 + 1)
+		calls := after["sessions.hits"] + after["sessions.checks"] - before["sessions.hits"] - before["sessions.checks"]
+		if calls >= reads/2 {
+			t.Errorf("%d reads of 512 bytes made %d session state calls", reads, calls)
+		}
+		r.eq("512-byte reads", small, whole)
 	})
 }
