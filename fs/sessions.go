@@ -93,6 +93,7 @@ func (d *sessionDir) list(ctx context.Context) ([]child, error) {
 	var out []child
 	seen := map[string]bool{}
 	if ok {
+		d.f.warmSizes(ctx, dir)
 		for _, name := range dir.Names() {
 			if d.metaName(name) {
 				continue // the hidden .pugmark/ shadows a slot of that name
