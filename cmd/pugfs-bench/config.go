@@ -25,6 +25,7 @@ type Config struct {
 
 	BlobSize  int64 // the sequential-read blob
 	Files     int   // small files in one session (1-4 KiB each)
+	S3Files   int   // the same for the S3 rows
 	Sessions  int   // sessions for the ls -l sessions/ row
 	Versions  int   // versions of one session for the first-listing rows
 	Commits   int   // 1 KiB files per commit-rate measurement
@@ -75,6 +76,7 @@ func preset(name string) (Config, error) {
 		// elsewhere (the blob still exceeds the default cache budget).
 		c.BlobSize = 512 << 20
 		c.Sessions = 2000
+		c.S3Files = 2000
 	case "full":
 		c.Runs = 5
 		c.Commits = 4000
@@ -83,6 +85,7 @@ func preset(name string) (Config, error) {
 		c.Runs = 1
 		c.BlobSize = 4 << 20
 		c.Files, c.Sessions, c.Versions, c.Commits = 50, 50, 50, 40
+		c.S3Files = 50
 		c.WriteSize = 4 << 20
 		c.Latencies = []time.Duration{5 * time.Millisecond}
 		c.CacheSize = 64 << 20
@@ -118,6 +121,7 @@ func parseFlags(args []string, out, log io.Writer) (Config, error) {
 	fs.IntVar(&c.Runs, "runs", c.Runs, "alternated runs per measurement (the table shows medians)")
 	fs.StringVar(&blob, "blob-size", humanBytes(c.BlobSize), "size of the sequential-read blob")
 	fs.IntVar(&c.Files, "files", c.Files, "small files (1-4 KiB) in the grep/find/ls -lR session")
+	fs.IntVar(&c.S3Files, "s3-files", c.S3Files, "small files in the S3 rows' session (0: as -files)")
 	fs.IntVar(&c.Sessions, "sessions", c.Sessions, "sessions for ls -l sessions/")
 	fs.IntVar(&c.Versions, "versions", c.Versions, "versions of the first-listing session")
 	fs.IntVar(&c.Commits, "commit-files", c.Commits, "1 KiB files written per commit-rate measurement")
@@ -137,6 +141,9 @@ func parseFlags(args []string, out, log io.Writer) (Config, error) {
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.S3Files <= 0 {
+		c.S3Files = c.Files
 	}
 	if c.BlobSize, err = parseSize(blob); err != nil {
 		return c, err

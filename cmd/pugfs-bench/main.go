@@ -101,7 +101,14 @@ func run(ctx context.Context, c *Config) error {
 		sessions: newDataset(dataDir, kindSessions, c.Sessions, 0),
 		versions: newDataset(dataDir, kindVersions, c.Versions, 0),
 	}
+	ds.s3small = ds.small
+	if c.S3Files != c.Files {
+		ds.s3small = newDataset(dataDir, kindSmall, c.S3Files, 0)
+	}
 	all := []*dataset{ds.blob, ds.small, ds.sessions, ds.versions}
+	if ds.s3small != ds.small {
+		all = append(all, ds.s3small)
+	}
 	for _, d := range all {
 		if err := ensureLocal(ctx, d, b.logf); err != nil {
 			return err
@@ -191,12 +198,16 @@ func (b *bench) header(start time.Time) []string {
 			rcl = firstLine(string(out))
 		}
 	}
+	s3files := ""
+	if c.S3 && c.S3Files != c.Files {
+		s3files = fmt.Sprintf("; the S3 rows' small-file session has %s files", thousands(c.S3Files))
+	}
 	lines := []string{
 		fmt.Sprintf("pugfs-bench -preset %s: %d alternated run(s), %s, %.1f min in all", c.Preset, c.Runs, time.Now().UTC().Format("2006-01-02 15:04 UTC"), time.Since(start).Minutes()),
 		"",
 		"- machine: " + strings.Join(host, ", "),
-		fmt.Sprintf("- data: a %s blob; one session of %s files of 1-4 KiB in %d directories; %s sessions of one file; one session of %s versions (one file each)",
-			humanBytes(c.BlobSize), thousands(c.Files), (c.Files+99)/100, thousands(c.Sessions), thousands(c.Versions)),
+		fmt.Sprintf("- data: a %s blob; one session of %s files of 1-4 KiB (100 a directory); %s sessions of one file; one session of %s versions (one file each)",
+			humanBytes(c.BlobSize), thousands(c.Files), thousands(c.Sessions), thousands(c.Versions)) + s3files,
 		fmt.Sprintf("- pugfs: `pugfs mount --read-only --cache-size %s` for reads (default --metadata-ttl 1s, no --cache-dir), without --read-only for writes; S3 rows: versitygw on 127.0.0.1", humanBytes(c.CacheSize)),
 		"- go-fuse loopback: " + gofuse + " example loopback with FUSE passthrough off (cmd/pugfs-bench/loopback), -ro for reads; rclone: " + rcl + ", `rclone mount --vfs-cache-mode off` of the local directory, --read-only for reads",
 		"- cold: " + cold + "; warm: the same mount after one untimed run; writes: each into a fresh session directory, close(2) included",

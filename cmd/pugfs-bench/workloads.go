@@ -28,6 +28,8 @@ for p in "${pids[@]}"; do wait "$p" || exit 1; done`
 // sets are the data sets of a run.
 type sets struct {
 	blob, small, sessions, versions *dataset
+	// s3small is the small-file set of the S3 rows (-s3-files).
+	s3small *dataset
 }
 
 func fileURL(dir string) string { return (&url.URL{Scheme: "file", Path: dir}).String() }
@@ -103,20 +105,6 @@ func (b *bench) buildRows(ds sets, writeBucket, writePlain string) {
 	blobCheck := func(root string) (string, string) {
 		return root, fmt.Sprintf("f=%s; stat -c %%s $f; head -c 1048576 $f | cksum; tail -c 1048576 $f | cksum", blobPath)
 	}
-	small := thousands(c.Files)
-	smallDir := func(root string) string { return filepath.Join(root, ds.small.sessionPath()) }
-	grep := func(root string, run int) (*job, error) {
-		return &job{argv: []string{"grep", "-rl", needle, "."}, dir: smallDir(root)}, nil
-	}
-	find := func(root string, run int) (*job, error) {
-		return &job{argv: []string{"find", ".", "-type", "f"}, dir: smallDir(root)}, nil
-	}
-	lsR := func(root string, run int) (*job, error) {
-		return &job{argv: []string{"ls", "-lR", "."}, dir: smallDir(root)}, nil
-	}
-	smallCheck := func(root string) (string, string) {
-		return smallDir(root), "find . -type f | sort | cksum; grep -rl " + needle + " . | sort | cksum; cat $(find . -type f | sort | head -50) | cksum"
-	}
 	lsSessions := func(root string, run int) (*job, error) {
 		return &job{argv: []string{"ls", "-l", "sessions"}, dir: root}, nil
 	}
@@ -136,6 +124,24 @@ func (b *bench) buildRows(ds sets, writeBucket, writePlain string) {
 	// readRows adds the read rows of one group: on the local bucket, or
 	// (s3 set) on versitygw, where only pugfs and the native disk apply.
 	readRows := func(prefix string, s3 bool) {
+		sm := ds.small
+		if s3 {
+			sm = ds.s3small
+		}
+		small := thousands(sm.N)
+		smallDir := func(root string) string { return filepath.Join(root, sm.sessionPath()) }
+		grep := func(root string, run int) (*job, error) {
+			return &job{argv: []string{"grep", "-rl", needle, "."}, dir: smallDir(root)}, nil
+		}
+		find := func(root string, run int) (*job, error) {
+			return &job{argv: []string{"find", ".", "-type", "f"}, dir: smallDir(root)}, nil
+		}
+		lsR := func(root string, run int) (*job, error) {
+			return &job{argv: []string{"ls", "-lR", "."}, dir: smallDir(root)}, nil
+		}
+		smallCheck := func(root string) (string, string) {
+			return smallDir(root), "find . -type f | sort | cksum; grep -rl " + needle + " . | sort | cksum; cat $(find . -type f | sort | head -50) | cksum"
+		}
 		targets := func(g string, d *dataset) map[string]*target {
 			m := readTargets(g, d)
 			if s3 {
@@ -177,15 +183,15 @@ func (b *bench) buildRows(ds sets, writeBucket, writePlain string) {
 		}
 		g = group(prefix + "small")
 		add(&row{id: id("grep-cold"), name: label("grep -rl over " + small + " files, cold"), group: g, unit: unitSeconds, mode: modeCold,
-			cells: targets(g, ds.small), na: na, job: grep, check: smallCheck})
+			cells: targets(g, sm), na: na, job: grep, check: smallCheck})
 		add(&row{id: id("grep-warm"), name: label("grep -rl over " + small + " files, warm"), group: g, unit: unitSeconds, mode: modeWarm,
-			cells: targets(g, ds.small), na: na, job: grep})
+			cells: targets(g, sm), na: na, job: grep})
 		add(&row{name: label("find over " + small + " files, cold"), group: g, unit: unitSeconds, mode: modeCold,
-			cells: targets(g, ds.small), na: na, job: find})
+			cells: targets(g, sm), na: na, job: find})
 		add(&row{name: label("find over " + small + " files, warm"), group: g, unit: unitSeconds, mode: modeWarm,
-			cells: targets(g, ds.small), na: na, job: find})
+			cells: targets(g, sm), na: na, job: find})
 		add(&row{id: id("lsR-warm"), name: label("ls -lR of " + small + " files, warm"), group: g, unit: unitSeconds, mode: modeWarm,
-			cells: targets(g, ds.small), na: na, job: lsR})
+			cells: targets(g, sm), na: na, job: lsR})
 		g = group(prefix + "sessions")
 		add(&row{name: label("ls -l sessions/ (" + thousands(c.Sessions) + " sessions), cold"), group: g, unit: unitSeconds, mode: modeCold,
 			cells: targets(g, ds.sessions), na: na, job: lsSessions, check: sessionsCheck})
