@@ -104,17 +104,37 @@ func (st *State) SlotsAt(v uint32) map[string]layout.Entry {
 }
 
 // Seq returns the descriptor with sequence number n in the full log.
+// Sequence numbers increase along the log (§7.3): the ancestors are binary
+// searched, then the own snapshot whose range holds n; the log is not
+// copied, so a lookup of seq/<n> in a large session stays cheap. A bucket
+// that breaks the order still gets an answer, by a scan.
 func (st *State) Seq(n int64) (layout.Entry, bool) {
-	// Sequence numbers increase along the log; binary search own
-	// snapshots first, then the ancestors.
-	log := st.Log(st.Version)
-	i := sort.Search(len(log), func(i int) bool { return log[i].SequenceNumber >= n })
-	if i < len(log) && log[i].SequenceNumber == n {
-		return log[i], true
+	a := st.ancestors
+	if i := sort.Search(len(a), func(i int) bool { return a[i].SequenceNumber >= n }); i < len(a) && a[i].SequenceNumber == n {
+		return a[i], true
 	}
-	for _, e := range log {
+	snaps := st.snaps[:st.Version]
+	own := func(v int, d layout.Descriptor) layout.Entry {
+		return layout.Entry{Descriptor: d, Session: st.ID, Version: uint32(v) + 1}
+	}
+	for v, ds := range snaps {
+		if len(ds) == 0 || ds[0].SequenceNumber > n || ds[len(ds)-1].SequenceNumber < n {
+			continue
+		}
+		if j := sort.Search(len(ds), func(j int) bool { return ds[j].SequenceNumber >= n }); j < len(ds) && ds[j].SequenceNumber == n {
+			return own(v, ds[j]), true
+		}
+	}
+	for _, e := range a {
 		if e.SequenceNumber == n {
 			return e, true
+		}
+	}
+	for v, ds := range snaps {
+		for _, d := range ds {
+			if d.SequenceNumber == n {
+				return own(v, d), true
+			}
 		}
 	}
 	return layout.Entry{}, false
