@@ -382,6 +382,14 @@ func (r *rdCtx) seq() {
 	r.run("seq", func(r *rdCtx, t *testing.T) {
 		main := fx.demo.Main.ID
 		r.eq("seq/1", r.sh("cat "+meta(main)+"/seq/1"), r.sh("cat "+meta(main)+"/at/1/README.md"))
+		// A fork's seq/ covers its parent chain.
+		r.eq("grand's seq/1", r.sh("cat "+meta(fx.grand)+"/seq/1"), r.sh("cat "+meta(main)+"/at/1/README.md"))
+		glog, err := r.bk.Store.FullLog(context.Background(), fx.grand, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := glog[len(glog)-1]
+		r.eq("grand's own", r.sh(fmt.Sprintf("cat %s/seq/%d", meta(fx.grand), last.SequenceNumber)), "three levels down\n")
 		log, err := r.bk.Store.FullLog(context.Background(), fx.odd, 3)
 		if err != nil {
 			t.Fatal(err)
