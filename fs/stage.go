@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"mime"
 	"net/http"
@@ -46,6 +47,11 @@ type staged struct {
 	// error went back to the caller; it is cleared by the next change.
 	// Release does not retry such a commit behind the caller's back.
 	failed bool
+	// sum is the SHA-256 state of file[0:summed], kept up to date by
+	// writes that continue at summed (cp, >, >>), so a commit hashes only
+	// what was written elsewhere; summed < 0 means it must start over.
+	sum    hash.Hash
+	summed int64
 	// unlinked is set when the name was removed (or renamed over) while
 	// the file was open: what is still written through open descriptors
 	// goes nowhere, as with any unlinked file.
@@ -61,7 +67,7 @@ func (w *writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: %w", name, err)
 	}
-	s := &staged{name: name, file: f, created: w.f.cfg.Now()}
+	s := &staged{name: name, file: f, created: w.f.cfg.Now(), sum: sha256.New()}
 	if base != nil {
 		s.meta = cloneMap(base.Metadata)
 		s.schema = base.SchemaURL
@@ -127,6 +133,13 @@ func (s *staged) writeAt(p []byte, off int64) (int, error) {
 	if end := off + int64(n); end > s.size {
 		s.size = end
 	}
+	switch {
+	case off == s.summed:
+		s.sum.Write(p[:n])
+		s.summed += int64(n)
+	case off < s.summed:
+		s.summed = -1 // rewrote hashed bytes
+	}
 	if n > 0 {
 		s.dirty, s.touched, s.failed = true, true, false
 	}
@@ -159,6 +172,9 @@ func (s *staged) truncate(n int64) error {
 	if err := s.file.Truncate(n); err != nil {
 		return err
 	}
+	if n < s.summed {
+		s.summed = -1
+	}
 	if n != s.size {
 		s.size = n
 		s.dirty, s.failed = true, false
@@ -173,18 +189,23 @@ func (s *staged) getSize() int64 {
 	return s.size
 }
 
-// snapshotDesc hashes the spill file and returns the descriptor it
-// becomes, and whether it needs an upload. Caller holds s.mu.
+// describeLocked hashes the spill file (what the running hash has not
+// seen of it) and returns the descriptor it becomes. Caller holds s.mu.
 func (s *staged) describeLocked(now time.Time) (layout.Descriptor, error) {
 	if err := s.file.Truncate(s.size); err != nil {
 		return layout.Descriptor{}, err
 	}
-	h := sha256.New()
-	if _, err := io.Copy(h, io.NewSectionReader(s.file, 0, s.size)); err != nil {
+	if s.summed < 0 || s.summed > s.size {
+		s.sum.Reset()
+		s.summed = 0
+	}
+	if _, err := io.Copy(s.sum, io.NewSectionReader(s.file, s.summed, s.size-s.summed)); err != nil {
+		s.summed = -1
 		return layout.Descriptor{}, err
 	}
+	s.summed = s.size
 	var d layout.Descriptor
-	copy(d.Digest[:], h.Sum(nil))
+	copy(d.Digest[:], s.sum.Sum(nil))
 	d.Size = s.size
 	d.Name = s.name
 	d.CreatedAt = now.UTC()
