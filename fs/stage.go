@@ -26,7 +26,9 @@ var errEOF = io.EOF
 // open on the same name in one session.
 type staged struct {
 	// mu guards everything below and serialises I/O on the spill file.
-	mu    sync.Mutex
+	// An upload holds it shared: reads and stats of the file go on while
+	// its blob is stored, writes wait.
+	mu    sync.RWMutex
 	name  string
 	file  *os.File
 	size  int64
@@ -52,6 +54,9 @@ type staged struct {
 	// what was written elsewhere; summed < 0 means it must start over.
 	sum    hash.Hash
 	summed int64
+	// gen counts changes of content and metadata, so that an upload
+	// knows whether what it stored is still what the file holds.
+	gen uint64
 	// unlinked is set when the name was removed (or renamed over) while
 	// the file was open: what is still written through open descriptors
 	// goes nowhere, as with any unlinked file.
@@ -142,13 +147,14 @@ func (s *staged) writeAt(p []byte, off int64) (int, error) {
 	}
 	if n > 0 {
 		s.dirty, s.touched, s.failed = true, true, false
+		s.gen++
 	}
 	return n, err
 }
 
 func (s *staged) readAt(p []byte, off int64) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	if off >= s.size {
 		return 0, nil
 	}
@@ -178,14 +184,15 @@ func (s *staged) truncate(n int64) error {
 	if n != s.size {
 		s.size = n
 		s.dirty, s.failed = true, false
+		s.gen++
 	}
 	s.touched = true
 	return nil
 }
 
 func (s *staged) getSize() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	return s.size
 }
 

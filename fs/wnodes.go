@@ -358,9 +358,9 @@ func (n *slotFile) current() (*staged, *layout.Entry) {
 		return s, nil
 	}
 	if n.st != nil {
-		n.st.mu.Lock()
+		n.st.mu.RLock()
 		c := n.st.committed
-		n.st.mu.Unlock()
+		n.st.mu.RUnlock()
 		if c != nil {
 			return nil, c
 		}
@@ -475,8 +475,8 @@ func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 func (n *slotFile) xattrs() map[string]string {
 	s, e := n.current()
 	if s != nil {
-		s.mu.Lock()
-		defer s.mu.Unlock()
+		s.mu.RLock()
+		defer s.mu.RUnlock()
 		m := map[string]string{}
 		for k, v := range s.meta {
 			m["user.pugmark.meta."+k] = v
@@ -549,6 +549,7 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 	// setfattr child closes its inherited copy of the descriptor first),
 	// so the metadata lands with the content, in one descriptor.
 	s.dirty, s.failed = true, false
+	s.gen++
 	s.mu.Unlock()
 	if s.opensNow(n.f.w) == 1 {
 		err = n.f.w.flush(ctx, n.id, s, true)

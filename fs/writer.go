@@ -608,17 +608,33 @@ func (w *writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 // staged file is no longer dirty once its descriptor is built; if the
 // commit then fails, dirty is set again.
 func (w *writer) upload(ctx context.Context, s *staged) (layout.Descriptor, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	d, err := s.describeLocked(w.f.cfg.Now())
-	if err != nil {
-		return d, fmt.Errorf("commit %s: read staged data: %w", s.name, err)
+	for {
+		s.mu.Lock()
+		d, err := s.describeLocked(w.f.cfg.Now())
+		gen := s.gen
+		s.mu.Unlock()
+		if err != nil {
+			return d, fmt.Errorf("commit %s: read staged data: %w", d.Name, err)
+		}
+		// Shared during the upload: the file can be read and stat'ed,
+		// and nothing can change what is being stored.
+		s.mu.RLock()
+		if s.gen != gen {
+			s.mu.RUnlock()
+			continue // written to since it was hashed
+		}
+		_, err = w.f.store.PutBlobFile(ctx, s.file, d.Digest, d.Size, layout.BlobOptions{ContentType: d.ContentType})
+		s.mu.RUnlock()
+		if err != nil {
+			return d, fmt.Errorf("commit %s: %w", d.Name, err)
+		}
+		s.mu.Lock()
+		if s.gen == gen {
+			s.dirty = false // else changed again after the upload: still dirty
+		}
+		s.mu.Unlock()
+		return d, nil
 	}
-	if _, err := w.f.store.PutBlobFile(ctx, s.file, d.Digest, d.Size, layout.BlobOptions{ContentType: d.ContentType}); err != nil {
-		return d, fmt.Errorf("commit %s: %w", s.name, err)
-	}
-	s.dirty = false
-	return d, nil
 }
 
 // commitBatch commits b as one snapshot; the caller holds ws.commitMu.
