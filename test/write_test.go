@@ -734,3 +734,51 @@ func TestWriteReadOnlyPlaces(t *testing.T) {
 		}
 	})
 }
+
+// TestWriteStatDuringSlowUpload: while a close is uploading its blob
+// (slowed down here), the file can be stat'ed and read on the mount; only
+// writes to it wait.
+func TestWriteStatDuringSlowUpload(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		slow := *bk
+		u, err := url.Parse(bk.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Scheme = "fault+" + u.Scheme
+		q := u.Query()
+		q.Set("fault_latency", "2s")
+		q.Set("fault_ops", "put")
+		q.Set("fault_prefix", "objects/")
+		u.RawQuery = q.Encode()
+		slow.URL = u.String()
+		m := mount(t, &slow)
+		p := filepath.Join(sessDir(m, id), "slow.txt")
+		f, err := os.OpenFile(p, createFlags, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Write([]byte("slow content\n"))
+		closed := make(chan error, 1)
+		start := time.Now()
+		go func() { closed <- f.Close() }()
+		// Wait until the close is in its upload, then stat and read.
+		waitFor(t, "the upload to start", func() bool { return mountPuts(t, m) > 0 || time.Since(start) > time.Second })
+		t0 := time.Now()
+		fi, err := os.Stat(p)
+		if err != nil || fi.Size() != 13 {
+			t.Fatalf("stat during the upload: %v, %v", fi, err)
+		}
+		if got, err := os.ReadFile(p); err != nil || string(got) != "slow content\n" {
+			t.Fatalf("read during the upload: %q, %v", got, err)
+		}
+		if d := time.Since(t0); d > time.Second {
+			t.Errorf("stat and read took %v during an upload: they waited for it", d)
+		}
+		if err := <-closed; err != nil {
+			t.Fatal(err)
+		}
+		wantSlots(t, bk, id, map[string]string{"slow.txt": "slow content\n"})
+	})
+}
