@@ -25,6 +25,7 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -248,15 +249,29 @@ func (c *Cache) ancestorLog(ctx context.Context, id layout.SessionID, m *layout.
 		cached, ok := c.ancestors.Get(ancestorKey{p.Session, p.Version})
 		c.mu.Unlock()
 		if ok {
-			return c.extendAncestors(ctx, cached, chain[:len(chain)-1])
+			return chainOf(id)(c.extendAncestors(ctx, cached, chain[:len(chain)-1]))
 		}
 		pm, err := c.manifest(ctx, p.Session)
 		if err != nil {
+			if errors.Is(err, layout.ErrNotFound) {
+				// The child exists; its chain is broken (EIO, not ENOENT).
+				return nil, fmt.Errorf("parent chain of %s: %w: ancestor %s: %v", id, layout.ErrCorrupt, p.Session, err)
+			}
 			return nil, fmt.Errorf("parent chain of %s: ancestor %s: %w", id, p.Session, err)
 		}
 		cur = pm
 	}
-	return c.extendAncestors(ctx, nil, chain)
+	return chainOf(id)(c.extendAncestors(ctx, nil, chain))
+}
+
+// chainOf names the child in the error of its parent chain's load.
+func chainOf(id layout.SessionID) func([]layout.Entry, error) ([]layout.Entry, error) {
+	return func(log []layout.Entry, err error) ([]layout.Entry, error) {
+		if err != nil {
+			return nil, fmt.Errorf("parent chain of %s: %w", id, err)
+		}
+		return log, nil
+	}
 }
 
 // extendAncestors builds, root-most first, the visible logs of chain
@@ -267,6 +282,10 @@ func (c *Cache) extendAncestors(ctx context.Context, base []layout.Entry, chain 
 		l := chain[i]
 		snaps, err := c.snapshots(ctx, l.id, 1, l.v)
 		if err != nil {
+			if errors.Is(err, layout.ErrNotFound) {
+				// A parent version past the parent's last: corrupt.
+				return nil, fmt.Errorf("%w: ancestor %s has no version %d: %v", layout.ErrCorrupt, l.id, l.v, err)
+			}
 			return nil, fmt.Errorf("ancestor %s at version %d: %w", l.id, l.v, err)
 		}
 		next := make([]layout.Entry, len(log), len(log)+16)
