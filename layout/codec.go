@@ -295,6 +295,8 @@ func (s *squeezeSpace) Read(p []byte) (int, error) {
 	}
 }
 
-// descriptorCost is what one decoded Descriptor costs in memory, at
-// least: DecodeDescriptors holds at most max/descriptorCost of them.
-const descriptorCost = 256
+// descriptorCost is what one decoded Descriptor costs in memory: 240
+// bytes of struct, the strings it holds, and the garbage of decoding it.
+// DecodeDescriptors holds at most max/descriptorCost of them (a real
+// descriptor's JSON is a few hundred bytes, so this rarely binds first).
+const descriptorCost = 512

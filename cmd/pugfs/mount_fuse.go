@@ -136,11 +136,13 @@ func runMount(ctx context.Context, cfg mountConfig) error {
 }
 
 // mountMaxDecoded bounds the decoded size of one snapshot, manifest or
-// memory file read by a mount, and (at 256 bytes each) the descriptors
-// decoded from it. A mount holds many of them at once and must not be
-// taken down by one bad object: layout's default (256 MiB) lets a
-// snapshot cost half a gigabyte. 64 MiB is some 200,000 descriptors.
-const mountMaxDecoded = 64 << 20
+// memory file read by a mount, and (at 512 bytes each) the descriptors
+// decoded from it: some 65,000 descriptors, where pugfs's own commits hold
+// a handful. A mount decodes many objects at once and must not be taken
+// down by one bad one: layout's default (256 MiB) let a single snapshot
+// cost half a gigabyte; at 32 MiB a decompression bomb costs a mount
+// under 100 MiB while it is read (TestReliabilityBadBucketContent).
+const mountMaxDecoded = 32 << 20
 
 // probe checks that the bucket answers, so a wrong URL or missing
 // credentials fail the mount instead of every later request. A transient
