@@ -16,14 +16,14 @@ import (
 	"github.com/pugmark/pugfs/layout"
 )
 
-// Crashes: pugfs killed with SIGKILL in the middle of a write storm, at
+// Crashes: pugfs killed with SIGKILL in the middle of a write relStorm, at
 // points widened with injected latency, then mounted again on the same
 // directory and cache directory.
 
-// storm writes files into a session from several goroutines until stop
+// relStorm writes files into a session from several goroutines until stop
 // is closed or a write fails (the mount died), and records what was
 // acknowledged: close(2) returned 0.
-type storm struct {
+type relStorm struct {
 	mu    sync.Mutex
 	acked map[string][]byte
 	wg    sync.WaitGroup
@@ -31,7 +31,7 @@ type storm struct {
 	dirfd int
 }
 
-func startStorm(dir, tag string, writers int, seed uint64) (*storm, error) {
+func relStartStorm(dir, tag string, writers int, seed uint64) (*relStorm, error) {
 	// Every write goes through a descriptor of the session directory
 	// opened now: once the mount is killed and detached, a path would
 	// reach the plain directory underneath and "succeed" there.
@@ -39,7 +39,7 @@ func startStorm(dir, tag string, writers int, seed uint64) (*storm, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &storm{acked: map[string][]byte{}, stop: make(chan struct{}), dirfd: dirfd}
+	s := &relStorm{acked: map[string][]byte{}, stop: make(chan struct{}), dirfd: dirfd}
 	for g := 0; g < writers; g++ {
 		s.wg.Add(1)
 		go func(g int) {
@@ -60,7 +60,7 @@ func startStorm(dir, tag string, writers int, seed uint64) (*storm, error) {
 				for j := range body {
 					body[j] = byte(rng.Uint32())
 				}
-				if err := writeAt(dirfd, name, body); err != nil {
+				if err := relWriteAt(dirfd, name, body); err != nil {
 					return // the mount is gone; this write was not acknowledged
 				}
 				s.mu.Lock()
@@ -72,9 +72,9 @@ func startStorm(dir, tag string, writers int, seed uint64) (*storm, error) {
 	return s, nil
 }
 
-// writeAt creates name under dirfd with body; nil means close(2)
+// relWriteAt creates name under dirfd with body; nil means close(2)
 // returned 0, the acknowledgement of a commit.
-func writeAt(dirfd int, name string, body []byte) error {
+func relWriteAt(dirfd int, name string, body []byte) error {
 	fd, err := syscall.Openat(dirfd, name, syscall.O_CREAT|syscall.O_WRONLY|syscall.O_TRUNC|syscall.O_CLOEXEC, 0o644)
 	if err != nil {
 		return err
@@ -90,13 +90,13 @@ func writeAt(dirfd int, name string, body []byte) error {
 	return syscall.Close(fd)
 }
 
-func (s *storm) count() int {
+func (s *relStorm) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.acked)
 }
 
-func (s *storm) end() map[string][]byte {
+func (s *relStorm) end() map[string][]byte {
 	close(s.stop)
 	s.wg.Wait()
 	syscall.Close(s.dirfd)
@@ -104,7 +104,7 @@ func (s *storm) end() map[string][]byte {
 }
 
 // TestReliabilityCrashDuringWriteStorm kills pugfs with SIGKILL at four
-// points of a write storm and mounts again: mid-storm at a random moment,
+// points of a write relStorm and mounts again: mid-relStorm at a random moment,
 // while blob uploads hang (data staged, blob not stored), while snapshot
 // PUTs hang (blob stored, snapshot not), and with slow snapshot PUTs
 // mid-flight. After each crash the remount on the same directory and cache
@@ -145,7 +145,7 @@ func TestReliabilityCrashDuringWriteStorm(t *testing.T) {
 			}
 			m := relMountOn(t, b, dir, "--cache-dir", cache)
 			sd := filepath.Join(dir, "sessions", id.String())
-			s, err := startStorm(sd, fmt.Sprintf("p%d", i), 3, seed+uint64(i))
+			s, err := relStartStorm(sd, fmt.Sprintf("p%d", i), 3, seed+uint64(i))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -194,7 +194,7 @@ func TestReliabilityCrashDuringWriteStorm(t *testing.T) {
 		})
 	}
 	if len(want) == 0 {
-		t.Fatal("no write was ever acknowledged: the storm tested nothing")
+		t.Fatal("no write was ever acknowledged: the relStorm tested nothing")
 	}
 }
 
