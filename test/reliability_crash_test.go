@@ -16,11 +16,11 @@ import (
 	"github.com/pugmark/pugfs/layout"
 )
 
-// Crashes: pugfs killed with SIGKILL in the middle of a write relStorm, at
+// Crashes: pugfs killed with SIGKILL in the middle of a write storm, at
 // points widened with injected latency, then mounted again on the same
 // directory and cache directory.
 
-// relStorm writes files into a session from several goroutines until stop
+// relStorm is a write storm: it writes files into a session from several goroutines until stop
 // is closed or a write fails (the mount died), and records what was
 // acknowledged: close(2) returned 0.
 type relStorm struct {
