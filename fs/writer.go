@@ -261,9 +261,11 @@ func (w *writer) release(id layout.SessionID, s *staged) {
 	if s.opens > 0 || ws == nil {
 		return
 	}
-	s.mu.Lock()
+	// Shared: w.mu is held, and an upload of s (holding s.mu shared)
+	// must not stall every other writer operation until it ends.
+	s.mu.RLock()
 	dirty := s.dirty && !s.unlinked
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	if dirty && w.f.cfg.Commit == CommitOnFsync && ws.files[s.name] == s {
 		return // kept until the session is fsynced
 	}
@@ -285,9 +287,9 @@ func (w *writer) shutdown() {
 	defer w.mu.Unlock()
 	for id, ws := range w.ss {
 		for _, s := range ws.files {
-			s.mu.Lock()
+			s.mu.RLock()
 			keep := s.dirty && !s.unlinked
-			s.mu.Unlock()
+			s.mu.RUnlock()
 			if keep {
 				w.salvageLocked(id, s, "unmounted with uncommitted data; staged data kept")
 			}
@@ -310,8 +312,8 @@ func (w *writer) salvageLocked(id layout.SessionID, s *staged, msg string) {
 		return
 	}
 	dst := filepath.Join(dir, strings.ReplaceAll(s.name, "/", "%2F")+"."+time.Now().UTC().Format("20060102T150405.000000000"))
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err == nil {
 		buf := make([]byte, 1<<20)
@@ -452,9 +454,9 @@ func (w *writer) fsyncSession(ctx context.Context, id layout.SessionID) error {
 	sort.Strings(names)
 	for _, n := range names {
 		if s := ws.files[n]; !seen[s] {
-			s.mu.Lock()
+			s.mu.RLock()
 			dirty := s.dirty
-			s.mu.Unlock()
+			s.mu.RUnlock()
 			if dirty {
 				ops = append(ops, pendingOp{file: s})
 			}
