@@ -121,7 +121,7 @@ func (b *bench) report(w io.Writer, header []string) {
 		fmt.Fprintln(w, n)
 	}
 	for i, s := range fn.list {
-		fmt.Fprintf(w, "[%d] %s\n", i+1, s)
+		fmt.Fprintf(w, "- [%d] %s\n", i+1, s)
 	}
 	b.goals(w)
 }

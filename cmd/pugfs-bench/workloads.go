@@ -199,7 +199,8 @@ func (b *bench) buildRows(ds sets, writeBucket, writePlain string) {
 			cells: targets(g, ds.sessions), na: na, job: lsSessions})
 		g = group(prefix + "versions")
 		vname := "first ls of a session with " + thousands(c.Versions) + " versions, fresh mount"
-		vna := map[string]string{colNative: "no plain-directory equivalent (versions are pugmark's)", colLoopback: "as native", colRclone: "as native"}
+		noPlain := "no plain-directory equivalent (versions are pugmark's)"
+		vna := map[string]string{colNative: noPlain, colLoopback: noPlain, colRclone: noPlain}
 		pug := func(key, src string, env []string) map[string]*target {
 			return map[string]*target{colPugfs: {key: key, col: colPugfs, src: src, env: env, args: ro}}
 		}
