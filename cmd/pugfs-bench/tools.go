@@ -47,7 +47,9 @@ func prepareTools(ctx context.Context, c *Config, logf func(string, ...any)) (*t
 		// The upstream example hands files to the kernel (FUSE
 		// passthrough) when run as root; loopback/main.go is the same
 		// filesystem with that turned off.
-		t.loopback = filepath.Join(c.Root, ".tools", "bin", "loopback-nopt")
+		// Built per data directory, so that a bench and the tiny test
+		// never overwrite a binary the other is running.
+		t.loopback = filepath.Join(binDir, "loopback-nopt")
 		if out, err := runQuiet(ctx, 5*time.Minute, c.Root, nil, "go", "build", "-o", t.loopback, "./cmd/pugfs-bench/loopback"); err != nil {
 			t.why[colLoopback] = "could not build the go-fuse loopback: " + firstLine(string(out))
 			t.loopback = ""
