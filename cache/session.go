@@ -60,6 +60,10 @@ type State struct {
 
 	treeOnce sync.Once
 	tree     *Dir
+	// treeBuilt is tree once built; a successor derives its own tree
+	// from it (treeFrom) when it can.
+	treeBuilt atomic.Pointer[Dir]
+	treeFrom  *treeDelta
 }
 
 // Position is where a commit based on this state starts.
@@ -146,7 +150,15 @@ func (st *State) Forks() []layout.Branch { return layout.BranchesIn(1, st.snaps)
 
 // Tree returns the directory tree of the live slots.
 func (st *State) Tree() *Dir {
-	st.treeOnce.Do(func() { st.tree = BuildTree(st.slots) })
+	st.treeOnce.Do(func() {
+		if d := st.treeFrom; d != nil && 2*len(d.changed) < len(st.slots) {
+			st.tree = d.apply(st.slots)
+		} else {
+			st.tree = BuildTree(st.slots)
+		}
+		st.treeFrom = nil // let the predecessor go
+		st.treeBuilt.Store(st.tree)
+	})
 	return st.tree
 }
 
@@ -291,6 +303,17 @@ func (prev *State) with(from uint32, snaps [][]layout.Descriptor) *State {
 	st.snaps = prev.snaps[:prev.Version]
 	st.applySnaps(slots, snaps, from)
 	st.slots = slots
+	if base := prev.treeBuilt.Load(); base != nil {
+		d := &treeDelta{base: base, prevSlots: prev.slots}
+		for _, ds := range snaps {
+			for i := range ds {
+				if ds[i].IsSlot() {
+					d.changed = append(d.changed, ds[i].Name)
+				}
+			}
+		}
+		st.treeFrom = d
+	}
 	return st
 }
 

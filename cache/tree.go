@@ -1,0 +1,89 @@
+package cache
+
+import "github.com/pugmark/pugfs/layout"
+
+// treeDelta is how a state's tree can be derived from its predecessor's
+// instead of built from scratch: every commit makes a new state, and
+// rebuilding the tree of a session of n files for each (sorting every
+// name) made writing n files O(n² log n).
+type treeDelta struct {
+	base      *Dir
+	prevSlots map[string]layout.Entry
+	changed   []string
+}
+
+// apply returns the tree of slots: d.base with the changed names updated.
+// Directories on the path of a change are copied; everything else is
+// shared with base, which is never modified.
+func (d *treeDelta) apply(slots map[string]layout.Entry) *Dir {
+	root := d.base.clone()
+	fresh := map[*Dir]bool{root: true}
+	for _, name := range d.changed {
+		parts, ok := layout.NamePath(name)
+		_, was := d.prevSlots[name]
+		e, is := slots[name]
+		if !ok {
+			if was {
+				root.Hidden--
+			}
+			if is {
+				root.Hidden++
+			}
+			continue
+		}
+		if !is && !was {
+			continue
+		}
+		// Copy the directories down to the leaf's parent.
+		path := []*Dir{root}
+		dir := root
+		for _, p := range parts[:len(parts)-1] {
+			next, ok := dir.Dirs[p]
+			switch {
+			case !ok && !is:
+				next = nil // removing a name whose directory is gone
+			case !ok:
+				next = &Dir{Files: map[string]*layout.Entry{}, Dirs: map[string]*Dir{}}
+				fresh[next] = true
+				dir.Dirs[p] = next
+			case !fresh[next]:
+				next = next.clone()
+				fresh[next] = true
+				dir.Dirs[p] = next
+			}
+			if next == nil {
+				break
+			}
+			dir = next
+			path = append(path, dir)
+		}
+		if len(path) != len(parts) {
+			continue
+		}
+		leaf := parts[len(parts)-1]
+		if is {
+			e := e
+			dir.Files[leaf] = &e
+			continue
+		}
+		delete(dir.Files, leaf)
+		// Drop directories left empty: a tree built from slots has none.
+		for i := len(path) - 1; i > 0 && len(path[i].Files) == 0 && len(path[i].Dirs) == 0; i-- {
+			delete(path[i-1].Dirs, parts[i-1])
+		}
+	}
+	return root
+}
+
+// clone returns a copy of d whose maps can be changed; the entries and
+// subdirectories are shared.
+func (d *Dir) clone() *Dir {
+	c := &Dir{Files: make(map[string]*layout.Entry, len(d.Files)+1), Dirs: make(map[string]*Dir, len(d.Dirs)+1), Hidden: d.Hidden}
+	for k, v := range d.Files {
+		c.Files[k] = v
+	}
+	for k, v := range d.Dirs {
+		c.Dirs[k] = v
+	}
+	return c
+}
