@@ -87,6 +87,10 @@ func (d *sessionDir) view(ctx context.Context) (*cache.State, *cache.Dir, error)
 }
 
 func (d *sessionDir) list(ctx context.Context) ([]child, error) {
+	var local func(seen map[string]bool) []child
+	if d.live() {
+		local = d.f.w.overlayOf(d) // before the state: see overlay
+	}
 	st, tree, err := d.view(ctx)
 	if err != nil {
 		return nil, err
@@ -107,8 +111,8 @@ func (d *sessionDir) list(ctx context.Context) ([]child, error) {
 			}
 		}
 	}
-	if d.live() {
-		out = append(out, d.f.w.overlay(d, seen)...)
+	if local != nil {
+		out = append(out, local(seen)...)
 	}
 	return out, nil
 }

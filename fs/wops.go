@@ -62,6 +62,12 @@ func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 	if strings.HasPrefix(to, from+"/") {
 		return syscall.EINVAL // a directory into itself
 	}
+	// A commit in flight of what is renamed or replaced (a release
+	// committing a just-created file, say) has taken its name already:
+	// let it land, then look where things are. Renaming under it moved a
+	// file whose descriptor still had the old name, and the file ended at
+	// the old name, or the rename found it neither staged nor committed.
+	w.waitCommits(id, from, to)
 	st, err := f.cache.State(ctx, id)
 	if err != nil {
 		return f.errnoOf("rename "+from, err)
@@ -190,4 +196,32 @@ func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 	}
 	w.keepParents(id, from)
 	return 0
+}
+
+// waitCommits waits until no staged file named one of names, or under one
+// of them, has a commit in flight.
+func (w *writer) waitCommits(id layout.SessionID, names ...string) {
+	w.mu.Lock()
+	var busy []*staged
+	if ws := w.ss[id]; ws != nil {
+		for full, s := range ws.files {
+			for _, n := range names {
+				if full == n || strings.HasPrefix(full, n+"/") {
+					busy = append(busy, s)
+					break
+				}
+			}
+		}
+	}
+	w.mu.Unlock()
+	for _, s := range busy {
+		s.mu.Lock()
+		for s.committing != nil {
+			ch := s.committing
+			s.mu.Unlock()
+			<-ch
+			s.mu.Lock()
+		}
+		s.mu.Unlock()
+	}
 }

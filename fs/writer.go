@@ -121,14 +121,21 @@ func (w *writer) hidden(id layout.SessionID, live bool, parts []string, name str
 	return false
 }
 
-// overlay returns local entries of directory d not in the committed tree:
-// staged files and mkdir'd directories.
-func (w *writer) overlay(d *sessionDir, seen map[string]bool) []child {
+// overlayOf returns local entries of directory d not in the committed
+// tree: staged files and mkdir'd directories.
+//
+// It is taken in two steps: overlayOf notes the local entries now, and
+// the function it returns makes the children of those not seen in the
+// committed tree. A listing must note them before it reads the committed
+// state: a commit moves a file from the staged set into the state, so a
+// file is in the staged set noted first or in the state read after, and
+// never in neither (a just-created file missing from ls).
+func (w *writer) overlayOf(d *sessionDir) func(seen map[string]bool) []child {
 	w.mu.Lock()
 	ws := w.ss[d.id]
 	if ws == nil {
 		w.mu.Unlock()
-		return nil
+		return func(map[string]bool) []child { return nil }
 	}
 	prefix := cache.JoinName(d.parts)
 	if prefix != "" {
@@ -160,19 +167,21 @@ func (w *writer) overlay(d *sessionDir, seen map[string]bool) []child {
 		dirs[first] = true
 	}
 	w.mu.Unlock()
-	var out []child
-	for _, it := range items {
-		if !seen[it.name] {
-			out = append(out, w.f.stagedChild(d, it.name))
+	return func(seen map[string]bool) []child {
+		var out []child
+		for _, it := range items {
+			if !seen[it.name] {
+				out = append(out, w.f.stagedChild(d, it.name))
+			}
 		}
-	}
-	for name := range dirs {
-		if !seen[name] {
-			sub := &sessionDir{f: w.f, id: d.id, parts: appendPart(d.parts, name)}
-			out = append(out, w.f.sessionSubdir(sub, name))
+		for name := range dirs {
+			if !seen[name] {
+				sub := &sessionDir{f: w.f, id: d.id, parts: appendPart(d.parts, name)}
+				out = append(out, w.f.sessionSubdir(sub, name))
+			}
 		}
+		return out
 	}
-	return out
 }
 
 // lookup finds a local entry of d.
