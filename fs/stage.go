@@ -63,6 +63,11 @@ type staged struct {
 	unlinked bool
 	// committed is the descriptor this staged file last became.
 	committed *layout.Entry
+	// werr is set when a write or truncate of the content failed (the
+	// staging disk is full, say): the file does not hold what was
+	// written to it, so it is not committed (the error is returned by
+	// close and fsync instead) until it is truncated to nothing.
+	werr error
 }
 
 // newStaged creates a spill file, filled from base when the write does not
@@ -149,6 +154,9 @@ func (s *staged) writeAt(p []byte, off int64) (int, error) {
 		s.dirty, s.touched, s.failed = true, true, false
 		s.gen++
 	}
+	if err != nil && s.werr == nil {
+		s.werr, s.dirty = fmt.Errorf("an earlier write of %s failed: %w", s.name, err), true
+	}
 	return n, err
 }
 
@@ -176,7 +184,13 @@ func (s *staged) truncate(n int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.file.Truncate(n); err != nil {
+		if s.werr == nil {
+			s.werr, s.dirty = fmt.Errorf("an earlier truncate of %s failed: %w", s.name, err), true
+		}
 		return err
+	}
+	if n == 0 {
+		s.werr = nil // what was lost is gone now
 	}
 	if n < s.summed {
 		s.summed = -1

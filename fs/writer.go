@@ -621,6 +621,12 @@ func (w *writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 func (w *writer) upload(ctx context.Context, s *staged) (layout.Descriptor, error) {
 	for {
 		s.mu.Lock()
+		if s.werr != nil {
+			// Half a file is not committed as if it were the file.
+			err := s.werr
+			s.mu.Unlock()
+			return layout.Descriptor{}, fmt.Errorf("commit %s: %w", s.name, err)
+		}
 		d, err := s.describeLocked(w.f.cfg.Now())
 		gen := s.gen
 		s.mu.Unlock()
