@@ -43,8 +43,20 @@ func runMount(ctx context.Context, cfg mountConfig) error {
 		return fmt.Errorf("bucket %s is not usable: %v", redact(u), err)
 	}
 	stateDir, err := stateDirFor(cfg, u)
+	if err == nil {
+		err = writableDir(stateDir)
+	}
 	if err != nil {
-		return err
+		// An unwritable cache directory (a read-only file system, a
+		// full disk) must not stop a mount that mostly reads: stage in
+		// the temporary directory instead, and say so.
+		sum := sha256.Sum256([]byte(u))
+		fb := filepath.Join(os.TempDir(), fmt.Sprintf("pugfs-%d", os.Getuid()), hex.EncodeToString(sum[:8]))
+		log.Warn("cannot write the cache directory; staging writes in the temporary directory instead", "dir", stateDir, "err", err, "instead", fb)
+		if ferr := writableDir(fb); ferr != nil {
+			return fmt.Errorf("no writable directory for staged writes: %s: %v; %s: %v", stateDir, err, fb, ferr)
+		}
+		stateDir = fb
 	}
 	failed := filepath.Join(stateDir, "failed")
 	cleanStaging(stateDir, failed, log)
@@ -170,6 +182,19 @@ func probe(ctx context.Context, b *blob.Bucket) error {
 	}
 }
 
+// writableDir makes dir if needed and checks that files can be made in it.
+func writableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".pugfs-probe-*")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
 // stateDirFor is where the mount keeps staging files: the cache directory
 // if given, else a per-bucket directory in the user's cache.
 func stateDirFor(cfg mountConfig, u string) (string, error) {
@@ -183,7 +208,7 @@ func stateDirFor(cfg mountConfig, u string) (string, error) {
 	sum := sha256.Sum256([]byte(u))
 	dir := filepath.Join(base, "pugfs", hex.EncodeToString(sum[:8]))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("state directory %s: %w", dir, err)
+		return dir, fmt.Errorf("state directory %s: %w", dir, err)
 	}
 	return dir, nil
 }
