@@ -157,13 +157,18 @@ func Mount(dir string, f *FS, mo MountOptions) (*fuse.Server, error) {
 		UID:             f.cfg.UID,
 		GID:             f.cfg.GID,
 		MountOptions: fuse.MountOptions{
-			AllowOther:   mo.AllowOther,
-			Debug:        mo.Debug,
-			FsName:       mo.FsName,
-			Name:         "pugfs",
-			DirectMount:  true,
-			MaxWrite:     1 << 20,
-			MaxReadAhead: 1 << 20,
+			AllowOther:  mo.AllowOther,
+			Debug:       mo.Debug,
+			FsName:      mo.FsName,
+			Name:        "pugfs",
+			DirectMount: true,
+			// "ro" among the options reaches a direct mount(2) only as a
+			// superblock option; MS_RDONLY makes the mount itself
+			// read-only, as mount(8) and fusermount3 do, so it shows in
+			// /proc/self/mountinfo and the kernel refuses every write.
+			DirectMountFlags: directMountFlags(f.cfg.ReadOnly),
+			MaxWrite:         1 << 20,
+			MaxReadAhead:     1 << 20,
 			// Kernel-side permission checks: with allow_other, the mode
 			// bits decide who may enter (issue: access).
 			Options: mountFlags(f.cfg.ReadOnly, mo.AllowOther),
@@ -178,6 +183,14 @@ func Mount(dir string, f *FS, mo MountOptions) (*fuse.Server, error) {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
 	return srv, nil
+}
+
+func directMountFlags(ro bool) uintptr {
+	fl := uintptr(syscall.MS_NOSUID | syscall.MS_NODEV) // go-fuse's default
+	if ro {
+		fl |= syscall.MS_RDONLY
+	}
+	return fl
 }
 
 func mountFlags(ro, allowOther bool) []string {
