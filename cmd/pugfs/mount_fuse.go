@@ -27,12 +27,27 @@ import (
 
 // runMount mounts cfg.BucketURL on cfg.Mountpoint and serves it until ctx
 // is cancelled (SIGINT/SIGTERM), then unmounts.
-func runMount(ctx context.Context, cfg mountConfig) error {
+func runMount(ctx context.Context, cfg mountConfig) (err error) {
 	level := slog.LevelInfo
 	if cfg.Debug {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// Nothing the mount prints or shows carries a credential: errors of
+	// drivers and backends can hold the whole bucket URL.
+	secrets := secretsIn(cfg.BucketURL)
+	defer func() { err = scrubErr(err, cfg.BucketURL) }()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			switch a.Value.Kind() {
+			case slog.KindString:
+				a.Value = slog.StringValue(scrub(a.Value.String(), secrets))
+			case slog.KindAny:
+				if e, ok := a.Value.Any().(error); ok {
+					a.Value = slog.StringValue(scrub(e.Error(), secrets))
+				}
+			}
+			return a
+		}}))
 	b, u, err := openBucket(ctx, cfg.BucketURL, false)
 	if err != nil {
 		return err
@@ -88,7 +103,7 @@ func runMount(ctx context.Context, cfg mountConfig) error {
 	}
 	f, err := pfs.New(pfs.Config{
 		Store: store, Cache: c, Blobs: bc,
-		BucketURL: redact(u), Flags: strings.Join(os.Args[1:], " "),
+		BucketURL: redact(u), Flags: shownFlags(os.Args[1:], secrets),
 		ReadOnly: cfg.ReadOnly, MetadataTTL: cfg.MetadataTTL, Commit: mode, SnapshotType: cfg.SnapshotType,
 		StagingDir: staging, FailedDir: failed, UID: cfg.UID, GID: cfg.GID, Umask: cfg.Umask, Logger: log,
 		ExtraStats: faultStats(b),
@@ -180,6 +195,19 @@ func probe(ctx context.Context, b *blob.Bucket) error {
 		}
 		delay *= 2
 	}
+}
+
+// shownFlags is the command line as .pugmark/flags shows it: URLs
+// redacted, and no credential anywhere.
+func shownFlags(args, secrets []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if strings.Contains(a, "://") {
+			a = redact(a)
+		}
+		out[i] = scrub(a, secrets)
+	}
+	return strings.Join(out, " ")
 }
 
 // writableDir makes dir if needed and checks that files can be made in it.
