@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -80,6 +81,13 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 		return fmt.Errorf("staging directory %s: %w", staging, err)
 	}
 	defer os.RemoveAll(staging)
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// The blob cache holds up to --cache-size of chunks; without a
+		// limit Go's collector lets the heap grow to about twice that
+		// before it runs. A soft limit a little above the budget keeps
+		// the process near what the user asked for.
+		debug.SetMemoryLimit(cfg.CacheSize + 48<<20)
+	}
 	copts := cache.Options{MetadataTTL: cfg.MetadataTTL, Logger: log}
 	bopts := cache.BlobOptions{MemBytes: cfg.CacheSize, SpillDir: staging, Logger: log}
 	if cfg.CacheDir != "" {
