@@ -37,7 +37,11 @@ func (f *FS) slotNode(d *sessionDir, full string, e layout.Entry) gofsNode {
 func (f *FS) stagedChild(d *sessionDir, name string) child {
 	full := cache.JoinName(appendPart(d.parts, name))
 	return child{name: name, mode: syscall.S_IFREG, ttl: f.ttl, ino: inoOf("staged", d.id.String(), full),
-		node: func() gofsNode { return &slotFile{f: f, id: d.id, name: full, st: f.w.stagedFile(d.id, full)} }}
+		node: func() gofsNode {
+			n := &slotFile{f: f, id: d.id, name: full}
+			n.st.Store(f.w.stagedFile(d.id, full))
+			return n
+		}}
 }
 
 var stagedSeq atomic.Uint64
@@ -141,7 +145,8 @@ func (n *sessDirNode) Create(ctx context.Context, name string, flags uint32, mod
 	if err != nil {
 		return nil, nil, 0, f.errnoOf("create "+full, err)
 	}
-	node := &slotFile{f: f, id: n.sd.id, name: full, st: s}
+	node := &slotFile{f: f, id: n.sd.id, name: full}
+	node.st.Store(s)
 	ino := inoOf("staged", n.sd.id.String(), full, strconv.FormatUint(stagedSeq.Add(1), 10))
 	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
 	var ao fuse.AttrOut
@@ -307,8 +312,8 @@ type slotFile struct {
 	e    layout.Entry
 	has  bool
 	// st is the staged file this inode was created or last opened for
-	// writing with.
-	st *staged
+	// writing with. Atomic: opens of one inode run in parallel.
+	st atomic.Pointer[staged]
 }
 
 var (
@@ -357,10 +362,10 @@ func (n *slotFile) current() (*staged, *layout.Entry) {
 	if s := n.f.w.stagedFile(n.id, n.slot()); s != nil {
 		return s, nil
 	}
-	if n.st != nil {
-		n.st.mu.RLock()
-		c := n.st.committed
-		n.st.mu.RUnlock()
+	if st := n.st.Load(); st != nil {
+		st.mu.RLock()
+		c := st.committed
+		st.mu.RUnlock()
 		if c != nil {
 			return nil, c
 		}
@@ -407,7 +412,7 @@ func (n *slotFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if err != nil {
 		return nil, 0, n.f.errnoOf("open "+n.slot(), err)
 	}
-	n.st = s
+	n.st.Store(s)
 	return &whandle{f: n.f, id: n.id, s: s, n: n, counted: true}, 0, 0
 }
 
@@ -458,7 +463,7 @@ func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 			if err != nil {
 				return n.f.errnoOf("truncate "+n.slot(), err)
 			}
-			n.st = s
+			n.st.Store(s)
 			err = s.truncate(int64(sz))
 			if err == nil && s.opensNow(n.f.w) == 1 {
 				err = n.f.w.flush(ctx, n.id, s, true)
@@ -529,7 +534,7 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 	if err != nil {
 		return n.f.errnoOf("setxattr "+n.slot(), err)
 	}
-	n.st = s
+	n.st.Store(s)
 	s.mu.Lock()
 	switch {
 	case isMeta && remove:
