@@ -34,12 +34,22 @@ func (f *FS) slotNode(d *sessionDir, full string, e layout.Entry) gofsNode {
 }
 
 // stagedChild is a child for a staged (not yet committed) file.
-func (f *FS) stagedChild(d *sessionDir, name string) child {
+//
+// s is the staged file the caller found. The node keeps it even if the
+// file's last close releases it before the node is made: its committed
+// entry then answers (a lookup racing that release otherwise made a node
+// with nothing behind it, answered ENOENT, and the next open(O_CREAT)
+// staged the file anew from nothing: echo hello > f; echo world >> f made
+// f "world").
+func (f *FS) stagedChild(d *sessionDir, name string, s *staged) child {
 	full := cache.JoinName(appendPart(d.parts, name))
 	return child{name: name, mode: syscall.S_IFREG, ttl: f.ttl, ino: inoOf("staged", d.id.String(), full),
 		node: func() gofsNode {
 			n := &slotFile{f: f, id: d.id, name: full}
-			n.st.Store(f.w.stagedFile(d.id, full))
+			if cur := f.w.stagedFile(d.id, full); cur != nil {
+				s = cur
+			}
+			n.st.Store(s)
 			return n
 		}}
 }
@@ -357,6 +367,13 @@ func (n *slotFile) slot() string {
 	return n.name
 }
 
+// base is what a new staged file of this inode starts from: its
+// committed entry, looked up when the staged file is made (openFrom).
+func (n *slotFile) base() *layout.Entry {
+	_, e := n.current()
+	return e
+}
+
 // current returns the staged file in progress, or the committed entry.
 func (n *slotFile) current() (*staged, *layout.Entry) {
 	if s := n.f.w.stagedFile(n.id, n.slot()); s != nil {
@@ -407,8 +424,7 @@ func (n *slotFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		}
 		return nil, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0 // no handle: nothing to flush (fileNode.Open)
 	}
-	_, e := n.current()
-	s, err := n.f.w.open(ctx, n.id, n.slot(), e, flags&syscall.O_TRUNC != 0)
+	s, err := n.f.w.openFrom(ctx, n.id, n.slot(), n.base, flags&syscall.O_TRUNC != 0)
 	if err != nil {
 		return nil, 0, n.f.errnoOf("open "+n.slot(), err)
 	}
@@ -458,8 +474,7 @@ func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		} else {
 			// truncate(2) without a handle, or O_TRUNC's follow-up
 			// Setattr: stage, truncate, commit unless a writer holds it.
-			_, e := n.current()
-			s, err := n.f.w.open(ctx, n.id, n.slot(), e, sz == 0)
+			s, err := n.f.w.openFrom(ctx, n.id, n.slot(), n.base, sz == 0)
 			if err != nil {
 				return n.f.errnoOf("truncate "+n.slot(), err)
 			}
@@ -529,8 +544,7 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 	if isMeta && key == "" {
 		return syscall.EINVAL
 	}
-	_, e := n.current()
-	s, err := n.f.w.open(ctx, n.id, n.slot(), e, false)
+	s, err := n.f.w.openFrom(ctx, n.id, n.slot(), n.base, false)
 	if err != nil {
 		return n.f.errnoOf("setxattr "+n.slot(), err)
 	}

@@ -171,7 +171,7 @@ func (w *writer) overlayOf(d *sessionDir) func(seen map[string]bool) []child {
 		var out []child
 		for _, it := range items {
 			if !seen[it.name] {
-				out = append(out, w.f.stagedChild(d, it.name))
+				out = append(out, w.f.stagedChild(d, it.name, it.file))
 			}
 		}
 		for name := range dirs {
@@ -190,8 +190,9 @@ func (w *writer) lookup(d *sessionDir, name string) (child, bool) {
 	w.mu.Lock()
 	ws := w.ss[d.id]
 	var isFile, isDir bool
+	var file *staged
 	if ws != nil {
-		_, isFile = ws.files[full]
+		file, isFile = ws.files[full]
 		if !isFile {
 			isDir = ws.dirs[full]
 			for f := range ws.files {
@@ -205,7 +206,7 @@ func (w *writer) lookup(d *sessionDir, name string) (child, bool) {
 	w.mu.Unlock()
 	switch {
 	case isFile:
-		return w.f.stagedChild(d, name), true
+		return w.f.stagedChild(d, name, file), true
 	case isDir:
 		sub := &sessionDir{f: w.f, id: d.id, parts: appendPart(d.parts, name)}
 		return w.f.sessionSubdir(sub, name), true
@@ -225,6 +226,15 @@ func (w *writer) stagedFile(id layout.SessionID, name string) *staged {
 
 // open returns the staged file for name, creating it from base.
 func (w *writer) open(ctx context.Context, id layout.SessionID, name string, base *layout.Entry, truncate bool) (*staged, error) {
+	return w.openFrom(ctx, id, name, func() *layout.Entry { return base }, truncate)
+}
+
+// openFrom is open with the base asked for only once no staged file of
+// the name is left: an open that looked at its inode while the last close
+// of the name was being released saw the staged file (and so no base), and
+// found it gone when it got here; staging from nothing then dropped the
+// file's content (echo hello > f; echo world >> f made f "world").
+func (w *writer) openFrom(ctx context.Context, id layout.SessionID, name string, baseOf func() *layout.Entry, truncate bool) (*staged, error) {
 	ws := w.session(id)
 	w.mu.Lock()
 	s := ws.files[name]
@@ -239,6 +249,7 @@ func (w *writer) open(ctx context.Context, id layout.SessionID, name string, bas
 		return s, nil
 	}
 	w.mu.Unlock()
+	base := baseOf()
 	s, err := w.newStaged(ctx, name, base, truncate)
 	if err != nil {
 		return nil, err
