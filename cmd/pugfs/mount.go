@@ -160,15 +160,17 @@ func checkMountpoint(arg string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("mountpoint %s: %w", arg, err)
 	}
-	st, err := os.Stat(abs)
-	if err == nil {
-		// The kernel answers stat from its attribute cache even when the
-		// FUSE server behind the directory is dead; statfs always asks
-		// the server, so a dead one shows as ENOTCONN.
-		var sfs syscall.Statfs_t
-		if serr := syscall.Statfs(abs, &sfs); errors.Is(serr, syscall.ENOTCONN) {
-			err = serr
+	st, err, answered := statMountpoint(abs, mountpointTimeout)
+	if !answered {
+		// A FUSE server that neither answers nor is gone: killed while
+		// one of its threads was stuck in the kernel (a notification
+		// waiting for a directory lock held by a request only it could
+		// answer), or hung. The kernel keeps the connection until told.
+		msg := fmt.Sprintf("mountpoint %s does not answer within %v: the filesystem mounted there is hung, or was killed while busy", abs, mountpointTimeout)
+		if conn := fuseConnection(abs); conn != "" {
+			msg += fmt.Sprintf("; if nothing serves it any more, end it with: echo 1 > /sys/fs/fuse/connections/%s/abort; umount -l %s", conn, abs)
 		}
+		return "", errors.New(msg)
 	}
 	if errors.Is(err, syscall.ENOTCONN) {
 		// A pugfs that died left its mount behind: detach it so the
@@ -189,6 +191,63 @@ func checkMountpoint(arg string) (string, error) {
 		return "", fmt.Errorf("mountpoint %s is not a directory", abs)
 	}
 	return abs, nil
+}
+
+// mountpointTimeout bounds how long checkMountpoint waits for the
+// filesystem already mounted on the mountpoint, if any, to answer.
+var mountpointTimeout = 5 * time.Second
+
+// statMountpoint stats dir and asks its filesystem for statfs: the kernel
+// answers stat from its attribute cache even when the FUSE server behind
+// the directory is dead, but statfs always asks the server, so a dead one
+// shows as ENOTCONN. answered is false when they did not return within
+// timeout (the goroutine is then left behind, blocked).
+func statMountpoint(dir string, timeout time.Duration) (st os.FileInfo, err error, answered bool) {
+	type res struct {
+		st  os.FileInfo
+		err error
+	}
+	c := make(chan res, 1)
+	go func() {
+		st, err := os.Stat(dir)
+		if err == nil {
+			var sfs syscall.Statfs_t
+			if serr := syscall.Statfs(dir, &sfs); errors.Is(serr, syscall.ENOTCONN) {
+				err = serr
+			}
+		}
+		c <- res{st, err}
+	}()
+	select {
+	case r := <-c:
+		return r.st, r.err, true
+	case <-time.After(timeout):
+		return nil, nil, false
+	}
+}
+
+// fuseConnection returns the number of the FUSE connection mounted at dir
+// (its device minor, as in /sys/fs/fuse/connections/), or "".
+func fuseConnection(dir string) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	conn := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 9 || f[4] != dir {
+			continue
+		}
+		for i, x := range f {
+			if x == "-" && i+1 < len(f) && strings.HasPrefix(f[i+1], "fuse") {
+				if _, minor, ok := strings.Cut(f[2], ":"); ok {
+					conn = minor // the last mount on dir is the one seen
+				}
+			}
+		}
+	}
+	return conn
 }
 
 func idFlag(name string, v, def int) (uint32, error) {
