@@ -161,7 +161,7 @@ func TestReliabilityCrashDuringWriteStorm(t *testing.T) {
 				})
 			}
 			pid := relPID(m)
-			m.Kill()
+			relKill(m)
 			for k, v := range s.end() {
 				want[k] = v
 			}
