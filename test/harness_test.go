@@ -110,9 +110,22 @@ func mount(t *testing.T, bk *Bucket, args ...string) *Mount {
 
 func startMount(t *testing.T, bk *Bucket, dir string, args ...string) *Mount {
 	t.Helper()
-	full := append([]string{"mount", "--cache-size", "64MiB"}, args...)
+	return startMountCmd(t, bk, dir, nil, args...)
+}
+
+// startMountCmd is startMount with the command line handed to wrap, which
+// returns the command to run (to add a ulimit, say); wrap nil runs pugfs
+// directly.
+func startMountCmd(t *testing.T, bk *Bucket, dir string, wrap func(argv []string) *exec.Cmd, args ...string) *Mount {
+	t.Helper()
+	full := append([]string{pugfsBinary(t), "mount", "--cache-size", "64MiB"}, args...)
 	full = append(full, bk.URL, dir)
-	cmd := exec.Command(pugfsBinary(t), full...)
+	var cmd *exec.Cmd
+	if wrap != nil {
+		cmd = wrap(full)
+	} else {
+		cmd = exec.Command(full[0], full[1:]...)
+	}
 	cmd.Env = append(os.Environ(), bk.Env...)
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs

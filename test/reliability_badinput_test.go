@@ -279,7 +279,7 @@ func TestReliabilityBadBucketContent(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/pugmark/pugfs/cmd/pugfs").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	mnt := relStartMountCmd(t, bk, t.TempDir(), func(argv []string) *exec.Cmd {
+	mnt := startMountCmd(t, bk, t.TempDir(), func(argv []string) *exec.Cmd {
 		return exec.Command(bin, argv[1:]...)
 	})
 	t.Cleanup(func() { mnt.Stop(t) })

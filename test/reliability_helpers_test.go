@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -48,41 +47,6 @@ func relSwitchFile(t *testing.T) (path string, on, off func()) {
 	}
 	off = func() { os.Remove(path) }
 	return path, on, off
-}
-
-// relStartMountCmd is startMount with the command line handed to wrap, which
-// returns the command to run (to add a ulimit, say). wrap nil runs pugfs
-// directly.
-func relStartMountCmd(t *testing.T, bk *Bucket, dir string, wrap func(argv []string) *exec.Cmd, args ...string) *Mount {
-	t.Helper()
-	if wrap == nil {
-		return startMount(t, bk, dir, args...)
-	}
-	full := append([]string{pugfsBinary(t), "mount", "--cache-size", "64MiB"}, args...)
-	full = append(full, bk.URL, dir)
-	cmd := wrap(full)
-	cmd.Env = append(os.Environ(), bk.Env...)
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	m := &Mount{Dir: dir, cmd: cmd, logs: logs, done: make(chan struct{})}
-	go func() { m.err = cmd.Wait(); close(m.done) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !isMounted(dir) {
-		select {
-		case <-m.done:
-			t.Fatalf("pugfs mount exited early: %v\n%s", m.err, logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("pugfs did not mount %s within 30s\n%s", dir, logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return m
 }
 
 // relMountOn mounts bk on dir (which exists) and stops it at cleanup.

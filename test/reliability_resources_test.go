@@ -116,7 +116,7 @@ func TestReliabilityTooManyOpenFiles(t *testing.T) {
 	bk := relLocalBucket(t)
 	id := relSession(t, bk)
 	files := relSeedFiles(t, bk, id, 8, 12)
-	mnt := relStartMountCmd(t, bk, t.TempDir(), func(argv []string) *exec.Cmd {
+	mnt := startMountCmd(t, bk, t.TempDir(), func(argv []string) *exec.Cmd {
 		return exec.Command("prlimit", append([]string{"--nofile=64:64", "--"}, argv...)...)
 	})
 	t.Cleanup(func() { mnt.Stop(t) })
