@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pugmark/pugfs/internal/s3test"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -83,7 +84,7 @@ type bench struct {
 	start   time.Time
 	tools   *tools
 	m       *mounter
-	s3      *s3Server
+	s3      *s3test.Server
 	groups  []string
 	rows    []*row
 	results map[*row]map[string]*cellResult

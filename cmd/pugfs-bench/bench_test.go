@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/pugmark/pugfs/internal/s3test"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,7 +30,7 @@ func tinyConfig(t *testing.T, data string, out, log *syncWriter) Config {
 
 func mustRoot(t *testing.T) string {
 	t.Helper()
-	r, err := moduleRoot()
+	r, err := s3test.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

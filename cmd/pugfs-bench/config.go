@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"github.com/pugmark/pugfs/internal/s3test"
 	"io"
 	"path/filepath"
 	"regexp"
@@ -182,7 +183,7 @@ func parseFlags(args []string, out, log io.Writer) (Config, error) {
 // finish fills the paths that depend on the module root.
 func (c *Config) finish() error {
 	if c.Root == "" {
-		r, err := moduleRoot()
+		r, err := s3test.ModuleRoot()
 		if err != nil {
 			return err
 		}

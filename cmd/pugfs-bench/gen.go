@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"github.com/pugmark/pugfs/internal/s3test"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -139,17 +140,17 @@ func ensureLocal(ctx context.Context, d *dataset, logf func(string, ...any)) err
 // ensureS3 copies d onto the S3 server (same IDs and contents, written
 // through the layout package with the S3 driver) unless done before. The
 // local data set must exist (the blob is uploaded from its plain file).
-func ensureS3(ctx context.Context, srv *s3Server, d *dataset, markerDir string, logf func(string, ...any)) error {
+func ensureS3(ctx context.Context, srv *s3test.Server, d *dataset, markerDir string, logf func(string, ...any)) error {
 	marker := filepath.Join(markerDir, "s3-"+d.Name+".complete")
 	if b, err := os.ReadFile(marker); err == nil && string(b) == genVersion {
 		return nil
 	}
 	logf("generating data set %s on versitygw", d.Name)
 	t0 := time.Now()
-	if err := srv.recreateBucket(ctx, d.Name); err != nil {
+	if err := recreateS3Bucket(ctx, srv, d.Name); err != nil {
 		return err
 	}
-	b, err := srv.openBucket(ctx, d.Name)
+	b, err := openS3Bucket(ctx, srv, d.Name)
 	if err != nil {
 		return err
 	}

@@ -115,11 +115,11 @@ func run(ctx context.Context, c *Config) error {
 		}
 	}
 	if t.versitygw != "" {
-		srv, err := startS3(ctx, t.versitygw, filepath.Join(dataDir, "s3root"))
+		srv, err := startS3(t.versitygw, filepath.Join(dataDir, "s3root"))
 		if err != nil {
 			t.why["s3"] = err.Error()
 		} else {
-			defer srv.stop()
+			defer srv.Stop()
 			b.s3 = srv
 			for _, d := range all {
 				if err := ensureS3(ctx, srv, d, dataDir, b.logf); err != nil {

@@ -148,7 +148,7 @@ func (b *bench) buildRows(ds sets, writeBucket, writePlain string) {
 				for _, p := range []string{colLoopback, colRclone} {
 					delete(m, p)
 				}
-				m[colPugfs] = &target{key: g + "-pugfs", col: colPugfs, src: b.s3.url(d.Name), env: b.s3.env(), args: ro}
+				m[colPugfs] = &target{key: g + "-pugfs", col: colPugfs, src: b.s3.URL(d.Name), env: b.s3.Env(), args: ro}
 			}
 			return m
 		}
@@ -206,7 +206,7 @@ func (b *bench) buildRows(ds sets, writeBucket, writePlain string) {
 		}
 		if s3 {
 			add(&row{name: label(vname), group: g, unit: unitSeconds, mode: modeFresh,
-				cells: pug(g+"-pugfs", b.s3.url(ds.versions.Name), b.s3.env()), na: vna, job: lsVersions,
+				cells: pug(g+"-pugfs", b.s3.URL(ds.versions.Name), b.s3.Env()), na: vna, job: lsVersions,
 				check: versionsCheck, expect: versionsExpect})
 			return
 		}

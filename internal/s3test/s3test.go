@@ -269,6 +269,25 @@ func start(root string, removeRoot bool) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	return startBin(bin, root, removeRoot)
+}
+
+// StartWith starts the versitygw binary bin serving root (each
+// subdirectory a bucket) on a free loopback port, without a testing.TB:
+// for programs such as the benchmark harness, which keep root across runs
+// (Stop leaves it in place).
+func StartWith(bin, root string) (*Server, error) {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, err
+	}
+	return startBin(bin, root, false)
+}
+
+// ModuleRoot is the directory holding the project's go.mod, found by
+// walking up from the working directory.
+func ModuleRoot() (string, error) { return moduleRoot() }
+
+func startBin(bin, root string, removeRoot bool) (*Server, error) {
 	var lastErr error
 	for range 5 {
 		addr, err := freePort()
