@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/deadlineblob"
 )
 
 // commitMode says when files written through the mount become snapshots
@@ -66,6 +67,10 @@ type mountConfig struct {
 	SnapshotType layout.SnapshotType
 	// MetricsAddr, if set, is a host:port to serve metrics on.
 	MetricsAddr string
+	// RequestTimeout bounds every attempt of every bucket request (and
+	// each read of a body); one that passes it fails, and the FUSE call
+	// with EIO, instead of hanging.
+	RequestTimeout time.Duration
 }
 
 func mountCommand() *command {
@@ -107,6 +112,7 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 			fs.StringVar(&commit, "commit", commit, "when writes are committed, `MODE`: close (each file on close) or fsync (all staged changes of a session on fsync, as one snapshot)")
 			fs.StringVar(&snapType, "snapshot-type", snapType, "`TYPE` of the snapshots the mount commits: provisional, checkpoint or queueing")
 			fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve metrics on `HOST:PORT` (default: off)")
+			fs.DurationVar(&cfg.RequestTimeout, "request-timeout", deadlineblob.DefaultTimeout, "give up on a bucket request (each attempt, each read of a body) after this `DURATION`; the call then fails with EIO")
 			return func(ctx context.Context, sio *stdio, args []string) error {
 				if len(args) != 2 {
 					return usagef("want BUCKET-URL and MOUNTPOINT, got %d argument(s)", len(args))
@@ -120,6 +126,9 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 				}
 				if cfg.MetadataTTL < 0 {
 					return usagef("--metadata-ttl must not be negative")
+				}
+				if cfg.RequestTimeout <= 0 {
+					return usagef("--request-timeout must be positive")
 				}
 				cfg.CacheSize = int64(cacheSize)
 				if cfg.CacheSize <= 0 {

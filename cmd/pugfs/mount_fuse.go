@@ -21,6 +21,7 @@ import (
 	"github.com/pugmark/pugfs/cache"
 	pfs "github.com/pugmark/pugfs/fs"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/deadlineblob"
 	"github.com/pugmark/pugfs/layout/faultblob"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
@@ -53,6 +54,10 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 	if err != nil {
 		return err
 	}
+	// Every request gets a deadline, so a backend that stops answering
+	// fails FUSE calls with EIO instead of hanging them; layout.Store
+	// retries a timed-out attempt like any transient failure.
+	b = deadlineblob.Wrap(b, cfg.RequestTimeout)
 	defer b.Close()
 	store := layout.New(b, &layout.Options{MaxDecoded: mountMaxDecoded})
 	if err := probe(ctx, b); err != nil {
