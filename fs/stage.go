@@ -28,7 +28,10 @@ type staged struct {
 	// mu guards everything below and serialises I/O on the spill file.
 	// An upload holds it shared: reads and stats of the file go on while
 	// its blob is stored, writes wait.
-	mu    sync.RWMutex
+	mu sync.RWMutex
+	// name is the slot name. Written under both writer.mu and mu (a
+	// rename), so either lock is enough to read it; use slot() when
+	// holding neither.
 	name  string
 	file  *os.File
 	size  int64

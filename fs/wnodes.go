@@ -175,78 +175,19 @@ func (n *sessDirNode) Mkdir(ctx context.Context, name string, mode uint32, out *
 	if c, err := d.find(ctx, name); err == nil && c.name != "" {
 		return nil, syscall.EEXIST
 	}
-	full := cache.JoinName(appendPart(d.parts, name))
-	ws := n.f.w.session(n.sd.id)
-	n.f.w.mu.Lock()
-	ws.dirs[full] = true
-	n.f.w.mu.Unlock()
+	n.f.w.mkdir(n.sd.id, cache.JoinName(appendPart(d.parts, name)))
 	sub := &sessionDir{f: n.f, id: n.sd.id, parts: appendPart(d.parts, name)}
 	return n.f.materialise(ctx, &n.Inode, n.f.sessionSubdir(sub, name), out)
 }
 
 func (n *sessDirNode) Unlink(ctx context.Context, name string) syscall.Errno {
-	f := n.f
-	parts := n.dir().parts
-	full := cache.JoinName(appendPart(parts, name))
-	st, err := f.cache.State(ctx, n.sd.id)
-	if err != nil {
-		return f.errnoOf("unlink "+full, err)
-	}
-	slots, tree := f.w.live(st)
-	_, live := slots[full]
-	if live && f.w.hidden(n.sd.id, true, parts, name) {
-		live = false
-	}
-	s := f.w.stagedFile(n.sd.id, full)
-	if s != nil {
-		f.w.drop(n.sd.id, s)
-	}
-	if !live {
-		if s != nil {
-			f.w.keepParents(n.sd.id, full)
-			return 0
-		}
-		if dir, ok := tree.Walk(appendPart(parts, name)); ok && dir != nil {
-			return syscall.EISDIR
-		}
-		return syscall.ENOENT
-	}
-	if err := f.w.queue(ctx, n.sd.id, []layout.Descriptor{{Name: full, Deleted: true, CreatedAt: f.cfg.Now().UTC()}}); err != nil {
-		return f.errnoOf("unlink "+full, err)
-	}
-	f.w.keepParents(n.sd.id, full)
-	return 0
+	return n.f.w.unlink(ctx, n.sd.id, appendPart(n.dir().parts, name))
 }
 
 func (n *sessDirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	f := n.f
 	full := n.full(name)
-	files, staged, err := f.w.dirEntries(ctx, n.sd.id, full)
-	if err != nil {
-		return f.errnoOf("rmdir "+full, err)
-	}
-	if len(files) > 0 || len(staged) > 0 {
-		return syscall.ENOTEMPTY
-	}
-	ws := f.w.session(n.sd.id)
-	f.w.mu.Lock()
-	defer f.w.mu.Unlock()
-	found := false
-	for d := range ws.dirs {
-		if d == full || strings.HasPrefix(d, full+"/") {
-			if d != full {
-				f.w.mu.Unlock()
-				defer f.w.mu.Lock()
-				return syscall.ENOTEMPTY
-			}
-			found = true
-		}
-	}
-	if !found {
-		return syscall.ENOENT
-	}
-	delete(ws.dirs, full)
-	return 0
+	return f.w.rmdir(ctx, n.sd.id, full)
 }
 
 func (n *sessDirNode) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
@@ -473,17 +414,17 @@ func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 			}
 		} else {
 			// truncate(2) without a handle, or O_TRUNC's follow-up
-			// Setattr: stage, truncate, commit unless a writer holds it.
+			// Setattr: stage and truncate; the release commits unless
+			// another open holds the file (its last release then does).
 			s, err := n.f.w.openFrom(ctx, n.id, n.slot(), n.base, sz == 0)
 			if err != nil {
 				return n.f.errnoOf("truncate "+n.slot(), err)
 			}
 			n.st.Store(s)
 			err = s.truncate(int64(sz))
-			if err == nil && s.opensNow(n.f.w) == 1 {
-				err = n.f.w.flush(ctx, n.id, s, true)
+			if rerr := n.f.w.release(ctx, n.id, s); err == nil {
+				err = rerr
 			}
-			n.f.w.release(n.id, s)
 			if err != nil {
 				return n.f.errnoOf("truncate "+n.slot(), err)
 			}
@@ -570,11 +511,7 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 	s.dirty, s.failed = true, false
 	s.gen++
 	s.mu.Unlock()
-	if s.opensNow(n.f.w) == 1 {
-		err = n.f.w.flush(ctx, n.id, s, true)
-	}
-	n.f.w.release(n.id, s)
-	if err != nil {
+	if err := n.f.w.release(ctx, n.id, s); err != nil {
 		return n.f.errnoOf("setxattr "+n.slot(), err)
 	}
 	return 0
@@ -603,7 +540,7 @@ var (
 func (h *whandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	k, err := h.s.readAt(dest, off)
 	if err != nil {
-		return nil, h.f.errnoOf("read "+h.s.name, err)
+		return nil, h.f.errnoOf("read "+h.s.slot(), err)
 	}
 	return fuse.ReadResultData(dest[:k]), 0
 }
@@ -614,7 +551,7 @@ func (h *whandle) Write(ctx context.Context, data []byte, off int64) (uint32, sy
 	}
 	k, err := h.s.writeAt(data, off)
 	if err != nil {
-		return uint32(k), h.f.errnoOf("write "+h.s.name, err)
+		return uint32(k), h.f.errnoOf("write "+h.s.slot(), err)
 	}
 	return uint32(k), 0
 }
@@ -628,7 +565,7 @@ func (h *whandle) Flush(ctx context.Context) syscall.Errno {
 		return 0
 	}
 	if err := h.f.w.flush(ctx, h.id, h.s, false); err != nil {
-		return h.f.errnoOf("close "+h.s.name, err)
+		return h.f.errnoOf("close "+h.s.slot(), err)
 	}
 	return 0
 }
@@ -641,7 +578,7 @@ func (h *whandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 		err = h.f.w.flush(ctx, h.id, h.s, true)
 	}
 	if err != nil {
-		return h.f.errnoOf("fsync "+h.s.name, err)
+		return h.f.errnoOf("fsync "+h.s.slot(), err)
 	}
 	return 0
 }
@@ -650,13 +587,11 @@ func (h *whandle) Release(ctx context.Context) syscall.Errno {
 	if h.released.Swap(true) || !h.counted {
 		return 0
 	}
-	if !h.readOnly && h.f.cfg.Commit == CommitOnClose {
-		// Backstop: Flush normally committed already. A failure there was
-		// returned by close(2) and is not retried (see releaseFlush).
-		if err := h.f.w.releaseFlush(context.Background(), h.id, h.s); err != nil {
-			h.f.log.Error("commit on release failed", "session", h.id, "name", h.s.name, "err", err)
-		}
+	// The backstop: Flush normally committed already, and a failure
+	// there went back to close(2) and is not retried (writer.release).
+	// Release errors reach no program, so this one is logged.
+	if err := h.f.w.release(ctx, h.id, h.s); err != nil {
+		h.f.log.Error("commit on release failed", "session", h.id, "name", h.s.slot(), "err", err)
 	}
-	h.f.w.release(h.id, h.s)
 	return 0
 }

@@ -2,10 +2,10 @@ package fs
 
 import (
 	"context"
-	"sort"
 	"strings"
 	"syscall"
 
+	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -18,11 +18,12 @@ func (w *writer) retain(id layout.SessionID, s *staged) bool {
 	return true
 }
 
-// opensNow returns the number of opens of s.
-func (s *staged) opensNow(w *writer) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return s.opens
+// slot returns the name s is staged under now; a rename changes it.
+// Callers must not hold s.mu.
+func (s *staged) slot() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.name
 }
 
 // drop forgets a staged file (unlink of a name being written).
@@ -52,6 +53,77 @@ func (w *writer) keepParents(id layout.SessionID, name string) {
 	}
 }
 
+// mkdir makes a local directory of a session: it is stored only once a
+// file is written under it (tree.md "Writing").
+func (w *writer) mkdir(id layout.SessionID, full string) {
+	ws := w.session(id)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ws.dirs[full] = true
+}
+
+// unlink removes the file at path parts of a session: a staged file is
+// dropped, a committed one gets a tombstone.
+func (w *writer) unlink(ctx context.Context, id layout.SessionID, parts []string) syscall.Errno {
+	f := w.f
+	full := cache.JoinName(parts)
+	ws := w.session(id)
+	ws.nsMu.Lock()
+	defer ws.nsMu.Unlock()
+	// A commit in flight of the name decides whether it is committed.
+	w.waitCommits(id, full)
+	st, err := f.cache.State(ctx, id)
+	if err != nil {
+		return f.errnoOf("unlink "+full, err)
+	}
+	slots, tree := w.live(st)
+	_, live := slots[full]
+	if live && w.hidden(id, true, nil, full) {
+		live = false
+	}
+	s := w.stagedFile(id, full)
+	if s != nil {
+		w.drop(id, s)
+	}
+	if !live {
+		if s != nil {
+			w.keepParents(id, full)
+			return 0
+		}
+		if dir, ok := tree.Walk(parts); ok && dir != nil {
+			return syscall.EISDIR
+		}
+		return syscall.ENOENT
+	}
+	if err := w.queue(ctx, id, []layout.Descriptor{{Name: full, Deleted: true, CreatedAt: f.cfg.Now().UTC()}}); err != nil {
+		return f.errnoOf("unlink "+full, err)
+	}
+	w.keepParents(id, full)
+	return 0
+}
+
+// rmdir removes an empty directory of a session. Only local directories
+// can be empty: a stored one holds files.
+func (w *writer) rmdir(ctx context.Context, id layout.SessionID, full string) syscall.Errno {
+	ws := w.session(id)
+	ws.nsMu.Lock()
+	defer ws.nsMu.Unlock()
+	c, err := w.dirEntries(ctx, id, full)
+	if err != nil {
+		return w.f.errnoOf("rmdir "+full, err)
+	}
+	if !c.empty() {
+		return syscall.ENOTEMPTY
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !ws.dirs[full] {
+		return syscall.ENOENT
+	}
+	delete(ws.dirs, full)
+	return 0
+}
+
 // rename moves a file or a directory inside one session as one snapshot
 // of tombstones and re-pointed descriptors; no blob is uploaded again.
 func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to string, noReplace bool) syscall.Errno {
@@ -67,12 +139,14 @@ func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 	// let it land, then look where things are. Renaming under it moved a
 	// file whose descriptor still had the old name, and the file ended at
 	// the old name, or the rename found it neither staged nor committed.
+	ws := w.session(id)
+	ws.nsMu.Lock()
+	defer ws.nsMu.Unlock()
 	w.waitCommits(id, from, to)
 	st, err := f.cache.State(ctx, id)
 	if err != nil {
 		return f.errnoOf("rename "+from, err)
 	}
-	ws := w.session(id)
 	slots, tree := w.live(st)
 	exists := func(name string) (file, dir bool) {
 		if _, ok := slots[name]; ok && !w.hidden(id, true, nil, name) {
@@ -149,29 +223,28 @@ func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		return syscall.ENOTDIR
 	}
 	if dstDir {
-		files, staged, err := w.dirEntries(ctx, id, to)
+		c, err := w.dirEntries(ctx, id, to)
 		if err != nil {
 			return f.errnoOf("rename "+from, err)
 		}
-		if len(files)+len(staged) > 0 {
-			return syscall.ENOTEMPTY
+		if !c.empty() {
+			return syscall.ENOTEMPTY // local subdirectories count too
 		}
 	}
-	files, staged, err := w.dirEntries(ctx, id, from)
+	src, err := w.dirEntries(ctx, id, from)
 	if err != nil {
 		return f.errnoOf("rename "+from, err)
 	}
 	var ds []layout.Descriptor
-	for _, e := range files {
+	for _, e := range src.files {
 		moved := e.Descriptor.Clone()
 		moved.Name = to + strings.TrimPrefix(e.Name, from)
 		moved.CreatedAt = now
 		ds = append(ds, layout.Descriptor{Name: e.Name, Deleted: true, CreatedAt: now}, moved)
 	}
 	w.mu.Lock()
-	sort.Strings(staged)
-	for _, name := range staged {
-		s := ws.files[name]
+	for _, name := range src.staged {
+		s := ws.files[name] // still there: releases wait for nsMu
 		delete(ws.files, name)
 		nn := to + strings.TrimPrefix(name, from)
 		s.mu.Lock()

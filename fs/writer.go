@@ -10,18 +10,19 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 )
 
 // writer turns writes through the tree into commits.
 //
-// Lock order: writer.mu, then staged.mu. writer.mu guards the per-session
-// maps only; uploads and commits run without it.
+// LOCK ORDERING: wsession.fsyncMu, then wsession.nsMu, then
+// wsession.commitMu, then writer.mu, then staged.mu. writer.mu guards the
+// per-session maps only; uploads and commits run without it. A staged
+// file's commit in flight (staged.committing) is waited for with none of
+// writer.mu, staged.mu or commitMu held.
 type writer struct {
 	f  *FS
 	mu sync.Mutex
@@ -60,6 +61,14 @@ type wsession struct {
 	// fsyncMu serialises fsyncs of the session, so that each commits
 	// the pending prefix it saw exactly once.
 	fsyncMu sync.Mutex
+	// nsMu serialises what moves a name between the staged files and
+	// the committed state with what reads both to decide: the last
+	// release of a staged file (it commits the file and forgets it),
+	// an fsync's commit, rename, unlink and rmdir. Without it a rename
+	// saw a file staged, the release then committed and forgot it, and
+	// the rename moved nothing (or moved a closed spill file); an unlink
+	// dropped a file whose commit then landed, and the file came back.
+	nsMu sync.Mutex
 	// batch is the group commit being gathered.
 	batch *batch
 	// uploading counts commits of this session that are storing their
@@ -271,31 +280,65 @@ func (w *writer) openFrom(ctx context.Context, id layout.SessionID, name string,
 	return s, nil
 }
 
-// release drops one open of s; a clean, unopened staged file is forgotten
-// (its content is in the committed state).
-func (w *writer) release(id layout.SessionID, s *staged) {
+// release drops one open of s. The last open of a file left dirty
+// commits it first (close mode), and returns that commit's error: what
+// made it dirty was acknowledged to someone (a truncate(2) or setxattr
+// while another open held the file, a write racing the commit of a
+// release), so it is not a failed commit. Only content whose own commit
+// failed and was returned by close(2) or fsync(2) (s.failed) goes to the
+// failed directory, and never appears later as if that call had
+// succeeded. A staged file nobody holds any more is forgotten: its content
+// is in the committed state.
+func (w *writer) release(ctx context.Context, id layout.SessionID, s *staged) error {
+	ws := w.session(id)
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	s.opens--
-	ws := w.ss[id]
-	if s.opens > 0 || ws == nil {
-		return
+	if s.opens > 1 {
+		s.opens--
+		w.mu.Unlock()
+		return nil
 	}
-	// Shared: w.mu is held, and an upload of s (holding s.mu shared)
-	// must not stall every other writer operation until it ends.
-	s.mu.RLock()
-	dirty := s.dirty && !s.unlinked
-	s.mu.RUnlock()
-	if dirty && w.f.cfg.Commit == CommitOnFsync && ws.files[s.name] == s {
-		return // kept until the session is fsynced
+	w.mu.Unlock()
+	// Perhaps the last: what follows may commit and forget s.
+	ws.nsMu.Lock()
+	defer ws.nsMu.Unlock()
+	var err error
+	for {
+		w.mu.Lock()
+		if s.opens > 1 {
+			s.opens--
+			w.mu.Unlock()
+			return err
+		}
+		// Shared: w.mu is held, and an upload of s (holding s.mu shared)
+		// must not stall every other writer operation until it ends.
+		s.mu.RLock()
+		dirty, failed := s.dirty && !s.unlinked, s.failed
+		s.mu.RUnlock()
+		mine := ws.files[s.name] == s
+		if dirty && mine && w.f.cfg.Commit == CommitOnFsync {
+			s.opens--
+			w.mu.Unlock()
+			return err // kept until the session is fsynced
+		}
+		if dirty && !failed && w.f.cfg.Commit == CommitOnClose {
+			// This call still holds the last open, so nobody releases s
+			// under it; an open that arrives meanwhile takes the duty
+			// over (the next round sees opens > 1).
+			w.mu.Unlock()
+			err = w.flush(ctx, id, s, true)
+			continue
+		}
+		s.opens--
+		if dirty {
+			w.salvageLocked(id, s, "commit failed; staged data kept")
+		}
+		if mine {
+			delete(ws.files, s.name)
+		}
+		w.mu.Unlock()
+		s.close()
+		return err
 	}
-	if dirty {
-		w.salvageLocked(id, s, "commit failed; staged data kept")
-	}
-	if ws.files[s.name] == s {
-		delete(ws.files, s.name)
-	}
-	s.close()
 }
 
 // shutdown runs when the mount stops. What it still holds uncommitted is
@@ -393,21 +436,6 @@ func (w *writer) flush(ctx context.Context, id layout.SessionID, s *staged, unto
 	return err
 }
 
-// releaseFlush is the backstop commit of a file's last release: it
-// commits what no close has tried to (a file created and never written),
-// but not a commit that failed and was reported by close(2) or fsync(2):
-// that content must not appear later as if the call had succeeded. It is
-// kept in the failed directory instead (release).
-func (w *writer) releaseFlush(ctx context.Context, id layout.SessionID, s *staged) error {
-	s.mu.Lock()
-	failed := s.failed
-	s.mu.Unlock()
-	if failed {
-		return nil
-	}
-	return w.flush(ctx, id, s, true)
-}
-
 // liveView is the live state of a session as this mount shows it: the
 // committed slots with the ops pending in --commit=fsync applied.
 type liveView struct {
@@ -458,6 +486,8 @@ func (w *writer) fsyncSession(ctx context.Context, id layout.SessionID) error {
 	ws := w.session(id)
 	ws.fsyncMu.Lock()
 	defer ws.fsyncMu.Unlock()
+	ws.nsMu.Lock()
+	defer ws.nsMu.Unlock()
 	w.mu.Lock()
 	ops := append([]pendingOp(nil), ws.pending...)
 	taken := len(ops)
@@ -722,40 +752,57 @@ func (f *FS) notifyChanged(id layout.SessionID, ds []layout.Descriptor) {
 	f.notify.enqueue(id, ds)
 }
 
-// isDirEmpty reports whether a session directory has no live or staged
-// entries.
-func (w *writer) dirEntries(ctx context.Context, id layout.SessionID, prefix string) (files []layout.Entry, staged []string, err error) {
-	st, err := w.f.cache.State(ctx, id)
-	if err != nil {
-		return nil, nil, err
-	}
-	live, _ := w.live(st)
-	for name, e := range live {
-		if strings.HasPrefix(name, prefix+"/") {
-			if _, ok := layout.NamePath(name); ok {
-				files = append(files, e)
-			}
-		}
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if ws := w.ss[id]; ws != nil {
-		for name := range ws.files {
-			if strings.HasPrefix(name, prefix+"/") {
-				staged = append(staged, name)
-			}
-		}
-		var live []layout.Entry
-		for _, e := range files {
-			if !ws.gone[e.Name] {
-				live = append(live, e)
-			}
-		}
-		files = live
-	}
-	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
-	return files, staged, nil
+// dirContent is what is under a directory of a session on this mount.
+type dirContent struct {
+	// files are the live committed slots under it, by name.
+	files []layout.Entry
+	// staged are the names of staged files under it.
+	staged []string
+	// dirs are the local (mkdir'd, not yet stored) directories under it.
+	dirs []string
 }
 
-var _ = gofs.OK
-var _ = syscall.ENOENT
+// empty reports whether the directory holds nothing, so that rmdir may
+// remove it and a rename may replace it (POSIX: else ENOTEMPTY).
+func (c dirContent) empty() bool {
+	return len(c.files)+len(c.staged)+len(c.dirs) == 0
+}
+
+// dirEntries returns what is under directory prefix of a session: live
+// committed slots (less those removed locally), staged files and local
+// directories.
+func (w *writer) dirEntries(ctx context.Context, id layout.SessionID, prefix string) (dirContent, error) {
+	var c dirContent
+	st, err := w.f.cache.State(ctx, id)
+	if err != nil {
+		return c, err
+	}
+	live, _ := w.live(st)
+	under := prefix + "/"
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ws := w.ss[id]
+	for name, e := range live {
+		if strings.HasPrefix(name, under) && (ws == nil || !ws.gone[name]) {
+			if _, ok := layout.NamePath(name); ok {
+				c.files = append(c.files, e)
+			}
+		}
+	}
+	if ws != nil {
+		for name := range ws.files {
+			if strings.HasPrefix(name, under) {
+				c.staged = append(c.staged, name)
+			}
+		}
+		for name := range ws.dirs {
+			if strings.HasPrefix(name, under) {
+				c.dirs = append(c.dirs, name)
+			}
+		}
+	}
+	sort.Slice(c.files, func(i, j int) bool { return c.files[i].Name < c.files[j].Name })
+	sort.Strings(c.staged)
+	sort.Strings(c.dirs)
+	return c, nil
+}
