@@ -168,13 +168,16 @@ func TestReliabilityBackendHang(t *testing.T) {
 	}
 
 	// The log says which key did not answer, and why.
+	var line string
 	relWait(t, 10*time.Second, "a log line naming a held key and the request timeout", func() bool {
 		for _, l := range strings.Split(m.Log(), "\n") {
 			if strings.Contains(l, "level=ERROR") && strings.Contains(l, heldDir) &&
 				strings.Contains(l, "errno=\"input/output error\"") && strings.Contains(l, "request timeout") {
+				line = l
 				return true
 			}
 		}
 		return false
 	})
+	t.Logf("mount log: %s", line)
 }
