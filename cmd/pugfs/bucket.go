@@ -12,6 +12,7 @@ import (
 
 	"gocloud.dev/blob"
 
+	"github.com/pugmark/pugfs/internal/redact"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -70,7 +71,7 @@ func openBucket(ctx context.Context, arg string, create bool) (*blob.Bucket, str
 	b, err := blob.OpenBucket(ctx, u)
 	if err != nil {
 		// Drivers put the whole URL in their errors.
-		return nil, u, scrubErr(fmt.Errorf("open bucket %s: %w", redact(u), err), u)
+		return nil, u, redact.Err(fmt.Errorf("open bucket %s: %w", redact.URL(u), err), u)
 	}
 	return b, u, nil
 }
@@ -92,106 +93,6 @@ func isEmptyBucket(ctx context.Context, b *blob.Bucket) (bool, error) {
 		return true, nil
 	}
 	return false, err
-}
-
-// redact hides credentials a URL may carry: the password of its user
-// info, and the values of query parameters whose names say they hold one
-// (secret, token, password, key, signature, sas, credential...).
-func redact(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return scrub(u, secretsIn(u))
-	}
-	q := p.Query()
-	hidden := false
-	for k := range q {
-		if secretParam(k) {
-			q[k] = []string{"REDACTED"}
-			hidden = true
-		}
-	}
-	if hidden {
-		p.RawQuery = q.Encode()
-	}
-	return p.Redacted()
-}
-
-// secretParam reports a query parameter name that says it holds a
-// credential.
-func secretParam(k string) bool {
-	k = strings.ToLower(k)
-	for _, w := range []string{"secret", "token", "passw", "pwd", "key", "credential", "signature", "sig", "sas", "auth"} {
-		if strings.Contains(k, w) {
-			return true
-		}
-	}
-	return false
-}
-
-// secretEnv are environment variables whose values are credentials of
-// the backends pugfs links.
-var secretEnv = []string{"AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_KEY",
-	"AZURE_STORAGE_SAS_TOKEN", "AZURE_CLIENT_SECRET", "GOOGLE_OAUTH_ACCESS_TOKEN"}
-
-// secretsIn returns the credentials a bucket URL and the environment hold,
-// so that text built from errors (which drivers write with the whole URL
-// in them) can be scrubbed of them.
-func secretsIn(u string) []string {
-	var out []string
-	add := func(s string) {
-		if len(s) >= 4 {
-			out = append(out, s)
-		}
-	}
-	if p, err := url.Parse(u); err == nil {
-		if pw, ok := p.User.Password(); ok {
-			add(pw)
-			add(url.QueryEscape(pw))
-			add(url.PathEscape(pw))
-		}
-		for k, vs := range p.Query() {
-			if secretParam(k) {
-				for _, v := range vs {
-					add(v)
-					add(url.QueryEscape(v))
-				}
-			}
-		}
-	}
-	for _, e := range secretEnv {
-		add(os.Getenv(e))
-	}
-	return out
-}
-
-// scrub replaces every secret in s with REDACTED.
-func scrub(s string, secrets []string) string {
-	for _, sec := range secrets {
-		s = strings.ReplaceAll(s, sec, "REDACTED")
-	}
-	return s
-}
-
-// scrubbedError is err with its text scrubbed of secrets.
-type scrubbedError struct {
-	err error
-	msg string
-}
-
-func (e *scrubbedError) Error() string { return e.msg }
-func (e *scrubbedError) Unwrap() error { return e.err }
-
-// scrubErr returns err with the secrets of bucket URL u removed from its
-// text (nil stays nil).
-func scrubErr(err error, u string) error {
-	if err == nil {
-		return nil
-	}
-	msg := scrub(err.Error(), secretsIn(u))
-	if msg == err.Error() {
-		return err
-	}
-	return &scrubbedError{err, msg}
 }
 
 // resolveSession accepts a session ID (32 hex, any case) or a session

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/pugmark/pugfs/internal/demo"
+	"github.com/pugmark/pugfs/internal/redact"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -43,7 +44,7 @@ DIR must be empty or absent, so that a demo never mixes into real data;
 				defer b.Close()
 				empty, err := isEmptyBucket(ctx, b)
 				if err != nil {
-					return fmt.Errorf("list %s: %w", redact(u), err)
+					return fmt.Errorf("list %s: %w", redact.URL(u), err)
 				}
 				if !empty && !*force {
 					return fmt.Errorf("%s is not empty; use an empty or new directory, or --force to add the demo to it", args[0])

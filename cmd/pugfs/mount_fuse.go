@@ -20,6 +20,7 @@ import (
 
 	"github.com/pugmark/pugfs/cache"
 	pfs "github.com/pugmark/pugfs/fs"
+	"github.com/pugmark/pugfs/internal/redact"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/deadlineblob"
 	"github.com/pugmark/pugfs/layout/faultblob"
@@ -36,16 +37,16 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 	}
 	// Nothing the mount prints or shows carries a credential: errors of
 	// drivers and backends can hold the whole bucket URL.
-	secrets := secretsIn(cfg.BucketURL)
-	defer func() { err = scrubErr(err, cfg.BucketURL) }()
+	secrets := redact.Secrets(cfg.BucketURL)
+	defer func() { err = redact.Err(err, cfg.BucketURL) }()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level,
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 			switch a.Value.Kind() {
 			case slog.KindString:
-				a.Value = slog.StringValue(scrub(a.Value.String(), secrets))
+				a.Value = slog.StringValue(redact.Scrub(a.Value.String(), secrets))
 			case slog.KindAny:
 				if e, ok := a.Value.Any().(error); ok {
-					a.Value = slog.StringValue(scrub(e.Error(), secrets))
+					a.Value = slog.StringValue(redact.Scrub(e.Error(), secrets))
 				}
 			}
 			return a
@@ -61,7 +62,7 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 	defer b.Close()
 	store := layout.New(b, &layout.Options{MaxDecoded: mountMaxDecoded})
 	if err := probe(ctx, b); err != nil {
-		return fmt.Errorf("bucket %s is not usable: %v", redact(u), err)
+		return fmt.Errorf("bucket %s is not usable: %v", redact.URL(u), err)
 	}
 	stateDir, err := stateDirFor(cfg, u)
 	if err == nil {
@@ -116,7 +117,7 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 	}
 	f, err := pfs.New(pfs.Config{
 		Store: store, Cache: c, Blobs: bc,
-		BucketURL: redact(u), Flags: shownFlags(os.Args[1:], secrets),
+		BucketURL: redact.URL(u), Flags: shownFlags(os.Args[1:], secrets),
 		ReadOnly: cfg.ReadOnly, MetadataTTL: cfg.MetadataTTL, Commit: mode, SnapshotType: cfg.SnapshotType,
 		StagingDir: staging, FailedDir: failed, UID: cfg.UID, GID: cfg.GID, Umask: cfg.Umask, Logger: log,
 		ExtraStats: faultStats(b),
@@ -125,14 +126,14 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 		return err
 	}
 	defer f.Close()
-	srv, err := pfs.Mount(cfg.Mountpoint, f, pfs.MountOptions{AllowOther: cfg.AllowOther, Debug: cfg.Debug, FsName: redact(u)})
+	srv, err := pfs.Mount(cfg.Mountpoint, f, pfs.MountOptions{AllowOther: cfg.AllowOther, Debug: cfg.Debug, FsName: redact.URL(u)})
 	if err != nil {
 		return fmt.Errorf("mount %s: %v (is /dev/fuse there, and are you root or is fusermount3 installed?)", cfg.Mountpoint, err)
 	}
 	if err := srv.WaitMount(); err != nil {
 		return fmt.Errorf("mount %s: %v", cfg.Mountpoint, err)
 	}
-	log.Info("mounted", "bucket", redact(u), "mountpoint", cfg.Mountpoint, "read-only", cfg.ReadOnly)
+	log.Info("mounted", "bucket", redact.URL(u), "mountpoint", cfg.Mountpoint, "read-only", cfg.ReadOnly)
 	if cfg.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
@@ -216,9 +217,9 @@ func shownFlags(args, secrets []string) string {
 	out := make([]string, len(args))
 	for i, a := range args {
 		if strings.Contains(a, "://") {
-			a = redact(a)
+			a = redact.URL(a)
 		}
-		out[i] = scrub(a, secrets)
+		out[i] = redact.Scrub(a, secrets)
 	}
 	return strings.Join(out, " ")
 }

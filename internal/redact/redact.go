@@ -1,0 +1,112 @@
+// Package redact hides the credentials that bucket and object URLs may
+// carry, wherever pugfs shows a URL or an error about one: the mount's
+// log, .pugmark/, /proc/mounts, and the log lines of URL ingestion. It is
+// shared by the command line and the filesystem so that there is one
+// notion of what a secret is.
+package redact
+
+import (
+	"net/url"
+	"os"
+	"strings"
+)
+
+// URL hides credentials a URL may carry: the password of its user info,
+// and the values of query parameters whose names say they hold one
+// (secret, token, password, key, signature, sas, credential...).
+func URL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return Scrub(u, Secrets(u))
+	}
+	q := p.Query()
+	hidden := false
+	for k := range q {
+		if secretParam(k) {
+			q[k] = []string{"REDACTED"}
+			hidden = true
+		}
+	}
+	if hidden {
+		p.RawQuery = q.Encode()
+	}
+	return p.Redacted()
+}
+
+// secretParam reports a query parameter name that says it holds a
+// credential.
+func secretParam(k string) bool {
+	k = strings.ToLower(k)
+	for _, w := range []string{"secret", "token", "passw", "pwd", "key", "credential", "signature", "sig", "sas", "auth"} {
+		if strings.Contains(k, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// secretEnv are environment variables whose values are credentials of
+// the backends pugfs links.
+var secretEnv = []string{"AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_KEY",
+	"AZURE_STORAGE_SAS_TOKEN", "AZURE_CLIENT_SECRET", "GOOGLE_OAUTH_ACCESS_TOKEN"}
+
+// Secrets returns the credentials a URL and the environment hold, so
+// that text built from errors (which drivers write with the whole URL in
+// them) can be scrubbed of them.
+func Secrets(u string) []string {
+	var out []string
+	add := func(s string) {
+		if len(s) >= 4 {
+			out = append(out, s)
+		}
+	}
+	if p, err := url.Parse(u); err == nil {
+		if pw, ok := p.User.Password(); ok {
+			add(pw)
+			add(url.QueryEscape(pw))
+			add(url.PathEscape(pw))
+		}
+		for k, vs := range p.Query() {
+			if secretParam(k) {
+				for _, v := range vs {
+					add(v)
+					add(url.QueryEscape(v))
+				}
+			}
+		}
+	}
+	for _, e := range secretEnv {
+		add(os.Getenv(e))
+	}
+	return out
+}
+
+// Scrub replaces every secret in s with REDACTED.
+func Scrub(s string, secrets []string) string {
+	for _, sec := range secrets {
+		s = strings.ReplaceAll(s, sec, "REDACTED")
+	}
+	return s
+}
+
+// scrubbedError is err with its text scrubbed of secrets.
+type scrubbedError struct {
+	err error
+	msg string
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }
+
+// Err returns err with the secrets of URL u removed from its text (nil
+// stays nil). errors.Is and errors.As still see the original.
+func Err(err error, u string) error {
+	if err == nil {
+		return nil
+	}
+	msg := Scrub(err.Error(), Secrets(u))
+	if msg == err.Error() {
+		return err
+	}
+	return &scrubbedError{err, msg}
+}

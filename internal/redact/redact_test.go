@@ -1,0 +1,41 @@
+package redact
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// Credentials in URLs are hidden wherever pugfs shows a URL or an error
+// about one. Without the query part of URL, the first two cases show
+// their secrets; without Err, a driver's error (which quotes the whole
+// URL) does.
+func TestRedact(t *testing.T) {
+	for _, tc := range []struct{ in, leak string }{
+		{"s3://b?region=x&awssecret=hunter22", "hunter22"},
+		{"azblob://c?sas_token=sv%3D2020%26sig%3Dabcd", "sig%3Dabcd"},
+		{"file://me:pa55word@/srv/b", "pa55word"},
+		{"gs://b?access_token=ya29.xyz&private_key_path=/k", "ya29.xyz"},
+	} {
+		got := URL(tc.in)
+		if strings.Contains(got, tc.leak) {
+			t.Errorf("URL(%q) = %q: shows %q", tc.in, got, tc.leak)
+		}
+		err := Err(errors.New("open bucket "+tc.in+": invalid query parameter"), tc.in)
+		if strings.Contains(err.Error(), tc.leak) {
+			t.Errorf("Err for %q: %v", tc.in, err)
+		}
+	}
+	// Harmless parameters stay readable.
+	if got := URL("s3://b?region=eu-west-1&endpoint=http://h:9000"); !strings.Contains(got, "eu-west-1") || !strings.Contains(got, "h:9000") {
+		t.Errorf("URL hid harmless parameters: %q", got)
+	}
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "env-secret-value")
+	if err := Err(errors.New("signing with env-secret-value failed"), "s3://b"); strings.Contains(err.Error(), "env-secret-value") {
+		t.Errorf("the environment's secret survives: %v", err)
+	}
+	base := errors.New("base")
+	if err := Err(base, "s3://b?awssecret=hunter22"); !errors.Is(err, base) {
+		t.Errorf("Err lost the wrapped error: %v", err)
+	}
+}
