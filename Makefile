@@ -1,6 +1,8 @@
 # pugfs: mount a pugmark bucket as a directory tree.
 #   make run    build, write a demo bucket into ./demo-bucket, mount it at ./mnt
 #   make test   install test dependencies, vet, staticcheck, go test -race ./...
+#   make soak   random exploration: property-test seeds and the long soak;
+#               SOAK_SEEDS (default 100) seeds at SOAK_OPS (default 400)
 
 GO        ?= go
 BIN       := bin/pugfs
@@ -10,7 +12,10 @@ MNT       ?= $(CURDIR)/mnt
 TESTFLAGS ?=
 export PUGFS_TOOLS := $(TOOLS)
 
-.PHONY: build run test lint bench deps clean
+SOAK_SEEDS ?= 100
+SOAK_OPS   ?= 400
+
+.PHONY: build run test lint bench soak deps clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/pugfs
@@ -28,6 +33,14 @@ lint: deps
 
 test: lint
 	$(GO) test -race -timeout 40m $(TESTFLAGS) ./...
+
+# Random seeds never run in make test (CI is deterministic). A seed that
+# fails here is replayed with PUGFS_PROPERTY_SEED and becomes a fixed case
+# in relPropertySeeds (test/reliability_property_test.go).
+soak: deps
+	PUGFS_PROPERTY_RANDOM=$(SOAK_SEEDS) PUGFS_PROPERTY_OPS=$(SOAK_OPS) \
+		$(GO) test -count=1 -timeout 24h -parallel 4 -run 'TestReliabilityPropertyRandomOps$$' ./test/
+	PUGFS_SOAK=1 $(GO) test -race -count=1 -timeout 30m -run 'TestReliabilitySoak$$|TestReliabilityCrashDuringWriteStorm$$' ./test/
 
 bench: build deps
 	$(GO) build -o bin/pugfs-bench ./cmd/pugfs-bench

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path"
@@ -12,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -66,6 +68,15 @@ func (m *relModel) pruneEmpty() {
 			delete(m.dirs, d)
 		}
 	}
+}
+
+// committed returns what a mount that did not make the changes shows: the
+// model less the directories with no file below them, which mkdir keeps
+// only locally.
+func (m *relModel) committed() *relModel {
+	c := &relModel{files: maps.Clone(m.files), dirs: maps.Clone(m.dirs)}
+	c.pruneEmpty()
+	return c
 }
 
 // errno is the errno of err, 0 for nil, -1 for a non-errno error.
@@ -144,29 +155,86 @@ func relHead(b []byte) []byte {
 	return b
 }
 
+// relPropertySeeds are the seeds make test runs, so that CI is
+// deterministic: every seed a random hunt (make soak) found failing, then
+// a handful more. Each is a regression case: the comment says what it
+// found.
+var relPropertySeeds = []struct {
+	seed uint64
+	ops  int
+	why  string
+}{
+	{1796152307096129683, 400, "rename of a directory onto one holding only mkdir'd directories succeeded (ENOTEMPTY)"},
+	{424242, 400, "truncate(2) during a release's commit went to failed/; the append lost 363 bytes"},
+	{1, 300, ""},
+	{2, 300, ""},
+	{3, 300, ""},
+}
+
 // TestReliabilityPropertyRandomOps: see the comment above relModel.
 //
 // What it protects: any divergence of the tree from POSIX-like semantics
-// that pugfs promises (writes, appends, truncation, rename of files and
-// directories, unlink, mkdir/rmdir and their errors) and of what is
-// committed from what was seen. Breaking, for example, rename's tombstone
+// that pugfs promises (writes, appends, truncation, fsync, rename of files
+// and directories, unlink, mkdir/rmdir and their errors) and of what is
+// committed from what was seen, on this mount, on a second mount of the
+// bucket and after remounts. Breaking, for example, rename's tombstone
 // (the old name stays after a remount), a staged file's size after
 // truncate, or O_APPEND's offset fails it at the first step that shows
 // the difference, with the seed and the operation logged.
+//
+// It runs relPropertySeeds. PUGFS_PROPERTY_SEED runs that one seed
+// instead, PUGFS_PROPERTY_OPS sets its number of operations (default
+// 300); PUGFS_PROPERTY_RANDOM=N runs N seeds drawn from the time (make
+// soak), each logged so that a failure can be replayed.
 func TestReliabilityPropertyRandomOps(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("PUGFS_PROPERTY_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		seed = v
+	type run struct {
+		seed uint64
+		ops  int
 	}
 	ops := 300
 	if s := os.Getenv("PUGFS_PROPERTY_OPS"); s != "" {
-		ops, _ = strconv.Atoi(s)
+		v, err := strconv.Atoi(s)
+		if err != nil || v <= 0 {
+			t.Fatalf("PUGFS_PROPERTY_OPS=%q: want a positive number", s)
+		}
+		ops = v
 	}
-	t.Logf("seed %d (PUGFS_PROPERTY_SEED=%d to replay), %d operations", seed, seed, ops)
+	var runs []run
+	switch seed, random := os.Getenv("PUGFS_PROPERTY_SEED"), os.Getenv("PUGFS_PROPERTY_RANDOM"); {
+	case seed != "":
+		v, err := strconv.ParseUint(seed, 10, 64)
+		if err != nil {
+			t.Fatalf("PUGFS_PROPERTY_SEED=%q: %v", seed, err)
+		}
+		runs = append(runs, run{v, ops})
+	case random != "":
+		n, err := strconv.Atoi(random)
+		if err != nil || n <= 0 {
+			t.Fatalf("PUGFS_PROPERTY_RANDOM=%q: want a positive number", random)
+		}
+		src := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+		for range n {
+			runs = append(runs, run{src.Uint64(), ops})
+		}
+	default:
+		for _, c := range relPropertySeeds {
+			runs = append(runs, run{c.seed, c.ops})
+		}
+	}
+	parallel := len(runs) > len(relPropertySeeds) // a hunt: as many at once as -parallel allows
+	for _, r := range runs {
+		t.Run(fmt.Sprintf("seed=%d", r.seed), func(t *testing.T) {
+			if parallel {
+				t.Parallel()
+			}
+			relPropertyRun(t, r.seed, r.ops)
+		})
+	}
+}
+
+// relPropertyRun is one seed of TestReliabilityPropertyRandomOps.
+func relPropertyRun(t *testing.T, seed uint64, ops int) {
+	t.Logf("seed %d (PUGFS_PROPERTY_SEED=%d PUGFS_PROPERTY_OPS=%d to replay)", seed, seed, ops)
 	rng := rand.New(rand.NewPCG(seed, 42))
 	bk := relLocalBucket(t)
 	id := relSession(t, bk)
@@ -177,7 +245,7 @@ func TestReliabilityPropertyRandomOps(t *testing.T) {
 	m := &relModel{files: map[string][]byte{}, dirs: map[string]bool{"": true}}
 	var history []string
 
-	randDir := func() string {
+	pickDir := func(rng *rand.Rand) string {
 		ds := make([]string, 0, len(m.dirs))
 		for d := range m.dirs {
 			ds = append(ds, d)
@@ -185,7 +253,12 @@ func TestReliabilityPropertyRandomOps(t *testing.T) {
 		sort.Strings(ds)
 		return ds[rng.IntN(len(ds))]
 	}
-	randFile := func() (string, bool) {
+	randDir := func() string { return pickDir(rng) }
+	// extra draws the operations added after the seeds of
+	// relPropertySeeds were found (fsync, large files), from a stream of
+	// its own, so that those seeds still replay the steps they failed at.
+	extra := rand.New(rand.NewPCG(seed, 43))
+	pickFile := func(rng *rand.Rand) (string, bool) {
 		fs := make([]string, 0, len(m.files))
 		for f := range m.files {
 			fs = append(fs, f)
@@ -196,13 +269,15 @@ func TestReliabilityPropertyRandomOps(t *testing.T) {
 		sort.Strings(fs)
 		return fs[rng.IntN(len(fs))], true
 	}
-	newPath := func(prefix string) string {
-		d := randDir()
+	randFile := func() (string, bool) { return pickFile(rng) }
+	pathFrom := func(rng *rand.Rand, prefix string) string {
+		d := pickDir(rng)
 		if d != "" && rng.IntN(4) == 0 {
 			d = "" // keep the tree shallow
 		}
 		return path.Join(d, fmt.Sprintf("%s%d", prefix, rng.IntN(6)))
 	}
+	newPath := func(prefix string) string { return pathFrom(rng, prefix) }
 	data := func() []byte {
 		n := []int{0, 1, 7, 100, 1500, 5000}[rng.IntN(6)]
 		b := make([]byte, n)
@@ -395,6 +470,114 @@ func TestReliabilityPropertyRandomOps(t *testing.T) {
 		return desc, want, got, touched
 	}
 
+	// extraStep is an operation of the extra stream, or "skip".
+	extraStep := func() (desc string, want, got syscall.Errno, touched string) {
+		switch k := extra.IntN(100); {
+		case k < 6: // write in place, then fsync(2) before close
+			p, ok := pickFile(extra)
+			if !ok {
+				return "skip", 0, 0, ""
+			}
+			b := []byte(fmt.Sprintf("fsync%d", extra.IntN(1000)))
+			off := int64(extra.IntN(len(m.files[p]) + 1))
+			desc = fmt.Sprintf("fsync-write %s at %d (%d bytes)", p, off, len(b))
+			cur := m.files[p]
+			if end := off + int64(len(b)); end > int64(len(cur)) {
+				cur = append(cur, make([]byte, end-int64(len(cur)))...)
+			}
+			copy(cur[off:], b)
+			m.files[p] = cur
+			f, err := os.OpenFile(abs(p), os.O_RDWR, 0)
+			if err == nil {
+				if _, err = f.WriteAt(b, off); err == nil {
+					err = f.Sync()
+				}
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+			}
+			return desc, 0, relErrno(err), p
+		case k < 9: // a large file: several chunks, an upload that takes a while
+			p := pathFrom(extra, "big")
+			if m.isDir(p) || !parentOK(p) {
+				return "skip", 0, 0, ""
+			}
+			b := make([]byte, 200_000+extra.IntN(1_000_000))
+			start := extra.IntN(26)
+			for i := range b {
+				b[i] = 'a' + byte((start+i*7+i/4096)%26)
+			}
+			m.files[p] = b
+			desc = fmt.Sprintf("create %s (%d bytes)", p, len(b))
+			return desc, 0, relErrno(os.WriteFile(abs(p), b, 0o644)), p
+		}
+		return "skip", 0, 0, ""
+	}
+
+	// A second, read-only mount of the bucket reads the session all along
+	// (a reader racing the commits must never see an error but a name
+	// that went away), and every 50 steps shows exactly what this mount
+	// committed.
+	peer := mount(t, bk, "--read-only", "--metadata-ttl=0")
+	peerRoot := filepath.Join(peer.Dir, "sessions", id.String())
+	var peerMu sync.Mutex
+	var peerErrs []string
+	stopPeer := make(chan struct{})
+	peerDone := make(chan struct{})
+	go func() {
+		defer close(peerDone)
+		for {
+			select {
+			case <-stopPeer:
+				return
+			default:
+			}
+			filepath.WalkDir(peerRoot, func(p string, d fs.DirEntry, err error) error {
+				if err == nil && !d.IsDir() {
+					_, err = os.ReadFile(p)
+				}
+				if err != nil && !errors.Is(err, fs.ErrNotExist) {
+					peerMu.Lock()
+					peerErrs = append(peerErrs, fmt.Sprintf("%s: %v", p, err))
+					peerMu.Unlock()
+				}
+				return nil
+			})
+		}
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-stopPeer:
+		default:
+			close(stopPeer)
+		}
+		<-peerDone
+	})
+	peerCheck := func(when string) {
+		t.Helper()
+		want := m.committed()
+		var diff string
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			got, err := relScan(peerRoot, true)
+			if err == nil {
+				if diff = relCompare(want, got, true); diff == "" {
+					break
+				}
+			} else {
+				diff = err.Error()
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the second mount differs from what was committed: %s\nhistory:\n%s", when, diff, strings.Join(history, "\n"))
+			}
+			time.Sleep(20 * time.Millisecond) // polling the other mount's view
+		}
+		peerMu.Lock()
+		defer peerMu.Unlock()
+		if len(peerErrs) > 0 {
+			t.Fatalf("%s: the second mount's reader saw errors: %s\nhistory:\n%s", when, strings.Join(peerErrs, "; "), strings.Join(history, "\n"))
+		}
+	}
+
 	check := func(when string, contents bool) {
 		t.Helper()
 		got, err := relScan(root, contents)
@@ -411,28 +594,43 @@ func TestReliabilityPropertyRandomOps(t *testing.T) {
 		m.pruneEmpty()
 		check(when, true)
 	}
+	// verify checks the outcome of one operation and reads back the file
+	// it touched.
+	verify := func(i int, desc string, want, got syscall.Errno, touched string) {
+		t.Helper()
+		if got != want {
+			t.Fatalf("step %d: %s: got %v, want %v (seed %d)\nhistory:\n%s", i, desc, got, want, seed, strings.Join(history, "\n"))
+		}
+		if b, ok := m.files[touched]; ok && touched != "" {
+			g, err := os.ReadFile(abs(touched))
+			if err != nil || !bytes.Equal(g, b) {
+				t.Fatalf("step %d: %s: reads back %d bytes (%v), model %d (seed %d)\nhistory:\n%s", i, desc, len(g), err, len(b), seed, strings.Join(history, "\n"))
+			}
+		}
+	}
 	for i := 0; i < ops; i++ {
 		desc, want, got, touched := step(i)
 		if desc == "skip" {
 			continue
 		}
 		history = append(history, fmt.Sprintf("%3d %s -> %v", i, desc, got))
-		if got != want {
-			t.Fatalf("step %d: %s: got %v, want %v (seed %d)\nhistory:\n%s", i, desc, got, want, seed, strings.Join(history, "\n"))
-		}
-		if touched != "" {
-			if b, ok := m.files[touched]; ok {
-				g, err := os.ReadFile(abs(touched))
-				if err != nil || !bytes.Equal(g, b) {
-					t.Fatalf("step %d: %s: reads back %d bytes (%v), model %d (seed %d)\nhistory:\n%s", i, desc, len(g), err, len(b), seed, strings.Join(history, "\n"))
-				}
-			}
+		verify(i, desc, want, got, touched)
+		if d, w, g, tt := extraStep(); d != "skip" {
+			history = append(history, fmt.Sprintf("%3d+ %s -> %v", i, d, g))
+			verify(i, d, w, g, tt)
+			desc = d
 		}
 		check(fmt.Sprintf("after step %d (%s)", i, desc), i%25 == 0)
+		if i%50 == 49 {
+			peerCheck(fmt.Sprintf("after step %d", i))
+		}
 		if i == ops/2 {
 			remount(fmt.Sprintf("after a remount at step %d", i))
 		}
 	}
+	peerCheck("at the end")
+	close(stopPeer)
+	<-peerDone
 	remount("after the final remount")
 	// And the bucket has exactly the model's files.
 	slots := relLiveSlots(t, bk, id)
