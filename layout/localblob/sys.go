@@ -1,11 +1,11 @@
 package localblob
 
 import (
-	"errors"
-	"os"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pugmark/pugfs/internal/beneath"
 )
 
 // Thin, fd-relative wrappers over the syscalls the driver needs. Every path
@@ -13,49 +13,16 @@ import (
 // re-walking an absolute path, so a rename of the root or a symlink planted
 // inside the bucket cannot redirect an operation outside it.
 
-// openat2Missing is set once the kernel reports ENOSYS for openat2 (before
-// Linux 5.6); from then on opens fall back to openat with O_NOFOLLOW, which
-// still refuses a symlink as the final component but not in the middle.
-var openat2Missing atomic.Bool
-
 // dirReads counts directory reads; tests use it to check that List reads
 // only the directories a prefix needs.
 var dirReads atomic.Int64
 
-func retryEINTR(fn func() error) error {
-	for {
-		err := fn()
-		if !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
-}
-
-// openBeneath opens path relative to dirfd without following symlinks or
-// leaving dirfd's subtree.
-func openBeneath(dirfd int, path string, flags int) (int, error) {
-	flags |= unix.O_CLOEXEC
-	var fd int
-	err := retryEINTR(func() error {
-		var err error
-		if !openat2Missing.Load() {
-			fd, err = unix.Openat2(dirfd, path, &unix.OpenHow{
-				Flags:   uint64(flags),
-				Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-			})
-			if !errors.Is(err, unix.ENOSYS) {
-				return err
-			}
-			openat2Missing.Store(true)
-		}
-		fd, err = unix.Openat(dirfd, path, flags|unix.O_NOFOLLOW, 0)
-		return err
-	})
-	if err != nil {
-		return -1, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	return fd, nil
-}
+// retryEINTR and openBeneath are the shared implementations: see
+// internal/beneath for what they guarantee.
+var (
+	retryEINTR  = beneath.RetryEINTR
+	openBeneath = beneath.Open
+)
 
 // openDir opens a directory for reading, locking and fsync.
 func openDir(dirfd int, path string) (int, error) {
