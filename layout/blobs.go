@@ -181,27 +181,36 @@ func (s *Store) Ingest(ctx context.Context, uri string, open BucketOpener, tmpDi
 		return Descriptor{}, fmt.Errorf("ingest %s: %w", uri, err)
 	}
 	defer r.Close()
+	return s.IngestReader(ctx, uri, r, r.ContentType(), tmpDir)
+}
+
+// IngestReader is Ingest for a body the caller opened itself (a local file
+// opened on behalf of a less privileged user, say): r is streamed through
+// a temporary file in tmpDir while hashed, and stored as a blob of type
+// contentType. name says where the body came from in errors; it is shown
+// as given, so callers pass it with credentials removed.
+func (s *Store) IngestReader(ctx context.Context, name string, r io.Reader, contentType, tmpDir string) (Descriptor, error) {
 	f, err := os.CreateTemp(tmpDir, "pugfs-ingest-*")
 	if err != nil {
-		return Descriptor{}, fmt.Errorf("ingest %s: spill file: %w", uri, err)
+		return Descriptor{}, fmt.Errorf("ingest %s: spill file: %w", name, err)
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(f, h), r)
 	if err != nil {
-		return Descriptor{}, fmt.Errorf("ingest %s: fetch: %w", uri, err)
+		return Descriptor{}, fmt.Errorf("ingest %s: fetch: %w", name, err)
 	}
 	var d Digest
 	copy(d[:], h.Sum(nil))
-	ct := r.ContentType()
+	ct := contentType
 	if _, err := s.PutBlobFile(ctx, f, d, n, BlobOptions{ContentType: ct}); err != nil {
-		return Descriptor{}, fmt.Errorf("ingest %s: %w", uri, err)
+		return Descriptor{}, fmt.Errorf("ingest %s: %w", name, err)
 	}
 	desc := Descriptor{Digest: d, Size: n, ContentType: ct, CreatedAt: s.opts.Now().UTC()}
 	if n <= InlineLimit {
 		if desc.Data, err = io.ReadAll(io.NewSectionReader(f, 0, n)); err != nil {
-			return Descriptor{}, fmt.Errorf("ingest %s: %w", uri, err)
+			return Descriptor{}, fmt.Errorf("ingest %s: %w", name, err)
 		}
 	}
 	return desc, nil
