@@ -15,6 +15,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/ingest"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -55,7 +56,10 @@ type Config struct {
 	FailedDir string
 	UID, GID  uint32
 	Umask     uint32
-	Logger    *slog.Logger
+	// Ingest decides which URLs ln -s may ingest, for whom; nil refuses
+	// every one (the default: see package ingest).
+	Ingest *ingest.Policy
+	Logger *slog.Logger
 	// Now is the clock for created-at (tests pin it).
 	Now func() time.Time
 	// ExtraStats, if set, adds lines to .pugmark/stats (the fault

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sort"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/ingest"
+	"github.com/pugmark/pugfs/internal/redact"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -214,16 +217,38 @@ func (n *sessDirNode) Symlink(ctx context.Context, target, name string, out *fus
 	}
 	f := n.f
 	full := n.full(name)
+	// The mount fetches with its own rights, which on a shared mount are
+	// more than the caller's: the policy decides for the caller the
+	// kernel names (issue #17).
+	var c ingest.Caller
+	if fc, ok := fuse.FromContext(ctx); ok {
+		c = ingest.Caller{UID: fc.Uid, GID: fc.Gid, PID: fc.Pid}
+	}
+	shown := redact.URL(target)
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Minute)
 	defer cancel()
-	d, err := f.store.Ingest(ictx, target, nil, f.cfg.StagingDir)
-	if err != nil {
-		f.log.Error("ingest failed", "url", target, "name", full, "err", err)
-		return nil, f.errnoOf("ingest "+target, err)
+	src, err := f.cfg.Ingest.Open(ictx, target, c)
+	if errors.Is(err, ingest.ErrRefused) {
+		f.log.Warn("ingest refused", "url", shown, "name", full, "session", n.sd.id.String(), "uid", c.UID, "gid", c.GID, "pid", c.PID, "err", err)
+		// EACCES belongs in classify (errno.go), which is being reworked
+		// in parallel; until it maps ingest.ErrRefused, this is the one
+		// errno chosen here.
+		return nil, syscall.EACCES
 	}
+	if err != nil {
+		f.log.Error("ingest failed", "url", shown, "name", full, "uid", c.UID, "pid", c.PID, "err", err)
+		return nil, f.errnoOf("ingest "+shown, err)
+	}
+	d, err := f.store.IngestReader(ictx, shown, src, src.ContentType, f.cfg.StagingDir)
+	src.Close()
+	if err != nil {
+		f.log.Error("ingest failed", "url", shown, "name", full, "uid", c.UID, "pid", c.PID, "err", err)
+		return nil, f.errnoOf("ingest "+shown, err)
+	}
+	f.log.Info("ingested", "url", shown, "name", full, "session", n.sd.id.String(), "digest", d.Digest.String(), "size", d.Size, "uid", c.UID, "pid", c.PID)
 	d.Name = full
 	if err := f.w.queue(ictx, n.sd.id, []layout.Descriptor{d}); err != nil {
-		return nil, f.errnoOf("ingest "+target, err)
+		return nil, f.errnoOf("ingest "+shown, err)
 	}
 	// The kernel fails a symlink(2) whose reply is not a symlink (EIO),
 	// so answer with one, never cached: the next lookup finds the

@@ -37,12 +37,12 @@ func TestWriteFsyncMode(t *testing.T) {
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
 		id := newSession(t, bk)
 		seed(t, bk, id, map[string]string{"a.txt": "a\n", "b.txt": "b\n", "d/c.txt": "c\n", "keep": "k\n"})
-		m := mount(t, bk, "--commit=fsync")
-		dir := sessDir(m, id)
 		src := filepath.Join(t.TempDir(), "src.txt")
 		if err := os.WriteFile(src, []byte("ingested\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
+		m := mount(t, bk, "--commit=fsync", "--ingest-from=file://"+filepath.Dir(src)+"/")
+		dir := sessDir(m, id)
 		shE(t, dir, `
 			echo n1 > n1.txt
 			mkdir sub

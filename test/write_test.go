@@ -615,14 +615,13 @@ func TestWriteDirectories(t *testing.T) {
 
 // TestWriteSymlinkIngests: ln -s URL name ingests the object (§3.2):
 // streamed, hashed, stored, committed; file:// from another local
-// directory and s3:// from another bucket of the S3 server.
+// directory and s3:// from another bucket of the S3 server, each allowed
+// with --ingest-from (reliability_ingest_test.go has the refusals).
 func TestWriteSymlinkIngests(t *testing.T) {
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
 		id := newSession(t, bk)
-		m := mount(t, bk)
-		dir := sessDir(m, id)
 		content := []byte(strings.Repeat("ingest me\n", 500))
-		var srcURL string
+		var srcURL, prefix string
 		switch bk.Kind {
 		case "s3":
 			other := openBucket(t, bk.Kind)
@@ -631,14 +630,16 @@ func TestWriteSymlinkIngests(t *testing.T) {
 			}
 			u, _ := url.Parse(other.URL)
 			u.Path = "/in/obj.txt"
-			srcURL = u.String()
+			srcURL, prefix = u.String(), other.URL
 		default:
 			src := t.TempDir()
 			if err := os.WriteFile(filepath.Join(src, "obj.txt"), content, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			srcURL = "file://" + filepath.Join(src, "obj.txt")
+			srcURL, prefix = "file://"+filepath.Join(src, "obj.txt"), "file://"+src+"/"
 		}
+		m := mount(t, bk, "--ingest-from="+prefix)
+		dir := sessDir(m, id)
 		objs := objectCount(t, bk)
 		shE(t, dir, `ln -s '`+srcURL+`' ingested.txt`)
 		e, ok := slots(t, bk, id)["ingested.txt"]

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pugmark/pugfs/ingest"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/deadlineblob"
 )
@@ -67,6 +68,9 @@ type mountConfig struct {
 	SnapshotType layout.SnapshotType
 	// MetricsAddr, if set, is a host:port to serve metrics on.
 	MetricsAddr string
+	// IngestFrom are the URL prefixes ln -s may ingest from; none refuses
+	// every ingestion (package ingest).
+	IngestFrom []ingest.Prefix
 	// RequestTimeout bounds every attempt of every bucket request (and
 	// each read of a body); one that passes it fails, and the FUSE call
 	// with EIO, instead of hanging.
@@ -112,6 +116,11 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 			fs.StringVar(&commit, "commit", commit, "when writes are committed, `MODE`: close (each file on close) or fsync (all staged changes of a session on fsync, as one snapshot)")
 			fs.StringVar(&snapType, "snapshot-type", snapType, "`TYPE` of the snapshots the mount commits: provisional, checkpoint or queueing")
 			fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve metrics on `HOST:PORT` (default: off)")
+			var ingestFrom []string
+			fs.Func("ingest-from", "let ln -s ingest URLs under `PREFIX[,PREFIX...]` (s3://bucket/dir/, file:///srv/shared/); repeatable (default: none)", func(v string) error {
+				ingestFrom = append(ingestFrom, v)
+				return nil
+			})
 			fs.DurationVar(&cfg.RequestTimeout, "request-timeout", deadlineblob.DefaultTimeout, "give up on a bucket request (each attempt, each read of a body) after this `DURATION`; the call then fails with EIO")
 			return func(ctx context.Context, sio *stdio, args []string) error {
 				if len(args) != 2 {
@@ -156,6 +165,9 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 					if _, _, err := net.SplitHostPort(cfg.MetricsAddr); err != nil {
 						return usagef("--metrics-addr=%s: want HOST:PORT (e.g. localhost:9090)", cfg.MetricsAddr)
 					}
+				}
+				if cfg.IngestFrom, err = ingest.ParsePrefixes(ingestFrom); err != nil {
+					return usagef("--ingest-from: %v", err)
 				}
 				return runMount(ctx, cfg)
 			}

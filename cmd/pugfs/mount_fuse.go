@@ -20,6 +20,7 @@ import (
 
 	"github.com/pugmark/pugfs/cache"
 	pfs "github.com/pugmark/pugfs/fs"
+	"github.com/pugmark/pugfs/ingest"
 	"github.com/pugmark/pugfs/internal/redact"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/deadlineblob"
@@ -120,6 +121,7 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 		BucketURL: redact.URL(u), Flags: shownFlags(os.Args[1:], secrets),
 		ReadOnly: cfg.ReadOnly, MetadataTTL: cfg.MetadataTTL, Commit: mode, SnapshotType: cfg.SnapshotType,
 		StagingDir: staging, FailedDir: failed, UID: cfg.UID, GID: cfg.GID, Umask: cfg.Umask, Logger: log,
+		Ingest:     &ingest.Policy{Prefixes: cfg.IngestFrom},
 		ExtraStats: faultStats(b),
 	})
 	if err != nil {
@@ -134,6 +136,13 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 		return fmt.Errorf("mount %s: %v", cfg.Mountpoint, err)
 	}
 	log.Info("mounted", "bucket", redact.URL(u), "mountpoint", cfg.Mountpoint, "read-only", cfg.ReadOnly)
+	if len(cfg.IngestFrom) > 0 {
+		shown := make([]string, len(cfg.IngestFrom))
+		for i, p := range cfg.IngestFrom {
+			shown[i] = p.String()
+		}
+		log.Info("ln -s may ingest from", "prefixes", strings.Join(shown, ","))
+	}
 	if cfg.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
