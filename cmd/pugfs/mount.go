@@ -66,8 +66,12 @@ type mountConfig struct {
 	Commit commitMode
 	// SnapshotType is the type of the snapshots the mount commits.
 	SnapshotType layout.SnapshotType
-	// MetricsAddr, if set, is a host:port to serve metrics on.
+	// MetricsAddr, if set, is the host:port to serve metrics on; a
+	// missing host is loopback (metricsAddr).
 	MetricsAddr string
+	// MetricsPublic is set when MetricsAddr is not a loopback address:
+	// the mount says so in its log.
+	MetricsPublic bool
 	// IngestFrom are the URL prefixes ln -s may ingest from; none refuses
 	// every ingestion (package ingest).
 	IngestFrom []ingest.Prefix
@@ -115,7 +119,7 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 			fs.Var(&umask, "umask", "permission bits to clear, in `OCTAL`")
 			fs.StringVar(&commit, "commit", commit, "when writes are committed, `MODE`: close (each file on close) or fsync (all staged changes of a session on fsync, as one snapshot)")
 			fs.StringVar(&snapType, "snapshot-type", snapType, "`TYPE` of the snapshots the mount commits: provisional, checkpoint or queueing")
-			fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve metrics on `HOST:PORT` (default: off)")
+			fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve metrics on `HOST:PORT`; :PORT is loopback only (default: off)")
 			var ingestFrom []string
 			fs.Func("ingest-from", "let ln -s ingest URLs under `PREFIX[,PREFIX...]` (s3://bucket/dir/, file:///srv/shared/); repeatable (default: none)", func(v string) error {
 				ingestFrom = append(ingestFrom, v)
@@ -162,8 +166,8 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 				}
 				cfg.SnapshotType = t
 				if cfg.MetricsAddr != "" {
-					if _, _, err := net.SplitHostPort(cfg.MetricsAddr); err != nil {
-						return usagef("--metrics-addr=%s: want HOST:PORT (e.g. localhost:9090)", cfg.MetricsAddr)
+					if cfg.MetricsAddr, cfg.MetricsPublic, err = metricsAddr(cfg.MetricsAddr); err != nil {
+						return err
 					}
 				}
 				if cfg.IngestFrom, err = ingest.ParsePrefixes(ingestFrom); err != nil {
@@ -173,6 +177,24 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 			}
 		},
 	}
+}
+
+// metricsAddr checks a --metrics-addr value and says where it listens.
+// The metrics name the bucket and count what its users do, so they stay
+// on the machine unless asked: a missing host (":9090") is 127.0.0.1,
+// not every interface as net.Listen would take it. public reports an
+// explicit host that is not loopback.
+func metricsAddr(v string) (addr string, public bool, err error) {
+	host, port, err := net.SplitHostPort(v)
+	if err != nil || port == "" {
+		return "", false, usagef("--metrics-addr=%s: want HOST:PORT (e.g. localhost:9090)", v)
+	}
+	if host == "" {
+		return net.JoinHostPort("127.0.0.1", port), false, nil
+	}
+	ip := net.ParseIP(host)
+	loop := host == "localhost" || (ip != nil && ip.IsLoopback())
+	return v, !loop, nil
 }
 
 // checkMountpoint returns the absolute path of an existing directory.

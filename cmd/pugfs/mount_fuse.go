@@ -156,6 +156,9 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 		go hs.Serve(ln)
 		defer hs.Close()
 		log.Info("serving metrics", "addr", ln.Addr().String(), "path", "/metrics")
+		if cfg.MetricsPublic {
+			log.Warn("metrics are served beyond this machine: anyone who can reach the address sees the bucket's name and the mount's activity", "addr", ln.Addr().String())
+		}
 	}
 	done := make(chan struct{})
 	go func() { srv.Wait(); close(done) }()
