@@ -510,6 +510,13 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 	if isMeta && key == "" {
 		return syscall.EINVAL
 	}
+	if !remove {
+		// Checked against what the file has now, before staging: two
+		// setxattrs racing can overshoot by one value, not without bound.
+		if e := xattrBound(n.xattrs(), attr, val); e != 0 {
+			return e
+		}
+	}
 	s, err := n.f.w.openFrom(ctx, n.id, n.slot(), n.base, false)
 	if err != nil {
 		return n.f.errnoOf("setxattr "+n.slot(), err)
