@@ -94,8 +94,11 @@ const (
 // newDiskCache opens (creating) the cache under dir. An error means the
 // directory is unusable; the caller goes memory-only.
 func newDiskCache(dir string, max int64, log *slog.Logger, now func() time.Time) (*diskCache, error) {
+	// 0700: the cache holds the bodies of every blob the mount read, and
+	// a shared mount may read blobs some of its users may not (a cache
+	// made by an older pugfs is tightened too).
 	top := filepath.Join(dir, diskSubdir)
-	if err := os.MkdirAll(top, 0o755); err != nil {
+	if err := os.MkdirAll(top, 0o700); err != nil {
 		return nil, err
 	}
 	fi, err := os.Lstat(top)
@@ -104,6 +107,11 @@ func newDiskCache(dir string, max int64, log *slog.Logger, now func() time.Time)
 	}
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("%s: not a directory (symbolic links are not followed)", top)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(top, fi.Mode().Perm()&0o700); err != nil {
+			log.Warn("cache: cannot make the disk cache private to the mount's user", "dir", top, "err", err)
+		}
 	}
 	root, err := os.OpenRoot(top)
 	if err != nil {
@@ -175,7 +183,7 @@ func (dc *diskCache) warn(op, name string, err error) {
 // place (the link is removed, never followed).
 func (dc *diskCache) realDir(name string, create bool) error {
 	if create {
-		if err := dc.root.Mkdir(name, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := dc.root.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}
 	}
@@ -188,7 +196,7 @@ func (dc *diskCache) realDir(name string, create bool) error {
 		if err := dc.removeEntry(name); err != nil {
 			return err
 		}
-		if err := dc.root.Mkdir(name, 0o755); err != nil {
+		if err := dc.root.Mkdir(name, 0o700); err != nil {
 			return err
 		}
 		return dc.realDir(name, false)
