@@ -13,12 +13,14 @@ import (
 // (the same numbers as .pugmark/stats).
 func (f *FS) WriteMetrics(w io.Writer) error {
 	ws := f.w.stats()
+	kept, _ := f.failedStats()
 	m := map[string]float64{
 		"pugfs_commits_total":          float64(ws.commits),
 		"pugfs_snapshots_total":        float64(ws.snapshots),
 		"pugfs_descriptors_total":      float64(ws.descriptors),
 		"pugfs_commit_errors_total":    float64(ws.errors),
 		"pugfs_commit_conflicts_total": float64(ws.conflicts),
+		"pugfs_failed_commits_kept":    float64(kept),
 	}
 	addStruct(m, "pugfs_backend_", f.store.Stats())
 	addStruct(m, "pugfs_sessions_", f.cache.Stats())

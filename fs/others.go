@@ -13,8 +13,8 @@ import (
 	"github.com/pugmark/pugfs/layout"
 )
 
-// rootMetaDir is the hidden <mnt>/.pugmark/: stats, the bucket URL and
-// the flags of this mount.
+// rootMetaDir is the hidden <mnt>/.pugmark/: stats, the bucket URL, the
+// flags of this mount and the data of failed commits (failed.go).
 type rootMetaDir struct{ f *FS }
 
 func (r *rootMetaDir) entries() []child {
@@ -29,6 +29,9 @@ func (r *rootMetaDir) entries() []child {
 		f.genFile("flags", inoOf("flags"), f.start, true, func(ctx context.Context) ([]byte, error) {
 			return []byte(f.cfg.Flags + "\n"), nil
 		}),
+		{name: "failed", mode: syscall.S_IFDIR, ino: inoOf("failed"), ttl: f.ttl, node: func() gofsNode {
+			return &failedDirNode{dirNode: dirNode{f: f, ls: &failedDir{f: f}}}
+		}},
 	}
 }
 
@@ -65,6 +68,8 @@ func (f *FS) statsText() string {
 	ws := f.w.stats()
 	fmt.Fprintf(&b, "commits %d (snapshots %d, descriptors %d), commit errors %d, conflicts %d\n",
 		ws.commits, ws.snapshots, ws.descriptors, ws.errors, ws.conflicts)
+	kept, keptBytes := f.failedStats()
+	fmt.Fprintf(&b, "failed commits kept %d (bytes %d) in .pugmark/failed/\n", kept, keptBytes)
 	if f.cfg.ExtraStats != nil {
 		b.WriteString(f.cfg.ExtraStats())
 	}

@@ -166,7 +166,10 @@ func relRunWithin(d time.Duration, dir, script string) (string, string, error) {
 // failure (InvalidArgument: not retried) on one blob is EIO for reads of
 // that file while other files read fine; once the fault is gone the very
 // next read works. A permanent failure of a snapshot PUT makes that close
-// return EIO, the data is kept in failed/, and the next write commits.
+// return EIO, the data is kept in failed/, shown read-only under the
+// mount's .pugmark/failed/ and counted in .pugmark/stats (a shell never
+// sees close(2)'s error), and the next write commits. rm through the mount
+// deletes the kept file.
 //
 // Removing the protection: remembering the failure (caching the error as
 // if the blob were corrupt) makes the read after the fault fail; mapping
@@ -210,10 +213,27 @@ func TestReliabilityPermanentFaultIsEIOForThatCallOnly(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(mnt.Dir, sd, "failing.txt"), []byte("lost-then-kept\n"), 0o644); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("write with a failing snapshot PUT: %v, want EIO from close", err)
 	}
-	// Release retries once and then keeps the bytes (fs writer.salvage).
+	// The release does not retry a commit whose failure close(2)
+	// returned: it keeps the bytes (fs writer.salvageLocked).
 	relWait(t, 10*time.Second, "the failed write's data kept", func() bool { return strings.Contains(mnt.Log(), "staged data kept") })
 	if _, ok := relLiveSlots(t, bk, id)["failing.txt"]; ok {
 		t.Fatal("failing.txt is in the bucket although its commit failed")
+	}
+	shown, _ := filepath.Glob(filepath.Join(mnt.Dir, ".pugmark", "failed", id.String(), "failing.txt.*"))
+	if len(shown) != 1 {
+		t.Fatalf(".pugmark/failed/%s holds %v, want the one failed write", id, shown)
+	}
+	if b, err := os.ReadFile(shown[0]); err != nil || string(b) != "lost-then-kept\n" {
+		t.Fatalf("the failed write under .pugmark/failed: %q, %v", b, err)
+	}
+	if st, err := os.Stat(shown[0]); err != nil || st.Mode().Perm() != 0o400 {
+		t.Fatalf("the kept file's mode: %v, %v; want 0400 (read-only, the owner's)", st, err)
+	}
+	if err := os.WriteFile(shown[0], []byte("x"), 0o644); err == nil {
+		t.Fatal("the kept file was writable")
+	}
+	if st, _ := os.ReadFile(filepath.Join(mnt.Dir, ".pugmark", "stats")); !strings.Contains(string(st), "failed commits kept 1 ") {
+		t.Fatalf(".pugmark/stats does not count the kept file:\n%s", st)
 	}
 	off()
 	if err := os.WriteFile(filepath.Join(mnt.Dir, sd, "after.txt"), []byte("works\n"), 0o644); err != nil {
@@ -235,6 +255,18 @@ func TestReliabilityPermanentFaultIsEIOForThatCallOnly(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(kept[0]); string(b) != "lost-then-kept\n" {
 		t.Fatalf("salvaged %q", b)
+	}
+	// A later mount shows it too, and rm there deletes it.
+	mnt = mount(t, bk, "--cache-dir", cache)
+	failed := filepath.Join(mnt.Dir, ".pugmark", "failed", id.String())
+	if err := os.Remove(filepath.Join(failed, filepath.Base(kept[0]))); err != nil {
+		t.Fatalf("rm of the kept file through the mount: %v", err)
+	}
+	if _, err := os.Stat(kept[0]); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the kept file is still on disk after rm: %v", err)
+	}
+	if err := os.Remove(failed); err != nil {
+		t.Fatalf("rmdir of the emptied session directory: %v", err)
 	}
 }
 
