@@ -222,10 +222,11 @@ type memFile struct {
 	gofs.Inode
 	f    *FS
 	ns   string
-	mu   sync.Mutex
-	e    layout.Entry
-	has  bool
 	bufs openBufs
+	// mu guards e and has: the record as last read or committed.
+	mu  sync.Mutex
+	e   layout.Entry
+	has bool
 }
 
 // openBufs are the write handles open on a memory record or ref file.
@@ -350,9 +351,22 @@ func readAll(ctx context.Context, f *FS, d *layout.Descriptor) ([]byte, error) {
 
 // bufHandle is an open handle whose content is held whole in memory:
 // memory records and refs, which are small. Embedders commit it on Flush.
+//
+// LOCK ORDERING: commitMu, then mu; a memory handle's commit takes the
+// memFile's mu briefly with neither held across a backend call.
 type bufHandle struct {
-	mu    sync.Mutex
-	buf   []byte
+	// commitMu serialises the commits of the handle (the closes of dup'd
+	// descriptors flush it at once) and guards what embedders keep
+	// between commits (refHandle.prev, existed). It is held across the
+	// backend calls, which mu must never be: a stat or a read of the
+	// open file goes on while its commit runs.
+	commitMu sync.Mutex
+	// mu guards the fields below.
+	mu  sync.Mutex
+	buf []byte
+	// gen counts changes of buf, so that a commit knows whether what it
+	// stored is still the content.
+	gen   uint64
 	dirty bool
 	// touched is set once content was written (or truncated) through
 	// this handle. Flush commits only touched content: shells dup and
@@ -364,6 +378,32 @@ type bufHandle struct {
 	failed bool
 }
 
+// take returns a copy of the content to commit and its generation; ok is
+// false when there is nothing to commit. The caller holds commitMu.
+func (h *bufHandle) take() (body []byte, gen uint64, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.dirty || !h.touched {
+		return nil, 0, false
+	}
+	return bytes.Clone(h.buf), h.gen, true
+}
+
+// settle records the outcome of committing generation gen: the content is
+// clean if it is still what was committed, failed if its commit failed.
+func (h *bufHandle) settle(gen uint64, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gen != gen {
+		return // changed meanwhile: still dirty, and not what failed
+	}
+	if err != nil {
+		h.failed = true
+	} else {
+		h.dirty = false
+	}
+}
+
 func (h *bufHandle) truncate(sz uint64, touch bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -373,6 +413,7 @@ func (h *bufHandle) truncate(sz uint64, touch bool) {
 		h.buf = append(h.buf, make([]byte, int(sz)-len(h.buf))...)
 	}
 	h.dirty, h.failed = true, false
+	h.gen++
 	h.touched = h.touched || touch
 }
 
@@ -393,6 +434,7 @@ func (h *bufHandle) Write(ctx context.Context, data []byte, off int64) (uint32, 
 	}
 	copy(h.buf[off:], data)
 	h.dirty, h.touched, h.failed = true, true, false
+	h.gen++
 	return uint32(len(data)), 0
 }
 
@@ -414,7 +456,10 @@ func (h *memHandle) Release(ctx context.Context) syscall.Errno {
 	h.mu.Unlock()
 	if pending {
 		if errno := h.Flush(context.Background()); errno != 0 {
-			h.n.f.log.Error("memory write on release failed", "namespace", h.n.ns, "name", h.n.e.Name, "errno", errno.Error())
+			h.n.mu.Lock()
+			name := h.n.e.Name
+			h.n.mu.Unlock()
+			h.n.f.log.Error("memory write on release failed", "namespace", h.n.ns, "name", name, "errno", errno.Error())
 		}
 	}
 	return 0
@@ -443,30 +488,34 @@ func (f *FS) memCommit(ctx context.Context) (layout.MemoryCommit, error) {
 // Flush commits the record: store the blob, merge it into the namespace.
 // A write that changes nothing writes no new version.
 func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.dirty || !h.touched {
+	h.commitMu.Lock()
+	defer h.commitMu.Unlock()
+	body, gen, ok := h.take()
+	if !ok {
 		return 0
 	}
 	n := h.n
 	f := n.f
+	n.mu.Lock()
+	e := n.e
+	n.mu.Unlock()
 	ctx = context.WithoutCancel(ctx)
 	fail := func(err error) syscall.Errno {
-		h.failed = true
-		return f.errnoOf("write memory "+n.ns+"/"+n.e.Name, err)
+		h.settle(gen, err)
+		return f.errnoOf("write memory "+n.ns+"/"+e.Name, err)
 	}
 	cm, err := f.memCommit(ctx)
 	if err != nil {
 		return fail(err)
 	}
-	bi, err := f.store.PutBlobBytes(ctx, h.buf, layout.BlobOptions{ContentType: contentTypeOf(n.e.Name, h.buf)})
+	bi, err := f.store.PutBlobBytes(ctx, body, layout.BlobOptions{ContentType: contentTypeOf(e.Name, body)})
 	if err != nil {
 		return fail(err)
 	}
-	d := layout.Descriptor{Name: n.e.Name, Digest: bi.Digest, Size: bi.Size, CreatedAt: f.cfg.Now().UTC(),
-		ContentType: contentTypeOf(n.e.Name, h.buf), Metadata: cloneMap(n.e.Metadata), SchemaURL: n.e.SchemaURL}
-	if len(h.buf) <= layout.InlineLimit {
-		d.Data = append([]byte{}, h.buf...)
+	d := layout.Descriptor{Name: e.Name, Digest: bi.Digest, Size: bi.Size, CreatedAt: f.cfg.Now().UTC(),
+		ContentType: contentTypeOf(e.Name, body), Metadata: cloneMap(e.Metadata), SchemaURL: e.SchemaURL}
+	if len(body) <= layout.InlineLimit {
+		d.Data = body
 	}
 	res, err := f.store.WriteMemory(ctx, n.ns, layout.MemoryWrite{Put: []layout.Descriptor{d}, Commit: cm})
 	f.views.InvalidateMemories()
@@ -481,7 +530,7 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 	n.mu.Lock()
 	n.e, n.has = layout.Entry{Descriptor: d}, true
 	n.mu.Unlock()
-	h.dirty = false
+	h.settle(gen, nil)
 	return 0
 }
 
@@ -551,14 +600,15 @@ func (h *refHandle) Release(ctx context.Context) syscall.Errno {
 
 // Flush writes the ref: the first line of what was written.
 func (h *refHandle) Flush(ctx context.Context) syscall.Errno {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.dirty || !h.touched {
+	h.commitMu.Lock()
+	defer h.commitMu.Unlock()
+	body, gen, ok := h.take()
+	if !ok {
 		return 0
 	}
 	f := h.r.f
 	ctx = context.WithoutCancel(ctx)
-	target := strings.TrimRight(string(h.buf), "\r\n")
+	target := strings.TrimRight(string(body), "\r\n")
 	if strings.ContainsAny(target, "\r\n") || target == "" {
 		return syscall.EINVAL
 	}
@@ -576,7 +626,7 @@ func (h *refHandle) Flush(ctx context.Context) syscall.Errno {
 	if err != nil {
 		return f.errnoOf("write ref "+h.r.name, err)
 	}
-	h.dirty = false
+	h.settle(gen, nil)
 	if nr, rerr := f.store.ReadRef(ctx, h.r.name); rerr == nil {
 		h.prev, h.existed = nr, true
 	}

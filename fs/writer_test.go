@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/faultblob"
@@ -197,5 +198,53 @@ func TestWriterRenameDirOntoDirWithLocalSubdirs(t *testing.T) {
 				t.Fatalf("rmdir of the non-empty target = %v, want ENOTEMPTY", got)
 			}
 		})
+	}
+}
+
+// TestMemoryHandleAnswersDuringItsCommit: a stat and a read of an open
+// memory record answer while its commit waits on the bucket. The handle's
+// content lock was held across the backend calls, so a stat hung for as
+// long as the bucket did.
+func TestMemoryHandleAnswersDuringItsCommit(t *testing.T) {
+	r := newWriterRig(t)
+	ctx := context.Background()
+	n := &memFile{f: r.f, ns: "notes", e: layout.Entry{Descriptor: layout.Descriptor{Name: "a"}}}
+	fh, _, errno := n.Open(ctx, syscall.O_RDWR)
+	if errno != 0 {
+		t.Fatal(errno)
+	}
+	h := fh.(*memHandle)
+	if _, errno := h.Write(ctx, []byte("hello"), 0); errno != 0 {
+		t.Fatal(errno)
+	}
+	gate := faultblob.NewGate()
+	r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: "memories/"}, Stall: gate})
+	flushed := make(chan syscall.Errno, 1)
+	go func() { flushed <- h.Flush(ctx) }()
+	waitStalled(t, gate, 1)
+	answered := make(chan syscall.Errno, 1)
+	go func() {
+		var out fuse.AttrOut
+		if errno := n.Getattr(ctx, h, &out); errno != 0 || out.Size != 5 {
+			answered <- syscall.EIO
+			return
+		}
+		_, errno := h.Read(ctx, make([]byte, 16), 0)
+		answered <- errno
+	}()
+	select {
+	case errno := <-answered:
+		if errno != 0 {
+			t.Fatalf("stat/read during the commit: %v", errno)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("stat of an open memory record waited for its commit")
+	}
+	gate.Release()
+	if errno := <-flushed; errno != 0 {
+		t.Fatalf("flush: %v", errno)
+	}
+	if errno := h.Flush(ctx); errno != 0 {
+		t.Fatalf("second flush of clean content: %v", errno)
 	}
 }
