@@ -164,18 +164,52 @@ func (m *Mount) Stop(t *testing.T) {
 			t.Errorf("pugfs exited with %v\n%s", m.err, m.Log())
 		}
 	case <-time.After(30 * time.Second):
-		m.cmd.Process.Kill()
-		<-m.done
-		syscall.Unmount(m.Dir, syscall.MNT_DETACH)
+		m.Kill()
 		t.Errorf("pugfs did not exit 30s after SIGTERM\n%s", m.Log())
 	}
 }
 
-// Kill ends the mount process with SIGKILL and detaches the dead mount.
+// Kill ends the mount process with SIGKILL and detaches the dead mount;
+// it cannot hang on a pugfs stuck in the kernel (see KillHard).
 func (m *Mount) Kill() {
-	m.cmd.Process.Kill()
-	<-m.done
+	m.KillHard()
 	syscall.Unmount(m.Dir, syscall.MNT_DETACH)
+}
+
+// KillHard ends the mount process with SIGKILL and waits for it, leaving
+// the dead mount attached (unlike Kill).
+//
+// A pugfs killed while one of its threads is inside the kernel on its own
+// mount (a dentry notification waiting for a directory lock that a request
+// to the dead pugfs holds) cannot finish exiting until the connection is
+// aborted, so after 10 s the connection is aborted through sysfs, as an
+// administrator would.
+func (m *Mount) KillHard() {
+	m.cmd.Process.Kill()
+	select {
+	case <-m.done:
+		return
+	case <-time.After(10 * time.Second):
+	}
+	m.logs.Write([]byte("KillHard: pugfs did not exit 10 s after SIGKILL; aborting its FUSE connection\n"))
+	if conn := fuseConn(m.Dir); conn != "" {
+		os.WriteFile("/sys/fs/fuse/connections/"+conn+"/abort", []byte("1"), 0o200)
+	}
+	<-m.done
+}
+
+// fuseConn returns the FUSE connection number of the mount on dir.
+func fuseConn(dir string) string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	conn := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == dir {
+			if _, minor, ok := strings.Cut(f[2], ":"); ok {
+				conn = minor
+			}
+		}
+	}
+	return conn
 }
 
 func isMounted(dir string) bool {

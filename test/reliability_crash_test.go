@@ -164,7 +164,7 @@ func TestReliabilityCrashDuringWriteStorm(t *testing.T) {
 				})
 			}
 			pid := relPID(m)
-			relKill(m)
+			m.Kill()
 			for k, v := range s.end() {
 				want[k] = v
 			}
@@ -215,7 +215,7 @@ func TestReliabilityStaleMountpointReused(t *testing.T) {
 	dir := t.TempDir()
 	m := startMount(t, bk, dir)
 	sh(t, dir, "echo before > sessions/"+id.String()+"/a.txt")
-	relKillHard(m)
+	m.KillHard()
 	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
 	// A name never looked up, so the kernel must ask the dead daemon.
 	if _, err := os.Stat(filepath.Join(dir, "never-looked-up")); !errors.Is(err, syscall.ENOTCONN) {

@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -55,49 +54,6 @@ func relMountOn(t *testing.T, bk *Bucket, dir string, args ...string) *Mount {
 	m := startMount(t, bk, dir, args...)
 	t.Cleanup(func() { m.Stop(t) })
 	return m
-}
-
-// relKillHard ends the mount process with SIGKILL and waits for it, leaving
-// the dead mount attached (unlike Kill).
-//
-// A pugfs killed while one of its threads is inside the kernel on its own
-// mount (a dentry notification waiting for a directory lock that a request
-// to the dead pugfs holds) cannot finish exiting until the connection is
-// aborted, so after 10 s the connection is aborted through sysfs, as an
-// administrator would.
-func relKillHard(m *Mount) {
-	m.cmd.Process.Kill()
-	select {
-	case <-m.done:
-		return
-	case <-time.After(10 * time.Second):
-	}
-	m.logs.Write([]byte("relKillHard: pugfs did not exit 10 s after SIGKILL; aborting its FUSE connection\n"))
-	if conn := relFuseConn(m.Dir); conn != "" {
-		os.WriteFile("/sys/fs/fuse/connections/"+conn+"/abort", []byte("1"), 0o200)
-	}
-	<-m.done
-}
-
-// relKill is Mount.Kill (SIGKILL, then detach) that cannot hang on a
-// pugfs stuck in the kernel (see relKillHard).
-func relKill(m *Mount) {
-	relKillHard(m)
-	syscall.Unmount(m.Dir, syscall.MNT_DETACH)
-}
-
-// relFuseConn returns the FUSE connection number of the mount on dir.
-func relFuseConn(dir string) string {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	conn := ""
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) > 4 && f[4] == dir {
-			if _, minor, ok := strings.Cut(f[2], ":"); ok {
-				conn = minor
-			}
-		}
-	}
-	return conn
 }
 
 // relPID is the mount process's ID.
