@@ -8,6 +8,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/pugmark/pugfs/ingest"
 	"github.com/pugmark/pugfs/layout"
 	"gocloud.dev/gcerrors"
 )
@@ -87,6 +88,9 @@ var errnoRules = []errnoRule{
 	{name: "corrupt", match: isErr(layout.ErrCorrupt), errno: syscall.EIO},
 	{name: "too large", match: isErr(layout.ErrTooLarge), errno: syscall.EIO},
 	{name: "commit retries exhausted", match: isErr(layout.ErrRetriesExhausted), errno: syscall.EIO},
+	// The caller may not have the mount ingest that URL (issue #17).
+	// Symlink logs the refusal itself, with who asked.
+	{name: "ingestion refused", match: isErr(ingest.ErrRefused), errno: syscall.EACCES},
 
 	// The backend's answer, by its portable code.
 	{name: "backend not found", match: hasCode(gcerrors.NotFound), errno: syscall.ENOENT},

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/pugmark/pugfs/ingest"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/deadlineblob"
 	"github.com/pugmark/pugfs/layout/faultblob"
@@ -96,6 +97,9 @@ func TestErrnoOf(t *testing.T) {
 		{"corrupt", func(*testing.T) error { return fmt.Errorf("snapshot: %w", layout.ErrCorrupt) }, syscall.EIO, true},
 		{"too large", func(*testing.T) error { return fmt.Errorf("manifest: %w", layout.ErrTooLarge) }, syscall.EIO, true},
 		{"retries exhausted", func(*testing.T) error { return fmt.Errorf("commit: %w", layout.ErrRetriesExhausted) }, syscall.EIO, true},
+		{"ingestion refused", func(*testing.T) error {
+			return fmt.Errorf("ingest file:///etc/shadow: %w: not under any --ingest-from prefix", ingest.ErrRefused)
+		}, syscall.EACCES, false},
 
 		// backend codes
 		{"backend not found", func(t *testing.T) error { return backendErr(t, gcerrors.NotFound) }, syscall.ENOENT, false},

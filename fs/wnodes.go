@@ -230,10 +230,7 @@ func (n *sessDirNode) Symlink(ctx context.Context, target, name string, out *fus
 	src, err := f.cfg.Ingest.Open(ictx, target, c)
 	if errors.Is(err, ingest.ErrRefused) {
 		f.log.Warn("ingest refused", "url", shown, "name", full, "session", n.sd.id.String(), "uid", c.UID, "gid", c.GID, "pid", c.PID, "err", err)
-		// EACCES belongs in classify (errno.go), which is being reworked
-		// in parallel; until it maps ingest.ErrRefused, this is the one
-		// errno chosen here.
-		return nil, syscall.EACCES
+		return nil, f.errnoOf("ingest "+shown, err) // EACCES
 	}
 	if err != nil {
 		f.log.Error("ingest failed", "url", shown, "name", full, "uid", c.UID, "pid", c.PID, "err", err)
