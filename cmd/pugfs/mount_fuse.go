@@ -356,6 +356,12 @@ func faultStats(b *blob.Bucket) func() string {
 			fmt.Fprintf(&sb, "faults %s: requests %d, delayed %d, stalled %d, errors %d, lost %d\n", op, o.Requests, o.Delayed, o.Stalled, o.Errors, o.Lost)
 		}
 		fmt.Fprintf(&sb, "faults list: hidden keys %d, ghost keys %d\n", s.HiddenKeys, s.GhostKeys)
+		if inj.CountPrefix() != "" {
+			// One line, so that tests can read it with one pattern.
+			fmt.Fprintf(&sb, "faults counted %s: get %d, head %d, put %d, list %d, delete %d, copy %d\n", inj.CountPrefix(),
+				s.Ops[faultblob.OpGet].Counted, s.Ops[faultblob.OpHead].Counted, s.Ops[faultblob.OpPut].Counted,
+				s.Ops[faultblob.OpList].Counted, s.Ops[faultblob.OpDelete].Counted, s.Ops[faultblob.OpCopy].Counted)
+		}
 		return sb.String()
 	}
 }

@@ -83,6 +83,9 @@
 //	                       early once it is removed: a test in another
 //	                       process switches faults on and off with it
 //	                       (listing staleness is not switched)
+//	fault_count_prefix=P   inject nothing; count the requests of each
+//	                       kind on keys starting with P (OpStats.Counted),
+//	                       so that a test can tell blob reads from the rest
 //
 // An unknown fault_ parameter is an error. The standard prefix and key
 // parameters are applied by the URL mux outside the wrapper, so rules see

@@ -837,6 +837,40 @@ func TestStats(t *testing.T) {
 	}
 }
 
+// TestCountPrefix: requests on keys under the count prefix are counted
+// per kind, faulted or not, the others only in Requests.
+func TestCountPrefix(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, Options{CountPrefix: "objects/"})
+	f.put(t, "objects/a", "x")
+	f.put(t, "sessions/b", "y")
+	f.inj.Add(Rule{Ops: OpGet, FailNth: 1})
+	for _, k := range []string{"objects/a", "objects/a", "sessions/b", "objects/a"} {
+		_ = f.do(ctx, OpGet, k)
+	}
+	_ = f.do(ctx, OpList, "objects/")
+	_ = f.do(ctx, OpHead, "sessions/b")
+	s := f.inj.Stats()
+	tests := []struct {
+		op            Op
+		want, request int64
+	}{
+		{OpGet, 3, 4},
+		{OpList, 1, 1},
+		{OpHead, 0, 1},
+		{OpPut, 0, 0},
+	}
+	for _, tt := range tests {
+		if o := s.Ops[tt.op]; o.Counted != tt.want || o.Requests != tt.request {
+			t.Errorf("%v: counted %d of %d requests, want %d of %d", tt.op, o.Counted, o.Requests, tt.want, tt.request)
+		}
+	}
+	f.inj.ResetStats()
+	if n := f.inj.Stats().Ops[OpGet].Counted; n != 0 {
+		t.Fatalf("after reset: counted %d", n)
+	}
+}
+
 // TestConcurrentReconfigure runs traffic against rules that change under
 // it; -race checks the locking, the counts check nothing was lost.
 func TestConcurrentReconfigure(t *testing.T) {

@@ -459,6 +459,11 @@ type OpStats struct {
 	// Lost is the number of requests carried out by the inner bucket whose
 	// response was then replaced by an error (Rule.LoseResponse).
 	Lost int64
+	// Counted is the number of requests on a key (or listing prefix)
+	// starting with Options.CountPrefix, faulted or not: how a test tells
+	// the requests of one kind of object (blobs under objects/, say) from
+	// the rest.
+	Counted int64
 }
 
 // Faults returns the number of injected faults of every kind.
@@ -495,7 +500,7 @@ func (s Stats) Faults() int64 {
 }
 
 type opCounters struct {
-	requests, delayed, stalled, errors, lost atomic.Int64
+	requests, delayed, stalled, errors, lost, counted atomic.Int64
 }
 
 // Options configures a new Injector.
@@ -507,6 +512,9 @@ type Options struct {
 	// means time.Now. Tests can pass a fake clock and advance it instead
 	// of sleeping. Latency and stalls always use real time.
 	Now func() time.Time
+	// CountPrefix, if set, makes OpStats.Counted count the requests on
+	// keys starting with it. It injects nothing.
+	CountPrefix string
 }
 
 // RuleID identifies a rule added to an Injector.
@@ -537,8 +545,9 @@ type ghost struct {
 // One Injector may serve several wrapped buckets (they then share rules,
 // call counts, stale-listing records and stats).
 type Injector struct {
-	now   func() time.Time
-	stats [numOps]opCounters
+	now         func() time.Time
+	countPrefix string
+	stats       [numOps]opCounters
 
 	hidden, ghosts atomic.Int64
 
@@ -559,10 +568,11 @@ func NewInjector(opts Options) *Injector {
 		now = time.Now
 	}
 	return &Injector{
-		now:     now,
-		rng:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
-		records: make(map[string]record),
-		pruneAt: minPrune,
+		now:         now,
+		countPrefix: opts.CountPrefix,
+		rng:         rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
+		records:     make(map[string]record),
+		pruneAt:     minPrune,
 	}
 }
 
@@ -669,6 +679,7 @@ func (in *Injector) Stats() Stats {
 			Stalled:  c.stalled.Load(),
 			Errors:   c.errors.Load(),
 			Lost:     c.lost.Load(),
+			Counted:  c.counted.Load(),
 		}
 	}
 	return s
@@ -683,10 +694,15 @@ func (in *Injector) ResetStats() {
 		c.stalled.Store(0)
 		c.errors.Store(0)
 		c.lost.Store(0)
+		c.counted.Store(0)
 	}
 	in.hidden.Store(0)
 	in.ghosts.Store(0)
 }
+
+// CountPrefix is Options.CountPrefix: the prefix of the keys whose
+// requests OpStats.Counted counts ("" when none).
+func (in *Injector) CountPrefix() string { return in.countPrefix }
 
 func (in *Injector) counters(op Op) *opCounters { return &in.stats[op.index()] }
 
@@ -708,6 +724,9 @@ type plan struct {
 func (in *Injector) decide(op Op, key string) plan {
 	p := plan{c: in.counters(op)}
 	p.c.requests.Add(1)
+	if in.countPrefix != "" && strings.HasPrefix(key, in.countPrefix) {
+		p.c.counted.Add(1)
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for _, rs := range in.rules {

@@ -95,6 +95,9 @@ type Params struct {
 	// this path exists, and delays and stalls end early when it is
 	// removed (fault_active_file). Listing staleness is not switched.
 	ActiveFile string
+	// CountPrefix makes the injector count the requests on keys starting
+	// with it (fault_count_prefix, OpStats.Counted); it injects nothing.
+	CountPrefix string
 }
 
 // DefaultStall is how long a fault_stall_prefix request hangs when
@@ -164,6 +167,8 @@ func ParseParams(q url.Values) (Params, error) {
 			}
 		case "stall":
 			p.Stall, err = parseDuration(v)
+		case "count_prefix":
+			p.CountPrefix = v
 		case "active_file":
 			p.ActiveFile = v
 			if v == "" {
@@ -258,7 +263,7 @@ func (p Params) Rules() []Rule {
 
 // NewInjector returns an Injector seeded with p.Seed and holding p.Rules.
 func (p Params) NewInjector() *Injector {
-	in := NewInjector(Options{Seed: p.Seed})
+	in := NewInjector(Options{Seed: p.Seed, CountPrefix: p.CountPrefix})
 	in.SetRules(p.Rules()...)
 	return in
 }

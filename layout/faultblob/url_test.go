@@ -31,6 +31,7 @@ func TestParseParams(t *testing.T) {
 			"",
 		},
 		{"fault_error_code=DeadlineExceeded", Params{ErrorCode: gcerrors.DeadlineExceeded}, ""},
+		{"fault_count_prefix=objects/", Params{CountPrefix: "objects/"}, ""},
 		{"fault_bogus=1", Params{}, "unknown URL parameter fault_bogus"},
 		{"fault_latency=fast", Params{}, "fault_latency"},
 		{"fault_latency=-1s", Params{}, "negative"},
