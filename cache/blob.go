@@ -96,6 +96,14 @@ type BlobOptions struct {
 	// 64 GiB): a body that expands past it is layout.ErrTooLarge, so a
 	// decompression bomb cannot fill the disk.
 	MaxDecoded int64
+	// SniffEncoding turns on §15 sniffing of lost encodings: a text-like
+	// body whose descriptor declares no content-encoding but whose head
+	// is gzip or zstd magic is shown decoded. Off (the default), such a
+	// body is shown as stored with the descriptor's size, so that stat
+	// never needs a blob read (decisions.md, "Encodings without a
+	// declaration"); on, stat of a body not sniffed before costs a small
+	// ranged read of its head.
+	SniffEncoding bool
 	// Logger receives corruption reports and disk cache warnings
 	// (default slog.Default()).
 	Logger *slog.Logger
@@ -452,14 +460,27 @@ func (c *BlobCache) ClearDisk() error {
 }
 
 // Size is the size a file shows for d: d.Size for plain bodies, the decoded
-// size for gzip/zstd ones (and for bodies whose lost encoding sniffing
-// finds, §15). Learning a decoded size takes a verify and decode pass the
-// first time; it is remembered per digest afterwards.
+// size for gzip/zstd ones (and, with SniffEncoding, for bodies whose lost
+// encoding sniffing finds, §15).
+//
+// A plain body costs nothing: its size is the descriptor's. A declared
+// gzip or zstd body shows only a size proven by decoding it: a verify and
+// decode pass the first time (one ranged read for a body of at most one
+// chunk, which is also what a later read needs), remembered per digest in
+// memory and in the disk cache's info record, so a remount knows it
+// without a request. The frame header of zstd (Frame_Content_Size) and
+// the trailer of gzip (ISIZE) are not trusted as a size: both describe
+// only the first frame, respectively the last member, of a body that may
+// hold several (concatenated files, bgzip), and ISIZE is modulo 2^32, so
+// either may be smaller than the real content, and a size too small makes
+// the kernel cut reads (cp, mmap) short. Nothing short of decoding tells a
+// single-frame body from a multi-frame one, so a header-derived size
+// would be a guess; see README, "What things cost".
 func (c *BlobCache) Size(ctx context.Context, d *layout.Descriptor) (int64, error) {
 	if err := c.checkDescriptor(d); err != nil {
 		return 0, err
 	}
-	space, sniff, err := blobViewOf(d)
+	space, sniff, err := c.viewOf(d)
 	if err != nil {
 		return 0, err
 	}
@@ -558,13 +579,48 @@ func (c *BlobCache) checkDescriptor(d *layout.Descriptor) error {
 	return nil
 }
 
+// SizeKnown reports whether Size of d is answered without a backend read:
+// a plain body (unless it is still to be sniffed), inline data, or a
+// decoded size remembered in memory or in the disk cache. Listings use it
+// to fetch only the sizes that need a request, in parallel.
+func (c *BlobCache) SizeKnown(d *layout.Descriptor) bool {
+	if c.checkDescriptor(d) != nil || d.Size == 0 || d.InlineOK() {
+		return true
+	}
+	space, sniff, err := c.viewOf(d)
+	if err != nil {
+		return true // Size fails at once
+	}
+	if sniff {
+		if s, ok := c.knownSniff(d.Digest); ok {
+			space = s
+		} else if c.loadShape(d.Digest) {
+			if space, ok = c.knownSniff(d.Digest); !ok {
+				return false
+			}
+		} else {
+			return false
+		}
+	}
+	if space == blobRaw {
+		return true
+	}
+	_, ok := c.decInfo(d.Digest, space)
+	return ok
+}
+
+// viewOf is blobViewOf under the cache's sniffing option.
+func (c *BlobCache) viewOf(d *layout.Descriptor) (blobSpace, bool, error) {
+	return blobViewOf(d, c.opts.SniffEncoding)
+}
+
 // blobViewOf says how d's body is shown: decoded with its declared
-// content-encoding, or as stored, possibly after sniffing for a lost
-// encoding (§15).
-func blobViewOf(d *layout.Descriptor) (space blobSpace, sniff bool, err error) {
+// content-encoding, or as stored, after sniffing for a lost encoding
+// (§15) only when sniffing is on.
+func blobViewOf(d *layout.Descriptor, sniffing bool) (space blobSpace, sniff bool, err error) {
 	switch enc := strings.ToLower(strings.TrimSpace(d.ContentEncoding)); enc {
 	case "":
-		return blobRaw, blobSniffCandidate(d), nil
+		return blobRaw, sniffing && blobSniffCandidate(d), nil
 	case "identity":
 		return blobRaw, false, nil
 	case "gzip", "x-gzip":
@@ -611,7 +667,7 @@ type blobBody struct {
 // body resolves the view of d, decoding if needed; want is the chunk the
 // caller is about to read, so that a pass stages the chunks around it.
 func (c *BlobCache) body(ctx context.Context, d *layout.Descriptor, want int64) (blobBody, error) {
-	space, sniff, err := blobViewOf(d)
+	space, sniff, err := c.viewOf(d)
 	if err != nil {
 		return blobBody{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -183,29 +184,41 @@ func TestBlobSniff(t *testing.T) {
 		{"plain.json", "application/json", plain, false, plain},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name+" "+tc.ct, func(t *testing.T) {
-			src := newFakeBlobSource()
-			dg := src.put(tc.stored)
-			c := newTestBlobCache(t, src, BlobOptions{ChunkSize: 4096})
-			d := &layout.Descriptor{Digest: dg, Size: int64(len(tc.stored)), Name: tc.name, ContentType: tc.ct}
-			if tc.inline {
-				d.Data = bytes.Clone(tc.stored)
-			}
-			if got, err := c.Size(ctx, d); err != nil || got != int64(len(tc.want)) {
-				t.Fatalf("Size = %d, %v; want %d", got, err, len(tc.want))
-			}
-			got, err := readAll(ctx, c, d, 3000)
-			if err != nil || !bytes.Equal(got, tc.want) {
-				t.Fatalf("read %d bytes, %v; want %d", len(got), err, len(tc.want))
-			}
-			st := c.Stats()
-			if tc.inline && st.BackendReads != 0 {
-				t.Fatalf("inline body fetched: %+v", st)
-			}
-			if !tc.inline && st.VerifyPasses != 1 {
-				t.Fatalf("verify passes = %d, want 1", st.VerifyPasses)
-			}
-		})
+		for _, sniffing := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s %s sniff=%v", tc.name, tc.ct, sniffing), func(t *testing.T) {
+				src := newFakeBlobSource()
+				dg := src.put(tc.stored)
+				c := newTestBlobCache(t, src, BlobOptions{ChunkSize: 4096, SniffEncoding: sniffing})
+				d := &layout.Descriptor{Digest: dg, Size: int64(len(tc.stored)), Name: tc.name, ContentType: tc.ct}
+				if tc.inline {
+					d.Data = bytes.Clone(tc.stored)
+				}
+				want := tc.want
+				if !sniffing {
+					want = tc.stored // no declaration: shown as stored
+				}
+				if !sniffing && !c.SizeKnown(d) {
+					t.Fatal("SizeKnown = false without sniffing")
+				}
+				if got, err := c.Size(ctx, d); err != nil || got != int64(len(want)) {
+					t.Fatalf("Size = %d, %v; want %d", got, err, len(want))
+				}
+				if st := c.Stats(); !sniffing && st.BackendReads != 0 {
+					t.Fatalf("Size without sniffing read the blob: %+v", st)
+				}
+				got, err := readAll(ctx, c, d, 3000)
+				if err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("read %d bytes, %v; want %d", len(got), err, len(want))
+				}
+				st := c.Stats()
+				if tc.inline && st.BackendReads != 0 {
+					t.Fatalf("inline body fetched: %+v", st)
+				}
+				if !tc.inline && st.VerifyPasses != 1 {
+					t.Fatalf("verify passes = %d, want 1", st.VerifyPasses)
+				}
+			})
+		}
 	}
 }
 
@@ -222,7 +235,7 @@ func TestBlobDecompressionBomb(t *testing.T) {
 				stored := encodeAs(t, enc, zeros)
 				src := newFakeBlobSource()
 				dg := src.put(stored)
-				c := newTestBlobCache(t, src, BlobOptions{ChunkSize: 64 << 10, MaxDecoded: 1 << 20, SpillDir: t.TempDir()})
+				c := newTestBlobCache(t, src, BlobOptions{ChunkSize: 64 << 10, MaxDecoded: 1 << 20, SpillDir: t.TempDir(), SniffEncoding: !declared})
 				d := &layout.Descriptor{Digest: dg, Size: int64(len(stored)), ContentType: "application/json"}
 				if declared {
 					d.ContentEncoding = enc

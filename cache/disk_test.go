@@ -57,8 +57,10 @@ func (f *diskFixture) check(t *testing.T, c *BlobCache) {
 	}
 }
 
+// diskOpts sniffs lost encodings: the fixture's lost.json is the case of
+// a sniff result kept on disk.
 func diskOpts(dir string) BlobOptions {
-	return BlobOptions{ChunkSize: 16 << 10, MemBytes: 1 << 20, DiskDir: dir, DiskBytes: 64 << 20}
+	return BlobOptions{ChunkSize: 16 << 10, MemBytes: 1 << 20, DiskDir: dir, DiskBytes: 64 << 20, SniffEncoding: true}
 }
 
 func TestDiskSurvivesRestart(t *testing.T) {
