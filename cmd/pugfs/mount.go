@@ -75,6 +75,10 @@ type mountConfig struct {
 	// IngestFrom are the URL prefixes ln -s may ingest from; none refuses
 	// every ingestion (package ingest).
 	IngestFrom []ingest.Prefix
+	// SniffEncoding shows text bodies whose content-encoding was lost
+	// decoded when their head is gzip/zstd magic (§15), at the price of a
+	// blob read per file on the stat path (cache.BlobOptions).
+	SniffEncoding bool
 	// RequestTimeout bounds every attempt of every bucket request (and
 	// each read of a body); one that passes it fails, and the FUSE call
 	// with EIO, instead of hanging.
@@ -125,6 +129,7 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 				ingestFrom = append(ingestFrom, v)
 				return nil
 			})
+			fs.BoolVar(&cfg.SniffEncoding, "sniff-encoding", false, "show a text file whose body is gzip or zstd without a declared content-encoding decoded (§15); costs a small read of every such file's head on stat")
 			fs.DurationVar(&cfg.RequestTimeout, "request-timeout", deadlineblob.DefaultTimeout, "give up on a bucket request (each attempt, each read of a body) after this `DURATION`; the call then fails with EIO")
 			return func(ctx context.Context, sio *stdio, args []string) error {
 				if len(args) != 2 {

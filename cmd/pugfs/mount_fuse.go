@@ -96,7 +96,7 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 		debug.SetMemoryLimit(cfg.CacheSize + 48<<20)
 	}
 	copts := cache.Options{MetadataTTL: cfg.MetadataTTL, Logger: log}
-	bopts := cache.BlobOptions{MemBytes: cfg.CacheSize, SpillDir: staging, Logger: log}
+	bopts := cache.BlobOptions{MemBytes: cfg.CacheSize, SpillDir: staging, SniffEncoding: cfg.SniffEncoding, Logger: log}
 	if cfg.CacheDir != "" {
 		copts.IndexPath = filepath.Join(cfg.CacheDir, "index.json")
 		bopts.DiskDir = filepath.Join(cfg.CacheDir, "blobs")
