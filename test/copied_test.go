@@ -41,7 +41,8 @@ func TestCopiedBucket(t *testing.T) {
 	}
 	copied := &Bucket{Kind: testbucket.Local, URL: (&url.URL{Scheme: "file", Path: copyDir}).String()}
 
-	a, b := mount(t, orig), mount(t, copied)
+	// Both sniff: the fixture's enc/lost.json is a lost encoding in both.
+	a, b := mount(t, orig, "--sniff-encoding"), mount(t, copied, "--sniff-encoding")
 	ra := &rdCtx{t: t, bk: orig, fx: fx, m: a, dir: a.Dir}
 	rb := &rdCtx{t: t, bk: orig, fx: fx, m: b, dir: b.Dir}
 

@@ -1,0 +1,156 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// Request budgets of exploring a session (issue 12, tree.md "What things
+// cost"), counted by the fault injector on the blob keys: names, sizes
+// and times come from the snapshots, so `find` and `ls -lR` read no blob
+// of a plain body; a declared encoding's decoded size costs one read of
+// the body once, and nothing on a later mount with the same cache
+// directory.
+
+// budgetFile is one file of the budget session: what the tree shows.
+type budgetFile struct {
+	name      string
+	shownSize int64
+	declared  bool // has a declared content-encoding
+}
+
+// budgetSession commits a session of about 50 files over a few
+// directories: plain text, JSON without encoding, declared gzip, declared
+// zstd, and one gzip body whose encoding was lost. Every body is larger
+// than the inline limit, so that none is served from the descriptor.
+func budgetSession(t *testing.T, bk *Bucket) (layout.SessionID, []budgetFile) {
+	t.Helper()
+	ctx := context.Background()
+	id := relSession(t, bk)
+	at := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
+	var ds []layout.Descriptor
+	var files []budgetFile
+	add := func(name, ctype, enc string, stored []byte, shown int64) {
+		bi, err := bk.Store.PutBlobBytes(ctx, stored, layout.BlobOptions{ContentType: ctype, ContentEncoding: enc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, layout.Descriptor{Name: name, Digest: bi.Digest, Size: bi.Size, CreatedAt: at,
+			ContentType: ctype, ContentEncoding: enc})
+		files = append(files, budgetFile{name: name, shownSize: shown, declared: enc != ""})
+	}
+	for i := range 12 {
+		dir := fmt.Sprintf("d%d/", i%4)
+		text := fixLines(fmt.Sprintf("text%d", i), 40+i)
+		add(dir+fmt.Sprintf("t%02d.txt", i), "text/plain; charset=utf-8", "", text, int64(len(text)))
+		js := []byte(`{"n": ` + strconv.Quote(string(fixLines(fmt.Sprintf("js%d", i), 30+i))) + "}\n")
+		add(dir+fmt.Sprintf("j%02d.json", i), "application/json", "", js, int64(len(js)))
+		gz := fixLines(fmt.Sprintf("gz%d", i), 200+i)
+		add(dir+fmt.Sprintf("g%02d.log", i), "text/plain", layout.EncodingGzip, rdGzip(gz), int64(len(gz)))
+		zs := fixLines(fmt.Sprintf("zs%d", i), 300+i)
+		add(dir+fmt.Sprintf("z%02d.log", i), "text/plain", layout.EncodingZstd, rdZstd(zs), int64(len(zs)))
+	}
+	// Two gzip members: the trailer speaks for the second only.
+	a, b := fixLines("first member", 300), fixLines("second member", 40)
+	add("d0/two-members.log", "text/plain", layout.EncodingGzip, append(rdGzip(a), rdGzip(b)...), int64(len(a)+len(b)))
+	// A lost encoding: shown as stored unless --sniff-encoding.
+	lost := rdGzip(fixLines("lost", 300))
+	add("d1/lost.json", "application/json", "", lost, int64(len(lost)))
+	if _, err := bk.Store.Commit(ctx, id, layout.CommitRequest{Type: layout.Checkpoint, Descriptors: ds}); err != nil {
+		t.Fatal(err)
+	}
+	return id, files
+}
+
+var budgetCountedLine = regexp.MustCompile(`(?m)^faults counted objects/: get (\d+), head (\d+),`)
+
+// budgetBlobGets is how many GET and HEAD requests the mount has sent for
+// keys under objects/ so far.
+func budgetBlobGets(t *testing.T, m *Mount) int64 {
+	t.Helper()
+	st := relReadStats(t, m)
+	g := budgetCountedLine.FindStringSubmatch(st.raw)
+	if g == nil {
+		t.Fatalf("no count of objects/ requests in .pugmark/stats:\n%s", st.raw)
+	}
+	get, _ := strconv.ParseInt(g[1], 10, 64)
+	head, _ := strconv.ParseInt(g[2], 10, 64)
+	return get + head
+}
+
+// budgetWant is what `find -printf '%s %p\n'` prints, sorted.
+func budgetWant(id layout.SessionID, files []budgetFile) string {
+	var lines []string
+	for _, f := range files {
+		lines = append(lines, fmt.Sprintf("%d %s/%s", f.shownSize, sess(id), f.name))
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n") + "\n"
+}
+
+func TestRemoteBudgetExploreSession(t *testing.T) {
+	t.Parallel()
+	bk := relLocalBucket(t)
+	id, files := budgetSession(t, bk)
+	declared := int64(0)
+	for _, f := range files {
+		if f.declared {
+			declared++
+		}
+	}
+	fb := relWithFaults(bk, map[string]string{"fault_count_prefix": "objects/"})
+	cacheDir := t.TempDir()
+	find := "find " + sess(id) + " -type f -printf '%s %p\\n' | sort"
+	lsR := "ls -lR " + sess(id) + " >/dev/null"
+
+	// A fresh mount and a fresh cache directory: the plain bodies cost no
+	// request; each declared encoding at most one, which learns its
+	// decoded size (the right one, also for two gzip members).
+	m := relMountOn(t, fb, t.TempDir(), "--cache-dir", cacheDir)
+	if got, want := sh(t, m.Dir, find), budgetWant(id, files); got != want {
+		t.Errorf("find on a fresh mount shows\n%s\nwant\n%s", got, want)
+	}
+	afterFind := budgetBlobGets(t, m)
+	if afterFind > declared {
+		t.Errorf("find on a fresh mount: %d requests for blobs, want at most %d (one per declared encoding, none for the plain bodies)", afterFind, declared)
+	}
+	sh(t, m.Dir, lsR)
+	if n := budgetBlobGets(t, m) - afterFind; n != 0 {
+		t.Errorf("ls -lR after find: %d requests for blobs, want 0", n)
+	}
+	t.Logf("fresh mount: find %d blob requests (%d declared encodings), ls -lR %d", afterFind, declared, budgetBlobGets(t, m)-afterFind)
+	m.Stop(t)
+
+	// A fresh mount with the cache directory of the first: the decoded
+	// sizes are remembered there, so nothing asks for a blob.
+	m2 := relMountOn(t, fb, t.TempDir(), "--cache-dir", cacheDir)
+	sh(t, m2.Dir, lsR)
+	if got, want := sh(t, m2.Dir, find), budgetWant(id, files); got != want {
+		t.Errorf("find on a second mount shows\n%s\nwant\n%s", got, want)
+	}
+	if n := budgetBlobGets(t, m2); n != 0 {
+		t.Errorf("ls -lR and find on a mount with a warm cache directory: %d requests for blobs, want 0", n)
+	}
+	m2.Stop(t)
+
+	// --sniff-encoding still finds the lost encoding: the file shows its
+	// decoded content and size.
+	m3 := relMountOn(t, fb, t.TempDir(), "--sniff-encoding", "--cache-dir", t.TempDir())
+	p := sess(id) + "/d1/lost.json"
+	lost := fixLines("lost", 300)
+	if got := sh(t, m3.Dir, "stat -c %s "+p); got != fmt.Sprintf("%d\n", len(lost)) {
+		t.Errorf("--sniff-encoding: stat of the lost encoding = %s, want %d", got, len(lost))
+	}
+	if got := sh(t, m3.Dir, "head -c 9 "+p); got != string(lost[:9]) {
+		t.Errorf("--sniff-encoding: the lost encoding starts %q, want %q", got, lost[:9])
+	}
+	// Without it (the first mounts), the same file showed the stored gzip.
+}
