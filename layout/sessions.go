@@ -116,38 +116,6 @@ func (s *Store) SessionExists(ctx context.Context, id SessionID) (bool, error) {
 	return s.exists(ctx, key)
 }
 
-// ListSessions returns the IDs of every session directory under sessions/,
-// in key order, by walking the partition levels with delimiter listings (no
-// snapshot is listed). Keys that do not parse are passed to bad, if set,
-// and skipped.
-func (s *Store) ListSessions(ctx context.Context, bad func(key string, err error)) ([]SessionID, error) {
-	var ids []SessionID
-	var rec func(prefix string, depth int) error
-	rec = func(prefix string, depth int) error {
-		return s.walk(ctx, prefix, "/", func(o *blob.ListObject) (bool, error) {
-			if !o.IsDir {
-				return true, nil
-			}
-			if depth < 4 {
-				return true, rec(o.Key, depth+1)
-			}
-			sk, err := ParseSessionKey(o.Key + manifestName)
-			if err != nil {
-				if bad != nil {
-					bad(o.Key, err)
-				}
-				return true, nil
-			}
-			ids = append(ids, sk.ID)
-			return true, nil
-		})
-	}
-	if err := rec(SessionsPrefix, 0); err != nil {
-		return nil, err
-	}
-	return ids, nil
-}
-
 // SnapshotType is a snapshot's pugmark-snapshot-type (§6.4).
 type SnapshotType string
 

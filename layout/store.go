@@ -70,12 +70,29 @@ type Stats struct {
 	Gets, Heads, Puts, Lists, Deletes int64
 	BytesRead, BytesWritten           int64
 	Retries, Errors                   int64
+	// PeakInFlight is the most requests this store has had in flight at
+	// once since it was made: how a test sees that a walk overlaps its
+	// requests without timing it.
+	PeakInFlight int64
 }
 
 type counters struct {
 	gets, heads, puts, lists, deletes atomic.Int64
 	bytesRead, bytesWritten           atomic.Int64
 	retries, errors                   atomic.Int64
+	inFlight, peakInFlight            atomic.Int64
+}
+
+// enter counts a request in flight and returns its leave.
+func (c *counters) enter() func() {
+	n := c.inFlight.Add(1)
+	for {
+		p := c.peakInFlight.Load()
+		if n <= p || c.peakInFlight.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	return func() { c.inFlight.Add(-1) }
 }
 
 // Stats returns a snapshot of the request counters.
@@ -85,6 +102,7 @@ func (s *Store) Stats() Stats {
 		Lists: s.st.lists.Load(), Deletes: s.st.deletes.Load(),
 		BytesRead: s.st.bytesRead.Load(), BytesWritten: s.st.bytesWritten.Load(),
 		Retries: s.st.retries.Load(), Errors: s.st.errors.Load(),
+		PeakInFlight: s.st.peakInFlight.Load(),
 	}
 }
 
@@ -93,7 +111,9 @@ func (s *Store) Stats() Stats {
 func (s *Store) retry(ctx context.Context, fn func() error) error {
 	var err error
 	for attempt := 0; ; attempt++ {
+		leave := s.st.enter()
 		err = fn()
+		leave()
 		if err == nil {
 			return nil
 		}

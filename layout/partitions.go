@@ -1,0 +1,246 @@
+package layout
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"gocloud.dev/blob"
+)
+
+// DefaultListParallel bounds the LIST requests a partition walk keeps in
+// flight when the caller gives no bound: wide enough that 2,000 hours at
+// 20 ms a request take about a second, narrow enough not to be throttled.
+const DefaultListParallel = 32
+
+// partitionLevels are the Hive-style levels above a session directory
+// (§4.2): year=, month=, day=, hour=.
+const partitionLevels = 4
+
+// HourPrefix is the key prefix of one hour partition (§4.2), ending in
+// "/": sessions/year=YYYY/month=MM/day=DD/hour=HH/. hour counts hours
+// since the Unix epoch, as a session ID's first four bytes do.
+func HourPrefix(hour uint32) (string, error) {
+	t := time.Unix(int64(hour)*3600, 0).UTC()
+	if t.Year() > 9999 {
+		return "", fmt.Errorf("%w: hour counter %d is past year 9999", ErrInvalid, hour)
+	}
+	return fmt.Sprintf("%syear=%04d/month=%02d/day=%02d/hour=%02d/", SessionsPrefix,
+		t.Year(), int(t.Month()), t.Day(), t.Hour()), nil
+}
+
+// ParseHourPrefix is the inverse of HourPrefix, with the range and
+// calendar checks of ParseSessionKey.
+func ParseHourPrefix(prefix string) (uint32, error) {
+	// A made-up session component lets ParseSessionKey do every check;
+	// the hour is all that is kept of the result.
+	sk, err := ParseSessionKey(prefix + strings.Repeat("0", 23) + "1/" + manifestName)
+	if err != nil {
+		return 0, fmt.Errorf("%w: hour partition %q", ErrInvalid, truncate(prefix))
+	}
+	if p, _ := HourPrefix(sk.ID.Hour()); p != prefix {
+		return 0, fmt.Errorf("%w: hour partition %q: not canonical", ErrInvalid, truncate(prefix))
+	}
+	return sk.ID.Hour(), nil
+}
+
+// ListHours returns the hour counters of every hour partition under
+// sessions/, oldest first. It walks year=, month=, day= and hour= with
+// delimiter listings, each level's prefixes listed concurrently (at most
+// par LISTs in flight; DefaultListParallel when par < 1), so the cost is
+// four round trips deep however many partitions there are. Prefixes that
+// are not partition names are passed to bad, if set, and skipped. A failed
+// LIST fails the whole walk: never a shorter list.
+func (s *Store) ListHours(ctx context.Context, par int, bad func(key string, err error)) ([]uint32, error) {
+	w := newPartitionWalk(s, par, bad)
+	err := w.run(ctx, func(ctx context.Context, prefix string) error {
+		h, err := ParseHourPrefix(prefix)
+		if err != nil {
+			w.skip(prefix, err)
+			return nil
+		}
+		w.addHour(h)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list hour partitions: %w", err)
+	}
+	slices.Sort(w.hours)
+	return w.hours, nil
+}
+
+// ListHour returns the sessions of one hour partition, in key order, with
+// one delimiter LIST per 1,000 sessions. Keys that do not parse as
+// session directories go to bad, if set, and are skipped.
+func (s *Store) ListHour(ctx context.Context, hour uint32, bad func(key string, err error)) ([]SessionID, error) {
+	prefix, err := HourPrefix(hour)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := s.listHourAt(ctx, nil, prefix, bad)
+	if err != nil {
+		return nil, fmt.Errorf("list sessions of hour partition %s: %w", prefix, err)
+	}
+	return ids, nil
+}
+
+// listHourAt lists the session directories under an hour prefix; sem, if
+// set, bounds the LISTs in flight.
+func (s *Store) listHourAt(ctx context.Context, sem chan struct{}, prefix string, bad func(key string, err error)) ([]SessionID, error) {
+	dirs, err := s.listDirs(ctx, sem, prefix)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]SessionID, 0, len(dirs))
+	for _, d := range dirs {
+		sk, err := ParseSessionKey(d + manifestName)
+		if err != nil {
+			if bad != nil {
+				bad(d, err)
+			}
+			continue
+		}
+		ids = append(ids, sk.ID)
+	}
+	return ids, nil
+}
+
+// ListSessions returns the IDs of every session directory under sessions/,
+// in key order (which is ID order). The partition tree is walked
+// concurrently and each hour's sessions are listed as soon as its
+// partition is found, at most DefaultListParallel LISTs in flight: a
+// bucket with 2,000 hours costs about 2,000/32 round trips, not 2,000. No
+// snapshot is listed. Keys that do not parse are passed to bad, if set,
+// and skipped; a failed LIST of any level or page fails the whole listing
+// (with the prefix in the error), never a shorter one.
+func (s *Store) ListSessions(ctx context.Context, bad func(key string, err error)) ([]SessionID, error) {
+	w := newPartitionWalk(s, DefaultListParallel, bad)
+	var mu sync.Mutex // guards ids
+	var ids []SessionID
+	err := w.run(ctx, func(ctx context.Context, prefix string) error {
+		if _, err := ParseHourPrefix(prefix); err != nil {
+			w.skip(prefix, err)
+			return nil
+		}
+		got, err := s.listHourAt(ctx, w.sem, prefix, w.skip)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		ids = append(ids, got...)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	// The hour is the ID's first bytes, big-endian, and the session
+	// component is the rest in upper hex: byte order is key order.
+	slices.SortFunc(ids, func(a, b SessionID) int { return bytes.Compare(a[:], b[:]) })
+	return ids, nil
+}
+
+// partitionWalk is one concurrent walk of the partition levels.
+type partitionWalk struct {
+	s *Store
+	// sem holds a token per LIST in flight. Only a request holds one,
+	// never a goroutine waiting for its children, so nested levels
+	// cannot starve each other.
+	sem chan struct{}
+
+	mu    sync.Mutex // guards hours and calls of bad
+	bad   func(key string, err error)
+	hours []uint32
+}
+
+func newPartitionWalk(s *Store, par int, bad func(key string, err error)) *partitionWalk {
+	if par < 1 {
+		par = DefaultListParallel
+	}
+	return &partitionWalk{s: s, sem: make(chan struct{}, par), bad: bad}
+}
+
+func (w *partitionWalk) skip(key string, err error) {
+	if w.bad == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.bad(key, err)
+}
+
+func (w *partitionWalk) addHour(h uint32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.hours = append(w.hours, h)
+}
+
+// run lists the partition levels under sessions/ and calls leaf for every
+// hour= prefix found, each level and leaf in its own goroutine. The first
+// error cancels the rest and is returned.
+func (w *partitionWalk) run(ctx context.Context, leaf func(ctx context.Context, prefix string) error) error {
+	g, ctx := errgroup.WithContext(ctx)
+	var descend func(prefix string, depth int) error
+	descend = func(prefix string, depth int) error {
+		dirs, err := w.s.listDirs(ctx, w.sem, prefix)
+		if err != nil {
+			return err
+		}
+		for _, d := range dirs {
+			if depth+1 == partitionLevels {
+				g.Go(func() error { return leaf(ctx, d) })
+			} else {
+				g.Go(func() error { return descend(d, depth+1) })
+			}
+		}
+		return nil
+	}
+	g.Go(func() error { return descend(SessionsPrefix, 0) })
+	return g.Wait()
+}
+
+// listDirs returns the common prefixes one level under prefix, every page
+// of them; objects directly under prefix are ignored. sem, if set, holds a
+// token during each page's request.
+func (s *Store) listDirs(ctx context.Context, sem chan struct{}, prefix string) ([]string, error) {
+	var dirs []string
+	token := blob.FirstPageToken
+	for {
+		if sem != nil {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return nil, fmt.Errorf("list %s: %w", prefix, ctx.Err())
+			}
+		}
+		var page []*blob.ListObject
+		var next []byte
+		err := s.retry(ctx, func() error {
+			s.st.lists.Add(1)
+			var err error
+			page, next, err = s.b.ListPage(ctx, token, 1000, &blob.ListOptions{Prefix: prefix, Delimiter: "/"})
+			return err
+		})
+		if sem != nil {
+			<-sem
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", prefix, err)
+		}
+		for _, o := range page {
+			if o.IsDir {
+				dirs = append(dirs, o.Key)
+			}
+		}
+		if len(next) == 0 {
+			return dirs, nil
+		}
+		token = next
+	}
+}
