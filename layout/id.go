@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -42,6 +43,11 @@ func (id SessionID) String() string { return hex.EncodeToString(id[:]) }
 
 // IsZero reports whether id is the all-zero "no session" value.
 func (id SessionID) IsZero() bool { return id == SessionID{} }
+
+// Compare orders IDs by their bytes, which is the order of their keys
+// (§4.2: the hour partition, then the session component in upper hex):
+// -1, 0 or +1 as id sorts before, with or after o.
+func (id SessionID) Compare(o SessionID) int { return bytes.Compare(id[:], o[:]) }
 
 // Hour returns the hours-since-epoch counter in the ID's first four bytes.
 func (id SessionID) Hour() uint32 { return binary.BigEndian.Uint32(id[:4]) }

@@ -1,7 +1,6 @@
 package layout
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -142,7 +141,7 @@ func (s *Store) ListSessions(ctx context.Context, bad func(key string, err error
 	}
 	// The hour is the ID's first bytes, big-endian, and the session
 	// component is the rest in upper hex: byte order is key order.
-	slices.SortFunc(ids, func(a, b SessionID) int { return bytes.Compare(a[:], b[:]) })
+	slices.SortFunc(ids, SessionID.Compare)
 	return ids, nil
 }
 

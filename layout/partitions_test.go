@@ -61,12 +61,10 @@ func partitionSessions(t *testing.T, s *Store, hours []uint32, n int) map[uint32
 			}
 			out[h] = append(out[h], id)
 		}
-		slices.SortFunc(out[h], compareIDs)
+		slices.SortFunc(out[h], SessionID.Compare)
 	}
 	return out
 }
-
-func compareIDs(a, b SessionID) int { return strings.Compare(a.String(), b.String()) }
 
 // §4.2: hours and sessions found by the partition walk, whatever the
 // years, months and days they spread over.
