@@ -182,8 +182,13 @@ func Mount(dir string, f *FS, mo MountOptions) (*fuse.Server, error) {
 		opts.FsName = "pugfs"
 	}
 	opts.Logger = nil
-	srv, err := gofs.Mount(dir, f.Root(), opts)
+	// gofs.Mount, with the node tree behind uninterrupted.
+	srv, err := fuse.NewServer(uninterrupted{gofs.NewNodeFS(f.Root(), opts)}, dir, &opts.MountOptions)
 	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
 	return srv, nil
