@@ -46,6 +46,8 @@ type Store interface {
 	LoadManifest(ctx context.Context, id layout.SessionID) (*layout.Manifest, error)
 	ReadSnapshotRange(ctx context.Context, id layout.SessionID, from, to uint32, par int) ([][]layout.Descriptor, error)
 	ListSessions(ctx context.Context, bad func(key string, err error)) ([]layout.SessionID, error)
+	ListHours(ctx context.Context, par int, bad func(key string, err error)) ([]uint32, error)
+	ListHour(ctx context.Context, hour uint32, bad func(key string, err error)) ([]layout.SessionID, error)
 }
 
 var _ Store = (*layout.Store)(nil)
@@ -81,6 +83,7 @@ type Cache struct {
 	manifests *simplelru.LRU[layout.SessionID, *layout.Manifest]
 	trees     *simplelru.LRU[ancestorKey, *Dir]
 	list      sessionList
+	hourLists hourLists
 	// summaries are Summary's light rows, by session.
 	summaries map[layout.SessionID]summary
 
@@ -328,9 +331,7 @@ func (c *Cache) Sessions(ctx context.Context) ([]layout.SessionID, error) {
 		return ids, nil
 	}
 	c.mu.Unlock()
-	ids, err := c.store.ListSessions(ctx, func(key string, err error) {
-		c.log.Warn("skipping a key under sessions/ that is not a session path", "key", key, "err", err)
-	})
+	ids, err := c.store.ListSessions(ctx, c.skipKey)
 	if err != nil {
 		return nil, err
 	}
@@ -345,6 +346,7 @@ func (c *Cache) Sessions(ctx context.Context) ([]layout.SessionID, error) {
 func (c *Cache) SessionCreated(id layout.SessionID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.hourCreatedLocked(id)
 	for _, x := range c.list.ids {
 		if x == id {
 			return

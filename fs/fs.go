@@ -225,6 +225,7 @@ func (r *rootDir) entries() []child {
 			}
 			return &sessionsNode{dirNode{f: f, ls: &sessionsDir{f: f}}}
 		}},
+		f.dir("by-hour", inoOf("by-hour"), f.ttl, &byHourDir{f: f}),
 		f.dir("names", inoOf("names"), f.ttl, &namesDir{f: f}),
 		{name: "memories", mode: syscall.S_IFDIR, ino: inoOf("memories"), ttl: f.ttl, node: func() gofsNode {
 			return f.memDirChild("memories", "")

@@ -1,0 +1,127 @@
+package cache
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// hourLists are the listings behind by-hour/: the hour partitions, and
+// the sessions of each hour asked for. Guarded by Cache.mu.
+type hourLists struct {
+	hours   []uint32
+	checked time.Time
+	valid   bool
+	// of holds each listed hour's sessions, in ID order.
+	of map[uint32]hourList
+}
+
+type hourList struct {
+	ids     []layout.SessionID
+	checked time.Time
+}
+
+// Hours returns the hour counters of every hour partition, oldest first,
+// re-listed at most once per TTL. A fresh full session list answers
+// without a request; otherwise the partition tree is walked concurrently
+// (layout.Store.ListHours).
+func (c *Cache) Hours(ctx context.Context) ([]uint32, error) {
+	now := c.opts.Now()
+	c.mu.Lock()
+	if c.hourLists.valid && c.freshLocked(now, c.hourLists.checked) {
+		hs := slices.Clone(c.hourLists.hours)
+		c.mu.Unlock()
+		return hs, nil
+	}
+	if c.list.valid && c.freshLocked(now, c.list.checked) {
+		hs := hoursOf(c.list.ids)
+		c.mu.Unlock()
+		return hs, nil
+	}
+	c.mu.Unlock()
+	hs, err := c.store.ListHours(ctx, 0, c.skipKey)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.hourLists.hours, c.hourLists.checked, c.hourLists.valid = hs, now, true
+	c.mu.Unlock()
+	return slices.Clone(hs), nil
+}
+
+// HourSessions returns the sessions of one hour partition in ID order,
+// re-listed at most once per TTL with one LIST per 1,000 sessions, or
+// taken from a fresh full session list. Sessions this mount created are
+// merged in immediately (SessionCreated).
+func (c *Cache) HourSessions(ctx context.Context, hour uint32) ([]layout.SessionID, error) {
+	now := c.opts.Now()
+	c.mu.Lock()
+	if l, ok := c.hourLists.of[hour]; ok && c.freshLocked(now, l.checked) {
+		ids := slices.Clone(l.ids)
+		c.mu.Unlock()
+		return ids, nil
+	}
+	if c.list.valid && c.freshLocked(now, c.list.checked) {
+		var ids []layout.SessionID
+		for _, id := range c.list.ids {
+			if id.Hour() == hour {
+				ids = append(ids, id)
+			}
+		}
+		c.mu.Unlock()
+		slices.SortFunc(ids, layout.SessionID.Compare)
+		return ids, nil
+	}
+	c.mu.Unlock()
+	ids, err := c.store.ListHour(ctx, hour, c.skipKey)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.hourLists.of == nil {
+		c.hourLists.of = map[uint32]hourList{}
+	}
+	c.hourLists.of[hour] = hourList{ids: ids, checked: now}
+	c.mu.Unlock()
+	return slices.Clone(ids), nil
+}
+
+// freshLocked reports whether a listing checked at t may still be used at
+// now; Cache.mu is held. A TTL of 0 means "check every time".
+func (c *Cache) freshLocked(now, t time.Time) bool {
+	return c.opts.MetadataTTL > 0 && now.Sub(t) < c.opts.MetadataTTL
+}
+
+// hourCreatedLocked records a session this mount created in the hour
+// listings; Cache.mu is held.
+func (c *Cache) hourCreatedLocked(id layout.SessionID) {
+	h := id.Hour()
+	if c.hourLists.valid {
+		if i, found := slices.BinarySearch(c.hourLists.hours, h); !found {
+			c.hourLists.hours = slices.Insert(c.hourLists.hours, i, h)
+		}
+	}
+	if l, ok := c.hourLists.of[h]; ok {
+		if i, found := slices.BinarySearchFunc(l.ids, id, layout.SessionID.Compare); !found {
+			l.ids = slices.Insert(slices.Clone(l.ids), i, id)
+			c.hourLists.of[h] = l
+		}
+	}
+}
+
+// skipKey logs a key under sessions/ that is not a session path; it is
+// left out of listings.
+func (c *Cache) skipKey(key string, err error) {
+	c.log.Warn("skipping a key under sessions/ that is not a session path", "key", key, "err", err)
+}
+
+func hoursOf(ids []layout.SessionID) []uint32 {
+	var hs []uint32
+	for _, id := range ids {
+		hs = append(hs, id.Hour())
+	}
+	slices.Sort(hs)
+	return slices.Compact(hs)
+}
