@@ -81,6 +81,9 @@ type FS struct {
 	// notify sends kernel cache invalidations from a background queue.
 	notify *notifier
 	root   *gofs.Inode
+	// inos keeps the inode numbers of live files across renames and
+	// new descriptors of the same bytes.
+	inos inoKeeper
 }
 
 // New returns the filesystem for cfg.

@@ -26,6 +26,10 @@ type child struct {
 	// ttl is the entry/attr timeout for this child: long for history,
 	// the metadata TTL for what commits can change.
 	ttl time.Duration
+	// refresh, if set, makes an inode that already has the child's
+	// number show the child's state: a new descriptor of the same bytes
+	// (a chmod, a rename) keeps the number (inoKeeper).
+	refresh func(in *gofs.Inode)
 }
 
 // lister is what a directory kind implements; dirNode adapts it to
@@ -66,6 +70,11 @@ func (f *FS) materialise(ctx context.Context, parent *gofs.Inode, c child, out *
 	in := parent.GetChild(c.name)
 	if in == nil || in.StableAttr().Ino != c.ino {
 		in = parent.NewInode(ctx, c.node(), gofs.StableAttr{Mode: c.mode, Ino: c.ino})
+	}
+	if c.refresh != nil {
+		// Also after NewInode: it returns a node the kernel still
+		// holds under that number, made for an older descriptor.
+		c.refresh(in)
 	}
 	if g, ok := in.Operations().(gofs.NodeGetattrer); ok {
 		var ao fuse.AttrOut
@@ -320,6 +329,11 @@ func (n *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 	out.Blocks = (uint64(sz) + 511) / 512
 	setTimes(&out.Attr, n.f.start)
 	setTimes(&out.Attr, n.c.mtime())
+	if b, ok := n.c.(*blobContent); ok {
+		// A committed descriptor (history, a read-only mount, seq/):
+		// its posix-mode and posix-mtime, as on the live tree.
+		n.f.descAttr(&out.Attr, &b.d, !n.writable)
+	}
 	n.f.owner(&out.Attr)
 	out.Nlink = 1
 	return 0

@@ -249,9 +249,24 @@ func (f *FS) slotChild(d *sessionDir, name string, e layout.Entry) child {
 	}
 	ino := inoOf("slot", d.id.String(), viewKey(d), full, e.Digest.String(),
 		strconv.FormatInt(e.SequenceNumber, 10))
-	return child{name: name, mode: syscall.S_IFREG, ino: ino, ttl: ttl, node: func() gofs.InodeEmbedder {
+	c := child{name: name, mode: syscall.S_IFREG, ino: ino, ttl: ttl, node: func() gofs.InodeEmbedder {
 		return f.slotNode(d, full, e)
 	}}
+	if d.live() && !f.cfg.ReadOnly {
+		// A new descriptor of the same bytes (a rename, a chmod, the
+		// commit of a file this mount created) keeps the number the
+		// kernel knows: a number that changes under a program is a
+		// different file to it (posixtest RenameOverwrite*).
+		if kept, ok := f.inos.forFile(d.id, full, e.Digest); ok {
+			c.ino = kept
+		}
+		c.refresh = func(in *gofs.Inode) {
+			if n, ok := in.Operations().(*slotFile); ok {
+				n.adopt(e)
+			}
+		}
+	}
+	return c
 }
 
 // blobContent is a file showing a descriptor's (decoded) body.
@@ -268,7 +283,7 @@ func (b *blobContent) readAt(ctx context.Context, p []byte, off int64) (int, err
 	}
 	return n, err
 }
-func (b *blobContent) mtime() time.Time { return b.d.CreatedAt }
+func (b *blobContent) mtime() time.Time { return mtimeOf(b.d.Metadata, b.d.CreatedAt) }
 func (b *blobContent) immutable() bool  { return true }
 
 // descXattrs are the extended attributes of a slot file (tree.md).

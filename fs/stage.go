@@ -156,6 +156,7 @@ func (s *staged) writeAt(p []byte, off int64) (int, error) {
 	if n > 0 {
 		s.dirty, s.touched, s.failed = true, true, false
 		s.gen++
+		s.contentChangedLocked()
 	}
 	if err != nil && s.werr == nil {
 		s.werr, s.dirty = fmt.Errorf("an earlier write of %s failed: %w", s.name, err), true
@@ -202,15 +203,31 @@ func (s *staged) truncate(n int64) error {
 		s.size = n
 		s.dirty, s.failed = true, false
 		s.gen++
+		s.contentChangedLocked()
 	}
 	s.touched = true
 	return nil
 }
 
-func (s *staged) getSize() int64 {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.size
+// contentChangedLocked drops posix-mtime: the commit's created-at is the
+// new modification time (decisions.md). A utimes after the write sets it
+// again (cp -p, tar x and rsync set times last). Caller holds s.mu.
+func (s *staged) contentChangedLocked() {
+	delete(s.meta, metaMtime)
+}
+
+// cleanDigestLocked returns the digest of the content when it is what
+// its last upload hashed and nothing changed since: the staged file is
+// then the same file as a descriptor of that digest, whether or not the
+// commit in flight has landed yet. Caller holds s.mu (shared is enough:
+// Sum does not change the hash state).
+func (s *staged) cleanDigestLocked() (layout.Digest, bool) {
+	var d layout.Digest
+	if s.dirty || s.unlinked || s.summed != s.size || s.sum == nil {
+		return d, false
+	}
+	copy(d[:], s.sum.Sum(nil))
+	return d, true
 }
 
 // describeLocked hashes the spill file (what the running hash has not

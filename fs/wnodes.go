@@ -31,7 +31,9 @@ func (f *FS) sessionNode(sd *sessionDir) gofsNode {
 // slotNode returns the node of a slot file.
 func (f *FS) slotNode(d *sessionDir, full string, e layout.Entry) gofsNode {
 	if d.live() && !f.cfg.ReadOnly {
-		return &slotFile{f: f, id: d.id, name: full, e: e, has: true}
+		n := &slotFile{f: f, id: d.id, name: full}
+		n.ent.Store(&e)
+		return n
 	}
 	return &fileNode{f: f, c: &blobContent{f: f, d: e.Descriptor}, x: descXattrs(e)}
 }
@@ -46,7 +48,11 @@ func (f *FS) slotNode(d *sessionDir, full string, e layout.Entry) gofsNode {
 // f "world").
 func (f *FS) stagedChild(d *sessionDir, name string, s *staged) child {
 	full := cache.JoinName(appendPart(d.parts, name))
-	return child{name: name, mode: syscall.S_IFREG, ttl: f.ttl, ino: inoOf("staged", d.id.String(), full),
+	ino, kept := f.inos.forStaged(d.id, full, s)
+	if !kept {
+		ino = inoOf("staged", d.id.String(), full)
+	}
+	return child{name: name, mode: syscall.S_IFREG, ttl: f.ttl, ino: ino,
 		node: func() gofsNode {
 			n := &slotFile{f: f, id: d.id, name: full}
 			if cur := f.w.stagedFile(d.id, full); cur != nil {
@@ -154,13 +160,26 @@ func (n *sessDirNode) Create(ctx context.Context, name string, flags uint32, mod
 	}
 	f := n.f
 	full := n.full(name)
+	existed := f.w.stagedFile(n.sd.id, full) != nil
 	s, err := f.w.open(ctx, n.sd.id, full, nil, true)
 	if err != nil {
 		return nil, nil, 0, f.errnoOf("create "+full, err)
 	}
+	if m := mode & keptModeBits; !existed && m != defaultFileMode {
+		// The create mode is kept (decisions.md: written when it is
+		// not 0644); an O_CREAT open of a file another open is staging
+		// already does not change its mode.
+		s.mu.Lock()
+		s.meta = attrChange{mode: &m}.apply(s.meta, time.Time{})
+		s.mu.Unlock()
+	}
 	node := &slotFile{f: f, id: n.sd.id, name: full}
 	node.st.Store(s)
-	ino := inoOf("staged", n.sd.id.String(), full, strconv.FormatUint(stagedSeq.Add(1), 10))
+	ino, kept := f.inos.forStaged(n.sd.id, full, s)
+	if !kept {
+		ino = inoOf("staged", n.sd.id.String(), full, strconv.FormatUint(stagedSeq.Add(1), 10))
+		f.inos.created(n.sd.id, full, ino, s)
+	}
 	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
 	var ao fuse.AttrOut
 	node.Getattr(ctx, nil, &ao)
@@ -184,7 +203,25 @@ func (n *sessDirNode) Mkdir(ctx context.Context, name string, mode uint32, out *
 }
 
 func (n *sessDirNode) Unlink(ctx context.Context, name string) syscall.Errno {
-	return n.f.w.unlink(ctx, n.sd.id, appendPart(n.dir().parts, name))
+	victim := n.GetChild(name)
+	full := n.full(name)
+	e := n.f.w.unlink(ctx, n.sd.id, appendPart(n.dir().parts, name))
+	if e == 0 {
+		markGone(victim)
+		n.f.inos.forget(n.sd.id, full)
+	}
+	return e
+}
+
+// markGone notes that the file at in lost its name: descriptors still
+// open on it fstat nlink 0 (posixtest FstatDeleted, NlinkZero).
+func markGone(in *gofs.Inode) {
+	if in == nil {
+		return
+	}
+	if f, ok := in.Operations().(*slotFile); ok {
+		f.gone.Store(true)
+	}
 }
 
 func (n *sessDirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -208,7 +245,24 @@ func (n *sessDirNode) Rename(ctx context.Context, name string, newParent gofs.In
 	if flags&renameExchange != 0 {
 		return syscall.EINVAL
 	}
-	return n.f.w.rename(ctx, n.sd.id, n.full(name), dst.full(newName), flags&renameNoReplace != 0)
+	src, victim := n.GetChild(name), dst.GetChild(newName)
+	if victim != nil && victim == src {
+		victim = nil // a rename of a file onto itself (a hard link would be another)
+	}
+	from, to := n.full(name), dst.full(newName)
+	if src != nil {
+		if sf, ok := src.Operations().(*slotFile); ok {
+			// The number the kernel knows the file by moves with
+			// it, whatever made it (inoKeeper).
+			sf.keepIno(from, src.StableAttr().Ino)
+		}
+	}
+	e := n.f.w.rename(ctx, n.sd.id, from, to, flags&renameNoReplace != 0)
+	if e == 0 {
+		markGone(victim)
+		n.f.inos.renamed(n.sd.id, from, to)
+	}
+	return e
 }
 
 func (n *sessDirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -269,9 +323,32 @@ func (n *sessDirNode) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint3
 }
 
 func (n *sessDirNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	// chmod/utimes on a session directory: nothing to store; report the
-	// attributes as they are, so touch and cp -p do not fail.
+	if e := n.f.chownErrno(in); e != 0 {
+		return e
+	}
+	// chmod/utimes on a session directory: a directory has no
+	// descriptor to keep them in (tree.md: its mtime is its latest
+	// append); report the attributes as they are, so touch, cp -p and
+	// rsync -a do not fail.
 	return n.Getattr(ctx, fh, out)
+}
+
+var (
+	_ = (gofs.NodeSetxattrer)((*sessDirNode)(nil))
+	_ = (gofs.NodeRemovexattrer)((*sessDirNode)(nil))
+)
+
+// Setxattr refuses: a directory has no descriptor to keep attributes in.
+// ENOTSUP, not go-fuse's default ENODATA: cp -p and tar x set an ACL
+// from the mode on every directory they make and take ENOTSUP as "no
+// ACLs here", but fail on anything else.
+func (n *sessDirNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return syscall.ENOTSUP
+}
+
+// Removexattr refuses, as Setxattr does.
+func (n *sessDirNode) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return syscall.ENOTSUP
 }
 
 // slotFile is a file of a live session. Its content is, in order: the
@@ -282,11 +359,16 @@ type slotFile struct {
 	f    *FS
 	id   layout.SessionID
 	name string
-	e    layout.Entry
-	has  bool
+	// ent is the committed entry the inode was looked up with, or
+	// adopted later (adopt): a rename or a metadata change commits a new
+	// descriptor of the same bytes, which keeps the inode.
+	ent atomic.Pointer[layout.Entry]
 	// st is the staged file this inode was created or last opened for
 	// writing with. Atomic: opens of one inode run in parallel.
 	st atomic.Pointer[staged]
+	// gone is set once unlink or a rename over it removed the name: an
+	// open file without a name has no links (posixtest FstatDeleted).
+	gone atomic.Bool
 }
 
 var (
@@ -344,38 +426,95 @@ func (n *slotFile) current() (*staged, *layout.Entry) {
 	}
 	if st := n.st.Load(); st != nil {
 		st.mu.RLock()
-		c := st.committed
+		c, unlinked := st.committed, st.unlinked
 		st.mu.RUnlock()
+		if unlinked {
+			// Removed while open: what the open descriptors still
+			// hold, committed or not (posixtest FstatDeleted).
+			return st, nil
+		}
 		if c != nil {
 			return nil, c
 		}
 	}
-	if n.has {
-		return nil, &n.e
+	return nil, n.ent.Load()
+}
+
+// keepIno makes ino the kept number of the file this inode shows at name,
+// unless one is kept already.
+func (n *slotFile) keepIno(name string, ino uint64) {
+	s, e := n.current()
+	if s != nil {
+		if _, ok := n.f.inos.forStaged(n.id, name, s); !ok {
+			n.f.inos.created(n.id, name, ino, s)
+		}
+		return
 	}
-	return nil, nil
+	if e != nil {
+		if _, ok := n.f.inos.forFile(n.id, name, e.Digest); !ok {
+			n.f.inos.committed(n.id, name, ino, e.Digest)
+		}
+	}
+}
+
+// adopt makes e this inode's committed entry when it holds the bytes the
+// inode shows now (same digest and size), so that a rename or a chmod,
+// which commit a new descriptor of the same blob, keep the inode number
+// and its page cache. It reports whether e was adopted.
+func (n *slotFile) adopt(e layout.Entry) bool {
+	st := n.st.Load()
+	s, cur := n.current()
+	if s != nil {
+		// Staged: the same file only once its bytes are what they were
+		// committed as (closed, its release not yet run).
+		s.mu.RLock()
+		d, ok := s.cleanDigestLocked()
+		s.mu.RUnlock()
+		if !ok || d != e.Digest {
+			return false
+		}
+	} else if cur == nil || cur.Digest != e.Digest || cur.Size != e.Size {
+		return false
+	}
+	n.ent.Store(&e)
+	if st != nil {
+		// The entry adopted is newer than what the finished staged file
+		// became; an open that staged the file anew meanwhile wins.
+		n.st.CompareAndSwap(st, nil)
+	}
+	return true
 }
 
 func (n *slotFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	out.Mode = syscall.S_IFREG | 0o644
 	out.Nlink = 1
-	n.f.owner(&out.Attr)
+	if n.gone.Load() {
+		out.Nlink = 0
+	}
 	s, e := n.current()
 	switch {
 	case s != nil:
-		sz := s.getSize()
+		s.mu.RLock()
+		sz := s.size
+		out.Mode = syscall.S_IFREG | modeOf(s.meta, defaultFileMode)
+		mt := s.created
+		if c := s.committed; c != nil && !s.dirty {
+			mt = c.CreatedAt // what it became, as after its release
+		}
+		mt = mtimeOf(s.meta, mt)
+		s.mu.RUnlock()
 		out.Size, out.Blocks = uint64(sz), (uint64(sz)+511)/512
-		setTimes(&out.Attr, s.created)
+		setTimes(&out.Attr, mt)
 	case e != nil:
 		sz, err := n.f.blobs.Size(ctx, &e.Descriptor)
 		if err != nil {
 			return n.f.errnoOf("getattr "+n.slot(), err)
 		}
 		out.Size, out.Blocks = uint64(sz), (uint64(sz)+511)/512
-		setTimes(&out.Attr, e.CreatedAt)
+		n.f.descAttr(&out.Attr, &e.Descriptor, false)
 	default:
 		return syscall.ENOENT
 	}
+	n.f.owner(&out.Attr)
 	return 0
 }
 
@@ -418,11 +557,15 @@ func (n *slotFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 }
 
 func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	// chown first: a refused setattr changes nothing.
+	if e := n.f.chownErrno(in); e != 0 {
+		return e
+	}
 	if _, ok := in.GetSize(); !ok {
 		// utimes or chmod of a file being written (touch does this while
 		// its descriptor is open) is a touch: the close then commits a new
 		// empty file at once instead of leaving it to the asynchronous
-		// release. Times and modes are not stored.
+		// release. The times and mode themselves are kept below.
 		if s, _ := n.current(); s != nil {
 			s.mu.Lock()
 			s.touched = true
@@ -450,6 +593,11 @@ func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 			if err != nil {
 				return n.f.errnoOf("truncate "+n.slot(), err)
 			}
+		}
+	}
+	if c, ok := attrChangeOf(in); ok {
+		if e := n.changeAttrs(ctx, c); e != 0 {
+			return e
 		}
 	}
 	return n.Getattr(ctx, fh, out)

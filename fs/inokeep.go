@@ -1,0 +1,122 @@
+package fs
+
+import (
+	"strings"
+	"sync"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// inoKeeper remembers, for the files of live sessions this mount created,
+// renamed or changed, which inode number a file has, so that the number
+// outlives the descriptor it was first given for: a rename or a chmod
+// commits a new descriptor (a new sequence number) of the same bytes, and
+// a committed file was created under a number its digest did not give.
+// A program that compares st_ino (rsync, tar, posixtest RenameOverwrite*)
+// then sees one file, also after the kernel forgot the inode and looks it
+// up again.
+//
+// A number is kept only for the bytes it was given for (the digest, or
+// the staged file being written): new content from elsewhere is a new
+// inode, so pages cached for the old content are never shown for the new
+// (FOPEN_KEEP_CACHE, slotChild). It lives as long as the mount; unlink
+// drops it.
+type inoKeeper struct {
+	mu sync.Mutex
+	m  map[inoKey]inoRec
+}
+
+type inoKey struct {
+	id   layout.SessionID
+	name string
+}
+
+// inoRec is a kept number and what it stands for: the staged file it was
+// created with (whose commits it follows) or a committed digest.
+type inoRec struct {
+	ino    uint64
+	s      *staged
+	digest layout.Digest
+}
+
+// created keeps the number of a file made by create(2).
+func (k *inoKeeper) created(id layout.SessionID, name string, ino uint64, s *staged) {
+	k.put(id, name, inoRec{ino: ino, s: s})
+}
+
+// committed keeps the number of a file that shows digest d.
+func (k *inoKeeper) committed(id layout.SessionID, name string, ino uint64, d layout.Digest) {
+	k.put(id, name, inoRec{ino: ino, digest: d})
+}
+
+func (k *inoKeeper) put(id layout.SessionID, name string, r inoRec) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil {
+		k.m = map[inoKey]inoRec{}
+	}
+	k.m[inoKey{id, name}] = r
+}
+
+// forget drops the number of a removed name.
+func (k *inoKeeper) forget(id layout.SessionID, name string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.m, inoKey{id, name})
+}
+
+// renamed moves the numbers of from, or of everything under from/, to
+// to: what rename(2) moved keeps its numbers, what it replaced loses its.
+func (k *inoKeeper) renamed(id layout.SessionID, from, to string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	moved := map[inoKey]inoRec{}
+	for key, r := range k.m {
+		if key.id != id {
+			continue
+		}
+		if key.name == to || strings.HasPrefix(key.name, to+"/") {
+			delete(k.m, key)
+		}
+		if key.name == from {
+			moved[inoKey{id, to}] = r
+			delete(k.m, key)
+		} else if rest, ok := strings.CutPrefix(key.name, from+"/"); ok {
+			moved[inoKey{id, to + "/" + rest}] = r
+			delete(k.m, key)
+		}
+	}
+	for key, r := range moved {
+		k.m[key] = r
+	}
+}
+
+// forFile returns the kept number of name when it stands for a file with
+// digest d: kept for d, or for the staged file that became d.
+func (k *inoKeeper) forFile(id layout.SessionID, name string, d layout.Digest) (uint64, bool) {
+	k.mu.Lock()
+	r, ok := k.m[inoKey{id, name}]
+	k.mu.Unlock()
+	if !ok {
+		return 0, false
+	}
+	if r.s == nil {
+		return r.ino, r.digest == d
+	}
+	r.s.mu.RLock()
+	got, clean := r.s.cleanDigestLocked()
+	if !clean && r.s.committed != nil {
+		got, clean = r.s.committed.Digest, true
+	}
+	r.s.mu.RUnlock()
+	return r.ino, clean && got == d
+}
+
+// forStaged returns the kept number of name when it stands for staged
+// file s.
+func (k *inoKeeper) forStaged(id layout.SessionID, name string, s *staged) (uint64, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	r, ok := k.m[inoKey{id, name}]
+	return r.ino, ok && r.s == s
+}
