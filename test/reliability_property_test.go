@@ -166,9 +166,9 @@ var relPropertySeeds = []struct {
 }{
 	{1796152307096129683, 400, "rename of a directory onto one holding only mkdir'd directories succeeded (ENOTEMPTY)"},
 	{424242, 400, "truncate(2) during a release's commit went to failed/; the append lost 363 bytes"},
-	{1, 300, ""},
-	{2, 300, ""},
-	{3, 300, ""},
+	{3747014700689647235, 400, "unlink of a missing name returned EINTR: a SIGURG interrupted the FUSE request"},
+	{9159640600523744368, 400, "a read right after a create returned EIO (found with the interrupt bug, gone with its fix)"},
+	{8600084990569050992, 400, "a read right after fsync returned EIO (likewise)"},
 }
 
 // TestReliabilityPropertyRandomOps: see the comment above relModel.
