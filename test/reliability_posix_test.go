@@ -27,19 +27,17 @@ var relPosixWrite = []string{
 	"MkdirRmdir",       // local directories
 	"RenameOpenDir",    // rename of a directory with an open handle
 	"FcntlFlockSetLk",  // F_SETLK on a file (the kernel's local locks)
+	"FileBasic",        // the create mode, kept as posix-mode
+	"FstatDeleted",     // nlink 0 of unlinked open files, the rest of stat unchanged
+	"NlinkZero",        // nlink 0 of an open file replaced by a rename
+	// rename keeps the inode number (inoKeeper)
+	"RenameOverwriteDestExist",
+	"RenameOverwriteDestNoExist",
 }
 
 // relPosixWriteNotApplicable are the write-side checks that do not apply
 // to a bucket of descriptors, and why.
 var relPosixWriteNotApplicable = map[string]string{
-	"RenameOverwriteDestExist": "expects the renamed file to keep its inode number; slot inodes are numbered by name and " +
-		"digest (so new content is a new inode and old pages stay valid for the old one): it passes only while the kernel " +
-		"still holds the old dentry",
-	"RenameOverwriteDestNoExist": "the same inode-number expectation as RenameOverwriteDestExist (the rename itself works: " +
-		"TestReliabilityPropertyRandomOps)",
-	"FileBasic":           "expects the mode given at creation (0755): descriptors carry no mode, files are 0644 (umask applied)",
-	"FstatDeleted":        "expects nlink 0 from fstat of an open file after unlink; pugfs reports 1 (the other fields match)",
-	"NlinkZero":           "expects nlink 0 of an open file replaced by rename; pugfs reports 1",
 	"Link":                "hard links: a name is one descriptor slot; link(2) is ENOTSUP",
 	"LinkUnlinkRename":    "hard links (link(2) is ENOTSUP)",
 	"Fallocate":           "fallocate(2): a blob has no preallocated space (ENOTSUP)",

@@ -1,0 +1,210 @@
+package e2e
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/internal/testbucket"
+)
+
+// posixTree is the source tree of TestWritePosixMeta: path -> mode and
+// content. Its files get old mtimes with nanoseconds.
+var posixTree = []struct {
+	path string
+	mode os.FileMode
+	body string
+}{
+	{"run.sh", 0o755, "#!/bin/sh\necho script ran\n"},
+	{"sub/secret.txt", 0o640, "only the owner writes, the group reads\n"},
+	{"sub/plain.txt", 0o644, "the default mode writes no posix-mode\n"},
+}
+
+var posixOld = time.Date(2020, 1, 2, 3, 4, 5, 123456789, time.UTC)
+
+// needTool skips the test when a program it drives is not installed.
+func needTool(t *testing.T, name string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		t.Skipf("%s is not installed (apt-get install %s)", name, name)
+	}
+}
+
+// makePosixTree writes posixTree under a new directory and returns it.
+func makePosixTree(t *testing.T) string {
+	t.Helper()
+	src := t.TempDir()
+	for i, f := range posixTree {
+		p := filepath.Join(src, f.path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(f.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, f.mode); err != nil {
+			t.Fatal(err)
+		}
+		mt := posixOld.Add(time.Duration(i) * time.Hour)
+		if err := os.Chtimes(p, mt, mt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return src
+}
+
+// wantPosixTree checks that dir holds posixTree with the source's modes
+// (less clear, for a read-only view) and mtimes, to the nanosecond
+// unless coarse (tar keeps whole seconds).
+func wantPosixTree(t *testing.T, dir string, clear os.FileMode, coarse bool) {
+	t.Helper()
+	for i, f := range posixTree {
+		fi, err := os.Stat(filepath.Join(dir, f.path))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if got, want := fi.Mode().Perm(), f.mode&^clear; got != want {
+			t.Errorf("%s: mode %o, want %o", f.path, got, want)
+		}
+		want := posixOld.Add(time.Duration(i) * time.Hour)
+		if coarse {
+			want = want.Truncate(time.Second)
+		}
+		if !fi.ModTime().Equal(want) {
+			t.Errorf("%s: mtime %v, want %v", f.path, fi.ModTime().UTC(), want)
+		}
+	}
+}
+
+// TestWritePosixMeta: the create mode, chmod and utimes are kept as
+// posix-mode / posix-mtime metadata (decisions.md), so rsync -a, cp -p
+// and tar x copy a tree once, and a remount or a second mount shows the
+// source's modes and mtimes; a script written into a session runs.
+//
+// What it protects: metadata that is accepted and dropped (rsync copying
+// everything on every run, scripts that never run), metadata-only
+// changes that upload the blob again, and chown that pretends to work.
+func TestWritePosixMeta(t *testing.T) {
+	t.Parallel()
+	needTool(t, "rsync")
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	src := makePosixTree(t)
+	m := mount(t, bk)
+	dir := sessDir(m, id)
+
+	sh(t, src, `rsync -a ./ '`+dir+`/'`)
+	wantPosixTree(t, dir, 0, false)
+	// What the bucket keeps: the modes (rsync creates 0600 and chmods,
+	// so even 0644 is written), the times as RFC 3339 with nanoseconds.
+	s := slots(t, bk, id)
+	for _, c := range []struct{ name, key, want string }{
+		{"run.sh", "posix-mode", "0755"},
+		{"sub/secret.txt", "posix-mode", "0640"},
+		{"sub/plain.txt", "posix-mode", "0644"},
+		{"run.sh", "posix-mtime", "2020-01-02T03:04:05.123456789Z"},
+	} {
+		if got := s[c.name].Metadata[c.key]; got != c.want {
+			t.Errorf("%s: %s = %q, want %q", c.name, c.key, got, c.want)
+		}
+	}
+
+	// A second run changes nothing and commits nothing. Directories have
+	// no descriptor to keep a time in (tree.md: a session directory shows
+	// its latest append), so their times are left out of the comparison.
+	v := latest(t, bk, id)
+	if out := sh(t, src, `rsync -ai --omit-dir-times ./ '`+dir+`/'`); out != "" {
+		t.Errorf("second rsync -ai listed changes:\n%s", out)
+	}
+	if got := latest(t, bk, id); got != v {
+		t.Errorf("second rsync committed: version %d, was %d", got, v)
+	}
+
+	// chmod and touch -d of a committed file: a new descriptor of the
+	// same blob, nothing uploaded.
+	blobs := objectCount(t, bk)
+	sh(t, dir, `chmod 600 sub/plain.txt && touch -d '2021-05-06T07:08:09.5Z' sub/plain.txt && chmod 644 sub/plain.txt`)
+	if got := objectCount(t, bk); got != blobs {
+		t.Errorf("chmod/touch uploaded: %d blobs, was %d", got, blobs)
+	}
+	if got := slots(t, bk, id)["sub/plain.txt"].Metadata["posix-mtime"]; got != "2021-05-06T07:08:09.5Z" {
+		t.Errorf("touch -d: posix-mtime %q", got)
+	}
+	sh(t, dir, `touch -d '`+posixOld.Add(2*time.Hour).Format(time.RFC3339Nano)+`' sub/plain.txt`)
+
+	// cp -p and tar x keep them too.
+	sh(t, src, `mkdir '`+dir+`/cp' && cp -pr run.sh sub '`+dir+`/cp/'`)
+	wantPosixTree(t, filepath.Join(dir, "cp"), 0, false)
+	sh(t, src, `mkdir '`+dir+`/tar' && tar cf - . | tar -C '`+dir+`/tar' -xf -`)
+	wantPosixTree(t, filepath.Join(dir, "tar"), 0, true)
+
+	// chown to the mount's own owner succeeds; to anyone else, EPERM.
+	for _, c := range []struct {
+		uid, gid int
+		want     error
+	}{
+		{os.Getuid(), os.Getgid(), nil},
+		{-1, os.Getgid(), nil},
+		{os.Getuid() + 1000, -1, syscall.EPERM},
+		{-1, os.Getgid() + 1000, syscall.EPERM},
+	} {
+		err := os.Chown(filepath.Join(dir, "run.sh"), c.uid, c.gid)
+		if !errors.Is(err, c.want) {
+			t.Errorf("chown %d:%d: %v, want %v", c.uid, c.gid, err, c.want)
+		}
+	}
+
+	// Another mount sees them while this one runs; a read-only view
+	// shows no write bits.
+	other := mount(t, bk, "--metadata-ttl", "0")
+	wantPosixTree(t, sessDir(other, id), 0, false)
+	ro := mount(t, bk, "--read-only")
+	wantPosixTree(t, sessDir(ro, id), 0o222, false)
+	at := strings.TrimSpace(sh(t, ro.Dir, "cat "+meta(id)+"/version"))
+	wantPosixTree(t, filepath.Join(ro.Dir, meta(id), "at", at), 0o222, false)
+
+	// After a remount: the source's modes and times, and the script runs.
+	m.Stop(t)
+	again := mount(t, bk)
+	dir = sessDir(again, id)
+	wantPosixTree(t, dir, 0, false)
+	if out := sh(t, dir, `./run.sh`); out != "script ran\n" {
+		t.Errorf("run.sh printed %q", out)
+	}
+	if out := sh(t, src, `rsync -ai --omit-dir-times ./ '`+dir+`/'`); out != "" {
+		t.Errorf("rsync -ai after a remount listed changes:\n%s", out)
+	}
+}
+
+// TestWritePosixMetaContent: a content write keeps posix-mode and drops
+// posix-mtime (decisions.md): the commit's created-at is the new mtime.
+func TestWritePosixMetaContent(t *testing.T) {
+	t.Parallel()
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	m := mount(t, bk)
+	dir := sessDir(m, id)
+	sh(t, dir, `echo one > f && chmod 750 f && touch -d 2001-01-01T00:00:00Z f`)
+	before := time.Now()
+	sh(t, dir, `echo two >> f`)
+	e := slots(t, bk, id)["f"]
+	if got := e.Metadata["posix-mode"]; got != "0750" {
+		t.Errorf("posix-mode after a write: %q, want 0750", got)
+	}
+	if got, ok := e.Metadata["posix-mtime"]; ok {
+		t.Errorf("posix-mtime after a write: %q, want none", got)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o750 || fi.ModTime().Before(before.Add(-time.Second)) {
+		t.Errorf("after a write: mode %o, mtime %v", fi.Mode().Perm(), fi.ModTime())
+	}
+}
