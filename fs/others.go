@@ -58,6 +58,7 @@ func (f *FS) statsText() string {
 		ls.Gets, ls.Heads, ls.Puts, ls.Lists, ls.Deletes)
 	fmt.Fprintf(&b, "backend bytes: read %d, written %d\n", ls.BytesRead, ls.BytesWritten)
 	fmt.Fprintf(&b, "backend retries %d, errors %d\n", ls.Retries, ls.Errors)
+	fmt.Fprintf(&b, "backend requests in flight: peak %d\n", ls.PeakInFlight)
 	fmt.Fprintf(&b, "%s\n", f.cache.Stats())
 	bs := f.blobs.Stats()
 	// The raw counters on one line, Name:value, for scripts; then the same
