@@ -147,8 +147,11 @@ func TestStalledRequestsTimeOut(t *testing.T) {
 			defer release()
 			err := within(t, tc.name, func() error { return tc.call(b) })
 			wantTimeout(t, err, tc.op, tc.key)
-			if n := inj.Stats().Ops[tc.fault].Requests; n != 1 {
-				t.Errorf("%d %v requests reached the bucket, want 1 (the wrapper must not retry)", n, tc.fault)
+			// At most one: the wrapper must not retry. A streamed put can
+			// run out of time in a Write, before its Close (the PUT)
+			// reaches the bucket, on a loaded machine: zero is fine too.
+			if n := inj.Stats().Ops[tc.fault].Requests; n > 1 {
+				t.Errorf("%d %v requests reached the bucket, want at most 1 (the wrapper must not retry)", n, tc.fault)
 			}
 		})
 	}
