@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/pugmark/pugfs/layout"
@@ -97,4 +98,39 @@ func (c *Cache) summarise(ctx context.Context, id layout.SessionID, fp uint32) (
 		return summary{}, err
 	}
 	return summary{version: st.Version, updatedAt: st.UpdatedAt}, nil
+}
+
+// DefaultSummaryParallel bounds the requests a batch of summaries keeps
+// in flight.
+const DefaultSummaryParallel = 32
+
+// Summaries computes the summary of every session in ids concurrently, at
+// most par at a time (DefaultSummaryParallel when par < 1), so that the
+// attributes the kernel then asks for entry by entry (READDIRPLUS, ls -l)
+// are answered from the cache within the TTL: one freshness pass per
+// listing, issued wide, instead of one round trip after another per
+// session. A session whose summary fails is left out; its own getattr
+// reports the error.
+func (c *Cache) Summaries(ctx context.Context, ids []layout.SessionID, par int) {
+	if c.opts.MetadataTTL <= 0 {
+		return // every getattr checks the bucket anyway: nothing to keep
+	}
+	if par < 1 {
+		par = DefaultSummaryParallel
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, par)
+	for _, id := range ids {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_, _, _ = c.Summary(ctx, id) // the entry's getattr reports a failure
+		})
+	}
+	wg.Wait()
 }

@@ -24,6 +24,12 @@ func (s *sessionsDir) list(ctx context.Context) ([]child, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(ids) <= maxSummaryBatch {
+		// Each entry's attributes (READDIRPLUS, ls -l) need a summary:
+		// fetch them all now, wide, instead of one after another as the
+		// kernel asks.
+		s.f.cache.Summaries(ctx, ids, 0)
+	}
 	out := make([]child, 0, len(ids))
 	for _, id := range ids {
 		out = append(out, s.f.sessionChild(id.String(), id))
@@ -49,6 +55,12 @@ func (s *sessionsDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 	}
 	return nil
 }
+
+// maxSummaryBatch bounds the sessions whose attributes a listing of
+// sessions/ computes ahead: past it (100,000 sessions, say) a plain ls
+// would wait for two requests per session it never shows the attributes
+// of, so the attributes are left to each entry's getattr.
+const maxSummaryBatch = 5000
 
 // sessionChild is the live directory of a session.
 func (f *FS) sessionChild(name string, id layout.SessionID) child {

@@ -230,3 +230,43 @@ func TestSessionsListOverlaps(t *testing.T) {
 		t.Fatalf("peak %d requests in flight: the partition walk does not overlap its LISTs", cost.Peak)
 	}
 }
+
+// TestSessionsListAttrs: `ls -l sessions/` computes the session
+// directories' attributes wide in parallel at listing time (all sessions
+// sit in one partition here, so the walk itself is a few LISTs in a row
+// and any overlap is the attributes'), and a second `ls -l` inside the
+// TTL issues no request at all.
+func TestSessionsListAttrs(t *testing.T) {
+	bk := relLocalBucket(t)
+	byHour := listSessions(t, bk, []uint32{listBase}, 24)
+	for _, s := range byHour[listBase] {
+		id, err := layout.ParseSessionID(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		relCommitFiles(t, bk, id, map[string]string{"b.txt": "body of " + s})
+	}
+	m := mount(t, relWithFaults(bk, map[string]string{"fault_latency": "20ms"}), "--metadata-ttl=1m")
+
+	before := listReadCounts(t, m)
+	start := time.Now()
+	first := sh(t, m.Dir, "ls -l --time-style=+%s sessions")
+	took := time.Since(start)
+	cost := listReadCounts(t, m).minus(before)
+	t.Logf("ls -l sessions of %d sessions: %v, %+v", len(byHour[listBase]), took, cost)
+	if n := len(lines(first)) - 1; n != len(byHour[listBase]) {
+		t.Fatalf("ls -l sessions shows %d entries:\n%s", n, first)
+	}
+	if cost.Peak < 8 {
+		t.Fatalf("peak %d requests in flight: session attributes are fetched one after another", cost.Peak)
+	}
+
+	before = listReadCounts(t, m)
+	again := sh(t, m.Dir, "ls -l --time-style=+%s sessions")
+	if cost := listReadCounts(t, m).minus(before); cost.Get+cost.Head+cost.List != 0 {
+		t.Fatalf("a second ls -l inside the TTL cost %+v, want nothing", cost)
+	}
+	if again != first {
+		t.Fatalf("second ls -l differs:\n%s\nfirst:\n%s", again, first)
+	}
+}
