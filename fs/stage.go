@@ -250,6 +250,13 @@ func (s *staged) describeLocked(now time.Time) (layout.Descriptor, error) {
 	d.Size = s.size
 	d.Name = s.name
 	d.CreatedAt = now.UTC()
+	if !s.touched && s.committed == nil && !s.created.IsZero() {
+		// Never written (an empty create, an O_TRUNC open): the file
+		// came to be at its open, which stat showed as its mtime before
+		// this commit (at the last release, later); a commit must not
+		// move it (posixtest FstatDeleted compares the two).
+		d.CreatedAt = s.created.UTC()
+	}
 	d.Metadata = cloneMap(s.meta)
 	d.SchemaURL = s.schema
 	var head [512]byte

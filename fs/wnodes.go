@@ -426,11 +426,13 @@ func (n *slotFile) current() (*staged, *layout.Entry) {
 	}
 	if st := n.st.Load(); st != nil {
 		st.mu.RLock()
-		c, unlinked := st.committed, st.unlinked
+		c, unlinked := st.committed, st.unlinked && st.file != nil
 		st.mu.RUnlock()
 		if unlinked {
 			// Removed while open: what the open descriptors still
-			// hold, committed or not (posixtest FstatDeleted).
+			// hold, committed or not (posixtest FstatDeleted). Once
+			// the last of them is released its spill file is closed,
+			// and the inode shows what it was committed as.
 			return st, nil
 		}
 		if c != nil {
