@@ -164,9 +164,16 @@ func (s *staged) writeAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
+// errStagedClosed is a read of a staged file after its last release
+// closed the spill file: the reader looks again (the committed entry).
+var errStagedClosed = errors.New("staged file already released")
+
 func (s *staged) readAt(p []byte, off int64) (int, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	if s.file == nil {
+		return 0, errStagedClosed
+	}
 	if off >= s.size {
 		return 0, nil
 	}

@@ -524,7 +524,10 @@ func (n *slotFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	write := flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0
 	if !write {
 		if s, _ := n.current(); s != nil {
-			return &whandle{f: n.f, id: n.id, s: s, n: n, readOnly: true, counted: n.f.w.retain(n.id, s)}, fuse.FOPEN_DIRECT_IO, 0
+			if n.f.w.retain(n.id, s) {
+				return &whandle{f: n.f, id: n.id, s: s, n: n, readOnly: true, counted: true}, fuse.FOPEN_DIRECT_IO, 0
+			}
+			// Released meanwhile: the committed entry answers, below.
 		}
 		return nil, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0 // no handle: nothing to flush (fileNode.Open)
 	}
@@ -543,10 +546,20 @@ func (n *slotFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	s, e := n.current()
 	if s != nil {
 		k, err := s.readAt(dest, off)
-		if err != nil {
-			return nil, n.f.errnoOf("read "+n.slot(), err)
+		if errors.Is(err, errStagedClosed) {
+			// Its last release forgot it since current(): the content
+			// is the committed entry now.
+			s, e = n.current()
+			if s != nil {
+				k, err = s.readAt(dest, off)
+			}
 		}
-		return fuse.ReadResultData(dest[:k]), 0
+		if s != nil {
+			if err != nil {
+				return nil, n.f.errnoOf("read "+n.slot(), err)
+			}
+			return fuse.ReadResultData(dest[:k]), 0
+		}
 	}
 	if e == nil {
 		return nil, syscall.ENOENT

@@ -10,10 +10,17 @@ import (
 )
 
 // retain counts a read-only open of a staged file so it outlives the
-// writer's close while being read.
+// writer's close while being read. It refuses (false) a staged file whose
+// last release already forgot it: its spill file is closed or about to be,
+// and its content is the committed entry now. Counting such a file
+// anyway made the reader's handle read a closed file (EIO, seen by the
+// property test on a read right after a create).
 func (w *writer) retain(id layout.SessionID, s *staged) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if ws := w.ss[id]; ws == nil || ws.files[s.name] != s {
+		return false
+	}
 	s.opens++
 	return true
 }
