@@ -41,6 +41,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pugmark/pugfs/layout/blobwrap"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/driver"
 	"gocloud.dev/gcerrors"
@@ -50,20 +51,17 @@ import (
 // does not choose one (pugfs mount --request-timeout).
 const DefaultTimeout = 30 * time.Second
 
-// defaultPageSize is the page size asked of the inner bucket when a
-// caller of ListPaged leaves it to the driver.
-const defaultPageSize = 1000
-
-// Operation names in a TimeoutError.
+// Operation names in a TimeoutError: blobwrap's request kinds, and a Read
+// of a reader's body told apart from its opening.
 const (
-	OpHead   = "head"
-	OpGet    = "get"  // opening a reader
-	OpRead   = "read" // a Read of a reader's body
-	OpList   = "list" // Key is the listing's prefix
-	OpPut    = "put"  // opening a writer, a Write or its Close
-	OpCopy   = "copy" // Key is the destination
-	OpDelete = "delete"
-	OpSign   = "sign"
+	OpHead   = string(blobwrap.OpHead)
+	OpGet    = string(blobwrap.OpGet)  // opening a reader
+	OpRead   = "read"                  // a Read of a reader's body
+	OpList   = string(blobwrap.OpList) // Key is the listing's prefix
+	OpPut    = string(blobwrap.OpPut)  // opening a writer, a Write or its Close
+	OpCopy   = string(blobwrap.OpCopy) // Key is the destination
+	OpDelete = string(blobwrap.OpDelete)
+	OpSign   = string(blobwrap.OpSign)
 )
 
 // TimeoutError is the error of a request that did not finish within its
@@ -108,21 +106,39 @@ func Wrap(inner *blob.Bucket, timeout time.Duration) *blob.Bucket {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	return blob.NewBucket(&bucket{inner: inner, timeout: timeout})
+	return blob.NewBucket(newDriver(inner, timeout))
 }
 
-// bucket implements driver.Bucket on top of a portable inner bucket, as
-// layout/faultblob does: gocloud's portable type cannot be wrapped
-// directly.
+func newDriver(inner *blob.Bucket, timeout time.Duration) *bucket {
+	return &bucket{Bucket: blobwrap.New(inner, &hooks{timeout: timeout})}
+}
+
+// bucket is blobwrap's driver with the deadline hooks and the error code
+// of a TimeoutError.
 type bucket struct {
-	inner   *blob.Bucket
-	timeout time.Duration
+	*blobwrap.Bucket
 }
 
 var _ driver.Bucket = (*bucket)(nil)
 
+// ErrorCode implements driver.Bucket. The portable bucket asks only about
+// errors that carry no code of their own; a TimeoutError never reaches it
+// (gocloud passes deadline errors through unwrapped).
+func (b *bucket) ErrorCode(err error) gcerrors.ErrorCode {
+	var te *TimeoutError
+	if errors.As(err, &te) {
+		return gcerrors.DeadlineExceeded
+	}
+	return gcerrors.Code(err)
+}
+
+// hooks bounds every request and every step of a stream by timeout.
+type hooks struct {
+	timeout time.Duration
+}
+
 // watch cancels a request's context when the timeout passes while it is
-// armed. A reader arms it around every Read; a single request, once.
+// armed. A stream arms it around every step; a single request, once.
 type watch struct {
 	cancel context.CancelFunc
 	d      time.Duration
@@ -166,266 +182,89 @@ func (w *watch) end() {
 // fail turns the error of a request into what the caller sees: a
 // TimeoutError when our deadline (or the caller's) cut it off, the inner
 // error unchanged otherwise.
-func (b *bucket) fail(parent context.Context, fired bool, op, key string, err error) error {
+func (h *hooks) fail(parent context.Context, fired bool, op blobwrap.Op, key string, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case fired:
-		return &TimeoutError{Op: op, Key: key, Timeout: b.timeout, Err: err}
+		return &TimeoutError{Op: string(op), Key: key, Timeout: h.timeout, Err: err}
 	case errors.Is(parent.Err(), context.DeadlineExceeded):
-		return &TimeoutError{Op: op, Key: key, Err: err}
+		return &TimeoutError{Op: string(op), Key: key, Err: err}
 	}
 	return err
 }
 
-// do runs one request under a deadline.
-func (b *bucket) do(ctx context.Context, op, key string, fn func(context.Context) error) error {
-	rctx, w := start(ctx, b.timeout)
-	err := fn(rctx)
+// Request implements blobwrap.Hooks: one request under a deadline.
+func (h *hooks) Request(ctx context.Context, op blobwrap.Op, key string, call func(context.Context) error) error {
+	rctx, w := start(ctx, h.timeout)
+	err := call(rctx)
 	fired := w.disarm()
 	w.end()
-	return b.fail(ctx, fired, op, key, err)
+	return h.fail(ctx, fired, op, key, err)
 }
 
-// ErrorCode implements driver.Bucket. The portable bucket asks only about
-// errors that carry no code of their own; a TimeoutError never reaches it
-// (gocloud passes deadline errors through unwrapped).
-func (b *bucket) ErrorCode(err error) gcerrors.ErrorCode {
-	var te *TimeoutError
-	if errors.As(err, &te) {
-		return gcerrors.DeadlineExceeded
-	}
-	return gcerrors.Code(err)
+// Stream implements blobwrap.Hooks. The stream's context stays alive
+// between steps (drivers tie a body to it) and is cancelled when one step
+// waits longer than the timeout.
+func (h *hooks) Stream(ctx context.Context, op blobwrap.Op, key string) (context.Context, blobwrap.Stream, error) {
+	sctx, w := start(ctx, h.timeout)
+	return sctx, &stream{h: h, ctx: ctx, op: op, key: key, w: w}, nil
 }
 
-// As implements driver.Bucket by deferring to the inner bucket.
-func (b *bucket) As(i any) bool { return b.inner.As(i) }
-
-// ErrorAs implements driver.Bucket by deferring to the inner bucket.
-func (b *bucket) ErrorAs(err error, i any) bool { return b.inner.ErrorAs(err, i) }
-
-// Attributes implements driver.Bucket.
-func (b *bucket) Attributes(ctx context.Context, key string) (*driver.Attributes, error) {
-	var a *blob.Attributes
-	err := b.do(ctx, OpHead, key, func(ctx context.Context) error {
-		var err error
-		a, err = b.inner.Attributes(ctx, key)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &driver.Attributes{
-		CacheControl:       a.CacheControl,
-		ContentDisposition: a.ContentDisposition,
-		ContentEncoding:    a.ContentEncoding,
-		ContentLanguage:    a.ContentLanguage,
-		ContentType:        a.ContentType,
-		Metadata:           a.Metadata,
-		CreateTime:         a.CreateTime,
-		ModTime:            a.ModTime,
-		Size:               a.Size,
-		MD5:                a.MD5,
-		ETag:               a.ETag,
-		AsFunc:             a.As,
-	}, nil
+type stream struct {
+	h   *hooks
+	ctx context.Context // the caller's, to tell its deadline from ours
+	op  blobwrap.Op
+	key string
+	w   *watch
 }
 
-// ListPaged implements driver.Bucket: each page is one request.
-func (b *bucket) ListPaged(ctx context.Context, opts *driver.ListOptions) (*driver.ListPage, error) {
-	tok := opts.PageToken
-	if len(tok) == 0 {
-		tok = blob.FirstPageToken
-	}
-	size := opts.PageSize
-	if size <= 0 {
-		size = defaultPageSize
-	}
-	var objs []*blob.ListObject
-	var next []byte
-	err := b.do(ctx, OpList, opts.Prefix, func(ctx context.Context) error {
-		var err error
-		objs, next, err = b.inner.ListPage(ctx, tok, size, &blob.ListOptions{
-			Prefix:     opts.Prefix,
-			Delimiter:  opts.Delimiter,
-			BeforeList: opts.BeforeList,
-		})
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	page := &driver.ListPage{Objects: make([]*driver.ListObject, len(objs)), NextPageToken: next}
-	for i, o := range objs {
-		page.Objects[i] = &driver.ListObject{
-			Key:     o.Key,
-			ModTime: o.ModTime,
-			Size:    o.Size,
-			MD5:     o.MD5,
-			IsDir:   o.IsDir,
-			AsFunc:  o.As,
-		}
-	}
-	return page, nil
-}
-
-// NewRangeReader implements driver.Bucket. The opening is bounded by the
-// timeout, and so is every Read of the body: the reader's context stays
-// alive between Reads (drivers tie the body to it) and is cancelled when
-// one Read waits longer than the timeout.
-func (b *bucket) NewRangeReader(ctx context.Context, key string, offset, length int64, opts *driver.ReaderOptions) (driver.Reader, error) {
-	rctx, w := start(ctx, b.timeout)
-	r, err := b.inner.NewRangeReader(rctx, key, offset, length, &blob.ReaderOptions{BeforeRead: opts.BeforeRead})
-	fired := w.disarm()
-	if err != nil || fired {
-		w.end()
-		if r != nil {
-			_ = r.Close()
-		}
-		if err == nil {
+// Step implements blobwrap.Stream. The opening runs under the countdown
+// Stream started; every later step re-arms it.
+func (s *stream) Step(step blobwrap.Step, call func() error) error {
+	op := s.op
+	switch step {
+	case blobwrap.StepOpen:
+		err := call()
+		fired := s.w.disarm()
+		if err == nil && fired {
 			// It answered, but only after the deadline had cancelled
-			// the body it would be read from.
+			// the body it would be read from or written to.
 			err = context.DeadlineExceeded
 		}
-		return nil, b.fail(ctx, fired, OpGet, key, err)
+		return s.h.fail(s.ctx, fired, op, s.key, err)
+	case blobwrap.StepClose:
+		if s.op == blobwrap.OpGet {
+			return call() // closing a reader asks the backend nothing
+		}
+	case blobwrap.StepBody:
+		if s.op == blobwrap.OpGet {
+			op = OpRead
+		}
 	}
-	return &reader{b: b, ctx: ctx, key: key, r: r, w: w, attrs: driver.ReaderAttributes{
-		ContentType: r.ContentType(),
-		ModTime:     r.ModTime(),
-		Size:        r.Size(),
-	}}, nil
-}
-
-type reader struct {
-	b     *bucket
-	ctx   context.Context // the caller's, to tell its deadline from ours
-	key   string
-	r     *blob.Reader
-	w     *watch
-	attrs driver.ReaderAttributes
-}
-
-func (r *reader) Read(p []byte) (int, error) {
-	if !r.w.arm() {
-		return 0, r.b.fail(r.ctx, true, OpRead, r.key, context.DeadlineExceeded)
+	if !s.w.arm() {
+		if step == blobwrap.StepClose {
+			_ = call() // the context is gone: this aborts the upload
+		}
+		return s.h.fail(s.ctx, true, op, s.key, context.DeadlineExceeded)
 	}
-	n, err := r.r.Read(p)
-	fired := r.w.disarm()
-	if err == nil || err == io.EOF {
+	err := call()
+	fired := s.w.disarm()
+	switch {
+	case s.op == blobwrap.OpGet && (err == nil || err == io.EOF):
 		// Bytes that arrived are good even if the deadline passed as
 		// they did; the next Read reports it.
-		return n, err
-	}
-	return n, r.b.fail(r.ctx, fired, OpRead, r.key, err)
-}
-
-func (r *reader) Close() error {
-	r.w.end()
-	return r.r.Close()
-}
-
-func (r *reader) Attributes() *driver.ReaderAttributes { return &r.attrs }
-func (r *reader) As(i any) bool                        { return r.r.As(i) }
-
-// NewTypedWriter implements driver.Bucket. Every option reaches the inner
-// bucket unchanged (BeforeWrite and IfNotExist included). The writer's
-// context lives until Close; each Write and the Close are bounded.
-func (b *bucket) NewTypedWriter(ctx context.Context, key, contentType string, opts *driver.WriterOptions) (driver.Writer, error) {
-	wctx, w := start(ctx, b.timeout)
-	bw, err := b.inner.NewWriter(wctx, key, &blob.WriterOptions{
-		BufferSize:                  opts.BufferSize,
-		MaxConcurrency:              opts.MaxConcurrency,
-		CacheControl:                opts.CacheControl,
-		ContentDisposition:          opts.ContentDisposition,
-		ContentEncoding:             opts.ContentEncoding,
-		ContentLanguage:             opts.ContentLanguage,
-		ContentType:                 contentType,
-		DisableContentTypeDetection: opts.DisableContentTypeDetection,
-		ContentMD5:                  opts.ContentMD5,
-		Metadata:                    opts.Metadata,
-		BeforeWrite:                 opts.BeforeWrite,
-		IfNotExist:                  opts.IfNotExist,
-	})
-	fired := w.disarm()
-	if err != nil || fired {
-		w.end()
-		if bw != nil {
-			_ = bw.Close()
-		}
-		if err == nil {
-			err = context.DeadlineExceeded
-		}
-		return nil, b.fail(ctx, fired, OpPut, key, err)
-	}
-	return &writer{b: b, ctx: ctx, key: key, w: bw, watch: w}, nil
-}
-
-type writer struct {
-	b     *bucket
-	ctx   context.Context
-	key   string
-	w     *blob.Writer
-	watch *watch
-}
-
-func (w *writer) Write(p []byte) (int, error) {
-	if !w.watch.arm() {
-		return 0, w.b.fail(w.ctx, true, OpPut, w.key, context.DeadlineExceeded)
-	}
-	n, err := w.w.Write(p)
-	fired := w.watch.disarm()
-	if err == nil && fired {
+		return err
+	case s.op == blobwrap.OpPut && step == blobwrap.StepBody && err == nil && fired:
 		// The upload's context is gone; what was accepted cannot land.
 		err = context.DeadlineExceeded
 	}
-	return n, w.b.fail(w.ctx, fired, OpPut, w.key, err)
+	// A Close cut off by the deadline may still have landed (the
+	// response is what was lost): callers of conditional creates settle
+	// that, as for any lost response.
+	return s.h.fail(s.ctx, fired, op, s.key, err)
 }
 
-// Close commits the upload within the timeout. A Close cut off by the
-// deadline may still have landed (the response is what was lost): callers
-// of conditional creates settle that, as for any lost response.
-func (w *writer) Close() error {
-	defer w.watch.end()
-	if !w.watch.arm() {
-		_ = w.w.Close()
-		return w.b.fail(w.ctx, true, OpPut, w.key, context.DeadlineExceeded)
-	}
-	err := w.w.Close()
-	fired := w.watch.disarm()
-	return w.b.fail(w.ctx, fired, OpPut, w.key, err)
-}
-
-// Copy implements driver.Bucket.
-func (b *bucket) Copy(ctx context.Context, dstKey, srcKey string, opts *driver.CopyOptions) error {
-	return b.do(ctx, OpCopy, dstKey, func(ctx context.Context) error {
-		return b.inner.Copy(ctx, dstKey, srcKey, &blob.CopyOptions{BeforeCopy: opts.BeforeCopy})
-	})
-}
-
-// Delete implements driver.Bucket.
-func (b *bucket) Delete(ctx context.Context, key string, opts *driver.DeleteOptions) error {
-	return b.do(ctx, OpDelete, key, func(ctx context.Context) error {
-		return b.inner.DeleteWithOptions(ctx, key, &blob.DeleteOptions{BeforeDelete: opts.BeforeDelete})
-	})
-}
-
-// SignedURL implements driver.Bucket. Most drivers sign locally; those
-// that ask a service (GCS with IAM signing) are bounded like any request.
-func (b *bucket) SignedURL(ctx context.Context, key string, opts *driver.SignedURLOptions) (string, error) {
-	var u string
-	err := b.do(ctx, OpSign, key, func(ctx context.Context) error {
-		var err error
-		u, err = b.inner.SignedURL(ctx, key, &blob.SignedURLOptions{
-			Expiry:                   opts.Expiry,
-			Method:                   opts.Method,
-			ContentType:              opts.ContentType,
-			EnforceAbsentContentType: opts.EnforceAbsentContentType,
-			BeforeSign:               opts.BeforeSign,
-		})
-		return err
-	})
-	return u, err
-}
-
-// Close implements driver.Bucket by closing the inner bucket.
-func (b *bucket) Close() error { return b.inner.Close() }
+// End implements blobwrap.Stream: the countdown stops and the stream's
+// context is released.
+func (s *stream) End() { s.w.end() }

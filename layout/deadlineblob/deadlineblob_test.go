@@ -6,15 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/layout/blobwrap/blobwraptest"
 	"github.com/pugmark/pugfs/layout/faultblob"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/driver"
-	"gocloud.dev/blob/drivertest"
 	"gocloud.dev/blob/memblob"
 	"gocloud.dev/gcerrors"
 )
@@ -374,38 +373,10 @@ func TestBodyReads(t *testing.T) {
 	}
 }
 
-// harness runs gocloud's driver conformance suite against the wrapper
-// around memblob: with requests that answer, the wrapper must be
-// invisible.
-type harness struct{ prefix string }
-
-func (h *harness) HTTPClient() *http.Client { return nil }
-
-func (h *harness) MakeDriver(ctx context.Context) (driver.Bucket, error) {
-	var drv driver.Bucket = &bucket{inner: memblob.OpenBucket(nil), timeout: time.Minute}
-	if h.prefix != "" {
-		drv = driver.NewPrefixedBucket(drv, h.prefix)
-	}
-	return drv, nil
-}
-
-// MakeDriverForNonexistentBucket: memblob has no such thing.
-func (h *harness) MakeDriverForNonexistentBucket(ctx context.Context) (driver.Bucket, error) {
-	return nil, nil
-}
-
-func (*harness) SupportsCopy() bool               { return true }
-func (*harness) SupportsNonSlashDelimiters() bool { return true }
-func (*harness) Close()                           {}
-
+// TestConformance: with requests that answer, the wrapper must be
+// invisible to gocloud's driver suite.
 func TestConformance(t *testing.T) {
-	for _, prefix := range []string{"", "some/prefix/dir/"} {
-		t.Run(fmt.Sprintf("prefix=%q", prefix), func(t *testing.T) {
-			newHarness := func(ctx context.Context, t *testing.T) (drivertest.Harness, error) {
-				return &harness{prefix: prefix}, nil
-			}
-			// memblob exposes no driver-specific types to check.
-			drivertest.RunConformanceTests(t, newHarness, nil)
-		})
-	}
+	blobwraptest.Conformance(t, func(inner *blob.Bucket) driver.Bucket {
+		return newDriver(inner, time.Minute)
+	}, nil)
 }

@@ -8,14 +8,11 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/pugmark/pugfs/layout/blobwrap"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/driver"
 	"gocloud.dev/gcerrors"
 )
-
-// defaultPageSize is the page size used when a caller of ListPaged leaves
-// it to the driver.
-const defaultPageSize = 1000
 
 // Wrap returns a bucket that forwards every request to inner, injecting
 // the faults inj decides. A nil inj means an empty Injector (no faults).
@@ -29,18 +26,25 @@ func newDriver(inner *blob.Bucket, inj *Injector) *bucket {
 	if inj == nil {
 		inj = NewInjector(Options{})
 	}
-	return &bucket{inner: inner, inj: inj}
+	b := &bucket{inner: inner, inj: inj}
+	b.Bucket = blobwrap.New(inner, b)
+	return b
 }
 
-// bucket implements driver.Bucket on top of a portable inner bucket. The
-// inner bucket's errors are returned as they come (portable errors that
-// carry their gcerrors code), so the outer portable bucket keeps the code.
+// bucket is blobwrap's driver with the faults as its hooks, and listings,
+// As, ErrorAs and ErrorCode of its own. The inner bucket's errors are
+// returned as they come (portable errors that carry their gcerrors code),
+// so the outer portable bucket keeps the code.
 type bucket struct {
+	*blobwrap.Bucket
 	inner *blob.Bucket
 	inj   *Injector
 }
 
-var _ driver.Bucket = (*bucket)(nil)
+var (
+	_ driver.Bucket  = (*bucket)(nil)
+	_ blobwrap.Hooks = (*bucket)(nil)
+)
 
 // codedError is a non-injected error of the wrapper itself.
 type codedError struct {
@@ -85,173 +89,94 @@ func (b *bucket) ErrorAs(err error, i any) bool {
 	return b.inner.ErrorAs(err, i)
 }
 
-// Attributes implements driver.Bucket (OpHead).
-func (b *bucket) Attributes(ctx context.Context, key string) (*driver.Attributes, error) {
-	p := b.inj.decide(OpHead, key)
-	if err := p.before(ctx); err != nil {
-		return nil, err
-	}
-	a, err := b.inner.Attributes(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	if err := p.after(); err != nil {
-		return nil, err
-	}
-	return &driver.Attributes{
-		CacheControl:       a.CacheControl,
-		ContentDisposition: a.ContentDisposition,
-		ContentEncoding:    a.ContentEncoding,
-		ContentLanguage:    a.ContentLanguage,
-		ContentType:        a.ContentType,
-		Metadata:           a.Metadata,
-		CreateTime:         a.CreateTime,
-		ModTime:            a.ModTime,
-		Size:               a.Size,
-		MD5:                a.MD5,
-		ETag:               a.ETag,
-		AsFunc:             a.As,
-	}, nil
+// ops maps blobwrap's request kinds to the injector's.
+var ops = map[blobwrap.Op]Op{
+	blobwrap.OpHead: OpHead, blobwrap.OpGet: OpGet, blobwrap.OpPut: OpPut, blobwrap.OpList: OpList,
+	blobwrap.OpDelete: OpDelete, blobwrap.OpCopy: OpCopy,
 }
 
-// NewRangeReader implements driver.Bucket (OpGet). Faults apply once, to
-// the opening; the returned reader reads straight from the inner one.
-func (b *bucket) NewRangeReader(ctx context.Context, key string, offset, length int64, opts *driver.ReaderOptions) (driver.Reader, error) {
-	p := b.inj.decide(OpGet, key)
-	if err := p.before(ctx); err != nil {
-		return nil, err
+// Request implements blobwrap.Hooks: the faults of OpHead, OpCopy
+// (matched on the destination key) and OpDelete come before and after
+// the request. SignedURL is passed through without faults: the URL is
+// used outside the wrapper. (Listings have their own ListPaged.)
+func (b *bucket) Request(ctx context.Context, op blobwrap.Op, key string, call func(context.Context) error) error {
+	fop, ok := ops[op]
+	if !ok {
+		return call(ctx)
 	}
-	r, err := b.inner.NewRangeReader(ctx, key, offset, length, &blob.ReaderOptions{BeforeRead: opts.BeforeRead})
-	if err != nil {
-		return nil, err
-	}
-	if err := p.after(); err != nil {
-		_ = r.Close()
-		return nil, err
-	}
-	return &reader{r: r, attrs: driver.ReaderAttributes{
-		ContentType: r.ContentType(),
-		ModTime:     r.ModTime(),
-		Size:        r.Size(),
-	}}, nil
-}
-
-type reader struct {
-	r     *blob.Reader
-	attrs driver.ReaderAttributes
-}
-
-func (r *reader) Read(p []byte) (int, error)           { return r.r.Read(p) }
-func (r *reader) Close() error                         { return r.r.Close() }
-func (r *reader) Attributes() *driver.ReaderAttributes { return &r.attrs }
-func (r *reader) As(i any) bool                        { return r.r.As(i) }
-
-// Close implements driver.Bucket by closing the inner bucket.
-func (b *bucket) Close() error { return b.inner.Close() }
-
-// NewTypedWriter implements driver.Bucket. Every option reaches the inner
-// bucket unchanged, BeforeWrite included, so driver-specific conditions
-// (an S3 If-Match set through BeforeWrite, say) still apply. Faults apply
-// at Close, where the upload commits (OpPut).
-func (b *bucket) NewTypedWriter(ctx context.Context, key, contentType string, opts *driver.WriterOptions) (driver.Writer, error) {
-	wctx, cancel := context.WithCancel(ctx)
-	w, err := b.inner.NewWriter(wctx, key, &blob.WriterOptions{
-		BufferSize:                  opts.BufferSize,
-		MaxConcurrency:              opts.MaxConcurrency,
-		CacheControl:                opts.CacheControl,
-		ContentDisposition:          opts.ContentDisposition,
-		ContentEncoding:             opts.ContentEncoding,
-		ContentLanguage:             opts.ContentLanguage,
-		ContentType:                 contentType,
-		DisableContentTypeDetection: opts.DisableContentTypeDetection,
-		ContentMD5:                  opts.ContentMD5,
-		Metadata:                    opts.Metadata,
-		BeforeWrite:                 opts.BeforeWrite,
-		IfNotExist:                  opts.IfNotExist,
-	})
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	return &writer{b: b, ctx: wctx, cancel: cancel, w: w, key: key}, nil
-}
-
-type writer struct {
-	b      *bucket
-	ctx    context.Context
-	cancel context.CancelFunc
-	w      *blob.Writer
-	key    string
-}
-
-func (w *writer) Write(p []byte) (int, error) { return w.w.Write(p) }
-
-// Close commits the upload, with the OpPut faults: a pre-commit fault
-// aborts the inner write (nothing is stored), a lost response lets it
-// commit and then fails.
-func (w *writer) Close() error {
-	defer w.cancel()
-	if err := w.ctx.Err(); err != nil {
-		// Aborted by the caller (or the portable bucket's MD5 check).
-		_ = w.w.Close()
-		return err
-	}
-	p := w.b.inj.decide(OpPut, w.key)
-	if err := p.before(w.ctx); err != nil {
-		w.cancel()
-		_ = w.w.Close()
-		return err
-	}
-	if err := w.w.Close(); err != nil {
-		return err
-	}
-	w.b.inj.recordWrite(w.key)
-	return p.after()
-}
-
-// Copy implements driver.Bucket (OpCopy, matched on dstKey).
-func (b *bucket) Copy(ctx context.Context, dstKey, srcKey string, opts *driver.CopyOptions) error {
-	p := b.inj.decide(OpCopy, dstKey)
-	if err := p.before(ctx); err != nil {
-		return err
-	}
-	if err := b.inner.Copy(ctx, dstKey, srcKey, &blob.CopyOptions{BeforeCopy: opts.BeforeCopy}); err != nil {
-		return err
-	}
-	b.inj.recordWrite(dstKey)
-	return p.after()
-}
-
-// Delete implements driver.Bucket (OpDelete).
-func (b *bucket) Delete(ctx context.Context, key string, opts *driver.DeleteOptions) error {
-	p := b.inj.decide(OpDelete, key)
+	p := b.inj.decide(fop, key)
 	if err := p.before(ctx); err != nil {
 		return err
 	}
 	var g *ghost
-	if b.inj.wantGhost(key) {
+	if fop == OpDelete && b.inj.wantGhost(key) {
 		if a, err := b.inner.Attributes(ctx, key); err == nil {
 			g = &ghost{size: a.Size, modTime: a.ModTime, md5: a.MD5}
 		}
 	}
-	if err := b.inner.DeleteWithOptions(ctx, key, &blob.DeleteOptions{BeforeDelete: opts.BeforeDelete}); err != nil {
+	if err := call(ctx); err != nil {
 		return err
 	}
-	b.inj.recordDelete(key, g)
+	switch fop {
+	case OpCopy:
+		b.inj.recordWrite(key)
+	case OpDelete:
+		b.inj.recordDelete(key, g)
+	}
 	return p.after()
 }
 
-// SignedURL implements driver.Bucket. It is passed through without
-// faults: the URL is used outside the wrapper.
-func (b *bucket) SignedURL(ctx context.Context, key string, opts *driver.SignedURLOptions) (string, error) {
-	return b.inner.SignedURL(ctx, key, &blob.SignedURLOptions{
-		Expiry:                   opts.Expiry,
-		Method:                   opts.Method,
-		ContentType:              opts.ContentType,
-		EnforceAbsentContentType: opts.EnforceAbsentContentType,
-		BeforeSign:               opts.BeforeSign,
-	})
+// Stream implements blobwrap.Hooks. A reader's faults (OpGet) apply once,
+// to its opening; its Reads go straight to the inner one. A writer's
+// (OpPut) apply at Close, where the upload commits: a pre-commit fault
+// aborts the inner write (nothing is stored), a lost response lets it
+// commit and then fails.
+func (b *bucket) Stream(ctx context.Context, op blobwrap.Op, key string) (context.Context, blobwrap.Stream, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	return sctx, &stream{b: b, ctx: sctx, cancel: cancel, op: op, key: key}, nil
 }
+
+type stream struct {
+	b      *bucket
+	ctx    context.Context
+	cancel context.CancelFunc // aborts the inner upload
+	op     blobwrap.Op
+	key    string
+}
+
+func (s *stream) Step(step blobwrap.Step, call func() error) error {
+	switch {
+	case s.op == blobwrap.OpGet && step == blobwrap.StepOpen:
+		p := s.b.inj.decide(OpGet, s.key)
+		if err := p.before(s.ctx); err != nil {
+			return err
+		}
+		if err := call(); err != nil {
+			return err
+		}
+		return p.after() // blobwrap closes the reader
+	case s.op == blobwrap.OpPut && step == blobwrap.StepClose:
+		if err := s.ctx.Err(); err != nil {
+			// Aborted by the caller (or the portable bucket's MD5 check).
+			_ = call()
+			return err
+		}
+		p := s.b.inj.decide(OpPut, s.key)
+		if err := p.before(s.ctx); err != nil {
+			s.cancel()
+			_ = call()
+			return err
+		}
+		if err := call(); err != nil {
+			return err
+		}
+		s.b.inj.recordWrite(s.key)
+		return p.after()
+	}
+	return call()
+}
+
+func (s *stream) End() { s.cancel() }
 
 // Page tokens are our own, so that a listing can switch between the
 // pass-through and the stale path between pages:
@@ -325,7 +250,7 @@ func (b *bucket) list(ctx context.Context, opts *driver.ListOptions) (*driver.Li
 	}
 	pageSize := opts.PageSize
 	if pageSize <= 0 {
-		pageSize = defaultPageSize
+		pageSize = blobwrap.DefaultPageSize
 	}
 	v := b.inj.staleView(opts.Prefix)
 	if v != nil || kind == tokStale {
@@ -347,7 +272,7 @@ func (b *bucket) list(ctx context.Context, opts *driver.ListOptions) (*driver.Li
 	}
 	page := &driver.ListPage{Objects: make([]*driver.ListObject, len(objs))}
 	for i, o := range objs {
-		page.Objects[i] = listObject(o)
+		page.Objects[i] = blobwrap.ListObject(o)
 	}
 	if len(next) > 0 {
 		if n := len(objs); n > 0 {
@@ -356,17 +281,6 @@ func (b *bucket) list(ctx context.Context, opts *driver.ListOptions) (*driver.Li
 		page.NextPageToken = passToken(last, next)
 	}
 	return page, nil
-}
-
-func listObject(o *blob.ListObject) *driver.ListObject {
-	return &driver.ListObject{
-		Key:     o.Key,
-		ModTime: o.ModTime,
-		Size:    o.Size,
-		MD5:     o.MD5,
-		IsDir:   o.IsDir,
-		AsFunc:  o.As,
-	}
 }
 
 // staleList builds the page after last from a flat listing of the prefix
@@ -387,7 +301,7 @@ func (b *bucket) staleList(ctx context.Context, opts *driver.ListOptions, pageSi
 			hidden = append(hidden, o.Key)
 			continue
 		}
-		flat = append(flat, listObject(o))
+		flat = append(flat, blobwrap.ListObject(o))
 	}
 	byKey := func(a *driver.ListObject, k string) int { return strings.Compare(a.Key, k) }
 	var ghosts []string

@@ -1,61 +1,32 @@
 package faultblob
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync/atomic"
 	"testing"
 
+	"github.com/pugmark/pugfs/layout/blobwrap/blobwraptest"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/driver"
 	"gocloud.dev/blob/drivertest"
-	"gocloud.dev/blob/memblob"
 )
 
-// harness runs gocloud's driver conformance suite against the wrapper
-// around memblob with an empty Injector: the wrapper must be invisible.
-type harness struct {
-	prefix string
-}
-
-func (h *harness) HTTPClient() *http.Client { return nil }
-
-func (h *harness) MakeDriver(ctx context.Context) (driver.Bucket, error) {
-	var drv driver.Bucket = newDriver(memblob.OpenBucket(nil), NewInjector(Options{}))
-	if h.prefix != "" {
-		drv = driver.NewPrefixedBucket(drv, h.prefix)
-	}
-	return drv, nil
-}
-
-// MakeDriverForNonexistentBucket: memblob has no such thing.
-func (h *harness) MakeDriverForNonexistentBucket(ctx context.Context) (driver.Bucket, error) {
-	return nil, nil
-}
-
-func (*harness) SupportsCopy() bool               { return true }
-func (*harness) SupportsNonSlashDelimiters() bool { return true }
-func (*harness) Close()                           {}
-
+// TestConformance runs gocloud's driver conformance suite against the
+// wrapper around memblob with an empty Injector: the wrapper must be
+// invisible.
 func TestConformance(t *testing.T) {
-	for _, prefix := range []string{"", "some/prefix/dir/"} {
-		t.Run(fmt.Sprintf("prefix=%q", prefix), func(t *testing.T) {
-			newHarness := func(ctx context.Context, t *testing.T) (drivertest.Harness, error) {
-				return &harness{prefix: prefix}, nil
-			}
-			// memblob exposes no driver-specific types, so a per-driver
-			// As test has nothing to check (memblob's own suite passes
-			// nil). asTest checks what the wrapper adds instead:
-			// Bucket.As yields the Injector, the write/read/copy/delete
-			// hooks reach the inner bucket once each, and As on errors,
-			// attributes, readers and list objects is forwarded (false
-			// for types memblob lacks). TestHooksReachInnerDriver covers
-			// driver-specific hook targets with a driver that has them.
-			drivertest.RunConformanceTests(t, newHarness, []drivertest.AsTest{&asTest{}})
-		})
-	}
+	// memblob exposes no driver-specific types, so a per-driver As test
+	// has nothing to check (memblob's own suite passes nil). asTest
+	// checks what the wrapper adds instead: Bucket.As yields the
+	// Injector, the write/read/copy/delete hooks reach the inner bucket
+	// once each, and As on errors, attributes, readers and list objects
+	// is forwarded (false for types memblob lacks).
+	// TestHooksReachInnerDriver covers driver-specific hook targets with
+	// a driver that has them.
+	blobwraptest.Conformance(t, func(inner *blob.Bucket) driver.Bucket {
+		return newDriver(inner, NewInjector(Options{}))
+	}, func() []drivertest.AsTest { return []drivertest.AsTest{&asTest{}} })
 }
 
 // asTest is a drivertest.AsTest for the wrapper (see TestConformance).
