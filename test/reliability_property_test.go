@@ -31,6 +31,51 @@ import (
 type relModel struct {
 	files map[string][]byte
 	dirs  map[string]bool // "" is the session root
+	// meta is each file's mode and, when the model knows it (the last
+	// change was a utimes), its mtime; nil in a scan that did not stat.
+	meta map[string]relMeta
+}
+
+// relMeta is what stat shows of a file beyond its content.
+type relMeta struct {
+	mode  fs.FileMode // permission bits
+	mtime time.Time   // zero: unknown (content written since, at "now")
+}
+
+// relNewModel is an empty session.
+func relNewModel() *relModel {
+	return &relModel{files: map[string][]byte{}, dirs: map[string]bool{"": true}, meta: map[string]relMeta{}}
+}
+
+// wrote records a content change of p: a new file gets the create mode,
+// an existing one keeps its mode, and its mtime is now, which the model
+// does not know.
+func (m *relModel) wrote(p string) {
+	md, ok := m.meta[p]
+	if !ok {
+		md.mode = 0o644
+	}
+	md.mtime = time.Time{}
+	m.meta[p] = md
+}
+
+// moved records a rename of the file or directory src to dst: what stat
+// shows moves with the name (rename changes no mode or mtime).
+func (m *relModel) moved(src, dst string) {
+	nm := map[string]relMeta{}
+	for f, md := range m.meta {
+		switch r, below := strings.CutPrefix(f, src+"/"); {
+		case f == src:
+			nm[dst] = md
+		case below:
+			nm[dst+"/"+r] = md
+		case f == dst:
+			// replaced by src
+		default:
+			nm[f] = md
+		}
+	}
+	m.meta = nm
 }
 
 func (m *relModel) isDir(p string) bool { return m.dirs[p] }
@@ -74,7 +119,7 @@ func (m *relModel) pruneEmpty() {
 // model less the directories with no file below them, which mkdir keeps
 // only locally.
 func (m *relModel) committed() *relModel {
-	c := &relModel{files: maps.Clone(m.files), dirs: maps.Clone(m.dirs)}
+	c := &relModel{files: maps.Clone(m.files), dirs: maps.Clone(m.dirs), meta: maps.Clone(m.meta)}
 	c.pruneEmpty()
 	return c
 }
@@ -91,9 +136,10 @@ func relErrno(err error) syscall.Errno {
 	return ^syscall.Errno(0)
 }
 
-// relScan reads the session directory as the model would hold it.
+// relScan reads the session directory as the model would hold it, with
+// each file's mode and mtime.
 func relScan(root string, contents bool) (*relModel, error) {
-	got := &relModel{files: map[string][]byte{}, dirs: map[string]bool{"": true}}
+	got := relNewModel()
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -106,6 +152,11 @@ func relScan(root string, contents bool) (*relModel, error) {
 			got.dirs[rel] = true
 			return nil
 		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		got.meta[rel] = relMeta{mode: info.Mode().Perm(), mtime: info.ModTime()}
 		var b []byte
 		if contents {
 			if b, err = os.ReadFile(p); err != nil {
@@ -118,8 +169,24 @@ func relScan(root string, contents bool) (*relModel, error) {
 	return got, err
 }
 
-func relCompare(want, got *relModel, contents bool) string {
+// relCompare lists how got differs from want: names, contents when
+// contents is set, and modes and known mtimes. hide clears mode bits of
+// want (0o222 for a read-only view, which shows no write bits).
+func relCompare(want, got *relModel, contents bool, hide fs.FileMode) string {
 	var diffs []string
+	mask := 0o777 &^ hide
+	for p, w := range want.meta {
+		g, ok := got.meta[p]
+		if !ok {
+			continue // a missing file is reported below
+		}
+		if g.mode != w.mode&mask {
+			diffs = append(diffs, fmt.Sprintf("file %s: mode %04o, want %04o", p, g.mode, w.mode&mask))
+		}
+		if !w.mtime.IsZero() && !g.mtime.Equal(w.mtime) {
+			diffs = append(diffs, fmt.Sprintf("file %s: mtime %s, want %s", p, g.mtime.UTC().Format(time.RFC3339Nano), w.mtime.UTC().Format(time.RFC3339Nano)))
+		}
+	}
 	for p := range want.dirs {
 		if !got.dirs[p] {
 			diffs = append(diffs, "missing dir "+p)
@@ -242,7 +309,7 @@ func relPropertyRun(t *testing.T, seed uint64, ops int) {
 	mnt := startMount(t, bk, dir)
 	t.Cleanup(func() { mnt.Stop(t) })
 	root := filepath.Join(dir, "sessions", id.String())
-	m := &relModel{files: map[string][]byte{}, dirs: map[string]bool{"": true}}
+	m := relNewModel()
 	var history []string
 
 	pickDir := func(rng *rand.Rand) string {
@@ -301,6 +368,7 @@ func relPropertyRun(t *testing.T, seed uint64, ops int) {
 				want = syscall.ENOENT
 			default:
 				m.files[p] = b
+				m.wrote(p)
 			}
 			got = relErrno(os.WriteFile(abs(p), b, 0o644))
 			touched = p
@@ -318,6 +386,7 @@ func relPropertyRun(t *testing.T, seed uint64, ops int) {
 				copy(cur[off:], b)
 				m.files[p] = cur
 			}
+			m.wrote(p)
 			f, err := os.OpenFile(abs(p), os.O_WRONLY, 0)
 			if err == nil {
 				_, err = f.WriteAt(b, off)
@@ -334,6 +403,7 @@ func relPropertyRun(t *testing.T, seed uint64, ops int) {
 			b := data()
 			desc = fmt.Sprintf("append %s (%d bytes)", p, len(b))
 			m.files[p] = append(m.files[p], b...)
+			m.wrote(p)
 			f, err := os.OpenFile(abs(p), os.O_WRONLY|os.O_APPEND, 0)
 			if err == nil {
 				_, err = f.Write(b)
@@ -356,6 +426,7 @@ func relPropertyRun(t *testing.T, seed uint64, ops int) {
 				cur = append(cur, make([]byte, n-len(cur))...)
 			}
 			m.files[p] = cur
+			m.wrote(p)
 			got, touched = relErrno(os.Truncate(abs(p), int64(n))), p
 		case k < 58: // rename a file
 			src, ok := randFile()
@@ -373,6 +444,7 @@ func relPropertyRun(t *testing.T, seed uint64, ops int) {
 			default:
 				m.files[dst] = m.files[src]
 				delete(m.files, src)
+				m.moved(src, dst)
 			}
 			// rename(2), not os.Rename: Go refuses to rename onto an
 			// existing directory itself.
@@ -390,6 +462,7 @@ func relPropertyRun(t *testing.T, seed uint64, ops int) {
 				want = syscall.ENOENT
 			default:
 				delete(m.files, p)
+				delete(m.meta, p)
 			}
 			got = relErrno(syscall.Unlink(abs(p)))
 		case k < 76: // mkdir
@@ -453,6 +526,7 @@ func relPropertyRun(t *testing.T, seed uint64, ops int) {
 					}
 				}
 				m.files, m.dirs = nf, nd
+				m.moved(src, dst)
 			}
 			got = relErrno(syscall.Rename(abs(src), abs(dst)))
 		default: // read
@@ -487,6 +561,7 @@ func relPropertyRun(t *testing.T, seed uint64, ops int) {
 			}
 			copy(cur[off:], b)
 			m.files[p] = cur
+			m.wrote(p)
 			f, err := os.OpenFile(abs(p), os.O_RDWR, 0)
 			if err == nil {
 				if _, err = f.WriteAt(b, off); err == nil {
@@ -508,10 +583,34 @@ func relPropertyRun(t *testing.T, seed uint64, ops int) {
 				b[i] = 'a' + byte((start+i*7+i/4096)%26)
 			}
 			m.files[p] = b
+			m.wrote(p)
 			desc = fmt.Sprintf("create %s (%d bytes)", p, len(b))
 			return desc, 0, relErrno(os.WriteFile(abs(p), b, 0o644)), p
 		}
 		return "skip", 0, 0, ""
+	}
+
+	// metaStep is chmod or utimes of a file, from a stream of its own
+	// for the same reason as extra's; or "skip".
+	metaOps := rand.New(rand.NewPCG(seed, 44))
+	metaStep := func() (desc string, want, got syscall.Errno, touched string) {
+		k := metaOps.IntN(100)
+		if k >= 12 {
+			return "skip", 0, 0, ""
+		}
+		p, ok := pickFile(metaOps)
+		if !ok {
+			return "skip", 0, 0, ""
+		}
+		md := m.meta[p]
+		if k < 6 {
+			md.mode = []fs.FileMode{0o600, 0o640, 0o644, 0o700, 0o750, 0o755}[metaOps.IntN(6)]
+			m.meta[p] = md
+			return fmt.Sprintf("chmod %04o %s", md.mode, p), 0, relErrno(os.Chmod(abs(p), md.mode)), p
+		}
+		md.mtime = time.Date(2019, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(metaOps.Int64N(int64(5 * 365 * 24 * time.Hour))))
+		m.meta[p] = md
+		return fmt.Sprintf("utimes %s %s", p, md.mtime.Format(time.RFC3339Nano)), 0, relErrno(os.Chtimes(abs(p), md.mtime, md.mtime)), p
 	}
 
 	// A second, read-only mount of the bucket reads the session all along
@@ -560,7 +659,7 @@ func relPropertyRun(t *testing.T, seed uint64, ops int) {
 		for deadline := time.Now().Add(20 * time.Second); ; {
 			got, err := relScan(peerRoot, true)
 			if err == nil {
-				if diff = relCompare(want, got, true); diff == "" {
+				if diff = relCompare(want, got, true, 0o222); diff == "" {
 					break
 				}
 			} else {
@@ -584,7 +683,7 @@ func relPropertyRun(t *testing.T, seed uint64, ops int) {
 		if err != nil {
 			t.Fatalf("%s: scanning the session: %v\nhistory:\n%s", when, err, strings.Join(history, "\n"))
 		}
-		if d := relCompare(m, got, contents); d != "" {
+		if d := relCompare(m, got, contents, 0); d != "" {
 			t.Fatalf("%s: the tree differs from the model: %s\nhistory:\n%s", when, d, strings.Join(history, "\n"))
 		}
 	}
@@ -617,6 +716,11 @@ func relPropertyRun(t *testing.T, seed uint64, ops int) {
 		verify(i, desc, want, got, touched)
 		if d, w, g, tt := extraStep(); d != "skip" {
 			history = append(history, fmt.Sprintf("%3d+ %s -> %v", i, d, g))
+			verify(i, d, w, g, tt)
+			desc = d
+		}
+		if d, w, g, tt := metaStep(); d != "skip" {
+			history = append(history, fmt.Sprintf("%3d* %s -> %v", i, d, g))
 			verify(i, d, w, g, tt)
 			desc = d
 		}
