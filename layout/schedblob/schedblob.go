@@ -1,0 +1,294 @@
+// Package schedblob is the request scheduler of a mount: a bucket
+// decorator that lets at most a fixed number of requests be in flight at
+// once (pugfs mount --max-requests) and, when they are all taken, hands
+// the next free slot to a request someone is waiting for before any
+// speculative one (read-ahead, prefetch). restic's backend limiter is the
+// model: one semaphore in front of the backend, shared by everything that
+// talks to it, instead of a bound per caller that adds up to no bound.
+//
+// A request is speculative when its context was made with Speculative.
+// Besides queueing behind blocking requests, speculative requests may
+// hold at most three quarters of the slots, so that a blocking request
+// arriving while read-ahead fills the pipe finds a slot at once instead of
+// waiting for a speculative request to finish.
+//
+// What holds a slot: a whole single request (HEAD, a page of a listing,
+// COPY, DELETE); a reader from its opening until its body has been read
+// to the end or it is closed; a writer from its opening until Close has
+// committed the upload. Callers therefore must not hold a reader or
+// writer open while they wait for another request of the same bucket:
+// with every slot held that way, nothing could proceed. pugfs's callers
+// read a body into memory and close it before doing anything else.
+//
+// Requests wait in arrival order within their class; a waiting request
+// whose context ends leaves the queue with the context's error.
+package schedblob
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pugmark/pugfs/layout/blobwrap"
+	"gocloud.dev/blob"
+	"gocloud.dev/blob/driver"
+)
+
+// DefaultMaxRequests is the bound on requests in flight when the caller
+// does not choose one (pugfs mount --max-requests).
+const DefaultMaxRequests = 64
+
+type speculativeKey struct{}
+
+// Speculative returns a context whose requests are speculative: work
+// nobody is waiting for yet (read-ahead), which yields to blocking
+// requests when the scheduler is full.
+func Speculative(ctx context.Context) context.Context {
+	return context.WithValue(ctx, speculativeKey{}, true)
+}
+
+// IsSpeculative reports whether ctx was made by Speculative.
+func IsSpeculative(ctx context.Context) bool {
+	v, _ := ctx.Value(speculativeKey{}).(bool)
+	return v
+}
+
+// Stats is a snapshot of a Scheduler's counters.
+type Stats struct {
+	// Limit is the bound on requests in flight; SpeculativeLimit the
+	// part of it speculative requests may hold.
+	Limit, SpeculativeLimit int
+	// InFlight and Queued are the requests holding a slot and those
+	// waiting for one, now; Speculative counts the speculative ones of
+	// InFlight.
+	InFlight, Queued, Speculative int
+	// PeakInFlight and PeakQueued are the most there have been at once.
+	PeakInFlight, PeakQueued int
+	// Requests counts every request admitted; Waited those of them that
+	// had to queue first; Cancelled the ones whose context ended while
+	// they waited.
+	Requests, Waited, Cancelled int64
+}
+
+// String renders the counters on one line for .pugmark/stats.
+func (s Stats) String() string {
+	return fmt.Sprintf("request scheduler: limit %d (speculative %d), in flight %d (speculative %d, peak %d), queued %d (peak %d); requests %d, waited %d, cancelled while queued %d",
+		s.Limit, s.SpeculativeLimit, s.InFlight, s.Speculative, s.PeakInFlight, s.Queued, s.PeakQueued, s.Requests, s.Waited, s.Cancelled)
+}
+
+// Scheduler holds the request slots of one mount. It is safe for
+// concurrent use; Wrap puts it in front of a bucket.
+type Scheduler struct {
+	limit, specLimit int
+
+	// mu guards the fields below it; it is never held while a request
+	// runs or while a waiter blocks, so it nests under nothing.
+	mu           sync.Mutex
+	inFlight     int       // slots held
+	specInFlight int       // of inFlight, held by speculative requests
+	blocking     []*waiter // waiting blocking requests, oldest first
+	spec         []*waiter // waiting speculative requests, oldest first
+	peakInFlight int
+	peakQueued   int
+
+	requests, waited, cancelled atomic.Int64
+}
+
+// waiter is one queued request. granted is set, under Scheduler.mu, when
+// a slot is handed to it; ready is closed then.
+type waiter struct {
+	spec    bool
+	granted bool
+	ready   chan struct{}
+}
+
+// New returns a Scheduler allowing n requests in flight (n <= 0:
+// DefaultMaxRequests).
+func New(n int) *Scheduler {
+	if n <= 0 {
+		n = DefaultMaxRequests
+	}
+	return &Scheduler{limit: n, specLimit: max(1, n*3/4)}
+}
+
+// Stats returns the scheduler's counters.
+func (s *Scheduler) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{
+		Limit: s.limit, SpeculativeLimit: s.specLimit,
+		InFlight: s.inFlight, Queued: len(s.blocking) + len(s.spec), Speculative: s.specInFlight,
+		PeakInFlight: s.peakInFlight, PeakQueued: s.peakQueued,
+		Requests: s.requests.Load(), Waited: s.waited.Load(), Cancelled: s.cancelled.Load(),
+	}
+}
+
+// admitsLocked reports whether a request of the given class may take a
+// free slot now, ignoring the queues.
+func (s *Scheduler) admitsLocked(spec bool) bool {
+	return s.inFlight < s.limit && (!spec || s.specInFlight < s.specLimit)
+}
+
+// takeLocked hands a slot to a request of the given class.
+func (s *Scheduler) takeLocked(spec bool) {
+	s.inFlight++
+	if spec {
+		s.specInFlight++
+	}
+	s.peakInFlight = max(s.peakInFlight, s.inFlight)
+	s.requests.Add(1)
+}
+
+// acquire waits for a slot and returns its release, which may be called
+// more than once.
+func (s *Scheduler) acquire(ctx context.Context) (release func(), err error) {
+	spec := IsSpeculative(ctx)
+	s.mu.Lock()
+	// A newcomer must not overtake the queue of its own class, nor a
+	// speculative one a waiting blocking request.
+	if s.admitsLocked(spec) && len(s.blocking) == 0 && (!spec || len(s.spec) == 0) {
+		s.takeLocked(spec)
+		s.mu.Unlock()
+		return s.releaser(spec), nil
+	}
+	w := &waiter{spec: spec, ready: make(chan struct{})}
+	if spec {
+		s.spec = append(s.spec, w)
+	} else {
+		s.blocking = append(s.blocking, w)
+	}
+	s.peakQueued = max(s.peakQueued, len(s.blocking)+len(s.spec))
+	s.mu.Unlock()
+	s.waited.Add(1)
+	select {
+	case <-w.ready:
+		return s.releaser(spec), nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	if w.granted {
+		// The slot came as the context ended: use it rather than hand
+		// it back, the request may still succeed.
+		s.mu.Unlock()
+		return s.releaser(spec), nil
+	}
+	s.removeLocked(w)
+	s.mu.Unlock()
+	s.cancelled.Add(1)
+	return nil, ctx.Err()
+}
+
+// removeLocked takes a waiter that gave up out of its queue.
+func (s *Scheduler) removeLocked(w *waiter) {
+	q := &s.blocking
+	if w.spec {
+		q = &s.spec
+	}
+	for i, x := range *q {
+		if x == w {
+			*q = append((*q)[:i], (*q)[i+1:]...)
+			return
+		}
+	}
+}
+
+// releaser returns the release of one slot; only its first call counts.
+func (s *Scheduler) releaser(spec bool) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.inFlight--
+			if spec {
+				s.specInFlight--
+			}
+			s.grantLocked()
+			s.mu.Unlock()
+		})
+	}
+}
+
+// grantLocked hands free slots to waiters: blocking ones first, then
+// speculative ones while they are under their share.
+func (s *Scheduler) grantLocked() {
+	for {
+		var w *waiter
+		switch {
+		case len(s.blocking) > 0 && s.admitsLocked(false):
+			w, s.blocking = s.blocking[0], s.blocking[1:]
+		case len(s.blocking) == 0 && len(s.spec) > 0 && s.admitsLocked(true):
+			w, s.spec = s.spec[0], s.spec[1:]
+		default:
+			return
+		}
+		s.takeLocked(w.spec)
+		w.granted = true
+		close(w.ready)
+	}
+}
+
+// Wrap returns a bucket whose requests to inner go through s. Closing it
+// closes inner; its As fills a **Scheduler with s and defers anything
+// else to inner.
+func Wrap(inner *blob.Bucket, s *Scheduler) *blob.Bucket {
+	return blob.NewBucket(newDriver(inner, s))
+}
+
+func newDriver(inner *blob.Bucket, s *Scheduler) *bucket {
+	return &bucket{Bucket: blobwrap.New(inner, hooks{s}), s: s}
+}
+
+type bucket struct {
+	*blobwrap.Bucket
+	s *Scheduler
+}
+
+var _ driver.Bucket = (*bucket)(nil)
+
+// As implements driver.Bucket: a **Scheduler receives the scheduler.
+func (b *bucket) As(i any) bool {
+	if p, ok := i.(**Scheduler); ok {
+		*p = b.s
+		return true
+	}
+	return b.Bucket.As(i)
+}
+
+type hooks struct{ s *Scheduler }
+
+// Request implements blobwrap.Hooks: the request holds a slot while it
+// runs.
+func (h hooks) Request(ctx context.Context, _ blobwrap.Op, _ string, call func(context.Context) error) error {
+	release, err := h.s.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return call(ctx)
+}
+
+// Stream implements blobwrap.Hooks: the stream holds a slot from its
+// opening to its end.
+func (h hooks) Stream(ctx context.Context, _ blobwrap.Op, _ string) (context.Context, blobwrap.Stream, error) {
+	release, err := h.s.acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ctx, stream{release}, nil
+}
+
+type stream struct{ release func() }
+
+// Step implements blobwrap.Stream: a body read to its end gives the slot
+// back before the reader is closed.
+func (s stream) Step(_ blobwrap.Step, call func() error) error {
+	err := call()
+	if err == io.EOF {
+		s.release()
+	}
+	return err
+}
+
+func (s stream) End() { s.release() }
