@@ -82,6 +82,14 @@ type Stream interface {
 	End()
 }
 
+// Counter is a Stream that wants to know how many bytes each body step
+// moved (a logger's line, say).
+type Counter interface {
+	Stream
+	// Count is called after every Read or Write with the bytes it moved.
+	Count(n int)
+}
+
 // Bucket implements driver.Bucket over a portable inner bucket, running
 // every request through Hooks. Decorators wrap it with blob.NewBucket, or
 // embed it to replace methods of their own.
@@ -236,6 +244,9 @@ func (r *reader) Read(p []byte) (int, error) {
 		n, err = r.r.Read(p)
 		return err
 	})
+	if c, ok := r.s.(Counter); ok {
+		c.Count(n)
+	}
 	return n, err
 }
 
@@ -301,6 +312,9 @@ func (w *writer) Write(p []byte) (int, error) {
 		n, err = w.w.Write(p)
 		return err
 	})
+	if c, ok := w.s.(Counter); ok {
+		c.Count(n)
+	}
 	return n, err
 }
 
