@@ -59,7 +59,9 @@ type Options struct {
 	MetadataTTL time.Duration
 	// MaxSessions bounds the number of session states kept (default 4096).
 	MaxSessions int
-	// Parallel bounds concurrent snapshot reads per refresh (default 16).
+	// Parallel bounds concurrent snapshot reads per load or refresh
+	// (default 64: a first load of a long history is versions/Parallel
+	// round trips; a mount's request scheduler bounds the total).
 	Parallel int
 	// IndexPath, if set, is the file the registry is persisted to.
 	IndexPath string
@@ -120,7 +122,7 @@ func New(store Store, opts Options) (*Cache, error) {
 		opts.MaxSessions = 4096
 	}
 	if opts.Parallel <= 0 {
-		opts.Parallel = 16
+		opts.Parallel = 64
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Entry is one descriptor of a full-state scan, with the session and
@@ -63,70 +65,58 @@ func (s *Store) ParentChain(ctx context.Context, id SessionID) ([]Ancestor, erro
 
 // ReadSnapshotRange reads versions from..to (inclusive) of a session with
 // at most par requests in flight; result[i] is version from+i. Snapshot
-// keys are computed from versions, so no listing is needed. Versions are
-// read in windows, so a range that runs past the last snapshot (a corrupt
-// parent version, a stray 00000001.json) fails at the first missing
-// version instead of allocating for the whole range.
+// keys are computed from versions, so no listing is needed, and the reads
+// are kept par wide from the first to the last (a first load of thousands
+// of snapshots costs about versions/par round trips). Results are
+// allocated a window at a time as the reads get there, and the first
+// failure stops new reads, so a range that runs past the last snapshot (a
+// corrupt parent version, a stray 00000001.json) fails at the first
+// missing version instead of allocating for the whole range.
 func (s *Store) ReadSnapshotRange(ctx context.Context, id SessionID, from, to uint32, par int) ([][]Descriptor, error) {
 	if from == 0 || to < from {
 		return nil, nil
 	}
-	if par < 1 {
-		par = 1
-	}
 	const window = 256
-	var out [][]Descriptor
-	for lo := uint64(from); lo <= uint64(to); lo += window {
-		hi := min(lo+window-1, uint64(to))
-		part, err := s.readSnapshotWindow(ctx, id, uint32(lo), uint32(hi), par)
-		if err != nil {
-			return nil, err
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(par, 1))
+	var parts [][][]Descriptor // parts[w][i] is version from + w*window + i
+	errs := make(map[uint32]error)
+	var mu sync.Mutex // guards errs; parts is only grown by this goroutine
+	for v := uint64(from); v <= uint64(to) && gctx.Err() == nil; v++ {
+		i := int((v - uint64(from)) % window)
+		if i == 0 {
+			parts = append(parts, make([][]Descriptor, min(window, int(uint64(to)-v+1))))
 		}
-		out = append(out, part...)
-	}
-	return out, nil
-}
-
-func (s *Store) readSnapshotWindow(ctx context.Context, id SessionID, from, to uint32, par int) ([][]Descriptor, error) {
-	n := int(to-from) + 1
-	out := make([][]Descriptor, n)
-	errs := make([]error, n)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	sem := make(chan struct{}, par)
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			out[i], errs[i] = s.ReadSnapshot(ctx, id, from+uint32(i))
-			if errs[i] != nil {
-				cancel()
+		part := parts[len(parts)-1]
+		g.Go(func() error {
+			d, err := s.ReadSnapshot(gctx, id, uint32(v))
+			if err != nil {
+				mu.Lock()
+				errs[uint32(v)] = err
+				mu.Unlock()
+				return err
 			}
-		}(i)
+			part[i] = d
+			return nil
+		})
 	}
-	wg.Wait()
-	// Report the lowest failing version; context errors from siblings
-	// cancelled after it are secondary.
-	var first error
-	for _, err := range errs {
-		if err != nil && (first == nil || errors.Is(first, context.Canceled)) {
-			first = err
+	if err := g.Wait(); err != nil {
+		// Report the lowest failing version; the cancellations of the
+		// reads after it are secondary.
+		first, firstV := err, uint32(0)
+		for v, e := range errs {
+			if !errors.Is(e, context.Canceled) && (firstV == 0 || v < firstV) {
+				first, firstV = e, v
+			}
 		}
-	}
-	if first != nil {
 		return nil, first
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	out := make([][]Descriptor, 0, int(to-from)+1)
+	for _, p := range parts {
+		out = append(out, p...)
 	}
 	return out, nil
 }

@@ -1,11 +1,14 @@
 package layout
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"gocloud.dev/blob"
+
+	"github.com/pugmark/pugfs/layout/faultblob"
 )
 
 // §6.5 and §11.3: the full state is the parent chain (each ancestor up to
@@ -294,5 +297,120 @@ func TestSection6_5_ReadSnapshotRange(t *testing.T) {
 	cancel()
 	if _, err := s.ReadSnapshotRange(ctx, id, 1, 40, 2); err == nil {
 		t.Fatal("cancelled range read succeeded")
+	}
+}
+
+// historySession writes a session of n snapshots straight into b (one
+// descriptor each, sequence numbers contiguous), faster than n commits.
+func historySession(t *testing.T, s *Store, b *blob.Bucket, n int) SessionID {
+	t.Helper()
+	id := newSession(t, s)
+	for v := 1; v <= n; v++ {
+		d := desc(fmt.Sprintf("f%05d", v), "x")
+		d.SequenceNumber = int64(v)
+		putSnapshot(t, b, id, uint32(v), map[string]string{"pugmark-type": string(Provisional)}, d)
+	}
+	return id
+}
+
+// A first load of a long history keeps par reads in flight from the first
+// version to the last, across the result windows: seen by stalling every
+// snapshot GET and counting the ones that reach the bucket at once.
+func TestReadSnapshotRangeIsWide(t *testing.T) {
+	mem := memBucket()
+	inj := faultblob.NewInjector(faultblob.Options{})
+	s := newStore(t, faultblob.Wrap(mem, inj), nil)
+	const n, par = 600, 64
+	id := historySession(t, s, mem, n)
+	pre, _ := SnapshotsPrefix(id)
+	gate, release := inj.Stall(faultblob.OpGet, faultblob.Match{Prefix: pre})
+	type res struct {
+		snaps [][]Descriptor
+		err   error
+	}
+	done := make(chan res, 1)
+	go func() {
+		snaps, err := s.ReadSnapshotRange(bg, id, 1, n, par)
+		done <- res{snaps, err}
+	}()
+	for i := 0; gate.Waiting() < par; i++ {
+		if i > 20000 {
+			t.Fatalf("%d snapshot reads in flight at once, want %d", gate.Waiting(), par)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if w := gate.Waiting(); w != par {
+		t.Fatalf("%d snapshot reads in flight at once, want exactly %d", w, par)
+	}
+	release()
+	r := <-done
+	if r.err != nil || len(r.snaps) != n {
+		t.Fatalf("read %d snapshots, %v; want %d", len(r.snaps), r.err, n)
+	}
+	for i, ds := range r.snaps {
+		if want := fmt.Sprintf("f%05d", i+1); len(ds) != 1 || ds[0].Name != want {
+			t.Fatalf("version %d holds %v, want %s", i+1, ds, want)
+		}
+	}
+	if got := inj.Stats().Ops[faultblob.OpGet].Requests; got != n {
+		t.Errorf("%d snapshot GETs for %d versions, want one each", got, n)
+	}
+	if p := s.Stats().PeakInFlight; p != par {
+		t.Errorf("store's peak in flight %d, want %d", p, par)
+	}
+}
+
+// A range past the last snapshot fails at the missing version, having
+// asked for little more than par versions beyond it; with a delay on
+// every request the loads still overlap (counted, not timed).
+func TestReadSnapshotRangeStopsAtTheEnd(t *testing.T) {
+	mem := memBucket()
+	inj := faultblob.NewInjector(faultblob.Options{CountPrefix: "sessions/"})
+	inj.Add(faultblob.Rule{Ops: faultblob.OpGet, Latency: 2 * time.Millisecond})
+	s := newStore(t, faultblob.Wrap(mem, inj), nil)
+	const n, par = 300, 16
+	id := historySession(t, s, mem, n)
+	_, err := s.ReadSnapshotRange(bg, id, 1, 1<<31, par)
+	wantErrIs(t, err, ErrNotFound)
+	got := inj.Stats().Ops[faultblob.OpGet].Counted
+	if got < n+1 || got > n+2*par {
+		t.Errorf("%d snapshot GETs for a range past version %d, want %d to %d", got, n, n+1, n+2*par)
+	}
+	if p := s.Stats().PeakInFlight; p <= 1 {
+		t.Errorf("peak in flight %d: the reads did not overlap", p)
+	}
+}
+
+// One slow snapshot does not hold up the reads of the others: with
+// version 1 stalled, every other version of a history longer than a
+// result window is still asked for.
+func TestReadSnapshotRangeSlowVersionHoldsUpNothing(t *testing.T) {
+	mem := memBucket()
+	inj := faultblob.NewInjector(faultblob.Options{})
+	s := newStore(t, faultblob.Wrap(mem, inj), nil)
+	const n = 700
+	id := historySession(t, s, mem, n)
+	k1, _ := SnapshotKey(id, 1)
+	gate, release := inj.Stall(faultblob.OpGet, faultblob.Match{Prefix: k1})
+	done := make(chan error, 1)
+	go func() {
+		snaps, err := s.ReadSnapshotRange(bg, id, 1, n, 16)
+		if err == nil && len(snaps) != n {
+			err = fmt.Errorf("%d snapshots", len(snaps))
+		}
+		done <- err
+	}()
+	for i := 0; inj.Stats().Ops[faultblob.OpGet].Requests < n; i++ {
+		if i > 20000 {
+			t.Fatalf("with version 1 stalled, %d of %d versions were asked for", inj.Stats().Ops[faultblob.OpGet].Requests, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if w := gate.Waiting(); w != 1 {
+		t.Errorf("%d reads stalled, want version 1's", w)
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
