@@ -17,6 +17,7 @@ import (
 	"github.com/pugmark/pugfs/ingest"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/deadlineblob"
+	"github.com/pugmark/pugfs/layout/schedblob"
 )
 
 // commitMode says when files written through the mount become snapshots
@@ -83,6 +84,9 @@ type mountConfig struct {
 	// each read of a body); one that passes it fails, and the FUSE call
 	// with EIO, instead of hanging.
 	RequestTimeout time.Duration
+	// MaxRequests bounds the bucket requests in flight at once, across
+	// everything the mount does (layout/schedblob).
+	MaxRequests int
 }
 
 func mountCommand() *command {
@@ -131,6 +135,7 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 			})
 			fs.BoolVar(&cfg.SniffEncoding, "sniff-encoding", false, "show a text file whose body is gzip or zstd without a declared content-encoding decoded (§15); costs a small read of every such file's head on stat")
 			fs.DurationVar(&cfg.RequestTimeout, "request-timeout", deadlineblob.DefaultTimeout, "give up on a bucket request (each attempt, each read of a body) after this `DURATION`; the call then fails with EIO")
+			fs.IntVar(&cfg.MaxRequests, "max-requests", schedblob.DefaultMaxRequests, "at most `N` bucket requests in flight at once; a reader waiting on a file goes before read-ahead")
 			return func(ctx context.Context, sio *stdio, args []string) error {
 				if len(args) != 2 {
 					return usagef("want BUCKET-URL and MOUNTPOINT, got %d argument(s)", len(args))
@@ -147,6 +152,9 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 				}
 				if cfg.RequestTimeout <= 0 {
 					return usagef("--request-timeout must be positive")
+				}
+				if cfg.MaxRequests <= 0 {
+					return usagef("--max-requests must be positive")
 				}
 				cfg.CacheSize = int64(cacheSize)
 				if cfg.CacheSize <= 0 {

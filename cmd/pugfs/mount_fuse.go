@@ -25,6 +25,8 @@ import (
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/deadlineblob"
 	"github.com/pugmark/pugfs/layout/faultblob"
+	"github.com/pugmark/pugfs/layout/logblob"
+	"github.com/pugmark/pugfs/layout/schedblob"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 )
@@ -60,6 +62,15 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 	// fails FUSE calls with EIO instead of hanging them; layout.Store
 	// retries a timed-out attempt like any transient failure.
 	b = deadlineblob.Wrap(b, cfg.RequestTimeout)
+	// One scheduler for every request of the mount, outside the deadline
+	// so that time spent queued is not counted against an attempt; the
+	// --debug log outside both, so a line's time is what the caller
+	// waited.
+	sched := schedblob.New(cfg.MaxRequests)
+	b = schedblob.Wrap(b, sched)
+	if cfg.Debug {
+		b = logblob.Wrap(b, log)
+	}
 	defer b.Close()
 	store := layout.New(b, &layout.Options{MaxDecoded: mountMaxDecoded})
 	if err := probe(ctx, b); err != nil {
@@ -122,7 +133,7 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 		ReadOnly: cfg.ReadOnly, MetadataTTL: cfg.MetadataTTL, Commit: mode, SnapshotType: cfg.SnapshotType,
 		StagingDir: staging, FailedDir: failed, UID: cfg.UID, GID: cfg.GID, Umask: cfg.Umask, Logger: log,
 		Ingest:     &ingest.Policy{Prefixes: cfg.IngestFrom},
-		ExtraStats: faultStats(b),
+		ExtraStats: extraStats(sched, faultStats(b)),
 	})
 	if err != nil {
 		return err
@@ -338,6 +349,18 @@ func pugfsRunning(pid int) bool {
 		return !errors.Is(err, os.ErrNotExist)
 	}
 	return bytes.Contains(cmdline, []byte("pugfs"))
+}
+
+// extraStats adds the request scheduler's line to .pugmark/stats, then
+// the fault injector's lines when there is one.
+func extraStats(s *schedblob.Scheduler, faults func() string) func() string {
+	return func() string {
+		out := s.Stats().String() + "\n"
+		if faults != nil {
+			out += faults()
+		}
+		return out
+	}
 }
 
 // faultStats reports the injected faults of a fault+ bucket in
