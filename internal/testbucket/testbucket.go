@@ -1,9 +1,12 @@
 // Package testbucket gives tests fresh, empty buckets on each of the
 // backends pugfs runs on: gocloud's in-memory memblob ("mem"), the project's
-// own local-directory driver behind the file:// scheme ("local"), and a real
-// S3 server, versitygw, through gocloud's s3blob ("s3").
+// own local-directory driver behind the file:// scheme ("local"), a real
+// S3 server, versitygw, through gocloud's s3blob ("s3"), and the GCS and
+// Azure emulators, fake-gcs-server through gcsblob ("gcs") and Azurite
+// through azureblob ("azure").
 //
-// A suite that must hold on every backend runs under [Each]:
+// A suite that must hold on every backend runs under [EachAll]; the broad
+// suites that run on the core backends (mem, local, s3) run under [Each]:
 //
 //	func TestMain(m *testing.M) { testbucket.Main(m) }
 //
@@ -18,9 +21,11 @@
 // tests of what two store instances see of one bucket.
 //
 // The environment variable PUGFS_TEST_BACKENDS, a comma-separated list of
-// kinds (default: all), narrows the backends; the others are skipped, with
-// the reason, in Each and in Open. The s3 backend needs the versitygw binary
-// that `make deps` builds (see package s3test); without it the s3 tests fail.
+// kinds, chooses the backends: unset, Each and [Kinds] give the core kinds
+// and EachAll and Open every kind; set, all of them give exactly the kinds
+// it names, and the others are skipped, with the reason. The s3, gcs and
+// azure backends need the emulators that `make deps` installs (packages
+// s3test and cloudtest); without them those tests fail, never skip.
 package testbucket
 
 import (
@@ -36,6 +41,7 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/memblob"
 
+	"github.com/pugmark/pugfs/internal/cloudtest"
 	"github.com/pugmark/pugfs/internal/s3test"
 
 	// The project's driver registers the file:// scheme. Only the scheme
@@ -56,32 +62,44 @@ const (
 	// S3 is gocloud's s3blob against versitygw, the test binary's shared
 	// server from s3test.Shared.
 	S3 Kind = "s3"
+	// GCS is gocloud's gcsblob against fake-gcs-server, the test binary's
+	// shared emulator from cloudtest.SharedGCS.
+	GCS Kind = "gcs"
+	// Azure is gocloud's azureblob against Azurite, the test binary's
+	// shared emulator from cloudtest.SharedAzure.
+	Azure Kind = "azure"
 )
 
 // BackendsEnv is the environment variable that selects backends: a
 // comma-separated list of kinds, such as "mem,local". Unset or empty means
-// every kind.
+// the core kinds for Each and Kinds, every kind for EachAll and Open.
 const BackendsEnv = "PUGFS_TEST_BACKENDS"
 
-// AllKinds returns every kind, in the order Each runs them.
-func AllKinds() []Kind { return []Kind{Mem, Local, S3} }
+// AllKinds returns every kind, in the order EachAll runs them.
+func AllKinds() []Kind { return []Kind{Mem, Local, S3, GCS, Azure} }
 
-// Kinds returns the kinds selected by PUGFS_TEST_BACKENDS, in the order of
-// AllKinds. It panics if the variable names an unknown kind, so that a typo
-// does not quietly test less than asked.
+// CoreKinds returns the kinds Each runs when PUGFS_TEST_BACKENDS is
+// unset: the ones every broad suite covers. The cloud emulators run the
+// suites that are about backends (EachAll) and the end-to-end cloud tests.
+func CoreKinds() []Kind { return []Kind{Mem, Local, S3} }
+
+// Kinds returns the kinds selected by PUGFS_TEST_BACKENDS (unset: the core
+// kinds), in the order of AllKinds. It panics if the variable names an
+// unknown kind, so that a typo does not quietly test less than asked.
 func Kinds() []Kind {
-	kinds, err := selected()
+	kinds, err := selected(CoreKinds())
 	if err != nil {
 		panic(err)
 	}
 	return kinds
 }
 
-// selected parses PUGFS_TEST_BACKENDS.
-func selected() ([]Kind, error) {
+// selected parses PUGFS_TEST_BACKENDS; def is the answer when it is
+// unset.
+func selected(def []Kind) ([]Kind, error) {
 	env := strings.TrimSpace(os.Getenv(BackendsEnv))
 	if env == "" {
-		return AllKinds(), nil
+		return def, nil
 	}
 	want := map[Kind]bool{}
 	for _, name := range strings.Split(env, ",") {
@@ -110,7 +128,7 @@ func selected() ([]Kind, error) {
 // is not selected.
 func checkSelected(tb testing.TB, kind Kind) {
 	tb.Helper()
-	kinds, err := selected()
+	kinds, err := selected(AllKinds())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -122,20 +140,45 @@ func checkSelected(tb testing.TB, kind Kind) {
 	}
 }
 
-// Main runs the tests, then stops the shared S3 server if they started
-// one, and exits. Call it from TestMain in every package that uses the s3
-// backend; see s3test.Main.
-func Main(m *testing.M) { s3test.Main(m) }
+// Main runs the tests, then stops the shared S3 server and cloud
+// emulators if they started any, and exits. Call it from TestMain in every
+// package that uses the s3, gcs or azure backends; see s3test.Main.
+func Main(m *testing.M) {
+	code := m.Run()
+	s3test.StopShared()
+	cloudtest.StopShared()
+	os.Exit(code)
+}
 
-// Each runs fn once per backend, as subtests named after the kinds ("mem",
-// "local", "s3"), each with a fresh, empty bucket that is closed when the
-// subtest ends. Backends not selected by PUGFS_TEST_BACKENDS are skipped.
+// Each runs fn once per core backend (or per backend PUGFS_TEST_BACKENDS
+// selects), as subtests named after the kinds ("mem", "local", "s3"), each
+// with a fresh, empty bucket that is closed when the subtest ends.
 func Each(t *testing.T, fn func(t *testing.T, b *blob.Bucket)) {
 	t.Helper()
-	if _, err := selected(); err != nil {
+	each(t, CoreKinds(), fn)
+}
+
+// EachAll is Each over every backend, the cloud emulators included ("gcs",
+// "azure"), unless PUGFS_TEST_BACKENDS narrows them: for suites about what
+// the backends guarantee (conditional creates, compare-and-swap, races).
+func EachAll(t *testing.T, fn func(t *testing.T, b *blob.Bucket)) {
+	t.Helper()
+	each(t, AllKinds(), fn)
+}
+
+func each(t *testing.T, def []Kind, fn func(t *testing.T, b *blob.Bucket)) {
+	t.Helper()
+	kinds, err := selected(def)
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, kind := range AllKinds() {
+		if !slices.Contains(kinds, kind) {
+			if slices.Contains(def, kind) {
+				t.Run(string(kind), func(t *testing.T) { checkSelected(t, kind) })
+			}
+			continue
+		}
 		t.Run(string(kind), func(t *testing.T) {
 			fn(t, Open(t, kind))
 		})
@@ -181,13 +224,41 @@ func Open(tb testing.TB, kind Kind) *blob.Bucket {
 		}
 		src.register(tb, b)
 		return b
+	case GCS:
+		srv := cloudtest.SharedGCS(tb)
+		b, u := srv.NewBucket(tb)
+		name := strings.TrimPrefix(u, "gs://")
+		src = &source{
+			kind: kind,
+			url:  u,
+			env:  srv.Env(),
+			open: func(tb testing.TB) (*blob.Bucket, error) { return srv.OpenBucket(tb, name), nil },
+		}
+		src.register(tb, b)
+		return b
+	case Azure:
+		srv := cloudtest.SharedAzure(tb)
+		b, u := srv.NewBucket(tb)
+		parsed, err := url.Parse(u)
+		if err != nil {
+			tb.Fatalf("testbucket: cloudtest gave a bad URL %q: %v", u, err)
+		}
+		name := parsed.Host
+		src = &source{
+			kind: kind,
+			url:  u,
+			env:  srv.Env(),
+			open: func(tb testing.TB) (*blob.Bucket, error) { return srv.OpenBucket(tb, name), nil },
+		}
+		src.register(tb, b)
+		return b
 	}
 	return src.handle(tb)
 }
 
 // Reopen returns a new handle, closed when tb ends, on the bucket behind b,
 // which must be a handle from this package that is still open. The handles
-// share the bucket's contents and nothing else: for local and s3 they are
+// share the bucket's contents and nothing else: for local and the servers they are
 // opened separately, as two processes would, and each has its own
 // *blob.Bucket state (a closed handle does not close the other).
 func Reopen(tb testing.TB, b *blob.Bucket) *blob.Bucket {
@@ -203,7 +274,8 @@ func KindOf(tb testing.TB, b *blob.Bucket) Kind {
 
 // URL returns a gocloud URL of the bucket behind b, a handle from this
 // package, and the environment variables, beyond the process's own, that
-// another process needs to open it (for s3, the server's credentials). A mem
+// another process needs to open it (the server's credentials or emulator
+// host for s3, gcs and azure). A mem
 // bucket has no URL: it lives in this process only, and URL fails tb.
 func URL(tb testing.TB, b *blob.Bucket) (string, []string) {
 	tb.Helper()

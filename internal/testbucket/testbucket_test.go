@@ -31,6 +31,15 @@ func TestEachRunsEveryKind(t *testing.T) {
 	if got, want := strings.Join(ran, ","), "mem,local,s3"; got != want {
 		t.Fatalf("Each ran %s, want %s", got, want)
 	}
+	ran = nil
+	EachAll(t, func(t *testing.T, b *blob.Bucket) {
+		mu.Lock()
+		ran = append(ran, string(KindOf(t, b)))
+		mu.Unlock()
+	})
+	if got, want := strings.Join(ran, ","), "mem,local,s3,gcs,azure"; got != want {
+		t.Fatalf("EachAll ran %s, want %s", got, want)
+	}
 }
 
 // TestEachFreshBucket checks that every subtest starts empty, however much
@@ -38,7 +47,7 @@ func TestEachRunsEveryKind(t *testing.T) {
 func TestEachFreshBucket(t *testing.T) {
 	ctx := context.Background()
 	for round := range 2 {
-		Each(t, func(t *testing.T, b *blob.Bucket) {
+		EachAll(t, func(t *testing.T, b *blob.Bucket) {
 			page, _, err := b.ListPage(ctx, blob.FirstPageToken, 10, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -57,7 +66,7 @@ func TestEachFreshBucket(t *testing.T) {
 // backend.
 func TestBasics(t *testing.T) {
 	ctx := context.Background()
-	Each(t, func(t *testing.T, b *blob.Bucket) {
+	EachAll(t, func(t *testing.T, b *blob.Bucket) {
 		if _, err := b.ReadAll(ctx, "missing"); gcerrors.Code(err) != gcerrors.NotFound {
 			t.Errorf("read missing key: %v, want NotFound", err)
 		}
@@ -95,7 +104,7 @@ func TestBasics(t *testing.T) {
 
 func TestReopen(t *testing.T) {
 	ctx := context.Background()
-	Each(t, func(t *testing.T, b *blob.Bucket) {
+	EachAll(t, func(t *testing.T, b *blob.Bucket) {
 		b2 := Reopen(t, b)
 		if b2 == b {
 			t.Fatal("Reopen returned the same handle")
@@ -129,7 +138,7 @@ func TestReopen(t *testing.T) {
 
 func TestURL(t *testing.T) {
 	ctx := context.Background()
-	Each(t, func(t *testing.T, b *blob.Bucket) {
+	EachAll(t, func(t *testing.T, b *blob.Bucket) {
 		if KindOf(t, b) == Mem {
 			if msg := fatalOf(t, func(tb testing.TB) { URL(tb, b) }); !strings.Contains(msg, "cannot be opened by URL") {
 				t.Errorf("URL of a mem bucket: %q", msg)
@@ -172,15 +181,16 @@ func TestKinds(t *testing.T) {
 		want []Kind
 		err  string
 	}{
-		{"", AllKinds(), ""},
+		{"", CoreKinds(), ""},
 		{"s3,mem", []Kind{Mem, S3}, ""},
+		{"azure,gcs", []Kind{GCS, Azure}, ""},
 		{" local , ", []Kind{Local}, ""},
 		{"mem,bogus", nil, `unknown backend "bogus"`},
 		{",", nil, "selects no backend"},
 	} {
 		t.Run(fmt.Sprintf("%q", tc.env), func(t *testing.T) {
 			t.Setenv(BackendsEnv, tc.env)
-			got, err := selected()
+			got, err := selected(CoreKinds())
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("selected() = %v, %v; want error %q", got, err, tc.err)
@@ -208,7 +218,7 @@ func TestUnselectedSkipped(t *testing.T) {
 	Each(t, func(t *testing.T, b *blob.Bucket) {
 		ran = append(ran, KindOf(t, b))
 	})
-	for _, kind := range []Kind{Local, S3} {
+	for _, kind := range []Kind{Local, S3, GCS, Azure} {
 		t.Run("open-"+string(kind), func(t *testing.T) {
 			subs = append(subs, t)
 			Open(t, kind)
@@ -220,7 +230,7 @@ func TestUnselectedSkipped(t *testing.T) {
 			skipped = append(skipped, sub.Name())
 		}
 	}
-	if !slices.Equal(ran, []Kind{Mem}) || len(skipped) != 2 {
+	if !slices.Equal(ran, []Kind{Mem}) || len(skipped) != 4 {
 		t.Fatalf("with %s=mem: ran %v, skipped %v", BackendsEnv, ran, skipped)
 	}
 }
@@ -231,7 +241,7 @@ func TestBadSelectionFails(t *testing.T) {
 		t.Errorf("Open with a bad selection: %q", msg)
 	}
 	t.Setenv(BackendsEnv, "")
-	if msg := fatalOf(t, func(tb testing.TB) { Open(tb, Kind("gcs")) }); !strings.Contains(msg, "unknown backend") {
+	if msg := fatalOf(t, func(tb testing.TB) { Open(tb, Kind("sqlite")) }); !strings.Contains(msg, "unknown backend") {
 		t.Errorf("Open of an unknown kind: %q", msg)
 	}
 }
