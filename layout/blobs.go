@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -32,7 +33,8 @@ type BlobOptions struct {
 // PutBlobBytes stores body at objects/sha256:<hex> (§3).
 func (s *Store) PutBlobBytes(ctx context.Context, body []byte, o BlobOptions) (BlobInfo, error) {
 	d := DigestOf(body)
-	return s.putBlob(ctx, d, int64(len(body)), func(ctx context.Context, wo *blob.WriterOptions) error {
+	md5 := lazyMD5(func() io.Reader { return bytes.NewReader(body) })
+	return s.putBlob(ctx, d, int64(len(body)), md5, func(ctx context.Context, wo *blob.WriterOptions) error {
 		return s.put(ctx, BlobKey(d), body, wo)
 	}, o)
 }
@@ -41,7 +43,8 @@ func (s *Store) PutBlobBytes(ctx context.Context, body []byte, o BlobOptions) (B
 // computed while writing it (the staging file of a mount). The upload
 // streams from the file; nothing is held whole in memory.
 func (s *Store) PutBlobFile(ctx context.Context, f *os.File, d Digest, size int64, o BlobOptions) (BlobInfo, error) {
-	return s.putBlob(ctx, d, size, func(ctx context.Context, wo *blob.WriterOptions) error {
+	md5 := lazyMD5(func() io.Reader { return io.NewSectionReader(f, 0, size) })
+	return s.putBlob(ctx, d, size, md5, func(ctx context.Context, wo *blob.WriterOptions) error {
 		return s.retry(ctx, func() error {
 			s.st.puts.Add(1)
 			w, err := s.b.NewWriter(ctx, BlobKey(d), wo)
@@ -64,8 +67,9 @@ func (s *Store) PutBlobFile(ctx context.Context, f *os.File, d Digest, size int6
 
 // putBlob skips the upload when the blob exists, otherwise writes it with
 // the immutable Cache-Control and, where the backend takes one, a
-// server-side SHA-256 check. It never uses If-None-Match (§3).
-func (s *Store) putBlob(ctx context.Context, d Digest, size int64, write func(context.Context, *blob.WriterOptions) error, o BlobOptions) (BlobInfo, error) {
+// backend-side check of the body: SHA-256 (S3, local) or the MD5 that md5
+// computes (GCS, Azure). It never uses If-None-Match (§3).
+func (s *Store) putBlob(ctx context.Context, d Digest, size int64, md5 func() ([]byte, error), write func(context.Context, *blob.WriterOptions) error, o BlobOptions) (BlobInfo, error) {
 	info := BlobInfo{Digest: d, Size: size}
 	key := BlobKey(d)
 	if a, err := s.head(ctx, key); err == nil && a.Size == size {
@@ -83,7 +87,7 @@ func (s *Store) putBlob(ctx context.Context, d Digest, size int64, write func(co
 		ContentType:     ct,
 		ContentEncoding: o.ContentEncoding,
 		CacheControl:    CacheImmutable,
-	}, Conditions{SHA256: d, Size: size}, &ap)
+	}, Conditions{SHA256: d, MD5: md5, Size: size}, &ap)
 	if err := write(ctx, wo); err != nil {
 		return info, fmt.Errorf("store blob %s: %w", key, err)
 	}

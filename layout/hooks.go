@@ -1,7 +1,9 @@
 package layout
 
 import (
+	"crypto/md5"
 	"fmt"
+	"io"
 	"sync"
 
 	"gocloud.dev/blob"
@@ -9,26 +11,83 @@ import (
 
 // Conditions are the write preconditions that gocloud.dev/blob has no
 // portable option for: If-Match compare-and-swap (refs, §9) and a
-// server-side SHA-256 check (blobs, §3).
+// backend-side check of the body (blobs, §2.2, §3).
 type Conditions struct {
-	// IfMatch is the ETag the object must still have; "" for none.
+	// IfMatch is the version token the object must still have ("" for
+	// none): what ReadRef put in Ref.ETag, so the object's ETag, or the
+	// token a driver's TokenHook derived (a GCS generation).
 	IfMatch string
 	// SHA256 is the digest the backend should verify; zero for none.
 	SHA256 Digest
+	// MD5 returns the MD5 of the body, for backends that check that
+	// instead of SHA-256 (GCS, Azure); nil when the writer has none to
+	// offer. It is computed on first call (a pass over a staged file),
+	// so only the hooks that need it pay for it.
+	MD5 func() ([]byte, error)
 	// Size of the body, when known (-1 otherwise); drivers whose
 	// checksum only works for single-part uploads look at it.
 	Size int64
 }
 
 // A WriteHook applies Conditions to one driver's write request through the
-// BeforeWrite As function. It reports which of the conditions it applied;
-// a hook that does not recognise the driver returns false for both.
+// BeforeWrite As function. It reports which of the conditions it applied:
+// ifMatch for the compare-and-swap, sha for a backend-side check of the
+// body (SHA-256 or MD5, whichever the backend takes). A hook that does not
+// recognise the driver returns false for both.
 type WriteHook func(as func(any) bool, c Conditions) (ifMatch, sha bool, err error)
 
+// A TokenHook returns the version token that a driver's WriteHook takes as
+// Conditions.IfMatch, from the As function of an object's attributes; ok
+// is false when it does not recognise the driver, and the ETag is used.
+// GCS needs one: its uploads are conditioned on the object's generation,
+// not on its ETag.
+type TokenHook func(as func(any) bool) (token string, ok bool)
+
 var (
-	hooksMu sync.RWMutex
-	hooks   []WriteHook
+	hooksMu    sync.RWMutex
+	hooks      []WriteHook
+	tokenHooks []TokenHook
 )
+
+// RegisterTokenHook adds a driver's token hook. Driver adapters
+// (layout/drivers) call it from init.
+func RegisterTokenHook(h TokenHook) {
+	hooksMu.Lock()
+	defer hooksMu.Unlock()
+	tokenHooks = append(tokenHooks, h)
+}
+
+// casToken is the compare-and-swap token of an object with attributes a.
+func casToken(a *blob.Attributes) string {
+	hooksMu.RLock()
+	hs := tokenHooks
+	hooksMu.RUnlock()
+	for _, h := range hs {
+		if t, ok := h(a.As); ok {
+			return t
+		}
+	}
+	return a.ETag
+}
+
+// lazyMD5 returns a Conditions.MD5 that hashes what open returns, once:
+// retried writes ask again and get the first answer.
+func lazyMD5(open func() io.Reader) func() ([]byte, error) {
+	var (
+		once sync.Once
+		sum  []byte
+		err  error
+	)
+	return func() ([]byte, error) {
+		once.Do(func() {
+			h := md5.New()
+			if _, err = io.Copy(h, open()); err == nil {
+				sum = h.Sum(nil)
+			}
+		})
+		return sum, err
+	}
+}
 
 // RegisterWriteHook adds a driver's hook. Driver adapters (layout/drivers)
 // call it from init.

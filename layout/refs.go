@@ -16,7 +16,10 @@ const maxRef = 64 << 10
 type Ref struct {
 	Name   string
 	Target string
-	ETag   string
+	// ETag is the token RenameRef's If-Match compares: the object's ETag,
+	// or what the driver conditions writes on instead (a GCS generation,
+	// as decimal), see TokenHook.
+	ETag string
 }
 
 // ReadRef returns ref name's target (§9): the body's single line, with a
@@ -38,7 +41,7 @@ func (s *Store) ReadRef(ctx context.Context, name string) (Ref, error) {
 	if strings.ContainsAny(t, "\r\n") {
 		return Ref{}, fmt.Errorf("read ref %s: %w: body is more than one line", key, ErrCorrupt)
 	}
-	return Ref{Name: name, Target: t, ETag: a.ETag}, nil
+	return Ref{Name: name, Target: t, ETag: casToken(a)}, nil
 }
 
 func refOptions() blob.WriterOptions {
