@@ -8,10 +8,14 @@ import (
 	"testing"
 
 	"gocloud.dev/blob"
+
+	"github.com/pugmark/pugfs/internal/testbucket"
 )
 
-// Concurrency tests: real goroutines racing on every backend. N is modest
-// because the S3 backend is a real server.
+// Concurrency tests: real goroutines racing on every backend, the GCS and
+// Azure emulators included (testbucket.EachAll): conditional creates are
+// what every commit rests on, so each backend's must hold under a race.
+// N is modest because the S3, GCS and Azure backends are real servers.
 const racers = 8
 
 // race runs fn(i) for i in 0..n-1 in goroutines released together.
@@ -33,7 +37,7 @@ func race(n int, fn func(i int)) {
 // §13.3 / §14.2: checkpoints racing at the same base: exactly one wins
 // each version, the others get ErrConflict and write nothing.
 func TestSection13_3_ConcurrentCheckpoints(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+	testbucket.EachAll(t, func(t *testing.T, b *blob.Bucket) {
 		s := newStore(t, b, nil)
 		id := newSession(t, s)
 		commit(t, s, id, Checkpoint, desc("base", "0"))
@@ -76,7 +80,7 @@ func TestSection13_3_ConcurrentCheckpoints(t *testing.T) {
 // §13.3 / §14.2 / §7.3: provisional writers racing all land, at versions
 // 1..N, with sequence numbers contiguous across the snapshots.
 func TestSection13_3_ConcurrentProvisional(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+	testbucket.EachAll(t, func(t *testing.T, b *blob.Bucket) {
 		s := newStore(t, b, nil)
 		id := newSession(t, s)
 		results := make([]CommitResult, racers)
@@ -124,7 +128,7 @@ func TestSection13_3_ConcurrentProvisional(t *testing.T) {
 // survive — also when they share one commit envelope (one session write
 // updating several records).
 func TestSection8_3_ConcurrentMemoryWriters(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+	testbucket.EachAll(t, func(t *testing.T, b *blob.Bucket) {
 		s := newStore(t, b, nil)
 		shared := MemoryCommit{Session: NewSessionID(testNow), Version: 4, Transaction: NewTransactionID()}
 		for _, env := range []string{"own", "shared"} {
@@ -170,7 +174,7 @@ func TestSection8_3_ConcurrentMemoryWriters(t *testing.T) {
 // §11.2 / §13.6: concurrent materialisations of one fork make exactly one
 // child snapshot 1 and all succeed.
 func TestSection11_2_ConcurrentMaterialize(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+	testbucket.EachAll(t, func(t *testing.T, b *blob.Bucket) {
 		s := newStore(t, b, nil)
 		p := newSession(t, s)
 		commit(t, s, p, Checkpoint, descs("x")...)
@@ -205,7 +209,7 @@ func TestSection11_2_ConcurrentMaterialize(t *testing.T) {
 // once, also while other writers append to the target; Raced outcomes are
 // success, and a later retry completes the delivery.
 func TestSection12_2_ConcurrentDelivery(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+	testbucket.EachAll(t, func(t *testing.T, b *blob.Bucket) {
 		s := newStore(t, b, nil)
 		for _, noisy := range []bool{false, true} {
 			w, target := newSession(t, s), newSession(t, s)
@@ -273,7 +277,7 @@ func TestSection12_2_ConcurrentDelivery(t *testing.T) {
 // §9.2: creators racing for one name: exactly one creates the session,
 // every caller gets the winner, and the losers' manifests are deleted.
 func TestSection9_2_CreateNamedSessionRace(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+	testbucket.EachAll(t, func(t *testing.T, b *blob.Bucket) {
 		s := newStore(t, b, nil)
 		for round := range 2 {
 			name := fmt.Sprintf("shared-%d", round)
