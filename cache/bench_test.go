@@ -1,11 +1,8 @@
 package cache
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
-	"runtime/debug"
 	"sync"
 	"testing"
 	"time"
@@ -122,102 +119,4 @@ func BenchmarkWarmState(b *testing.B) {
 	if st := c.Stats(); st.Loads != int64(len(sessions)) {
 		b.Fatalf("warm lookups loaded: %+v", st)
 	}
-}
-
-// BenchmarkBlobReadStorm reads random 128 KiB ranges of 48 MiB of blobs
-// through a blob cache with an 8 MiB budget, from 64 goroutines, over a
-// backend without and with latency. It reports the cache's memory
-// high-water mark against the budget (mempeak/budget), the peak Go heap
-// above what it was before the storm (heap-MiB, with GOGC=2 so that it
-// tracks what is held rather than garbage awaiting collection), and the
-// most backend reads in flight at once.
-//
-//	go test -run '^$' -bench BlobReadStorm -benchtime 2000x ./cache/
-func BenchmarkBlobReadStorm(b *testing.B) {
-	const blobs, size = 48, 1 << 20
-	var bodies [][]byte
-	for i := range blobs {
-		bodies = append(bodies, blobTestBody(size, uint64(1000+i)))
-	}
-	for _, latency := range []time.Duration{0, 2 * time.Millisecond} {
-		inj := faultblob.NewInjector(faultblob.Options{})
-		store := layout.New(faultblob.Wrap(memblob.OpenBucket(nil), inj), nil)
-		ds := make([]layout.Descriptor, blobs)
-		for i, body := range bodies {
-			bi, err := store.PutBlobBytes(bg, body, layout.BlobOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ds[i] = layout.Descriptor{Digest: bi.Digest, Size: size, ContentType: "application/octet-stream"}
-		}
-		if latency > 0 {
-			inj.Add(faultblob.Rule{Ops: faultblob.OpGet, Latency: latency})
-		}
-		b.Run(fmt.Sprintf("latency=%v", latency), func(b *testing.B) {
-			blobReadStorm(b, store, ds, bodies)
-		})
-	}
-}
-
-func blobReadStorm(b *testing.B, store *layout.Store, ds []layout.Descriptor, bodies [][]byte) {
-	const (
-		budget   = 8 << 20
-		chunk    = 256 << 10
-		readSize = 128 << 10
-	)
-	c := newTestBlobCache(b, store, BlobOptions{MemBytes: budget, ChunkSize: chunk})
-	defer debug.SetGCPercent(debug.SetGCPercent(2))
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	base := ms.HeapInuse
-	var heapPeak uint64
-	var inFlightPeak int64
-	stop, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		var ms runtime.MemStats
-		t := time.NewTicker(time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-			runtime.ReadMemStats(&ms)
-			heapPeak = max(heapPeak, ms.HeapInuse)
-			inFlightPeak = max(inFlightPeak, c.Stats().InFlight)
-		}
-	}()
-	b.SetBytes(readSize)
-	b.SetParallelism(32) // 64 goroutines on 2 cores
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		r := rand.New(rand.NewPCG(rand.Uint64(), 1))
-		buf := make([]byte, readSize)
-		for pb.Next() {
-			i := r.IntN(len(ds))
-			off := r.Int64N(ds[i].Size - readSize)
-			if _, err := c.ReadAt(context.Background(), &ds[i], buf, off); err != nil {
-				b.Error(err)
-				return
-			}
-			if buf[0] != bodies[i][off] || buf[readSize-1] != bodies[i][off+readSize-1] {
-				b.Error("wrong bytes")
-				return
-			}
-		}
-	})
-	b.StopTimer()
-	close(stop)
-	<-sampled
-	st := c.Stats()
-	if st.MemPeak > budget {
-		b.Errorf("MemPeak %d over the budget %d", st.MemPeak, budget)
-	}
-	b.ReportMetric(float64(st.MemPeak)/budget, "mempeak/budget")
-	b.ReportMetric(float64(heapPeak-min(heapPeak, base))/(1<<20), "heap-MiB")
-	b.ReportMetric(float64(inFlightPeak), "inflight-peak")
-	b.ReportMetric(float64(st.Hits)/float64(max(1, st.Hits+st.Misses))*100, "hit-%")
 }

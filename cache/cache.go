@@ -3,7 +3,8 @@
 // by version, manifests), so the cache keeps it without expiry and goes to
 // the backend only for what can move: a session's latest version, the set
 // of sessions, memories and refs, each re-checked at most once per
-// metadata TTL.
+// metadata TTL. It holds descriptors, never blob bodies: those are
+// package blobcache's.
 //
 // # Locks
 //

@@ -213,7 +213,7 @@ func TestRegistryFlushFailureKeepsState(t *testing.T) {
 	a := w.session()
 	w.commit(a, textDesc("x", "x", epoch))
 	path, blocker := blockingFile(t)
-	var log blobLog
+	var log logCapture
 	c := newCache(t, store, Options{IndexPath: path, FlushDelay: time.Millisecond, Logger: log.logger()})
 	mustState(t, c, a)
 	c.Registry.SetName(a, "kept")

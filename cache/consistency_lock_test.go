@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/blobcache"
 	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/faultblob"
@@ -26,16 +27,16 @@ const bounded = 10 * time.Second
 //
 // Seen failing: with refreshLocked holding the global state lock across
 // LatestVersion, B's state read was still blocked after the bound; with a
-// blob flight holding BlobCache.mu across the backend read, B's blob read
+// blob flight holding blobcache.Cache.mu across the backend read, B's blob read
 // was.
 func TestLockScopeStalledSessionDoesNotBlockOthers(t *testing.T) {
 	testbucket.Each(t, func(t *testing.T, b *blob.Bucket) {
 		w := newWorld(t, b)
 		c := newCache(t, w.store, Options{MetadataTTL: 0}) // every read goes to the bucket
-		blobs := newTestBlobCache(t, w.store, BlobOptions{MemBytes: 4 << 20, ChunkSize: 64 << 10})
+		blobs := newBlobCache(t, w.store, blobcache.Options{MemBytes: 4 << 20, ChunkSize: 64 << 10})
 		a, bs := w.session(), w.session()
 		put := func(id layout.SessionID, seed uint64) (layout.Descriptor, []byte) {
-			body := blobTestBody(150<<10, seed)
+			body := randomBody(150<<10, seed)
 			bi, err := w.store.PutBlobBytes(bg, body, layout.BlobOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -72,7 +73,7 @@ func TestLockScopeStalledSessionDoesNotBlockOthers(t *testing.T) {
 			stalled.Add(1)
 			go func() {
 				defer stalled.Done()
-				got, err := readAll(bg, blobs, &dA, 40<<10)
+				got, err := readBlob(bg, blobs, &dA, 40<<10)
 				if err == nil && !bytes.Equal(got, bodyA) {
 					err = fmt.Errorf("A's blob: wrong bytes")
 				}
@@ -111,7 +112,7 @@ func TestLockScopeStalledSessionDoesNotBlockOthers(t *testing.T) {
 				return err
 			}
 			ops[fmt.Sprintf("B's blob (%d)", i)] = func(ctx context.Context) error {
-				got, err := readAll(ctx, blobs, &dB, 16<<10*(i+1))
+				got, err := readBlob(ctx, blobs, &dB, 16<<10*(i+1))
 				if err == nil && !bytes.Equal(got, bodyB) {
 					err = fmt.Errorf("wrong bytes")
 				}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/blobcache"
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/fs"
 	"github.com/pugmark/pugfs/internal/testbucket"
@@ -33,7 +34,7 @@ func mountStore(t *testing.T, store *layout.Store) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc, err := cache.NewBlobCache(store, cache.BlobOptions{MemBytes: 16 << 20, Logger: quiet})
+	bc, err := blobcache.New(store, blobcache.Options{MemBytes: 16 << 20, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

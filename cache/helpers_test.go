@@ -1,9 +1,12 @@
 package cache
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"math/rand/v2"
 	"runtime"
 	"sort"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/blobcache"
 	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/faultblob"
@@ -288,4 +292,85 @@ func ids(rows []Row) string {
 		fmt.Fprintf(&b, "%s@%s", r.ID.String()[:8], r.UpdatedAt.Format(time.TimeOnly))
 	}
 	return b.String()
+}
+
+// waitFor polls cond until it holds (a state the test cannot be told of
+// otherwise, such as a number of flight waiters), failing after 10s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// logCapture collects log output.
+type logCapture struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logCapture) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logCapture) count(sub string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.buf.String(), sub)
+}
+
+func (l *logCapture) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+func (l *logCapture) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// randomBody returns n deterministic pseudo-random bytes.
+func randomBody(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// newBlobCache is a blob cache over src that logs nothing, closed at
+// cleanup (the lock tests read blobs next to sessions).
+func newBlobCache(t testing.TB, src blobcache.Source, opts blobcache.Options) *blobcache.Cache {
+	t.Helper()
+	opts.Logger = slog.New(slog.DiscardHandler)
+	c, err := blobcache.New(src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// readBlob reads d through c.ReadAt in pieces of step bytes.
+func readBlob(ctx context.Context, c *blobcache.Cache, d *layout.Descriptor, step int) ([]byte, error) {
+	var out []byte
+	buf := make([]byte, step)
+	for off := int64(0); ; {
+		n, err := c.ReadAt(ctx, d, buf, off)
+		out = append(out, buf[:n]...)
+		off += int64(n)
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+	}
 }

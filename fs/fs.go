@@ -14,6 +14,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/pugmark/pugfs/blobcache"
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/ingest"
 	"github.com/pugmark/pugfs/layout"
@@ -36,7 +37,7 @@ const (
 type Config struct {
 	Store *layout.Store
 	Cache *cache.Cache
-	Blobs *cache.BlobCache
+	Blobs *blobcache.Cache
 	// BucketURL is shown in .pugmark/bucket, with credentials removed.
 	BucketURL string
 	// Flags is shown in .pugmark/flags.
@@ -72,7 +73,7 @@ type FS struct {
 	cfg   Config
 	store *layout.Store
 	cache *cache.Cache
-	blobs *cache.BlobCache
+	blobs *blobcache.Cache
 	views *cache.Views
 	log   *slog.Logger
 	ttl   time.Duration

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/splice"
+	"github.com/pugmark/pugfs/blobcache"
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 	"gocloud.dev/blob/memblob"
@@ -95,7 +96,7 @@ func mountCycle(t *testing.T, store *layout.Store, id layout.SessionID) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc, err := cache.NewBlobCache(store, cache.BlobOptions{MemBytes: 16 << 20, SpillDir: t.TempDir()})
+	bc, err := blobcache.New(store, blobcache.Options{MemBytes: 16 << 20, SpillDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

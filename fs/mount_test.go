@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/blobcache"
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 	"gocloud.dev/blob/memblob"
@@ -25,7 +26,7 @@ func testMount(t *testing.T, store *layout.Store, mutate func(*Config)) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc, err := cache.NewBlobCache(store, cache.BlobOptions{MemBytes: 64 << 20})
+	bc, err := blobcache.New(store, blobcache.Options{MemBytes: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

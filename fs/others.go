@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/blobcache"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -63,7 +63,7 @@ func (f *FS) statsText() string {
 	bs := f.blobs.Stats()
 	// The raw counters on one line, Name:value, for scripts; then the same
 	// for people, with hit rates.
-	type rawBlobStats cache.BlobStats
+	type rawBlobStats blobcache.Stats
 	fmt.Fprintf(&b, "blobs: %+v\n", rawBlobStats(bs))
 	fmt.Fprintf(&b, "blob cache %s\n", strings.ReplaceAll(bs.String(), "\n", "\nblob cache "))
 	ws := f.w.stats()

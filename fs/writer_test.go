@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/pugmark/pugfs/blobcache"
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/faultblob"
@@ -40,7 +41,7 @@ func newWriterRig(t *testing.T) *writerRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc, err := cache.NewBlobCache(store, cache.BlobOptions{MemBytes: 8 << 20})
+	bc, err := blobcache.New(store, blobcache.Options{MemBytes: 8 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

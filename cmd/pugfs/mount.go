@@ -78,7 +78,7 @@ type mountConfig struct {
 	IngestFrom []ingest.Prefix
 	// SniffEncoding shows text bodies whose content-encoding was lost
 	// decoded when their head is gzip/zstd magic (§15), at the price of a
-	// blob read per file on the stat path (cache.BlobOptions).
+	// blob read per file on the stat path (blobcache.Options).
 	SniffEncoding bool
 	// RequestTimeout bounds every attempt of every bucket request (and
 	// each read of a body); one that passes it fails, and the FUSE call

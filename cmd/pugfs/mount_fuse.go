@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pugmark/pugfs/blobcache"
 	"github.com/pugmark/pugfs/cache"
 	pfs "github.com/pugmark/pugfs/fs"
 	"github.com/pugmark/pugfs/ingest"
@@ -107,7 +108,7 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 		debug.SetMemoryLimit(cfg.CacheSize + 48<<20)
 	}
 	copts := cache.Options{MetadataTTL: cfg.MetadataTTL, Logger: log}
-	bopts := cache.BlobOptions{MemBytes: cfg.CacheSize, SpillDir: staging, SniffEncoding: cfg.SniffEncoding, Logger: log}
+	bopts := blobcache.Options{MemBytes: cfg.CacheSize, SpillDir: staging, SniffEncoding: cfg.SniffEncoding, Logger: log}
 	if cfg.CacheDir != "" {
 		copts.IndexPath = filepath.Join(cfg.CacheDir, "index.json")
 		bopts.DiskDir = filepath.Join(cfg.CacheDir, "blobs")
@@ -118,7 +119,7 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 		return err
 	}
 	defer c.Close()
-	bc, err := cache.NewBlobCache(store, bopts)
+	bc, err := blobcache.New(store, bopts)
 	if err != nil {
 		return err
 	}

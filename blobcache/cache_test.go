@@ -1,4 +1,4 @@
-package cache
+package blobcache
 
 import (
 	"bytes"
@@ -30,7 +30,7 @@ func blobTestBody(n int, seed uint64) []byte {
 	return b
 }
 
-// fakeBlobSource is a BlobSource over a map that counts reads and can
+// fakeBlobSource is a Source over a map that counts reads and can
 // block or tamper with them.
 type fakeBlobSource struct {
 	mu     sync.Mutex
@@ -148,12 +148,12 @@ func (l *blobLog) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-func newTestBlobCache(t testing.TB, src BlobSource, opts BlobOptions) *BlobCache {
+func newTestBlobCache(t testing.TB, src Source, opts Options) *Cache {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	c, err := NewBlobCache(src, opts)
+	c, err := New(src, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func newTestBlobCache(t testing.TB, src BlobSource, opts BlobOptions) *BlobCache
 }
 
 // dropMemory empties the chunk LRU, as memory pressure would.
-func (c *BlobCache) dropMemory() {
+func (c *Cache) dropMemory() {
 	c.mu.Lock()
 	c.chunks.Purge()
 	c.memBytes = 0
@@ -183,7 +183,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // readAll reads d through ReadAt in pieces of step bytes.
-func readAll(ctx context.Context, c *BlobCache, d *layout.Descriptor, step int) ([]byte, error) {
+func readAll(ctx context.Context, c *Cache, d *layout.Descriptor, step int) ([]byte, error) {
 	var out []byte
 	buf := make([]byte, step)
 	for off := int64(0); ; {
@@ -219,7 +219,7 @@ func TestBlobReadPlain(t *testing.T) {
 	body := blobTestBody(12*cs+123, 1)
 	size := int64(len(body))
 	store, ds := storeWith(t, body)
-	c := newTestBlobCache(t, store, BlobOptions{ChunkSize: cs, MemBytes: 1 << 20})
+	c := newTestBlobCache(t, store, Options{ChunkSize: cs, MemBytes: 1 << 20})
 	d := &layout.Descriptor{Digest: ds[0], Size: size, Name: "a.bin", ContentType: "application/octet-stream"}
 
 	cases := []struct {
@@ -274,7 +274,7 @@ func TestBlobReadPlain(t *testing.T) {
 func TestBlobEmpty(t *testing.T) {
 	ctx := context.Background()
 	store, ds := storeWith(t, []byte{})
-	c := newTestBlobCache(t, store, BlobOptions{})
+	c := newTestBlobCache(t, store, Options{})
 	for _, enc := range []string{"", "gzip"} {
 		d := &layout.Descriptor{Digest: ds[0], ContentEncoding: enc}
 		if n, err := c.ReadAt(ctx, d, make([]byte, 4), 0); n != 0 || err != io.EOF {
@@ -303,7 +303,7 @@ func TestBlobInline(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newTestBlobCache(t, src, BlobOptions{})
+			c := newTestBlobCache(t, src, Options{})
 			d := &layout.Descriptor{Digest: dg, Size: int64(len(body)), Data: tc.data, ContentType: "text/plain"}
 			got, err := readAll(ctx, c, d, 7)
 			if err != nil || !bytes.Equal(got, body) {
@@ -346,7 +346,7 @@ func TestBlobCorrupt(t *testing.T) {
 			now := time.Unix(1_700_000_000, 0)
 			var clock atomic.Int64
 			clock.Store(now.UnixNano())
-			c := newTestBlobCache(t, src, BlobOptions{ChunkSize: cs, Logger: log.logger(),
+			c := newTestBlobCache(t, src, Options{ChunkSize: cs, Logger: log.logger(),
 				now: func() time.Time { return time.Unix(0, clock.Load()) }})
 			d := &layout.Descriptor{Digest: dg, Size: tc.size, ContentType: "application/octet-stream"}
 			key := "objects/sha256:" + dg.Hex()
@@ -388,7 +388,7 @@ func TestBlobChangedAfterVerification(t *testing.T) {
 	body := blobTestBody(6*cs, 3)
 	src := newFakeBlobSource()
 	dg := src.put(body)
-	c := newTestBlobCache(t, src, BlobOptions{ChunkSize: cs, ReadAhead: -1})
+	c := newTestBlobCache(t, src, Options{ChunkSize: cs, ReadAhead: -1})
 	d := &layout.Descriptor{Digest: dg, Size: int64(len(body)), ContentType: "application/octet-stream"}
 	if got, err := readAll(ctx, c, d, 500); err != nil || !bytes.Equal(got, body) {
 		t.Fatalf("first read: %v", err)
@@ -431,7 +431,7 @@ func TestBlobCoalesce(t *testing.T) {
 	body := blobTestBody(cs, 4)
 	src := newFakeBlobSource()
 	dg := src.put(body)
-	c := newTestBlobCache(t, src, BlobOptions{ChunkSize: cs})
+	c := newTestBlobCache(t, src, Options{ChunkSize: cs})
 	d := &layout.Descriptor{Digest: dg, Size: cs, ContentType: "application/octet-stream"}
 	const readers = 8
 
@@ -504,7 +504,7 @@ func TestBlobParallelBound(t *testing.T) {
 			return true
 		}
 	})
-	c := newTestBlobCache(t, src, BlobOptions{ChunkSize: cs, Parallel: 3})
+	c := newTestBlobCache(t, src, Options{ChunkSize: cs, Parallel: 3})
 	d := &layout.Descriptor{Digest: dg, Size: int64(len(body)), ContentType: "application/octet-stream"}
 	if got, err := readAll(context.Background(), c, d, 4096); err != nil || !bytes.Equal(got, body) {
 		t.Fatal(err)
@@ -524,7 +524,7 @@ func TestBlobCancelledWaiter(t *testing.T) {
 	dg := src.put(body)
 	gate := make(chan struct{})
 	src.set(func(f *fakeBlobSource) { f.gate = gate })
-	c := newTestBlobCache(t, src, BlobOptions{ChunkSize: cs})
+	c := newTestBlobCache(t, src, Options{ChunkSize: cs})
 	d := &layout.Descriptor{Digest: dg, Size: cs, ContentType: "application/octet-stream"}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -559,7 +559,7 @@ func TestBlobMemoryBound(t *testing.T) {
 		ds = append(ds, &layout.Descriptor{Digest: src.put(b), Size: int64(len(b)), ContentType: "application/octet-stream"})
 		bodies = append(bodies, b)
 	}
-	c := newTestBlobCache(t, src, BlobOptions{ChunkSize: cs, MemBytes: budget, ReadAhead: 2, Parallel: 3})
+	c := newTestBlobCache(t, src, Options{ChunkSize: cs, MemBytes: budget, ReadAhead: 2, Parallel: 3})
 	var wg sync.WaitGroup
 	errs := make(chan error, 3*len(ds))
 	for r := range 3 {
@@ -597,7 +597,7 @@ func TestBlobReadAheadStopsOnClose(t *testing.T) {
 	body := blobTestBody(20*cs, 6)
 	src := newFakeBlobSource()
 	dg := src.put(body)
-	c, err := NewBlobCache(src, BlobOptions{ChunkSize: cs, ReadAhead: 4, Logger: slog.New(slog.DiscardHandler)})
+	c, err := New(src, Options{ChunkSize: cs, ReadAhead: 4, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -644,7 +644,7 @@ func TestBlobBackendErrorsAreNotRemembered(t *testing.T) {
 		t.Fatal(err)
 	}
 	inj.Add(faultblob.Rule{Ops: faultblob.OpGet, FailFirst: 1, Err: faultblob.PermanentError(gcerrors.Internal)})
-	c := newTestBlobCache(t, store, BlobOptions{ChunkSize: 4096})
+	c := newTestBlobCache(t, store, Options{ChunkSize: 4096})
 	d := &layout.Descriptor{Digest: bi.Digest, Size: bi.Size, ContentType: "application/octet-stream"}
 	p := make([]byte, 64)
 	_, err = c.ReadAt(ctx, d, p, 0)
@@ -694,7 +694,7 @@ func TestBlobInFlightBound(t *testing.T) {
 	gate := make(chan struct{})
 	src.set(func(f *fakeBlobSource) { f.gate = gate })
 	const blobs, limit = 12, 6
-	opts := BlobOptions{ChunkSize: 16 << 10, Parallel: 4, MaxInFlight: limit, ReadAhead: -1}
+	opts := Options{ChunkSize: 16 << 10, Parallel: 4, MaxInFlight: limit, ReadAhead: -1}
 	c := newTestBlobCache(t, src, opts)
 	var ds []*layout.Descriptor
 	var bodies [][]byte
@@ -719,7 +719,7 @@ func TestBlobInFlightBound(t *testing.T) {
 		}()
 	}
 	waitFor(t, "reads to queue for a slot", func() bool {
-		return src.reads.Load() > limit || goroutinesWaiting("[select", "(*BlobCache).fetchRange") >= 2*limit
+		return src.reads.Load() > limit || goroutinesWaiting("[select", "(*Cache).fetchRange") >= 2*limit
 	})
 	if n := src.reads.Load(); n != limit {
 		t.Fatalf("%d backend reads open at once, MaxInFlight %d", n, limit)

@@ -1,4 +1,4 @@
-package cache
+package blobcache
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ import (
 	"github.com/pugmark/pugfs/layout"
 )
 
-// diskCache is the optional on-disk tier of BlobCache, under DiskDir/blobs:
+// diskCache is the optional on-disk tier of Cache, under DiskDir/blobs:
 //
 //	sha256/<2 hex>/<64 hex>  a whole body whose content hashes to the name:
 //	                         a verified stored blob, or a large decoded body
@@ -65,7 +65,9 @@ type diskCache struct {
 	disabled  atomic.Bool
 	evictions atomic.Int64
 
-	mu       sync.Mutex // guards the fields below; never held across I/O
+	// mu guards the fields below (GUARDED_BY(mu)). It is never held
+	// across I/O, nor together with Cache.mu (see the package doc).
+	mu       sync.Mutex
 	index    map[string]*diskEntry
 	total    int64
 	evicting bool

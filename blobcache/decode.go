@@ -1,4 +1,4 @@
-package cache
+package blobcache
 
 import (
 	"bytes"
@@ -16,7 +16,9 @@ import (
 
 // blobDecoded is a decoded body: its size, digest and per-chunk hashes,
 // and the file holding all of it when it is too large to live in memory
-// only (nil: its chunks are in the LRU, or re-decoded when evicted).
+// only (nil: its chunks are in the LRU, or re-decoded when evicted). It
+// is not changed once published in c.decs; f is closed only after it left
+// c.decs (releaseDecodedLocked, then Cache.unlock).
 type blobDecoded struct {
 	size   int64
 	sum    layout.Digest
@@ -50,7 +52,7 @@ var errBlobDecodeDone = errors.New("cache: decoder finished")
 // ensureDecoded returns the decoded body of d in space; sniffed says the
 // encoding was only sniffed (a decode failure is then not an error worth
 // remembering: the body is shown as stored).
-func (c *BlobCache) ensureDecoded(ctx context.Context, d *layout.Descriptor, space blobSpace, want int64, sniffed bool) (*blobDecoded, error) {
+func (c *Cache) ensureDecoded(ctx context.Context, d *layout.Descriptor, space blobSpace, want int64, sniffed bool) (*blobDecoded, error) {
 	res, err := c.decoded(ctx, d, space, want, sniffed)
 	if err != nil {
 		return nil, err
@@ -58,7 +60,7 @@ func (c *BlobCache) ensureDecoded(ctx context.Context, d *layout.Descriptor, spa
 	return res.dec, nil
 }
 
-func (c *BlobCache) decoded(ctx context.Context, d *layout.Descriptor, space blobSpace, want int64, sniffed bool) (*blobDecodeResult, error) {
+func (c *Cache) decoded(ctx context.Context, d *layout.Descriptor, space blobSpace, want int64, sniffed bool) (*blobDecodeResult, error) {
 	key := blobBodyKey{d.Digest, space}
 	c.mu.Lock()
 	dec, ok := c.decs.Get(key)
@@ -91,7 +93,7 @@ func (c *BlobCache) decoded(ctx context.Context, d *layout.Descriptor, space blo
 // decode produces the decoded body from the cheapest proven source: a
 // decoded copy in the disk cache, inline data, a verify pass that decodes
 // as it goes, or the verified stored body re-read chunk by chunk.
-func (c *BlobCache) decode(ctx context.Context, d *layout.Descriptor, space blobSpace, want int64) (*blobDecodeResult, error) {
+func (c *Cache) decode(ctx context.Context, d *layout.Descriptor, space blobSpace, want int64) (*blobDecodeResult, error) {
 	if info, ok := c.decInfo(d.Digest, space); ok && c.disk != nil {
 		if f, ok := c.disk.openEntry(info.sum, info.size); ok {
 			res, err := c.loadDecodedFile(ctx, d.Digest, space, f, info, want)
@@ -119,7 +121,7 @@ func (c *BlobCache) decode(ctx context.Context, d *layout.Descriptor, space blob
 	return c.decodeFrom(ctx, d.Digest, space, &blobRawReader{c: c, ctx: ctx, d: d.Digest, size: meta.size}, want)
 }
 
-func (c *BlobCache) decodeFrom(ctx context.Context, d layout.Digest, space blobSpace, r io.Reader, want int64) (*blobDecodeResult, error) {
+func (c *Cache) decodeFrom(ctx context.Context, d layout.Digest, space blobSpace, r io.Reader, want int64) (*blobDecodeResult, error) {
 	s := c.newDecSink(d, space, want)
 	if err := s.run(ctx, r); err != nil {
 		s.abort()
@@ -131,7 +133,7 @@ func (c *BlobCache) decodeFrom(ctx context.Context, d layout.Digest, space blobS
 // loadDecodedFile verifies a decoded body's disk copy whole (on first use
 // in this process) against the digest its info record names, recording
 // the chunk hashes later re-reads are checked against.
-func (c *BlobCache) loadDecodedFile(ctx context.Context, d layout.Digest, space blobSpace, f *os.File, info blobDecInfo, want int64) (res *blobDecodeResult, err error) {
+func (c *Cache) loadDecodedFile(ctx context.Context, d layout.Digest, space blobSpace, f *os.File, info blobDecInfo, want int64) (res *blobDecodeResult, err error) {
 	stage := c.newStager(want)
 	defer func() {
 		if err != nil {
@@ -169,7 +171,7 @@ func (c *BlobCache) loadDecodedFile(ctx context.Context, d layout.Digest, space 
 
 // publishDecoded makes dec the decoded body of (d, space), publishes the
 // staged chunks and returns the wanted one.
-func (c *BlobCache) publishDecoded(d layout.Digest, space blobSpace, dec *blobDecoded, want int64, stagers ...*blobStager) *blobDecodeResult {
+func (c *Cache) publishDecoded(d layout.Digest, space blobSpace, dec *blobDecoded, want int64, stagers ...*blobStager) *blobDecodeResult {
 	res := &blobDecodeResult{dec: dec, want: want}
 	c.mu.Lock()
 	sh := c.shapeLocked(d)
@@ -204,7 +206,7 @@ func (c *BlobCache) publishDecoded(d layout.Digest, space blobSpace, dec *blobDe
 // releaseDecodedLocked is the eviction callback of decs. Files are closed
 // after c.mu is released (c.unlock): closing a large unlinked spill file
 // frees its blocks, which is disk work.
-func (c *BlobCache) releaseDecodedLocked(dec *blobDecoded) {
+func (c *Cache) releaseDecodedLocked(dec *blobDecoded) {
 	if dec.spill {
 		c.spillBytes -= dec.size
 	}
@@ -215,7 +217,7 @@ func (c *BlobCache) releaseDecodedLocked(dec *blobDecoded) {
 
 // unlock releases c.mu, then closes the files evictions queued. A reader
 // still using such a file gets os.ErrClosed and decodes again.
-func (c *BlobCache) unlock() {
+func (c *Cache) unlock() {
 	q := c.closeQ
 	c.closeQ = nil
 	c.mu.Unlock()
@@ -225,7 +227,7 @@ func (c *BlobCache) unlock() {
 }
 
 // dropDecoded forgets dec as the decoded body of key (it is stale).
-func (c *BlobCache) dropDecoded(key blobBodyKey, dec *blobDecoded) {
+func (c *Cache) dropDecoded(key blobBodyKey, dec *blobDecoded) {
 	c.mu.Lock()
 	if cur, ok := c.decs.Peek(key); ok && cur == dec {
 		c.decs.Remove(key)
@@ -237,7 +239,7 @@ func (c *BlobCache) dropDecoded(key blobBodyKey, dec *blobDecoded) {
 // file (checked against the chunk hash) or by decoding again. dec may be
 // nil (not needed if the chunk is in memory); the decoded body used is
 // returned for the caller's next chunks.
-func (c *BlobCache) decodedChunk(ctx context.Context, d *layout.Descriptor, space blobSpace, dec *blobDecoded, size, idx int64) ([]byte, *blobDecoded, error) {
+func (c *Cache) decodedChunk(ctx context.Context, d *layout.Descriptor, space blobSpace, dec *blobDecoded, size, idx int64) ([]byte, *blobDecoded, error) {
 	k := blobChunkKey{d.Digest, space, idx}
 	if buf, ok := c.lookup(k); ok {
 		return buf, dec, nil
@@ -282,7 +284,7 @@ func (c *BlobCache) decodedChunk(ctx context.Context, d *layout.Descriptor, spac
 
 // decodedFileChunk reads one chunk of a decoded body from its file,
 // coalescing concurrent requests.
-func (c *BlobCache) decodedFileChunk(ctx context.Context, d layout.Digest, space blobSpace, dec *blobDecoded, idx int64) ([]byte, error) {
+func (c *Cache) decodedFileChunk(ctx context.Context, d layout.Digest, space blobSpace, dec *blobDecoded, idx int64) ([]byte, error) {
 	k := blobChunkKey{d, space, idx}
 	return blobDo(c, c.fetches, k, ctx, func(context.Context) ([]byte, error) {
 		if buf, ok := c.peek(k); ok {
@@ -311,7 +313,7 @@ func (c *BlobCache) decodedFileChunk(ctx context.Context, d layout.Digest, space
 }
 
 // readDecoded serves [off, off+len(p)) of a decoded body.
-func (c *BlobCache) readDecoded(ctx context.Context, d *layout.Descriptor, b blobBody, p []byte, off int64) (int, error) {
+func (c *Cache) readDecoded(ctx context.Context, d *layout.Descriptor, b blobBody, p []byte, off int64) (int, error) {
 	key := blobBodyKey{d.Digest, b.space}
 	seq := c.sequential(key, off, off+int64(len(p)))
 	first := true
@@ -334,7 +336,7 @@ func (c *BlobCache) readDecoded(ctx context.Context, d *layout.Descriptor, b blo
 // it, keeps it in memory while it is small and spills it to a file when
 // it is not.
 type blobDecSink struct {
-	c       *BlobCache
+	c       *Cache
 	d       layout.Digest
 	space   blobSpace
 	want    int64
@@ -349,7 +351,7 @@ type blobDecSink struct {
 	scratch []byte
 }
 
-func (c *BlobCache) newDecSink(d layout.Digest, space blobSpace, want int64) *blobDecSink {
+func (c *Cache) newDecSink(d layout.Digest, space blobSpace, want int64) *blobDecSink {
 	return &blobDecSink{
 		c: c, d: d, space: space, want: want, h: sha256.New(),
 		mem:   &blobStager{c: c, lo: 0, hi: math.MaxInt64},
@@ -570,7 +572,7 @@ type blobDecodeJob struct {
 	dead  bool // the decoder stopped reading
 }
 
-func (c *BlobCache) startDecodeJob(ctx context.Context, d layout.Digest, space blobSpace, want int64) *blobDecodeJob {
+func (c *Cache) startDecodeJob(ctx context.Context, d layout.Digest, space blobSpace, want int64) *blobDecodeJob {
 	pr, pw := io.Pipe()
 	j := &blobDecodeJob{space: space, pw: pw, done: make(chan struct{}), sink: c.newDecSink(d, space, want)}
 	go func() {

@@ -1,4 +1,4 @@
-package cache
+package blobcache
 
 import (
 	"bytes"
@@ -43,7 +43,7 @@ func newDiskFixture(t *testing.T) *diskFixture {
 	return f
 }
 
-func (f *diskFixture) check(t *testing.T, c *BlobCache) {
+func (f *diskFixture) check(t *testing.T, c *Cache) {
 	t.Helper()
 	ctx := context.Background()
 	for i, d := range f.ds {
@@ -59,8 +59,8 @@ func (f *diskFixture) check(t *testing.T, c *BlobCache) {
 
 // diskOpts sniffs lost encodings: the fixture's lost.json is the case of
 // a sniff result kept on disk.
-func diskOpts(dir string) BlobOptions {
-	return BlobOptions{ChunkSize: 16 << 10, MemBytes: 1 << 20, DiskDir: dir, DiskBytes: 64 << 20, SniffEncoding: true}
+func diskOpts(dir string) Options {
+	return Options{ChunkSize: 16 << 10, MemBytes: 1 << 20, DiskDir: dir, DiskBytes: 64 << 20, SniffEncoding: true}
 }
 
 func TestDiskSurvivesRestart(t *testing.T) {
@@ -159,7 +159,7 @@ func TestDiskDamagedEntry(t *testing.T) {
 func TestDiskShared(t *testing.T) {
 	dir := t.TempDir()
 	f := newDiskFixture(t)
-	cs := []*BlobCache{newTestBlobCache(t, f.src, diskOpts(dir)), newTestBlobCache(t, f.src, diskOpts(dir))}
+	cs := []*Cache{newTestBlobCache(t, f.src, diskOpts(dir)), newTestBlobCache(t, f.src, diskOpts(dir))}
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*3*len(f.ds))
 	for _, c := range cs {

@@ -1,4 +1,4 @@
-package cache
+package blobcache
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,24 +16,24 @@ import (
 	"github.com/pugmark/pugfs/layout"
 )
 
-// BlobSource is what the cache needs from the layout store: ranged reads of
+// Source is what the cache needs from the layout store: ranged reads of
 // stored blob bodies (length < 0: to the end). *layout.Store implements it.
 // Nothing it returns is trusted until the cache has checked it.
-type BlobSource interface {
+type Source interface {
 	OpenBlob(ctx context.Context, d layout.Digest, offset, length int64) (io.ReadCloser, error)
 }
 
-var _ BlobSource = (*layout.Store)(nil)
+var _ Source = (*layout.Store)(nil)
 
-// Defaults of BlobOptions. A zero or negative field takes its default,
+// Defaults of Options. A zero or negative field takes its default,
 // except ReadAhead, where a negative value turns read-ahead off.
 const (
-	DefaultBlobMemBytes   = 256 << 20
-	DefaultBlobChunkSize  = 1 << 20
-	DefaultBlobReadAhead  = 4
-	DefaultBlobParallel   = 8
-	DefaultBlobDiskBytes  = 10 << 30
-	DefaultBlobMaxDecoded = 64 << 30
+	DefaultMemBytes   = 256 << 20 // Options.MemBytes: 256 MiB of chunks in memory
+	DefaultChunkSize  = 1 << 20   // Options.ChunkSize: 1 MiB
+	DefaultReadAhead  = 4         // Options.ReadAhead: chunks fetched ahead
+	DefaultParallel   = 8         // Options.Parallel: reads per verify pass
+	DefaultDiskBytes  = 10 << 30  // Options.DiskBytes: 10 GiB on disk
+	DefaultMaxDecoded = 64 << 30  // Options.MaxDecoded: 64 GiB decoded
 )
 
 const (
@@ -61,8 +60,8 @@ const (
 	blobSeqStreams = 1024
 )
 
-// BlobOptions configure a BlobCache. The zero value is usable.
-type BlobOptions struct {
+// Options configure a Cache. The zero value is usable.
+type Options struct {
 	// MemBytes bounds the bytes of cached and staged chunks held in memory
 	// (default 256 MiB). In-flight backend reads hold further chunk
 	// buffers on top of it, at most MaxInFlight.
@@ -112,9 +111,9 @@ type BlobOptions struct {
 	now func() time.Time
 }
 
-// BlobStats are the cache's counters. The counts are cumulative since
-// NewBlobCache; InFlight, MemBytes and DiskBytes are current values.
-type BlobStats struct {
+// Stats are the cache's counters. The counts are cumulative since
+// New; InFlight, MemBytes and DiskBytes are current values.
+type Stats struct {
 	// Hits and Misses count chunk lookups that found / did not find the
 	// chunk in memory.
 	Hits, Misses int64
@@ -122,7 +121,7 @@ type BlobStats struct {
 	DiskHits int64
 	// InlineReads counts reads served from a descriptor's inline data.
 	InlineReads int64
-	// BackendReads counts ranged reads issued to the BlobSource;
+	// BackendReads counts ranged reads issued to the Source;
 	// BytesFetched the bytes they delivered.
 	BackendReads, BytesFetched int64
 	// VerifyPasses counts whole-blob verify passes (from the backend or a
@@ -137,7 +136,7 @@ type BlobStats struct {
 	// InFlight is the number of backend reads open right now.
 	InFlight int64
 	// MemBytes is the bytes of cached plus staged chunks; MemPeak is its
-	// high-water mark. Both stay within BlobOptions.MemBytes.
+	// high-water mark. Both stay within Options.MemBytes.
 	MemBytes, MemPeak int64
 	// DiskBytes is the size of the disk cache entries this process knows
 	// of; DiskEnabled reports whether the disk tier is in use.
@@ -145,7 +144,7 @@ type BlobStats struct {
 	DiskEnabled bool
 }
 
-// BlobCache serves blob content to the mounted tree: verified against the
+// Cache serves blob content to the mounted tree: verified against the
 // digest, decoded per content-encoding, cached in memory and optionally on
 // disk. It is safe for concurrent use.
 //
@@ -185,9 +184,9 @@ type BlobStats struct {
 // share one flight. Flights and read-ahead run under the cache's context,
 // cancelled by Close; a flight is also cancelled when every caller waiting
 // for it has given up.
-type BlobCache struct {
-	src         BlobSource
-	opts        BlobOptions
+type Cache struct {
+	src         Source
+	opts        Options
 	log         *slog.Logger
 	now         func() time.Time
 	cs          int64 // chunk size
@@ -206,6 +205,12 @@ type BlobCache struct {
 	bufs     sync.Pool
 	disk     *diskCache
 
+	// mu guards the fields from closed to fetches (GUARDED_BY(mu)), the
+	// shapes they point to and each flight's waiters; see the package doc
+	// for the lock order. It is never held across backend or disk I/O;
+	// release it with c.unlock when an eviction may have queued files in
+	// closeQ. The fields above are set by New and not changed after, and
+	// st is atomics.
 	mu         sync.Mutex
 	closed     bool
 	chunks     *simplelru.LRU[blobChunkKey, []byte]
@@ -226,6 +231,8 @@ type BlobCache struct {
 	st blobCounters
 }
 
+// blobCounters are the cumulative counters behind Stats; atomics, so no
+// lock is needed to count or to read them.
 type blobCounters struct {
 	hits, misses, diskHits, inline     atomic.Int64
 	backendReads, bytesFetched         atomic.Int64
@@ -284,21 +291,8 @@ type blobSizedKey struct {
 	size int64
 }
 
-// blobBadKey identifies a body of a claimed size in one view: the key of
-// remembered failures (blobRaw: the stored bytes are bad; else the
-// decoding failed) and of decode flights.
-type blobBadKey struct {
-	d     layout.Digest
-	size  int64
-	space blobSpace
-}
-
-type blobBad struct {
-	until time.Time
-	err   error
-}
-
-// blobMeta is what a verify pass proved about a stored body.
+// blobMeta is what a verify pass proved about a stored body. It is not
+// changed once in c.metas, except onDisk (atomic).
 type blobMeta struct {
 	size   int64
 	hashes [][32]byte // SHA-256 of each chunk
@@ -306,55 +300,38 @@ type blobMeta struct {
 	onDisk atomic.Bool
 }
 
-// blobShape holds the immutable facts learned about a digest's content.
-type blobShape struct {
-	sniffed  bool
-	sniff    blobSpace // the encoding the head announces
-	sniffBad bool      // it announced one the body does not decode with
-	// probed says probeRaw read the (unverified) head; probeRaw that it
-	// had no magic number. Only Size uses them.
-	probed, probeRaw bool
-	dec              [blobSpaces]blobDecInfo
-}
-
-type blobDecInfo struct {
-	known bool
-	size  int64
-	sum   layout.Digest // SHA-256 of the decoded body
-}
-
 type blobSeq struct{ off, end int64 }
 
 var errBlobClosed = fmt.Errorf("cache: blob cache: %w", os.ErrClosed)
 
-// NewBlobCache returns a cache reading from src. A DiskDir that cannot be
+// New returns a cache reading from src. A DiskDir that cannot be
 // used is not an error: the cache logs one warning and runs memory-only.
-func NewBlobCache(src BlobSource, opts BlobOptions) (*BlobCache, error) {
+func New(src Source, opts Options) (*Cache, error) {
 	if src == nil {
-		return nil, fmt.Errorf("cache: NewBlobCache: %w: nil BlobSource", layout.ErrInvalid)
+		return nil, fmt.Errorf("cache: New: %w: nil Source", layout.ErrInvalid)
 	}
 	if opts.MemBytes <= 0 {
-		opts.MemBytes = DefaultBlobMemBytes
+		opts.MemBytes = DefaultMemBytes
 	}
 	if opts.ChunkSize <= 0 {
-		opts.ChunkSize = DefaultBlobChunkSize
+		opts.ChunkSize = DefaultChunkSize
 	}
 	if opts.ReadAhead < 0 {
 		opts.ReadAhead = 0
 	} else if opts.ReadAhead == 0 {
-		opts.ReadAhead = DefaultBlobReadAhead
+		opts.ReadAhead = DefaultReadAhead
 	}
 	if opts.Parallel <= 0 {
-		opts.Parallel = DefaultBlobParallel
+		opts.Parallel = DefaultParallel
 	}
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = 4 * opts.Parallel
 	}
 	if opts.DiskBytes <= 0 {
-		opts.DiskBytes = DefaultBlobDiskBytes
+		opts.DiskBytes = DefaultDiskBytes
 	}
 	if opts.MaxDecoded <= 0 {
-		opts.MaxDecoded = DefaultBlobMaxDecoded
+		opts.MaxDecoded = DefaultMaxDecoded
 	}
 	if opts.SpillDir == "" {
 		opts.SpillDir = os.TempDir()
@@ -365,7 +342,7 @@ func NewBlobCache(src BlobSource, opts BlobOptions) (*BlobCache, error) {
 	if opts.now == nil {
 		opts.now = time.Now
 	}
-	c := &BlobCache{
+	c := &Cache{
 		src:      src,
 		opts:     opts,
 		log:      opts.Logger,
@@ -408,7 +385,7 @@ func NewBlobCache(src BlobSource, opts BlobOptions) (*BlobCache, error) {
 
 // Close stops read-ahead and flights, waits for them and releases spill
 // files. Reads after Close fail; Close is idempotent.
-func (c *BlobCache) Close() error {
+func (c *Cache) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -430,11 +407,11 @@ func (c *BlobCache) Close() error {
 }
 
 // Stats returns a snapshot of the counters.
-func (c *BlobCache) Stats() BlobStats {
+func (c *Cache) Stats() Stats {
 	c.mu.Lock()
 	mem := c.memBytes + c.reserved
 	c.mu.Unlock()
-	s := BlobStats{
+	s := Stats{
 		Hits: c.st.hits.Load(), Misses: c.st.misses.Load(), DiskHits: c.st.diskHits.Load(),
 		InlineReads:  c.st.inline.Load(),
 		BackendReads: c.st.backendReads.Load(), BytesFetched: c.st.bytesFetched.Load(),
@@ -452,7 +429,7 @@ func (c *BlobCache) Stats() BlobStats {
 // ClearDisk removes every entry of the disk cache (consistency.md §5:
 // read-only entries too, never through a symbolic link). Memory contents
 // stay valid and are kept.
-func (c *BlobCache) ClearDisk() error {
+func (c *Cache) ClearDisk() error {
 	if c.disk == nil {
 		return nil
 	}
@@ -476,7 +453,7 @@ func (c *BlobCache) ClearDisk() error {
 // the kernel cut reads (cp, mmap) short. Nothing short of decoding tells a
 // single-frame body from a multi-frame one, so a header-derived size
 // would be a guess; see README, "What things cost".
-func (c *BlobCache) Size(ctx context.Context, d *layout.Descriptor) (int64, error) {
+func (c *Cache) Size(ctx context.Context, d *layout.Descriptor) (int64, error) {
 	if err := c.checkDescriptor(d); err != nil {
 		return 0, err
 	}
@@ -511,7 +488,7 @@ func (c *BlobCache) Size(ctx context.Context, d *layout.Descriptor) (int64, erro
 // ReadAt reads the file content for d (decoded per its content-encoding) at
 // off, with io.ReaderAt semantics: fewer than len(p) bytes only with an
 // error, io.EOF at the end.
-func (c *BlobCache) ReadAt(ctx context.Context, d *layout.Descriptor, p []byte, off int64) (int, error) {
+func (c *Cache) ReadAt(ctx context.Context, d *layout.Descriptor, p []byte, off int64) (int, error) {
 	if err := c.checkDescriptor(d); err != nil {
 		return 0, err
 	}
@@ -544,7 +521,7 @@ func (c *BlobCache) ReadAt(ctx context.Context, d *layout.Descriptor, p []byte, 
 
 // ReadRawAt reads the stored bytes of a blob (the objects/ view): verified
 // against the digest, never decoded. size is the blob's stored size.
-func (c *BlobCache) ReadRawAt(ctx context.Context, digest layout.Digest, size int64, p []byte, off int64) (int, error) {
+func (c *Cache) ReadRawAt(ctx context.Context, digest layout.Digest, size int64, p []byte, off int64) (int, error) {
 	if c.isClosed() {
 		return 0, errBlobClosed
 	}
@@ -557,13 +534,13 @@ func (c *BlobCache) ReadRawAt(ctx context.Context, digest layout.Digest, size in
 	return c.readRaw(ctx, digest, size, p, off)
 }
 
-func (c *BlobCache) isClosed() bool {
+func (c *Cache) isClosed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closed
 }
 
-func (c *BlobCache) checkDescriptor(d *layout.Descriptor) error {
+func (c *Cache) checkDescriptor(d *layout.Descriptor) error {
 	if c.isClosed() {
 		return errBlobClosed
 	}
@@ -583,7 +560,7 @@ func (c *BlobCache) checkDescriptor(d *layout.Descriptor) error {
 // a plain body (unless it is still to be sniffed), inline data, or a
 // decoded size remembered in memory or in the disk cache. Listings use it
 // to fetch only the sizes that need a request, in parallel.
-func (c *BlobCache) SizeKnown(d *layout.Descriptor) bool {
+func (c *Cache) SizeKnown(d *layout.Descriptor) bool {
 	if c.checkDescriptor(d) != nil || d.Size == 0 || d.InlineOK() {
 		return true
 	}
@@ -609,52 +586,6 @@ func (c *BlobCache) SizeKnown(d *layout.Descriptor) bool {
 	return ok
 }
 
-// viewOf is blobViewOf under the cache's sniffing option.
-func (c *BlobCache) viewOf(d *layout.Descriptor) (blobSpace, bool, error) {
-	return blobViewOf(d, c.opts.SniffEncoding)
-}
-
-// blobViewOf says how d's body is shown: decoded with its declared
-// content-encoding, or as stored, after sniffing for a lost encoding
-// (§15) only when sniffing is on.
-func blobViewOf(d *layout.Descriptor, sniffing bool) (space blobSpace, sniff bool, err error) {
-	switch enc := strings.ToLower(strings.TrimSpace(d.ContentEncoding)); enc {
-	case "":
-		return blobRaw, sniffing && blobSniffCandidate(d), nil
-	case "identity":
-		return blobRaw, false, nil
-	case "gzip", "x-gzip":
-		return blobGzip, false, nil
-	case "zstd":
-		return blobZstd, false, nil
-	default:
-		return 0, false, fmt.Errorf("%s: %w: unsupported content-encoding %q", layout.BlobKey(d.Digest), layout.ErrCorrupt, enc)
-	}
-}
-
-// blobSniffCandidate reports whether a body without content-encoding should
-// be sniffed: only bodies that ought to be text, so that binary formats
-// starting with the magic bytes by chance, and files that are meant to be
-// compressed archives (.gz, .zst), are shown as stored.
-func blobSniffCandidate(d *layout.Descriptor) bool {
-	name := strings.ToLower(d.Name)
-	for _, ext := range []string{".gz", ".tgz", ".zst", ".zstd"} {
-		if strings.HasSuffix(name, ext) {
-			return false
-		}
-	}
-	ct := strings.ToLower(strings.TrimSpace(d.ContentType))
-	if i := strings.IndexByte(ct, ';'); i >= 0 {
-		ct = strings.TrimSpace(ct[:i])
-	}
-	switch {
-	case ct == "", strings.HasPrefix(ct, "text/"), ct == "application/json", ct == "application/x-ndjson",
-		strings.HasSuffix(ct, "+json"), strings.HasSuffix(ct, "+xml"):
-		return true
-	}
-	return false
-}
-
 // blobBody is how one read is served: which key space, its size, and the
 // decoded body when it is not the stored bytes (nil until needed when the
 // decoded size is already known).
@@ -666,7 +597,7 @@ type blobBody struct {
 
 // body resolves the view of d, decoding if needed; want is the chunk the
 // caller is about to read, so that a pass stages the chunks around it.
-func (c *BlobCache) body(ctx context.Context, d *layout.Descriptor, want int64) (blobBody, error) {
+func (c *Cache) body(ctx context.Context, d *layout.Descriptor, want int64) (blobBody, error) {
 	space, sniff, err := c.viewOf(d)
 	if err != nil {
 		return blobBody{}, err
@@ -713,202 +644,9 @@ func (c *BlobCache) body(ctx context.Context, d *layout.Descriptor, want int64) 
 	return blobBody{space: space, size: dec.size, dec: dec}, nil
 }
 
-// resolveSniff decides whether a sniff candidate is shown decoded: from
-// what is already known, from inline data for free, else from the head of
-// a verify pass (which then decodes in the same stream).
-func (c *BlobCache) resolveSniff(ctx context.Context, d *layout.Descriptor, want int64) (blobSpace, error) {
-	if s, ok := c.knownSniff(d.Digest); ok {
-		return s, nil
-	}
-	if d.InlineOK() {
-		s := blobSpaceOf(layout.Sniff(d.Data))
-		c.recordSniff(d.Digest, d.Data, false)
-		return s, nil
-	}
-	if c.loadShape(d.Digest) {
-		if s, ok := c.knownSniff(d.Digest); ok {
-			return s, nil
-		}
-	}
-	meta, pass, err := c.verified(ctx, d.Digest, d.Size, blobPassMode{sniff: true}, want)
-	if err != nil {
-		return 0, err
-	}
-	c.recordSniff(d.Digest, meta.head, true)
-	if pass != nil && pass.decSpace != blobRaw && pass.decErr != nil {
-		// The pass decoded what the head announced and failed: settle it
-		// now rather than fetch the body again to fail again.
-		var de *blobDecodeError
-		switch {
-		case errors.As(pass.decErr, &de):
-			c.mu.Lock()
-			c.shapeLocked(d.Digest).sniffBad = true
-			c.mu.Unlock()
-			c.persistShape(d.Digest)
-		case errors.Is(pass.decErr, layout.ErrTooLarge):
-			c.markBad(d.Digest, d.Size, pass.decSpace, pass.decErr)
-		}
-	}
-	s, _ := c.knownSniff(d.Digest)
-	return s, nil
-}
-
-// blobProbeLen is how many head bytes probeRaw reads: enough for every
-// magic number Sniff knows.
-const blobProbeLen = 4
-
-// probeRaw reports, for Size, whether a body not sniffed yet starts with
-// no magic number, so that it is shown as stored and its size is the
-// descriptor's. It reads the first bytes with one small ranged read and
-// does not verify them: stat(2) of a large text file must not download
-// the whole body. Reads still verify everything, so a body that does not
-// match its digest is an error then, never bytes. When the answer is not
-// "as stored" (a magic number, an error) the caller takes the verified
-// way, which a decoded size needs anyway.
-func (c *BlobCache) probeRaw(ctx context.Context, d *layout.Descriptor) bool {
-	if d.Size == 0 {
-		return true // nothing to sniff (and a 0-byte range cannot be asked for)
-	}
-	if d.InlineOK() {
-		return false // resolveSniff sniffs the inline bytes, verified
-	}
-	if _, ok := c.knownSniff(d.Digest); ok {
-		return false
-	}
-	c.mu.Lock()
-	sh, ok := c.shapes.Get(d.Digest)
-	probed, raw := ok && sh.probed, ok && sh.probeRaw
-	c.mu.Unlock()
-	if probed {
-		return raw
-	}
-	if c.loadShape(d.Digest) {
-		if _, ok := c.knownSniff(d.Digest); ok {
-			return false
-		}
-	}
-	n := min(int64(blobProbeLen), d.Size)
-	c.st.backendReads.Add(1)
-	c.st.inFlight.Add(1)
-	rc, err := c.src.OpenBlob(ctx, d.Digest, 0, n)
-	var head []byte
-	if err == nil {
-		head = make([]byte, n)
-		var k int
-		k, err = io.ReadFull(rc, head)
-		c.st.bytesFetched.Add(int64(k))
-		rc.Close()
-	}
-	c.st.inFlight.Add(-1)
-	if err != nil {
-		return false
-	}
-	raw = layout.Sniff(head) == layout.EncodingNone
-	c.mu.Lock()
-	sh = c.shapeLocked(d.Digest)
-	sh.probed, sh.probeRaw = true, raw
-	c.mu.Unlock()
-	return raw
-}
-
-func (c *BlobCache) knownSniff(d layout.Digest) (blobSpace, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	sh, ok := c.shapes.Get(d)
-	if !ok || !sh.sniffed {
-		return 0, false
-	}
-	if sh.sniffBad {
-		return blobRaw, true
-	}
-	return sh.sniff, true
-}
-
-// recordSniff remembers what head announces; persist writes it to the disk
-// cache too, so that a remount can show sizes without a fetch.
-func (c *BlobCache) recordSniff(d layout.Digest, head []byte, persist bool) {
-	c.mu.Lock()
-	sh := c.shapeLocked(d)
-	changed := !sh.sniffed
-	sh.sniffed = true
-	sh.sniff = blobSpaceOf(layout.Sniff(head))
-	c.mu.Unlock()
-	if persist && changed {
-		c.persistShape(d)
-	}
-}
-
-// shapeLocked returns d's shape, creating it.
-func (c *BlobCache) shapeLocked(d layout.Digest) *blobShape {
-	sh, ok := c.shapes.Get(d)
-	if !ok {
-		sh = &blobShape{}
-		c.shapes.Add(d, sh)
-	}
-	return sh
-}
-
-func (c *BlobCache) decInfo(d layout.Digest, space blobSpace) (blobDecInfo, bool) {
-	c.mu.Lock()
-	sh, ok := c.shapes.Get(d)
-	var info blobDecInfo
-	if ok {
-		info = sh.dec[space]
-	}
-	c.mu.Unlock()
-	if info.known {
-		return info, true
-	}
-	if !ok && c.loadShape(d) {
-		return c.decInfo(d, space)
-	}
-	return blobDecInfo{}, false
-}
-
-// loadShape fills d's shape from the disk cache's info record, if there is
-// one; it reports whether it found one.
-func (c *BlobCache) loadShape(d layout.Digest) bool {
-	if c.disk == nil || !c.disk.enabled() {
-		return false
-	}
-	rec, ok := c.disk.readInfo(d)
-	if !ok {
-		return false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	sh := c.shapeLocked(d)
-	if !sh.sniffed && rec.sniffed {
-		sh.sniffed, sh.sniff, sh.sniffBad = true, rec.sniff, rec.sniffBad
-	}
-	for s := blobGzip; s < blobSpaces; s++ {
-		if !sh.dec[s].known && rec.dec[s].known {
-			sh.dec[s] = rec.dec[s]
-		}
-	}
-	return true
-}
-
-// persistShape writes d's shape to the disk cache.
-func (c *BlobCache) persistShape(d layout.Digest) {
-	if c.disk == nil || !c.disk.enabled() {
-		return
-	}
-	c.mu.Lock()
-	sh, ok := c.shapes.Peek(d)
-	var rec blobShape
-	if ok {
-		rec = *sh
-	}
-	c.mu.Unlock()
-	if ok {
-		c.disk.writeInfo(d, rec)
-	}
-}
-
 // readChunks copies [off, off+len(p)) of a body of the given size out of
 // its chunks.
-func (c *BlobCache) readChunks(d layout.Digest, size int64, p []byte, off int64, get func(idx int64) ([]byte, error)) (int, error) {
+func (c *Cache) readChunks(d layout.Digest, size int64, p []byte, off int64, get func(idx int64) ([]byte, error)) (int, error) {
 	if off >= size {
 		return 0, io.EOF
 	}
@@ -935,7 +673,7 @@ func (c *BlobCache) readChunks(d layout.Digest, size int64, p []byte, off int64,
 
 // sequential records a read of [off, end) in the stream key and reports
 // whether it continues an earlier one at increasing offsets.
-func (c *BlobCache) sequential(key blobBodyKey, off, end int64) bool {
+func (c *Cache) sequential(key blobBodyKey, off, end int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	prev, ok := c.seq.Get(key)
@@ -946,7 +684,7 @@ func (c *BlobCache) sequential(key blobBodyKey, off, end int64) bool {
 // readAhead starts background fetches of the ReadAhead chunks after idx
 // that are neither cached nor in flight. It never blocks: when all
 // read-ahead slots are busy the rest is skipped.
-func (c *BlobCache) readAhead(key blobBodyKey, idx, nchunks int64, fetch func(ctx context.Context, idx int64)) {
+func (c *Cache) readAhead(key blobBodyKey, idx, nchunks int64, fetch func(ctx context.Context, idx int64)) {
 	for j := idx + 1; j <= idx+int64(c.opts.ReadAhead) && j < nchunks; j++ {
 		ck := blobChunkKey{key.d, key.space, j}
 		c.mu.Lock()
@@ -969,201 +707,4 @@ func (c *BlobCache) readAhead(key blobBodyKey, idx, nchunks int64, fetch func(ct
 			fetch(c.ctx, j)
 		}(j)
 	}
-}
-
-// lookup returns a cached chunk, counting the hit or miss.
-func (c *BlobCache) lookup(k blobChunkKey) ([]byte, bool) {
-	c.mu.Lock()
-	buf, ok := c.chunks.Get(k)
-	c.mu.Unlock()
-	if ok {
-		c.st.hits.Add(1)
-	} else {
-		c.st.misses.Add(1)
-	}
-	return buf, ok
-}
-
-// peek returns a cached chunk without counting (re-checks inside flights).
-func (c *BlobCache) peek(k blobChunkKey) ([]byte, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.chunks.Get(k)
-}
-
-// addChunkLocked caches buf (taking ownership), evicting the least recently
-// used chunks to stay within the budget. A chunk that cannot fit is not
-// cached; its caller still gets it.
-func (c *BlobCache) addChunkLocked(k blobChunkKey, buf []byte) {
-	n := int64(len(buf))
-	if c.closed || c.chunks.Contains(k) || !c.makeRoomLocked(n) {
-		return
-	}
-	c.chunks.Add(k, buf)
-	c.memBytes += n
-	c.notePeakLocked()
-}
-
-// makeRoomLocked evicts until n more bytes fit in the budget.
-func (c *BlobCache) makeRoomLocked(n int64) bool {
-	for c.memBytes+c.reserved+n > c.opts.MemBytes {
-		_, old, ok := c.chunks.RemoveOldest()
-		if !ok {
-			return false
-		}
-		c.memBytes -= int64(len(old))
-		c.st.evictions.Add(1)
-	}
-	return true
-}
-
-// reserveLocked sets n bytes of the budget aside for a staged chunk.
-func (c *BlobCache) reserveLocked(n int64) bool {
-	if c.closed || !c.makeRoomLocked(n) {
-		return false
-	}
-	c.reserved += n
-	c.notePeakLocked()
-	return true
-}
-
-func (c *BlobCache) notePeakLocked() {
-	if cur := c.memBytes + c.reserved; cur > c.st.memPeak.Load() {
-		c.st.memPeak.Store(cur)
-	}
-}
-
-// getBuf returns a buffer of n bytes, pooled when it is a whole chunk.
-func (c *BlobCache) getBuf(n int64) []byte {
-	if n == c.cs {
-		if p, ok := c.bufs.Get().(*[]byte); ok {
-			return (*p)[:n]
-		}
-	}
-	return make([]byte, n)
-}
-
-// putBuf returns a buffer that nobody references any more to the pool.
-func (c *BlobCache) putBuf(b []byte) {
-	if int64(cap(b)) == c.cs {
-		b = b[:c.cs]
-		c.bufs.Put(&b)
-	}
-}
-
-// blobStager holds chunks of a pass, with their share of the budget
-// reserved, until the pass proved them good.
-type blobStager struct {
-	c      *BlobCache
-	lo, hi int64 // chunk indexes [lo, hi) are wanted
-	keys   []blobChunkKey
-	bufs   [][]byte
-	bytes  int64
-}
-
-func (c *BlobCache) newStager(want int64) *blobStager {
-	return &blobStager{c: c, lo: want, hi: want + c.stageChunks}
-}
-
-func (s *blobStager) wants(idx int64) bool { return idx >= s.lo && idx < s.hi }
-
-// offer stages buf if its chunk is wanted and the budget allows; it reports
-// whether it took ownership of buf.
-func (s *blobStager) offer(k blobChunkKey, buf []byte) bool {
-	if !s.wants(k.idx) {
-		return false
-	}
-	return s.take(k, buf)
-}
-
-// take stages buf regardless of the wanted window.
-func (s *blobStager) take(k blobChunkKey, buf []byte) bool {
-	s.c.mu.Lock()
-	ok := s.c.reserveLocked(int64(len(buf)))
-	s.c.mu.Unlock()
-	if !ok {
-		return false
-	}
-	s.keys = append(s.keys, k)
-	s.bufs = append(s.bufs, buf)
-	s.bytes += int64(len(buf))
-	return true
-}
-
-// publishLocked moves the staged chunks into the LRU and returns the one
-// with index want, if staged.
-func (s *blobStager) publishLocked(want int64) []byte {
-	var got []byte
-	s.c.reserved -= s.bytes
-	for i, k := range s.keys {
-		if k.idx == want {
-			got = s.bufs[i]
-		}
-		s.c.addChunkLocked(k, s.bufs[i])
-	}
-	s.keys, s.bufs, s.bytes = nil, nil, 0
-	return got
-}
-
-// abort releases the reservations of whatever is still staged.
-func (s *blobStager) abort() {
-	if s == nil || s.bytes == 0 {
-		return
-	}
-	s.c.mu.Lock()
-	s.c.reserved -= s.bytes
-	s.c.mu.Unlock()
-	s.keys, s.bufs, s.bytes = nil, nil, 0
-}
-
-// corrupt reports a mismatch in backend data for the body (d, size): the
-// error names the key, is logged once per bad window, and is remembered so
-// that readers do not hammer the backend.
-func (c *BlobCache) corrupt(d layout.Digest, size int64, space blobSpace, detail string) error {
-	err := fmt.Errorf("%s: %w: %s", layout.BlobKey(d), layout.ErrCorrupt, detail)
-	c.markBad(d, size, space, err)
-	return err
-}
-
-func (c *BlobCache) markBad(d layout.Digest, size int64, space blobSpace, err error) {
-	if space == blobRaw {
-		c.st.verifyFailures.Add(1)
-	}
-	k := blobBadKey{d, size, space}
-	now := c.now()
-	c.mu.Lock()
-	old, had := c.bad[k]
-	fresh := !had || !now.Before(old.until)
-	if len(c.bad) >= blobMaxBad {
-		for bk, b := range c.bad {
-			if !now.Before(b.until) || len(c.bad) >= blobMaxBad {
-				delete(c.bad, bk)
-			}
-		}
-	}
-	c.bad[k] = blobBad{until: now.Add(blobBadTTL), err: err}
-	c.mu.Unlock()
-	if fresh {
-		msg := "cache: blob failed verification; reads fail with EIO"
-		if space != blobRaw {
-			msg = "cache: blob does not decode; reads fail with EIO"
-		}
-		c.log.Error(msg, "key", layout.BlobKey(d), "encoding", space.encoding(), "err", err)
-	}
-}
-
-// badErr returns the remembered failure of (d, size) in space, if any.
-func (c *BlobCache) badErr(d layout.Digest, size int64, space blobSpace) error {
-	k := blobBadKey{d, size, space}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	b, ok := c.bad[k]
-	if !ok {
-		return nil
-	}
-	if !c.now().Before(b.until) {
-		delete(c.bad, k)
-		return nil
-	}
-	return b.err
 }

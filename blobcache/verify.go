@@ -1,4 +1,4 @@
-package cache
+package blobcache
 
 import (
 	"bytes"
@@ -33,16 +33,16 @@ type blobMismatch struct{ detail string }
 
 func (m *blobMismatch) Error() string { return "mismatch: " + m.detail }
 
-func (c *BlobCache) numChunks(size int64) int64 { return (size + c.cs - 1) / c.cs }
+func (c *Cache) numChunks(size int64) int64 { return (size + c.cs - 1) / c.cs }
 
-func (c *BlobCache) sizeMismatch(d layout.Digest, claimed, actual int64) error {
+func (c *Cache) sizeMismatch(d layout.Digest, claimed, actual int64) error {
 	return fmt.Errorf("%s: %w: descriptor size %d, but the verified blob is %d bytes", layout.BlobKey(d), layout.ErrCorrupt, claimed, actual)
 }
 
 // verified returns the proof for the body (d, size), running or joining its
 // verify pass when there is none. The pass result is returned only to
 // callers that waited for a pass.
-func (c *BlobCache) verified(ctx context.Context, d layout.Digest, size int64, mode blobPassMode, want int64) (*blobMeta, *blobPassResult, error) {
+func (c *Cache) verified(ctx context.Context, d layout.Digest, size int64, mode blobPassMode, want int64) (*blobMeta, *blobPassResult, error) {
 	c.mu.Lock()
 	m, ok := c.metas.Get(d)
 	c.mu.Unlock()
@@ -76,7 +76,7 @@ func (c *BlobCache) verified(ctx context.Context, d layout.Digest, size int64, m
 // runPass verifies the whole body: from the disk cache if it has a copy
 // (hashed whole: a file is trusted only after that), else from the
 // backend, teeing the bytes into a new disk cache entry.
-func (c *BlobCache) runPass(ctx context.Context, d layout.Digest, size int64, mode blobPassMode, want int64) (*blobPassResult, error) {
+func (c *Cache) runPass(ctx context.Context, d layout.Digest, size int64, mode blobPassMode, want int64) (*blobPassResult, error) {
 	c.st.passes.Add(1)
 	if c.disk != nil && c.disk.enabled() {
 		if f, ok := c.disk.openEntry(d, size); ok {
@@ -117,7 +117,7 @@ type blobChunkIter interface {
 // order, the head for sniffing, staging, an optional disk copy (tmp) and
 // optional decoding in the same stream. Nothing is published unless the
 // digest matched.
-func (c *BlobCache) consume(ctx context.Context, d layout.Digest, size int64, mode blobPassMode, want int64,
+func (c *Cache) consume(ctx context.Context, d layout.Digest, size int64, mode blobPassMode, want int64,
 	it blobChunkIter, tmp *diskTemp, fromDisk bool) (res *blobPassResult, err error) {
 	defer it.stop()
 	n := c.numChunks(size)
@@ -218,7 +218,7 @@ type blobBackendIter struct {
 	wg      sync.WaitGroup
 }
 
-func (c *BlobCache) backendIter(ctx context.Context, d layout.Digest, size int64) *blobBackendIter {
+func (c *Cache) backendIter(ctx context.Context, d layout.Digest, size int64) *blobBackendIter {
 	ctx, cancel := context.WithCancel(ctx)
 	// The consumer holds one future, the channel buffers Parallel-1 more:
 	// at most Parallel reads run at once.
@@ -273,7 +273,7 @@ func (it *blobBackendIter) stop() {
 
 // blobFileIter reads a body's chunks from a local file.
 type blobFileIter struct {
-	c    *BlobCache
+	c    *Cache
 	f    *os.File
 	size int64
 	off  int64
@@ -294,7 +294,7 @@ func (it *blobFileIter) stop() {}
 // fetchRange reads [off, off+n) of the stored body with one ranged read.
 // The read of the last chunk asks for everything to the end, so that a
 // stored body longer than size is noticed.
-func (c *BlobCache) fetchRange(ctx context.Context, d layout.Digest, size, off, n int64) ([]byte, error) {
+func (c *Cache) fetchRange(ctx context.Context, d layout.Digest, size, off, n int64) ([]byte, error) {
 	last := off+n == size
 	length := n
 	if last {
@@ -333,7 +333,7 @@ func (c *BlobCache) fetchRange(ctx context.Context, d layout.Digest, size, off, 
 }
 
 // rawChunk returns chunk idx of the stored body (d, size), verified.
-func (c *BlobCache) rawChunk(ctx context.Context, d layout.Digest, size, idx int64) ([]byte, error) {
+func (c *Cache) rawChunk(ctx context.Context, d layout.Digest, size, idx int64) ([]byte, error) {
 	k := blobChunkKey{d, blobRaw, idx}
 	c.mu.Lock()
 	buf, ok := c.chunks.Get(k)
@@ -356,7 +356,7 @@ func (c *BlobCache) rawChunk(ctx context.Context, d layout.Digest, size, idx int
 
 // rawChunkFlight fetches one chunk of a verified body, coalescing
 // concurrent requests for it.
-func (c *BlobCache) rawChunkFlight(ctx context.Context, d layout.Digest, meta *blobMeta, idx int64) ([]byte, error) {
+func (c *Cache) rawChunkFlight(ctx context.Context, d layout.Digest, meta *blobMeta, idx int64) ([]byte, error) {
 	k := blobChunkKey{d, blobRaw, idx}
 	if buf, ok := c.peek(k); ok {
 		return buf, nil
@@ -371,7 +371,7 @@ func (c *BlobCache) rawChunkFlight(ctx context.Context, d layout.Digest, meta *b
 
 // fetchRawChunk re-reads one chunk of a verified body, from the disk cache
 // or the backend, and checks it against the hash its verify pass recorded.
-func (c *BlobCache) fetchRawChunk(ctx context.Context, d layout.Digest, meta *blobMeta, idx int64) ([]byte, error) {
+func (c *Cache) fetchRawChunk(ctx context.Context, d layout.Digest, meta *blobMeta, idx int64) ([]byte, error) {
 	k := blobChunkKey{d, blobRaw, idx}
 	off := idx * c.cs
 	n := min(c.cs, meta.size-off)
@@ -406,7 +406,7 @@ func (c *BlobCache) fetchRawChunk(ctx context.Context, d layout.Digest, meta *bl
 }
 
 // diskChunk reads one chunk of a verified body from its disk copy.
-func (c *BlobCache) diskChunk(d layout.Digest, meta *blobMeta, idx int64) ([]byte, bool) {
+func (c *Cache) diskChunk(d layout.Digest, meta *blobMeta, idx int64) ([]byte, bool) {
 	f, ok := c.disk.openEntry(d, meta.size)
 	if !ok {
 		meta.onDisk.Store(false)
@@ -430,7 +430,7 @@ func (c *BlobCache) diskChunk(d layout.Digest, meta *blobMeta, idx int64) ([]byt
 
 // readRaw serves [off, off+len(p)) of the stored body, with read-ahead on
 // sequential access.
-func (c *BlobCache) readRaw(ctx context.Context, d layout.Digest, size int64, p []byte, off int64) (int, error) {
+func (c *Cache) readRaw(ctx context.Context, d layout.Digest, size int64, p []byte, off int64) (int, error) {
 	key := blobBodyKey{d, blobRaw}
 	seq := c.sequential(key, off, off+int64(len(p)))
 	first := true
@@ -444,7 +444,7 @@ func (c *BlobCache) readRaw(ctx context.Context, d layout.Digest, size int64, p 
 	})
 }
 
-func (c *BlobCache) readAheadRaw(d layout.Digest, size, idx int64) {
+func (c *Cache) readAheadRaw(d layout.Digest, size, idx int64) {
 	c.mu.Lock()
 	meta, ok := c.metas.Peek(d)
 	c.mu.Unlock()
@@ -459,7 +459,7 @@ func (c *BlobCache) readAheadRaw(d layout.Digest, size, idx int64) {
 // blobRawReader reads a verified stored body sequentially (input of a
 // decoder), chunk by chunk, with read-ahead.
 type blobRawReader struct {
-	c    *BlobCache
+	c    *Cache
 	ctx  context.Context
 	d    layout.Digest
 	size int64

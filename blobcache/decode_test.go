@@ -1,4 +1,4 @@
-package cache
+package blobcache
 
 import (
 	"bytes"
@@ -69,7 +69,7 @@ func TestBlobDecoded(t *testing.T) {
 				stored := encodeAs(t, enc, plain)
 				store, ds := storeWith(t, stored)
 				spill := t.TempDir()
-				c := newTestBlobCache(t, store, BlobOptions{ChunkSize: cs, MemBytes: 1 << 20, SpillDir: spill})
+				c := newTestBlobCache(t, store, Options{ChunkSize: cs, MemBytes: 1 << 20, SpillDir: spill})
 				d := &layout.Descriptor{Digest: ds[0], Size: int64(len(stored)), ContentEncoding: strings.ToUpper(enc), ContentType: "application/json"}
 				if got, err := c.Size(ctx, d); err != nil || got != int64(len(plain)) {
 					t.Fatalf("Size = %d, %v; want %d", got, err, len(plain))
@@ -132,7 +132,7 @@ func TestBlobDecodedConcurrent(t *testing.T) {
 	stored := gzipOf(t, plain)
 	src := newFakeBlobSource()
 	dg := src.put(stored)
-	c := newTestBlobCache(t, src, BlobOptions{ChunkSize: 8 << 10, MemBytes: 128 << 10, SpillDir: t.TempDir()})
+	c := newTestBlobCache(t, src, Options{ChunkSize: 8 << 10, MemBytes: 128 << 10, SpillDir: t.TempDir()})
 	d := &layout.Descriptor{Digest: dg, Size: int64(len(stored)), ContentEncoding: "gzip"}
 	var wg sync.WaitGroup
 	errs := make(chan error, 6)
@@ -188,7 +188,7 @@ func TestBlobSniff(t *testing.T) {
 			t.Run(fmt.Sprintf("%s %s sniff=%v", tc.name, tc.ct, sniffing), func(t *testing.T) {
 				src := newFakeBlobSource()
 				dg := src.put(tc.stored)
-				c := newTestBlobCache(t, src, BlobOptions{ChunkSize: 4096, SniffEncoding: sniffing})
+				c := newTestBlobCache(t, src, Options{ChunkSize: 4096, SniffEncoding: sniffing})
 				d := &layout.Descriptor{Digest: dg, Size: int64(len(tc.stored)), Name: tc.name, ContentType: tc.ct}
 				if tc.inline {
 					d.Data = bytes.Clone(tc.stored)
@@ -235,7 +235,7 @@ func TestBlobDecompressionBomb(t *testing.T) {
 				stored := encodeAs(t, enc, zeros)
 				src := newFakeBlobSource()
 				dg := src.put(stored)
-				c := newTestBlobCache(t, src, BlobOptions{ChunkSize: 64 << 10, MaxDecoded: 1 << 20, SpillDir: t.TempDir(), SniffEncoding: !declared})
+				c := newTestBlobCache(t, src, Options{ChunkSize: 64 << 10, MaxDecoded: 1 << 20, SpillDir: t.TempDir(), SniffEncoding: !declared})
 				d := &layout.Descriptor{Digest: dg, Size: int64(len(stored)), ContentType: "application/json"}
 				if declared {
 					d.ContentEncoding = enc
@@ -259,7 +259,7 @@ func TestBlobDeclaredEncodingWrong(t *testing.T) {
 	body := []byte("this is not gzip at all, though the descriptor says so")
 	src := newFakeBlobSource()
 	dg := src.put(body)
-	c := newTestBlobCache(t, src, BlobOptions{})
+	c := newTestBlobCache(t, src, Options{})
 	for _, enc := range []string{"gzip", "zstd", "br"} {
 		d := &layout.Descriptor{Digest: dg, Size: int64(len(body)), ContentEncoding: enc}
 		_, err := c.ReadAt(ctx, d, make([]byte, 10), 0)
@@ -281,7 +281,7 @@ func TestBlobDecodedCorruptRaw(t *testing.T) {
 	bad := bytes.Clone(stored)
 	bad[len(bad)/2] ^= 0xff
 	src.putAs(dg, bad)
-	c := newTestBlobCache(t, src, BlobOptions{ChunkSize: 4096})
+	c := newTestBlobCache(t, src, Options{ChunkSize: 4096})
 	d := &layout.Descriptor{Digest: dg, Size: int64(len(stored)), ContentEncoding: "gzip"}
 	if _, err := c.Size(ctx, d); !errors.Is(err, layout.ErrCorrupt) || !strings.Contains(err.Error(), dg.Hex()) {
 		t.Fatalf("Size: %v", err)
@@ -301,7 +301,7 @@ func TestBlobSizeMismatch(t *testing.T) {
 	body := blobTestBody(3000, 8)
 	src := newFakeBlobSource()
 	dg := src.put(body)
-	c := newTestBlobCache(t, src, BlobOptions{ChunkSize: 1024})
+	c := newTestBlobCache(t, src, Options{ChunkSize: 1024})
 	d := &layout.Descriptor{Digest: dg, Size: int64(len(body)), ContentType: "image/png"}
 	if _, err := readAll(ctx, c, d, 1000); err != nil {
 		t.Fatal(err)
@@ -328,7 +328,7 @@ func TestBlobSpillBound(t *testing.T) {
 		plains = append(plains, p)
 	}
 	// Without a disk cache, DiskBytes bounds the spill files held open.
-	c := newTestBlobCache(t, src, BlobOptions{ChunkSize: 8 << 10, MemBytes: 64 << 10, DiskBytes: 200 << 10, SpillDir: t.TempDir()})
+	c := newTestBlobCache(t, src, Options{ChunkSize: 8 << 10, MemBytes: 64 << 10, DiskBytes: 200 << 10, SpillDir: t.TempDir()})
 	for round := range 2 {
 		for i, d := range ds {
 			got, err := readAll(ctx, c, d, 3000)

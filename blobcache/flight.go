@@ -1,4 +1,4 @@
-package cache
+package blobcache
 
 import "context"
 
@@ -6,11 +6,11 @@ import "context"
 // for the same key while it runs (singleflight, but cancellable: it runs
 // under the cache's context, and stops when all its waiters gave up).
 type blobCall[V any] struct {
-	done    chan struct{}
-	val     V
-	err     error
-	waiters int
-	cancel  context.CancelFunc
+	done    chan struct{}      // closed once val and err are set
+	val     V                  // set under Cache.mu before done is closed
+	err     error              // likewise
+	waiters int                // GUARDED_BY(Cache.mu)
+	cancel  context.CancelFunc // stops fn; called when waiters drops to 0
 }
 
 // blobDo runs fn once for key among concurrent callers, in its own
@@ -18,7 +18,7 @@ type blobCall[V any] struct {
 // flight maps, guarded by c.mu. fn must publish what it learned (LRU,
 // metadata) before it returns: the flight leaves m only afterwards, so a
 // caller that finds no flight finds the published result.
-func blobDo[K comparable, V any](c *BlobCache, m map[K]*blobCall[V], key K, ctx context.Context, fn func(context.Context) (V, error)) (V, error) {
+func blobDo[K comparable, V any](c *Cache, m map[K]*blobCall[V], key K, ctx context.Context, fn func(context.Context) (V, error)) (V, error) {
 	var zero V
 	c.mu.Lock()
 	if c.closed {

@@ -1,4 +1,4 @@
-package cache
+package blobcache
 
 import (
 	"bytes"
@@ -68,7 +68,7 @@ func TestBlobSizeDeclared(t *testing.T) {
 			src := newFakeBlobSource()
 			dg := src.put(tc.stored)
 			dir := t.TempDir()
-			opts := BlobOptions{ChunkSize: 64 << 10, DiskDir: dir, SpillDir: t.TempDir()}
+			opts := Options{ChunkSize: 64 << 10, DiskDir: dir, SpillDir: t.TempDir()}
 			d := &layout.Descriptor{Name: "f.txt", Digest: dg, Size: int64(len(tc.stored)), ContentEncoding: tc.enc, ContentType: "text/plain"}
 			c := newTestBlobCache(t, src, opts)
 			if c.SizeKnown(d) != (len(tc.stored) == 0) {
