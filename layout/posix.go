@@ -1,0 +1,63 @@
+package layout
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Descriptor metadata keys for what a filesystem keeps and §7 has no
+// field for (decisions.md "POSIX metadata in descriptors").
+const (
+	MetaPosixMode  = "posix-mode"
+	MetaPosixMtime = "posix-mtime"
+)
+
+// DefaultFileMode is the mode of a file whose descriptor has no
+// posix-mode (tree.md "Reading"); a create with it writes no key.
+const DefaultFileMode = 0o644
+
+// KeptModeBits are the mode bits posix-mode stores and a reader shows.
+// Setuid, setgid and sticky are neither: a bucket is untrusted input, and
+// a file a bucket marks setuid would become a setuid program of whoever
+// copies it out with cp -a or rsync -a (often root).
+const KeptModeBits = 0o777
+
+// PosixMode returns the permission bits a descriptor's metadata gives, or
+// def. The value is bucket data: anything but 1 to 4 octal digits within
+// 07777 is ignored, never half-used.
+func PosixMode(meta map[string]string, def uint32) uint32 {
+	v, ok := meta[MetaPosixMode]
+	if !ok || len(v) == 0 || len(v) > 4 {
+		return def
+	}
+	for _, c := range v {
+		if c < '0' || c > '7' {
+			return def // strconv would take a sign or 0o prefix
+		}
+	}
+	m, err := strconv.ParseUint(v, 8, 32)
+	if err != nil || m > 0o7777 {
+		return def
+	}
+	return uint32(m) & KeptModeBits
+}
+
+// PosixMtime returns a descriptor's modification time: its posix-mtime
+// when that parses as RFC 3339 (bucket data: anything else is ignored),
+// else created, the time the content was written.
+func PosixMtime(meta map[string]string, created time.Time) time.Time {
+	if v, ok := meta[MetaPosixMtime]; ok {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			return t.UTC()
+		}
+	}
+	return created
+}
+
+// FormatPosixMode is how posix-mode is written: 4 octal digits.
+func FormatPosixMode(m uint32) string { return fmt.Sprintf("%04o", m&KeptModeBits) }
+
+// FormatPosixMtime is how posix-mtime is written: RFC 3339 with
+// nanoseconds, UTC.
+func FormatPosixMtime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

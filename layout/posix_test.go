@@ -1,0 +1,65 @@
+package layout
+
+import (
+	"testing"
+	"time"
+)
+
+// TestPosixMode: posix-mode is bucket data; only 1 to 4 octal digits count,
+// and setuid, setgid and sticky are never shown.
+func TestPosixMode(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		set  bool
+		want uint32
+	}{
+		{set: false, want: 0o644},
+		{"0755", true, 0o755},
+		{"755", true, 0o755},
+		{"0640", true, 0o640},
+		{"0", true, 0},
+		{"4755", true, 0o755},
+		{"7777", true, 0o777},
+		{"", true, 0o644},
+		{"10000", true, 0o644},
+		{"0o755", true, 0o644},
+		{"+755", true, 0o644},
+		{"-1", true, 0o644},
+		{"0789", true, 0o644},
+		{"0755 ", true, 0o644},
+		{"rwxr-xr-x", true, 0o644},
+	} {
+		meta := map[string]string{}
+		if c.set {
+			meta[MetaPosixMode] = c.v
+		}
+		if got := PosixMode(meta, 0o644); got != c.want {
+			t.Errorf("PosixMode(%q) = %o, want %o", c.v, got, c.want)
+		}
+	}
+}
+
+// TestPosixMtime: posix-mtime is RFC 3339; anything else is ignored and the
+// created-at answers.
+func TestPosixMtime(t *testing.T) {
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, c := range []struct {
+		v    string
+		want time.Time
+	}{
+		{"2020-01-02T03:04:05.123456789Z", time.Date(2020, 1, 2, 3, 4, 5, 123456789, time.UTC)},
+		{"2020-01-02T03:04:05Z", time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)},
+		{"2020-01-02T04:04:05+01:00", time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)},
+		{"", created},
+		{"yesterday", created},
+		{"1577934245", created},
+		{"2020-13-02T03:04:05Z", created},
+	} {
+		if got := PosixMtime(map[string]string{MetaPosixMtime: c.v}, created); !got.Equal(c.want) {
+			t.Errorf("PosixMtime(%q) = %v, want %v", c.v, got, c.want)
+		}
+	}
+	if got := PosixMtime(nil, created); !got.Equal(created) {
+		t.Errorf("PosixMtime(nil) = %v", got)
+	}
+}
