@@ -154,6 +154,10 @@ func New(store Store, opts Options) (*Cache, error) {
 // Close flushes the registry.
 func (c *Cache) Close() error { return c.Registry.Close() }
 
+// SetName keeps a session's name in the registry after a commit of this
+// mount (the write engine's update, next to Committed).
+func (c *Cache) SetName(id layout.SessionID, name string) { c.Registry.SetName(id, name) }
+
 // Stats returns the counters.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pugmark/pugfs/ingest"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/staging"
 	"gocloud.dev/gcerrors"
 )
 
@@ -91,6 +92,13 @@ var errnoRules = []errnoRule{
 	// The caller may not have the mount ingest that URL (issue #17).
 	// Symlink logs the refusal itself, with who asked.
 	{name: "ingestion refused", match: isErr(ingest.ErrRefused), errno: syscall.EACCES},
+	// What the write engine refuses, as POSIX names it.
+	{name: "no such name", match: isErr(staging.ErrNotExist), errno: syscall.ENOENT},
+	{name: "exists", match: isErr(staging.ErrExist), errno: syscall.EEXIST},
+	{name: "is a directory", match: isErr(staging.ErrIsDir), errno: syscall.EISDIR},
+	{name: "not a directory", match: isErr(staging.ErrNotDir), errno: syscall.ENOTDIR},
+	{name: "directory not empty", match: isErr(staging.ErrNotEmpty), errno: syscall.ENOTEMPTY},
+	{name: "rename into itself", match: isErr(staging.ErrIntoItself), errno: syscall.EINVAL},
 
 	// The backend's answer, by its portable code.
 	{name: "backend not found", match: hasCode(gcerrors.NotFound), errno: syscall.ENOENT},

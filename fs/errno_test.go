@@ -16,6 +16,7 @@ import (
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/deadlineblob"
 	"github.com/pugmark/pugfs/layout/faultblob"
+	"github.com/pugmark/pugfs/staging"
 	"gocloud.dev/blob/memblob"
 	"gocloud.dev/gcerrors"
 )
@@ -100,6 +101,12 @@ func TestErrnoOf(t *testing.T) {
 		{"ingestion refused", func(*testing.T) error {
 			return fmt.Errorf("ingest file:///etc/shadow: %w: not under any --ingest-from prefix", ingest.ErrRefused)
 		}, syscall.EACCES, false},
+		{"no such name", func(*testing.T) error { return fmt.Errorf("setattr f: %w", staging.ErrNotExist) }, syscall.ENOENT, false},
+		{"exists", func(*testing.T) error { return staging.ErrExist }, syscall.EEXIST, false},
+		{"is a directory", func(*testing.T) error { return staging.ErrIsDir }, syscall.EISDIR, false},
+		{"not a directory", func(*testing.T) error { return staging.ErrNotDir }, syscall.ENOTDIR, false},
+		{"directory not empty", func(*testing.T) error { return staging.ErrNotEmpty }, syscall.ENOTEMPTY, false},
+		{"rename into itself", func(*testing.T) error { return staging.ErrIntoItself }, syscall.EINVAL, false},
 
 		// backend codes
 		{"backend not found", func(t *testing.T) error { return backendErr(t, gcerrors.NotFound) }, syscall.ENOENT, false},

@@ -17,7 +17,7 @@ import (
 )
 
 // <mnt>/.pugmark/failed/<session-id>/<name>.<time> shows what the mount
-// kept of commits that failed for good (writer.salvageLocked), so that a
+// kept of commits that failed for good (staging.Writer.salvageLocked), so that a
 // user whose shell never saw close(2)'s error finds the data without
 // reading logs (tree.md). The files are read-only; rm deletes them and
 // rmdir an emptied session directory. They are the mount owner's: 0400

@@ -18,19 +18,16 @@ import (
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/ingest"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/staging"
 )
 
-// CommitMode says when staged writes become snapshots.
-type CommitMode int
+// CommitMode says when staged writes become snapshots (package staging).
+type CommitMode = staging.CommitMode
 
+// The commit modes of package staging.
 const (
-	// CommitOnClose commits each file when it is closed (flush) or
-	// fsynced; concurrent closes share a snapshot (group commit).
-	CommitOnClose CommitMode = iota
-	// CommitOnFsync stages every change in a session until fsync of a
-	// file or of the session directory, then commits them as one
-	// snapshot.
-	CommitOnFsync
+	CommitOnClose = staging.CommitOnClose
+	CommitOnFsync = staging.CommitOnFsync
 )
 
 // Config is everything a mount needs.
@@ -78,7 +75,10 @@ type FS struct {
 	log   *slog.Logger
 	ttl   time.Duration
 	start time.Time
-	w     *writer
+	// w is the write engine: every change of a session goes through it.
+	w *staging.Writer
+	// mem is this mount's memory-write state.
+	mem memWrites
 	// notify sends kernel cache invalidations from a background queue.
 	notify *notifier
 	root   *gofs.Inode
@@ -116,9 +116,18 @@ func New(cfg Config) (*FS, error) {
 	f := &FS{cfg: cfg, store: cfg.Store, cache: cfg.Cache, blobs: cfg.Blobs, log: cfg.Logger,
 		ttl: cfg.MetadataTTL, start: cfg.Now()}
 	f.views = cfg.Cache.NewViews(cfg.Store)
-	f.w = newWriter(f)
+	f.mem.dirs = map[string]bool{}
+	f.w = staging.New(staging.Config{Commit: cfg.Commit, SnapshotType: cfg.SnapshotType, GroupWindow: cfg.GroupWindow,
+		StagingDir: cfg.StagingDir, FailedDir: cfg.FailedDir, Now: cfg.Now, Log: cfg.Logger},
+		cfg.Store, cfg.Cache, cfg.Blobs, f.notifyChanged)
 	f.notify = newNotifier(f)
 	return f, nil
+}
+
+// notifyChanged tells the kernel, from a background goroutine (calling
+// it inside a request can deadlock, engineering.md), that names changed.
+func (f *FS) notifyChanged(id layout.SessionID, ds []layout.Descriptor) {
+	f.notify.enqueue(id, ds)
 }
 
 // Root returns the root node.
@@ -133,9 +142,9 @@ var _ = (gofs.NodeOnAdder)((*rootNode)(nil))
 func (r *rootNode) OnAdd(ctx context.Context) { r.f.root = &r.Inode }
 
 // Close stops the background work of the filesystem and keeps what was
-// never committed (writer.shutdown). Call it after the unmount.
+// never committed (staging.Writer.Shutdown). Call it after the unmount.
 func (f *FS) Close() {
-	f.w.shutdown()
+	f.w.Shutdown()
 	f.notify.close()
 }
 

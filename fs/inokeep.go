@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/staging"
 )
 
 // inoKeeper remembers, for the files of live sessions this mount created,
@@ -35,12 +36,12 @@ type inoKey struct {
 // created with (whose commits it follows) or a committed digest.
 type inoRec struct {
 	ino    uint64
-	s      *staged
+	s      *staging.File
 	digest layout.Digest
 }
 
 // created keeps the number of a file made by create(2).
-func (k *inoKeeper) created(id layout.SessionID, name string, ino uint64, s *staged) {
+func (k *inoKeeper) created(id layout.SessionID, name string, ino uint64, s *staging.File) {
 	k.put(id, name, inoRec{ino: ino, s: s})
 }
 
@@ -103,18 +104,16 @@ func (k *inoKeeper) forFile(id layout.SessionID, name string, d layout.Digest) (
 	if r.s == nil {
 		return r.ino, r.digest == d
 	}
-	r.s.mu.RLock()
-	got, clean := r.s.cleanDigestLocked()
-	if !clean && r.s.committed != nil {
-		got, clean = r.s.committed.Digest, true
+	got, clean := r.s.CleanDigest()
+	if c := r.s.Committed(); !clean && c != nil {
+		got, clean = c.Digest, true
 	}
-	r.s.mu.RUnlock()
 	return r.ino, clean && got == d
 }
 
 // forStaged returns the kept number of name when it stands for staged
 // file s.
-func (k *inoKeeper) forStaged(id layout.SessionID, name string, s *staged) (uint64, bool) {
+func (k *inoKeeper) forStaged(id layout.SessionID, name string, s *staging.File) (uint64, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	r, ok := k.m[inoKey{id, name}]

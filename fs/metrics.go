@@ -12,14 +12,14 @@ import (
 // WriteMetrics writes the mount's counters in the Prometheus text format
 // (the same numbers as .pugmark/stats).
 func (f *FS) WriteMetrics(w io.Writer) error {
-	ws := f.w.stats()
+	ws := f.w.Stats()
 	kept, _ := f.failedStats()
 	m := map[string]float64{
-		"pugfs_commits_total":          float64(ws.commits),
-		"pugfs_snapshots_total":        float64(ws.snapshots),
-		"pugfs_descriptors_total":      float64(ws.descriptors),
-		"pugfs_commit_errors_total":    float64(ws.errors),
-		"pugfs_commit_conflicts_total": float64(ws.conflicts),
+		"pugfs_commits_total":          float64(ws.Commits),
+		"pugfs_snapshots_total":        float64(ws.Snapshots),
+		"pugfs_descriptors_total":      float64(ws.Descriptors),
+		"pugfs_commit_errors_total":    float64(ws.Errors),
+		"pugfs_commit_conflicts_total": float64(ws.Conflicts),
 		"pugfs_failed_commits_kept":    float64(kept),
 	}
 	addStruct(m, "pugfs_backend_", f.store.Stats())

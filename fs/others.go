@@ -2,7 +2,9 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"syscall"
@@ -66,9 +68,9 @@ func (f *FS) statsText() string {
 	type rawBlobStats blobcache.Stats
 	fmt.Fprintf(&b, "blobs: %+v\n", rawBlobStats(bs))
 	fmt.Fprintf(&b, "blob cache %s\n", strings.ReplaceAll(bs.String(), "\n", "\nblob cache "))
-	ws := f.w.stats()
+	ws := f.w.Stats()
 	fmt.Fprintf(&b, "commits %d (snapshots %d, descriptors %d), commit errors %d, conflicts %d\n",
-		ws.commits, ws.snapshots, ws.descriptors, ws.errors, ws.conflicts)
+		ws.Commits, ws.Snapshots, ws.Descriptors, ws.Errors, ws.Conflicts)
 	kept, keptBytes := f.failedStats()
 	fmt.Fprintf(&b, "failed commits kept %d (bytes %d) in .pugmark/failed/\n", kept, keptBytes)
 	if f.cfg.ExtraStats != nil {
@@ -265,7 +267,7 @@ type rawContent struct {
 func (r *rawContent) size(ctx context.Context) (int64, error) { return r.n, nil }
 func (r *rawContent) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 	n, err := r.f.blobs.ReadRawAt(ctx, r.d, r.n, p, off)
-	if err == errEOF {
+	if errors.Is(err, io.EOF) {
 		err = nil
 	}
 	return n, err
@@ -325,7 +327,7 @@ func (m *memDir) entries(ctx context.Context) (out []child, recErr error, err er
 		}
 		out = append(out, m.f.memSubdir(next, sub))
 	}
-	out = append(out, m.f.w.memOverlay(m.prefix, files, dirs)...)
+	out = append(out, m.f.memOverlay(m.prefix, files, dirs)...)
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out, recErr, nil
 }

@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/staging"
 )
 
 // sessionsDir is sessions/: every session in the bucket, and any ID by
@@ -89,7 +91,7 @@ func (d *sessionDir) view(ctx context.Context) (*cache.State, *cache.Dir, error)
 		return nil, nil, err
 	}
 	if d.live() {
-		_, tree := d.f.w.live(st)
+		_, tree := d.f.w.Live(st)
 		return st, tree, nil
 	}
 	if d.at > st.Version {
@@ -101,7 +103,7 @@ func (d *sessionDir) view(ctx context.Context) (*cache.State, *cache.Dir, error)
 func (d *sessionDir) list(ctx context.Context) ([]child, error) {
 	var local func(seen map[string]bool) []child
 	if d.live() {
-		local = d.f.w.overlayOf(d) // before the state: see overlay
+		local = d.overlay() // before the state: see staging.Writer.Overlay
 	}
 	st, tree, err := d.view(ctx)
 	if err != nil {
@@ -117,7 +119,7 @@ func (d *sessionDir) list(ctx context.Context) ([]child, error) {
 				continue // the hidden .pugmark/ shadows a slot of that name
 			}
 			c, ok := d.childOf(st, dir, name)
-			if ok && !d.f.w.hidden(d.id, d.live(), d.parts, name) {
+			if ok && !(d.live() && d.f.w.Hidden(d.id, d.full(name))) {
 				out = append(out, c)
 				seen[name] = true
 			}
@@ -127,6 +129,33 @@ func (d *sessionDir) list(ctx context.Context) ([]child, error) {
 		out = append(out, local(seen)...)
 	}
 	return out, nil
+}
+
+// full returns the slot name of name in this directory.
+func (d *sessionDir) full(name string) string { return cache.JoinName(appendPart(d.parts, name)) }
+
+// overlay notes the local entries of the directory (staged files, local
+// directories) and returns what makes their children.
+func (d *sessionDir) overlay() func(seen map[string]bool) []child {
+	local := d.f.w.Overlay(d.id, cache.JoinName(d.parts))
+	return func(seen map[string]bool) []child {
+		ls := local(seen)
+		out := make([]child, len(ls))
+		for i, l := range ls {
+			out[i] = d.localChild(l)
+		}
+		return out
+	}
+}
+
+// localChild is the child of a local entry: a staged file's, or a local
+// directory's.
+func (d *sessionDir) localChild(l staging.Local) child {
+	if l.File != nil {
+		return d.f.stagedChild(d, l.Name, l.File)
+	}
+	sub := &sessionDir{f: d.f, id: d.id, parts: appendPart(d.parts, l.Name)}
+	return d.f.sessionSubdir(sub, l.Name)
 }
 
 // metaName reports whether name is the hidden .pugmark/ of a live
@@ -146,10 +175,10 @@ func (d *sessionDir) find(ctx context.Context, name string) (child, error) {
 		return d.f.dir(name, inoOf("session-meta", d.id.String()), d.f.ttl, &sessionMetaDir{f: d.f, id: d.id}), nil
 	}
 	if d.live() {
-		if c, ok := d.f.w.lookup(d, name); ok {
-			return c, nil
+		if s, ok := d.f.w.Lookup(d.id, d.full(name)); ok {
+			return d.localChild(staging.Local{Name: name, File: s}), nil
 		}
-		if d.f.w.hidden(d.id, true, d.parts, name) {
+		if d.f.w.Hidden(d.id, d.full(name)) {
 			return child{}, syscall.ENOENT
 		}
 	}
@@ -290,12 +319,12 @@ type blobContent struct {
 func (b *blobContent) size(ctx context.Context) (int64, error) { return b.f.blobs.Size(ctx, &b.d) }
 func (b *blobContent) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 	n, err := b.f.blobs.ReadAt(ctx, &b.d, p, off)
-	if errors.Is(err, errEOF) {
+	if errors.Is(err, io.EOF) {
 		err = nil
 	}
 	return n, err
 }
-func (b *blobContent) mtime() time.Time { return mtimeOf(b.d.Metadata, b.d.CreatedAt) }
+func (b *blobContent) mtime() time.Time { return layout.PosixMtime(b.d.Metadata, b.d.CreatedAt) }
 func (b *blobContent) immutable() bool  { return true }
 
 // descXattrs are the extended attributes of a slot file (tree.md).

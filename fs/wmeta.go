@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"maps"
 	"strings"
 	"sync"
 	"syscall"
@@ -11,6 +13,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/staging"
 )
 
 // The write side of sessions/ (mkdir creates a session), memories/ and
@@ -49,6 +52,13 @@ type memDirNode struct {
 	prefix string
 }
 
+var (
+	_ = (gofs.NodeCreater)((*memDirNode)(nil))
+	_ = (gofs.NodeMkdirer)((*memDirNode)(nil))
+	_ = (gofs.NodeRmdirer)((*memDirNode)(nil))
+	_ = (gofs.NodeUnlinker)((*memDirNode)(nil))
+)
+
 func (f *FS) memDirChild(name, prefix string) gofsNode {
 	md := &memDir{f: f, prefix: prefix}
 	if f.cfg.ReadOnly {
@@ -83,9 +93,9 @@ func (n *memDirNode) Mkdir(ctx context.Context, name string, mode uint32, out *f
 	if layout.ValidateNamespace(sub) != nil {
 		return nil, syscall.EINVAL
 	}
-	n.f.w.mu.Lock()
-	n.f.w.memDirs[sub] = true
-	n.f.w.mu.Unlock()
+	n.f.mem.mu.Lock()
+	n.f.mem.dirs[sub] = true
+	n.f.mem.mu.Unlock()
 	return n.f.materialise(ctx, &n.Inode, n.f.memSubdir(name, sub), out)
 }
 
@@ -180,21 +190,21 @@ func (n *memDirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if len(cs) > 0 {
 		return syscall.ENOTEMPTY
 	}
-	n.f.w.mu.Lock()
-	defer n.f.w.mu.Unlock()
-	if !n.f.w.memDirs[sub] {
+	n.f.mem.mu.Lock()
+	defer n.f.mem.mu.Unlock()
+	if !n.f.mem.dirs[sub] {
 		return syscall.ENOENT
 	}
-	delete(n.f.w.memDirs, sub)
+	delete(n.f.mem.dirs, sub)
 	return 0
 }
 
 // memOverlay lists namespaces made by mkdir that have no record yet.
-func (w *writer) memOverlay(prefix string, files, dirs map[string]bool) []child {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+func (f *FS) memOverlay(prefix string, files, dirs map[string]bool) []child {
+	f.mem.mu.Lock()
+	defer f.mem.mu.Unlock()
 	var out []child
-	for ns := range w.memDirs {
+	for ns := range f.mem.dirs {
 		rest := ns
 		if prefix != "" {
 			var ok bool
@@ -211,9 +221,23 @@ func (w *writer) memOverlay(prefix string, files, dirs map[string]bool) []child 
 		if prefix != "" {
 			sub = prefix + "/" + next
 		}
-		out = append(out, w.f.memSubdir(next, sub))
+		out = append(out, f.memSubdir(next, sub))
 	}
 	return out
+}
+
+// memWrites is what a mount keeps of its memory writes.
+//
+// LOCK ORDERING: idMu and mu are leaves; neither is held with the other.
+type memWrites struct {
+	mu sync.Mutex
+	// dirs are namespaces made by mkdir that have no record yet.
+	dirs map[string]bool // GUARDED_BY(mu)
+	// idMu serialises the making of id, the session this mount names
+	// as the writer of its memory records (§8.2), on the first memory
+	// write.
+	idMu sync.Mutex
+	id   layout.SessionID // GUARDED_BY(idMu)
 }
 
 // memFile is a memory record. Writes are buffered whole (records are
@@ -228,6 +252,13 @@ type memFile struct {
 	e   layout.Entry
 	has bool
 }
+
+var (
+	_ = (gofs.NodeGetattrer)((*memFile)(nil))
+	_ = (gofs.NodeOpener)((*memFile)(nil))
+	_ = (gofs.NodeSetattrer)((*memFile)(nil))
+	_ = (gofs.NodeStatfser)((*memFile)(nil))
+)
 
 // openBufs are the write handles open on a memory record or ref file.
 // open(O_TRUNC) of an existing file arrives as an open without O_TRUNC
@@ -340,7 +371,7 @@ func readAll(ctx context.Context, f *FS, d *layout.Descriptor) ([]byte, error) {
 		k, err := f.blobs.ReadAt(ctx, d, buf, off)
 		out.Write(buf[:k])
 		off += int64(k)
-		if errors.Is(err, errEOF) || (err == nil && k == 0) {
+		if errors.Is(err, io.EOF) || (err == nil && k == 0) {
 			return out.Bytes(), nil
 		}
 		if err != nil {
@@ -377,6 +408,11 @@ type bufHandle struct {
 	// the error went back to close(2); the release does not retry it.
 	failed bool
 }
+
+var (
+	_ = (gofs.FileReader)((*bufHandle)(nil))
+	_ = (gofs.FileWriter)((*bufHandle)(nil))
+)
 
 // take returns a copy of the content to commit and its generation; ok is
 // false when there is nothing to commit. The caller holds commitMu.
@@ -444,6 +480,11 @@ type memHandle struct {
 	write bool
 }
 
+var (
+	_ = (gofs.FileFlusher)((*memHandle)(nil))
+	_ = (gofs.FileFsyncer)((*memHandle)(nil))
+)
+
 var _ = (gofs.FileReleaser)((*memHandle)(nil))
 
 // Release commits what no close has tried to: a record created, or
@@ -469,10 +510,10 @@ func (h *memHandle) Release(ctx context.Context) syscall.Errno {
 // (§8.2). A mount is not a session, so it makes one, on its first memory
 // write, to name as the writer: readers and fsck find it.
 func (f *FS) memCommit(ctx context.Context) (layout.MemoryCommit, error) {
-	w := f.w
-	w.memMu.Lock()
-	defer w.memMu.Unlock()
-	if w.memID.IsZero() {
+	w := &f.mem
+	w.idMu.Lock()
+	defer w.idMu.Unlock()
+	if w.id.IsZero() {
 		m := f.store.NewRootManifest()
 		m.Agent = "pugfs"
 		m.Metadata = map[string]string{"pugfs": "writer of the memory records of a mount"}
@@ -480,9 +521,9 @@ func (f *FS) memCommit(ctx context.Context) (layout.MemoryCommit, error) {
 			return layout.MemoryCommit{}, err
 		}
 		f.cache.SessionCreated(m.Session)
-		w.memID = m.Session
+		w.id = m.Session
 	}
-	return layout.MemoryCommit{Session: w.memID}, nil
+	return layout.MemoryCommit{Session: w.id}, nil
 }
 
 // Flush commits the record: store the blob, merge it into the namespace.
@@ -508,12 +549,12 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 	if err != nil {
 		return fail(err)
 	}
-	bi, err := f.store.PutBlobBytes(ctx, body, layout.BlobOptions{ContentType: contentTypeOf(e.Name, body)})
+	bi, err := f.store.PutBlobBytes(ctx, body, layout.BlobOptions{ContentType: staging.ContentTypeOf(e.Name, body)})
 	if err != nil {
 		return fail(err)
 	}
 	d := layout.Descriptor{Name: e.Name, Digest: bi.Digest, Size: bi.Size, CreatedAt: f.cfg.Now().UTC(),
-		ContentType: contentTypeOf(e.Name, body), Metadata: cloneMap(e.Metadata), SchemaURL: e.SchemaURL}
+		ContentType: staging.ContentTypeOf(e.Name, body), Metadata: maps.Clone(e.Metadata), SchemaURL: e.SchemaURL}
 	if len(body) <= layout.InlineLimit {
 		d.Data = body
 	}
@@ -552,6 +593,11 @@ type refFile struct {
 	bufs openBufs
 }
 
+var (
+	_ = (gofs.NodeOpener)((*refFile)(nil))
+	_ = (gofs.NodeSetattrer)((*refFile)(nil))
+)
+
 func (r *refFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR) == 0 {
 		return r.fileNode.Open(ctx, flags)
@@ -588,6 +634,10 @@ type refHandle struct {
 	prev    layout.Ref
 	existed bool
 }
+
+var (
+	_ = (gofs.FileFlusher)((*refHandle)(nil))
+)
 
 var _ = (gofs.FileReleaser)((*refHandle)(nil))
 
@@ -638,6 +688,12 @@ type refsNode struct {
 	dirNode
 	kind string
 }
+
+var (
+	_ = (gofs.NodeCreater)((*refsNode)(nil))
+	_ = (gofs.NodeMkdirer)((*refsNode)(nil))
+	_ = (gofs.NodeUnlinker)((*refsNode)(nil))
+)
 
 func (n *refsNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	full := name

@@ -17,6 +17,7 @@ import (
 	"github.com/pugmark/pugfs/ingest"
 	"github.com/pugmark/pugfs/internal/redact"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/staging"
 )
 
 // sessionNode returns the node of a session directory: writable for the
@@ -46,7 +47,7 @@ func (f *FS) slotNode(d *sessionDir, full string, e layout.Entry) gofsNode {
 // with nothing behind it, answered ENOENT, and the next open(O_CREAT)
 // staged the file anew from nothing: echo hello > f; echo world >> f made
 // f "world").
-func (f *FS) stagedChild(d *sessionDir, name string, s *staged) child {
+func (f *FS) stagedChild(d *sessionDir, name string, s *staging.File) child {
 	full := cache.JoinName(appendPart(d.parts, name))
 	ino, kept := f.inos.forStaged(d.id, full, s)
 	if !kept {
@@ -55,7 +56,7 @@ func (f *FS) stagedChild(d *sessionDir, name string, s *staged) child {
 	return child{name: name, mode: syscall.S_IFREG, ttl: f.ttl, ino: ino,
 		node: func() gofsNode {
 			n := &slotFile{f: f, id: d.id, name: full}
-			if cur := f.w.stagedFile(d.id, full); cur != nil {
+			if cur := f.w.Staged(d.id, full); cur != nil {
 				s = cur
 			}
 			n.st.Store(s)
@@ -81,6 +82,10 @@ type sessDirNode struct {
 	dirNode
 	sd *sessionDir
 }
+
+var (
+	_ = (gofs.NodeSetattrer)((*sessDirNode)(nil))
+)
 
 var (
 	_ = (gofs.NodeCreater)((*sessDirNode)(nil))
@@ -160,18 +165,15 @@ func (n *sessDirNode) Create(ctx context.Context, name string, flags uint32, mod
 	}
 	f := n.f
 	full := n.full(name)
-	existed := f.w.stagedFile(n.sd.id, full) != nil
-	s, err := f.w.open(ctx, n.sd.id, full, nil, true)
+	existed := f.w.Staged(n.sd.id, full) != nil
+	s, err := f.w.Open(ctx, n.sd.id, full, nil, true)
 	if err != nil {
 		return nil, nil, 0, f.errnoOf("create "+full, err)
 	}
-	if m := mode & keptModeBits; !existed && m != defaultFileMode {
-		// The create mode is kept (decisions.md: written when it is
-		// not 0644); an O_CREAT open of a file another open is staging
-		// already does not change its mode.
-		s.mu.Lock()
-		s.meta = attrChange{mode: &m}.apply(s.meta, time.Time{})
-		s.mu.Unlock()
+	if !existed {
+		// The create mode is kept; an O_CREAT open of a file another
+		// open is staging already does not change its mode.
+		s.SetCreateMode(mode)
 	}
 	node := &slotFile{f: f, id: n.sd.id, name: full}
 	node.st.Store(s)
@@ -197,7 +199,7 @@ func (n *sessDirNode) Mkdir(ctx context.Context, name string, mode uint32, out *
 	if c, err := d.find(ctx, name); err == nil && c.name != "" {
 		return nil, syscall.EEXIST
 	}
-	n.f.w.mkdir(n.sd.id, cache.JoinName(appendPart(d.parts, name)))
+	n.f.w.Mkdir(n.sd.id, d.full(name))
 	sub := &sessionDir{f: n.f, id: n.sd.id, parts: appendPart(d.parts, name)}
 	return n.f.materialise(ctx, &n.Inode, n.f.sessionSubdir(sub, name), out)
 }
@@ -205,12 +207,12 @@ func (n *sessDirNode) Mkdir(ctx context.Context, name string, mode uint32, out *
 func (n *sessDirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	victim := n.GetChild(name)
 	full := n.full(name)
-	e := n.f.w.unlink(ctx, n.sd.id, appendPart(n.dir().parts, name))
-	if e == 0 {
-		markGone(victim)
-		n.f.inos.forget(n.sd.id, full)
+	if err := n.f.w.Unlink(ctx, n.sd.id, appendPart(n.dir().parts, name)); err != nil {
+		return n.f.errnoOf("unlink "+full, err)
 	}
-	return e
+	markGone(victim)
+	n.f.inos.forget(n.sd.id, full)
+	return 0
 }
 
 // markGone notes that the file at in lost its name: descriptors still
@@ -227,7 +229,7 @@ func markGone(in *gofs.Inode) {
 func (n *sessDirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	f := n.f
 	full := n.full(name)
-	return f.w.rmdir(ctx, n.sd.id, full)
+	return f.errnoOf("rmdir "+full, f.w.Rmdir(ctx, n.sd.id, full))
 }
 
 func (n *sessDirNode) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
@@ -257,12 +259,12 @@ func (n *sessDirNode) Rename(ctx context.Context, name string, newParent gofs.In
 			sf.keepIno(from, src.StableAttr().Ino)
 		}
 	}
-	e := n.f.w.rename(ctx, n.sd.id, from, to, flags&renameNoReplace != 0)
-	if e == 0 {
-		markGone(victim)
-		n.f.inos.renamed(n.sd.id, from, to)
+	if err := n.f.w.Rename(ctx, n.sd.id, from, to, flags&renameNoReplace != 0); err != nil {
+		return n.f.errnoOf("rename "+from, err)
 	}
-	return e
+	markGone(victim)
+	n.f.inos.renamed(n.sd.id, from, to)
+	return 0
 }
 
 func (n *sessDirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -298,7 +300,7 @@ func (n *sessDirNode) Symlink(ctx context.Context, target, name string, out *fus
 	}
 	f.log.Info("ingested", "url", shown, "name", full, "session", n.sd.id.String(), "digest", d.Digest.String(), "size", d.Size, "uid", c.UID, "pid", c.PID)
 	d.Name = full
-	if err := f.w.queue(ictx, n.sd.id, []layout.Descriptor{d}); err != nil {
+	if err := f.w.Queue(ictx, n.sd.id, []layout.Descriptor{d}); err != nil {
 		return nil, f.errnoOf("ingest "+shown, err)
 	}
 	// The kernel fails a symlink(2) whose reply is not a symlink (EIO),
@@ -316,7 +318,7 @@ func (n *sessDirNode) Symlink(ctx context.Context, target, name string, out *fus
 }
 
 func (n *sessDirNode) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
-	if err := n.f.w.fsyncSession(ctx, n.sd.id); err != nil {
+	if err := n.f.w.FsyncSession(ctx, n.sd.id); err != nil {
 		return n.f.errnoOf("fsync session", err)
 	}
 	return 0
@@ -365,11 +367,15 @@ type slotFile struct {
 	ent atomic.Pointer[layout.Entry]
 	// st is the staged file this inode was created or last opened for
 	// writing with. Atomic: opens of one inode run in parallel.
-	st atomic.Pointer[staged]
+	st atomic.Pointer[staging.File]
 	// gone is set once unlink or a rename over it removed the name: an
 	// open file without a name has no links (posixtest FstatDeleted).
 	gone atomic.Bool
 }
+
+var (
+	_ = (gofs.NodeStatfser)((*slotFile)(nil))
+)
 
 var (
 	_ = (gofs.NodeOpener)((*slotFile)(nil))
@@ -393,9 +399,9 @@ func (n *slotFile) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) 
 	}
 	var err error
 	if n.f.cfg.Commit == CommitOnFsync {
-		err = n.f.w.fsyncSession(ctx, n.id)
+		err = n.f.w.FsyncSession(ctx, n.id)
 	} else if s, _ := n.current(); s != nil {
-		err = n.f.w.flush(ctx, n.id, s, true)
+		err = n.f.w.Flush(ctx, n.id, s, true)
 	}
 	if err != nil {
 		return n.f.errnoOf("fsync "+n.slot(), err)
@@ -420,22 +426,19 @@ func (n *slotFile) base() *layout.Entry {
 }
 
 // current returns the staged file in progress, or the committed entry.
-func (n *slotFile) current() (*staged, *layout.Entry) {
-	if s := n.f.w.stagedFile(n.id, n.slot()); s != nil {
+func (n *slotFile) current() (*staging.File, *layout.Entry) {
+	if s := n.f.w.Staged(n.id, n.slot()); s != nil {
 		return s, nil
 	}
 	if st := n.st.Load(); st != nil {
-		st.mu.RLock()
-		c, unlinked := st.committed, st.unlinked && st.file != nil
-		st.mu.RUnlock()
-		if unlinked {
+		if st.OpenUnlinked() {
 			// Removed while open: what the open descriptors still
 			// hold, committed or not (posixtest FstatDeleted). Once
 			// the last of them is released its spill file is closed,
 			// and the inode shows what it was committed as.
 			return st, nil
 		}
-		if c != nil {
+		if c := st.Committed(); c != nil {
 			return nil, c
 		}
 	}
@@ -469,10 +472,7 @@ func (n *slotFile) adopt(e layout.Entry) bool {
 	if s != nil {
 		// Staged: the same file only once its bytes are what they were
 		// committed as (closed, its release not yet run).
-		s.mu.RLock()
-		d, ok := s.cleanDigestLocked()
-		s.mu.RUnlock()
-		if !ok || d != e.Digest {
+		if d, ok := s.CleanDigest(); !ok || d != e.Digest {
 			return false
 		}
 	} else if cur == nil || cur.Digest != e.Digest || cur.Size != e.Size {
@@ -495,17 +495,10 @@ func (n *slotFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 	s, e := n.current()
 	switch {
 	case s != nil:
-		s.mu.RLock()
-		sz := s.size
-		out.Mode = syscall.S_IFREG | modeOf(s.meta, defaultFileMode)
-		mt := s.created
-		if c := s.committed; c != nil && !s.dirty {
-			mt = c.CreatedAt // what it became, as after its release
-		}
-		mt = mtimeOf(s.meta, mt)
-		s.mu.RUnlock()
-		out.Size, out.Blocks = uint64(sz), (uint64(sz)+511)/512
-		setTimes(&out.Attr, mt)
+		a := s.Stat()
+		out.Mode = syscall.S_IFREG | a.Mode
+		out.Size, out.Blocks = uint64(a.Size), (uint64(a.Size)+511)/512
+		setTimes(&out.Attr, a.Mtime)
 	case e != nil:
 		sz, err := n.f.blobs.Size(ctx, &e.Descriptor)
 		if err != nil {
@@ -524,14 +517,14 @@ func (n *slotFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	write := flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0
 	if !write {
 		if s, _ := n.current(); s != nil {
-			if n.f.w.retain(n.id, s) {
+			if n.f.w.Retain(n.id, s) {
 				return &whandle{f: n.f, id: n.id, s: s, n: n, readOnly: true, counted: true}, fuse.FOPEN_DIRECT_IO, 0
 			}
 			// Released meanwhile: the committed entry answers, below.
 		}
 		return nil, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0 // no handle: nothing to flush (fileNode.Open)
 	}
-	s, err := n.f.w.openFrom(ctx, n.id, n.slot(), n.base, flags&syscall.O_TRUNC != 0)
+	s, err := n.f.w.OpenFrom(ctx, n.id, n.slot(), n.base, flags&syscall.O_TRUNC != 0)
 	if err != nil {
 		return nil, 0, n.f.errnoOf("open "+n.slot(), err)
 	}
@@ -545,13 +538,13 @@ func (n *slotFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	}
 	s, e := n.current()
 	if s != nil {
-		k, err := s.readAt(dest, off)
-		if errors.Is(err, errStagedClosed) {
+		k, err := s.ReadAt(dest, off)
+		if errors.Is(err, staging.ErrClosed) {
 			// Its last release forgot it since current(): the content
 			// is the committed entry now.
 			s, e = n.current()
 			if s != nil {
-				k, err = s.readAt(dest, off)
+				k, err = s.ReadAt(dest, off)
 			}
 		}
 		if s != nil {
@@ -582,27 +575,25 @@ func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		// empty file at once instead of leaving it to the asynchronous
 		// release. The times and mode themselves are kept below.
 		if s, _ := n.current(); s != nil {
-			s.mu.Lock()
-			s.touched = true
-			s.mu.Unlock()
+			s.Touch()
 		}
 	}
 	if sz, ok := in.GetSize(); ok {
 		if h, ok := fh.(*whandle); ok && !h.readOnly {
-			if err := h.s.truncate(int64(sz)); err != nil {
+			if err := h.s.Truncate(int64(sz)); err != nil {
 				return n.f.errnoOf("truncate "+n.slot(), err)
 			}
 		} else {
 			// truncate(2) without a handle, or O_TRUNC's follow-up
 			// Setattr: stage and truncate; the release commits unless
 			// another open holds the file (its last release then does).
-			s, err := n.f.w.openFrom(ctx, n.id, n.slot(), n.base, sz == 0)
+			s, err := n.f.w.OpenFrom(ctx, n.id, n.slot(), n.base, sz == 0)
 			if err != nil {
 				return n.f.errnoOf("truncate "+n.slot(), err)
 			}
 			n.st.Store(s)
-			err = s.truncate(int64(sz))
-			if rerr := n.f.w.release(ctx, n.id, s); err == nil {
+			err = s.Truncate(int64(sz))
+			if rerr := n.f.w.Release(ctx, n.id, s); err == nil {
 				err = rerr
 			}
 			if err != nil {
@@ -618,20 +609,39 @@ func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 	return n.Getattr(ctx, fh, out)
 }
 
+// changeAttrs keeps a chmod or utimes of a slot file as posix-mode /
+// posix-mtime metadata (staging.Writer.SetAttrs): on the staged copy when
+// the file has one, else as a new descriptor of the same blob.
+func (n *slotFile) changeAttrs(ctx context.Context, c staging.AttrChange) syscall.Errno {
+	name := n.slot()
+	r, err := n.f.w.SetAttrs(ctx, n.id, name, c, n.base, n.ent.Load())
+	if err != nil {
+		return n.f.errnoOf("setattr "+name, err)
+	}
+	switch {
+	case r.File != nil:
+		n.st.Store(r.File)
+	case r.Entry != nil && !n.adopt(*r.Entry):
+		// Another writer changed the bytes meanwhile: the next lookup
+		// shows the file it made.
+		n.f.log.Debug("setattr: content changed under a metadata change", "session", n.id, "name", name)
+	}
+	return 0
+}
+
 func (n *slotFile) xattrs() map[string]string {
 	s, e := n.current()
 	if s != nil {
-		s.mu.RLock()
-		defer s.mu.RUnlock()
+		a := s.Attrs()
 		m := map[string]string{}
-		for k, v := range s.meta {
+		for k, v := range a.Meta {
 			m["user.pugmark.meta."+k] = v
 		}
-		if s.ctype != "" {
-			m["user.pugmark.content-type"] = s.ctype
+		if a.ContentType != "" {
+			m["user.pugmark.content-type"] = a.ContentType
 		}
-		if s.schema != "" {
-			m["user.pugmark.schema-url"] = s.schema
+		if a.SchemaURL != "" {
+			m["user.pugmark.schema-url"] = a.SchemaURL
 		}
 		return m
 	}
@@ -677,33 +687,27 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 			return e
 		}
 	}
-	s, err := n.f.w.openFrom(ctx, n.id, n.slot(), n.base, false)
+	s, err := n.f.w.OpenFrom(ctx, n.id, n.slot(), n.base, false)
 	if err != nil {
 		return n.f.errnoOf("setxattr "+n.slot(), err)
 	}
 	n.st.Store(s)
-	s.mu.Lock()
-	switch {
-	case isMeta && remove:
-		delete(s.meta, key)
-	case isMeta:
-		if s.meta == nil {
-			s.meta = map[string]string{}
+	s.ChangeAttrs(func(a *staging.Attrs) {
+		switch {
+		case isMeta && remove:
+			delete(a.Meta, key)
+		case isMeta:
+			if a.Meta == nil {
+				a.Meta = map[string]string{}
+			}
+			a.Meta[key] = val
+		case attr == "user.pugmark.content-type":
+			a.ContentType = val
+		default:
+			a.SchemaURL = val
 		}
-		s.meta[key] = val
-	case attr == "user.pugmark.content-type":
-		s.ctype = val
-	default:
-		s.schema = val
-	}
-	// Dirty but not touched: a metadata change alone does not make the
-	// next flush commit while the file is open for writing (a shell's
-	// setfattr child closes its inherited copy of the descriptor first),
-	// so the metadata lands with the content, in one descriptor.
-	s.dirty, s.failed = true, false
-	s.gen++
-	s.mu.Unlock()
-	if err := n.f.w.release(ctx, n.id, s); err != nil {
+	})
+	if err := n.f.w.Release(ctx, n.id, s); err != nil {
 		return n.f.errnoOf("setxattr "+n.slot(), err)
 	}
 	return 0
@@ -713,7 +717,7 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 type whandle struct {
 	f        *FS
 	id       layout.SessionID
-	s        *staged
+	s        *staging.File
 	n        *slotFile
 	readOnly bool
 	counted  bool
@@ -730,9 +734,9 @@ var (
 )
 
 func (h *whandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	k, err := h.s.readAt(dest, off)
+	k, err := h.s.ReadAt(dest, off)
 	if err != nil {
-		return nil, h.f.errnoOf("read "+h.s.slot(), err)
+		return nil, h.f.errnoOf("read "+h.s.Name(), err)
 	}
 	return fuse.ReadResultData(dest[:k]), 0
 }
@@ -741,9 +745,9 @@ func (h *whandle) Write(ctx context.Context, data []byte, off int64) (uint32, sy
 	if h.readOnly {
 		return 0, syscall.EBADF
 	}
-	k, err := h.s.writeAt(data, off)
+	k, err := h.s.WriteAt(data, off)
 	if err != nil {
-		return uint32(k), h.f.errnoOf("write "+h.s.slot(), err)
+		return uint32(k), h.f.errnoOf("write "+h.s.Name(), err)
 	}
 	return uint32(k), 0
 }
@@ -756,8 +760,8 @@ func (h *whandle) Flush(ctx context.Context) syscall.Errno {
 	if h.readOnly {
 		return 0
 	}
-	if err := h.f.w.flush(ctx, h.id, h.s, false); err != nil {
-		return h.f.errnoOf("close "+h.s.slot(), err)
+	if err := h.f.w.Flush(ctx, h.id, h.s, false); err != nil {
+		return h.f.errnoOf("close "+h.s.Name(), err)
 	}
 	return 0
 }
@@ -765,12 +769,12 @@ func (h *whandle) Flush(ctx context.Context) syscall.Errno {
 func (h *whandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	var err error
 	if h.f.cfg.Commit == CommitOnFsync {
-		err = h.f.w.fsyncSession(ctx, h.id)
+		err = h.f.w.FsyncSession(ctx, h.id)
 	} else if !h.readOnly {
-		err = h.f.w.flush(ctx, h.id, h.s, true)
+		err = h.f.w.Flush(ctx, h.id, h.s, true)
 	}
 	if err != nil {
-		return h.f.errnoOf("fsync "+h.s.slot(), err)
+		return h.f.errnoOf("fsync "+h.s.Name(), err)
 	}
 	return 0
 }
@@ -780,10 +784,10 @@ func (h *whandle) Release(ctx context.Context) syscall.Errno {
 		return 0
 	}
 	// The backstop: Flush normally committed already, and a failure
-	// there went back to close(2) and is not retried (writer.release).
+	// there went back to close(2) and is not retried (staging's Release).
 	// Release errors reach no program, so this one is logged.
-	if err := h.f.w.release(ctx, h.id, h.s); err != nil {
-		h.f.log.Error("commit on release failed", "session", h.id, "name", h.s.slot(), "err", err)
+	if err := h.f.w.Release(ctx, h.id, h.s); err != nil {
+		h.f.log.Error("commit on release failed", "session", h.id, "name", h.s.Name(), "err", err)
 	}
 	return 0
 }

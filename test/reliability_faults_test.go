@@ -214,7 +214,7 @@ func TestReliabilityPermanentFaultIsEIOForThatCallOnly(t *testing.T) {
 		t.Fatalf("write with a failing snapshot PUT: %v, want EIO from close", err)
 	}
 	// The release does not retry a commit whose failure close(2)
-	// returned: it keeps the bytes (fs writer.salvageLocked).
+	// returned: it keeps the bytes (staging.Writer.salvageLocked).
 	relWait(t, 10*time.Second, "the failed write's data kept", func() bool { return strings.Contains(mnt.Log(), "staged data kept") })
 	if _, ok := relLiveSlots(t, bk, id)["failing.txt"]; ok {
 		t.Fatal("failing.txt is in the bucket although its commit failed")

@@ -1,4 +1,4 @@
-package fs
+package staging
 
 import (
 	"bytes"
@@ -18,13 +18,10 @@ import (
 	"github.com/pugmark/pugfs/layout"
 )
 
-// errEOF is the end-of-content signal of the blob cache.
-var errEOF = io.EOF
-
 // staged is a file being written: its bytes live in a spill file in the
 // staging directory, never whole in memory. It is shared by every handle
 // open on the same name in one session.
-type staged struct {
+type File struct {
 	// mu guards everything below and serialises I/O on the spill file.
 	// An upload holds it shared: reads and stats of the file go on while
 	// its blob is stored, writes wait.
@@ -75,12 +72,12 @@ type staged struct {
 
 // newStaged creates a spill file, filled from base when the write does not
 // truncate.
-func (w *writer) newStaged(ctx context.Context, name string, base *layout.Entry, truncate bool) (*staged, error) {
-	f, err := os.CreateTemp(w.f.cfg.StagingDir, "stage-*")
+func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry, truncate bool) (*File, error) {
+	f, err := os.CreateTemp(w.cfg.StagingDir, "stage-*")
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: %w", name, err)
 	}
-	s := &staged{name: name, file: f, created: w.f.cfg.Now(), sum: sha256.New()}
+	s := &File{name: name, file: f, created: w.cfg.Now(), sum: sha256.New()}
 	if base != nil {
 		s.meta = cloneMap(base.Metadata)
 		s.schema = base.SchemaURL
@@ -96,7 +93,7 @@ func (w *writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 			// on purpose (setxattr): it stays through later edits.
 			var head [512]byte
 			k, _ := f.ReadAt(head[:], 0)
-			if base.ContentType != "" && base.ContentType != contentTypeOf(name, head[:k]) {
+			if base.ContentType != "" && base.ContentType != ContentTypeOf(name, head[:k]) {
 				s.ctype = base.ContentType
 			}
 		}
@@ -108,11 +105,11 @@ func (w *writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 }
 
 // copyIn copies the current (decoded) content of e into f.
-func (w *writer) copyIn(ctx context.Context, f *os.File, e *layout.Entry) (int64, error) {
+func (w *Writer) copyIn(ctx context.Context, f *os.File, e *layout.Entry) (int64, error) {
 	buf := make([]byte, 1<<20)
 	var off int64
 	for {
-		n, err := w.f.blobs.ReadAt(ctx, &e.Descriptor, buf, off)
+		n, err := w.blobs.ReadAt(ctx, &e.Descriptor, buf, off)
 		if n > 0 {
 			if _, werr := f.WriteAt(buf[:n], off); werr != nil {
 				return off, werr
@@ -139,7 +136,17 @@ func cloneMap(m map[string]string) map[string]string {
 	return c
 }
 
-func (s *staged) writeAt(p []byte, off int64) (int, error) {
+// Name returns the name s is staged under now; a rename changes it.
+// Callers must not hold s.mu.
+func (s *File) Name() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.name
+}
+
+// WriteAt writes p at off, as pwrite(2); the running hash follows
+// writes that continue where it stopped.
+func (s *File) WriteAt(p []byte, off int64) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n, err := s.file.WriteAt(p, off)
@@ -164,15 +171,13 @@ func (s *staged) writeAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// errStagedClosed is a read of a staged file after its last release
-// closed the spill file: the reader looks again (the committed entry).
-var errStagedClosed = errors.New("staged file already released")
-
-func (s *staged) readAt(p []byte, off int64) (int, error) {
+// ReadAt reads what the file holds at off; past its end it reads
+// nothing, a sparse tail reads as zeros.
+func (s *File) ReadAt(p []byte, off int64) (int, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.file == nil {
-		return 0, errStagedClosed
+		return 0, ErrClosed
 	}
 	if off >= s.size {
 		return 0, nil
@@ -191,7 +196,8 @@ func (s *staged) readAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-func (s *staged) truncate(n int64) error {
+// Truncate sets the size, as ftruncate(2).
+func (s *File) Truncate(n int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.file.Truncate(n); err != nil {
@@ -219,8 +225,8 @@ func (s *staged) truncate(n int64) error {
 // contentChangedLocked drops posix-mtime: the commit's created-at is the
 // new modification time (decisions.md). A utimes after the write sets it
 // again (cp -p, tar x and rsync set times last). Caller holds s.mu.
-func (s *staged) contentChangedLocked() {
-	delete(s.meta, metaMtime)
+func (s *File) contentChangedLocked() {
+	delete(s.meta, layout.MetaPosixMtime)
 }
 
 // cleanDigestLocked returns the digest of the content when it is what
@@ -228,7 +234,7 @@ func (s *staged) contentChangedLocked() {
 // then the same file as a descriptor of that digest, whether or not the
 // commit in flight has landed yet. Caller holds s.mu (shared is enough:
 // Sum does not change the hash state).
-func (s *staged) cleanDigestLocked() (layout.Digest, bool) {
+func (s *File) cleanDigestLocked() (layout.Digest, bool) {
 	var d layout.Digest
 	if s.dirty || s.unlinked || s.summed != s.size || s.sum == nil {
 		return d, false
@@ -239,7 +245,7 @@ func (s *staged) cleanDigestLocked() (layout.Digest, bool) {
 
 // describeLocked hashes the spill file (what the running hash has not
 // seen of it) and returns the descriptor it becomes. Caller holds s.mu.
-func (s *staged) describeLocked(now time.Time) (layout.Descriptor, error) {
+func (s *File) describeLocked(now time.Time) (layout.Descriptor, error) {
 	if err := s.file.Truncate(s.size); err != nil {
 		return layout.Descriptor{}, err
 	}
@@ -270,7 +276,7 @@ func (s *staged) describeLocked(now time.Time) (layout.Descriptor, error) {
 	n, _ := s.file.ReadAt(head[:], 0)
 	d.ContentType = s.ctype
 	if d.ContentType == "" {
-		d.ContentType = contentTypeOf(s.name, head[:n])
+		d.ContentType = ContentTypeOf(s.name, head[:n])
 	}
 	if s.size <= layout.InlineLimit {
 		d.Data = make([]byte, s.size)
@@ -281,8 +287,8 @@ func (s *staged) describeLocked(now time.Time) (layout.Descriptor, error) {
 	return d, nil
 }
 
-// contentTypeOf picks a type from the name's extension, else sniffs.
-func contentTypeOf(name string, head []byte) string {
+// ContentTypeOf picks a type from the name's extension, else sniffs.
+func ContentTypeOf(name string, head []byte) string {
 	if ext := path.Ext(name); ext != "" {
 		if t := mime.TypeByExtension(ext); t != "" {
 			return t
@@ -308,11 +314,125 @@ func contentTypeOf(name string, head []byte) string {
 	return "application/octet-stream"
 }
 
-func (s *staged) close() {
+func (s *File) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.file != nil {
 		s.file.Close()
 		s.file = nil
 	}
+}
+
+// waitCommitLocked waits until no commit of s is in flight. Caller holds
+// s.mu (exclusively); it is released while waiting.
+func (s *File) waitCommitLocked() {
+	for s.committing != nil {
+		ch := s.committing
+		s.mu.Unlock()
+		<-ch
+		s.mu.Lock()
+	}
+}
+
+// changedLocked marks a change of metadata: the file must be committed
+// again, and an earlier failed commit of it is history. Caller holds
+// s.mu.
+func (s *File) changedLocked() {
+	s.dirty, s.failed = true, false
+	s.gen++
+}
+
+// FileStat is what stat(2) shows of a staged file.
+type FileStat struct {
+	Size  int64
+	Mode  uint32 // permission bits
+	Mtime time.Time
+}
+
+// Stat returns the size, mode and modification time the file shows now:
+// its open time until it is committed, then the commit's time, unless a
+// utimes set one.
+func (s *File) Stat() FileStat {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	mt := s.created
+	if c := s.committed; c != nil && !s.dirty {
+		mt = c.CreatedAt // what it became, as after its release
+	}
+	return FileStat{Size: s.size, Mode: layout.PosixMode(s.meta, layout.DefaultFileMode), Mtime: layout.PosixMtime(s.meta, mt)}
+}
+
+// Touch notes a change through a handle without a content change (a
+// utimes or chmod while the file is open): the next close commits the
+// file at once instead of leaving a fresh, empty create to its release.
+func (s *File) Touch() {
+	s.mu.Lock()
+	s.touched = true
+	s.mu.Unlock()
+}
+
+// SetCreateMode keeps the mode a create(2) asked for (decisions.md:
+// written when it is not the default).
+func (s *File) SetCreateMode(m uint32) {
+	m &= layout.KeptModeBits
+	if m == layout.DefaultFileMode {
+		return
+	}
+	s.mu.Lock()
+	s.meta = AttrChange{Mode: &m}.Apply(s.meta, time.Time{})
+	s.mu.Unlock()
+}
+
+// Attrs are the descriptor fields a user sets through xattrs.
+type Attrs struct {
+	Meta        map[string]string // user.pugmark.meta.<k>
+	ContentType string            // set by setxattr user.pugmark.content-type
+	SchemaURL   string
+}
+
+// Attrs returns a copy of the file's user-set descriptor fields.
+func (s *File) Attrs() Attrs {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return Attrs{Meta: cloneMap(s.meta), ContentType: s.ctype, SchemaURL: s.schema}
+}
+
+// ChangeAttrs changes the user-set descriptor fields with fn. The file is
+// dirty but not touched: a metadata change alone does not make the next
+// flush commit while the file is open for writing (a shell's setfattr
+// child closes its inherited copy of the descriptor first), so the
+// metadata lands with the content, in one descriptor.
+func (s *File) ChangeAttrs(fn func(*Attrs)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := Attrs{Meta: s.meta, ContentType: s.ctype, SchemaURL: s.schema}
+	fn(&a)
+	s.meta, s.ctype, s.schema = a.Meta, a.ContentType, a.SchemaURL
+	s.changedLocked()
+}
+
+// CleanDigest returns the digest of the content when it is what its last
+// upload hashed and nothing changed since: the staged file is then the
+// same file as a descriptor of that digest, whether or not the commit in
+// flight has landed yet.
+func (s *File) CleanDigest() (layout.Digest, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.cleanDigestLocked()
+}
+
+// Committed returns the entry this staged file last became, or nil.
+func (s *File) Committed() *layout.Entry {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.committed
+}
+
+// OpenUnlinked reports a file removed (or renamed over) while open whose
+// spill file open descriptors still read: what they hold, committed or
+// not, is what fstat shows (posixtest FstatDeleted).
+func (s *File) OpenUnlinked() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.unlinked && s.file != nil
 }

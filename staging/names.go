@@ -1,40 +1,15 @@
-package fs
+package staging
 
 import (
 	"context"
 	"strings"
-	"syscall"
 
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 )
 
-// retain counts a read-only open of a staged file so it outlives the
-// writer's close while being read. It refuses (false) a staged file whose
-// last release already forgot it: its spill file is closed or about to be,
-// and its content is the committed entry now. Counting such a file
-// anyway made the reader's handle read a closed file (EIO, seen by the
-// property test on a read right after a create).
-func (w *writer) retain(id layout.SessionID, s *staged) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if ws := w.ss[id]; ws == nil || ws.files[s.name] != s {
-		return false
-	}
-	s.opens++
-	return true
-}
-
-// slot returns the name s is staged under now; a rename changes it.
-// Callers must not hold s.mu.
-func (s *staged) slot() string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.name
-}
-
 // drop forgets a staged file (unlink of a name being written).
-func (w *writer) drop(id layout.SessionID, s *staged) {
+func (w *Writer) drop(id layout.SessionID, s *File) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if ws := w.ss[id]; ws != nil && ws.files[s.name] == s {
@@ -50,7 +25,7 @@ func (w *writer) drop(id layout.SessionID, s *staged) {
 // removing or moving away the last file of a directory leaves it there,
 // empty, until rmdir, as on any filesystem (rm -r removes the files, then
 // the directories). Empty directories are not stored in the bucket.
-func (w *writer) keepParents(id layout.SessionID, name string) {
+func (w *Writer) keepParents(id layout.SessionID, name string) {
 	ws := w.session(id)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -60,86 +35,84 @@ func (w *writer) keepParents(id layout.SessionID, name string) {
 	}
 }
 
-// mkdir makes a local directory of a session: it is stored only once a
+// Mkdir makes a local directory of a session: it is stored only once a
 // file is written under it (tree.md "Writing").
-func (w *writer) mkdir(id layout.SessionID, full string) {
+func (w *Writer) Mkdir(id layout.SessionID, full string) {
 	ws := w.session(id)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	ws.dirs[full] = true
 }
 
-// unlink removes the file at path parts of a session: a staged file is
+// Unlink removes the file at path parts of a session: a staged file is
 // dropped, a committed one gets a tombstone.
-func (w *writer) unlink(ctx context.Context, id layout.SessionID, parts []string) syscall.Errno {
-	f := w.f
+func (w *Writer) Unlink(ctx context.Context, id layout.SessionID, parts []string) error {
 	full := cache.JoinName(parts)
 	ws := w.session(id)
 	ws.nsMu.Lock()
 	defer ws.nsMu.Unlock()
 	// A commit in flight of the name decides whether it is committed.
 	w.waitCommits(id, full)
-	st, err := f.cache.State(ctx, id)
+	st, err := w.cache.State(ctx, id)
 	if err != nil {
-		return f.errnoOf("unlink "+full, err)
+		return err
 	}
-	slots, tree := w.live(st)
+	slots, tree := w.Live(st)
 	_, live := slots[full]
-	if live && w.hidden(id, true, nil, full) {
+	if live && w.Hidden(id, full) {
 		live = false
 	}
-	s := w.stagedFile(id, full)
+	s := w.Staged(id, full)
 	if s != nil {
 		w.drop(id, s)
 	}
 	if !live {
 		if s != nil {
 			w.keepParents(id, full)
-			return 0
+			return nil
 		}
 		if dir, ok := tree.Walk(parts); ok && dir != nil {
-			return syscall.EISDIR
+			return ErrIsDir
 		}
-		return syscall.ENOENT
+		return ErrNotExist
 	}
-	if err := w.queue(ctx, id, []layout.Descriptor{{Name: full, Deleted: true, CreatedAt: f.cfg.Now().UTC()}}); err != nil {
-		return f.errnoOf("unlink "+full, err)
+	if err := w.Queue(ctx, id, []layout.Descriptor{{Name: full, Deleted: true, CreatedAt: w.cfg.Now().UTC()}}); err != nil {
+		return err
 	}
 	w.keepParents(id, full)
-	return 0
+	return nil
 }
 
-// rmdir removes an empty directory of a session. Only local directories
+// Rmdir removes an empty directory of a session. Only local directories
 // can be empty: a stored one holds files.
-func (w *writer) rmdir(ctx context.Context, id layout.SessionID, full string) syscall.Errno {
+func (w *Writer) Rmdir(ctx context.Context, id layout.SessionID, full string) error {
 	ws := w.session(id)
 	ws.nsMu.Lock()
 	defer ws.nsMu.Unlock()
 	c, err := w.dirEntries(ctx, id, full)
 	if err != nil {
-		return w.f.errnoOf("rmdir "+full, err)
+		return err
 	}
 	if !c.empty() {
-		return syscall.ENOTEMPTY
+		return ErrNotEmpty
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !ws.dirs[full] {
-		return syscall.ENOENT
+		return ErrNotExist
 	}
 	delete(ws.dirs, full)
-	return 0
+	return nil
 }
 
-// rename moves a file or a directory inside one session as one snapshot
+// Rename moves a file or a directory inside one session as one snapshot
 // of tombstones and re-pointed descriptors; no blob is uploaded again.
-func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to string, noReplace bool) syscall.Errno {
-	f := w.f
+func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to string, noReplace bool) error {
 	if from == to {
-		return 0
+		return nil
 	}
 	if strings.HasPrefix(to, from+"/") {
-		return syscall.EINVAL // a directory into itself
+		return ErrIntoItself // a directory into itself
 	}
 	// A commit in flight of what is renamed or replaced (a release
 	// committing a just-created file, say) has taken its name already:
@@ -150,16 +123,16 @@ func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 	ws.nsMu.Lock()
 	defer ws.nsMu.Unlock()
 	w.waitCommits(id, from, to)
-	st, err := f.cache.State(ctx, id)
+	st, err := w.cache.State(ctx, id)
 	if err != nil {
-		return f.errnoOf("rename "+from, err)
+		return err
 	}
-	slots, tree := w.live(st)
+	slots, tree := w.Live(st)
 	exists := func(name string) (file, dir bool) {
-		if _, ok := slots[name]; ok && !w.hidden(id, true, nil, name) {
+		if _, ok := slots[name]; ok && !w.Hidden(id, name) {
 			file = true
 		}
-		if w.stagedFile(id, name) != nil {
+		if w.Staged(id, name) != nil {
 			file = true
 		}
 		if d, ok := tree.Walk(strings.Split(name, "/")); ok && d != nil && len(d.Names()) > 0 {
@@ -174,25 +147,25 @@ func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 	}
 	srcFile, srcDir := exists(from)
 	if !srcFile && !srcDir {
-		return syscall.ENOENT
+		return ErrNotExist
 	}
 	dstFile, dstDir := exists(to)
 	if noReplace && (dstFile || dstDir) {
-		return syscall.EEXIST
+		return ErrExist
 	}
-	now := f.cfg.Now().UTC()
+	now := w.cfg.Now().UTC()
 	if srcFile {
 		if dstDir {
-			return syscall.EISDIR
+			return ErrIsDir
 		}
 		// A file open under the target name is replaced: its descriptors
 		// now write to an unlinked file.
-		if s := w.stagedFile(id, to); s != nil {
+		if s := w.Staged(id, to); s != nil {
 			w.drop(id, s)
 		}
 		// A file still being written moves with its staged data; open
 		// handles keep writing to it under the new name.
-		if s := w.stagedFile(id, from); s != nil {
+		if s := w.Staged(id, from); s != nil {
 			w.mu.Lock()
 			delete(ws.files, from)
 			s.mu.Lock()
@@ -204,43 +177,43 @@ func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 			if dirty {
 				// Its commit happens on close, under the new name.
 				if _, ok := slots[from]; ok {
-					if err := w.queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}}); err != nil {
-						return f.errnoOf("rename "+from, err)
+					if err := w.Queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}}); err != nil {
+						return err
 					}
 				}
 				w.keepParents(id, from)
-				return 0
+				return nil
 			}
 		}
 		e, ok := slots[from]
 		if !ok {
-			return syscall.ENOENT
+			return ErrNotExist
 		}
 		moved := e.Descriptor.Clone()
 		moved.Name = to
 		moved.CreatedAt = now
-		if err := w.queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}, moved}); err != nil {
-			return f.errnoOf("rename "+from, err)
+		if err := w.Queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}, moved}); err != nil {
+			return err
 		}
 		w.keepParents(id, from)
-		return 0
+		return nil
 	}
 	// A directory: every live slot under it.
 	if dstFile {
-		return syscall.ENOTDIR
+		return ErrNotDir
 	}
 	if dstDir {
 		c, err := w.dirEntries(ctx, id, to)
 		if err != nil {
-			return f.errnoOf("rename "+from, err)
+			return err
 		}
 		if !c.empty() {
-			return syscall.ENOTEMPTY // local subdirectories count too
+			return ErrNotEmpty // local subdirectories count too
 		}
 	}
 	src, err := w.dirEntries(ctx, id, from)
 	if err != nil {
-		return f.errnoOf("rename "+from, err)
+		return err
 	}
 	var ds []layout.Descriptor
 	for _, e := range src.files {
@@ -270,19 +243,19 @@ func (w *writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 	}
 	w.mu.Unlock()
 	if len(ds) > 0 {
-		if err := w.queue(ctx, id, ds); err != nil {
-			return f.errnoOf("rename "+from, err)
+		if err := w.Queue(ctx, id, ds); err != nil {
+			return err
 		}
 	}
 	w.keepParents(id, from)
-	return 0
+	return nil
 }
 
 // waitCommits waits until no staged file named one of names, or under one
 // of them, has a commit in flight.
-func (w *writer) waitCommits(id layout.SessionID, names ...string) {
+func (w *Writer) waitCommits(id layout.SessionID, names ...string) {
 	w.mu.Lock()
-	var busy []*staged
+	var busy []*File
 	if ws := w.ss[id]; ws != nil {
 		for full, s := range ws.files {
 			for _, n := range names {
@@ -296,12 +269,7 @@ func (w *writer) waitCommits(id layout.SessionID, names ...string) {
 	w.mu.Unlock()
 	for _, s := range busy {
 		s.mu.Lock()
-		for s.committing != nil {
-			ch := s.committing
-			s.mu.Unlock()
-			<-ch
-			s.mu.Lock()
-		}
+		s.waitCommitLocked()
 		s.mu.Unlock()
 	}
 }

@@ -1,0 +1,145 @@
+package staging
+
+import (
+	"context"
+	"maps"
+	"time"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// AttrChange is what one chmod or utimes asks of a file's POSIX metadata
+// (decisions.md "POSIX metadata in descriptors").
+type AttrChange struct {
+	Mode     *uint32    // chmod: the new permission bits
+	Mtime    *time.Time // utimes with a given time
+	MtimeNow bool       // utimes to now: posix-mtime is dropped, the commit's created-at is the time
+}
+
+// Apply makes the change in meta, which it may allocate, and returns it.
+// keep is the modification time the file shows now: a metadata-only
+// change of committed content must not move it (chmod does not change
+// mtime), so it is kept as posix-mtime when the new descriptor's
+// created-at would otherwise replace it; zero when content changes too.
+func (c AttrChange) Apply(meta map[string]string, keep time.Time) map[string]string {
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	if c.Mode != nil {
+		meta[layout.MetaPosixMode] = layout.FormatPosixMode(*c.Mode)
+	}
+	switch {
+	case c.Mtime != nil:
+		meta[layout.MetaPosixMtime] = layout.FormatPosixMtime(*c.Mtime)
+	case c.MtimeNow:
+		delete(meta, layout.MetaPosixMtime)
+	case !keep.IsZero():
+		if _, set := meta[layout.MetaPosixMtime]; !set {
+			meta[layout.MetaPosixMtime] = layout.FormatPosixMtime(keep)
+		}
+	}
+	if len(meta) == 0 {
+		return nil
+	}
+	return meta
+}
+
+// AttrResult is where a metadata change landed: on the staged file of
+// the name (File) or as a committed entry (Entry, nil when the name was
+// removed just after).
+type AttrResult struct {
+	File  *File
+	Entry *layout.Entry
+}
+
+// SetAttrs keeps a chmod or utimes of a session's file as posix-mode /
+// posix-mtime metadata. A file with a staged copy (being written, or just
+// closed) takes the change on the staged file, so that it lands with the
+// content in one descriptor, committed by its release (at once unless
+// another open still holds it). A committed file that is not being
+// written gets a new descriptor of the same blob at once: no staged copy
+// of its content, no upload. It is ErrNotExist when the name has no file.
+//
+// baseOf and shown are the front end's: what a staged copy starts from
+// (OpenFrom), and the entry the file shows now, whose mtime a metadata
+// change of clean content keeps.
+func (w *Writer) SetAttrs(ctx context.Context, id layout.SessionID, name string, c AttrChange, baseOf func() *layout.Entry, shown *layout.Entry) (AttrResult, error) {
+	e, staged, err := w.setCommittedAttrs(ctx, id, name, c)
+	if err != nil || !staged {
+		return AttrResult{Entry: e}, err
+	}
+	s, err := w.OpenFrom(ctx, id, name, baseOf, false)
+	if err != nil {
+		return AttrResult{}, err
+	}
+	s.mu.Lock()
+	var keep time.Time
+	if !s.dirty {
+		// Clean: the bytes are committed already; only the metadata
+		// changes, and the modification time stays what it was.
+		if s.committed != nil {
+			shown = s.committed
+		}
+		if shown != nil {
+			keep = layout.PosixMtime(shown.Metadata, shown.CreatedAt)
+		}
+	}
+	before := maps.Clone(s.meta)
+	s.meta = c.Apply(maps.Clone(s.meta), keep)
+	if c.MtimeNow || !maps.Equal(before, s.meta) {
+		s.changedLocked()
+	}
+	s.mu.Unlock()
+	return AttrResult{File: s}, w.Release(ctx, id, s)
+}
+
+// setCommittedAttrs commits c for a committed file as a clone of its
+// descriptor with the metadata changed and a new created-at: the same
+// blob, so nothing is uploaded. It returns the entry the name has then
+// (nil when it was removed just after). staged is true, and nothing is
+// done, when the name has a staged file: the caller changes that instead.
+//
+// It holds nsMu, as rename does, so that no release commits the name
+// between the look at its state and the new descriptor.
+func (w *Writer) setCommittedAttrs(ctx context.Context, id layout.SessionID, name string, c AttrChange) (e *layout.Entry, staged bool, err error) {
+	ws := w.session(id)
+	ws.nsMu.Lock()
+	defer ws.nsMu.Unlock()
+	w.waitCommits(id, name)
+	if w.Staged(id, name) != nil {
+		return nil, true, nil
+	}
+	st, err := w.cache.State(ctx, id)
+	if err != nil {
+		return nil, false, err
+	}
+	slots, _ := w.Live(st)
+	cur, ok := slots[name]
+	if !ok || w.Hidden(id, name) {
+		return nil, false, ErrNotExist
+	}
+	d := cur.Descriptor.Clone()
+	d.Metadata = c.Apply(maps.Clone(d.Metadata), layout.PosixMtime(cur.Metadata, cur.CreatedAt))
+	if !c.MtimeNow && maps.Equal(d.Metadata, cur.Metadata) {
+		return &cur, false, nil // nothing changes: no new version
+	}
+	d.CreatedAt = w.cfg.Now().UTC()
+	if err := w.Queue(ctx, id, []layout.Descriptor{d}); err != nil {
+		return nil, false, err
+	}
+	// An open that staged the name meanwhile (it read the old entry as
+	// its base) keeps the change too.
+	if s := w.Staged(id, name); s != nil {
+		s.mu.Lock()
+		s.meta = c.Apply(maps.Clone(s.meta), time.Time{})
+		s.mu.Unlock()
+	}
+	if st, err = w.cache.State(ctx, id); err != nil {
+		return nil, false, err
+	}
+	slots, _ = w.Live(st)
+	if now, ok := slots[name]; ok {
+		return &now, false, nil
+	}
+	return nil, false, nil
+}

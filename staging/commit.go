@@ -1,0 +1,376 @@
+package staging
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// Release drops one open of s. The last open of a file left dirty
+// commits it first (close mode), and returns that commit's error: what
+// made it dirty was acknowledged to someone (a truncate(2) or setxattr
+// while another open held the file, a write racing the commit of a
+// release), so it is not a failed commit. Only content whose own commit
+// failed and was returned by close(2) or fsync(2) (s.failed) goes to the
+// failed directory, and never appears later as if that call had
+// succeeded. A staged file nobody holds any more is forgotten: its content
+// is in the committed state.
+func (w *Writer) Release(ctx context.Context, id layout.SessionID, s *File) error {
+	ws := w.session(id)
+	if w.dropOpen(s) {
+		return nil
+	}
+	// Perhaps the last: what follows may commit and forget s.
+	ws.nsMu.Lock()
+	defer ws.nsMu.Unlock()
+	var err error
+	for {
+		w.mu.Lock()
+		if s.opens > 1 {
+			s.opens-- // another open took the duty over
+			w.mu.Unlock()
+			return err
+		}
+		// Shared: w.mu is held, and an upload of s (holding s.mu shared)
+		// must not stall every other writer operation until it ends.
+		s.mu.RLock()
+		dirty, failed := s.dirty && !s.unlinked, s.failed
+		s.mu.RUnlock()
+		mine := ws.files[s.name] == s
+		if dirty && mine && w.cfg.Commit == CommitOnFsync {
+			s.opens--
+			w.mu.Unlock()
+			return err // kept until the session is fsynced
+		}
+		if dirty && !failed && w.cfg.Commit == CommitOnClose {
+			// This call still holds the last open, so nobody releases s
+			// under it; an open that arrives meanwhile takes the duty
+			// over (the next round sees opens > 1).
+			w.mu.Unlock()
+			err = w.Flush(ctx, id, s, true)
+			continue
+		}
+		s.opens--
+		if dirty {
+			w.salvageLocked(id, s, "commit failed; staged data kept")
+		}
+		if mine {
+			delete(ws.files, s.name)
+		}
+		w.mu.Unlock()
+		s.close()
+		return err
+	}
+}
+
+// dropOpen drops one open of s when it is not the last, and reports
+// whether it did.
+func (w *Writer) dropOpen(s *File) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s.opens > 1 {
+		s.opens--
+		return true
+	}
+	return false
+}
+
+// Flush commits s if it is dirty (close(2) and fsync(2) of a file). With
+// untouchedToo false, a created file nobody has written to yet is left for
+// release.
+func (w *Writer) Flush(ctx context.Context, id layout.SessionID, s *File, untouchedToo bool) error {
+	if w.cfg.Commit == CommitOnFsync {
+		return nil
+	}
+	s.mu.Lock()
+	// Closes of dup'd descriptors can flush the same staged file at
+	// once: wait for a commit in flight, then decide on what is left.
+	s.waitCommitLocked()
+	dirty, touched := s.dirty, s.touched
+	if !dirty || (!touched && !untouchedToo) || s.unlinked {
+		s.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	s.committing = ch
+	s.mu.Unlock()
+	err := w.commit(ctx, id, []pendingOp{{file: s}})
+	s.mu.Lock()
+	s.committing = nil
+	if err != nil {
+		s.failed = true
+	}
+	close(ch)
+	s.mu.Unlock()
+	return err
+}
+
+// FsyncSession commits everything staged in a session as one snapshot
+// (--commit=fsync), or the one file in close mode.
+func (w *Writer) FsyncSession(ctx context.Context, id layout.SessionID) error {
+	ws := w.session(id)
+	ws.fsyncMu.Lock()
+	defer ws.fsyncMu.Unlock()
+	ws.nsMu.Lock()
+	defer ws.nsMu.Unlock()
+	w.mu.Lock()
+	ops := append([]pendingOp(nil), ws.pending...)
+	taken := len(ops)
+	seen := map[*File]bool{}
+	for _, op := range ops {
+		if op.file != nil {
+			seen[op.file] = true
+		}
+	}
+	names := make([]string, 0, len(ws.files))
+	for n := range ws.files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if s := ws.files[n]; !seen[s] {
+			s.mu.RLock()
+			dirty := s.dirty
+			s.mu.RUnlock()
+			if dirty {
+				ops = append(ops, pendingOp{file: s})
+			}
+		}
+	}
+	w.mu.Unlock()
+	if len(ops) == 0 {
+		return nil
+	}
+	err := w.commit(ctx, id, ops)
+	if err != nil {
+		// The pending ops stay for the next fsync: nothing is dropped.
+		return err
+	}
+	w.mu.Lock()
+	// Ops queued while the commit ran come after the ones it took.
+	ws.pending = append([]pendingOp(nil), ws.pending[taken:]...)
+	ws.gen++
+	for _, op := range ops {
+		if op.file != nil && op.file.opens <= 0 && ws.files[op.file.name] == op.file {
+			delete(ws.files, op.file.name)
+			op.file.close()
+		}
+	}
+	w.mu.Unlock()
+	return nil
+}
+
+// Queue adds ready descriptors (tombstones, renames) as one change: in
+// close mode they are committed now as one snapshot; in fsync mode they
+// wait for fsync.
+func (w *Writer) Queue(ctx context.Context, id layout.SessionID, ds []layout.Descriptor) error {
+	if w.cfg.Commit == CommitOnFsync {
+		ws := w.session(id)
+		w.mu.Lock()
+		for i := range ds {
+			d := ds[i]
+			ws.pending = append(ws.pending, pendingOp{desc: &d})
+			if d.Deleted {
+				ws.gone[d.Name] = true
+			} else {
+				delete(ws.gone, d.Name)
+			}
+		}
+		ws.gen++
+		w.mu.Unlock()
+		return nil
+	}
+	ops := make([]pendingOp, len(ds))
+	for i := range ds {
+		d := ds[i]
+		ops[i] = pendingOp{desc: &d}
+	}
+	return w.commit(ctx, id, ops)
+}
+
+// batch is a group commit: descriptors from concurrent closes in one
+// session that share one snapshot.
+type batch struct {
+	descs  []layout.Descriptor
+	files  []*File
+	sealed bool
+	// members counts the commits that joined.
+	members int
+	done    chan struct{}
+	err     error
+	res     layout.CommitResult
+}
+
+// commit uploads the blobs of ops, then commits their descriptors,
+// sharing a snapshot with other commits of the session that arrive within
+// the group window. It returns once this call's descriptors are durable.
+func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingOp) error {
+	// Uploads and commits outlive an interrupted syscall: tying them to
+	// the request context would abandon half-done work.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	defer cancel()
+	ws := w.session(id)
+	w.mu.Lock()
+	ws.uploading++
+	w.mu.Unlock()
+	joined := false
+	defer func() {
+		if !joined {
+			w.mu.Lock()
+			ws.uploading--
+			w.mu.Unlock()
+		}
+	}()
+	descs := make([]layout.Descriptor, 0, len(ops))
+	var files []*File
+	for _, op := range ops {
+		if op.desc != nil {
+			descs = append(descs, *op.desc)
+			files = append(files, nil)
+			continue
+		}
+		d, err := w.upload(ctx, op.file)
+		if err != nil {
+			w.st.errors.Add(1)
+			return err
+		}
+		descs = append(descs, d)
+		files = append(files, op.file)
+	}
+	w.mu.Lock()
+	ws.uploading--
+	joined = true
+	b := ws.batch
+	leader := false
+	if b == nil || b.sealed {
+		b = &batch{done: make(chan struct{})}
+		ws.batch = b
+		leader = true
+	}
+	b.descs = append(b.descs, descs...)
+	b.files = append(b.files, files...)
+	b.members++
+	w.mu.Unlock()
+	if !leader {
+		<-b.done
+		return b.err
+	}
+	// Gather: when other commits of the session are under way, or the
+	// last batch was shared, wait the group window for more to join. A
+	// lone writer does not wait at all.
+	w.mu.Lock()
+	busy := ws.uploading > 0 || ws.lastBatch > 1
+	w.mu.Unlock()
+	if busy {
+		window := time.NewTimer(w.cfg.GroupWindow)
+		<-window.C
+	}
+	// Closes that arrive while an earlier batch is being committed join
+	// this one: it is sealed only once it may commit.
+	ws.commitMu.Lock()
+	w.mu.Lock()
+	b.sealed = true
+	if ws.batch == b {
+		ws.batch = nil
+	}
+	ws.lastBatch = b.members
+	w.mu.Unlock()
+	b.res, b.err = w.commitBatch(ctx, ws, b)
+	ws.commitMu.Unlock()
+	close(b.done)
+	return b.err
+}
+
+// upload stores a staged file's blob and returns its descriptor. The
+// staged file is no longer dirty once its descriptor is built; if the
+// commit then fails, dirty is set again.
+func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error) {
+	for {
+		s.mu.Lock()
+		if s.werr != nil {
+			// Half a file is not committed as if it were the file.
+			err := s.werr
+			s.mu.Unlock()
+			return layout.Descriptor{}, fmt.Errorf("commit %s: %w", s.name, err)
+		}
+		d, err := s.describeLocked(w.cfg.Now())
+		gen := s.gen
+		s.mu.Unlock()
+		if err != nil {
+			return d, fmt.Errorf("commit %s: read staged data: %w", d.Name, err)
+		}
+		// Shared during the upload: the file can be read and stat'ed,
+		// and nothing can change what is being stored.
+		s.mu.RLock()
+		if s.gen != gen {
+			s.mu.RUnlock()
+			continue // written to since it was hashed
+		}
+		_, err = w.store.PutBlobFile(ctx, s.file, d.Digest, d.Size, layout.BlobOptions{ContentType: d.ContentType})
+		s.mu.RUnlock()
+		if err != nil {
+			return d, fmt.Errorf("commit %s: %w", d.Name, err)
+		}
+		s.mu.Lock()
+		if s.gen == gen {
+			s.dirty = false // else changed again after the upload: still dirty
+		}
+		s.mu.Unlock()
+		return d, nil
+	}
+}
+
+// commitBatch commits b as one snapshot; the caller holds ws.commitMu.
+func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout.CommitResult, error) {
+	id := ws.id
+	st, err := w.cache.State(ctx, id)
+	if err != nil {
+		w.failBatch(b)
+		return layout.CommitResult{}, err
+	}
+	base := st.Position()
+	res, err := w.store.Commit(ctx, id, layout.CommitRequest{Type: w.cfg.SnapshotType, Descriptors: b.descs, Base: &base})
+	if err != nil {
+		w.failBatch(b)
+		w.st.errors.Add(1)
+		if errors.Is(err, layout.ErrConflict) {
+			w.st.conflicts.Add(1)
+		}
+		w.cache.Invalidate(id)
+		return res, fmt.Errorf("commit to session %s: %w", id, err)
+	}
+	w.st.commits.Add(int64(len(b.descs)))
+	w.st.snapshots.Add(1)
+	w.st.descriptors.Add(int64(len(res.Descriptors)))
+	w.cache.Committed(id, res)
+	w.cache.SetName(id, st.Manifest.Name)
+	w.mu.Lock()
+	for i, d := range res.Descriptors {
+		if d.Deleted {
+			delete(ws.gone, d.Name)
+		}
+		if s := b.files[i]; s != nil {
+			e := layout.Entry{Descriptor: d, Session: id, Version: res.Version}
+			s.mu.Lock()
+			s.committed = &e
+			s.mu.Unlock()
+		}
+	}
+	w.mu.Unlock()
+	w.onCommit(id, res.Descriptors)
+	return res, nil
+}
+
+func (w *Writer) failBatch(b *batch) {
+	for _, s := range b.files {
+		if s != nil {
+			s.mu.Lock()
+			s.dirty = true
+			s.mu.Unlock()
+		}
+	}
+}

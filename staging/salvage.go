@@ -1,0 +1,74 @@
+package staging
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// Shutdown runs when the mount stops. What it still holds uncommitted is
+// not dropped silently: written files (staged for --commit=fsync, or
+// still open when the mount went away) are kept in the failed directory,
+// and renames and removals waiting for an fsync are logged.
+func (w *Writer) Shutdown() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, ws := range w.ss {
+		for _, s := range ws.files {
+			s.mu.RLock()
+			keep := s.dirty && !s.unlinked
+			s.mu.RUnlock()
+			if keep {
+				w.salvageLocked(id, s, "unmounted with uncommitted data; staged data kept")
+				s.mu.Lock()
+				s.dirty = false // kept once: a second Shutdown keeps nothing again
+				s.mu.Unlock()
+			}
+		}
+		for _, op := range ws.pending {
+			if d := op.desc; d != nil {
+				w.log.Error("unmounted before fsync: change not committed", "session", id, "name", d.Name, "removal", d.Deleted)
+			}
+		}
+		ws.pending = nil
+	}
+}
+
+// salvageLocked keeps the bytes of a staged file whose commit failed (or
+// never happened) and whose last descriptor is gone, so that data is
+// never dropped silently; msg says why in the log.
+func (w *Writer) salvageLocked(id layout.SessionID, s *File, msg string) {
+	dir := filepath.Join(w.cfg.FailedDir, id.String())
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		w.log.Error("could not keep the data of a failed commit", "session", id, "name", s.name, "err", err)
+		return
+	}
+	dst := filepath.Join(dir, strings.ReplaceAll(s.name, "/", "%2F")+"."+time.Now().UTC().Format("20060102T150405.000000000"))
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err == nil {
+		buf := make([]byte, 1<<20)
+		for off := int64(0); off < s.size && err == nil; {
+			n, rerr := s.file.ReadAt(buf, off)
+			if n > 0 {
+				_, err = out.Write(buf[:n])
+				off += int64(n)
+			}
+			if rerr != nil {
+				break
+			}
+		}
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		w.log.Error("could not keep the data of a failed commit", "session", id, "name", s.name, "err", err)
+		return
+	}
+	w.log.Error(msg, "session", id, "name", s.name, "path", dst)
+}

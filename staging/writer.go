@@ -1,0 +1,477 @@
+package staging
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/layout"
+)
+
+// CommitMode says when staged writes become snapshots.
+type CommitMode int
+
+const (
+	// CommitOnClose commits each file when it is closed (flush) or
+	// fsynced; concurrent closes share a snapshot (group commit).
+	CommitOnClose CommitMode = iota
+	// CommitOnFsync stages every change in a session until fsync of a
+	// file or of the session directory, then commits them as one
+	// snapshot.
+	CommitOnFsync
+)
+
+// Config is how a Writer commits.
+type Config struct {
+	Commit       CommitMode
+	SnapshotType layout.SnapshotType
+	// GroupWindow is how long a commit waits for other closes in the
+	// same session to share its snapshot.
+	GroupWindow time.Duration
+	// StagingDir holds the spill files of writes in progress.
+	StagingDir string
+	// FailedDir keeps the bytes of writes whose commit failed for good.
+	FailedDir string
+	// Now is the clock for created-at (tests pin it).
+	Now func() time.Time
+	Log *slog.Logger
+}
+
+// Store is what a Writer needs of the bucket: storing a blob from a
+// staged file and committing a snapshot (*layout.Store).
+type Store interface {
+	PutBlobFile(ctx context.Context, f *os.File, d layout.Digest, size int64, opts layout.BlobOptions) (layout.BlobInfo, error)
+	Commit(ctx context.Context, id layout.SessionID, req layout.CommitRequest) (layout.CommitResult, error)
+}
+
+// States is what a Writer needs of the session cache (*cache.Cache):
+// the committed state it writes on top of, and the updates that follow a
+// commit. A Writer is the only writer of those updates.
+type States interface {
+	State(ctx context.Context, id layout.SessionID) (*cache.State, error)
+	// Committed folds a commit of this mount into the cached state.
+	Committed(id layout.SessionID, res layout.CommitResult)
+	// Invalidate drops the cached state after a failed commit: the
+	// session moved under it.
+	Invalidate(id layout.SessionID)
+	// SetName keeps the session's name in the registry after a commit.
+	SetName(id layout.SessionID, name string)
+}
+
+// Blobs reads the content of a committed descriptor, decoded (the blob
+// cache): a write to an existing file starts from it.
+type Blobs interface {
+	ReadAt(ctx context.Context, d *layout.Descriptor, p []byte, off int64) (int, error)
+}
+
+// Writer turns writes through the tree into commits: it holds the staged
+// files and local directories of each session, commits them (group
+// commit, or at fsync), renames and removes names, and updates the
+// session cache after each commit. It knows nothing of FUSE: a front end
+// calls it per operation and maps its errors (package fs, errno.go).
+//
+// LOCK ORDERING: session.fsyncMu, then session.nsMu, then
+// session.commitMu, then Writer.mu, then File.mu. Writer.mu guards the
+// per-session maps only; uploads and commits run without it. A staged
+// file's commit in flight (File.committing) is waited for with none of
+// Writer.mu, File.mu or commitMu held. The session cache's own locks
+// come after all of these (Committed and State are called with commitMu
+// held).
+type Writer struct {
+	cfg   Config
+	store Store
+	cache States
+	blobs Blobs
+	log   *slog.Logger
+	// onCommit is told the descriptors of every commit, after the cache
+	// has them (the front end drops what the kernel cached of them).
+	onCommit func(id layout.SessionID, ds []layout.Descriptor)
+
+	// mu guards ss and the maps and counters of every session in it.
+	mu sync.Mutex
+	ss map[layout.SessionID]*session // GUARDED_BY(mu)
+
+	st struct {
+		commits, snapshots, descriptors, errors, conflicts atomic.Int64
+	}
+}
+
+// session is one session's write state on this mount. Its maps and
+// counters are GUARDED_BY(Writer.mu).
+type session struct {
+	id layout.SessionID
+	// files are staged files by slot name (open, or dirty and not yet
+	// committed).
+	files map[string]*File
+	// dirs are directories made by mkdir that hold nothing yet.
+	dirs map[string]bool
+	// gone hides names removed locally whose tombstones are pending
+	// (fsync mode) or in flight.
+	gone map[string]bool
+	// pending ops of --commit=fsync, in order. They stay here until
+	// their snapshot has landed, so the local view keeps showing them
+	// while the commit is in flight.
+	pending []pendingOp
+	// gen counts changes of pending; view caches the live view for one
+	// state and generation.
+	gen  uint64
+	view *liveView
+	// fsyncMu serialises fsyncs of the session, so that each commits
+	// the pending prefix it saw exactly once.
+	fsyncMu sync.Mutex
+	// nsMu serialises what moves a name between the staged files and
+	// the committed state with what reads both to decide: the last
+	// release of a staged file (it commits the file and forgets it),
+	// an fsync's commit, rename, unlink, rmdir and a metadata change.
+	// Without it a rename saw a file staged, the release then committed
+	// and forgot it, and the rename moved nothing (or moved a closed
+	// spill file); an unlink dropped a file whose commit then landed,
+	// and the file came back.
+	nsMu sync.Mutex
+	// batch is the group commit being gathered.
+	batch *batch
+	// uploading counts commits of this session that are storing their
+	// blobs and have not joined a batch yet; lastBatch is the number of
+	// commits the last batch held. Either says other writers are about:
+	// only then does a batch's leader wait the group window.
+	uploading int
+	lastBatch int
+	// commitMu serialises snapshot commits of this session from this
+	// mount, so that group members land in order.
+	commitMu sync.Mutex
+}
+
+type pendingOp struct {
+	file *File              // a file to upload and describe at commit
+	desc *layout.Descriptor // a ready descriptor (tombstone, rename)
+}
+
+// Stats counts what a Writer committed and what failed.
+type Stats struct {
+	// Commits counts committed changes (a file's content, a rename's
+	// descriptors, a tombstone), Snapshots the snapshots they shared,
+	// Descriptors the descriptors those held.
+	Commits, Snapshots, Descriptors int64
+	// Errors counts failed uploads and commits, Conflicts those that
+	// failed because the session moved under them.
+	Errors, Conflicts int64
+}
+
+// New returns a Writer that stores through store and keeps c up to date.
+// onCommit, if not nil, is called after every commit.
+func New(cfg Config, store Store, c States, blobs Blobs, onCommit func(layout.SessionID, []layout.Descriptor)) *Writer {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.SnapshotType == "" {
+		cfg.SnapshotType = layout.Provisional
+	}
+	if cfg.GroupWindow <= 0 {
+		cfg.GroupWindow = 2 * time.Millisecond
+	}
+	if onCommit == nil {
+		onCommit = func(layout.SessionID, []layout.Descriptor) {}
+	}
+	return &Writer{cfg: cfg, store: store, cache: c, blobs: blobs, log: cfg.Log, onCommit: onCommit,
+		ss: map[layout.SessionID]*session{}}
+}
+
+// Mode is the commit mode the Writer was made with.
+func (w *Writer) Mode() CommitMode { return w.cfg.Commit }
+
+// Stats returns what the Writer committed so far.
+func (w *Writer) Stats() Stats {
+	return Stats{w.st.commits.Load(), w.st.snapshots.Load(), w.st.descriptors.Load(), w.st.errors.Load(), w.st.conflicts.Load()}
+}
+
+func (w *Writer) session(id layout.SessionID) *session {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ws := w.ss[id]
+	if ws == nil {
+		ws = &session{id: id, files: map[string]*File{}, dirs: map[string]bool{}, gone: map[string]bool{}}
+		w.ss[id] = ws
+	}
+	return ws
+}
+
+// Hidden reports whether name (a full slot name) of a session was
+// removed locally and its removal is not committed yet: the committed
+// state still has it, the tree must not show it.
+func (w *Writer) Hidden(id layout.SessionID, name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ws := w.ss[id]
+	if ws == nil || !ws.gone[name] {
+		return false
+	}
+	// A staged file of the same name shows again.
+	_, ok := ws.files[name]
+	return !ok
+}
+
+// Local is an entry of a directory that only this mount has: a staged
+// file (File set) or a directory made by mkdir or holding staged files.
+type Local struct {
+	Name string
+	File *File
+}
+
+// Overlay returns the local entries of directory prefix (a full slot
+// name, "" for the session root) of a session, in two steps: Overlay
+// notes them now, and the function it returns gives those not seen in
+// the committed tree. A listing must note them before it reads the
+// committed state: a commit moves a file from the staged set into the
+// state, so a file is in the staged set noted first or in the state read
+// after, and never in neither (a just-created file missing from ls).
+func (w *Writer) Overlay(id layout.SessionID, prefix string) func(seen map[string]bool) []Local {
+	w.mu.Lock()
+	ws := w.ss[id]
+	if ws == nil {
+		w.mu.Unlock()
+		return func(map[string]bool) []Local { return nil }
+	}
+	if prefix != "" {
+		prefix += "/"
+	}
+	var files []Local
+	dirs := map[string]bool{}
+	for full, s := range ws.files {
+		rest, ok := strings.CutPrefix(full, prefix)
+		if !ok {
+			continue
+		}
+		if first, _, nested := strings.Cut(rest, "/"); nested {
+			dirs[first] = true
+		} else {
+			files = append(files, Local{Name: rest, File: s})
+		}
+	}
+	for full := range ws.dirs {
+		rest, ok := strings.CutPrefix(full, prefix)
+		if !ok || rest == "" {
+			continue
+		}
+		first, _, _ := strings.Cut(rest, "/")
+		dirs[first] = true
+	}
+	w.mu.Unlock()
+	return func(seen map[string]bool) []Local {
+		var out []Local
+		for _, l := range files {
+			if !seen[l.Name] {
+				out = append(out, l)
+			}
+		}
+		for name := range dirs {
+			if !seen[name] {
+				out = append(out, Local{Name: name})
+			}
+		}
+		return out
+	}
+}
+
+// Lookup finds a local entry of a session by its full slot name: a
+// staged file, or a local directory (file nil, ok true).
+func (w *Writer) Lookup(id layout.SessionID, full string) (file *File, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ws := w.ss[id]
+	if ws == nil {
+		return nil, false
+	}
+	if file, ok = ws.files[full]; ok {
+		return file, true
+	}
+	if ws.dirs[full] {
+		return nil, true
+	}
+	for f := range ws.files {
+		if strings.HasPrefix(f, full+"/") {
+			return nil, true
+		}
+	}
+	return nil, false
+}
+
+// Staged returns the staged file of a name, if any.
+func (w *Writer) Staged(id layout.SessionID, name string) *File {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ws := w.ss[id]; ws != nil {
+		return ws.files[name]
+	}
+	return nil
+}
+
+// Retain counts a read-only open of a staged file so it outlives the
+// writer's close while being read. It refuses (false) a staged file whose
+// last release already forgot it: its spill file is closed or about to be,
+// and its content is the committed entry now. Counting such a file
+// anyway made the reader's handle read a closed file (EIO, seen by the
+// property test on a read right after a create).
+func (w *Writer) Retain(id layout.SessionID, s *File) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ws := w.ss[id]; ws == nil || ws.files[s.name] != s {
+		return false
+	}
+	s.opens++
+	return true
+}
+
+// Open returns the staged file for name, creating it from base.
+func (w *Writer) Open(ctx context.Context, id layout.SessionID, name string, base *layout.Entry, truncate bool) (*File, error) {
+	return w.OpenFrom(ctx, id, name, func() *layout.Entry { return base }, truncate)
+}
+
+// OpenFrom is open with the base asked for only once no staged file of
+// the name is left: an open that looked at its inode while the last close
+// of the name was being released saw the staged file (and so no base), and
+// found it gone when it got here; staging from nothing then dropped the
+// file's content (echo hello > f; echo world >> f made f "world").
+func (w *Writer) OpenFrom(ctx context.Context, id layout.SessionID, name string, baseOf func() *layout.Entry, truncate bool) (*File, error) {
+	ws := w.session(id)
+	w.mu.Lock()
+	s := ws.files[name]
+	if s != nil {
+		s.opens++
+		w.mu.Unlock()
+		if truncate {
+			if err := s.Truncate(0); err != nil {
+				return nil, err
+			}
+		}
+		return s, nil
+	}
+	w.mu.Unlock()
+	base := baseOf()
+	s, err := w.newStaged(ctx, name, base, truncate)
+	if err != nil {
+		return nil, err
+	}
+	if base == nil || truncate {
+		s.dirty = true // a new or truncated file is a change even if empty
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if other := ws.files[name]; other != nil {
+		// Lost a race with another open: use theirs.
+		s.close()
+		other.opens++
+		return other, nil
+	}
+	s.opens = 1
+	ws.files[name] = s
+	delete(ws.gone, name)
+	return s, nil
+}
+
+// liveView is the live state of a session as this mount shows it: the
+// committed slots with the ops pending in --commit=fsync applied.
+type liveView struct {
+	st    *cache.State
+	gen   uint64
+	slots map[string]layout.Entry
+	tree  *cache.Dir
+}
+
+// Live returns the live slots and tree of st's session on this mount:
+// st's own unless --commit=fsync holds pending renames, tombstones or
+// ingests, which must show (and hide) before they are committed.
+func (w *Writer) Live(st *cache.State) (map[string]layout.Entry, *cache.Dir) {
+	w.mu.Lock()
+	ws := w.ss[st.ID]
+	if ws == nil || len(ws.pending) == 0 {
+		w.mu.Unlock()
+		return st.Slots(), st.Tree()
+	}
+	if v := ws.view; v != nil && v.st == st && v.gen == ws.gen {
+		w.mu.Unlock()
+		return v.slots, v.tree
+	}
+	gen := ws.gen
+	ops := append([]pendingOp(nil), ws.pending...)
+	w.mu.Unlock()
+	slots := make(map[string]layout.Entry, len(st.Slots())+len(ops))
+	for k, v := range st.Slots() {
+		slots[k] = v
+	}
+	for _, op := range ops {
+		if op.desc != nil {
+			layout.ApplySlot(slots, layout.Entry{Descriptor: *op.desc, Session: st.ID})
+		}
+	}
+	v := &liveView{st: st, gen: gen, slots: slots, tree: cache.BuildTree(slots)}
+	w.mu.Lock()
+	if ws.gen == gen {
+		ws.view = v
+	}
+	w.mu.Unlock()
+	return v.slots, v.tree
+}
+
+// dirContent is what is under a directory of a session on this mount.
+type dirContent struct {
+	// files are the live committed slots under it, by name.
+	files []layout.Entry
+	// staged are the names of staged files under it.
+	staged []string
+	// dirs are the local (mkdir'd, not yet stored) directories under it.
+	dirs []string
+}
+
+// empty reports whether the directory holds nothing, so that rmdir may
+// remove it and a rename may replace it (POSIX: else ENOTEMPTY).
+func (c dirContent) empty() bool {
+	return len(c.files)+len(c.staged)+len(c.dirs) == 0
+}
+
+// dirEntries returns what is under directory prefix of a session: live
+// committed slots (less those removed locally), staged files and local
+// directories.
+func (w *Writer) dirEntries(ctx context.Context, id layout.SessionID, prefix string) (dirContent, error) {
+	var c dirContent
+	st, err := w.cache.State(ctx, id)
+	if err != nil {
+		return c, err
+	}
+	live, _ := w.Live(st)
+	under := prefix + "/"
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ws := w.ss[id]
+	for name, e := range live {
+		if strings.HasPrefix(name, under) && (ws == nil || !ws.gone[name]) {
+			if _, ok := layout.NamePath(name); ok {
+				c.files = append(c.files, e)
+			}
+		}
+	}
+	if ws != nil {
+		for name := range ws.files {
+			if strings.HasPrefix(name, under) {
+				c.staged = append(c.staged, name)
+			}
+		}
+		for name := range ws.dirs {
+			if strings.HasPrefix(name, under) {
+				c.dirs = append(c.dirs, name)
+			}
+		}
+	}
+	sort.Slice(c.files, func(i, j int) bool { return c.files[i].Name < c.files[j].Name })
+	sort.Strings(c.staged)
+	sort.Strings(c.dirs)
+	return c, nil
+}

@@ -1,0 +1,407 @@
+package staging
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/blobcache"
+	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/faultblob"
+	"gocloud.dev/blob/memblob"
+	"gocloud.dev/gcerrors"
+)
+
+// Tests of the write engine without a kernel: they call what the go-fuse
+// nodes call, in an order a kernel produces only by chance, held in place
+// by a stall on the snapshot PUT.
+
+// writerRig is a Writer over a memory bucket behind a fault injector,
+// with one empty session.
+type writerRig struct {
+	w     *Writer
+	cache *cache.Cache
+	inj   *faultblob.Injector
+	id    layout.SessionID
+	cfg   Config
+}
+
+func newWriterRig(t *testing.T, mode ...CommitMode) *writerRig {
+	t.Helper()
+	inj := faultblob.NewInjector(faultblob.Options{})
+	store := layout.New(faultblob.Wrap(memblob.OpenBucket(nil), inj), nil)
+	m := store.NewRootManifest()
+	if _, _, err := store.CreateSession(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	c, err := cache.New(store, cache.Options{MetadataTTL: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc, err := blobcache.New(store, blobcache.Options{MemBytes: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := Config{StagingDir: dir, FailedDir: filepath.Join(dir, "failed")}
+	if len(mode) > 0 {
+		cfg.Commit = mode[0]
+	}
+	w := New(cfg, store, c, bc, nil)
+	t.Cleanup(func() { w.Shutdown(); bc.Close() })
+	return &writerRig{w: w, cache: c, inj: inj, id: m.Session, cfg: cfg}
+}
+
+// stallSnapshots makes every snapshot PUT wait for the returned gate.
+func (r *writerRig) stallSnapshots() *faultblob.Gate {
+	g := faultblob.NewGate()
+	r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Regexp: regexp.MustCompile(`/snapshots/`)}, Stall: g})
+	return g
+}
+
+// waitStalled polls until n requests wait on g.
+func waitStalled(t *testing.T, g *faultblob.Gate, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for g.Waiting() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests stalled, want %d", g.Waiting(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// slot returns the committed slot of name, as a fresh reader sees it.
+func (r *writerRig) slot(t *testing.T, name string) (layout.Entry, bool) {
+	t.Helper()
+	r.cache.Invalidate(r.id)
+	st, err := r.cache.State(context.Background(), r.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, ok := st.Slots()[name]
+	return e, ok
+}
+
+// written creates name with content, as creat(2) and write(2) do, and
+// returns its staged file, still open.
+func (r *writerRig) written(t *testing.T, name, content string) *File {
+	t.Helper()
+	s, err := r.w.Open(context.Background(), r.id, name, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteAt([]byte(content), 0); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// failedFiles lists what was kept in the failed directory.
+func (r *writerRig) failedFiles(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	ents, _ := os.ReadDir(filepath.Join(r.cfg.FailedDir, r.id.String()))
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// TestWriterTruncateDuringReleaseCommit is issue #16's lost update
+// (PUGFS_PROPERTY_SEED=424242, step 69): the last release of a created
+// file is committing it when truncate(2) of the path stages 363 bytes and
+// returns 0. Before, the release then found the file dirty, took that for
+// a failed commit and moved the 363 bytes to failed/; the next append
+// built on the committed empty file.
+func TestWriterTruncateDuringReleaseCommit(t *testing.T) {
+	r := newWriterRig(t)
+	ctx := context.Background()
+	w := r.w
+	s, err := w.Open(ctx, r.id, "d3/f1", nil, true) // creat(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := r.stallSnapshots()
+	released := make(chan error, 1)
+	go func() { released <- w.Release(ctx, r.id, s) }() // the create's release
+	waitStalled(t, gate, 1)
+
+	// truncate(2) by path: Setattr stages, truncates and releases.
+	s2, err := w.OpenFrom(ctx, r.id, "d3/f1", func() *layout.Entry { return nil }, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2 != s {
+		t.Fatal("truncate staged a second file for the name")
+	}
+	if err := s2.Truncate(363); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Release(ctx, r.id, s2); err != nil {
+		t.Fatalf("truncate's release: %v", err)
+	}
+	gate.Release()
+	if err := <-released; err != nil {
+		t.Fatalf("create's release: %v", err)
+	}
+	e, ok := r.slot(t, "d3/f1")
+	if !ok || e.Size != 363 {
+		t.Fatalf("committed d3/f1 = %+v (present %v), want the truncated 363 bytes", e.Descriptor, ok)
+	}
+	if kept := r.failedFiles(t); len(kept) > 0 {
+		t.Fatalf("an acknowledged truncate ended in failed/: %v", kept)
+	}
+}
+
+// TestWriterUnlinkDuringReleaseCommit: unlink of a name whose release is
+// committing it waits for that commit and removes what it committed;
+// dropping the staged file under the commit made the file come back.
+func TestWriterUnlinkDuringReleaseCommit(t *testing.T) {
+	r := newWriterRig(t)
+	ctx := context.Background()
+	w := r.w
+	s := r.written(t, "f", "hello")
+	gate := r.stallSnapshots()
+	released := make(chan error, 1)
+	go func() { released <- w.Release(ctx, r.id, s) }()
+	waitStalled(t, gate, 1)
+	unlinked := make(chan error, 1)
+	go func() { unlinked <- w.Unlink(ctx, r.id, []string{"f"}) }()
+	gate.Release()
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-unlinked; err != nil {
+		t.Fatalf("unlink: %v", err)
+	}
+	if e, ok := r.slot(t, "f"); ok {
+		t.Fatalf("f is back after its unlink returned 0: %+v", e.Descriptor)
+	}
+}
+
+// TestWriterRenameDirOntoDirWithLocalSubdirs is issue #16's rename bug
+// (PUGFS_PROPERTY_SEED=1796152307096129683, step 86): the target holds
+// only directories made by mkdir, which are local until a file is written
+// under them; POSIX still wants ENOTEMPTY.
+func TestWriterRenameDirOntoDirWithLocalSubdirs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dirs []string
+		want error
+	}{
+		{"target holds a local directory", []string{"d1", "d1/d1", "d1/d2", "d1/d2/d0"}, ErrNotEmpty},
+		{"target holds a nested local directory", []string{"d1", "d1/d1", "d1/d2", "d1/d2/a", "d1/d2/a/b"}, ErrNotEmpty},
+		{"empty target is replaced", []string{"d1", "d1/d1", "d1/d2"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newWriterRig(t)
+			for _, d := range tc.dirs {
+				r.w.Mkdir(r.id, d)
+			}
+			if got := r.w.Rename(context.Background(), r.id, "d1/d1", "d1/d2", false); !errors.Is(got, tc.want) || (got == nil) != (tc.want == nil) {
+				t.Fatalf("rename d1/d1 d1/d2 = %v, want %v", got, tc.want)
+			}
+			if got := r.w.Rmdir(context.Background(), r.id, "d1/d2"); tc.want != nil && !errors.Is(got, ErrNotEmpty) {
+				t.Fatalf("rmdir of the non-empty target = %v, want ENOTEMPTY", got)
+			}
+		})
+	}
+}
+
+// TestWriterRetainRefusesReleasedFile: a reader that found a staged file
+// just before its last release forgot it is not handed the closed spill
+// file (the property test read EIO right after a create); it reads the
+// committed entry instead.
+func TestWriterRetainRefusesReleasedFile(t *testing.T) {
+	r := newWriterRig(t)
+	ctx := context.Background()
+	w := r.w
+	s := r.written(t, "f", "hello")
+	found := w.Staged(r.id, "f") // what a read-only Open saw
+	if err := w.Release(ctx, r.id, s); err != nil {
+		t.Fatal(err)
+	}
+	if w.Retain(r.id, found) {
+		t.Fatal("retain counted a staged file its last release had closed")
+	}
+	if _, err := found.ReadAt(make([]byte, 5), 0); !errors.Is(err, ErrClosed) {
+		t.Fatalf("read of the released staged file: %v, want ErrClosed", err)
+	}
+	if e, ok := r.slot(t, "f"); !ok || string(e.Data) != "hello" {
+		t.Fatalf("committed f = %+v, %v", e.Descriptor, ok)
+	}
+}
+
+// big is content too large to be inlined in its descriptor: committing
+// it stores a blob.
+func big(s string) string { return strings.Repeat(s, 1+2*layout.InlineLimit/len(s)) }
+
+// failBlobPuts makes every blob upload fail for good.
+func (r *writerRig) failBlobPuts() {
+	r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: layout.ObjectsPrefix}, FailProb: 1,
+		Err: faultblob.PermanentError(gcerrors.PermissionDenied)})
+}
+
+// state is the session as a fresh reader sees it.
+func (r *writerRig) state(t *testing.T) *cache.State {
+	t.Helper()
+	r.cache.Invalidate(r.id)
+	st, err := r.cache.State(context.Background(), r.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestWriterGroupCommit: closes that arrive while an earlier snapshot of
+// the session is being committed share the next snapshot.
+func TestWriterGroupCommit(t *testing.T) {
+	r := newWriterRig(t)
+	ctx := context.Background()
+	gate := r.stallSnapshots()
+	errs := make(chan error, 3)
+	// close(2): FLUSH commits, RELEASE follows.
+	release := func(s *File) {
+		if err := r.w.Flush(ctx, r.id, s, false); err != nil {
+			errs <- err
+			return
+		}
+		errs <- r.w.Release(ctx, r.id, s)
+	}
+	go release(r.written(t, "a", "1"))
+	waitStalled(t, gate, 1) // a's snapshot, alone
+	go release(r.written(t, "b", "2"))
+	go release(r.written(t, "c", "3"))
+	ws := r.w.session(r.id)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		r.w.mu.Lock()
+		joined := ws.batch != nil && ws.batch.members == 2
+		r.w.mu.Unlock()
+		if joined {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b and c never joined one batch")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	gate.Release()
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := r.state(t)
+	if st.Version != 2 {
+		t.Fatalf("version %d after a, then b and c together: want 2", st.Version)
+	}
+	if ds, _ := st.Snapshot(2); len(ds) != 2 {
+		t.Fatalf("snapshot 2 holds %d descriptors, want b and c", len(ds))
+	}
+	if s := r.w.Stats(); s.Commits != 3 || s.Snapshots != 2 {
+		t.Fatalf("stats %+v, want 3 commits in 2 snapshots", s)
+	}
+}
+
+// TestWriterRenameUploadsNothing: rename of a committed file and of a
+// directory commits descriptors only, one snapshot each; the blobs are
+// not stored again (every blob PUT fails from the start).
+func TestWriterRenameUploadsNothing(t *testing.T) {
+	r := newWriterRig(t)
+	ctx := context.Background()
+	for _, name := range []string{"f", "d/x", "d/y"} {
+		if err := r.w.Release(ctx, r.id, r.written(t, name, big(name))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := r.state(t)
+	r.failBlobPuts()
+	for _, c := range []struct{ from, to string }{{"f", "g"}, {"d", "e/d"}} {
+		if err := r.w.Rename(ctx, r.id, c.from, c.to, false); err != nil {
+			t.Fatalf("rename %s %s: %v", c.from, c.to, err)
+		}
+	}
+	after := r.state(t)
+	if after.Version != before.Version+2 {
+		t.Fatalf("version %d -> %d: want one snapshot per rename", before.Version, after.Version)
+	}
+	for from, to := range map[string]string{"f": "g", "d/x": "e/d/x", "d/y": "e/d/y"} {
+		old, was := before.Slot(from)
+		now, is := after.Slot(to)
+		if _, still := after.Slot(from); !was || !is || still || now.Digest != old.Digest {
+			t.Fatalf("%s -> %s: before %v, after %v (old name kept %v)", from, to, was, is, still)
+		}
+	}
+}
+
+// TestWriterFsyncMode: with CommitOnFsync nothing lands at close; the
+// session's fsync commits every staged change, a rename included, as one
+// snapshot.
+func TestWriterFsyncMode(t *testing.T) {
+	r := newWriterRig(t, CommitOnFsync)
+	ctx := context.Background()
+	for _, name := range []string{"a", "b"} {
+		if err := r.w.Release(ctx, r.id, r.written(t, name, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.w.Rename(ctx, r.id, "b", "c", false); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.state(t); st.Version != 0 {
+		t.Fatalf("version %d before fsync, want nothing committed", st.Version)
+	}
+	if err := r.w.FsyncSession(ctx, r.id); err != nil {
+		t.Fatal(err)
+	}
+	st := r.state(t)
+	if st.Version != 1 {
+		t.Fatalf("version %d after fsync, want one snapshot", st.Version)
+	}
+	for name, want := range map[string]bool{"a": true, "b": false, "c": true} {
+		if _, ok := st.Slot(name); ok != want {
+			t.Fatalf("%s present %v after fsync, want %v", name, ok, want)
+		}
+	}
+}
+
+// TestWriterFailedCommit: a commit that fails for good returns its error
+// to the close, and the content is kept in the failed directory; what an
+// unmount finds staged (fsync mode, never fsynced) is kept there too.
+func TestWriterFailedCommit(t *testing.T) {
+	t.Run("close", func(t *testing.T) {
+		r := newWriterRig(t)
+		r.failBlobPuts()
+		if err := r.w.Release(context.Background(), r.id, r.written(t, "f", big("kept"))); err == nil {
+			t.Fatal("release of a file whose upload failed returned no error")
+		}
+		if kept := r.failedFiles(t); len(kept) != 1 {
+			t.Fatalf("failed/ holds %v, want the file", kept)
+		}
+		if _, ok := r.slot(t, "f"); ok {
+			t.Fatal("f committed although its upload failed")
+		}
+	})
+	t.Run("unmount", func(t *testing.T) {
+		r := newWriterRig(t, CommitOnFsync)
+		if err := r.w.Release(context.Background(), r.id, r.written(t, "f", "kept")); err != nil {
+			t.Fatal(err)
+		}
+		r.w.Shutdown()
+		kept := r.failedFiles(t)
+		if len(kept) != 1 {
+			t.Fatalf("failed/ holds %v, want the unsynced file", kept)
+		}
+		b, err := os.ReadFile(filepath.Join(r.cfg.FailedDir, r.id.String(), kept[0]))
+		if err != nil || string(b) != "kept" {
+			t.Fatalf("kept %q, %v", b, err)
+		}
+	})
+}
