@@ -49,6 +49,17 @@ type dirNode struct {
 }
 
 var (
+	_ = (gofs.NodeCreater)((*dirNode)(nil))
+	_ = (gofs.NodeMkdirer)((*dirNode)(nil))
+	_ = (gofs.NodeRenamer)((*dirNode)(nil))
+	_ = (gofs.NodeRmdirer)((*dirNode)(nil))
+	_ = (gofs.NodeSetattrer)((*dirNode)(nil))
+	_ = (gofs.NodeStatfser)((*dirNode)(nil))
+	_ = (gofs.NodeSymlinker)((*dirNode)(nil))
+	_ = (gofs.NodeUnlinker)((*dirNode)(nil))
+)
+
+var (
 	_ = (gofs.NodeLookuper)((*dirNode)(nil))
 	_ = (gofs.NodeReaddirer)((*dirNode)(nil))
 	_ = (gofs.NodeGetattrer)((*dirNode)(nil))
@@ -305,6 +316,12 @@ type fileNode struct {
 	writable bool
 }
 
+var (
+	_ = (gofs.NodeSetattrer)((*fileNode)(nil))
+	_ = (gofs.NodeSetxattrer)((*fileNode)(nil))
+	_ = (gofs.NodeStatfser)((*fileNode)(nil))
+)
+
 // xattrs supplies extended attributes; nil for none.
 type xattrs func() map[string]string
 
@@ -448,6 +465,11 @@ type linkNode struct {
 	dyn func(ctx context.Context) (string, error)
 	mt  time.Time
 }
+
+var (
+	_ = (gofs.NodeGetattrer)((*linkNode)(nil))
+	_ = (gofs.NodeStatfser)((*linkNode)(nil))
+)
 
 var _ = (gofs.NodeReadlinker)((*linkNode)(nil))
 
