@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/pugmark/pugfs/blobcache"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -62,12 +61,7 @@ func (f *FS) statsText() string {
 	fmt.Fprintf(&b, "backend retries %d, errors %d\n", ls.Retries, ls.Errors)
 	fmt.Fprintf(&b, "backend requests in flight: peak %d\n", ls.PeakInFlight)
 	fmt.Fprintf(&b, "%s\n", f.cache.Stats())
-	bs := f.blobs.Stats()
-	// The raw counters on one line, Name:value, for scripts; then the same
-	// for people, with hit rates.
-	type rawBlobStats blobcache.Stats
-	fmt.Fprintf(&b, "blobs: %+v\n", rawBlobStats(bs))
-	fmt.Fprintf(&b, "blob cache %s\n", strings.ReplaceAll(bs.String(), "\n", "\nblob cache "))
+	fmt.Fprintf(&b, "%s\n", f.blobs.Stats()) // "blob cache <part>: ..." lines
 	ws := f.w.Stats()
 	fmt.Fprintf(&b, "commits %d (snapshots %d, descriptors %d), commit errors %d, conflicts %d\n",
 		ws.Commits, ws.Snapshots, ws.Descriptors, ws.Errors, ws.Conflicts)

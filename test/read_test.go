@@ -546,7 +546,7 @@ func (r *rdCtx) rootMeta() {
 		if !strings.Contains(r.sh("cat .pugmark/flags"), "mount") {
 			t.Errorf(".pugmark/flags = %q", r.sh("cat .pugmark/flags"))
 		}
-		for _, w := range []string{"backend requests", "blobs", "sessions cached"} {
+		for _, w := range []string{"backend requests", "blob cache chunks: hits ", "sessions cached"} {
 			if !strings.Contains(r.sh("cat .pugmark/stats"), w) {
 				t.Errorf(".pugmark/stats lacks %q", w)
 			}
@@ -839,6 +839,16 @@ func (r *rdCtx) readOnlyMount() {
 	})
 }
 
+// rdBlobStats are the blob cache counters stats reads, by name, from the
+// "blob cache ..." lines of .pugmark/stats.
+var rdBlobStats = map[string]*regexp.Regexp{
+	"Hits":         regexp.MustCompile(`^blob cache chunks: hits (\d+),`),
+	"Misses":       regexp.MustCompile(`^blob cache chunks: .*\bmisses (\d+)`),
+	"InlineReads":  regexp.MustCompile(`^blob cache chunks: .*\binline reads (\d+)`),
+	"BackendReads": regexp.MustCompile(`^blob cache backend: reads (\d+),`),
+	"BytesFetched": regexp.MustCompile(`^blob cache backend: .*\bbytes (\d+)`),
+}
+
 // rdStats parses .pugmark/stats into counters: "blobs.Hits",
 // "sessions.checks", ...
 func (r *rdCtx) stats() map[string]int64 {
@@ -846,10 +856,9 @@ func (r *rdCtx) stats() map[string]int64 {
 	out := map[string]int64{}
 	text := r.sh("cat .pugmark/stats")
 	for _, line := range strings.Split(text, "\n") {
-		if rest, ok := strings.CutPrefix(line, "blobs: "); ok {
-			for _, m := range regexp.MustCompile(`(\w+):(-?\d+)`).FindAllStringSubmatch(rest, -1) {
-				n, _ := strconv.ParseInt(m[2], 10, 64)
-				out["blobs."+m[1]] = n
+		for name, re := range rdBlobStats {
+			if m := re.FindStringSubmatch(line); m != nil {
+				out["blobs."+name], _ = strconv.ParseInt(m[1], 10, 64)
 			}
 		}
 		if m := regexp.MustCompile(`freshness checks (\d+)`).FindStringSubmatch(line); m != nil {
