@@ -90,8 +90,9 @@ type Cache struct {
 	// summaries are Summary's light rows, by session.
 	summaries map[layout.SessionID]summary
 
-	// Registry holds the session rows (consistency.md §1).
-	Registry *Registry
+	// registry holds the session rows (consistency.md §1). Unexported:
+	// the write engine updates it through SetName, nothing else reaches in.
+	registry *Registry
 
 	stats counters
 }
@@ -144,7 +145,7 @@ func New(store Store, opts Options) (*Cache, error) {
 	}
 	c.ancestors, _ = simplelru.NewLRU[ancestorKey, []layout.Entry](1024, nil)
 	c.manifests, _ = simplelru.NewLRU[layout.SessionID, *layout.Manifest](16384, nil)
-	c.Registry, err = newRegistry(opts.IndexPath, opts.FlushDelay, &c.mu, c.log)
+	c.registry, err = newRegistry(opts.IndexPath, opts.FlushDelay, &c.mu, c.log)
 	if err != nil {
 		return nil, err
 	}
@@ -152,11 +153,11 @@ func New(store Store, opts Options) (*Cache, error) {
 }
 
 // Close flushes the registry.
-func (c *Cache) Close() error { return c.Registry.Close() }
+func (c *Cache) Close() error { return c.registry.Close() }
 
 // SetName keeps a session's name in the registry after a commit of this
 // mount (the write engine's update, next to Committed).
-func (c *Cache) SetName(id layout.SessionID, name string) { c.Registry.SetName(id, name) }
+func (c *Cache) SetName(id layout.SessionID, name string) { c.registry.SetName(id, name) }
 
 // Stats returns the counters.
 func (c *Cache) Stats() Stats {
@@ -215,7 +216,7 @@ func (c *Cache) observe(s *Session, st *State) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !s.evicted {
-		c.Registry.observeLocked(st)
+		c.registry.observeLocked(st)
 	}
 }
 

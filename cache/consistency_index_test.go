@@ -83,25 +83,25 @@ func TestRegistryDeferredFlush(t *testing.T) {
 	// A short delay: the timer flushes run alongside the explicit ones.
 	c := newCache(t, store, Options{IndexPath: path, FlushDelay: 5 * time.Millisecond})
 	mustState(t, c, a)
-	if err := c.Registry.Flush(); err != nil {
+	if err := c.registry.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	reached, release := pauseWrites(c.Registry)
+	reached, release := pauseWrites(c.registry)
 	defer release()
-	c.Registry.SetName(a, "one")
+	c.registry.SetName(a, "one")
 
 	first := make(chan error, 1)
-	go func() { first <- c.Registry.Flush() }()
+	go func() { first <- c.registry.Flush() }()
 	if got := (<-reached)[a].Name; got != "one" { // captured; the state lock is free
 		t.Fatalf("captured name %q", got)
 	}
-	c.Registry.SetName(a, "two")
+	c.registry.SetName(a, "two")
 	mustState(t, c, bID)
-	if r, _ := c.Registry.Get(a); r.Name != "two" {
+	if r, _ := c.registry.Get(a); r.Name != "two" {
 		t.Fatalf("memory state %+v while a flush writes", r)
 	}
 	second := make(chan struct{})
-	go func() { c.Registry.Flush(); close(second) }()
+	go func() { c.registry.Flush(); close(second) }()
 	if !waitBlockedOnMutex(t, "(*Registry).lockFlush", second) {
 		// It published while the first, older capture is still pending.
 		release()
@@ -120,12 +120,12 @@ func TestRegistryDeferredFlush(t *testing.T) {
 
 	// Phase 2: a mutation during the write stays dirty; the next deferred
 	// flush publishes it without anyone calling Flush.
-	reached, release = pauseWrites(c.Registry)
-	c.Registry.SetName(a, "three")
+	reached, release = pauseWrites(c.registry)
+	c.registry.SetName(a, "three")
 	if got := (<-reached)[a].Name; got != "three" {
 		t.Fatalf("captured name %q", got)
 	}
-	c.Registry.SetName(a, "four")
+	c.registry.SetName(a, "four")
 	release()
 	waitFor(t, "the next flush to publish the mutation made during the write", func() bool {
 		return readIndex(t, path)[a].Name == "four"
@@ -149,15 +149,15 @@ func TestRegistryDeferredFlush(t *testing.T) {
 				}
 				switch g {
 				case 0:
-					c.Registry.SetName(a, fmt.Sprintf("a-%d", i))
-					c.Registry.SetName(bID, fmt.Sprintf("b-%d", i))
+					c.registry.SetName(a, fmt.Sprintf("a-%d", i))
+					c.registry.SetName(bID, fmt.Sprintf("b-%d", i))
 				case 1:
-					if err := c.Registry.Flush(); err != nil {
+					if err := c.registry.Flush(); err != nil {
 						errc <- err
 						return
 					}
 					flushes.Add(1)
-					c.Registry.List()
+					c.registry.List()
 				case 2:
 					raw, err := os.ReadFile(path)
 					var rows []Row
@@ -184,7 +184,7 @@ func TestRegistryDeferredFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	disk := readIndex(t, path)
-	mem := c.Registry.List()
+	mem := c.registry.List()
 	if len(disk) != len(mem) {
 		t.Fatalf("disk has %d rows, memory %d", len(disk), len(mem))
 	}
@@ -195,7 +195,7 @@ func TestRegistryDeferredFlush(t *testing.T) {
 	}
 	// A fresh cache on the same index starts from what was published.
 	c2 := newCache(t, store, Options{IndexPath: path})
-	if r, ok := c2.Registry.Get(a); !ok || r.Name != rowOf(t, mem, a).Name || !r.UpdatedAt.Equal(epoch) {
+	if r, ok := c2.registry.Get(a); !ok || r.Name != rowOf(t, mem, a).Name || !r.UpdatedAt.Equal(epoch) {
 		t.Fatalf("reloaded row %+v, %v", r, ok)
 	}
 }
@@ -216,16 +216,16 @@ func TestRegistryFlushFailureKeepsState(t *testing.T) {
 	var log logCapture
 	c := newCache(t, store, Options{IndexPath: path, FlushDelay: time.Millisecond, Logger: log.logger()})
 	mustState(t, c, a)
-	c.Registry.SetName(a, "kept")
+	c.registry.SetName(a, "kept")
 	const warning = "registry flush failed"
 	waitFor(t, "the deferred flush to fail and warn", func() bool { return log.count(warning) >= 1 })
-	if err := c.Registry.Flush(); err == nil {
+	if err := c.registry.Flush(); err == nil {
 		t.Fatal("Flush to an unwritable path succeeded")
 	}
 	if n := log.count(warning); n < 2 {
 		t.Fatalf("%d warnings for two failed flushes:\n%s", n, log.String())
 	}
-	if r, ok := c.Registry.Get(a); !ok || r.Name != "kept" || r.Version != 1 {
+	if r, ok := c.registry.Get(a); !ok || r.Name != "kept" || r.Version != 1 {
 		t.Fatalf("memory state after failed flushes: %+v, %v", r, ok)
 	}
 	if _, err := os.Stat(path); err == nil {

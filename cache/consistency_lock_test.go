@@ -93,10 +93,10 @@ func TestLockScopeStalledSessionDoesNotBlockOthers(t *testing.T) {
 				return err
 			},
 			"registry, listing and stats": func(ctx context.Context) error {
-				if _, ok := c.Registry.Get(bs); !ok {
+				if _, ok := c.registry.Get(bs); !ok {
 					return fmt.Errorf("no row for B")
 				}
-				c.Registry.List()
+				c.registry.List()
 				c.Stats()
 				blobs.Stats()
 				_, err := c.Sessions(ctx)
@@ -280,7 +280,7 @@ func TestLockScopeEvictionDuringLoad(t *testing.T) {
 		if !ok || cur == oldObj {
 			t.Fatalf("after the stalled load finished the LRU holds the evicted object (%v)", ok)
 		}
-		if row, _ := c.Registry.Get(s); row.Version != 2 || !row.UpdatedAt.Equal(epoch.Add(time.Minute)) {
+		if row, _ := c.registry.Get(s); row.Version != 2 || !row.UpdatedAt.Equal(epoch.Add(time.Minute)) {
 			t.Fatalf("row %+v after the evicted load finished; want version 2", row)
 		}
 		if st := mustState(t, c, s); st != newest {

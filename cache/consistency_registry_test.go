@@ -40,7 +40,7 @@ func TestUpdatedAtMovesOnlyOnContentAppends(t *testing.T) {
 		order := func(want ...layout.SessionID) {
 			t.Helper()
 			var got []layout.SessionID
-			for _, r := range c.Registry.List() {
+			for _, r := range c.registry.List() {
 				if r.ID == s || r.ID == other {
 					got = append(got, r.ID)
 				}
@@ -91,12 +91,12 @@ func TestUpdatedAtMovesOnlyOnContentAppends(t *testing.T) {
 				check("state", st.UpdatedAt)
 			})
 		}
-		loop(func(i int) { c.Registry.SetName(s, fmt.Sprintf("name-%d", i)) })
+		loop(func(i int) { c.registry.SetName(s, fmt.Sprintf("name-%d", i)) })
 		loop(func(int) {
-			if r, ok := c.Registry.Get(s); ok {
+			if r, ok := c.registry.Get(s); ok {
 				check("row", r.UpdatedAt)
 			}
-			for _, r := range c.Registry.List() {
+			for _, r := range c.registry.List() {
 				if r.ID == s {
 					check("listed row", r.UpdatedAt)
 				}
@@ -146,12 +146,12 @@ func TestUpdatedAtMovesOnlyOnContentAppends(t *testing.T) {
 		if _, at, err := newCache(t, w.store, Options{}).Summary(bg, s); err != nil || !at.Equal(t1) {
 			t.Fatalf("summary: updated_at %v, %v; want %v", at, err, t1)
 		}
-		c.Registry.SetName(s, "final")
+		c.registry.SetName(s, "final")
 		st := mustState(t, c, s)
 		if want := uint32(1 + 2*rounds); st.Version != want || !st.UpdatedAt.Equal(t1) {
 			t.Fatalf("state at version %d (want %d), updated_at %v (want %v)", st.Version, want, st.UpdatedAt, t1)
 		}
-		row, _ := c.Registry.Get(s)
+		row, _ := c.registry.Get(s)
 		if row.Version != st.Version || !row.UpdatedAt.Equal(t1) || row.Name != "final" {
 			t.Fatalf("row %+v, want version %d, updated_at %v, name final", row, st.Version, t1)
 		}
@@ -164,7 +164,7 @@ func TestUpdatedAtMovesOnlyOnContentAppends(t *testing.T) {
 		if st, _ := c.State(bg, s); !st.UpdatedAt.Equal(t3) {
 			t.Fatalf("after a content commit: updated_at %v, want %v", st.UpdatedAt, t3)
 		}
-		if row, _ := c.Registry.Get(s); !row.UpdatedAt.Equal(t3) || row.Name != "final" {
+		if row, _ := c.registry.Get(s); !row.UpdatedAt.Equal(t3) || row.Name != "final" {
 			t.Fatalf("after a content commit: row %+v", row)
 		}
 		order(s, other)
@@ -174,7 +174,7 @@ func TestUpdatedAtMovesOnlyOnContentAppends(t *testing.T) {
 		if st := mustState(t, c, s); !st.UpdatedAt.Equal(t4) {
 			t.Fatalf("after a tombstone: updated_at %v, want %v", st.UpdatedAt, t4)
 		}
-		if row, _ := c.Registry.Get(s); !row.UpdatedAt.Equal(t4) {
+		if row, _ := c.registry.Get(s); !row.UpdatedAt.Equal(t4) {
 			t.Fatalf("after a tombstone: row %+v", row)
 		}
 	})
@@ -313,11 +313,11 @@ func TestRegistryListPointInTime(t *testing.T) {
 	spin(func(i int) { c.Evict(sessions[(i*5)%len(sessions)]) })
 	spin(func(i int) {
 		id := sessions[(i*3)%len(sessions)]
-		c.Registry.SetName(id, fmt.Sprintf("%s-%d", id, i))
+		c.registry.SetName(id, fmt.Sprintf("%s-%d", id, i))
 	})
 	for range 2 {
 		spin(func(int) {
-			rows := c.Registry.List()
+			rows := c.registry.List()
 			for i, r := range rows {
 				checkRow(r)
 				if i > 0 && (r.UpdatedAt.After(rows[i-1].UpdatedAt) ||
@@ -331,7 +331,7 @@ func TestRegistryListPointInTime(t *testing.T) {
 		})
 	}
 	spin(func(i int) {
-		if r, ok := c.Registry.Get(sessions[i%len(sessions)]); ok {
+		if r, ok := c.registry.Get(sessions[i%len(sessions)]); ok {
 			checkRow(r)
 			scribble(&r)
 		}
@@ -345,10 +345,10 @@ func TestRegistryListPointInTime(t *testing.T) {
 	default:
 	}
 	for _, id := range sessions {
-		c.Registry.SetName(id, id.String()+"-final")
+		c.registry.SetName(id, id.String()+"-final")
 		mustState(t, c, id)
 	}
-	rows := c.Registry.List()
+	rows := c.registry.List()
 	if len(rows) != len(sessions) {
 		t.Fatalf("%d rows for %d sessions", len(rows), len(sessions))
 	}
