@@ -1,6 +1,3 @@
-// Package fs is the go-fuse node tree of a pugfs mount (tree.md): it maps
-// paths to cache and layout calls and never builds bucket keys. Every
-// errno comes from errnoOf.
 package fs
 
 import (

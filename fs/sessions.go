@@ -408,3 +408,22 @@ func viewKey(d *sessionDir) string {
 	}
 	return strconv.FormatUint(uint64(d.at), 10)
 }
+
+// sessionsNode is sessions/ on a read-write mount.
+type sessionsNode struct{ dirNode }
+
+var _ = (gofs.NodeMkdirer)((*sessionsNode)(nil))
+
+// Mkdir creates the session with that ID (idempotent, §5.1).
+func (n *sessionsNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	id, err := layout.ParseSessionID(name)
+	if err != nil || id.IsZero() || name != id.String() {
+		return nil, syscall.EINVAL
+	}
+	if _, _, err := n.f.store.CreateSession(context.WithoutCancel(ctx), &layout.Manifest{Session: id, FirstSequenceNumber: 1}); err != nil {
+		return nil, n.f.errnoOf("create session "+name, err)
+	}
+	n.f.cache.SessionCreated(id)
+	n.f.cache.Invalidate(id)
+	return n.f.materialise(ctx, &n.Inode, n.f.sessionChild(name, id), out)
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"maps"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,26 +17,101 @@ import (
 	"github.com/pugmark/pugfs/staging"
 )
 
-// The write side of sessions/ (mkdir creates a session), memories/ and
-// refs/.
+// memDir is memories/ (prefix "") or memories/<prefix>/: the records of
+// namespace prefix, and the next level of namespaces below it.
+type memDir struct {
+	f      *FS
+	prefix string
+}
 
-// sessionsNode is sessions/ on a read-write mount.
-type sessionsNode struct{ dirNode }
-
-var _ = (gofs.NodeMkdirer)((*sessionsNode)(nil))
-
-// Mkdir creates the session with that ID (idempotent, §5.1).
-func (n *sessionsNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	id, err := layout.ParseSessionID(name)
-	if err != nil || id.IsZero() || name != id.String() {
-		return nil, syscall.EINVAL
+// entries returns the directory's records and namespace directories.
+// recErr is the error reading the records of the namespace at this prefix:
+// the deeper namespaces are still listed, since they do not depend on it.
+func (m *memDir) entries(ctx context.Context) (out []child, recErr error, err error) {
+	nss, err := m.f.views.Namespaces(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
-	if _, _, err := n.f.store.CreateSession(context.WithoutCancel(ctx), &layout.Manifest{Session: id, FirstSequenceNumber: 1}); err != nil {
-		return nil, n.f.errnoOf("create session "+name, err)
+	files := map[string]bool{}
+	for _, ns := range nss {
+		if ns.Name == m.prefix && ns.Version > 0 {
+			recs, err := m.f.views.Memory(ctx, ns.Name, ns.Version)
+			if err != nil {
+				recErr = err
+				continue
+			}
+			for _, d := range recs {
+				if layout.ValidateMemoryName(d.Name) != nil || d.Deleted || files[d.Name] {
+					continue
+				}
+				files[d.Name] = true
+				out = append(out, m.f.memRecordChild(ns.Name, d))
+			}
+		}
 	}
-	n.f.cache.SessionCreated(id)
-	n.f.cache.Invalidate(id)
-	return n.f.materialise(ctx, &n.Inode, n.f.sessionChild(name, id), out)
+	dirs := map[string]bool{}
+	for _, ns := range nss {
+		rest := ns.Name
+		if m.prefix != "" {
+			var ok bool
+			if rest, ok = strings.CutPrefix(ns.Name, m.prefix+"/"); !ok {
+				continue
+			}
+		}
+		next, _, _ := strings.Cut(rest, "/")
+		if next == "" || files[next] || dirs[next] {
+			continue
+		}
+		dirs[next] = true
+		sub := next
+		if m.prefix != "" {
+			sub = m.prefix + "/" + next
+		}
+		out = append(out, m.f.memSubdir(next, sub))
+	}
+	out = append(out, m.f.memOverlay(m.prefix, files, dirs)...)
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out, recErr, nil
+}
+
+func (m *memDir) list(ctx context.Context) ([]child, error) {
+	cs, recErr, err := m.entries(ctx)
+	if err == nil {
+		err = recErr
+	}
+	return cs, err
+}
+
+func (m *memDir) find(ctx context.Context, name string) (child, error) {
+	cs, recErr, err := m.entries(ctx)
+	if err != nil {
+		return child{}, err
+	}
+	c, err := findIn(cs, name)
+	if err != nil && recErr != nil {
+		return child{}, recErr // it may be a record we could not read
+	}
+	return c, err
+}
+
+func (m *memDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
+	if !m.f.cfg.ReadOnly {
+		out.Mode = syscall.S_IFDIR | 0o755
+	}
+	return nil
+}
+
+func (f *FS) memRecordChild(ns string, d layout.Descriptor) child {
+	e := layout.Entry{Descriptor: d}
+	return child{name: d.Name, mode: syscall.S_IFREG, ttl: f.ttl,
+		ino:  inoOf("mem", ns, d.Name, d.Digest.String()),
+		node: func() gofsNode { return f.memNode(ns, e) }}
+}
+
+// memSubdir is a namespace directory under memories/.
+func (f *FS) memSubdir(name, ns string) child {
+	return child{name: name, mode: syscall.S_IFDIR, ino: inoOf("memdir", ns), ttl: f.ttl,
+		node: func() gofsNode { return f.memDirChild(name, ns) }}
 }
 
 // memNode returns the node of a memory record file.
@@ -260,41 +336,6 @@ var (
 	_ = (gofs.NodeStatfser)((*memFile)(nil))
 )
 
-// openBufs are the write handles open on a memory record or ref file.
-// open(O_TRUNC) of an existing file arrives as an open without O_TRUNC
-// followed by a truncate without a handle (engineering.md): the truncate
-// must reach the handle the open just made.
-type openBufs struct {
-	mu sync.Mutex
-	hs map[*bufHandle]bool
-}
-
-func (o *openBufs) add(h *bufHandle) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.hs == nil {
-		o.hs = map[*bufHandle]bool{}
-	}
-	o.hs[h] = true
-}
-
-func (o *openBufs) remove(h *bufHandle) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	delete(o.hs, h)
-}
-
-// truncate sets every open handle's content to sz bytes; it reports
-// whether there was any.
-func (o *openBufs) truncate(sz uint64) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for h := range o.hs {
-		h.truncate(sz, false)
-	}
-	return len(o.hs) > 0
-}
-
 func (n *memFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	out.Mode = syscall.S_IFREG | 0o644
 	out.Nlink = 1
@@ -378,100 +419,6 @@ func readAll(ctx context.Context, f *FS, d *layout.Descriptor) ([]byte, error) {
 			return nil, err
 		}
 	}
-}
-
-// bufHandle is an open handle whose content is held whole in memory:
-// memory records and refs, which are small. Embedders commit it on Flush.
-//
-// LOCK ORDERING: commitMu, then mu; a memory handle's commit takes the
-// memFile's mu briefly with neither held across a backend call.
-type bufHandle struct {
-	// commitMu serialises the commits of the handle (the closes of dup'd
-	// descriptors flush it at once) and guards what embedders keep
-	// between commits (refHandle.prev, existed). It is held across the
-	// backend calls, which mu must never be: a stat or a read of the
-	// open file goes on while its commit runs.
-	commitMu sync.Mutex
-	// mu guards the fields below.
-	mu  sync.Mutex
-	buf []byte
-	// gen counts changes of buf, so that a commit knows whether what it
-	// stored is still the content.
-	gen   uint64
-	dirty bool
-	// touched is set once content was written (or truncated) through
-	// this handle. Flush commits only touched content: shells dup and
-	// close a new descriptor before writing to it, and committing that
-	// empty file would add a version (or, for a ref, fail).
-	touched bool
-	// failed is set when the commit of the current content failed and
-	// the error went back to close(2); the release does not retry it.
-	failed bool
-}
-
-var (
-	_ = (gofs.FileReader)((*bufHandle)(nil))
-	_ = (gofs.FileWriter)((*bufHandle)(nil))
-)
-
-// take returns a copy of the content to commit and its generation; ok is
-// false when there is nothing to commit. The caller holds commitMu.
-func (h *bufHandle) take() (body []byte, gen uint64, ok bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.dirty || !h.touched {
-		return nil, 0, false
-	}
-	return bytes.Clone(h.buf), h.gen, true
-}
-
-// settle records the outcome of committing generation gen: the content is
-// clean if it is still what was committed, failed if its commit failed.
-func (h *bufHandle) settle(gen uint64, err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.gen != gen {
-		return // changed meanwhile: still dirty, and not what failed
-	}
-	if err != nil {
-		h.failed = true
-	} else {
-		h.dirty = false
-	}
-}
-
-func (h *bufHandle) truncate(sz uint64, touch bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if int(sz) <= len(h.buf) {
-		h.buf = h.buf[:sz]
-	} else {
-		h.buf = append(h.buf, make([]byte, int(sz)-len(h.buf))...)
-	}
-	h.dirty, h.failed = true, false
-	h.gen++
-	h.touched = h.touched || touch
-}
-
-func (h *bufHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if off >= int64(len(h.buf)) {
-		return fuse.ReadResultData(nil), 0
-	}
-	return fuse.ReadResultData(append([]byte(nil), h.buf[off:min(int64(len(h.buf)), off+int64(len(dest)))]...)), 0
-}
-
-func (h *bufHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if end := off + int64(len(data)); end > int64(len(h.buf)) {
-		h.buf = append(h.buf, make([]byte, end-int64(len(h.buf)))...)
-	}
-	copy(h.buf[off:], data)
-	h.dirty, h.touched, h.failed = true, true, false
-	h.gen++
-	return uint32(len(data)), 0
 }
 
 type memHandle struct {
@@ -576,173 +523,3 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 }
 
 func (h *memHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno { return h.Flush(ctx) }
-
-// refNode returns a ref file: writable (a Link, compare-and-swap against
-// the value seen at open) unless the mount is read-only.
-func (f *FS) refNode(name string) gofsNode {
-	if f.cfg.ReadOnly {
-		return &fileNode{f: f, c: f.refContent(name)}
-	}
-	return &refFile{fileNode: fileNode{f: f, c: f.refContent(name), writable: true}, name: name}
-}
-
-// refFile is a writable ref.
-type refFile struct {
-	fileNode
-	name string
-	bufs openBufs
-}
-
-var (
-	_ = (gofs.NodeOpener)((*refFile)(nil))
-	_ = (gofs.NodeSetattrer)((*refFile)(nil))
-)
-
-func (r *refFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	if flags&(syscall.O_WRONLY|syscall.O_RDWR) == 0 {
-		return r.fileNode.Open(ctx, flags)
-	}
-	prev, err := r.f.store.ReadRef(ctx, r.name)
-	if err != nil && !errors.Is(err, layout.ErrNotFound) {
-		return nil, 0, r.f.errnoOf("open ref "+r.name, err)
-	}
-	h := &refHandle{r: r, prev: prev, existed: err == nil}
-	if err == nil && flags&syscall.O_TRUNC == 0 {
-		h.buf = []byte(prev.Target + "\n")
-	}
-	r.bufs.add(&h.bufHandle)
-	return h, fuse.FOPEN_DIRECT_IO, 0
-}
-
-func (r *refFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if sz, ok := in.GetSize(); ok {
-		if h, ok := fh.(*refHandle); ok {
-			h.truncate(sz, true)
-			return r.fileNode.Getattr(ctx, fh, out)
-		}
-		// The O_TRUNC follow-up reaches the handles open for writing;
-		// truncate(2) of a ref nobody has open would only make it empty,
-		// which no ref can be: nothing to do.
-		r.bufs.truncate(sz)
-	}
-	return r.fileNode.Getattr(ctx, fh, out)
-}
-
-type refHandle struct {
-	bufHandle
-	r       *refFile
-	prev    layout.Ref
-	existed bool
-}
-
-var (
-	_ = (gofs.FileFlusher)((*refHandle)(nil))
-)
-
-var _ = (gofs.FileReleaser)((*refHandle)(nil))
-
-// Release forgets the handle. A ref that was never written through it
-// holds no target, so there is nothing to commit.
-func (h *refHandle) Release(ctx context.Context) syscall.Errno {
-	h.r.bufs.remove(&h.bufHandle)
-	return 0
-}
-
-// Flush writes the ref: the first line of what was written.
-func (h *refHandle) Flush(ctx context.Context) syscall.Errno {
-	h.commitMu.Lock()
-	defer h.commitMu.Unlock()
-	body, gen, ok := h.take()
-	if !ok {
-		return 0
-	}
-	f := h.r.f
-	ctx = context.WithoutCancel(ctx)
-	target := strings.TrimRight(string(body), "\r\n")
-	if strings.ContainsAny(target, "\r\n") || target == "" {
-		return syscall.EINVAL
-	}
-	var err error
-	if h.existed {
-		err = f.store.RenameRef(ctx, h.r.name, h.prev, target)
-		if errors.Is(err, layout.ErrWeakCAS) {
-			f.log.Warn("ref replaced without compare-and-swap: the backend has no If-Match", "ref", h.r.name)
-			err = nil
-		}
-	} else {
-		err = f.store.Link(ctx, h.r.name, target)
-	}
-	f.views.InvalidateRefs()
-	if err != nil {
-		return f.errnoOf("write ref "+h.r.name, err)
-	}
-	h.settle(gen, nil)
-	if nr, rerr := f.store.ReadRef(ctx, h.r.name); rerr == nil {
-		h.prev, h.existed = nr, true
-	}
-	return 0
-}
-
-// refsNode is a writable refs/ directory.
-type refsNode struct {
-	dirNode
-	kind string
-}
-
-var (
-	_ = (gofs.NodeCreater)((*refsNode)(nil))
-	_ = (gofs.NodeMkdirer)((*refsNode)(nil))
-	_ = (gofs.NodeUnlinker)((*refsNode)(nil))
-)
-
-func (n *refsNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	full := name
-	if n.kind != "" {
-		full = n.kind + "/" + name
-	}
-	if layout.ValidateRefName(full) != nil {
-		return nil, nil, 0, syscall.EINVAL
-	}
-	node := &refFile{fileNode: fileNode{f: n.f, c: n.f.refContent(full), writable: true}, name: full}
-	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: inoOf("ref", full)})
-	out.Mode = syscall.S_IFREG | 0o644
-	n.f.owner(&out.Attr)
-	out.SetEntryTimeout(0)
-	out.SetAttrTimeout(0)
-	h := &refHandle{r: node, bufHandle: bufHandle{dirty: true}}
-	node.bufs.add(&h.bufHandle)
-	return in, h, fuse.FOPEN_DIRECT_IO, 0
-}
-
-func (n *refsNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if n.kind != "" || layout.ValidateRefName(name) != nil {
-		return nil, syscall.EINVAL
-	}
-	return n.f.materialise(ctx, &n.Inode, n.f.refsKindChild(name), out)
-}
-
-func (n *refsNode) Unlink(ctx context.Context, name string) syscall.Errno {
-	full := name
-	if n.kind != "" {
-		full = n.kind + "/" + name
-	}
-	if _, err := n.f.store.ReadRef(ctx, full); err != nil {
-		return n.f.errnoOf("unlink ref "+full, err)
-	}
-	err := n.f.store.DeleteRef(context.WithoutCancel(ctx), full)
-	n.f.views.InvalidateRefs()
-	if err != nil {
-		return n.f.errnoOf("unlink ref "+full, err)
-	}
-	return 0
-}
-
-func (f *FS) refsKindChild(kind string) child {
-	return child{name: kind, mode: syscall.S_IFDIR, ino: inoOf("refkind", kind), ttl: f.ttl, node: func() gofsNode {
-		rd := &refsDir{f: f, kind: kind}
-		if f.cfg.ReadOnly {
-			return &dirNode{f: f, ls: rd}
-		}
-		return &refsNode{dirNode: dirNode{f: f, ls: rd}, kind: kind}
-	}}
-}
