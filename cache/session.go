@@ -317,23 +317,31 @@ func (prev *State) with(from uint32, snaps [][]layout.Descriptor) *State {
 	return st
 }
 
+// UpdatedAtVersion is the time of the last content append at or before
+// version v, as UpdatedAt is at the latest version: history at version v
+// never shows a later one. It is the ID's hour when no snapshot up to v
+// has a time.
+func (st *State) UpdatedAtVersion(v uint32) time.Time {
+	for ; v > 0; v-- {
+		ds, _ := st.Snapshot(v)
+		if newest, _ := layout.AppendTime(ds); !newest.IsZero() {
+			return newest
+		}
+	}
+	return st.ID.Time()
+}
+
 // applySnaps appends snaps (the first at version from) to st.
 func (st *State) applySnaps(slots map[string]layout.Entry, snaps [][]layout.Descriptor, from uint32) {
 	for i, ds := range snaps {
 		v := from + uint32(i)
 		st.snaps = append(st.snaps, ds)
 		st.Version = v
-		var newest time.Time
 		for _, d := range ds {
 			layout.ApplySlot(slots, layout.Entry{Descriptor: d, Session: st.ID, Version: v})
-			// Fork records are bookkeeping (§11.1), not content: they
-			// never move updated_at (consistency.md §1).
-			if !d.Fork && d.CreatedAt.After(newest) {
-				newest = d.CreatedAt
-			}
 			st.LastSeq = d.SequenceNumber
 		}
-		if !newest.IsZero() {
+		if newest, _ := layout.AppendTime(ds); !newest.IsZero() {
 			st.UpdatedAt = newest
 		}
 	}

@@ -69,19 +69,11 @@ func (c *Cache) summarise(ctx context.Context, id layout.SessionID, fp uint32) (
 		if err != nil {
 			return summary{}, err
 		}
-		// Fork records are bookkeeping, not content (consistency.md §1):
-		// a snapshot of fork records only counts as empty.
-		content := false
+		// A snapshot of fork records only counts as empty.
 		var newest time.Time
+		content := false
 		for _, ds := range snaps { // one snapshot, version v
-			for _, d := range ds {
-				if !d.Fork {
-					content = true
-					if d.CreatedAt.After(newest) {
-						newest = d.CreatedAt
-					}
-				}
-			}
+			newest, content = layout.AppendTime(ds)
 		}
 		if content {
 			if newest.IsZero() {

@@ -496,15 +496,12 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 	if err != nil {
 		return fail(err)
 	}
-	bi, err := f.store.PutBlobBytes(ctx, body, layout.BlobOptions{ContentType: staging.ContentTypeOf(e.Name, body)})
+	d, err := f.store.PutBody(ctx, e.Name, body, layout.BlobOptions{ContentType: staging.ContentTypeOf(e.Name, body)})
 	if err != nil {
 		return fail(err)
 	}
-	d := layout.Descriptor{Name: e.Name, Digest: bi.Digest, Size: bi.Size, CreatedAt: f.cfg.Now().UTC(),
-		ContentType: staging.ContentTypeOf(e.Name, body), Metadata: maps.Clone(e.Metadata), SchemaURL: e.SchemaURL}
-	if len(body) <= layout.InlineLimit {
-		d.Data = body
-	}
+	d.CreatedAt = f.cfg.Now().UTC()
+	d.Metadata, d.SchemaURL = maps.Clone(e.Metadata), e.SchemaURL
 	res, err := f.store.WriteMemory(ctx, n.ns, layout.MemoryWrite{Put: []layout.Descriptor{d}, Commit: cm})
 	f.views.InvalidateMemories()
 	if err != nil {

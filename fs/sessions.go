@@ -235,7 +235,7 @@ func (d *sessionDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 		if err != nil {
 			return err
 		}
-		updated = updatedAt(st, d.at)
+		updated = st.UpdatedAtVersion(d.at)
 	case len(d.parts) == 0:
 		// A session's own directory: a light summary is enough, so that
 		// ls -l sessions/ does not load every session.
@@ -256,27 +256,6 @@ func (d *sessionDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 		out.Mode = syscall.S_IFDIR | 0o755
 	}
 	return nil
-}
-
-// updatedAt is the time of the last content append at or before version
-// v (consistency.md §1), as the cache reckons State.UpdatedAt: the newest
-// created-at of the latest snapshot up to v that added descriptors with a
-// time, fork records (bookkeeping) not counted; the ID's hour when there
-// is none.
-func updatedAt(st *cache.State, v uint32) time.Time {
-	for ; v > 0; v-- {
-		ds, _ := st.Snapshot(v)
-		var newest time.Time
-		for _, d := range ds {
-			if !d.Fork && d.CreatedAt.After(newest) {
-				newest = d.CreatedAt
-			}
-		}
-		if !newest.IsZero() {
-			return newest
-		}
-	}
-	return st.ID.Time()
 }
 
 // slotChild is a file backed by a descriptor. The inode is keyed on

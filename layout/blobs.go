@@ -30,6 +30,23 @@ type BlobOptions struct {
 	ContentEncoding string
 }
 
+// PutBody stores body as a blob and returns the descriptor that names it
+// name, as every writer of this project builds one: digest, size, the
+// options' type and encoding, created-at now (the Store's clock), and the
+// body inline when it is small enough (§3.1). The caller adds metadata.
+func (s *Store) PutBody(ctx context.Context, name string, body []byte, o BlobOptions) (Descriptor, error) {
+	bi, err := s.PutBlobBytes(ctx, body, o)
+	if err != nil {
+		return Descriptor{}, err
+	}
+	d := Descriptor{Name: name, Digest: bi.Digest, Size: bi.Size, ContentType: o.ContentType,
+		ContentEncoding: o.ContentEncoding, CreatedAt: s.opts.Now().UTC()}
+	if len(body) <= InlineLimit {
+		d.Data = body
+	}
+	return d, nil
+}
+
 // PutBlobBytes stores body at objects/sha256:<hex> (§3).
 func (s *Store) PutBlobBytes(ctx context.Context, body []byte, o BlobOptions) (BlobInfo, error) {
 	d := DigestOf(body)

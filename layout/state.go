@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 )
@@ -194,4 +195,23 @@ func Lookup(log []Entry, name string) (Entry, bool) {
 		}
 	}
 	return Entry{}, false
+}
+
+// AppendTime is what one snapshot says of a session's last content
+// append (consistency.md §1): the newest created-at of its descriptors,
+// and whether it holds content at all. Fork records are bookkeeping
+// (§11.1), not content, and count for neither. A snapshot with content
+// but no times gives content true and a zero time: the append time is
+// then an earlier snapshot's.
+func AppendTime(ds []Descriptor) (newest time.Time, content bool) {
+	for _, d := range ds {
+		if d.Fork {
+			continue
+		}
+		content = true
+		if d.CreatedAt.After(newest) {
+			newest = d.CreatedAt
+		}
+	}
+	return newest, content
 }

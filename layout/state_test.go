@@ -414,3 +414,28 @@ func TestReadSnapshotRangeSlowVersionHoldsUpNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAppendTime: the rule for a session's last content append, shared by
+// the session state, its summary and history views: fork records do not
+// count, a snapshot of content without times says content but no time.
+func TestAppendTime(t *testing.T) {
+	t1 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	t2 := t1.Add(time.Hour)
+	for _, c := range []struct {
+		name    string
+		ds      []Descriptor
+		want    time.Time
+		content bool
+	}{
+		{"empty", nil, time.Time{}, false},
+		{"newest wins", []Descriptor{{CreatedAt: t2}, {CreatedAt: t1}}, t2, true},
+		{"fork records are not content", []Descriptor{{CreatedAt: t2, Fork: true}, {CreatedAt: t1}}, t1, true},
+		{"only fork records", []Descriptor{{CreatedAt: t2, Fork: true}}, time.Time{}, false},
+		{"content without times", []Descriptor{{Name: "a"}}, time.Time{}, true},
+	} {
+		got, content := AppendTime(c.ds)
+		if !got.Equal(c.want) || content != c.content {
+			t.Errorf("%s: AppendTime = %v, %v; want %v, %v", c.name, got, content, c.want, c.content)
+		}
+	}
+}

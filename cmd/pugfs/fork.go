@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"time"
 
 	"github.com/pugmark/pugfs/internal/fsck"
 	"github.com/pugmark/pugfs/layout"
@@ -107,16 +106,9 @@ func fork(ctx context.Context, s *layout.Store, parent layout.SessionID, note fo
 		return layout.SessionID{}, err
 	}
 	body = append(body, '\n')
-	bi, err := s.PutBlobBytes(ctx, body, layout.BlobOptions{ContentType: "application/json"})
+	d, err := s.PutBody(ctx, name, body, layout.BlobOptions{ContentType: "application/json"})
 	if err != nil {
 		return layout.SessionID{}, err
-	}
-	d := layout.Descriptor{
-		Digest: bi.Digest, Size: bi.Size, Name: name, ContentType: "application/json",
-		CreatedAt: time.Now().UTC(),
-	}
-	if len(body) <= layout.InlineLimit {
-		d.Data = body
 	}
 	req := layout.ForkRequest{Descriptor: d, Type: typ}
 	if note.At == nil {

@@ -17,7 +17,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -128,24 +127,12 @@ func (w *writer) put(ctx context.Context, f file) (layout.Descriptor, error) {
 		stored = enc.EncodeAll(f.body, nil)
 		enc.Close()
 	}
-	bi, err := w.s.PutBlobBytes(ctx, stored, layout.BlobOptions{ContentType: f.contentType, ContentEncoding: f.encoding})
+	d, err := w.s.PutBody(ctx, f.name, stored, layout.BlobOptions{ContentType: f.contentType, ContentEncoding: f.encoding})
 	if err != nil {
 		return layout.Descriptor{}, fmt.Errorf("demo: store %s: %w", f.name, err)
 	}
-	w.blobs[bi.Digest] = true
-	d := layout.Descriptor{
-		Digest:          bi.Digest,
-		Size:            bi.Size,
-		CreatedAt:       time.Now().UTC(),
-		ContentType:     f.contentType,
-		ContentEncoding: f.encoding,
-		SchemaURL:       f.schema,
-		Name:            f.name,
-		Metadata:        f.meta,
-	}
-	if len(stored) <= layout.InlineLimit {
-		d.Data = stored
-	}
+	w.blobs[d.Digest] = true
+	d.SchemaURL, d.Metadata = f.schema, f.meta
 	return d, nil
 }
 
