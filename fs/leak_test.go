@@ -12,7 +12,6 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/splice"
 	"github.com/pugmark/pugfs/blobcache"
-	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 	"gocloud.dev/blob/memblob"
 )
@@ -92,27 +91,8 @@ func leakSession(t *testing.T, ctx context.Context, store *layout.Store) layout.
 // and unmounts it, closing everything the mount opened.
 func mountCycle(t *testing.T, store *layout.Store, id layout.SessionID) {
 	t.Helper()
-	c, err := cache.New(store, cache.Options{MetadataTTL: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bc, err := blobcache.New(store, blobcache.Options{MemBytes: 16 << 20, SpillDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := New(Config{Store: store, Cache: c, Blobs: bc, BucketURL: "mem://", StagingDir: t.TempDir(),
-		UID: uint32(os.Getuid()), GID: uint32(os.Getgid())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	srv, err := Mount(dir, f, MountOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.WaitMount(); err != nil {
-		t.Fatal(err)
-	}
+	dir, unmount := mountFS(t, store, func(c *Config) { c.MetadataTTL = time.Second },
+		blobcache.Options{MemBytes: 16 << 20, SpillDir: t.TempDir()})
 	s := "sessions/" + id.String()
 	sh(t, dir, "ls -lR sessions names memories refs objects .pugmark > /dev/null && "+
 		"cat "+s+"/small.txt "+s+"/big.bin "+s+"/text.txt > /dev/null && "+
@@ -120,16 +100,8 @@ func mountCycle(t *testing.T, store *layout.Store, id layout.SessionID) {
 		"getfattr -d "+s+"/small.txt > /dev/null && "+
 		"cat objects/* > /dev/null && "+
 		"echo written > "+s+"/new-$RANDOM.txt && cat "+s+"/.pugmark/version > /dev/null")
-	if err := srv.Unmount(); err != nil {
+	if err := unmount(); err != nil {
 		t.Fatalf("unmount: %v", err)
-	}
-	srv.Wait()
-	f.Close()
-	if err := bc.Close(); err != nil {
-		t.Errorf("blob cache close: %v", err)
-	}
-	if err := c.Close(); err != nil {
-		t.Errorf("cache close: %v", err)
 	}
 }
 

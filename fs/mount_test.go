@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -16,29 +17,45 @@ import (
 
 // testMount mounts a filesystem over store in a temp dir and unmounts it
 // at cleanup. The test talks to it through separate processes (shell
-// tools), never through mmap or fork from this process.
+// tools), never through mmap or fork from this process. mutate may change
+// the config first: its MetadataTTL and Logger are the caches' too.
 func testMount(t *testing.T, store *layout.Store, mutate func(*Config)) string {
+	t.Helper()
+	dir, unmount := mountFS(t, store, mutate, blobcache.Options{MemBytes: 64 << 20})
+	t.Cleanup(func() {
+		if err := unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	return dir
+}
+
+// mountFS mounts a filesystem over store in a temp dir; unmount unmounts
+// it and closes its caches, reporting the first error.
+func mountFS(t *testing.T, store *layout.Store, mutate func(*Config), bo blobcache.Options) (dir string, unmount func() error) {
 	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Fatalf("/dev/fuse is missing: the tests need FUSE (install fuse3, load the fuse module): %v", err)
 	}
-	c, err := cache.New(store, cache.Options{MetadataTTL: 0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bc, err := blobcache.New(store, blobcache.Options{MemBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Store: store, Cache: c, Blobs: bc, BucketURL: "mem://", StagingDir: t.TempDir(), UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
+	cfg := Config{Store: store, BucketURL: "mem://", StagingDir: t.TempDir(), UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
 	if mutate != nil {
 		mutate(&cfg)
 	}
+	c, err := cache.New(store, cache.Options{MetadataTTL: cfg.MetadataTTL, Logger: cfg.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bo.Logger = cfg.Logger
+	bc, err := blobcache.New(store, bo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Cache, cfg.Blobs = c, bc
 	f, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
+	dir = t.TempDir()
 	srv, err := Mount(dir, f, MountOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -46,15 +63,33 @@ func testMount(t *testing.T, store *layout.Store, mutate func(*Config)) string {
 	if err := srv.WaitMount(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
+	return dir, func() error {
+		err := srv.Unmount()
 		srv.Wait()
 		f.Close()
-		bc.Close()
-	})
-	return dir
+		if cerr := bc.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("blob cache close: %w", cerr)
+		}
+		if cerr := c.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("cache close: %w", cerr)
+		}
+		return err
+	}
+}
+
+// eventually polls script in dir until its output is want.
+func eventually(t *testing.T, dir, script, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var got string
+	for time.Now().Before(deadline) {
+		out, err := exec.Command("bash", "-c", "cd '"+dir+"' && "+script).CombinedOutput()
+		if got = string(out); err == nil && got == want {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s: still %q after 10s, want %q", script, got, want)
 }
 
 // sh runs script with bash inside dir. The cd happens in bash, after

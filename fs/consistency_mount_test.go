@@ -1,93 +1,31 @@
-package cache_test
+package fs
 
 import (
 	"context"
 	"log/slog"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/pugmark/pugfs/blobcache"
-	"github.com/pugmark/pugfs/cache"
-	"github.com/pugmark/pugfs/fs"
 	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
 	"gocloud.dev/blob"
 )
 
-// The consistency contracts through the mounted tree: real FUSE mounts,
-// talked to by shell processes (never by this process, which serves them).
+// The consistency contracts (consistency.md) through the mounted tree:
+// real FUSE mounts, talked to by shell processes (never by this process,
+// which serves them). They live here, not in cache, so that the cache
+// tests run without /dev/fuse.
 
 const mountTTL = 100 * time.Millisecond
 
-// mountStore mounts a filesystem over store, unmounted at cleanup.
+// mountStore mounts a filesystem over store with a short metadata TTL,
+// quiet, unmounted at cleanup.
 func mountStore(t *testing.T, store *layout.Store) string {
-	t.Helper()
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Fatalf("/dev/fuse is missing: these tests need FUSE: %v", err)
-	}
-	quiet := slog.New(slog.DiscardHandler)
-	c, err := cache.New(store, cache.Options{MetadataTTL: mountTTL, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bc, err := blobcache.New(store, blobcache.Options{MemBytes: 16 << 20, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := fs.New(fs.Config{Store: store, Cache: c, Blobs: bc, BucketURL: "test://", MetadataTTL: mountTTL,
-		StagingDir: t.TempDir(), UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	srv, err := fs.Mount(dir, f, fs.MountOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.WaitMount(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-		srv.Wait()
-		f.Close()
-		bc.Close()
-		c.Close()
+	return testMount(t, store, func(c *Config) {
+		c.MetadataTTL, c.Logger, c.BucketURL = mountTTL, slog.New(slog.DiscardHandler), "test://"
 	})
-	return dir
-}
-
-// sh runs script with bash in dir (the cd happens after exec: a forked
-// child of this process touching the mount before exec could deadlock
-// against the server in this process).
-func sh(t *testing.T, dir, script string) string {
-	t.Helper()
-	out, err := exec.Command("bash", "-c", "cd '"+dir+"' && "+script).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", script, err, out)
-	}
-	return string(out)
-}
-
-// eventually polls script in dir until its output is want.
-func eventually(t *testing.T, dir, script, want string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	var got string
-	for time.Now().Before(deadline) {
-		out, err := exec.Command("bash", "-c", "cd '"+dir+"' && "+script).CombinedOutput()
-		if got = string(out); err == nil && got == want {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s: still %q after 10s, want %q", script, got, want)
 }
 
 // consistency.md §4 acceptance: two real mounts of one bucket. A write
