@@ -2,10 +2,10 @@ package cache
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/pugmark/pugfs/layout"
+	"golang.org/x/sync/errgroup"
 )
 
 // summaryWalk bounds how many empty snapshots Summary reads back before
@@ -110,19 +110,16 @@ func (c *Cache) Summaries(ctx context.Context, ids []layout.SessionID, par int) 
 	if par < 1 {
 		par = DefaultSummaryParallel
 	}
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, par)
+	var g errgroup.Group
+	g.SetLimit(par)
 	for _, id := range ids {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return
+		if ctx.Err() != nil {
+			break
 		}
-		wg.Go(func() {
-			defer func() { <-sem }()
+		g.Go(func() error {
 			_, _, _ = c.Summary(ctx, id) // the entry's getattr reports a failure
+			return nil
 		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 }

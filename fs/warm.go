@@ -2,10 +2,10 @@ package fs
 
 import (
 	"context"
-	"sync"
 
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
+	"golang.org/x/sync/errgroup"
 )
 
 // Warming a listing's sizes: the kernel looks up every entry of a listing
@@ -38,22 +38,16 @@ func (f *FS) warmSizes(ctx context.Context, dir *cache.Dir) {
 	if len(ds) < 2 {
 		return
 	}
-	sem := make(chan struct{}, warmPar)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(warmPar)
 	for i := range ds {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
 		if ctx.Err() != nil {
 			break
 		}
-		wg.Add(1)
-		go func(d *layout.Descriptor) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			_, _ = f.blobs.Size(ctx, d)
-		}(&ds[i])
+		g.Go(func() error {
+			_, _ = f.blobs.Size(ctx, &ds[i]) // the entry's getattr reports a failure
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 }

@@ -30,6 +30,7 @@ import (
 
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/localblob"
@@ -327,23 +328,12 @@ func (c *checker) finish() *Report {
 
 // parallel runs fn(i) for i in [0, n) on at most opts.Parallel goroutines.
 func (c *checker) parallel(ctx context.Context, n int, fn func(i int)) error {
-	sem := make(chan struct{}, c.opts.Parallel)
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return ctx.Err()
-		}
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			fn(i)
-		}(i)
+	var g errgroup.Group
+	g.SetLimit(c.opts.Parallel)
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		g.Go(func() error { fn(i); return nil })
 	}
-	wg.Wait()
+	_ = g.Wait()
 	return ctx.Err()
 }
 
