@@ -14,6 +14,7 @@ import (
 
 	"github.com/pugmark/pugfs/internal/redact"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/drivers/azurefix"
 )
 
 // bucketURL turns a command-line bucket argument into a URL for the
@@ -73,7 +74,42 @@ func openBucket(ctx context.Context, arg string, create bool) (*blob.Bucket, str
 		// Drivers put the whole URL in their errors.
 		return nil, u, redact.Err(fmt.Errorf("open bucket %s: %w", redact.URL(u), err), u)
 	}
+	// gocloud's azureblob panics on a failed conditional write (see
+	// azurefix); every Azure bucket pugfs opens writes around it.
+	b = azurefix.Wrap(b)
+	if err := checkBucketExists(ctx, b, u); err != nil {
+		b.Close()
+		return nil, u, err
+	}
 	return b, u, nil
+}
+
+// checkBucketExists turns a cloud bucket or container that does not
+// exist into one line saying what to create with which tool; opening one
+// succeeds on every driver, and the first request would otherwise fail
+// with a NotFound that names a key. Other failures (credentials, network)
+// are left to the first real request, which reports them as they are.
+func checkBucketExists(ctx context.Context, b *blob.Bucket, u string) error {
+	p, err := url.Parse(u)
+	if err != nil {
+		return nil
+	}
+	var create string
+	switch p.Scheme {
+	case "s3":
+		create = fmt.Sprintf("S3 bucket %q does not exist: create it first (aws s3 mb s3://%s; MinIO: mc mb ALIAS/%s; versitygw: a directory of that name under its root)", p.Host, p.Host, p.Host)
+	case "gs":
+		create = fmt.Sprintf("GCS bucket %q does not exist: create it first (gcloud storage buckets create gs://%s; fake-gcs-server: POST /storage/v1/b or a directory under its -data)", p.Host, p.Host)
+	case "azblob":
+		create = fmt.Sprintf("Azure container %q does not exist: create it first (az storage container create --name %s, with --connection-string for Azurite)", p.Host, p.Host)
+	default:
+		return nil
+	}
+	ok, err := b.IsAccessible(ctx)
+	if err != nil || ok {
+		return nil
+	}
+	return errors.New(create)
 }
 
 // openStore opens a bucket argument as a layout store; create as for

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/internal/cloudtest"
+	"github.com/pugmark/pugfs/internal/s3test"
+)
+
+// TestMissingBucket: fsck and mount (and, on the clouds, session new) of a
+// bucket or container that does not exist say so in one line that names
+// what to create and with which tool, on every backend, and exit 1.
+func TestMissingBucket(t *testing.T) {
+	s3 := s3test.Start(t)
+	gcs := cloudtest.StartGCS(t)
+	az := cloudtest.StartAzure(t)
+	missing := t.TempDir() + "/missing"
+	for _, tc := range []struct {
+		name, url string
+		env       []string
+		want      []string
+	}{
+		{"local", missing, nil, []string{"bucket directory " + missing + " does not exist", "pugfs demo"}},
+		{"s3", s3.URL("no-such-bucket"), s3.Env(), []string{`S3 bucket "no-such-bucket" does not exist`, "aws s3 mb s3://no-such-bucket"}},
+		{"gcs", gcs.URL("no-such-bucket"), gcs.Env(), []string{`GCS bucket "no-such-bucket" does not exist`, "gcloud storage buckets create gs://no-such-bucket"}},
+		{"azure", az.URL("no-such-container"), az.Env(), []string{`Azure container "no-such-container" does not exist`, "az storage container create --name no-such-container"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmds := [][]string{{"fsck", tc.url}, {"mount", tc.url, t.TempDir()}}
+			if tc.name != "local" {
+				// session new creates a missing local directory on
+				// purpose; a cloud bucket it cannot create.
+				cmds = append(cmds, []string{"session", "new", tc.url})
+			}
+			for _, args := range cmds {
+				// A bound, so that a mount that wrongly came up fails
+				// the test instead of hanging it.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, bin, args...)
+				cmd.Env = append(os.Environ(), tc.env...)
+				var stderr strings.Builder
+				cmd.Stderr = &stderr
+				_ = cmd.Run()
+				code := cmd.ProcessState.ExitCode()
+				msg := strings.TrimRight(stderr.String(), "\n")
+				if code != 1 || strings.Count(msg, "\n") != 0 {
+					t.Errorf("%s: exit %d, stderr %q; want exit 1 and one line", args[0], code, msg)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(msg, w) {
+						t.Errorf("%s: stderr %q lacks %q", args[0], msg, w)
+					}
+				}
+			}
+		})
+	}
+}
