@@ -74,6 +74,7 @@ type row struct {
 
 type cellResult struct {
 	vals  []float64
+	reqs  []int64 // bucket requests during each timed run (remote preset)
 	err   error
 	check string
 }
@@ -95,6 +96,12 @@ type bench struct {
 	scratch string
 	srcRun  int
 	srcPath string
+	// reqCount, if set, counts the requests the bucket has seen; each
+	// timed run's share is kept as lastReqs (the remote preset's proxy).
+	reqCount func() int64
+	lastReqs int64
+	// goalOf is the remote preset's goal per row.
+	goalOf map[*row]remoteGoal
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -115,7 +122,8 @@ func (b *bench) measure(ctx context.Context, r *row, col string, run int) (float
 		return 0, err
 	}
 	for _, s := range j.setup {
-		if _, err := runQuiet(ctx, b.cfg.CmdTimeout, j.dir, nil, s...); err != nil {
+		argv, dir := b.inDir(s, j.dir)
+		if _, err := runQuiet(ctx, b.cfg.CmdTimeout, dir, nil, argv...); err != nil {
 			return 0, fmt.Errorf("setup: %w", err)
 		}
 	}
@@ -129,12 +137,20 @@ func (b *bench) measure(ctx context.Context, r *row, col string, run int) (float
 			b.dropErr = err
 		}
 	}
+	var reqs0 int64
+	if b.reqCount != nil {
+		reqs0 = b.reqCount()
+	}
 	el, err := b.exec(ctx, j)
+	if b.reqCount != nil {
+		b.lastReqs = b.reqCount() - reqs0
+	}
 	if err != nil {
 		return 0, err
 	}
 	for _, s := range j.cleanup {
-		if _, err := runQuiet(ctx, b.cfg.CmdTimeout, j.dir, nil, s...); err != nil {
+		argv, dir := b.inDir(s, j.dir)
+		if _, err := runQuiet(ctx, b.cfg.CmdTimeout, dir, nil, argv...); err != nil {
 			return 0, fmt.Errorf("cleanup: %w", err)
 		}
 	}
@@ -153,8 +169,9 @@ func (b *bench) measure(ctx context.Context, r *row, col string, run int) (float
 func (b *bench) exec(ctx context.Context, j *job) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.CmdTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, j.argv[0], j.argv[1:]...)
-	cmd.Dir = j.dir
+	argv, dir := b.inDir(j.argv, j.dir)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	cmd.Stdout = b.devnull
 	errOut := &tailBuffer{max: 2048}
@@ -172,6 +189,19 @@ func (b *bench) exec(ctx context.Context, j *job) (time.Duration, error) {
 	return el, nil
 }
 
+// inDir returns how to run argv in dir. With the remote preset's proxy in
+// this process, a command must not start in a mount: Go starts children
+// with vfork, and a child whose chdir waits on a FUSE daemon that waits on
+// the proxy freezes the thread that holds a P, which stalls this whole
+// runtime (the proxy included) at the next stop-the-world. A shell that
+// changes directory after its exec does the same without that.
+func (b *bench) inDir(argv []string, dir string) ([]string, string) {
+	if b.reqCount == nil || dir == "" {
+		return argv, dir
+	}
+	return append([]string{"bash", "-c", `cd "$0" && exec "$@"`, dir}, argv...), ""
+}
+
 // runCheck runs a row's check on col and returns its output.
 func (b *bench) runCheck(ctx context.Context, r *row, col string) (string, error) {
 	root, err := b.m.root(ctx, r.cells[col], false)
@@ -179,7 +209,8 @@ func (b *bench) runCheck(ctx context.Context, r *row, col string) (string, error
 		return "", err
 	}
 	dir, script := r.check(root)
-	out, err := runQuiet(ctx, b.cfg.CmdTimeout, dir, []string{"LC_ALL=C"}, "bash", "-c", "set -eo pipefail; "+script)
+	argv, dir := b.inDir([]string{"bash", "-c", "set -eo pipefail; " + script}, dir)
+	out, err := runQuiet(ctx, b.cfg.CmdTimeout, dir, []string{"LC_ALL=C"}, argv...)
 	if err != nil {
 		return "", fmt.Errorf("content check: %w", err)
 	}
@@ -240,6 +271,7 @@ func (b *bench) runAll(ctx context.Context) error {
 						continue
 					}
 					res.vals = append(res.vals, v)
+					res.reqs = append(res.reqs, b.lastReqs)
 					b.logf("[%d/%d] run %d: %s on %s: %s", done, total, run, r.name, col, formatValue(r.unit, v))
 				}
 				b.compareChecks(r)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -34,6 +35,12 @@ type Config struct {
 	// Latencies are the fault-injected per-request latencies of the
 	// first-listing rows.
 	Latencies []time.Duration
+	// The remote preset's: the proxy's delay per request, the hour
+	// partitions the sessions span, and the snapshot counts of its
+	// history rows (one of at most 2,000 is measured at 5 ms).
+	Latency        time.Duration
+	Hours          int
+	RemoteVersions []int
 
 	// Peers are the columns besides pugfs: native, loopback, rclone.
 	Peers []string
@@ -82,6 +89,14 @@ func preset(name string) (Config, error) {
 		c.Runs = 5
 		c.Commits = 4000
 		c.WriteSize = 1 << 30
+	case "remote":
+		// Issue #12's table: 20 ms a request on the S3 server, pugfs
+		// against rclone mount of the same files.
+		c.Files, c.Sessions, c.Hours = 2000, 2000, 48
+		c.Latency = 20 * time.Millisecond
+		c.RemoteVersions = []int{2000, 10000}
+		c.Peers = []string{colRclone}
+		c.FIO = false
 	case "tiny":
 		c.Runs = 1
 		c.BlobSize = 4 << 20
@@ -92,7 +107,7 @@ func preset(name string) (Config, error) {
 		c.CacheSize = 64 << 20
 		c.CmdTimeout = 30 * time.Second
 	default:
-		return c, fmt.Errorf("-preset %q: want quick, full or tiny", name)
+		return c, fmt.Errorf("-preset %q: want quick, full, remote or tiny", name)
 	}
 	return c, nil
 }
@@ -116,7 +131,7 @@ func parseFlags(args []string, out, log io.Writer) (Config, error) {
 		return c, err
 	}
 	var blob, write, cache, only, lat, peers string
-	fs.StringVar(&c.Preset, "preset", name, "quick, full or tiny: the defaults of every flag below")
+	fs.StringVar(&c.Preset, "preset", name, "quick, full, remote or tiny: the defaults of every flag below")
 	fs.StringVar(&c.Root, "root", "", "the pugfs module root (default: found from the working directory)")
 	fs.StringVar(&c.DataDir, "data", "", "cache of generated data sets, mount points and scratch (default ROOT/.bench)")
 	fs.IntVar(&c.Runs, "runs", c.Runs, "alternated runs per measurement (the table shows medians)")
@@ -134,6 +149,9 @@ func parseFlags(args []string, out, log io.Writer) (Config, error) {
 	fs.BoolVar(&c.DropCaches, "drop-caches", c.DropCaches, "drop the page cache before cold runs (root)")
 	fs.BoolVar(&c.Install, "install", c.Install, "apt-get install fio and rclone when missing (root)")
 	fs.StringVar(&c.PugfsBin, "pugfs", "", "pugfs binary (default: build one)")
+	var rvers string
+	fs.StringVar(&rvers, "remote-versions", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(c.RemoteVersions)), ","), "[]"), "remote preset: snapshot counts of the history rows (at most 2,000 is measured at 5 ms)")
+	fs.IntVar(&c.Hours, "hours", c.Hours, "remote preset: hour partitions the sessions span")
 	fs.StringVar(&cache, "cache-size", humanBytes(c.CacheSize), "pugfs --cache-size")
 	fs.StringVar(&only, "only", "", "only rows whose name matches this regexp")
 	fs.DurationVar(&c.CmdTimeout, "timeout", c.CmdTimeout, "bound on each timed command")
@@ -142,6 +160,16 @@ func parseFlags(args []string, out, log io.Writer) (Config, error) {
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	c.RemoteVersions = nil
+	for _, v := range strings.Split(rvers, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return c, fmt.Errorf("-remote-versions: %q is not a count", v)
+			}
+			c.RemoteVersions = append(c.RemoteVersions, n)
+		}
 	}
 	if c.S3Files <= 0 {
 		c.S3Files = c.Files

@@ -48,6 +48,8 @@ type dataset struct {
 	Dir  string
 	// Session is the session holding the files (blob, small, versions).
 	Session layout.SessionID
+	// Hours is how many hour partitions a kindHourSessions set spans.
+	Hours int
 }
 
 func newDataset(base, kind string, n int, size int64) *dataset {
@@ -173,6 +175,8 @@ func fill(ctx context.Context, store *layout.Store, d *dataset, plain bool) erro
 		return fillSessions(ctx, store, d, plain)
 	case kindVersions:
 		return fillVersions(ctx, store, d)
+	case kindHourSessions:
+		return fillHourSessions(ctx, store, d, plain)
 	}
 	return fmt.Errorf("unknown data set kind %q", d.Kind)
 }

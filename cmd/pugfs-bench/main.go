@@ -7,7 +7,9 @@
 //
 //	pugfs-bench [-preset quick|full|tiny] [flags]
 //
-// `make bench` runs the quick preset, `make bench BENCH=full` the full one.
+// `make bench` runs the quick preset, `make bench BENCH=full` the full one,
+// `make bench BENCH=remote` issue #12's workloads on S3 behind a 20 ms
+// delay, pugfs against rclone mount (remote.go).
 // The harness generates its data sets with the layout package (a pugmark
 // bucket, the same files as a plain tree for the others, and a copy on
 // versitygw for the S3 rows) and caches them in .bench/data keyed by size,
@@ -69,6 +71,9 @@ func main() {
 func run(ctx context.Context, c *Config) error {
 	if err := c.finish(); err != nil {
 		return err
+	}
+	if c.Preset == "remote" {
+		return runRemote(ctx, c)
 	}
 	start := time.Now()
 	b := &bench{cfg: c, start: start, results: map[*row]map[string]*cellResult{}}

@@ -11,7 +11,7 @@ import (
 // fetchParallel is the session cache's snapshot fetch parallelism
 // (cache.Options.Parallel's default, which pugfs mount uses): the ideal
 // first listing of N versions at latency L is N*L/fetchParallel.
-const fetchParallel = 16
+const fetchParallel = 64
 
 // writerScript writes $3 files of exactly 1024 bytes (distinct contents)
 // into $1 from each of $2 writer processes: bash builtins only, so the
