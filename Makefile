@@ -3,6 +3,9 @@
 #   make test   install test dependencies, vet, staticcheck, go test -race ./...
 #   make soak   random exploration: property-test seeds and the long soak;
 #               SOAK_SEEDS (default 100) seeds at SOAK_OPS (default 400)
+#   make bench  pugfs against the native disk and other FUSE mounts;
+#               BENCH=full for the goal sizes, BENCH=remote for S3 20 ms away
+#               against rclone mount (rclone from apt-get, root)
 
 GO        ?= go
 BIN       := bin/pugfs

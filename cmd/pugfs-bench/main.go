@@ -144,30 +144,36 @@ func run(ctx context.Context, c *Config) error {
 	if err := os.MkdirAll(filepath.Join(writePlain, "sessions"), 0o755); err != nil {
 		return err
 	}
+	b.buildRows(ds, writeBucket, writePlain)
+	bins := map[string]string{colPugfs: t.pugfs, colLoopback: t.loopback, colRclone: t.rclone}
+	if err := b.measureAll(ctx, mntDir, bins, "alternating the columns"); err != nil {
+		return err
+	}
+	b.report(c.Out, b.header(start))
+	return nil
+}
+
+// measureAll runs every row with the daemons in bins, mounted under
+// mntDir, and unmounts them all when done (their peak RSS is then
+// recorded for the report).
+func (b *bench) measureAll(ctx context.Context, mntDir string, bins map[string]string, how string) error {
 	rcloneConf := filepath.Join(b.scratch, "rclone.conf")
 	if err := os.WriteFile(rcloneConf, nil, 0o600); err != nil {
 		return err
 	}
-	bins := map[string]string{colPugfs: t.pugfs, colLoopback: t.loopback, colRclone: t.rclone}
 	env := []string{"XDG_CACHE_HOME=" + filepath.Join(b.scratch, "xdg"), "RCLONE_CONFIG=" + rcloneConf}
 	b.m = newMounter(mntDir, bins, env, b.logf)
 	defer b.m.stopAll()
-
+	var err error
 	if b.devnull, err = os.OpenFile(os.DevNull, os.O_WRONLY, 0); err != nil {
 		return err
 	}
 	defer b.devnull.Close()
-	if c.DropCaches && os.Geteuid() != 0 {
+	if b.cfg.DropCaches && os.Geteuid() != 0 {
 		b.dropErr = errors.New("not root")
 	}
-	b.buildRows(ds, writeBucket, writePlain)
-	b.logf("measuring: %d rows, %d run(s) each, alternating the columns", len(b.rows), c.Runs)
-	if err := b.runAll(ctx); err != nil {
-		return err
-	}
-	b.m.stopAll()
-	b.report(c.Out, b.header(start))
-	return nil
+	b.logf("measuring: %d rows, %d run(s) each, %s", len(b.rows), b.cfg.Runs, how)
+	return b.runAll(ctx)
 }
 
 // header describes the machine, the data and the flags of a run.

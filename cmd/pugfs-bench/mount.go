@@ -239,6 +239,19 @@ func (m *mounter) stopPrefix(prefix string) {
 	}
 }
 
+// groupPeak is the highest peak RSS of col's daemons in group g.
+func (m *mounter) groupPeak(g, col string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var peak int64
+	for key, v := range m.peak {
+		if strings.HasPrefix(key, g+"-"+col) {
+			peak = max(peak, v)
+		}
+	}
+	return peak
+}
+
 // stopAll unmounts everything; deferred by run, so it runs on errors and
 // on Ctrl-C too.
 func (m *mounter) stopAll() { m.stopPrefix("") }

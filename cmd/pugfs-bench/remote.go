@@ -310,26 +310,11 @@ func runRemote(ctx context.Context, c *Config) error {
 	defer near.Close()
 	b.reqCount = func() int64 { return far.reqs.Load() + near.reqs.Load() }
 
-	bins := map[string]string{colPugfs: t.pugfs, colRclone: t.rclone}
-	env := []string{"XDG_CACHE_HOME=" + filepath.Join(b.scratch, "xdg"), "RCLONE_CONFIG=" + filepath.Join(b.scratch, "rclone.conf")}
-	if err := os.WriteFile(filepath.Join(b.scratch, "rclone.conf"), nil, 0o600); err != nil {
-		return err
-	}
-	b.m = newMounter(mntDir, bins, env, b.logf)
-	defer b.m.stopAll()
-	if b.devnull, err = os.OpenFile(os.DevNull, os.O_WRONLY, 0); err != nil {
-		return err
-	}
-	defer b.devnull.Close()
-	if c.DropCaches && os.Geteuid() != 0 {
-		b.dropErr = fmt.Errorf("not root")
-	}
 	b.buildRemoteRows(ds, vers, plain, far, near)
-	b.logf("measuring: %d rows, %d run(s) each, alternating pugfs and rclone", len(b.rows), c.Runs)
-	if err := b.runAll(ctx); err != nil {
+	bins := map[string]string{colPugfs: t.pugfs, colRclone: t.rclone}
+	if err := b.measureAll(ctx, mntDir, bins, "alternating pugfs and rclone"); err != nil {
 		return err
 	}
-	b.m.stopAll()
 	b.reportRemote(c.Out, start)
 	return nil
 }
@@ -452,12 +437,7 @@ func (b *bench) reportRemote(w io.Writer, start time.Time) {
 		var cells []string
 		any := false
 		for _, col := range []string{colPugfs, colRclone} {
-			var peak int64
-			for key, v := range b.m.peak {
-				if strings.HasPrefix(key, g+"-"+col) {
-					peak = max(peak, v)
-				}
-			}
+			peak := b.m.groupPeak(g, col)
 			if peak == 0 {
 				cells = append(cells, "—")
 				continue

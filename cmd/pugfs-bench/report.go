@@ -98,12 +98,7 @@ func (b *bench) report(w io.Writer, header []string) {
 				cells = append(cells, "—")
 				continue
 			}
-			var peak int64
-			for key, v := range b.m.peak {
-				if strings.HasPrefix(key, g+"-"+col) {
-					peak = max(peak, v)
-				}
-			}
+			peak := b.m.groupPeak(g, col)
 			if peak == 0 {
 				cells = append(cells, "—")
 				continue
