@@ -7,6 +7,7 @@
 //	pugfs session new [--name N] [--agent A] [--handler H] BUCKET-URL
 //	pugfs fork [--at V] [--name FILE] BUCKET-URL SESSION
 //	pugfs version
+//	pugfs exec                  (not yet available)
 //
 // Run `pugfs help` or `pugfs CMD --help` for details. Exit status: 0 on
 // success, 1 when the command failed (or fsck found errors), 2 for a usage
@@ -38,6 +39,10 @@ import (
 	_ "github.com/pugmark/pugfs/layout/faultblob"
 	_ "github.com/pugmark/pugfs/layout/localblob"
 )
+
+// notYetExec is what help says of pugfs exec (tree.md), which does not
+// exist yet.
+const notYetExec = "not yet available: run a handler on a mount (tree.md, decisions.md)"
 
 // version is set at build time: go build -ldflags "-X main.version=v1.2.3".
 var version = "dev"
@@ -120,6 +125,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "--version", "-version":
 		args = []string{"version"}
+	case "exec":
+		// Listed by help so nobody goes looking for it in vain.
+		fmt.Fprintf(stderr, "pugfs exec: %s\n", notYetExec)
+		return 2
 	}
 	c, rest := find(cmds, args)
 	if c == nil {
@@ -253,6 +262,7 @@ Commands:
 		}
 	}
 	walk(cmds)
+	rows = append(rows, [2]string{"exec", notYetExec})
 	for _, r := range rows {
 		fmt.Fprintf(w, "  %-13s %s\n", r[0], r[1])
 	}

@@ -116,12 +116,12 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 			umask := octalFlag(0o022)
 			commit := string(commitOnClose)
 			snapType := string(layout.Provisional)
-			fs.BoolVar(&cfg.ReadOnly, "read-only", false, "refuse every write (EROFS)")
-			fs.DurationVar(&cfg.MetadataTTL, "metadata-ttl", time.Second, "how long listings and latest versions are trusted, a `DURATION` (0: ask the bucket on every lookup)")
+			fs.BoolVar(&cfg.ReadOnly, "read-only", false, "refuse every write (EROFS) (default: off)")
+			fs.DurationVar(&cfg.MetadataTTL, "metadata-ttl", time.Second, "how long listings and latest versions are trusted, a `DURATION` such as 500ms or 2s (0: ask the bucket on every lookup)")
 			fs.StringVar(&cfg.CacheDir, "cache-dir", "", "`DIR` for cached blobs and staged writes (default: chosen by the mount)")
-			fs.Var(&cacheSize, "cache-size", "bound on the cache directory, a `SIZE` such as 512MiB or 2G")
-			fs.BoolVar(&cfg.Debug, "debug", false, "log every FUSE request and bucket call to stderr")
-			fs.BoolVar(&cfg.AllowOther, "allow-other", false, "let other users access the mount (needs user_allow_other in /etc/fuse.conf)")
+			fs.Var(&cacheSize, "cache-size", "memory budget of the blob cache, a `SIZE` in bytes with an optional KiB, MiB, GiB suffix (or K, M, G); the disk cache under --cache-dir may use 4x, and the mount sets a soft Go memory limit of this plus 48 MiB unless GOMEMLIMIT is set")
+			fs.BoolVar(&cfg.Debug, "debug", false, "log every FUSE request and bucket call to stderr (default: off)")
+			fs.BoolVar(&cfg.AllowOther, "allow-other", false, "let other users access the mount (needs user_allow_other in /etc/fuse.conf) (default: off)")
 			fs.IntVar(&uid, "uid", -1, "owner `UID` of every file (default: the user running pugfs)")
 			fs.IntVar(&gid, "gid", -1, "group `GID` of every file (default: the user's group)")
 			fs.Var(&umask, "umask", "permission bits to clear, in `OCTAL`")
@@ -133,8 +133,8 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 				ingestFrom = append(ingestFrom, v)
 				return nil
 			})
-			fs.BoolVar(&cfg.SniffEncoding, "sniff-encoding", false, "show a text file whose body is gzip or zstd without a declared content-encoding decoded (§15); costs a small read of every such file's head on stat")
-			fs.DurationVar(&cfg.RequestTimeout, "request-timeout", deadlineblob.DefaultTimeout, "give up on a bucket request (each attempt, each read of a body) after this `DURATION`; the call then fails with EIO")
+			fs.BoolVar(&cfg.SniffEncoding, "sniff-encoding", false, "show a text file whose body is gzip or zstd without a declared content-encoding decoded (§15); costs a small read of every such file's head on stat (default: off)")
+			fs.DurationVar(&cfg.RequestTimeout, "request-timeout", deadlineblob.DefaultTimeout, "give up on a bucket request (each attempt, each read of a body) after this `DURATION` (such as 10s or 1m); the call then fails with EIO")
 			fs.IntVar(&cfg.MaxRequests, "max-requests", schedblob.DefaultMaxRequests, "at most `N` bucket requests in flight at once; a reader waiting on a file goes before read-ahead")
 			return func(ctx context.Context, sio *stdio, args []string) error {
 				if len(args) != 2 {
