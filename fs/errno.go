@@ -99,6 +99,7 @@ var errnoRules = []errnoRule{
 	{name: "not a directory", match: isErr(staging.ErrNotDir), errno: syscall.ENOTDIR},
 	{name: "directory not empty", match: isErr(staging.ErrNotEmpty), errno: syscall.ENOTEMPTY},
 	{name: "rename into itself", match: isErr(staging.ErrIntoItself), errno: syscall.EINVAL},
+	{name: "bad ref body", match: isErr(staging.ErrBadRef), errno: syscall.EINVAL},
 
 	// The backend's answer, by its portable code.
 	{name: "backend not found", match: hasCode(gcerrors.NotFound), errno: syscall.ENOENT},

@@ -107,6 +107,7 @@ func TestErrnoOf(t *testing.T) {
 		{"not a directory", func(*testing.T) error { return staging.ErrNotDir }, syscall.ENOTDIR, false},
 		{"directory not empty", func(*testing.T) error { return staging.ErrNotEmpty }, syscall.ENOTEMPTY, false},
 		{"rename into itself", func(*testing.T) error { return staging.ErrIntoItself }, syscall.EINVAL, false},
+		{"bad ref body", func(*testing.T) error { return staging.ErrBadRef }, syscall.EINVAL, false},
 
 		// backend codes
 		{"backend not found", func(t *testing.T) error { return backendErr(t, gcerrors.NotFound) }, syscall.ENOENT, false},

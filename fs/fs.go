@@ -74,7 +74,9 @@ type FS struct {
 	start time.Time
 	// w is the write engine: every change of a session goes through it.
 	w *staging.Writer
-	// mem is this mount's memory-write state.
+	// recs writes memory records, refs and new sessions.
+	recs *staging.Records
+	// mem is this mount's memory-directory state.
 	mem memWrites
 	// notify sends kernel cache invalidations from a background queue.
 	notify *notifier
@@ -114,6 +116,9 @@ func New(cfg Config) (*FS, error) {
 		ttl: cfg.MetadataTTL, start: cfg.Now()}
 	f.views = cfg.Cache.NewViews(cfg.Store)
 	f.mem.dirs = map[string]bool{}
+	f.recs = staging.NewRecords(cfg.Store, staging.RecordCaches{InvalidateMemories: f.views.InvalidateMemories,
+		InvalidateRefs: f.views.InvalidateRefs, SessionCreated: cfg.Cache.SessionCreated, InvalidateSession: cfg.Cache.Invalidate},
+		cfg.Now, cfg.Logger)
 	f.w = staging.New(staging.Config{Commit: cfg.Commit, SnapshotType: cfg.SnapshotType, GroupWindow: cfg.GroupWindow,
 		StagingDir: cfg.StagingDir, FailedDir: cfg.FailedDir, Now: cfg.Now, Log: cfg.Logger},
 		cfg.Store, cfg.Cache, cfg.Blobs, f.notifyChanged)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -14,7 +13,6 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/pugmark/pugfs/layout"
-	"github.com/pugmark/pugfs/staging"
 )
 
 // memDir is memories/ (prefix "") or memories/<prefix>/: the records of
@@ -179,15 +177,7 @@ func (n *memDirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if n.prefix == "" {
 		return syscall.EPERM
 	}
-	res, err := n.f.store.WriteMemory(context.WithoutCancel(ctx), n.prefix, layout.MemoryWrite{Remove: []string{name}})
-	n.f.views.InvalidateMemories()
-	if err != nil {
-		return n.f.errnoOf("unlink memory "+n.prefix+"/"+name, err)
-	}
-	if !res.Changed {
-		return syscall.ENOENT
-	}
-	return 0
+	return n.f.errnoOf("unlink memory "+n.prefix+"/"+name, n.f.recs.RemoveMemory(context.WithoutCancel(ctx), n.prefix, name))
 }
 
 var _ = (gofs.NodeRenamer)((*memDirNode)(nil))
@@ -211,46 +201,8 @@ func (n *memDirNode) Rename(ctx context.Context, name string, newParent gofs.Ino
 	if name == newName {
 		return 0
 	}
-	f := n.f
-	ctx = context.WithoutCancel(ctx)
-	what := "rename memory " + n.prefix + "/" + name
-	v, err := f.store.LatestMemoryVersion(ctx, n.prefix)
-	if err != nil {
-		return f.errnoOf(what, err)
-	}
-	var recs []layout.Descriptor
-	if v > 0 {
-		if recs, err = f.store.ReadMemory(ctx, n.prefix, v); err != nil {
-			return f.errnoOf(what, err)
-		}
-	}
-	var src *layout.Descriptor
-	for i := range recs {
-		switch recs[i].Name {
-		case name:
-			src = &recs[i]
-		case newName:
-			if flags&renameNoReplace != 0 {
-				return syscall.EEXIST
-			}
-		}
-	}
-	if src == nil {
-		return syscall.ENOENT
-	}
-	cm, err := f.memCommit(ctx)
-	if err != nil {
-		return f.errnoOf(what, err)
-	}
-	moved := src.Clone()
-	moved.Name, moved.Commit, moved.SequenceNumber = newName, nil, 0
-	moved.CreatedAt = f.cfg.Now().UTC()
-	_, err = f.store.WriteMemory(ctx, n.prefix, layout.MemoryWrite{Put: []layout.Descriptor{moved}, Remove: []string{name}, Commit: cm})
-	f.views.InvalidateMemories()
-	if err != nil {
-		return f.errnoOf(what, err)
-	}
-	return 0
+	err := n.f.recs.RenameMemory(context.WithoutCancel(ctx), n.prefix, name, newName, flags&renameNoReplace != 0)
+	return n.f.errnoOf("rename memory "+n.prefix+"/"+name, err)
 }
 
 func (n *memDirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -302,18 +254,14 @@ func (f *FS) memOverlay(prefix string, files, dirs map[string]bool) []child {
 	return out
 }
 
-// memWrites is what a mount keeps of its memory writes.
+// memWrites is what a mount keeps of its memory directories (the
+// records themselves are written by staging.Records).
 //
-// LOCK ORDERING: idMu and mu are leaves; neither is held with the other.
+// LOCK ORDERING: mu is a leaf.
 type memWrites struct {
 	mu sync.Mutex
 	// dirs are namespaces made by mkdir that have no record yet.
 	dirs map[string]bool // GUARDED_BY(mu)
-	// idMu serialises the making of id, the session this mount names
-	// as the writer of its memory records (§8.2), on the first memory
-	// write.
-	idMu sync.Mutex
-	id   layout.SessionID // GUARDED_BY(idMu)
 }
 
 // memFile is a memory record. Writes are buffered whole (records are
@@ -453,26 +401,6 @@ func (h *memHandle) Release(ctx context.Context) syscall.Errno {
 	return 0
 }
 
-// memCommit returns the commit envelope of this mount's memory writes
-// (§8.2). A mount is not a session, so it makes one, on its first memory
-// write, to name as the writer: readers and fsck find it.
-func (f *FS) memCommit(ctx context.Context) (layout.MemoryCommit, error) {
-	w := &f.mem
-	w.idMu.Lock()
-	defer w.idMu.Unlock()
-	if w.id.IsZero() {
-		m := f.store.NewRootManifest()
-		m.Agent = "pugfs"
-		m.Metadata = map[string]string{"pugfs": "writer of the memory records of a mount"}
-		if _, _, err := f.store.CreateSession(ctx, m); err != nil {
-			return layout.MemoryCommit{}, err
-		}
-		f.cache.SessionCreated(m.Session)
-		w.id = m.Session
-	}
-	return layout.MemoryCommit{Session: w.id}, nil
-}
-
 // Flush commits the record: store the blob, merge it into the namespace.
 // A write that changes nothing writes no new version.
 func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
@@ -487,30 +415,10 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 	n.mu.Lock()
 	e := n.e
 	n.mu.Unlock()
-	ctx = context.WithoutCancel(ctx)
-	fail := func(err error) syscall.Errno {
+	d, err := f.recs.PutMemory(context.WithoutCancel(ctx), n.ns, e.Descriptor, body)
+	if err != nil {
 		h.settle(gen, err)
 		return f.errnoOf("write memory "+n.ns+"/"+e.Name, err)
-	}
-	cm, err := f.memCommit(ctx)
-	if err != nil {
-		return fail(err)
-	}
-	d, err := f.store.PutBody(ctx, e.Name, body, layout.BlobOptions{ContentType: staging.ContentTypeOf(e.Name, body)})
-	if err != nil {
-		return fail(err)
-	}
-	d.CreatedAt = f.cfg.Now().UTC()
-	d.Metadata, d.SchemaURL = maps.Clone(e.Metadata), e.SchemaURL
-	res, err := f.store.WriteMemory(ctx, n.ns, layout.MemoryWrite{Put: []layout.Descriptor{d}, Commit: cm})
-	f.views.InvalidateMemories()
-	if err != nil {
-		return fail(err)
-	}
-	for _, r := range res.Records {
-		if r.Name == d.Name {
-			d = r
-		}
 	}
 	n.mu.Lock()
 	n.e, n.has = layout.Entry{Descriptor: d}, true

@@ -175,29 +175,12 @@ func (h *refHandle) Flush(ctx context.Context) syscall.Errno {
 		return 0
 	}
 	f := h.r.f
-	ctx = context.WithoutCancel(ctx)
-	target := strings.TrimRight(string(body), "\r\n")
-	if strings.ContainsAny(target, "\r\n") || target == "" {
-		return syscall.EINVAL
-	}
-	var err error
-	if h.existed {
-		err = f.store.RenameRef(ctx, h.r.name, h.prev, target)
-		if errors.Is(err, layout.ErrWeakCAS) {
-			f.log.Warn("ref replaced without compare-and-swap: the backend has no If-Match", "ref", h.r.name)
-			err = nil
-		}
-	} else {
-		err = f.store.Link(ctx, h.r.name, target)
-	}
-	f.views.InvalidateRefs()
+	prev, existed, err := f.recs.WriteRef(context.WithoutCancel(ctx), h.r.name, h.prev, h.existed, body)
 	if err != nil {
 		return f.errnoOf("write ref "+h.r.name, err)
 	}
 	h.settle(gen, nil)
-	if nr, rerr := f.store.ReadRef(ctx, h.r.name); rerr == nil {
-		h.prev, h.existed = nr, true
-	}
+	h.prev, h.existed = prev, existed
 	return 0
 }
 
@@ -244,15 +227,7 @@ func (n *refsNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if n.kind != "" {
 		full = n.kind + "/" + name
 	}
-	if _, err := n.f.store.ReadRef(ctx, full); err != nil {
-		return n.f.errnoOf("unlink ref "+full, err)
-	}
-	err := n.f.store.DeleteRef(context.WithoutCancel(ctx), full)
-	n.f.views.InvalidateRefs()
-	if err != nil {
-		return n.f.errnoOf("unlink ref "+full, err)
-	}
-	return 0
+	return n.f.errnoOf("unlink ref "+full, n.f.recs.DeleteRef(context.WithoutCancel(ctx), full))
 }
 
 func (f *FS) refsKindChild(kind string) child {

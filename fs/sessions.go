@@ -399,10 +399,8 @@ func (n *sessionsNode) Mkdir(ctx context.Context, name string, mode uint32, out 
 	if err != nil || id.IsZero() || name != id.String() {
 		return nil, syscall.EINVAL
 	}
-	if _, _, err := n.f.store.CreateSession(context.WithoutCancel(ctx), &layout.Manifest{Session: id, FirstSequenceNumber: 1}); err != nil {
+	if err := n.f.recs.CreateSession(context.WithoutCancel(ctx), id); err != nil {
 		return nil, n.f.errnoOf("create session "+name, err)
 	}
-	n.f.cache.SessionCreated(id)
-	n.f.cache.Invalidate(id)
 	return n.f.materialise(ctx, &n.Inode, n.f.sessionChild(name, id), out)
 }

@@ -292,17 +292,13 @@ func (n *sessDirNode) Symlink(ctx context.Context, target, name string, out *fus
 		f.log.Error("ingest failed", "url", shown, "name", full, "uid", c.UID, "pid", c.PID, "err", err)
 		return nil, f.errnoOf("ingest "+shown, err)
 	}
-	d, err := f.store.IngestReader(ictx, shown, src, src.ContentType, f.cfg.StagingDir)
+	d, err := f.w.Ingest(ictx, n.sd.id, full, shown, src, src.ContentType)
 	src.Close()
 	if err != nil {
 		f.log.Error("ingest failed", "url", shown, "name", full, "uid", c.UID, "pid", c.PID, "err", err)
 		return nil, f.errnoOf("ingest "+shown, err)
 	}
 	f.log.Info("ingested", "url", shown, "name", full, "session", n.sd.id.String(), "digest", d.Digest.String(), "size", d.Size, "uid", c.UID, "pid", c.PID)
-	d.Name = full
-	if err := f.w.Queue(ictx, n.sd.id, []layout.Descriptor{d}); err != nil {
-		return nil, f.errnoOf("ingest "+shown, err)
-	}
 	// The kernel fails a symlink(2) whose reply is not a symlink (EIO),
 	// so answer with one, never cached: the next lookup finds the
 	// ingested file in its place.

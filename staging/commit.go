@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"time"
 
@@ -373,4 +374,16 @@ func (w *Writer) failBatch(b *batch) {
 			s.mu.Unlock()
 		}
 	}
+}
+
+// Ingest stores what r yields as a blob (§3.2: hashed as it streams,
+// spilled to the staging directory) and commits it as file name of a
+// session, as one change (Queue). source names r in errors and logs.
+func (w *Writer) Ingest(ctx context.Context, id layout.SessionID, name, source string, r io.Reader, contentType string) (layout.Descriptor, error) {
+	d, err := w.store.IngestReader(ctx, source, r, contentType, w.cfg.StagingDir)
+	if err != nil {
+		return d, err
+	}
+	d.Name = name
+	return d, w.Queue(ctx, id, []layout.Descriptor{d})
 }

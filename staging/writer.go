@@ -2,6 +2,7 @@ package staging
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"os"
 	"sort"
@@ -48,6 +49,7 @@ type Config struct {
 type Store interface {
 	PutBlobFile(ctx context.Context, f *os.File, d layout.Digest, size int64, opts layout.BlobOptions) (layout.BlobInfo, error)
 	Commit(ctx context.Context, id layout.SessionID, req layout.CommitRequest) (layout.CommitResult, error)
+	IngestReader(ctx context.Context, name string, r io.Reader, contentType, tmpDir string) (layout.Descriptor, error)
 }
 
 // States is what a Writer needs of the session cache (*cache.Cache):

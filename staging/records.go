@@ -1,0 +1,234 @@
+package staging
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// RecordStore is what Records needs of the bucket (*layout.Store).
+type RecordStore interface {
+	PutBody(ctx context.Context, name string, body []byte, o layout.BlobOptions) (layout.Descriptor, error)
+	LatestMemoryVersion(ctx context.Context, ns string) (uint32, error)
+	ReadMemory(ctx context.Context, ns string, v uint32) ([]layout.Descriptor, error)
+	WriteMemory(ctx context.Context, ns string, w layout.MemoryWrite) (layout.MemoryResult, error)
+	NewRootManifest() *layout.Manifest
+	CreateSession(ctx context.Context, m *layout.Manifest) (*layout.Manifest, bool, error)
+	ReadRef(ctx context.Context, name string) (layout.Ref, error)
+	Link(ctx context.Context, name, target string) error
+	RenameRef(ctx context.Context, name string, prev layout.Ref, target string) error
+	DeleteRef(ctx context.Context, name string) error
+}
+
+// RecordCaches are the caches a record write makes stale: the memory
+// and ref views, and the session list and state (a session made by mkdir,
+// or the writer session a mount makes for its memory records).
+type RecordCaches struct {
+	InvalidateMemories func()
+	InvalidateRefs     func()
+	SessionCreated     func(layout.SessionID)
+	InvalidateSession  func(layout.SessionID)
+}
+
+// Records writes what lives outside sessions' content: memory records
+// (§8), refs (§9) and new sessions' manifests (§5), and it is the only
+// code that does. Each write is
+// one layout call, and the caches it makes stale are dropped right after,
+// whether it succeeded or not (a failed write may have landed).
+//
+// LOCK ORDERING: idMu is a leaf.
+type Records struct {
+	store  RecordStore
+	caches RecordCaches
+	now    func() time.Time
+	log    *slog.Logger
+
+	// idMu serialises the making of id, the session this mount names as
+	// the writer of its memory records (§8.2), on the first memory write.
+	idMu sync.Mutex
+	id   layout.SessionID // GUARDED_BY(idMu)
+}
+
+// NewRecords returns the record writer of a mount. now and log may be
+// nil (time.Now, slog.Default); so may any of the caches' functions.
+func NewRecords(store RecordStore, caches RecordCaches, now func() time.Time, log *slog.Logger) *Records {
+	if now == nil {
+		now = time.Now
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	nop := func() {}
+	if caches.InvalidateMemories == nil {
+		caches.InvalidateMemories = nop
+	}
+	if caches.InvalidateRefs == nil {
+		caches.InvalidateRefs = nop
+	}
+	if caches.SessionCreated == nil {
+		caches.SessionCreated = func(layout.SessionID) {}
+	}
+	if caches.InvalidateSession == nil {
+		caches.InvalidateSession = func(layout.SessionID) {}
+	}
+	return &Records{store: store, caches: caches, now: now, log: log}
+}
+
+// commit returns the commit envelope of this mount's memory writes
+// (§8.2). A mount is not a session, so it makes one, on its first memory
+// write, to name as the writer: readers and fsck find it.
+func (r *Records) commit(ctx context.Context) (layout.MemoryCommit, error) {
+	r.idMu.Lock()
+	defer r.idMu.Unlock()
+	if r.id.IsZero() {
+		m := r.store.NewRootManifest()
+		m.Agent = "pugfs"
+		m.Metadata = map[string]string{"pugfs": "writer of the memory records of a mount"}
+		if _, _, err := r.store.CreateSession(ctx, m); err != nil {
+			return layout.MemoryCommit{}, err
+		}
+		r.caches.SessionCreated(m.Session)
+		r.id = m.Session
+	}
+	return layout.MemoryCommit{Session: r.id}, nil
+}
+
+// PutMemory stores body as record e.Name of namespace ns, keeping e's
+// metadata and schema, merged into the namespace (§8.3), and returns the
+// record as committed.
+func (r *Records) PutMemory(ctx context.Context, ns string, e layout.Descriptor, body []byte) (layout.Descriptor, error) {
+	cm, err := r.commit(ctx)
+	if err != nil {
+		return layout.Descriptor{}, err
+	}
+	d, err := r.store.PutBody(ctx, e.Name, body, layout.BlobOptions{ContentType: ContentTypeOf(e.Name, body)})
+	if err != nil {
+		return layout.Descriptor{}, err
+	}
+	d.CreatedAt = r.now().UTC()
+	d.Metadata, d.SchemaURL = maps.Clone(e.Metadata), e.SchemaURL
+	res, err := r.store.WriteMemory(ctx, ns, layout.MemoryWrite{Put: []layout.Descriptor{d}, Commit: cm})
+	r.caches.InvalidateMemories()
+	if err != nil {
+		return layout.Descriptor{}, err
+	}
+	for _, rec := range res.Records {
+		if rec.Name == d.Name {
+			d = rec
+		}
+	}
+	return d, nil
+}
+
+// RemoveMemory removes record name of namespace ns; ErrNotExist when it
+// has none.
+func (r *Records) RemoveMemory(ctx context.Context, ns, name string) error {
+	res, err := r.store.WriteMemory(ctx, ns, layout.MemoryWrite{Remove: []string{name}})
+	r.caches.InvalidateMemories()
+	if err != nil {
+		return err
+	}
+	if !res.Changed {
+		return ErrNotExist
+	}
+	return nil
+}
+
+// RenameMemory moves a record inside its namespace as one memory commit
+// (the old name removed, the same blob under the new one). ErrNotExist
+// when there is no such record; ErrExist when noReplace and the new name
+// is taken.
+func (r *Records) RenameMemory(ctx context.Context, ns, from, to string, noReplace bool) error {
+	v, err := r.store.LatestMemoryVersion(ctx, ns)
+	if err != nil {
+		return err
+	}
+	var recs []layout.Descriptor
+	if v > 0 {
+		if recs, err = r.store.ReadMemory(ctx, ns, v); err != nil {
+			return err
+		}
+	}
+	var src *layout.Descriptor
+	for i := range recs {
+		switch recs[i].Name {
+		case from:
+			src = &recs[i]
+		case to:
+			if noReplace {
+				return ErrExist
+			}
+		}
+	}
+	if src == nil {
+		return ErrNotExist
+	}
+	cm, err := r.commit(ctx)
+	if err != nil {
+		return err
+	}
+	moved := src.Clone()
+	moved.Name, moved.Commit, moved.SequenceNumber = to, nil, 0
+	moved.CreatedAt = r.now().UTC()
+	_, err = r.store.WriteMemory(ctx, ns, layout.MemoryWrite{Put: []layout.Descriptor{moved}, Remove: []string{from}, Commit: cm})
+	r.caches.InvalidateMemories()
+	return err
+}
+
+// ErrBadRef is a ref body that is not one line holding a target.
+var ErrBadRef = errors.New("a ref is one line holding its target")
+
+// WriteRef points ref name at the first line of body. prev is the ref as
+// the writer read it (existed false when there was none): the write is
+// a compare-and-swap against it, or a create. It returns the ref as it
+// is after the write, for the writer's next one.
+func (r *Records) WriteRef(ctx context.Context, name string, prev layout.Ref, existed bool, body []byte) (now layout.Ref, nowExists bool, err error) {
+	target := strings.TrimRight(string(body), "\r\n")
+	if strings.ContainsAny(target, "\r\n") || target == "" {
+		return prev, existed, ErrBadRef
+	}
+	if existed {
+		err = r.store.RenameRef(ctx, name, prev, target)
+		if errors.Is(err, layout.ErrWeakCAS) {
+			r.log.Warn("ref replaced without compare-and-swap: the backend has no If-Match", "ref", name)
+			err = nil
+		}
+	} else {
+		err = r.store.Link(ctx, name, target)
+	}
+	r.caches.InvalidateRefs()
+	if err != nil {
+		return prev, existed, err
+	}
+	if nr, rerr := r.store.ReadRef(ctx, name); rerr == nil {
+		return nr, true, nil
+	}
+	return prev, existed, nil
+}
+
+// DeleteRef removes ref name; layout.ErrNotFound when there is none.
+func (r *Records) DeleteRef(ctx context.Context, name string) error {
+	if _, err := r.store.ReadRef(ctx, name); err != nil {
+		return err
+	}
+	err := r.store.DeleteRef(ctx, name)
+	r.caches.InvalidateRefs()
+	return err
+}
+
+// CreateSession makes an empty root session with ID id (mkdir in
+// sessions/); it is idempotent (§5.1).
+func (r *Records) CreateSession(ctx context.Context, id layout.SessionID) error {
+	if _, _, err := r.store.CreateSession(ctx, &layout.Manifest{Session: id, FirstSequenceNumber: 1}); err != nil {
+		return err
+	}
+	r.caches.SessionCreated(id)
+	r.caches.InvalidateSession(id)
+	return nil
+}
