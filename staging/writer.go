@@ -2,6 +2,7 @@ package staging
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -476,4 +477,35 @@ func (w *Writer) dirEntries(ctx context.Context, id layout.SessionID, prefix str
 	sort.Strings(c.staged)
 	sort.Strings(c.dirs)
 	return c, nil
+}
+
+// CheckInvariants returns the first broken invariant of the Writer's
+// state, or nil; tests call it after what they drive. Every staged file
+// is filed under the name it has, has its spill file and a non-negative
+// open count; no name is both a staged file and a local directory; the
+// upload counters never go below zero.
+func (w *Writer) CheckInvariants() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, ws := range w.ss {
+		if ws.uploading < 0 {
+			return fmt.Errorf("session %s: %d uploads in flight", id, ws.uploading)
+		}
+		for name, s := range ws.files {
+			s.mu.RLock()
+			sname, open, opens := s.name, s.file != nil, s.opens
+			s.mu.RUnlock()
+			switch {
+			case sname != name:
+				return fmt.Errorf("session %s: staged file %q filed under %q", id, sname, name)
+			case !open:
+				return fmt.Errorf("session %s: staged file %q is filed but its spill file is closed", id, name)
+			case opens < 0:
+				return fmt.Errorf("session %s: staged file %q has %d opens", id, name, opens)
+			case ws.dirs[name]:
+				return fmt.Errorf("session %s: %q is both a staged file and a local directory", id, name)
+			}
+		}
+	}
+	return nil
 }

@@ -54,7 +54,13 @@ func newWriterRig(t *testing.T, mode ...CommitMode) *writerRig {
 		cfg.Commit = mode[0]
 	}
 	w := New(cfg, store, c, bc, nil)
-	t.Cleanup(func() { w.Shutdown(); bc.Close() })
+	t.Cleanup(func() {
+		if err := w.CheckInvariants(); err != nil {
+			t.Errorf("writer state: %v", err)
+		}
+		w.Shutdown()
+		bc.Close()
+	})
 	return &writerRig{w: w, cache: c, inj: inj, id: m.Session, cfg: cfg}
 }
 
@@ -404,4 +410,27 @@ func TestWriterFailedCommit(t *testing.T) {
 			t.Fatalf("kept %q, %v", b, err)
 		}
 	})
+}
+
+// TestCheckInvariants: the check finds a staged file filed under a name
+// it does not have (what a rename that moved only one of the two would
+// leave).
+func TestCheckInvariants(t *testing.T) {
+	r := newWriterRig(t)
+	s := r.written(t, "f", "x")
+	if err := r.w.CheckInvariants(); err != nil {
+		t.Fatalf("a fresh staged file: %v", err)
+	}
+	s.mu.Lock()
+	s.name = "g"
+	s.mu.Unlock()
+	if err := r.w.CheckInvariants(); err == nil {
+		t.Fatal("a staged file filed under another name passed the check")
+	}
+	s.mu.Lock()
+	s.name = "f" // put back for the cleanup's check
+	s.mu.Unlock()
+	if err := r.w.Release(context.Background(), r.id, s); err != nil {
+		t.Fatal(err)
+	}
 }
