@@ -99,7 +99,7 @@ func (w *Writer) Flush(ctx context.Context, id layout.SessionID, s *File, untouc
 	ch := make(chan struct{})
 	s.committing = ch
 	s.mu.Unlock()
-	err := w.commit(ctx, id, []pendingOp{{file: s}})
+	_, err := w.commit(ctx, id, []pendingOp{{file: s}}, nil)
 	s.mu.Lock()
 	s.committing = nil
 	if err != nil {
@@ -111,8 +111,61 @@ func (w *Writer) Flush(ctx context.Context, id layout.SessionID, s *File, untouc
 }
 
 // FsyncSession commits everything staged in a session as one snapshot
-// (--commit=fsync), or the one file in close mode.
+// (--commit=fsync), or the one file in close mode. With Config.Hold it
+// commits nothing: only CommitSession does.
 func (w *Writer) FsyncSession(ctx context.Context, id layout.SessionID) error {
+	if w.cfg.Hold {
+		return nil
+	}
+	_, err := w.commitStaged(ctx, id, nil, false)
+	return err
+}
+
+// CommitSession commits everything staged in a session as ONE snapshot
+// of the Writer's snapshot type written on top of base, and returns where
+// it landed. It is how pugfs exec ends a handler invocation: base is the
+// version the invocation started from, not whatever the session cache
+// shows by now, so that a foreign checkpoint that landed meanwhile is a
+// conflict (layout.ErrConflict) and never silently built upon. Unlike
+// FsyncSession it commits even when nothing is staged: an invocation is
+// one checkpoint, also when its handler wrote nothing, because the
+// checkpoint is what marks its input as consumed. On error nothing was
+// committed and everything stays staged (and is kept in the failed
+// directory at Shutdown unless Discard drops it).
+func (w *Writer) CommitSession(ctx context.Context, id layout.SessionID, base layout.Position) (layout.CommitResult, error) {
+	return w.commitStaged(ctx, id, &base, true)
+}
+
+// Discard drops everything staged in a session without committing or
+// keeping it: the changes of a handler that failed are not its output.
+// Files still open elsewhere stay usable but are no longer changes.
+func (w *Writer) Discard(id layout.SessionID) {
+	ws := w.session(id)
+	ws.fsyncMu.Lock()
+	defer ws.fsyncMu.Unlock()
+	ws.nsMu.Lock()
+	defer ws.nsMu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for name, s := range ws.files {
+		s.mu.Lock()
+		s.dirty = false
+		s.mu.Unlock()
+		if s.opens <= 0 {
+			delete(ws.files, name)
+			s.close()
+		}
+	}
+	ws.pending = nil
+	ws.dirs = map[string]bool{}
+	ws.gone = map[string]bool{}
+	ws.gen++
+}
+
+// commitStaged commits the pending ops and dirty files of a session as
+// one snapshot, on base if set; empty commits an empty snapshot when
+// nothing is staged instead of doing nothing.
+func (w *Writer) commitStaged(ctx context.Context, id layout.SessionID, base *layout.Position, empty bool) (layout.CommitResult, error) {
 	ws := w.session(id)
 	ws.fsyncMu.Lock()
 	defer ws.fsyncMu.Unlock()
@@ -143,13 +196,13 @@ func (w *Writer) FsyncSession(ctx context.Context, id layout.SessionID) error {
 		}
 	}
 	w.mu.Unlock()
-	if len(ops) == 0 {
-		return nil
+	if len(ops) == 0 && !empty {
+		return layout.CommitResult{}, nil
 	}
-	err := w.commit(ctx, id, ops)
+	res, err := w.commit(ctx, id, ops, base)
 	if err != nil {
 		// The pending ops stay for the next fsync: nothing is dropped.
-		return err
+		return res, err
 	}
 	w.mu.Lock()
 	// Ops queued while the commit ran come after the ones it took.
@@ -162,7 +215,7 @@ func (w *Writer) FsyncSession(ctx context.Context, id layout.SessionID) error {
 		}
 	}
 	w.mu.Unlock()
-	return nil
+	return res, nil
 }
 
 // Queue adds ready descriptors (tombstones, renames) as one change: in
@@ -190,7 +243,8 @@ func (w *Writer) Queue(ctx context.Context, id layout.SessionID, ds []layout.Des
 		d := ds[i]
 		ops[i] = pendingOp{desc: &d}
 	}
-	return w.commit(ctx, id, ops)
+	_, err := w.commit(ctx, id, ops, nil)
+	return err
 }
 
 // batch is a group commit: descriptors from concurrent closes in one
@@ -204,12 +258,17 @@ type batch struct {
 	done    chan struct{}
 	err     error
 	res     layout.CommitResult
+	// base, if set, is the position the snapshot must be written on
+	// (CommitSession) instead of the cached state's.
+	base *layout.Position
 }
 
 // commit uploads the blobs of ops, then commits their descriptors,
 // sharing a snapshot with other commits of the session that arrive within
 // the group window. It returns once this call's descriptors are durable.
-func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingOp) error {
+// A commit with a base never shares its snapshot: it is written on that
+// base or not at all.
+func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingOp, base *layout.Position) (layout.CommitResult, error) {
 	// Uploads and commits outlive an interrupted syscall: tying them to
 	// the request context would abandon half-done work.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
@@ -237,7 +296,7 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 		d, err := w.upload(ctx, op.file)
 		if err != nil {
 			w.st.errors.Add(1)
-			return err
+			return layout.CommitResult{}, err
 		}
 		descs = append(descs, d)
 		files = append(files, op.file)
@@ -247,7 +306,11 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 	joined = true
 	b := ws.batch
 	leader := false
-	if b == nil || b.sealed {
+	switch {
+	case base != nil:
+		b = &batch{done: make(chan struct{}), base: base}
+		leader = true
+	case b == nil || b.sealed:
 		b = &batch{done: make(chan struct{})}
 		ws.batch = b
 		leader = true
@@ -258,13 +321,13 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 	w.mu.Unlock()
 	if !leader {
 		<-b.done
-		return b.err
+		return b.res, b.err
 	}
 	// Gather: when other commits of the session are under way, or the
 	// last batch was shared, wait the group window for more to join. A
 	// lone writer does not wait at all.
 	w.mu.Lock()
-	busy := ws.uploading > 0 || ws.lastBatch > 1
+	busy := (ws.uploading > 0 || ws.lastBatch > 1) && base == nil
 	w.mu.Unlock()
 	if busy {
 		window := time.NewTimer(w.cfg.GroupWindow)
@@ -283,7 +346,7 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 	b.res, b.err = w.commitBatch(ctx, ws, b)
 	ws.commitMu.Unlock()
 	close(b.done)
-	return b.err
+	return b.res, b.err
 }
 
 // upload stores a staged file's blob and returns its descriptor. The
@@ -334,6 +397,9 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 		return layout.CommitResult{}, err
 	}
 	base := st.Position()
+	if b.base != nil {
+		base = *b.base
+	}
 	res, err := w.store.Commit(ctx, id, layout.CommitRequest{Type: w.cfg.SnapshotType, Descriptors: b.descs, Base: &base})
 	if err != nil {
 		w.failBatch(b)

@@ -40,6 +40,10 @@ type Config struct {
 	StagingDir string
 	// FailedDir keeps the bytes of writes whose commit failed for good.
 	FailedDir string
+	// Hold, with CommitOnFsync, makes fsync(2) commit nothing: every
+	// change stays staged until CommitSession (pugfs exec, whose handler
+	// must not land anything before it exited, whatever it fsyncs).
+	Hold bool
 	// Now is the clock for created-at (tests pin it).
 	Now func() time.Time
 	Log *slog.Logger

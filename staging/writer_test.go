@@ -26,6 +26,7 @@ import (
 // with one empty session.
 type writerRig struct {
 	w     *Writer
+	store *layout.Store
 	cache *cache.Cache
 	inj   *faultblob.Injector
 	id    layout.SessionID
@@ -33,6 +34,16 @@ type writerRig struct {
 }
 
 func newWriterRig(t *testing.T, mode ...CommitMode) *writerRig {
+	t.Helper()
+	return newWriterRigCfg(t, func(c *Config) {
+		if len(mode) > 0 {
+			c.Commit = mode[0]
+		}
+	})
+}
+
+// newWriterRigCfg is newWriterRig with the Config changed by edit first.
+func newWriterRigCfg(t *testing.T, edit func(*Config)) *writerRig {
 	t.Helper()
 	inj := faultblob.NewInjector(faultblob.Options{})
 	store := layout.New(faultblob.Wrap(memblob.OpenBucket(nil), inj), nil)
@@ -50,8 +61,8 @@ func newWriterRig(t *testing.T, mode ...CommitMode) *writerRig {
 	}
 	dir := t.TempDir()
 	cfg := Config{StagingDir: dir, FailedDir: filepath.Join(dir, "failed")}
-	if len(mode) > 0 {
-		cfg.Commit = mode[0]
+	if edit != nil {
+		edit(&cfg)
 	}
 	w := New(cfg, store, c, bc, nil)
 	t.Cleanup(func() {
@@ -61,7 +72,7 @@ func newWriterRig(t *testing.T, mode ...CommitMode) *writerRig {
 		w.Shutdown()
 		bc.Close()
 	})
-	return &writerRig{w: w, cache: c, inj: inj, id: m.Session, cfg: cfg}
+	return &writerRig{w: w, store: store, cache: c, inj: inj, id: m.Session, cfg: cfg}
 }
 
 // stallSnapshots makes every snapshot PUT wait for the returned gate.

@@ -1,0 +1,160 @@
+package staging
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// holdRig is a Writer as pugfs exec runs it: fsync mode, checkpoints,
+// Hold.
+func holdRig(t *testing.T) *writerRig {
+	return newWriterRigCfg(t, func(c *Config) {
+		c.Commit, c.SnapshotType, c.Hold = CommitOnFsync, layout.Checkpoint, true
+	})
+}
+
+// write stages name with body and releases it, as echo body > name does.
+func (r *writerRig) write(t *testing.T, name, body string) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := r.w.Open(ctx, r.id, name, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteAt([]byte(body), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.w.Release(ctx, r.id, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (r *writerRig) latest(t *testing.T) uint32 {
+	t.Helper()
+	v, err := r.store.LatestVersion(context.Background(), r.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestWriterHoldFsyncCommitsNothing: with Hold, a handler's fsync(2)
+// lands nothing; CommitSession then commits every change as one
+// checkpoint on the base it is given.
+func TestWriterHoldFsyncCommitsNothing(t *testing.T) {
+	r := holdRig(t)
+	ctx := context.Background()
+	r.write(t, "a", "one")
+	r.write(t, "d/b", "two")
+	if err := r.w.FsyncSession(ctx, r.id); err != nil {
+		t.Fatal(err)
+	}
+	if v := r.latest(t); v != 0 {
+		t.Fatalf("fsync with Hold committed: version %d", v)
+	}
+	if err := r.w.Unlink(ctx, r.id, []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.w.CommitSession(ctx, r.id, layout.Position{Version: 0, LastSeq: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Version != 1 || r.latest(t) != 1 {
+		t.Fatalf("committed at %d (latest %d), want one snapshot at 1", res.Version, r.latest(t))
+	}
+	if m, err := r.store.ReadSnapshotMeta(ctx, r.id, 1); err != nil || m.Type != layout.Checkpoint {
+		t.Fatalf("snapshot 1: %+v, %v; want a checkpoint", m, err)
+	}
+	if _, ok := r.slot(t, "a"); ok {
+		t.Fatal("a was removed before the commit, yet it is live")
+	}
+	if e, ok := r.slot(t, "d/b"); !ok || e.Size != 3 {
+		t.Fatalf("d/b = %+v, %v", e.Descriptor, ok)
+	}
+	if kept := r.failedFiles(t); len(kept) > 0 {
+		t.Fatalf("failed/ holds %v after a clean commit", kept)
+	}
+}
+
+// TestWriterCommitSessionEmpty: with nothing staged CommitSession still
+// commits one (empty) snapshot, the invocation's checkpoint.
+func TestWriterCommitSessionEmpty(t *testing.T) {
+	r := holdRig(t)
+	res, err := r.w.CommitSession(context.Background(), r.id, layout.Position{})
+	if err != nil || res.Version != 1 || len(res.Descriptors) != 0 {
+		t.Fatalf("empty CommitSession = %+v, %v; want an empty snapshot at 1", res, err)
+	}
+}
+
+// TestWriterCommitSessionConflict: a foreign checkpoint above the base is
+// a conflict; nothing lands, and what was staged is kept in failed/ at
+// Shutdown, never dropped.
+func TestWriterCommitSessionConflict(t *testing.T) {
+	r := holdRig(t)
+	ctx := context.Background()
+	r.write(t, "out", "mine")
+	// Someone else's checkpoint lands while the handler runs; the cache
+	// may well know it by now, the base must still be the old one.
+	if _, err := r.store.Commit(ctx, r.id, layout.CommitRequest{Type: layout.Checkpoint, Descriptors: []layout.Descriptor{{Name: "theirs", CreatedAt: time.Now().UTC(), Deleted: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	r.cache.Invalidate(r.id)
+	_, err := r.w.CommitSession(ctx, r.id, layout.Position{})
+	if !errors.Is(err, layout.ErrConflict) {
+		t.Fatalf("CommitSession over a foreign checkpoint = %v, want ErrConflict", err)
+	}
+	if v := r.latest(t); v != 1 {
+		t.Fatalf("latest %d after the conflict, want the foreign 1 only", v)
+	}
+	r.w.Shutdown()
+	if kept := r.failedFiles(t); len(kept) != 1 {
+		t.Fatalf("failed/ holds %v, want the staged out", kept)
+	}
+}
+
+// TestWriterCommitSessionMergesProvisional: provisional snapshots above
+// the base are no conflict (decisions.md §13.3): the checkpoint lands
+// after them, with sequence numbers that continue theirs.
+func TestWriterCommitSessionMergesProvisional(t *testing.T) {
+	r := holdRig(t)
+	ctx := context.Background()
+	r.write(t, "out", "mine")
+	if _, err := r.store.Commit(ctx, r.id, layout.CommitRequest{Type: layout.Provisional, Descriptors: []layout.Descriptor{{Name: "in", CreatedAt: time.Now().UTC(), Deleted: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.w.CommitSession(ctx, r.id, layout.Position{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Version != 2 || len(res.Descriptors) != 1 || res.Descriptors[0].SequenceNumber != 2 {
+		t.Fatalf("CommitSession = version %d, %+v; want version 2, seq 2", res.Version, res.Descriptors)
+	}
+}
+
+// TestWriterDiscard: Discard drops what was staged; Shutdown then keeps
+// nothing, and a later commit holds none of it.
+func TestWriterDiscard(t *testing.T) {
+	r := holdRig(t)
+	ctx := context.Background()
+	r.write(t, "a", "one")
+	r.w.Mkdir(r.id, "dir")
+	r.w.Discard(r.id)
+	if _, ok := r.w.Lookup(r.id, "a"); ok {
+		t.Fatal("a is still staged after Discard")
+	}
+	if _, ok := r.w.Lookup(r.id, "dir"); ok {
+		t.Fatal("dir is still local after Discard")
+	}
+	res, err := r.w.CommitSession(ctx, r.id, layout.Position{})
+	if err != nil || len(res.Descriptors) != 0 {
+		t.Fatalf("commit after Discard = %+v, %v; want an empty snapshot", res.Descriptors, err)
+	}
+	r.w.Shutdown()
+	if kept := r.failedFiles(t); len(kept) > 0 {
+		t.Fatalf("failed/ holds %v after Discard", kept)
+	}
+}
