@@ -40,6 +40,9 @@ type Config struct {
 	MetadataTTL  time.Duration
 	Commit       CommitMode
 	SnapshotType layout.SnapshotType
+	// Hold, with CommitOnFsync, makes fsync commit nothing: changes wait
+	// for CommitSession (pugfs exec).
+	Hold bool
 	// GroupWindow is how long a commit waits for other closes in the
 	// same session to share its snapshot (default 2ms).
 	GroupWindow time.Duration
@@ -119,7 +122,7 @@ func New(cfg Config) (*FS, error) {
 	f.recs = staging.NewRecords(cfg.Store, staging.RecordCaches{InvalidateMemories: f.views.InvalidateMemories,
 		InvalidateRefs: f.views.InvalidateRefs, SessionCreated: cfg.Cache.SessionCreated, InvalidateSession: cfg.Cache.Invalidate},
 		cfg.Now, cfg.Logger)
-	f.w = staging.New(staging.Config{Commit: cfg.Commit, SnapshotType: cfg.SnapshotType, GroupWindow: cfg.GroupWindow,
+	f.w = staging.New(staging.Config{Commit: cfg.Commit, SnapshotType: cfg.SnapshotType, Hold: cfg.Hold, GroupWindow: cfg.GroupWindow,
 		StagingDir: cfg.StagingDir, FailedDir: cfg.FailedDir, Now: cfg.Now, Log: cfg.Logger},
 		cfg.Store, cfg.Cache, cfg.Blobs, f.notifyChanged)
 	f.notify = newNotifier(f)
@@ -149,6 +152,19 @@ func (f *FS) Close() {
 	f.w.Shutdown()
 	f.notify.close()
 }
+
+// CommitSession commits everything staged in session id as one snapshot
+// written on base, even when nothing is staged (staging.Writer.
+// CommitSession): the end of a handler invocation. On error nothing
+// landed and the changes stay staged; Close keeps them in the failed
+// directory.
+func (f *FS) CommitSession(ctx context.Context, id layout.SessionID, base layout.Position) (layout.CommitResult, error) {
+	return f.w.CommitSession(ctx, id, base)
+}
+
+// DiscardSession drops everything staged in session id without keeping
+// it (a handler that failed: its changes are not output).
+func (f *FS) DiscardSession(id layout.SessionID) { f.w.Discard(id) }
 
 // owner sets uid/gid and applies the umask to the permission bits.
 func (f *FS) owner(a *fuse.Attr) {

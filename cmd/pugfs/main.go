@@ -6,6 +6,7 @@
 //	pugfs fsck [--json] [--quiet] [--no-blobs] BUCKET-URL
 //	pugfs session new [--name N] [--agent A] [--handler H] BUCKET-URL
 //	pugfs fork [--at V] [--name FILE] BUCKET-URL SESSION
+//	pugfs exec [flags] BUCKET-URL SESSION -- COMMAND [ARGS...]
 //	pugfs version
 //	pugfs exec                  (not yet available)
 //
@@ -48,6 +49,7 @@ const notYetExec = "not yet available: run a handler on a mount (tree.md, decisi
 var version = "dev"
 
 func main() {
+	execTrampoline()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		// After the first signal, restore the default handlers so that a
@@ -94,7 +96,7 @@ type exitError struct{ code int }
 func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 func commands() []*command {
-	return []*command{mountCommand(), demoCommand(), fsckCommand(), sessionCommand(), forkCommand(), versionCommand()}
+	return []*command{mountCommand(), demoCommand(), fsckCommand(), sessionCommand(), forkCommand(), execCommand(), versionCommand()}
 }
 
 // run is main without the process: it parses args, runs the command and

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/pugmark/pugfs/blobcache"
 	"github.com/pugmark/pugfs/cache"
 	pfs "github.com/pugmark/pugfs/fs"
@@ -35,119 +36,25 @@ import (
 // runMount mounts cfg.BucketURL on cfg.Mountpoint and serves it until ctx
 // is cancelled (SIGINT/SIGTERM), then unmounts.
 func runMount(ctx context.Context, cfg mountConfig) (err error) {
+	defer func() { err = redact.Err(err, cfg.BucketURL) }()
 	level := slog.LevelInfo
 	if cfg.Debug {
 		level = slog.LevelDebug
 	}
-	// Nothing the mount prints or shows carries a credential: errors of
-	// drivers and backends can hold the whole bucket URL.
-	secrets := redact.Secrets(cfg.BucketURL)
-	defer func() { err = redact.Err(err, cfg.BucketURL) }()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level,
-		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-			switch a.Value.Kind() {
-			case slog.KindString:
-				a.Value = slog.StringValue(redact.Scrub(a.Value.String(), secrets))
-			case slog.KindAny:
-				if e, ok := a.Value.Any().(error); ok {
-					a.Value = slog.StringValue(redact.Scrub(e.Error(), secrets))
-				}
-			}
-			return a
-		}}))
-	b, u, err := openBucket(ctx, cfg.BucketURL, false)
+	env, err := prepareMount(ctx, cfg, mountLogger(cfg, level), false)
 	if err != nil {
 		return err
 	}
-	// Every request gets a deadline, so a backend that stops answering
-	// fails FUSE calls with EIO instead of hanging them; layout.Store
-	// retries a timed-out attempt like any transient failure.
-	b = deadlineblob.Wrap(b, cfg.RequestTimeout)
-	// One scheduler for every request of the mount, outside the deadline
-	// so that time spent queued is not counted against an attempt; the
-	// --debug log outside both, so a line's time is what the caller
-	// waited.
-	sched := schedblob.New(cfg.MaxRequests)
-	b = schedblob.Wrap(b, sched)
-	if cfg.Debug {
-		b = logblob.Wrap(b, log)
-	}
-	defer b.Close()
-	store := layout.New(b, &layout.Options{MaxDecoded: mountMaxDecoded})
-	if err := probe(ctx, b); err != nil {
-		return fmt.Errorf("bucket %s is not usable: %v", redact.URL(u), err)
-	}
-	stateDir, err := stateDirFor(cfg, u)
-	if err == nil {
-		err = writableDir(stateDir)
-	}
-	if err != nil {
-		// An unwritable cache directory (a read-only file system, a
-		// full disk) must not stop a mount that mostly reads: stage in
-		// the temporary directory instead, and say so.
-		sum := sha256.Sum256([]byte(u))
-		fb := filepath.Join(os.TempDir(), fmt.Sprintf("pugfs-%d", os.Getuid()), hex.EncodeToString(sum[:8]))
-		log.Warn("cannot write the cache directory; staging writes in the temporary directory instead", "dir", stateDir, "err", err, "instead", fb)
-		if ferr := writableDir(fb); ferr != nil {
-			return fmt.Errorf("no writable directory for staged writes: %s: %v; %s: %v", stateDir, err, fb, ferr)
-		}
-		stateDir = fb
-	}
-	failed := filepath.Join(stateDir, "failed")
-	cleanStaging(stateDir, failed, log)
-	staging := filepath.Join(stateDir, "staging", fmt.Sprint(os.Getpid()))
-	if err := os.MkdirAll(staging, 0o700); err != nil {
-		return fmt.Errorf("staging directory %s: %w", staging, err)
-	}
-	defer os.RemoveAll(staging)
-	if os.Getenv("GOMEMLIMIT") == "" {
-		// The blob cache holds up to --cache-size of chunks; without a
-		// limit Go's collector lets the heap grow to about twice that
-		// before it runs. A soft limit a little above the budget keeps
-		// the process near what the user asked for.
-		debug.SetMemoryLimit(cfg.CacheSize + 48<<20)
-	}
-	copts := cache.Options{MetadataTTL: cfg.MetadataTTL, Logger: log}
-	bopts := blobcache.Options{MemBytes: cfg.CacheSize, SpillDir: staging, SniffEncoding: cfg.SniffEncoding, Logger: log}
-	if cfg.CacheDir != "" {
-		copts.IndexPath = filepath.Join(cfg.CacheDir, "index.json")
-		bopts.DiskDir = filepath.Join(cfg.CacheDir, "blobs")
-		bopts.DiskBytes = cfg.CacheSize * 4
-	}
-	c, err := cache.New(store, copts)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	bc, err := blobcache.New(store, bopts)
-	if err != nil {
-		return err
-	}
-	defer bc.Close()
-	mode := pfs.CommitOnClose
-	if cfg.Commit == commitOnFsync {
-		mode = pfs.CommitOnFsync
-	}
-	f, err := pfs.New(pfs.Config{
-		Store: store, Cache: c, Blobs: bc,
-		BucketURL: redact.URL(u), Flags: shownFlags(os.Args[1:], secrets),
-		ReadOnly: cfg.ReadOnly, MetadataTTL: cfg.MetadataTTL, Commit: mode, SnapshotType: cfg.SnapshotType,
-		StagingDir: staging, FailedDir: failed, UID: cfg.UID, GID: cfg.GID, Umask: cfg.Umask, Logger: log,
-		Ingest:     &ingest.Policy{Prefixes: cfg.IngestFrom},
-		ExtraStats: extraStats(sched, faultStats(b)),
-	})
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	srv, err := pfs.Mount(cfg.Mountpoint, f, pfs.MountOptions{AllowOther: cfg.AllowOther, Debug: cfg.Debug, FsName: redact.URL(u)})
+	defer env.close()
+	log, f := env.log, env.fs
+	srv, err := pfs.Mount(cfg.Mountpoint, f, pfs.MountOptions{AllowOther: cfg.AllowOther, Debug: cfg.Debug, FsName: env.shownURL})
 	if err != nil {
 		return fmt.Errorf("mount %s: %v (is /dev/fuse there, and are you root or is fusermount3 installed?)", cfg.Mountpoint, err)
 	}
 	if err := srv.WaitMount(); err != nil {
 		return fmt.Errorf("mount %s: %v", cfg.Mountpoint, err)
 	}
-	log.Info("mounted", "bucket", redact.URL(u), "mountpoint", cfg.Mountpoint, "read-only", cfg.ReadOnly)
+	log.Info("mounted", "bucket", env.shownURL, "mountpoint", cfg.Mountpoint, "read-only", cfg.ReadOnly)
 	if len(cfg.IngestFrom) > 0 {
 		shown := make([]string, len(cfg.IngestFrom))
 		for i, p := range cfg.IngestFrom {
@@ -180,24 +87,174 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 	case <-ctx.Done():
 	}
 	log.Info("unmounting", "mountpoint", cfg.Mountpoint)
+	err = unmountServer(srv, cfg.Mountpoint, log)
+	<-done
+	return err
+}
+
+// unmountServer unmounts srv from dir, retrying while the mountpoint is
+// busy and detaching it (MNT_DETACH) if it stays busy.
+func unmountServer(srv *fuse.Server, dir string, log *slog.Logger) error {
 	for i := 0; ; i++ {
 		err := srv.Unmount()
 		if err == nil {
-			break
+			return nil
 		}
 		if i == 0 {
 			log.Warn("mountpoint busy; retrying, and detaching it if it stays busy", "err", err)
 		}
 		if i >= 20 {
-			if derr := syscall.Unmount(cfg.Mountpoint, syscall.MNT_DETACH); derr != nil {
-				return fmt.Errorf("unmount %s: %v", cfg.Mountpoint, err)
+			if derr := syscall.Unmount(dir, syscall.MNT_DETACH); derr != nil {
+				return fmt.Errorf("unmount %s: %v", dir, err)
 			}
-			break
+			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	<-done
-	return nil
+}
+
+// mountLogger is the mount's log: stderr from level on, with every
+// credential of the bucket URL scrubbed.
+func mountLogger(cfg mountConfig, level slog.Level) *slog.Logger {
+	// Nothing the mount prints or shows carries a credential: errors of
+	// drivers and backends can hold the whole bucket URL.
+	secrets := redact.Secrets(cfg.BucketURL)
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			switch a.Value.Kind() {
+			case slog.KindString:
+				a.Value = slog.StringValue(redact.Scrub(a.Value.String(), secrets))
+			case slog.KindAny:
+				if e, ok := a.Value.Any().(error); ok {
+					a.Value = slog.StringValue(redact.Scrub(e.Error(), secrets))
+				}
+			}
+			return a
+		}}))
+}
+
+// mountEnv is everything a mount serves from, made by prepareMount: the
+// bucket behind its wrappers, the store, the caches and the filesystem.
+type mountEnv struct {
+	log   *slog.Logger
+	store *layout.Store
+	fs    *pfs.FS
+	// shownURL is the bucket URL without credentials.
+	shownURL string
+	// stateDir holds staging/ and failed/.
+	stateDir, failedDir string
+	closers             []func()
+}
+
+// close releases what prepareMount made, last made first; the
+// filesystem's Close keeps what was never committed in failed/.
+func (e *mountEnv) close() {
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
+	}
+}
+
+// prepareMount opens the bucket of cfg and builds the filesystem a mount
+// serves (without mounting it). hold makes fsync commit nothing: pugfs
+// exec commits with FS.CommitSession.
+func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold bool) (_ *mountEnv, err error) {
+	env := &mountEnv{log: log}
+	defer func() {
+		if err != nil {
+			env.close()
+		}
+	}()
+	secrets := redact.Secrets(cfg.BucketURL)
+	b, u, err := openBucket(ctx, cfg.BucketURL, false)
+	if err != nil {
+		return nil, err
+	}
+	env.shownURL = redact.URL(u)
+	// Every request gets a deadline, so a backend that stops answering
+	// fails FUSE calls with EIO instead of hanging them; layout.Store
+	// retries a timed-out attempt like any transient failure.
+	b = deadlineblob.Wrap(b, cfg.RequestTimeout)
+	// One scheduler for every request of the mount, outside the deadline
+	// so that time spent queued is not counted against an attempt; the
+	// --debug log outside both, so a line's time is what the caller
+	// waited.
+	sched := schedblob.New(cfg.MaxRequests)
+	b = schedblob.Wrap(b, sched)
+	if cfg.Debug {
+		b = logblob.Wrap(b, log)
+	}
+	env.closers = append(env.closers, func() { b.Close() })
+	store := layout.New(b, &layout.Options{MaxDecoded: mountMaxDecoded})
+	env.store = store
+	if err := probe(ctx, b); err != nil {
+		return nil, fmt.Errorf("bucket %s is not usable: %v", redact.URL(u), err)
+	}
+	stateDir, err := stateDirFor(cfg, u)
+	if err == nil {
+		err = writableDir(stateDir)
+	}
+	if err != nil {
+		// An unwritable cache directory (a read-only file system, a
+		// full disk) must not stop a mount that mostly reads: stage in
+		// the temporary directory instead, and say so.
+		sum := sha256.Sum256([]byte(u))
+		fb := filepath.Join(os.TempDir(), fmt.Sprintf("pugfs-%d", os.Getuid()), hex.EncodeToString(sum[:8]))
+		log.Warn("cannot write the cache directory; staging writes in the temporary directory instead", "dir", stateDir, "err", err, "instead", fb)
+		if ferr := writableDir(fb); ferr != nil {
+			return nil, fmt.Errorf("no writable directory for staged writes: %s: %v; %s: %v", stateDir, err, fb, ferr)
+		}
+		stateDir = fb
+	}
+	failed := filepath.Join(stateDir, "failed")
+	env.stateDir, env.failedDir = stateDir, failed
+	cleanStaging(stateDir, failed, log)
+	staging := filepath.Join(stateDir, "staging", fmt.Sprint(os.Getpid()))
+	if err := os.MkdirAll(staging, 0o700); err != nil {
+		return nil, fmt.Errorf("staging directory %s: %w", staging, err)
+	}
+	env.closers = append(env.closers, func() { os.RemoveAll(staging) })
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// The blob cache holds up to --cache-size of chunks; without a
+		// limit Go's collector lets the heap grow to about twice that
+		// before it runs. A soft limit a little above the budget keeps
+		// the process near what the user asked for.
+		debug.SetMemoryLimit(cfg.CacheSize + 48<<20)
+	}
+	copts := cache.Options{MetadataTTL: cfg.MetadataTTL, Logger: log}
+	bopts := blobcache.Options{MemBytes: cfg.CacheSize, SpillDir: staging, SniffEncoding: cfg.SniffEncoding, Logger: log}
+	if cfg.CacheDir != "" {
+		copts.IndexPath = filepath.Join(cfg.CacheDir, "index.json")
+		bopts.DiskDir = filepath.Join(cfg.CacheDir, "blobs")
+		bopts.DiskBytes = cfg.CacheSize * 4
+	}
+	c, err := cache.New(store, copts)
+	if err != nil {
+		return nil, err
+	}
+	env.closers = append(env.closers, func() { c.Close() })
+	bc, err := blobcache.New(store, bopts)
+	if err != nil {
+		return nil, err
+	}
+	env.closers = append(env.closers, func() { bc.Close() })
+	mode := pfs.CommitOnClose
+	if cfg.Commit == commitOnFsync {
+		mode = pfs.CommitOnFsync
+	}
+	f, err := pfs.New(pfs.Config{
+		Store: store, Cache: c, Blobs: bc,
+		BucketURL: redact.URL(u), Flags: shownFlags(os.Args[1:], secrets),
+		ReadOnly: cfg.ReadOnly, MetadataTTL: cfg.MetadataTTL, Commit: mode, SnapshotType: cfg.SnapshotType, Hold: hold,
+		StagingDir: staging, FailedDir: failed, UID: cfg.UID, GID: cfg.GID, Umask: cfg.Umask, Logger: log,
+		Ingest:     &ingest.Policy{Prefixes: cfg.IngestFrom},
+		ExtraStats: extraStats(sched, faultStats(b)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	env.fs = f
+	env.closers = append(env.closers, f.Close)
+	return env, nil
 }
 
 // mountMaxDecoded bounds the decoded size of one snapshot, manifest or

@@ -1,0 +1,453 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	pfs "github.com/pugmark/pugfs/fs"
+	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/deadlineblob"
+	"github.com/pugmark/pugfs/layout/schedblob"
+)
+
+// exitTempFail is the exit status of a run that committed nothing but may
+// succeed if retried (EX_TEMPFAIL, decisions.md "A handler invocation"):
+// the checkpoint lost to another, or the session's name moved.
+const exitTempFail = 75
+
+// execInnerEnv marks the re-executed pugfs exec that runs inside its own
+// mount namespace (see runExecOuter).
+const execInnerEnv = "PUGFS_EXEC_NAMESPACE"
+
+// credentialEnv are the environment variables that carry the bucket's
+// cloud credentials: the handler does not get them unless
+// --pass-credentials asks (README, Security).
+var credentialEnv = []string{
+	"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+	"AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_CONNECTION_STRING", "AZURE_CLIENT_SECRET",
+	"GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_OAUTH_ACCESS_TOKEN",
+}
+
+// execConfig is what pugfs exec was asked for.
+type execConfig struct {
+	mount   mountConfig
+	session string
+	argv    []string
+	// passCredentials keeps the cloud credentials in the handler's
+	// environment.
+	passCredentials bool
+}
+
+func execCommand() *command {
+	return &command{
+		name:     "exec",
+		synopsis: "pugfs exec [flags] BUCKET-URL SESSION -- COMMAND [ARGS...]",
+		short:    "run a handler in a session; its changes land as one checkpoint, or not at all",
+		long: `
+Runs COMMAND as one handler invocation of SESSION (a 32-hex ID, or a name
+from refs/sessions/<name>), per tree.md "Running a handler":
+
+1. Pending forks of the session's latest snapshot are materialised (§11.2).
+2. The bucket is mounted privately (in a mount namespace of its own when
+   pugfs runs as root, so no other process sees it, and it is gone when
+   pugfs exec is gone, even by SIGKILL) and COMMAND runs in the session's
+   directory there, with PUGMARK_SESSION (the ID), PUGMARK_VERSION (the
+   base version) and PUGMARK_ROOT (the mount root) set. Every change stays
+   staged while it runs, whatever it fsyncs.
+3. Exit 0: the session's name ref is re-read from the bucket (§9.1) and
+   must still point at this session; then every change lands as ONE
+   checkpoint on the base version (after provisional or queueing
+   snapshots that arrived meanwhile, §13.3).
+   Non-zero exit: nothing lands; pugfs exec exits with COMMAND's status.
+   A lost checkpoint (another one landed first) or a moved name: nothing
+   lands, exit status 75, the reason on stderr, the staged files kept in
+   the failed directory.
+
+The handler's environment has no cloud credentials (AWS_*, AZURE_*,
+GOOGLE_* secrets) unless --pass-credentials. Exit status: COMMAND's, 75
+when nothing landed but a retry may succeed, 1 when pugfs exec failed, 2
+for a usage error.`,
+		examples: `  pugfs exec ./bucket demo -- sh -c 'wc -l notes/*.md > summary.txt'
+  pugfs exec s3://bucket?region=eu-west-1 0190a1b2c3d4e5f60718293a4b5c6d7e -- ./handler.py
+  pugfs exec --cache-dir=/var/cache/pugfs ./bucket inbox -- python3 triage.py`,
+		setup: func(fs *flag.FlagSet) func(context.Context, *stdio, []string) error {
+			var cfg execConfig
+			var uid, gid int
+			cacheSize := sizeFlag(defaultCacheSize)
+			umask := octalFlag(0o022)
+			fs.DurationVar(&cfg.mount.MetadataTTL, "metadata-ttl", time.Second, "how long listings and latest versions are trusted, a `DURATION`")
+			fs.StringVar(&cfg.mount.CacheDir, "cache-dir", "", "`DIR` for cached blobs, staged writes and failed/ (default: chosen by pugfs)")
+			fs.Var(&cacheSize, "cache-size", "memory budget of the blob cache, a `SIZE`")
+			fs.BoolVar(&cfg.mount.Debug, "debug", false, "log every FUSE request and bucket call to stderr")
+			fs.IntVar(&uid, "uid", -1, "owner `UID` of every file (default: the user running pugfs)")
+			fs.IntVar(&gid, "gid", -1, "group `GID` of every file (default: the user's group)")
+			fs.Var(&umask, "umask", "permission bits to clear, in `OCTAL`")
+			fs.DurationVar(&cfg.mount.RequestTimeout, "request-timeout", deadlineblob.DefaultTimeout, "give up on a bucket request after this `DURATION`")
+			fs.IntVar(&cfg.mount.MaxRequests, "max-requests", schedblob.DefaultMaxRequests, "at most `N` bucket requests in flight at once")
+			fs.BoolVar(&cfg.passCredentials, "pass-credentials", false, "keep the cloud credentials in COMMAND's environment")
+			return func(ctx context.Context, sio *stdio, args []string) error {
+				if len(args) < 3 {
+					return usagef("want BUCKET-URL, SESSION, -- and a COMMAND")
+				}
+				var err error
+				if cfg.mount.BucketURL, _, err = bucketURL(args[0]); err != nil {
+					return err
+				}
+				cfg.session, cfg.argv = args[1], args[2:]
+				if cfg.mount.MetadataTTL < 0 || cfg.mount.RequestTimeout <= 0 || cfg.mount.MaxRequests <= 0 {
+					return usagef("--metadata-ttl must not be negative, --request-timeout and --max-requests must be positive")
+				}
+				if cfg.mount.CacheSize = int64(cacheSize); cfg.mount.CacheSize <= 0 {
+					return usagef("--cache-size must be positive")
+				}
+				cfg.mount.Umask = uint32(umask)
+				if cfg.mount.UID, err = idFlag("uid", uid, os.Getuid()); err != nil {
+					return err
+				}
+				if cfg.mount.GID, err = idFlag("gid", gid, os.Getgid()); err != nil {
+					return err
+				}
+				// A handler's mount: everything staged until the command
+				// exits, committed as the session's own checkpoint.
+				cfg.mount.Commit, cfg.mount.SnapshotType = commitOnFsync, layout.Checkpoint
+				if os.Getenv(execInnerEnv) == "" {
+					if code, ok := runExecOuter(sio); ok {
+						return exitCode(code)
+					}
+				}
+				return runExec(ctx, sio, cfg)
+			}
+		},
+	}
+}
+
+// exitCode is the error that makes pugfs exit with code (nil for 0).
+func exitCode(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return &exitError{code}
+}
+
+// runExecOuter runs this same pugfs exec again in a mount namespace of its
+// own (unshare(CLONE_NEWNS) between fork and exec, mounts made private),
+// and returns its exit status. ok is false when the namespace cannot be
+// had (not root): the caller then runs the invocation itself, and a
+// SIGKILL of pugfs exec may leave a dead mount behind.
+//
+// Why a namespace: the mount must be gone whenever pugfs exec is, and
+// SIGKILL runs no cleanup. A mount in a namespace only the invocation's
+// processes share is seen by no other process and disappears with the
+// last of them; the child gets SIGKILL when this process dies
+// (Pdeathsig), and so does the handler when the child dies. A watchdog
+// process would need cleaning up itself, and could be killed too.
+func runExecOuter(sio *stdio) (code int, ok bool) {
+	self, err := os.Executable()
+	if err != nil {
+		return 0, false
+	}
+	cmd := exec.Command(self, os.Args[1:]...)
+	cmd.Env = append(os.Environ(), execInnerEnv+"=1")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, sio.out, sio.err
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+	// Pdeathsig fires when the thread that forked the child ends: keep
+	// this goroutine on its thread until the child is gone.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cmd.Start(); err != nil {
+		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) {
+			return 0, false
+		}
+		fmt.Fprintf(sio.err, "pugfs exec: start: %v\n", err)
+		return 1, true
+	}
+	// SIGINT and SIGTERM go to the child, which passes them to the
+	// handler and commits nothing; this process waits for its status.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				cmd.Process.Signal(s)
+			case <-done:
+				return
+			}
+		}
+	}()
+	err = cmd.Wait()
+	close(done)
+	return statusOf(cmd.ProcessState, err), true
+}
+
+// statusOf is the exit status a shell would show for a finished process:
+// its code, or 128+signal.
+func statusOf(ps *os.ProcessState, err error) int {
+	if ps == nil {
+		if err != nil {
+			return 1
+		}
+		return 0
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// runExec is one handler invocation: forks, mount, command, commit.
+func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
+	level := slog.LevelWarn // stderr belongs to the handler
+	if cfg.mount.Debug {
+		level = slog.LevelDebug
+	}
+	log := mountLogger(cfg.mount, level)
+	env, err := prepareMount(ctx, cfg.mount, log, true)
+	if err != nil {
+		return err
+	}
+	defer env.close()
+	store := env.store
+	id, err := resolveSession(ctx, store, cfg.session)
+	if err != nil {
+		return err
+	}
+	base, man, err := execBase(ctx, store, id)
+	if err != nil {
+		return err
+	}
+	// §9.1: the name the session was given by, and its manifest's, must
+	// still be this session's when the run ends.
+	var names []string
+	if man.Name != "" {
+		names = append(names, man.Name)
+	}
+	if _, perr := layout.ParseSessionID(cfg.session); perr != nil && cfg.session != man.Name {
+		names = append(names, cfg.session)
+	}
+
+	mnt, err := execMountpoint(env.stateDir)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(mnt)
+	srv, err := pfs.Mount(mnt, env.fs, pfs.MountOptions{FsName: env.shownURL})
+	if err != nil {
+		return fmt.Errorf("mount %s: %v (is /dev/fuse there, and are you root or is fusermount3 installed?)", mnt, err)
+	}
+	mounted := true
+	unmount := func() error {
+		if !mounted {
+			return nil
+		}
+		mounted = false
+		return unmountServer(srv, mnt, log)
+	}
+	defer unmount()
+
+	code, runErr := runHandler(ctx, sio, cfg, mnt, id, base.Version)
+	// Nothing can change once the mount is gone, so the commit holds
+	// exactly what the handler left (a background child of it too).
+	if err := unmount(); err != nil {
+		env.fs.DiscardSession(id)
+		return err
+	}
+	if runErr != nil {
+		env.fs.DiscardSession(id)
+		return runErr
+	}
+	if code != 0 {
+		env.fs.DiscardSession(id)
+		return exitCode(code)
+	}
+	cctx := context.WithoutCancel(ctx)
+	kept := filepath.Join(env.failedDir, id.String())
+	for _, n := range names {
+		if err := store.CheckSessionRef(cctx, n, id); err != nil {
+			if errors.Is(err, layout.ErrRefMoved) || errors.Is(err, layout.ErrNotFound) {
+				fmt.Fprintf(sio.err, "pugfs exec: nothing committed: the session's name moved (§9.1): %v; staged files are kept under %s\n", err, kept)
+				return exitCode(exitTempFail)
+			}
+			return fmt.Errorf("re-check refs/sessions/%s: %w (nothing committed)", n, err)
+		}
+	}
+	if _, err := env.fs.CommitSession(cctx, id, base); err != nil {
+		if errors.Is(err, layout.ErrConflict) || errors.Is(err, layout.ErrRetriesExhausted) {
+			fmt.Fprintf(sio.err, "pugfs exec: nothing committed: %v; staged files are kept under %s\n", err, kept)
+			return exitCode(exitTempFail)
+		}
+		return err
+	}
+	return nil
+}
+
+// execBase materialises the pending forks of the session's latest
+// snapshot (§11.2) and returns the position the invocation starts from
+// and the session's manifest.
+func execBase(ctx context.Context, store *layout.Store, id layout.SessionID) (layout.Position, *layout.Manifest, error) {
+	v, err := store.LatestVersion(ctx, id)
+	if err != nil {
+		return layout.Position{}, nil, err
+	}
+	forks, err := store.PendingForks(ctx, id, v)
+	if err != nil {
+		return layout.Position{}, nil, fmt.Errorf("pending forks of %s: %w", id, err)
+	}
+	for _, f := range forks {
+		if _, err := store.MaterializeFork(ctx, f); err != nil {
+			return layout.Position{}, nil, err
+		}
+	}
+	base, err := store.PositionAt(ctx, id, v)
+	if err != nil {
+		return layout.Position{}, nil, err
+	}
+	m, err := store.LoadManifest(ctx, id)
+	if err != nil {
+		return layout.Position{}, nil, err
+	}
+	return base, m, nil
+}
+
+// execMountpoint makes the invocation's private mountpoint,
+// stateDir/exec/<pid>, after removing those of runs that are gone (a
+// SIGKILLed run cannot remove its own; rmdir leaves anything in use or
+// not empty alone).
+func execMountpoint(stateDir string) (string, error) {
+	root := filepath.Join(stateDir, "exec")
+	ents, _ := os.ReadDir(root)
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid != os.Getpid() && !pugfsRunning(pid) {
+			os.Remove(filepath.Join(root, e.Name()))
+		}
+	}
+	dir := filepath.Join(root, strconv.Itoa(os.Getpid()))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("mountpoint %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
+// execChdirEnv hands the trampoline (execTrampoline) the directory to
+// change to before it executes the handler.
+const execChdirEnv = "PUGFS_EXEC_CHDIR"
+
+// execTrampoline runs first in main: when this process is the trampoline
+// started by runHandler, it changes to the session's directory and
+// replaces itself with the handler (os.Args[1] the program, the rest its
+// arguments). It does not return then.
+//
+// Why a trampoline: a chdir into the mount between fork and exec (what
+// exec.Cmd.Dir does) is a FUSE request that this very process must
+// answer while it holds the fork lock; an answer that needs the lock
+// (opening a socket or a pipe) never comes, and the child hangs for good
+// in the kernel, holding the FUSE device open. After execve the
+// trampoline is a process of its own and its chdir is an ordinary
+// request.
+func execTrampoline() {
+	dir, ok := os.LookupEnv(execChdirEnv)
+	if !ok {
+		return
+	}
+	os.Unsetenv(execChdirEnv)
+	if len(os.Args) < 2 {
+		os.Exit(126)
+	}
+	if err := os.Chdir(dir); err != nil {
+		fmt.Fprintf(os.Stderr, "pugfs exec: cannot change to %s: %v\n", dir, err)
+		os.Exit(126)
+	}
+	os.Setenv("PWD", dir)
+	err := syscall.Exec(os.Args[1], os.Args[1:], os.Environ())
+	fmt.Fprintf(os.Stderr, "pugfs exec: %s: %v\n", os.Args[1], err)
+	os.Exit(127)
+}
+
+// handlerPath resolves the handler's program as a shell would, from the
+// directory pugfs exec was started in: ./handler.py is the caller's file,
+// not one of the session's.
+func handlerPath(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		return filepath.Abs(name)
+	}
+	return exec.LookPath(name)
+}
+
+// runHandler runs the command in the session's directory of the mount and
+// returns its exit status. SIGINT and SIGTERM are passed on to it.
+func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id layout.SessionID, version uint32) (int, error) {
+	prog, err := handlerPath(cfg.argv[0])
+	if err != nil {
+		fmt.Fprintf(sio.err, "pugfs exec: %v (nothing committed)\n", err)
+		return 127, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.Command(self, append([]string{prog}, cfg.argv[1:]...)...)
+	cmd.Args[0] = cfg.argv[0]
+	cmd.Env = handlerEnv(os.Environ(), cfg.passCredentials,
+		"PUGMARK_SESSION="+id.String(),
+		"PUGMARK_VERSION="+strconv.FormatUint(uint64(version), 10),
+		"PUGMARK_ROOT="+mnt,
+		execChdirEnv+"="+filepath.Join(mnt, "sessions", id.String()))
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, sio.out, sio.err
+	// The handler must not outlive pugfs exec: nothing it wrote could
+	// land, and it would hold the mount.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start %s: %w (nothing committed)", cfg.argv[0], err)
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			cmd.Process.Signal(syscall.SIGTERM)
+		case <-done:
+		}
+	}()
+	err = cmd.Wait()
+	close(done)
+	code := statusOf(cmd.ProcessState, err)
+	if ctx.Err() != nil && code == 0 {
+		code = 128 + int(syscall.SIGTERM) // interrupted: nothing lands
+	}
+	return code, nil
+}
+
+// handlerEnv is the handler's environment: env without the credential
+// variables (unless pass), with PUGFS_EXEC_NAMESPACE dropped and extra
+// set.
+func handlerEnv(env []string, pass bool, extra ...string) []string {
+	drop := map[string]bool{execInnerEnv: true, execChdirEnv: true, "PUGMARK_SESSION": true, "PUGMARK_VERSION": true, "PUGMARK_ROOT": true}
+	if !pass {
+		for _, k := range credentialEnv {
+			drop[k] = true
+		}
+	}
+	out := make([]string, 0, len(env)+len(extra))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if !drop[k] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, extra...)
+}
