@@ -1,0 +1,442 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// Tests of pugfs exec (tree.md "Running a handler"): real binary, real
+// private mounts, real handlers in sh and Python. A handler that must be
+// caught mid-run writes a marker outside the mount and polls for a go
+// file the test creates once it has looked at the bucket.
+
+// execRun is a pugfs exec started in the background.
+type execRun struct {
+	cmd    *exec.Cmd
+	stdout syncBuffer
+	stderr syncBuffer
+	done   chan struct{}
+	code   int
+}
+
+// startExec starts pugfs exec on session with its own cache directory
+// (so failed/ is the test's) and the handler argv.
+func startExec(t *testing.T, bk *Bucket, cacheDir, session string, argv ...string) *execRun {
+	t.Helper()
+	args := append([]string{"exec", "--cache-size", "64MiB", "--cache-dir", cacheDir, bk.URL, session, "--"}, argv...)
+	r := &execRun{cmd: exec.Command(pugfsBinary(t), args...), done: make(chan struct{})}
+	r.cmd.Env = append(os.Environ(), bk.Env...)
+	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		r.cmd.Wait() // the status is in ProcessState
+		r.code = r.cmd.ProcessState.ExitCode()
+		if ws, ok := r.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			r.code = 128 + int(ws.Signal())
+		}
+		close(r.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-r.done:
+		default:
+			r.cmd.Process.Kill()
+			<-r.done
+		}
+	})
+	return r
+}
+
+// wait returns the exit status; a run that does not end within two
+// minutes fails the test (a hang, not a timing assertion).
+func (r *execRun) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(2 * time.Minute):
+		r.cmd.Process.Kill()
+		t.Fatalf("pugfs exec did not end\nstdout: %s\nstderr: %s", r.stdout.String(), r.stderr.String())
+	}
+	return r.code
+}
+
+// runExec runs pugfs exec to its end and returns stdout, stderr and the
+// exit status.
+func runExec(t *testing.T, bk *Bucket, cacheDir, session string, argv ...string) (string, string, int) {
+	t.Helper()
+	r := startExec(t, bk, cacheDir, session, argv...)
+	code := r.wait(t)
+	return r.stdout.String(), r.stderr.String(), code
+}
+
+// namedSession creates a session named name and returns its ID.
+func namedSession(t *testing.T, bk *Bucket, name string) layout.SessionID {
+	t.Helper()
+	return parseID(t, pugfsCmd(t, bk, "session", "new", "--name", name, bk.URL))
+}
+
+// gate is a marker a handler writes and a go file it waits for.
+type gate struct{ dir string }
+
+func newGate(t *testing.T) gate { return gate{t.TempDir()} }
+
+// wait is the handler's side, in sh: write what into the marker, then
+// poll for the go file.
+func (g gate) wait(what string) string {
+	return fmt.Sprintf(`echo %s > %s/ready.$$; while [ ! -e %s/go ]; do sleep 0.02; done`, what, g.dir, g.dir)
+}
+
+// ready polls until n handlers reached the gate and returns what they
+// wrote.
+func (g gate) ready(t *testing.T, n int, runs ...*execRun) []string {
+	t.Helper()
+	var got []string
+	waitFor(t, fmt.Sprintf("%d handler(s) at the gate", n), func() bool {
+		for _, r := range runs {
+			select {
+			case <-r.done:
+				t.Fatalf("pugfs exec ended before its handler reached the gate: %d\n%s", r.code, r.stderr.String())
+			default:
+			}
+		}
+		ms, _ := filepath.Glob(filepath.Join(g.dir, "ready.*"))
+		if len(ms) < n {
+			return false
+		}
+		got = got[:0]
+		for _, m := range ms {
+			b, err := os.ReadFile(m)
+			if err != nil || !strings.HasSuffix(string(b), "\n") {
+				return false
+			}
+			got = append(got, strings.TrimSpace(string(b)))
+		}
+		return true
+	})
+	return got
+}
+
+func (g gate) open(t *testing.T) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(g.dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// failedFiles lists what pugfs exec kept for session id under cacheDir.
+func execFailed(cacheDir string, id layout.SessionID) []string {
+	ents, _ := os.ReadDir(filepath.Join(cacheDir, "failed", id.String()))
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// wantOneCheckpoint checks that id gained exactly one version, a
+// checkpoint, over base.
+func wantOneCheckpoint(t *testing.T, bk *Bucket, id layout.SessionID, base uint32) []layout.Descriptor {
+	t.Helper()
+	if v := latest(t, bk, id); v != base+1 {
+		t.Fatalf("version %d after the run, want exactly one more than %d", v, base)
+	}
+	if typ := snapType(t, bk, id, base+1); typ != layout.Checkpoint {
+		t.Fatalf("snapshot %d is %s, want a checkpoint", base+1, typ)
+	}
+	ds, err := bk.Store.ReadSnapshot(context.Background(), id, base+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+func descNames(ds []layout.Descriptor) string {
+	var out []string
+	for _, d := range ds {
+		n := d.Name
+		if d.Deleted {
+			n = "-" + n
+		}
+		out = append(out, n)
+	}
+	return strings.Join(sortStrings(out), " ")
+}
+
+// TestExecShellHandler: one run of a sh handler is exactly one new
+// version, a checkpoint with every change (new files, an edit, a
+// directory, a deletion); nothing lands while the handler runs, fsync or
+// not; the handler runs in the session's directory with PUGMARK_*.
+func TestExecShellHandler(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := namedSession(t, bk, "shell")
+		seed(t, bk, id, map[string]string{"a.txt": "a\n", "b.txt": "b\n", "keep/k.txt": "k\n"})
+		g := newGate(t)
+		cache := t.TempDir()
+		r := startExec(t, bk, cache, "shell", "sh", "-c", `set -e
+			test "$PUGMARK_SESSION" = `+id.String()+`
+			test "$PUGMARK_VERSION" = 1
+			test "$(pwd)" = "$PUGMARK_ROOT/sessions/$PUGMARK_SESSION"
+			test -z "$AWS_SECRET_ACCESS_KEY"
+			echo new > new.txt
+			echo more >> a.txt
+			mkdir -p out/deep
+			echo report > out/deep/r.txt
+			rm b.txt
+			sync; sync new.txt
+			`+g.wait("x")+`
+			cat a.txt`)
+		g.ready(t, 1, r)
+		if v := latest(t, bk, id); v != 1 {
+			t.Fatalf("version %d while the handler runs (it fsynced), want 1", v)
+		}
+		g.open(t)
+		if code := r.wait(t); code != 0 {
+			t.Fatalf("exit %d\n%s", code, r.stderr.String())
+		}
+		if got := r.stdout.String(); got != "a\nmore\n" {
+			t.Fatalf("handler stdout %q", got)
+		}
+		ds := wantOneCheckpoint(t, bk, id, 1)
+		if got := descNames(ds); got != "-b.txt a.txt new.txt out/deep/r.txt" {
+			t.Fatalf("checkpoint holds %s", got)
+		}
+		wantSlots(t, bk, id, map[string]string{"a.txt": "a\nmore\n", "new.txt": "new\n", "out/deep/r.txt": "report\n", "keep/k.txt": "k\n"})
+		if kept := execFailed(cache, id); len(kept) > 0 {
+			t.Fatalf("failed/ holds %v after a clean run", kept)
+		}
+		// A run that writes nothing is still the invocation's checkpoint.
+		if _, errOut, code := runExec(t, bk, cache, id.String(), "true"); code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		if ds := wantOneCheckpoint(t, bk, id, 2); len(ds) != 0 {
+			t.Fatalf("empty run committed %s", descNames(ds))
+		}
+		checkBucket(t, bk)
+	})
+}
+
+// TestExecPythonHandler: a Python handler reads its input and writes its
+// outputs (fsyncing them, as careful programs do); they land as one
+// checkpoint.
+func TestExecPythonHandler(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		seed(t, bk, id, map[string]string{"inbox/1.txt": "hello\n", "inbox/2.txt": "world\n", "state.json": "{}\n"})
+		script := filepath.Join(t.TempDir(), "handler.py")
+		if err := os.WriteFile(script, []byte(`import json, os
+root, sid = os.environ["PUGMARK_ROOT"], os.environ["PUGMARK_SESSION"]
+assert os.getcwd() == os.path.join(root, "sessions", sid)
+words = [open(os.path.join("inbox", n)).read().strip() for n in sorted(os.listdir("inbox"))]
+os.makedirs("replies", exist_ok=True)
+with open("replies/all.txt", "w") as f:
+    f.write(" ".join(words) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+with open("state.json", "w") as f:
+    json.dump({"seen": len(words), "base": int(os.environ["PUGMARK_VERSION"])}, f)
+for n in os.listdir("inbox"):
+    os.remove(os.path.join("inbox", n))
+print("handled", len(words))
+`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, errOut, code := runExec(t, bk, t.TempDir(), id.String(), "python3", script)
+		if code != 0 || out != "handled 2\n" {
+			t.Fatalf("exit %d, stdout %q\n%s", code, out, errOut)
+		}
+		ds := wantOneCheckpoint(t, bk, id, 1)
+		if got := descNames(ds); got != "-inbox/1.txt -inbox/2.txt replies/all.txt state.json" {
+			t.Fatalf("checkpoint holds %s", got)
+		}
+		wantSlots(t, bk, id, map[string]string{"replies/all.txt": "hello world\n", "state.json": `{"seen": 2, "base": 1}`})
+		checkBucket(t, bk)
+	})
+}
+
+// TestExecFailingHandler: a handler that exits 3 commits nothing, keeps
+// nothing, and pugfs exec exits 3.
+func TestExecFailingHandler(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		seed(t, bk, id, map[string]string{"a.txt": "a\n"})
+		cache := t.TempDir()
+		_, errOut, code := runExec(t, bk, cache, id.String(), "sh", "-c", `echo half > out.txt; rm a.txt; mkdir d; echo x > d/y; exit 3`)
+		if code != 3 {
+			t.Fatalf("exit %d, want the handler's 3\n%s", code, errOut)
+		}
+		if v := latest(t, bk, id); v != 1 {
+			t.Fatalf("version %d after a failed handler, want 1", v)
+		}
+		if kept := execFailed(cache, id); len(kept) > 0 {
+			t.Fatalf("a failed handler's output was kept: %v", kept)
+		}
+		wantSlots(t, bk, id, map[string]string{"a.txt": "a\n"})
+	})
+}
+
+// TestExecNameMoved: refs/sessions/<name> re-pointed at another session
+// while the handler runs (§9.1): nothing commits, exit 75, the reason on
+// stderr and the staged output kept in failed/.
+func TestExecNameMoved(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		ctx := context.Background()
+		id := namedSession(t, bk, "owner")
+		other := newSession(t, bk)
+		g := newGate(t)
+		cache := t.TempDir()
+		r := startExec(t, bk, cache, "owner", "sh", "-c", `echo out > out.txt; `+g.wait("x"))
+		g.ready(t, 1, r)
+		key, _ := layout.ManifestKey(other)
+		if err := bk.Store.Link(ctx, layout.SessionRefName("owner"), key); err != nil {
+			t.Fatal(err)
+		}
+		g.open(t)
+		if code := r.wait(t); code != 75 {
+			t.Fatalf("exit %d, want 75\n%s", code, r.stderr.String())
+		}
+		if !strings.Contains(r.stderr.String(), "name moved") {
+			t.Fatalf("stderr does not say why: %s", r.stderr.String())
+		}
+		if v := latest(t, bk, id); v != 0 {
+			t.Fatalf("version %d, want nothing committed", v)
+		}
+		if v := latest(t, bk, other); v != 0 {
+			t.Fatalf("the other session got version %d", v)
+		}
+		if kept := execFailed(cache, id); len(kept) != 1 || !strings.HasPrefix(kept[0], "out.txt.") {
+			t.Fatalf("failed/ holds %v, want out.txt", kept)
+		}
+	})
+}
+
+// TestExecMaterialisesForks: a pending fork (phase 1 only) in the
+// session's latest snapshot has its child materialised, manifest and
+// snapshot 1, before the handler starts (§11.2).
+func TestExecMaterialisesForks(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		ctx := context.Background()
+		id := newSession(t, bk)
+		seed(t, bk, id, map[string]string{"a.txt": "a\n"})
+		body := []byte("fork note\n")
+		bi, err := bk.Store.PutBlobBytes(ctx, body, layout.BlobOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		child, _, err := bk.Store.RecordFork(ctx, id, layout.ForkRequest{Type: layout.Checkpoint,
+			Descriptor: layout.Descriptor{Name: "note.txt", Digest: bi.Digest, Size: bi.Size, Data: body, CreatedAt: time.Now().UTC()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, _ := bk.Store.SessionExists(ctx, child); ok {
+			t.Fatal("the child exists before the run")
+		}
+		// The handler sees the child, read from the bucket through the
+		// mount: it was there before the handler started.
+		out, errOut, code := runExec(t, bk, t.TempDir(), id.String(), "sh", "-c",
+			`cat "$PUGMARK_ROOT/sessions/`+child.String()+`/.pugmark/version" "$PUGMARK_ROOT/sessions/`+child.String()+`/note.txt"`)
+		if code != 0 || out != "1\nfork note\n" {
+			t.Fatalf("exit %d, handler saw %q\n%s", code, out, errOut)
+		}
+		m, err := bk.Store.LoadManifest(ctx, child)
+		if err != nil || m.Parent == nil || m.Parent.Session != id || m.Parent.Version != 2 {
+			t.Fatalf("child manifest %+v, %v", m, err)
+		}
+		if v := latest(t, bk, child); v != 1 {
+			t.Fatalf("child version %d, want 1", v)
+		}
+		wantOneCheckpoint(t, bk, id, 2)
+		checkBucket(t, bk)
+	})
+}
+
+// TestExecRace: two runs on one session at once: exactly one lands, the
+// other exits 75 with nothing committed, and the bucket is clean.
+func TestExecRace(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		seed(t, bk, id, map[string]string{"a.txt": "a\n"})
+		g := newGate(t)
+		var runs []*execRun
+		for i := 0; i < 2; i++ {
+			runs = append(runs, startExec(t, bk, t.TempDir(), id.String(), "sh", "-c",
+				fmt.Sprintf(`echo run%d > out.txt; echo %d >> a.txt; `, i, i)+g.wait("x")))
+		}
+		g.ready(t, 2, runs...)
+		g.open(t)
+		codes := []int{runs[0].wait(t), runs[1].wait(t)}
+		winner := -1
+		for i, c := range codes {
+			switch c {
+			case 0:
+				winner = i
+			case 75:
+				if !strings.Contains(runs[i].stderr.String(), "conflict") {
+					t.Errorf("the loser's stderr does not say why: %s", runs[i].stderr.String())
+				}
+			default:
+				t.Fatalf("run %d exited %d\n%s", i, c, runs[i].stderr.String())
+			}
+		}
+		if winner < 0 || codes[0] == codes[1] {
+			t.Fatalf("exit statuses %v, want one 0 and one 75", codes)
+		}
+		wantOneCheckpoint(t, bk, id, 1)
+		wantSlots(t, bk, id, map[string]string{"out.txt": fmt.Sprintf("run%d\n", winner), "a.txt": fmt.Sprintf("a\n%d\n", winner)})
+		relFsckClean(t, bk)
+	})
+}
+
+// TestExecSIGKILL: SIGKILL of pugfs exec mid-run takes the handler with
+// it, leaves no mount behind (the mount lived in the run's own mount
+// namespace) and commits nothing.
+func TestExecSIGKILL(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		seed(t, bk, id, map[string]string{"a.txt": "a\n"})
+		g := newGate(t)
+		r := startExec(t, bk, t.TempDir(), id.String(), "sh", "-c",
+			`echo out > out.txt; echo "$$ $PPID $PUGMARK_ROOT" > `+g.dir+`/ready.$$; exec sleep 600`)
+		got := g.ready(t, 1, r)
+		f := strings.Fields(got[0])
+		if len(f) != 3 {
+			t.Fatalf("marker %q", got[0])
+		}
+		handler, _ := strconv.Atoi(f[0])
+		inner, _ := strconv.Atoi(f[1])
+		root := f[2]
+		r.cmd.Process.Signal(syscall.SIGKILL)
+		if code := r.wait(t); code != 128+int(syscall.SIGKILL) {
+			t.Fatalf("exit %d, want death by SIGKILL", code)
+		}
+		for _, pid := range []int{handler, inner} {
+			waitFor(t, fmt.Sprintf("process %d to be gone", pid), func() bool {
+				err := syscall.Kill(pid, 0)
+				if errors.Is(err, syscall.ESRCH) {
+					return true
+				}
+				st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+				return strings.Contains(string(st), ") Z ") // dead, not yet reaped by init
+			})
+		}
+		if isMounted(root) {
+			t.Fatalf("%s is still mounted", root)
+		}
+		if v := latest(t, bk, id); v != 1 {
+			t.Fatalf("version %d after SIGKILL, want 1", v)
+		}
+		wantSlots(t, bk, id, map[string]string{"a.txt": "a\n"})
+	})
+}
