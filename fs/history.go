@@ -65,6 +65,7 @@ func (m *sessionMetaDir) entries(ctx context.Context) ([]child, error) {
 		f.dir("at", inoOf("at", sid), f.ttl, &atDir{f: f, id: id}),
 		f.dir("seq", inoOf("seq", sid), f.ttl, &seqDir{f: f, id: id}),
 		f.dir("forks", inoOf("forks", sid), f.ttl, &forksDir{f: f, id: id}),
+		f.dir("since-checkpoint", inoOf("since-dir", sid, ""), f.ttl, &sinceDir{f: f, id: id}),
 	}
 	if p := st.Manifest.Parent; p != nil {
 		target := fmt.Sprintf("../../%s/.pugmark/at/%d", p.Session, p.Version)

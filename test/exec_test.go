@@ -440,3 +440,60 @@ func TestExecSIGKILL(t *testing.T) {
 		wantSlots(t, bk, id, map[string]string{"a.txt": "a\n"})
 	})
 }
+
+// commitDescs commits files (name -> content; "" is a removal) to id as
+// one snapshot of type typ.
+func commitDescs(t *testing.T, bk *Bucket, id layout.SessionID, typ layout.SnapshotType, files map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	var ds []layout.Descriptor
+	for _, name := range sortStrings(keys(files)) {
+		content := files[name]
+		if content == "" {
+			ds = append(ds, layout.Descriptor{Name: name, Deleted: true, CreatedAt: time.Now().UTC()})
+			continue
+		}
+		bi, err := bk.Store.PutBlobBytes(ctx, []byte(content), layout.BlobOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, layout.Descriptor{Name: name, Digest: bi.Digest, Size: bi.Size, Data: []byte(content), CreatedAt: time.Now().UTC()})
+	}
+	if _, err := bk.Store.Commit(ctx, id, layout.CommitRequest{Type: typ, Descriptors: ds}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestExecSinceCheckpoint: .pugmark/since-checkpoint/ shows what was
+// committed after the latest checkpoint (provisional and queueing input),
+// newest per name, without fork records or removals; the handler sees it,
+// and after its checkpoint it is empty.
+func TestExecSinceCheckpoint(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		ctx := context.Background()
+		id := newSession(t, bk)
+		seed(t, bk, id, map[string]string{"old.txt": "old\n", "gone.txt": "g\n"})
+		commitDescs(t, bk, id, layout.Provisional, map[string]string{"in/a.txt": "first\n", "in/b.txt": "b\n"})
+		commitDescs(t, bk, id, layout.Queueing, map[string]string{"in/a.txt": "second\n", "in/b.txt": "", "gone.txt": ""})
+		body := []byte("fork\n")
+		bi, err := bk.Store.PutBlobBytes(ctx, body, layout.BlobOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := bk.Store.RecordFork(ctx, id, layout.ForkRequest{Type: layout.Provisional,
+			Descriptor: layout.Descriptor{Name: "forknote.txt", Digest: bi.Digest, Size: bi.Size, Data: body, CreatedAt: time.Now().UTC()}}); err != nil {
+			t.Fatal(err)
+		}
+		m := mount(t, bk, "--metadata-ttl", "0", "--read-only")
+		wantTree(t, filepath.Join(sessDir(m, id), ".pugmark", "since-checkpoint"), map[string]string{"in/a.txt": "second\n"})
+		out, errOut, code := runExec(t, bk, t.TempDir(), id.String(), "sh", "-c", `cd .pugmark/since-checkpoint && find . -type f | sort && cat in/a.txt && echo done > ../../done.txt`)
+		if code != 0 || out != "./in/a.txt\nsecond\n" {
+			t.Fatalf("exit %d, handler saw %q\n%s", code, out, errOut)
+		}
+		wantOneCheckpoint(t, bk, id, 4)
+		wantTree(t, filepath.Join(sessDir(m, id), ".pugmark", "since-checkpoint"), map[string]string{})
+		if err := os.WriteFile(filepath.Join(sessDir(m, id), ".pugmark", "since-checkpoint", "x"), []byte("x"), 0o644); err == nil {
+			t.Fatal("since-checkpoint/ is writable")
+		}
+	})
+}

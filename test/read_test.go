@@ -166,8 +166,8 @@ func (r *rdCtx) hiddenMeta() {
 			t.Errorf("ls -a of the root lists .pugmark")
 		}
 		r.eq("ls .pugmark (root)", r.sh("ls .pugmark"), "bucket\nfailed\nflags\nstats\n")
-		r.eq("ls odd/.pugmark", r.sh("ls "+meta(r.fx.odd)), "at\ncheckpoint\nforks\nlog.jsonl\nmanifest.json\nseq\nsnapshots\nversion\n")
-		r.eq("ls fork/.pugmark", r.sh("ls "+meta(r.fx.demo.Fork.ID)), "at\ncheckpoint\nforks\nlog.jsonl\nmanifest.json\nparent\nseq\nsnapshots\nversion\n")
+		r.eq("ls odd/.pugmark", r.sh("ls "+meta(r.fx.odd)), "at\ncheckpoint\nforks\nlog.jsonl\nmanifest.json\nseq\nsince-checkpoint\nsnapshots\nversion\n")
+		r.eq("ls fork/.pugmark", r.sh("ls "+meta(r.fx.demo.Fork.ID)), "at\ncheckpoint\nforks\nlog.jsonl\nmanifest.json\nparent\nseq\nsince-checkpoint\nsnapshots\nversion\n")
 		// Deeper directories have no .pugmark of their own.
 		r.fails("ls "+r.odd()+"/big/.pugmark", "No such file")
 		// A slot under .pugmark/ is shadowed in the live tree, shown in
