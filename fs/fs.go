@@ -43,6 +43,10 @@ type Config struct {
 	// Hold, with CommitOnFsync, makes fsync commit nothing: changes wait
 	// for CommitSession (pugfs exec).
 	Hold bool
+	// Sends shows .pugmark/send/<target-id>/ in every session: files
+	// written there are cross-session writes (§12), which the caller
+	// delivers after the commit (pugfs exec).
+	Sends bool
 	// GroupWindow is how long a commit waits for other closes in the
 	// same session to share its snapshot (default 2ms).
 	GroupWindow time.Duration

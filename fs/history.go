@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/staging"
 )
 
 // sessionMetaDir is sessions/<id>/.pugmark/.
@@ -66,6 +68,10 @@ func (m *sessionMetaDir) entries(ctx context.Context) ([]child, error) {
 		f.dir("seq", inoOf("seq", sid), f.ttl, &seqDir{f: f, id: id}),
 		f.dir("forks", inoOf("forks", sid), f.ttl, &forksDir{f: f, id: id}),
 		f.dir("since-checkpoint", inoOf("since-dir", sid, ""), f.ttl, &sinceDir{f: f, id: id}),
+	}
+	if f.cfg.Sends && !f.cfg.ReadOnly {
+		sd := &sessionDir{f: f, id: id, parts: strings.Split(staging.SendDir, "/")}
+		out = append(out, f.sessionSubdir(sd, "send"))
 	}
 	if p := st.Manifest.Parent; p != nil {
 		target := fmt.Sprintf("../../%s/.pugmark/at/%d", p.Session, p.Version)

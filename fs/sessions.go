@@ -111,7 +111,9 @@ func (d *sessionDir) list(ctx context.Context) ([]child, error) {
 	}
 	dir, ok := tree.Walk(d.parts)
 	var out []child
-	seen := map[string]bool{}
+	// The hidden .pugmark/ is not listed, also when staged files under
+	// .pugmark/send/ make it a local directory.
+	seen := map[string]bool{".pugmark": len(d.parts) == 0}
 	if ok {
 		d.f.warmSizes(ctx, dir)
 		for _, name := range dir.Names() {
@@ -173,6 +175,13 @@ func (d *sessionDir) find(ctx context.Context, name string) (child, error) {
 	}
 	if d.metaName(name) {
 		return d.f.dir(name, inoOf("session-meta", d.id.String()), d.f.ttl, &sessionMetaDir{f: d.f, id: d.id}), nil
+	}
+	if d.live() && cache.JoinName(d.parts) == staging.SendDir {
+		// Any session ID is a target directory, whether or not this
+		// mount wrote to it yet.
+		if id, err := layout.ParseSessionID(name); err == nil && id.String() == name {
+			return d.f.sessionSubdir(&sessionDir{f: d.f, id: d.id, parts: appendPart(d.parts, name)}, name), nil
+		}
 	}
 	if d.live() {
 		if s, ok := d.f.w.Lookup(d.id, d.full(name)); ok {

@@ -298,6 +298,11 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 			w.st.errors.Add(1)
 			return layout.CommitResult{}, err
 		}
+		if target, name, ok := SendName(d.Name); ok {
+			// A file under .pugmark/send/<target>/ is a cross-session
+			// write (§12.1): recorded here, delivered by the caller.
+			d.Name, d.TargetSession = name, target
+		}
 		descs = append(descs, d)
 		files = append(files, op.file)
 	}

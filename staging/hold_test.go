@@ -3,6 +3,7 @@ package staging
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,5 +157,46 @@ func TestWriterDiscard(t *testing.T) {
 	r.w.Shutdown()
 	if kept := r.failedFiles(t); len(kept) > 0 {
 		t.Fatalf("failed/ holds %v after Discard", kept)
+	}
+}
+
+// TestSendName: only .pugmark/send/<lowercase 32-hex>/<name> is a
+// cross-session write.
+func TestSendName(t *testing.T) {
+	id := layout.NewSessionID(time.Now())
+	for _, tc := range []struct {
+		full string
+		ok   bool
+		name string
+	}{
+		{SendDir + "/" + id.String() + "/a/b.txt", true, "a/b.txt"},
+		{SendDir + "/" + id.String() + "/", false, ""},
+		{SendDir + "/" + id.String(), false, ""},
+		{SendDir + "/" + strings.ToUpper(id.String()) + "/x", false, ""},
+		{SendDir + "/not-an-id/x", false, ""},
+		{"send/" + id.String() + "/x", false, ""},
+	} {
+		target, name, ok := SendName(tc.full)
+		if ok != tc.ok || name != tc.name || (ok && target != id) {
+			t.Errorf("SendName(%q) = %s, %q, %v", tc.full, target, name, ok)
+		}
+	}
+}
+
+// TestWriterSendCommit: a staged file under SendDir commits as a record
+// of a cross-session write, not as a slot of the session.
+func TestWriterSendCommit(t *testing.T) {
+	r := holdRig(t)
+	target := layout.NewSessionID(time.Now())
+	r.write(t, SendDir+"/"+target.String()+"/msg", "hi")
+	res, err := r.w.CommitSession(context.Background(), r.id, layout.Position{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Descriptors) != 1 || res.Descriptors[0].Name != "msg" || res.Descriptors[0].TargetSession != target {
+		t.Fatalf("committed %+v", res.Descriptors)
+	}
+	if _, ok := r.slot(t, "msg"); ok {
+		t.Fatal("a sent file became a slot of the sender")
 	}
 }

@@ -273,3 +273,27 @@ func (w *Writer) waitCommits(id layout.SessionID, names ...string) {
 		s.mu.Unlock()
 	}
 }
+
+// SendDir is the directory of a session, as a slot-name prefix, whose
+// files are cross-session writes: SendDir/<target-id>/<name> is committed
+// as a descriptor named name with target-session target (§12.1). It is
+// below the hidden .pugmark/, so no committed slot can be in the way.
+const SendDir = ".pugmark/send"
+
+// SendName splits a staged slot name under SendDir into the target
+// session and the name the target gets; ok is false for any other name.
+func SendName(full string) (target layout.SessionID, name string, ok bool) {
+	rest, ok := strings.CutPrefix(full, SendDir+"/")
+	if !ok {
+		return target, "", false
+	}
+	t, name, ok := strings.Cut(rest, "/")
+	if !ok || name == "" {
+		return target, "", false
+	}
+	id, err := layout.ParseSessionID(t)
+	if err != nil || id.String() != t {
+		return target, "", false
+	}
+	return id, name, true
+}

@@ -497,3 +497,94 @@ func TestExecSinceCheckpoint(t *testing.T) {
 		}
 	})
 }
+
+// deliveries returns the descriptors of target that came from source
+// (§12.2), with the versions that hold them.
+func deliveries(t *testing.T, bk *Bucket, target, source layout.SessionID) []layout.Entry {
+	t.Helper()
+	var out []layout.Entry
+	for _, e := range fullLog(t, bk, target) {
+		if e.SourceSession == source {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestExecSend: a file written under .pugmark/send/<target>/ is a
+// cross-session write: recorded in the run's checkpoint (target-session
+// set) and delivered to the target as one provisional snapshot keyed by
+// (source-session, source-version); a run that ended after its commit
+// but before delivering is completed by the next run, and a delivered
+// batch is never delivered again.
+func TestExecSend(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		ctx := context.Background()
+		src, dst := newSession(t, bk), newSession(t, bk)
+		out, errOut, code := runExec(t, bk, t.TempDir(), src.String(), "sh", "-c", `set -e
+			mkdir -p .pugmark/send/`+dst.String()+`/sub
+			echo hello > .pugmark/send/`+dst.String()+`/msg.txt
+			echo deep > .pugmark/send/`+dst.String()+`/sub/d.txt
+			echo mine > local.txt
+			ls -a; ls .pugmark/send`)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s", code, errOut)
+		}
+		if out != "local.txt\n"+dst.String()+"\n" {
+			t.Fatalf("handler listing %q", out)
+		}
+		ds := wantOneCheckpoint(t, bk, src, 0)
+		for _, d := range ds {
+			if want := d.Name != "local.txt"; want != (d.TargetSession == dst) {
+				t.Fatalf("checkpoint descriptor %s targets %s", d.Name, d.TargetSession)
+			}
+		}
+		if got := descNames(ds); got != "local.txt msg.txt sub/d.txt" {
+			t.Fatalf("checkpoint holds %s", got)
+		}
+		wantSlots(t, bk, src, map[string]string{"local.txt": "mine\n"})
+		if v := latest(t, bk, dst); v != 1 || snapType(t, bk, dst, 1) != layout.Provisional {
+			t.Fatalf("target at version %d, want one provisional snapshot", v)
+		}
+		if got := deliveries(t, bk, dst, src); len(got) != 2 || got[0].SourceVersion != 1 {
+			t.Fatalf("target holds %+v", got)
+		}
+		wantSlots(t, bk, dst, map[string]string{"msg.txt": "hello\n", "sub/d.txt": "deep\n"})
+
+		// A retry finds the batch delivered and delivers nothing.
+		if _, errOut, code := runExec(t, bk, t.TempDir(), src.String(), "true"); code != 0 {
+			t.Fatalf("exit %d\n%s", code, errOut)
+		}
+		if v := latest(t, bk, dst); v != 1 {
+			t.Fatalf("target at version %d after a retry, want 1", v)
+		}
+
+		// A checkpoint whose run died before delivering: the next run
+		// delivers it, once.
+		body := []byte("late\n")
+		bi, err := bk.Store.PutBlobBytes(ctx, body, layout.BlobOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := bk.Store.Commit(ctx, src, layout.CommitRequest{Type: layout.Checkpoint, Descriptors: []layout.Descriptor{
+			{Name: "late.txt", Digest: bi.Digest, Size: bi.Size, Data: body, CreatedAt: time.Now().UTC(), TargetSession: dst}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2; i++ {
+			if _, errOut, code := runExec(t, bk, t.TempDir(), src.String(), "true"); code != 0 {
+				t.Fatalf("exit %d\n%s", code, errOut)
+			}
+		}
+		late := 0
+		for _, e := range deliveries(t, bk, dst, src) {
+			if e.SourceVersion == res.Version {
+				late++
+			}
+		}
+		if late != 1 || latest(t, bk, dst) != 2 {
+			t.Fatalf("the undelivered batch arrived %d times (target at %d), want once", late, latest(t, bk, dst))
+		}
+		checkBucket(t, bk)
+	})
+}

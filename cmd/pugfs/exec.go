@@ -66,6 +66,9 @@ from refs/sessions/<name>), per tree.md "Running a handler":
    directory there, with PUGMARK_SESSION (the ID), PUGMARK_VERSION (the
    base version) and PUGMARK_ROOT (the mount root) set. Every change stays
    staged while it runs, whatever it fsyncs.
+   A file written under .pugmark/send/<target-id>/<name> is a
+   cross-session write (§12): recorded in the checkpoint, then delivered
+   to the target as a provisional snapshot, once even if retried.
 3. Exit 0: the session's name ref is re-read from the bucket (§9.1) and
    must still point at this session; then every change lands as ONE
    checkpoint on the base version (after provisional or queueing
@@ -226,6 +229,9 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	if err != nil {
 		return err
 	}
+	if err := deliverSends(ctx, store, id); err != nil {
+		return err
+	}
 	base, man, err := execBase(ctx, store, id)
 	if err != nil {
 		return err
@@ -285,12 +291,38 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 			return fmt.Errorf("re-check refs/sessions/%s: %w (nothing committed)", n, err)
 		}
 	}
-	if _, err := env.fs.CommitSession(cctx, id, base); err != nil {
+	res, err := env.fs.CommitSession(cctx, id, base)
+	if err != nil {
 		if errors.Is(err, layout.ErrConflict) || errors.Is(err, layout.ErrRetriesExhausted) {
 			fmt.Fprintf(sio.err, "pugfs exec: nothing committed: %v; staged files are kept under %s\n", err, kept)
 			return exitCode(exitTempFail)
 		}
 		return err
+	}
+	// §12.2: the checkpoint holds the records; now the targets get their
+	// copies. A failure here loses nothing: the next run delivers what
+	// the latest checkpoint recorded (deliverSends), once.
+	if _, err := store.DeliverCrossSession(cctx, id, res.Version, res.Descriptors); err != nil {
+		return fmt.Errorf("checkpoint %d of %s landed, but delivering its cross-session writes failed (the next run delivers them): %w", res.Version, id, err)
+	}
+	return nil
+}
+
+// deliverSends delivers the cross-session writes recorded in the latest
+// checkpoint of a session (§12.2), for a run that committed them and
+// ended before delivering. The (source-session, source-version) key makes
+// a delivery that did happen a no-op.
+func deliverSends(ctx context.Context, store *layout.Store, id layout.SessionID) error {
+	cp, ok, err := store.LatestCheckpoint(ctx, id)
+	if err != nil || !ok {
+		return err
+	}
+	ds, err := store.ReadSnapshot(ctx, id, cp)
+	if err != nil {
+		return err
+	}
+	if _, err := store.DeliverCrossSession(ctx, id, cp, ds); err != nil {
+		return fmt.Errorf("deliver the cross-session writes of %s@%d: %w", id, cp, err)
 	}
 	return nil
 }

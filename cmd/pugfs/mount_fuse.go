@@ -156,7 +156,8 @@ func (e *mountEnv) close() {
 
 // prepareMount opens the bucket of cfg and builds the filesystem a mount
 // serves (without mounting it). hold makes fsync commit nothing: pugfs
-// exec commits with FS.CommitSession.
+// exec commits with FS.CommitSession) and shows .pugmark/send/, whose
+// cross-session writes exec delivers.
 func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold bool) (_ *mountEnv, err error) {
 	env := &mountEnv{log: log}
 	defer func() {
@@ -244,7 +245,7 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	f, err := pfs.New(pfs.Config{
 		Store: store, Cache: c, Blobs: bc,
 		BucketURL: redact.URL(u), Flags: shownFlags(os.Args[1:], secrets),
-		ReadOnly: cfg.ReadOnly, MetadataTTL: cfg.MetadataTTL, Commit: mode, SnapshotType: cfg.SnapshotType, Hold: hold,
+		ReadOnly: cfg.ReadOnly, MetadataTTL: cfg.MetadataTTL, Commit: mode, SnapshotType: cfg.SnapshotType, Hold: hold, Sends: hold,
 		StagingDir: staging, FailedDir: failed, UID: cfg.UID, GID: cfg.GID, Umask: cfg.Umask, Logger: log,
 		Ingest:     &ingest.Policy{Prefixes: cfg.IngestFrom},
 		ExtraStats: extraStats(sched, faultStats(b)),
