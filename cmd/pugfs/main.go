@@ -8,7 +8,6 @@
 //	pugfs fork [--at V] [--name FILE] BUCKET-URL SESSION
 //	pugfs exec [flags] BUCKET-URL SESSION -- COMMAND [ARGS...]
 //	pugfs version
-//	pugfs exec                  (not yet available)
 //
 // Run `pugfs help` or `pugfs CMD --help` for details. Exit status: 0 on
 // success, 1 when the command failed (or fsck found errors), 2 for a usage
@@ -40,10 +39,6 @@ import (
 	_ "github.com/pugmark/pugfs/layout/faultblob"
 	_ "github.com/pugmark/pugfs/layout/localblob"
 )
-
-// notYetExec is what help says of pugfs exec (tree.md), which does not
-// exist yet.
-const notYetExec = "not yet available: run a handler on a mount (tree.md, decisions.md)"
 
 // version is set at build time: go build -ldflags "-X main.version=v1.2.3".
 var version = "dev"
@@ -127,10 +122,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "--version", "-version":
 		args = []string{"version"}
-	case "exec":
-		// Listed by help so nobody goes looking for it in vain.
-		fmt.Fprintf(stderr, "pugfs exec: %s\n", notYetExec)
-		return 2
 	}
 	c, rest := find(cmds, args)
 	if c == nil {
@@ -264,7 +255,6 @@ Commands:
 		}
 	}
 	walk(cmds)
-	rows = append(rows, [2]string{"exec", notYetExec})
 	for _, r := range rows {
 		fmt.Fprintf(w, "  %-13s %s\n", r[0], r[1])
 	}
