@@ -151,7 +151,12 @@ func TestCheckpointConflict(t *testing.T) {
 				// all: stop the loser, then look.
 				loser.Stop(t)
 				if v := latest(t, bk, id); v != 2 {
-					t.Fatalf("version %d after the loser stopped, want 2", v)
+					// Intermittent in CI (once in 2026-12): say which
+					// mount wrote what, so the next failure names it.
+					for _, e := range fullLog(t, bk, id) {
+						t.Logf("in the bucket: version %d %q deleted=%v", e.Version, e.Name, e.Deleted)
+					}
+					t.Fatalf("version %d after the loser stopped, want 2\nloser log:\n%s\nwinner log:\n%s", v, loser.Log(), winner.Log())
 				}
 				for _, e := range fullLog(t, bk, id) {
 					if e.Name == "loser.txt" {
