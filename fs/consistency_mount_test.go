@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
 	"gocloud.dev/blob"
@@ -23,8 +24,8 @@ const mountTTL = 100 * time.Millisecond
 // mountStore mounts a filesystem over store with a short metadata TTL,
 // quiet, unmounted at cleanup.
 func mountStore(t *testing.T, store *layout.Store) string {
-	return testMount(t, store, func(c *Config) {
-		c.MetadataTTL, c.Logger, c.BucketURL = mountTTL, slog.New(slog.DiscardHandler), "test://"
+	return testMount(t, store, func(c *Config, co *cache.Options) {
+		co.MetadataTTL, c.Logger, c.BucketURL = mountTTL, slog.New(slog.DiscardHandler), "test://"
 	})
 }
 

@@ -37,7 +37,6 @@ type Config struct {
 	// Flags is shown in .pugmark/flags.
 	Flags        string
 	ReadOnly     bool
-	MetadataTTL  time.Duration
 	Commit       CommitMode
 	SnapshotType layout.SnapshotType
 	// Hold, with CommitOnFsync, makes fsync commit nothing: changes wait
@@ -120,7 +119,7 @@ func New(cfg Config) (*FS, error) {
 		return nil, fmt.Errorf("fs: staging directory: %w", err)
 	}
 	f := &FS{cfg: cfg, store: cfg.Store, cache: cfg.Cache, blobs: cfg.Blobs, log: cfg.Logger,
-		ttl: cfg.MetadataTTL, start: cfg.Now()}
+		ttl: cfg.Cache.TTL(), start: cfg.Now()}
 	f.views = cfg.Cache.NewViews(cfg.Store)
 	f.mem.dirs = map[string]bool{}
 	f.recs = staging.NewRecords(cfg.Store, staging.RecordCaches{InvalidateMemories: f.views.InvalidateMemories,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/splice"
 	"github.com/pugmark/pugfs/blobcache"
+	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 	"gocloud.dev/blob/memblob"
 )
@@ -91,7 +92,7 @@ func leakSession(t *testing.T, ctx context.Context, store *layout.Store) layout.
 // and unmounts it, closing everything the mount opened.
 func mountCycle(t *testing.T, store *layout.Store, id layout.SessionID) {
 	t.Helper()
-	dir, unmount := mountFS(t, store, func(c *Config) { c.MetadataTTL = time.Second },
+	dir, unmount := mountFS(t, store, func(_ *Config, co *cache.Options) { co.MetadataTTL = time.Second },
 		blobcache.Options{MemBytes: 16 << 20, SpillDir: t.TempDir()})
 	s := "sessions/" + id.String()
 	sh(t, dir, "ls -lR sessions names memories refs objects .pugmark > /dev/null && "+

@@ -18,8 +18,9 @@ import (
 // testMount mounts a filesystem over store in a temp dir and unmounts it
 // at cleanup. The test talks to it through separate processes (shell
 // tools), never through mmap or fork from this process. mutate may change
-// the config first: its MetadataTTL and Logger are the caches' too.
-func testMount(t *testing.T, store *layout.Store, mutate func(*Config)) string {
+// the config and the session cache's options first; the config's Logger
+// is the caches' too.
+func testMount(t *testing.T, store *layout.Store, mutate func(*Config, *cache.Options)) string {
 	t.Helper()
 	dir, unmount := mountFS(t, store, mutate, blobcache.Options{MemBytes: 64 << 20})
 	t.Cleanup(func() {
@@ -32,16 +33,18 @@ func testMount(t *testing.T, store *layout.Store, mutate func(*Config)) string {
 
 // mountFS mounts a filesystem over store in a temp dir; unmount unmounts
 // it and closes its caches, reporting the first error.
-func mountFS(t *testing.T, store *layout.Store, mutate func(*Config), bo blobcache.Options) (dir string, unmount func() error) {
+func mountFS(t *testing.T, store *layout.Store, mutate func(*Config, *cache.Options), bo blobcache.Options) (dir string, unmount func() error) {
 	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Fatalf("/dev/fuse is missing: the tests need FUSE (install fuse3, load the fuse module): %v", err)
 	}
 	cfg := Config{Store: store, BucketURL: "mem://", StagingDir: t.TempDir(), UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
+	var co cache.Options
 	if mutate != nil {
-		mutate(&cfg)
+		mutate(&cfg, &co)
 	}
-	c, err := cache.New(store, cache.Options{MetadataTTL: cfg.MetadataTTL, Logger: cfg.Logger})
+	co.Logger = cfg.Logger
+	c, err := cache.New(store, co)
 	if err != nil {
 		t.Fatal(err)
 	}
