@@ -2,11 +2,9 @@ package cloudtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,13 +25,8 @@ const (
 )
 
 // AzureServer is a running Azurite blob service with in-memory storage.
-type AzureServer struct {
-	// Host is "127.0.0.1:PORT".
-	Host string
-
-	p   *process
-	seq atomic.Uint64
-}
+// Host is "127.0.0.1:PORT".
+type AzureServer struct{ server }
 
 var sharedAzure sharedServer[AzureServer]
 
@@ -41,12 +34,7 @@ var sharedAzure sharedServer[AzureServer]
 // ends. It fails tb if the emulator cannot be started.
 func StartAzure(tb testing.TB) *AzureServer {
 	tb.Helper()
-	s, err := startAzure()
-	if err != nil {
-		tb.Fatalf("cloudtest: %v", err)
-	}
-	tb.Cleanup(s.Stop)
-	return s
+	return startServer(tb, startAzure)
 }
 
 // SharedAzure returns the Azurite shared by every test of this test
@@ -66,42 +54,24 @@ func startAzure() (*AzureServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for range 5 {
-		port, err := freePort()
-		if err != nil {
-			return nil, fmt.Errorf("pick a port: %w", err)
-		}
-		host := "127.0.0.1:" + strconv.Itoa(port)
-		p, err := launch("azurite", []string{bin,
-			"--blobHost", "127.0.0.1", "--blobPort", strconv.Itoa(port),
-			"--inMemoryPersistence", "--skipApiVersionCheck", "--loose", "--silent",
-		}, nil)
-		if err != nil {
-			return nil, err
-		}
-		s := &AzureServer{Host: host, p: p}
-		err = p.waitReady(host, s.probe)
-		if err == nil {
-			return s, nil
-		}
-		p.stop()
-		lastErr = err
-		if !errors.Is(err, errPortTaken) {
-			break
-		}
+	p, host, err := startOnFreePort("azurite", func(port int, _ string) []string {
+		return []string{bin, "--blobHost", "127.0.0.1", "--blobPort", strconv.Itoa(port),
+			"--inMemoryPersistence", "--skipApiVersionCheck", "--loose", "--silent"}
+	}, probeAzure)
+	if err != nil {
+		return nil, err
 	}
-	return nil, lastErr
+	return &AzureServer{server{Host: host, p: p}}, nil
 }
 
-// probe lists containers with the account key: an answer proves the port
-// is an Azurite that knows the development account.
-func (s *AzureServer) probe() error {
+// probeAzure lists containers with the account key: an answer proves the
+// port is an Azurite that knows the development account.
+func probeAzure(host string) error {
 	cred, err := azblob.NewSharedKeyCredential(AzureAccount, AzureKey)
 	if err != nil {
 		return err
 	}
-	c, err := azblob.NewClientWithSharedKeyCredential(s.ServiceURL(), cred, &azblob.ClientOptions{
+	c, err := azblob.NewClientWithSharedKeyCredential(serviceURL(host), cred, &azblob.ClientOptions{
 		ClientOptions: policy.ClientOptions{Retry: policy.RetryOptions{MaxRetries: -1}},
 	})
 	if err != nil {
@@ -113,14 +83,10 @@ func (s *AzureServer) probe() error {
 	return err
 }
 
-// Stop kills the emulator. It is safe to call more than once.
-func (s *AzureServer) Stop() { s.p.stop() }
-
-// Output returns the tail of what the emulator has printed.
-func (s *AzureServer) Output() string { return s.p.out.String() }
-
 // ServiceURL is the blob service endpoint of the development account.
-func (s *AzureServer) ServiceURL() string { return "http://" + s.Host + "/" + AzureAccount + "/" }
+func (s *AzureServer) ServiceURL() string { return serviceURL(s.Host) }
+
+func serviceURL(host string) string { return "http://" + host + "/" + AzureAccount + "/" }
 
 // URL returns the gocloud URL of container on this server; a process
 // opens it with [AzureServer.Env] in its environment.
@@ -160,11 +126,8 @@ func (s *AzureServer) CreateContainer(ctx context.Context, name string) error {
 // it; the handle is closed when tb ends. The URL is [AzureServer.URL]'s.
 func (s *AzureServer) NewBucket(tb testing.TB) (*blob.Bucket, string) {
 	tb.Helper()
-	name := bucketName(tb.Name(), s.seq.Add(1))
-	if err := s.CreateContainer(context.Background(), name); err != nil {
-		tb.Fatalf("cloudtest: %v", err)
-	}
-	return s.OpenBucket(tb, name), s.URL(name)
+	b, name := s.newBucket(tb, s.CreateContainer, s.OpenBucket)
+	return b, s.URL(name)
 }
 
 // OpenBucket opens another handle, with its own client, on the existing

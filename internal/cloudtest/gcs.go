@@ -2,11 +2,9 @@ package cloudtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,14 +19,9 @@ import (
 // storage.googleapis.com, without credentials.
 const GCSEmulatorEnv = "STORAGE_EMULATOR_HOST"
 
-// GCSServer is a running fake-gcs-server with the memory backend.
-type GCSServer struct {
-	// Host is "127.0.0.1:PORT", the value of STORAGE_EMULATOR_HOST.
-	Host string
-
-	p   *process
-	seq atomic.Uint64
-}
+// GCSServer is a running fake-gcs-server with the memory backend. Host is
+// "127.0.0.1:PORT", the value of STORAGE_EMULATOR_HOST.
+type GCSServer struct{ server }
 
 var sharedGCS sharedServer[GCSServer]
 
@@ -36,12 +29,7 @@ var sharedGCS sharedServer[GCSServer]
 // ends. It fails tb if the emulator cannot be started.
 func StartGCS(tb testing.TB) *GCSServer {
 	tb.Helper()
-	s, err := startGCS()
-	if err != nil {
-		tb.Fatalf("cloudtest: %v", err)
-	}
-	tb.Cleanup(s.Stop)
-	return s
+	return startServer(tb, startGCS)
 }
 
 // SharedGCS returns the fake-gcs-server shared by every test of this test
@@ -61,40 +49,22 @@ func startGCS() (*GCSServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for range 5 {
-		port, err := freePort()
-		if err != nil {
-			return nil, fmt.Errorf("pick a port: %w", err)
-		}
-		host := "127.0.0.1:" + strconv.Itoa(port)
-		p, err := launch("fake-gcs-server", []string{bin,
-			"-backend", "memory", "-scheme", "http", "-host", "127.0.0.1",
+	p, host, err := startOnFreePort("fake-gcs-server", func(port int, host string) []string {
+		return []string{bin, "-backend", "memory", "-scheme", "http", "-host", "127.0.0.1",
 			"-port", strconv.Itoa(port), "-public-host", host, "-external-url", "http://" + host,
-			"-log-level", "warn",
-		}, nil)
-		if err != nil {
-			return nil, err
-		}
-		s := &GCSServer{Host: host, p: p}
-		err = p.waitReady(host, s.probe)
-		if err == nil {
-			return s, nil
-		}
-		p.stop()
-		lastErr = err
-		if !errors.Is(err, errPortTaken) {
-			break
-		}
+			"-log-level", "warn"}
+	}, probeGCS)
+	if err != nil {
+		return nil, err
 	}
-	return nil, lastErr
+	return &GCSServer{server{Host: host, p: p}}, nil
 }
 
-// probe lists buckets once: a JSON answer from the storage API proves the
-// port is this emulator's.
-func (s *GCSServer) probe() error {
+// probeGCS lists buckets once: a JSON answer from the storage API proves
+// the port is this emulator's.
+func probeGCS(host string) error {
 	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + s.Host + "/storage/v1/b?project=test")
+	resp, err := c.Get("http://" + host + "/storage/v1/b?project=test")
 	if err != nil {
 		return err
 	}
@@ -104,12 +74,6 @@ func (s *GCSServer) probe() error {
 	}
 	return nil
 }
-
-// Stop kills the emulator. It is safe to call more than once.
-func (s *GCSServer) Stop() { s.p.stop() }
-
-// Output returns the tail of what the emulator has printed.
-func (s *GCSServer) Output() string { return s.p.out.String() }
 
 // URL returns the gocloud URL of bucket on this server; a process opens
 // it with [GCSServer.Env] in its environment.
@@ -145,11 +109,8 @@ func (s *GCSServer) CreateBucket(ctx context.Context, name string) error {
 // the handle is closed when tb ends. The URL is [GCSServer.URL]'s.
 func (s *GCSServer) NewBucket(tb testing.TB) (*blob.Bucket, string) {
 	tb.Helper()
-	name := bucketName(tb.Name(), s.seq.Add(1))
-	if err := s.CreateBucket(context.Background(), name); err != nil {
-		tb.Fatalf("cloudtest: %v", err)
-	}
-	return s.OpenBucket(tb, name), s.URL(name)
+	b, name := s.newBucket(tb, s.CreateBucket, s.OpenBucket)
+	return b, s.URL(name)
 }
 
 // OpenBucket opens another handle, with its own client, on the existing

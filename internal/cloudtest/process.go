@@ -2,6 +2,7 @@ package cloudtest
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -9,10 +10,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
+
+	"gocloud.dev/blob"
 )
 
 // BinaryEnv names the environment variable holding the directory of the
@@ -83,6 +89,74 @@ func freePort() (int, error) {
 // errPortTaken marks a start that lost its port to another process, which
 // is worth another try on another port.
 var errPortTaken = errors.New("port taken")
+
+// startOnFreePort starts the emulator name (argv gives its command line
+// for a port and its "127.0.0.1:PORT") on a free loopback port and waits
+// until probe succeeds against that host. A start that lost its port to
+// another process is tried again on another port, five times at most.
+func startOnFreePort(name string, argv func(port int, host string) []string, probe func(host string) error) (*process, string, error) {
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			return nil, "", fmt.Errorf("pick a port: %w", err)
+		}
+		host := "127.0.0.1:" + strconv.Itoa(port)
+		p, err := launch(name, argv(port, host), nil)
+		if err != nil {
+			return nil, "", err
+		}
+		err = p.waitReady(host, func() error { return probe(host) })
+		if err == nil {
+			return p, host, nil
+		}
+		p.stop()
+		lastErr = err
+		if !errors.Is(err, errPortTaken) {
+			break
+		}
+	}
+	return nil, "", lastErr
+}
+
+// server is what every emulator of this package has: its address, its
+// process and a counter that keeps bucket names unique.
+type server struct {
+	// Host is "127.0.0.1:PORT".
+	Host string
+
+	p   *process
+	seq atomic.Uint64
+}
+
+// Stop kills the emulator. It is safe to call more than once.
+func (s *server) Stop() { s.p.stop() }
+
+// Output returns the tail of what the emulator has printed.
+func (s *server) Output() string { return s.p.out.String() }
+
+// newBucket creates a fresh, uniquely named, empty bucket or container
+// with create and opens it with open.
+func (s *server) newBucket(tb testing.TB, create func(context.Context, string) error, open func(testing.TB, string) *blob.Bucket) (*blob.Bucket, string) {
+	tb.Helper()
+	name := bucketName(tb.Name(), s.seq.Add(1))
+	if err := create(context.Background(), name); err != nil {
+		tb.Fatalf("cloudtest: %v", err)
+	}
+	return open(tb, name), name
+}
+
+// startServer starts a server of its own for tb with start and stops it
+// when tb ends. It fails tb if the emulator cannot be started.
+func startServer[S interface{ Stop() }](tb testing.TB, start func() (S, error)) S {
+	tb.Helper()
+	s, err := start()
+	if err != nil {
+		tb.Fatalf("cloudtest: %v", err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
 
 // process is one emulator process, killed with its process group by stop.
 type process struct {
