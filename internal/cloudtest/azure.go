@@ -14,6 +14,7 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/azureblob"
 
+	"github.com/pugmark/pugfs/internal/testproc"
 	"github.com/pugmark/pugfs/layout/drivers/azurefix"
 )
 
@@ -28,7 +29,7 @@ const (
 // Host is "127.0.0.1:PORT".
 type AzureServer struct{ server }
 
-var sharedAzure sharedServer[AzureServer]
+var sharedAzure testproc.Shared[AzureServer]
 
 // StartAzure starts an Azurite of its own for tb and stops it when tb
 // ends. It fails tb if the emulator cannot be started.
@@ -42,7 +43,7 @@ func StartAzure(tb testing.TB) *AzureServer {
 // emulator cannot be started. [Main] stops it.
 func SharedAzure(tb testing.TB) *AzureServer {
 	tb.Helper()
-	s, err := sharedAzure.get(startAzure)
+	s, err := sharedAzure.Get(startAzure)
 	if err != nil {
 		tb.Fatalf("cloudtest: shared azurite: %v", err)
 	}
@@ -50,18 +51,18 @@ func SharedAzure(tb testing.TB) *AzureServer {
 }
 
 func startAzure() (*AzureServer, error) {
-	bin, err := binary("azurite-blob")
+	bin, err := testproc.Tool("azurite-blob")
 	if err != nil {
 		return nil, err
 	}
-	p, host, err := startOnFreePort("azurite", func(port int, _ string) []string {
+	s := &AzureServer{}
+	if err := s.start(testproc.Server{Name: "azurite", Probe: probeAzure, Argv: func(port int, _ string) []string {
 		return []string{bin, "--blobHost", "127.0.0.1", "--blobPort", strconv.Itoa(port),
 			"--inMemoryPersistence", "--skipApiVersionCheck", "--loose", "--silent"}
-	}, probeAzure)
-	if err != nil {
+	}}); err != nil {
 		return nil, err
 	}
-	return &AzureServer{server{Host: host, p: p}}, nil
+	return s, nil
 }
 
 // probeAzure lists containers with the account key: an answer proves the

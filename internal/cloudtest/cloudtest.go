@@ -62,10 +62,10 @@ func Main(m *testing.M) {
 // StopShared stops the shared emulators, for a TestMain that does more
 // than [Main]. SharedGCS and SharedAzure fail after it.
 func StopShared() {
-	if s := sharedGCS.take(); s != nil {
+	if s := sharedGCS.Take(); s != nil {
 		s.Stop()
 	}
-	if s := sharedAzure.take(); s != nil {
+	if s := sharedAzure.Take(); s != nil {
 		s.Stop()
 	}
 }

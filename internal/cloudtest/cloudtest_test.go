@@ -160,16 +160,6 @@ func TestMissingEmulatorFails(t *testing.T) {
 	}
 }
 
-// TestBucketName checks names both clouds accept.
-func TestBucketName(t *testing.T) {
-	for _, in := range []string{"TestX", "Test/Sub#01/--x--", strings.Repeat("a", 100)} {
-		n := bucketName(in, 7)
-		if len(n) < 3 || len(n) > 63 || strings.Contains(n, "--") || strings.HasSuffix(n, "-") || n != strings.ToLower(n) {
-			t.Errorf("bucketName(%q) = %q", in, n)
-		}
-	}
-}
-
 type recorder struct {
 	testing.TB
 	msg             string

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/storage"
+	"github.com/pugmark/pugfs/internal/testproc"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/gcsblob"
 	"google.golang.org/api/option"
@@ -23,7 +24,7 @@ const GCSEmulatorEnv = "STORAGE_EMULATOR_HOST"
 // "127.0.0.1:PORT", the value of STORAGE_EMULATOR_HOST.
 type GCSServer struct{ server }
 
-var sharedGCS sharedServer[GCSServer]
+var sharedGCS testproc.Shared[GCSServer]
 
 // StartGCS starts a fake-gcs-server of its own for tb and stops it when tb
 // ends. It fails tb if the emulator cannot be started.
@@ -37,7 +38,7 @@ func StartGCS(tb testing.TB) *GCSServer {
 // emulator cannot be started. [Main] stops it.
 func SharedGCS(tb testing.TB) *GCSServer {
 	tb.Helper()
-	s, err := sharedGCS.get(startGCS)
+	s, err := sharedGCS.Get(startGCS)
 	if err != nil {
 		tb.Fatalf("cloudtest: shared fake-gcs-server: %v", err)
 	}
@@ -45,19 +46,19 @@ func SharedGCS(tb testing.TB) *GCSServer {
 }
 
 func startGCS() (*GCSServer, error) {
-	bin, err := binary("fake-gcs-server")
+	bin, err := testproc.Tool("fake-gcs-server")
 	if err != nil {
 		return nil, err
 	}
-	p, host, err := startOnFreePort("fake-gcs-server", func(port int, host string) []string {
+	s := &GCSServer{}
+	if err := s.start(testproc.Server{Name: "fake-gcs-server", Probe: probeGCS, Argv: func(port int, host string) []string {
 		return []string{bin, "-backend", "memory", "-scheme", "http", "-host", "127.0.0.1",
 			"-port", strconv.Itoa(port), "-public-host", host, "-external-url", "http://" + host,
 			"-log-level", "warn"}
-	}, probeGCS)
-	if err != nil {
+	}}); err != nil {
 		return nil, err
 	}
-	return &GCSServer{server{Host: host, p: p}}, nil
+	return s, nil
 }
 
 // probeGCS lists buckets once: a JSON answer from the storage API proves

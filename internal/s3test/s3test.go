@@ -62,16 +62,12 @@
 package s3test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,6 +79,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/pugmark/pugfs/internal/testproc"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/s3blob"
 )
@@ -96,14 +93,10 @@ const (
 
 // BinaryEnv names the environment variable holding the directory of the
 // project's test tools; the Makefile sets it to <module root>/.tools/bin.
-const BinaryEnv = "PUGFS_TOOLS"
+const BinaryEnv = testproc.BinaryEnv
 
-// readyTimeout bounds how long Start waits for the server to answer; a
-// variable for tests.
-var readyTimeout = 30 * time.Second
-
-// maxOutput is how much of the server's output is kept for failure reports.
-const maxOutput = 64 << 10
+// readyTimeout bounds how long Start waits for the server to answer.
+const readyTimeout = 30 * time.Second
 
 // Server is a running versitygw process serving the buckets under Root.
 type Server struct {
@@ -114,11 +107,7 @@ type Server struct {
 	Root string
 
 	removeRoot bool // Stop removes Root (Shared's root is not a TempDir)
-	out        *tailBuffer
-	proc       *os.Process
-	exited     chan struct{} // closed when the process has been reaped
-	waitErr    error         // set before exited is closed
-	stopOnce   sync.Once
+	p          *testproc.Process
 	seq        atomic.Uint64
 }
 
@@ -223,44 +212,7 @@ func sweepStaleRoots() {
 
 // Binary returns the path of the versitygw binary, or an error that says how
 // to get it.
-func Binary() (string, error) {
-	dir := os.Getenv(BinaryEnv)
-	if dir == "" {
-		root, err := moduleRoot()
-		if err != nil {
-			return "", fmt.Errorf("%s is unset and %v", BinaryEnv, err)
-		}
-		dir = filepath.Join(root, ".tools", "bin")
-	}
-	path := filepath.Join(dir, "versitygw")
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", fmt.Errorf("versitygw not found at %s (%v): run `make deps` in the module root", path, err)
-	}
-	if fi.IsDir() || fi.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("%s is not an executable: run `make deps` in the module root", path)
-	}
-	return path, nil
-}
-
-// moduleRoot walks up from the working directory to the directory that
-// holds go.mod.
-func moduleRoot() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for dir := wd; ; {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod in %s or any parent directory", wd)
-		}
-		dir = parent
-	}
-}
+func Binary() (string, error) { return testproc.Tool("versitygw") }
 
 // start starts versitygw serving root, retrying when another process takes
 // the chosen port first.
@@ -285,139 +237,55 @@ func StartWith(bin, root string) (*Server, error) {
 
 // ModuleRoot is the directory holding the project's go.mod, found by
 // walking up from the working directory.
-func ModuleRoot() (string, error) { return moduleRoot() }
+func ModuleRoot() (string, error) { return testproc.ModuleRoot() }
 
 func startBin(bin, root string, removeRoot bool) (*Server, error) {
-	var lastErr error
-	for range 5 {
-		addr, err := freePort()
-		if err != nil {
-			return nil, fmt.Errorf("pick a port: %w", err)
-		}
-		s, err := launch(bin, addr, root)
-		if err == nil {
-			s.removeRoot = removeRoot
-			return s, nil
-		}
-		lastErr = err
-		if !errors.Is(err, errPortTaken) {
-			break
-		}
-	}
-	return nil, lastErr
-}
-
-// freePort returns a loopback address with a port that was free a moment ago.
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, host, err := versitygw(bin, root).Start()
 	if err != nil {
-		return "", err
-	}
-	addr := l.Addr().String()
-	return addr, l.Close()
-}
-
-var errPortTaken = errors.New("port taken")
-
-// launch starts one versitygw process on addr and waits until it answers
-// signed requests.
-func launch(bin, addr, root string) (*Server, error) {
-	s := &Server{
-		Endpoint: "http://" + addr,
-		Root:     root,
-		out:      &tailBuffer{max: maxOutput},
-		exited:   make(chan struct{}),
-	}
-	cmd := exec.Command(bin, "--port", addr, "--quiet", "posix", root)
-	cmd.Env = append(os.Environ(),
-		"ROOT_ACCESS_KEY="+AccessKey,
-		"ROOT_SECRET_KEY="+SecretKey,
-		"VGW_REGION="+Region,
-	)
-	cmd.Stdout = s.out
-	cmd.Stderr = s.out
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid: true,
-		// Kill the server if the test binary dies without stopping it.
-		Pdeathsig: syscall.SIGKILL,
-	}
-	// The parent-death signal fires when the thread that started the child
-	// exits, not the process, so start and reap the child on a thread that
-	// stays locked (and alive) for as long as the child runs.
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		s.proc = cmd.Process
-		started <- nil
-		s.waitErr = cmd.Wait()
-		close(s.exited)
-	}()
-	if err := <-started; err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-
-	if err := s.waitReady(); err != nil {
-		s.Stop()
-		out := s.out.String()
-		err = fmt.Errorf("versitygw on %s: %w\nserver output:\n%s", addr, err, out)
-		if strings.Contains(out, "address already in use") {
-			err = fmt.Errorf("%w: %w", errPortTaken, err)
-		}
 		return nil, err
 	}
-	return s, nil
+	return &Server{Endpoint: "http://" + host, Root: root, removeRoot: removeRoot, p: p}, nil
 }
 
-// waitReady polls the server with a signed ListBuckets until it succeeds,
-// which also proves the port is served by this process with these
+// versitygw says how to start versitygw serving root with this package's
 // credentials.
-func (s *Server) waitReady() error {
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-	defer cancel()
+func versitygw(bin, root string) testproc.Server {
+	return testproc.Server{
+		Name: "versitygw",
+		Argv: func(_ int, host string) []string { return []string{bin, "--port", host, "--quiet", "posix", root} },
+		Env: []string{
+			"ROOT_ACCESS_KEY=" + AccessKey,
+			"ROOT_SECRET_KEY=" + SecretKey,
+			"VGW_REGION=" + Region,
+		},
+		Probe:        probe,
+		ReadyTimeout: readyTimeout,
+	}
+}
+
+// probe sends a signed ListBuckets to the server at host: an answer proves
+// the port is served by a versitygw with these credentials.
+func probe(host string) error {
 	// One attempt per poll: the SDK's own retries would back off for
 	// seconds while the server is still binding its port.
-	client := s3.New(s.clientOptions(), func(o *s3.Options) { o.Retryer = aws.NopRetryer{} })
-	var lastErr error
-	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
-		attempt, cancelAttempt := context.WithTimeout(ctx, 2*time.Second)
-		_, err := client.ListBuckets(attempt, &s3.ListBucketsInput{})
-		cancelAttempt()
-		if err == nil {
-			return nil
-		}
-		lastErr = err
-		select {
-		case <-s.exited:
-			return fmt.Errorf("server exited before answering (%v)", s.waitErr)
-		case <-ctx.Done():
-			return fmt.Errorf("server not ready after %v: %v", readyTimeout, lastErr)
-		case <-time.After(delay):
-		}
-	}
+	client := s3.New(clientOptions("http://"+host), func(o *s3.Options) { o.Retryer = aws.NopRetryer{} })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := client.ListBuckets(ctx, &s3.ListBucketsInput{})
+	return err
 }
 
 // Stop kills the server's process group, waits for it and, for the shared
 // server, removes its root directory. It is safe to call more than once.
 func (s *Server) Stop() {
-	s.stopOnce.Do(func() {
-		if s.proc != nil {
-			// Negative pid: the whole process group.
-			_ = syscall.Kill(-s.proc.Pid, syscall.SIGKILL)
-			<-s.exited
-		}
-		if s.removeRoot {
-			os.RemoveAll(s.Root)
-		}
-	})
+	s.p.Stop()
+	if s.removeRoot {
+		os.RemoveAll(s.Root)
+	}
 }
 
 // Output returns the tail of what the server has printed.
-func (s *Server) Output() string { return s.out.String() }
+func (s *Server) Output() string { return s.p.Output() }
 
 // URL returns the gocloud URL of bucket on this server. Opening it needs the
 // credentials from [Server.Env] in the environment.
@@ -446,11 +314,11 @@ func (s *Server) Env() []string {
 
 // Client returns a new S3 client for this server with its static
 // credentials; it does not read the environment or AWS config files.
-func (s *Server) Client() *s3.Client { return s3.New(s.clientOptions()) }
+func (s *Server) Client() *s3.Client { return s3.New(clientOptions(s.Endpoint)) }
 
-func (s *Server) clientOptions() s3.Options {
+func clientOptions(endpoint string) s3.Options {
 	return s3.Options{
-		BaseEndpoint: aws.String(s.Endpoint),
+		BaseEndpoint: aws.String(endpoint),
 		Region:       Region,
 		UsePathStyle: true,
 		Credentials:  credentials.NewStaticCredentialsProvider(AccessKey, SecretKey, ""),
@@ -471,7 +339,7 @@ func (s *Server) CreateBucket(ctx context.Context, name string) error {
 // the one [Server.URL] gives for the bucket.
 func (s *Server) NewBucket(tb testing.TB) (*blob.Bucket, string) {
 	tb.Helper()
-	name := s.bucketName(tb.Name())
+	name := testproc.BucketName(tb.Name(), s.seq.Add(1))
 	if err := s.CreateBucket(context.Background(), name); err != nil {
 		tb.Fatalf("s3test: %v", err)
 	}
@@ -490,57 +358,4 @@ func (s *Server) OpenBucket(tb testing.TB, name string) *blob.Bucket {
 	}
 	tb.Cleanup(func() { b.Close() })
 	return b
-}
-
-// bucketName returns a bucket name unique on this server that is derived
-// from the test's name, within S3's rules: 3 to 63 characters of lower-case
-// letters, digits and hyphens, starting and ending with a letter or digit.
-func (s *Server) bucketName(testName string) string {
-	n := s.seq.Add(1)
-	var b strings.Builder
-	dash := true // suppress leading and repeated hyphens
-	for _, r := range strings.ToLower(testName) {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-			b.WriteRune(r)
-			dash = false
-		} else if !dash {
-			b.WriteByte('-')
-			dash = true
-		}
-	}
-	suffix := "-" + strconv.FormatUint(n, 10)
-	stem := b.String()
-	if limit := 63 - len("t-") - len(suffix); len(stem) > limit {
-		stem = stem[:limit]
-	}
-	return "t-" + strings.TrimRight(stem, "-") + suffix
-}
-
-// tailBuffer keeps the last max bytes written to it; it is safe for
-// concurrent use.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf bytes.Buffer
-	cut bool
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf.Write(p)
-	if extra := t.buf.Len() - t.max; extra > 0 {
-		t.buf.Next(extra)
-		t.cut = true
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.cut {
-		return "[...]" + t.buf.String()
-	}
-	return t.buf.String()
 }

@@ -12,11 +12,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
 	"github.com/aws/smithy-go"
+	"github.com/pugmark/pugfs/internal/testproc"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 )
@@ -291,7 +291,7 @@ func TestBucketIsDirectory(t *testing.T) {
 		t.Errorf("object a/b not found as a file under %s: %v", s.Root, files)
 	}
 
-	name := s.bucketName(t.Name() + "-bare")
+	name := testproc.BucketName(t.Name()+"-bare", s.seq.Add(1))
 	if err := os.Mkdir(filepath.Join(s.Root, name), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -391,35 +391,16 @@ func TestPortTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	_, err = launch(bin, l.Addr().String(), t.TempDir())
-	if !errors.Is(err, errPortTaken) {
-		t.Fatalf("launch on a taken port: %v, want errPortTaken", err)
-	}
-}
-
-// TestNeverReady checks that a server that runs but never answers fails
-// after readyTimeout, with its output, and is killed.
-func TestNeverReady(t *testing.T) {
-	dir := t.TempDir()
-	pidFile := filepath.Join(dir, "pid")
-	script := "#!/bin/sh\necho \"$$\" > " + pidFile + "\necho 'stuck starting' >&2\nexec sleep 60\n"
-	if err := os.WriteFile(filepath.Join(dir, "versitygw"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(BinaryEnv, dir)
-	old := readyTimeout
-	readyTimeout = 300 * time.Millisecond
-	defer func() { readyTimeout = old }()
-	_, err := start(t.TempDir(), false)
-	if err == nil || !strings.Contains(err.Error(), "not ready") || !strings.Contains(err.Error(), "stuck starting") {
-		t.Fatalf("start of a server that never answers: %v", err)
-	}
-	pid, err := os.ReadFile(pidFile)
+	addr := l.Addr().String()
+	ts := versitygw(bin, t.TempDir())
+	p, err := testproc.Launch(ts.Name, ts.Argv(0, addr), ts.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat("/proc/" + strings.TrimSpace(string(pid))); err == nil {
-		t.Fatalf("server process %s still running after a failed start", pid)
+	defer p.Stop()
+	err = p.WaitReady(addr, readyTimeout, func() error { return ts.Probe(addr) })
+	if !errors.Is(err, testproc.ErrPortTaken) {
+		t.Fatalf("versitygw on a taken port: %v, want ErrPortTaken", err)
 	}
 }
 
@@ -429,31 +410,11 @@ func TestBinaryFromModuleRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := moduleRoot()
+	root, err := ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := filepath.Join(root, ".tools", "bin", "versitygw"); path != want {
 		t.Fatalf("Binary() = %s, want %s", path, want)
-	}
-}
-
-func TestBucketName(t *testing.T) {
-	var s Server
-	long := strings.Repeat("Sub/Test_", 20)
-	for _, name := range []string{"TestX", "TestX/sub_test#01", long, "---", "ÜÖ/ä"} {
-		got := s.bucketName(name)
-		if len(got) < 3 || len(got) > 63 {
-			t.Errorf("bucketName(%q) = %q: length %d", name, got, len(got))
-		}
-		for i, r := range got {
-			ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' && i > 0 && i < len(got)-1
-			if !ok {
-				t.Errorf("bucketName(%q) = %q: bad character %q at %d", name, got, r, i)
-			}
-		}
-	}
-	if a, b := s.bucketName("T"), s.bucketName("T"); a == b {
-		t.Errorf("two names for one test are equal: %q", a)
 	}
 }
