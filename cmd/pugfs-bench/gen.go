@@ -201,20 +201,6 @@ func commit(ctx context.Context, store *layout.Store, id layout.SessionID, pos *
 	return nil
 }
 
-// putSmall stores body as a blob and returns its descriptor, with the body
-// inline when it is small enough, as a mount's commit writes it.
-func putSmall(ctx context.Context, store *layout.Store, name, ctype string, body []byte) (layout.Descriptor, error) {
-	bi, err := store.PutBlobBytes(ctx, body, layout.BlobOptions{ContentType: ctype})
-	if err != nil {
-		return layout.Descriptor{}, err
-	}
-	d := layout.Descriptor{Name: name, Digest: bi.Digest, Size: bi.Size, CreatedAt: time.Now().UTC(), ContentType: ctype}
-	if len(body) <= layout.InlineLimit {
-		d.Data = body
-	}
-	return d, nil
-}
-
 func writePlain(root, id, name string, body []byte) error {
 	p := filepath.Join(root, "sessions", id, filepath.FromSlash(name))
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -319,7 +305,7 @@ func fillSmall(ctx context.Context, store *layout.Store, d *dataset, plain bool)
 			}
 		}
 		var e error
-		ds[i], e = putSmall(ctx, store, smallName(i), "text/plain; charset=utf-8", body)
+		ds[i], e = store.PutBody(ctx, smallName(i), body, layout.BlobOptions{ContentType: "text/plain; charset=utf-8"})
 		return e
 	})
 	if err != nil {
@@ -347,7 +333,7 @@ func fillSessions(ctx context.Context, store *layout.Store, d *dataset, plain bo
 		if err != nil {
 			return err
 		}
-		desc, err := putSmall(ctx, store, "note.txt", "text/plain; charset=utf-8", body)
+		desc, err := store.PutBody(ctx, "note.txt", body, layout.BlobOptions{ContentType: "text/plain; charset=utf-8"})
 		if err != nil {
 			return err
 		}
@@ -368,7 +354,7 @@ func fillVersions(ctx context.Context, store *layout.Store, d *dataset) error {
 	ds := make([]layout.Descriptor, d.N)
 	err = parallel(ctx, d.N, func(ctx context.Context, i int) error {
 		var e error
-		ds[i], e = putSmall(ctx, store, versionName(i+1), "text/plain; charset=utf-8", versionBody(i+1))
+		ds[i], e = store.PutBody(ctx, versionName(i+1), versionBody(i+1), layout.BlobOptions{ContentType: "text/plain; charset=utf-8"})
 		return e
 	})
 	if err != nil {

@@ -59,7 +59,7 @@ func fillHourSessions(ctx context.Context, store *layout.Store, d *dataset, plai
 		if err != nil {
 			return err
 		}
-		desc, err := putSmall(ctx, store, "b.txt", "text/plain; charset=utf-8", body)
+		desc, err := store.PutBody(ctx, "b.txt", body, layout.BlobOptions{ContentType: "text/plain; charset=utf-8"})
 		if err != nil {
 			return err
 		}
