@@ -39,7 +39,7 @@ func (w *Writer) Release(ctx context.Context, id layout.SessionID, s *File) erro
 		// Shared: w.mu is held, and an upload of s (holding s.mu shared)
 		// must not stall every other writer operation until it ends.
 		s.mu.RLock()
-		dirty, failed := s.dirty && !s.unlinked, s.failed
+		dirty, failed := s.dirty && !s.unlinked, s.failed != nil
 		s.mu.RUnlock()
 		mine := ws.files[s.name] == s
 		if dirty && mine && w.cfg.Commit == CommitOnFsync {
@@ -96,14 +96,19 @@ func (w *Writer) Flush(ctx context.Context, id layout.SessionID, s *File, untouc
 		s.mu.Unlock()
 		return nil
 	}
+	if err := s.failed; err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("%s not committed: its commit failed and it has not changed since: %w", s.name, err)
+	}
 	ch := make(chan struct{})
 	s.committing = ch
+	gen := s.gen
 	s.mu.Unlock()
 	_, err := w.commit(ctx, id, []pendingOp{{file: s}}, nil)
 	s.mu.Lock()
 	s.committing = nil
-	if err != nil {
-		s.failed = true
+	if err != nil && s.gen == gen {
+		s.failed = err // else changed meanwhile: the new content may commit
 	}
 	close(ch)
 	s.mu.Unlock()
@@ -188,7 +193,7 @@ func (w *Writer) commitStaged(ctx context.Context, id layout.SessionID, base *la
 	for _, n := range names {
 		if s := ws.files[n]; !seen[s] {
 			s.mu.RLock()
-			dirty := s.dirty
+			dirty := s.dirty && s.failed == nil // see File.failed
 			s.mu.RUnlock()
 			if dirty {
 				ops = append(ops, pendingOp{file: s})

@@ -45,10 +45,14 @@ type File struct {
 	opens   int
 	// committing is closed when the commit in flight for this file ends.
 	committing chan struct{}
-	// failed is set when a commit of the current content failed and the
-	// error went back to the caller; it is cleared by the next change.
-	// Release does not retry such a commit behind the caller's back.
-	failed bool
+	// failed is the error of a commit of the current content that failed
+	// and went back to the caller (close(2), fsync(2)); the next change
+	// clears it. Nothing commits that content again behind the caller's
+	// back: not the release, not another flush (a dup'd descriptor, or
+	// the copy a forked child closes at exec), not an fsync of the
+	// session directory. After a lost checkpoint that would land the
+	// loser's content on the winner's state.
+	failed error
 	// sum is the SHA-256 state of file[0:summed], kept up to date by
 	// writes that continue at summed (cp, >, >>), so a commit hashes only
 	// what was written elsewhere; summed < 0 means it must start over.
@@ -161,7 +165,7 @@ func (s *File) WriteAt(p []byte, off int64) (int, error) {
 		s.summed = -1 // rewrote hashed bytes
 	}
 	if n > 0 {
-		s.dirty, s.touched, s.failed = true, true, false
+		s.dirty, s.touched, s.failed = true, true, nil
 		s.gen++
 		s.contentChangedLocked()
 	}
@@ -214,7 +218,7 @@ func (s *File) Truncate(n int64) error {
 	}
 	if n != s.size {
 		s.size = n
-		s.dirty, s.failed = true, false
+		s.dirty, s.failed = true, nil
 		s.gen++
 		s.contentChangedLocked()
 	}
@@ -338,7 +342,7 @@ func (s *File) waitCommitLocked() {
 // again, and an earlier failed commit of it is history. Caller holds
 // s.mu.
 func (s *File) changedLocked() {
-	s.dirty, s.failed = true, false
+	s.dirty, s.failed = true, nil
 	s.gen++
 }
 

@@ -141,8 +141,22 @@ func TestCheckpointConflict(t *testing.T) {
 						t.Fatalf("fsync = %v, want ESTALE", err)
 					}
 					f.Close()
-				} else if err := f.Close(); errnoOf(err) != syscall.ESTALE {
-					t.Fatalf("close = %v, want ESTALE", err)
+				} else {
+					// A second descriptor of the same open file, as a
+					// dup(2) or a child forked by another thread (until
+					// its exec) holds: its close is a second FLUSH, and
+					// must not commit the lost content on the winner's
+					// state (which once made this test see version 3).
+					dup, err := syscall.Dup(int(f.Fd()))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := f.Close(); errnoOf(err) != syscall.ESTALE {
+						t.Fatalf("close = %v, want ESTALE", err)
+					}
+					if err := syscall.Close(dup); err != syscall.ESTALE {
+						t.Fatalf("close of a dup'd descriptor after the lost checkpoint = %v, want ESTALE", err)
+					}
 				}
 				waitFor(t, "the loser's log to say why", func() bool {
 					return strings.Contains(loser.Log(), "stale") && strings.Contains(loser.Log(), "conflict")
