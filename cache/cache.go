@@ -68,8 +68,12 @@ type Options struct {
 	IndexPath string
 	// FlushDelay defers registry publication (default 2s).
 	FlushDelay time.Duration
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// SummaryWait bounds how long a listing or a session directory's
+	// attributes wait for a summary being fetched (default
+	// DefaultSummaryWait).
+	SummaryWait time.Duration
+	Logger      *slog.Logger
+	Now         func() time.Time
 }
 
 // Cache is the session-state cache and registry of one mount.
@@ -87,8 +91,10 @@ type Cache struct {
 	trees     *simplelru.LRU[ancestorKey, *Dir]
 	list      sessionList
 	hourLists hourLists
-	// summaries are Summary's light rows, by session.
-	summaries map[layout.SessionID]summary
+	// summaries are Summary's light rows, by session; sumFlights the
+	// computations of them in flight.
+	summaries  map[layout.SessionID]summary
+	sumFlights map[layout.SessionID]*sumFlight
 
 	// registry holds the session rows (consistency.md §1). Unexported:
 	// the write engine updates it through SetName, nothing else reaches in.
@@ -128,6 +134,9 @@ func New(store Store, opts Options) (*Cache, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.SummaryWait <= 0 {
+		opts.SummaryWait = DefaultSummaryWait
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

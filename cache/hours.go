@@ -30,12 +30,12 @@ type hourList struct {
 func (c *Cache) Hours(ctx context.Context) ([]uint32, error) {
 	now := c.opts.Now()
 	c.mu.Lock()
-	if c.hourLists.valid && c.freshLocked(now, c.hourLists.checked) {
+	if c.hourLists.valid && c.freshAt(now, c.hourLists.checked) {
 		hs := slices.Clone(c.hourLists.hours)
 		c.mu.Unlock()
 		return hs, nil
 	}
-	if c.list.valid && c.freshLocked(now, c.list.checked) {
+	if c.list.valid && c.freshAt(now, c.list.checked) {
 		hs := hoursOf(c.list.ids)
 		c.mu.Unlock()
 		return hs, nil
@@ -58,12 +58,12 @@ func (c *Cache) Hours(ctx context.Context) ([]uint32, error) {
 func (c *Cache) HourSessions(ctx context.Context, hour uint32) ([]layout.SessionID, error) {
 	now := c.opts.Now()
 	c.mu.Lock()
-	if l, ok := c.hourLists.of[hour]; ok && c.freshLocked(now, l.checked) {
+	if l, ok := c.hourLists.of[hour]; ok && c.freshAt(now, l.checked) {
 		ids := slices.Clone(l.ids)
 		c.mu.Unlock()
 		return ids, nil
 	}
-	if c.list.valid && c.freshLocked(now, c.list.checked) {
+	if c.list.valid && c.freshAt(now, c.list.checked) {
 		var ids []layout.SessionID
 		for _, id := range c.list.ids {
 			if id.Hour() == hour {
@@ -86,12 +86,6 @@ func (c *Cache) HourSessions(ctx context.Context, hour uint32) ([]layout.Session
 	c.hourLists.of[hour] = hourList{ids: ids, checked: now}
 	c.mu.Unlock()
 	return slices.Clone(ids), nil
-}
-
-// freshLocked reports whether a listing checked at t may still be used at
-// now; Cache.mu is held. A TTL of 0 means "check every time".
-func (c *Cache) freshLocked(now, t time.Time) bool {
-	return c.opts.MetadataTTL > 0 && now.Sub(t) < c.opts.MetadataTTL
 }
 
 // hourCreatedLocked records a session this mount created in the hour

@@ -2,65 +2,174 @@ package cache
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/pugmark/pugfs/layout"
-	"golang.org/x/sync/errgroup"
 )
 
 // summaryWalk bounds how many empty snapshots Summary reads back before
 // it loads the whole state instead.
 const summaryWalk = 16
 
+// DefaultSummaryWait is how long a listing of sessions, or the attributes
+// of one session directory, wait for a summary that is still being
+// fetched (Options.SummaryWait). Past it the listing answers without that
+// entry's attributes and a lookup fails with a timeout, while the
+// requests go on: a session whose backend requests stall holds up no
+// other (consistency.md §3).
+const DefaultSummaryWait = 5 * time.Second
+
+// MaxSummaryBatch bounds the summaries one listing fetches: past it (a
+// bucket of 100,000 sessions, say) a plain ls would wait for a request per
+// session it never shows the attributes of, so the listing fetches none
+// and each entry's attributes cost their requests when asked for.
+const MaxSummaryBatch = 5000
+
+// DefaultSummaryParallel bounds the summaries a listing has in flight.
+const DefaultSummaryParallel = 64
+
 type summary struct {
 	version   uint32
 	updatedAt time.Time
-	checked   time.Time
+	// checked is the time taken before the LIST that gave version.
+	checked time.Time
+}
+
+// sumFlight is one computation of a session's summary, shared by every
+// caller that asks while it runs. done is closed when sum and err are
+// set.
+type sumFlight struct {
+	done chan struct{}
+	sum  summary
+	err  error
+}
+
+// Listed is one session of a listing: its latest version and the time of
+// its last content append, when Known.
+type Listed struct {
+	ID        layout.SessionID
+	Version   uint32
+	UpdatedAt time.Time
+	// Known is false when the listing has no summary for the session:
+	// one that failed, stalled past Options.SummaryWait, or was not
+	// fetched because the listing is longer than MaxSummaryBatch.
+	Known bool
 }
 
 // Summary returns a session's latest version and the time of its last
 // content append without loading its state: one LIST and, when the
 // version moved, the latest snapshot (walking back over empty ones). It is
 // what a session directory's attributes need, so `ls -l sessions/` over
-// many sessions does not build every session's full state.
+// many sessions does not build every session's full state. Concurrent
+// callers share one computation; a caller waits for it at most
+// Options.SummaryWait, then gets an error wrapping
+// context.DeadlineExceeded while the computation goes on for the next.
 func (c *Cache) Summary(ctx context.Context, id layout.SessionID) (version uint32, updatedAt time.Time, err error) {
-	now := c.opts.Now()
+	if sum, ok := c.knownSummary(id, c.opts.Now(), time.Time{}); ok {
+		return sum.version, sum.updatedAt, nil
+	}
+	f := c.summaryFlight(id, 0, false, time.Time{})
+	t := time.NewTimer(c.opts.SummaryWait)
+	defer t.Stop()
+	select {
+	case <-f.done:
+		return f.sum.version, f.sum.updatedAt, f.err
+	case <-ctx.Done():
+		return 0, time.Time{}, ctx.Err()
+	case <-t.C:
+		return 0, time.Time{}, fmt.Errorf("attributes of session %s: not known within %v (its requests go on): %w",
+			id, c.opts.SummaryWait, context.DeadlineExceeded)
+	}
+}
+
+// knownSummary returns what the cache knows of id without asking the
+// bucket: a fresh loaded state's version, or a summary checked within the
+// TTL or at or after since (the start of the listing that asks).
+func (c *Cache) knownSummary(id layout.SessionID, now, since time.Time) (summary, bool) {
 	c.mu.Lock()
 	s, loaded := c.sessions.Peek(id)
 	sum, ok := c.summaries[id]
 	c.mu.Unlock()
 	if loaded {
 		if st := s.st.Load(); st != nil && s.fresh() {
-			return st.Version, st.UpdatedAt, nil
+			return summary{version: st.Version, updatedAt: st.UpdatedAt}, true
 		}
 	}
-	if ok && c.opts.MetadataTTL > 0 && now.Sub(sum.checked) < c.opts.MetadataTTL {
-		return sum.version, sum.updatedAt, nil
+	if ok && (c.freshAt(now, sum.checked) || (!since.IsZero() && !sum.checked.Before(since))) {
+		return sum, true
 	}
-	fp, err := c.store.LatestVersion(ctx, id)
-	if err != nil {
-		return 0, time.Time{}, err
-	}
-	c.stats.checks.Add(1)
-	switch {
-	case loaded && s.st.Load() != nil && s.st.Load().Version == fp:
-		st := s.st.Load()
-		sum = summary{version: fp, updatedAt: st.UpdatedAt}
-	case ok && sum.version == fp:
-	default:
-		sum, err = c.summarise(ctx, id, fp)
-		if err != nil {
-			return 0, time.Time{}, err
-		}
-	}
-	sum.checked = now
+	return summary{}, false
+}
+
+// freshAt reports whether something checked at t may still be used at
+// now; a TTL of 0 means "check every time".
+func (c *Cache) freshAt(now, t time.Time) bool {
+	return c.opts.MetadataTTL > 0 && now.Sub(t) < c.opts.MetadataTTL
+}
+
+// summaryFlight returns the computation of id's summary in flight,
+// starting one if there is none. With known set, fp is the latest version
+// as a listing saw it at checked, and no LIST is sent for it.
+func (c *Cache) summaryFlight(id layout.SessionID, fp uint32, known bool, checked time.Time) *sumFlight {
 	c.mu.Lock()
-	if c.summaries == nil {
-		c.summaries = map[layout.SessionID]summary{}
+	if f, ok := c.sumFlights[id]; ok {
+		c.mu.Unlock()
+		return f
 	}
-	c.summaries[id] = sum
+	f := &sumFlight{done: make(chan struct{})}
+	if c.sumFlights == nil {
+		c.sumFlights = map[layout.SessionID]*sumFlight{}
+	}
+	c.sumFlights[id] = f
 	c.mu.Unlock()
-	return sum.version, sum.updatedAt, nil
+	go func() {
+		// Not tied to one caller's context: others may be waiting on
+		// it, and every request has a deadline of its own.
+		sum, err := c.computeSummary(context.Background(), id, fp, known, checked)
+		c.mu.Lock()
+		if err == nil {
+			if c.summaries == nil {
+				c.summaries = map[layout.SessionID]summary{}
+			}
+			c.summaries[id] = sum
+		}
+		delete(c.sumFlights, id)
+		c.mu.Unlock()
+		f.sum, f.err = sum, err
+		close(f.done)
+	}()
+	return f
+}
+
+// computeSummary finds id's latest version (unless known) and its last
+// content append, reading a snapshot only when the version is one it has
+// no summary of.
+func (c *Cache) computeSummary(ctx context.Context, id layout.SessionID, fp uint32, known bool, checked time.Time) (summary, error) {
+	if !known {
+		checked = c.opts.Now()
+		var err error
+		if fp, err = c.store.LatestVersion(ctx, id); err != nil {
+			return summary{}, err
+		}
+		c.stats.checks.Add(1)
+	}
+	c.mu.Lock()
+	s, loaded := c.sessions.Peek(id)
+	prev, ok := c.summaries[id]
+	c.mu.Unlock()
+	if loaded {
+		if st := s.st.Load(); st != nil && st.Version == fp {
+			return summary{version: fp, updatedAt: st.UpdatedAt, checked: checked}, nil
+		}
+	}
+	if ok && prev.version == fp {
+		prev.checked = checked
+		return prev, nil
+	}
+	sum, err := c.summarise(ctx, id, fp)
+	sum.checked = checked
+	return sum, err
 }
 
 func (c *Cache) summarise(ctx context.Context, id layout.SessionID, fp uint32) (summary, error) {
@@ -92,34 +201,66 @@ func (c *Cache) summarise(ctx context.Context, id layout.SessionID, fp uint32) (
 	return summary{version: st.Version, updatedAt: st.UpdatedAt}, nil
 }
 
-// DefaultSummaryParallel bounds the requests a batch of summaries keeps
-// in flight.
-const DefaultSummaryParallel = 32
-
-// Summaries computes the summary of every session in ids concurrently, at
-// most par at a time (DefaultSummaryParallel when par < 1), so that the
-// attributes the kernel then asks for entry by entry (READDIRPLUS, ls -l)
-// are answered from the cache within the TTL: one freshness pass per
-// listing, issued wide, instead of one round trip after another per
-// session. A session whose summary fails is left out; its own getattr
-// reports the error.
-func (c *Cache) Summaries(ctx context.Context, ids []layout.SessionID, par int) {
-	if c.opts.MetadataTTL <= 0 {
-		return // every getattr checks the bucket anyway: nothing to keep
+// ListSessions lists every session with its summary: one freshness pass
+// per listing. The session list is re-listed at most once per TTL; the
+// summaries it lacks are then computed wide (at most
+// DefaultSummaryParallel at a time, none past MaxSummaryBatch), and the
+// listing waits for them at most Options.SummaryWait: an entry whose
+// summary is not there by then is returned without one (Known false)
+// while its computation goes on, so a stalled session holds up no other
+// (consistency.md §3). Inside the TTL of the last pass the listing costs
+// no request.
+func (c *Cache) ListSessions(ctx context.Context) ([]Listed, error) {
+	ids, err := c.Sessions(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if par < 1 {
-		par = DefaultSummaryParallel
-	}
-	var g errgroup.Group
-	g.SetLimit(par)
-	for _, id := range ids {
-		if ctx.Err() != nil {
-			break
+	c.mu.Lock()
+	since := c.list.checked
+	c.mu.Unlock()
+	out := make([]Listed, len(ids))
+	var missing []int
+	now := c.opts.Now()
+	for i, id := range ids {
+		out[i].ID = id
+		if sum, ok := c.knownSummary(id, now, since); ok {
+			out[i].Version, out[i].UpdatedAt, out[i].Known = sum.version, sum.updatedAt, true
+			continue
 		}
-		g.Go(func() error {
-			_, _, _ = c.Summary(ctx, id) // the entry's getattr reports a failure
-			return nil
-		})
+		missing = append(missing, i)
 	}
-	_ = g.Wait()
+	if len(missing) == 0 || len(missing) > MaxSummaryBatch {
+		return out, nil
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sem := make(chan struct{}, DefaultSummaryParallel)
+		for _, i := range missing {
+			sem <- struct{}{}
+			f := c.summaryFlight(ids[i], 0, false, time.Time{})
+			go func() {
+				<-f.done
+				<-sem
+			}()
+		}
+		for range cap(sem) {
+			sem <- struct{}{}
+		}
+	}()
+	t := time.NewTimer(c.opts.SummaryWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	now = c.opts.Now()
+	for _, i := range missing {
+		if sum, ok := c.knownSummary(ids[i], now, since); ok {
+			out[i].Version, out[i].UpdatedAt, out[i].Known = sum.version, sum.updatedAt, true
+		}
+	}
+	return out, nil
 }

@@ -11,7 +11,6 @@
 //	fs.go          the mount: Config, FS, Mount, the root directory
 //	root.go        /.pugmark/ (bucket, flags, stats)
 //	sessions.go    sessions/ and a session's directories, read side
-//	sessionlist.go sessions/ as a names-only READDIR stream
 //	slots.go       the live session tree, writable: create, write, rename,
 //	               unlink, setattr, xattrs, each a call of staging.Writer
 //	history.go     sessions/<id>/.pugmark/: snapshots/, at/, seq/, forks/

@@ -255,7 +255,7 @@ func (r *rootDir) entries() []child {
 	return []child{
 		{name: "sessions", mode: syscall.S_IFDIR, ino: inoOf("sessions"), ttl: f.ttl, node: func() gofsNode {
 			if f.cfg.ReadOnly {
-				return &sessionsROnode{dirNode{f: f, ls: &sessionsDir{f: f}}}
+				return &dirNode{f: f, ls: &sessionsDir{f: f}}
 			}
 			return &sessionsNode{dirNode{f: f, ls: &sessionsDir{f: f}}}
 		}},

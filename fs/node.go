@@ -30,6 +30,15 @@ type child struct {
 	// number show the child's state: a new descriptor of the same bytes
 	// (a chmod, a rename) keeps the number (inoKeeper).
 	refresh func(in *gofs.Inode)
+	// attr, if set, fills the child's attributes as the listing that
+	// made it knew them, instead of the node's Getattr: READDIRPLUS of
+	// sessions/ is answered from the listing's freshness pass, not with
+	// a check of the bucket per entry.
+	attr func(out *fuse.Attr)
+	// lazy marks an entry a listing has no attributes for: READDIRPLUS
+	// returns it without any, and the kernel looks it up if it needs
+	// them.
+	lazy bool
 }
 
 // lister is what a directory kind implements; dirNode adapts it to
@@ -87,7 +96,9 @@ func (f *FS) materialise(ctx context.Context, parent *gofs.Inode, c child, out *
 		// holds under that number, made for an older descriptor.
 		c.refresh(in)
 	}
-	if g, ok := in.Operations().(gofs.NodeGetattrer); ok {
+	if c.attr != nil {
+		c.attr(&out.Attr)
+	} else if g, ok := in.Operations().(gofs.NodeGetattrer); ok {
 		var ao fuse.AttrOut
 		if errno := g.Getattr(ctx, nil, &ao); errno != 0 {
 			return nil, errno
@@ -223,20 +234,35 @@ func (h *listHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 		}
 		return nil, syscall.ENOENT
 	}
+	if c.lazy {
+		// An error leaves the entry without attributes (node ID 0),
+		// which the kernel takes as "look it up when needed", not as
+		// ENOENT.
+		return nil, syscall.EAGAIN
+	}
 	return h.d.f.materialise(ctx, &h.d.Inode, c, out)
 }
 
 func (h *listHandle) Releasedir(ctx context.Context, flags uint32) {}
 
 func (d *dirNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	out.Mode = syscall.S_IFDIR | 0o555
-	setTimes(&out.Attr, d.f.start) // what has no time of its own shows the mount's
-	if err := d.ls.dirAttr(ctx, &out.Attr); err != nil {
+	if err := d.f.fillDirAttr(&out.Attr, func(a *fuse.Attr) error { return d.ls.dirAttr(ctx, a) }); err != nil {
 		return d.f.errnoOf("getattr", err)
 	}
-	d.f.owner(&out.Attr)
-	out.Nlink = 2
 	return 0
+}
+
+// fillDirAttr fills the attributes of a directory whose own part (times,
+// write bits) fill sets.
+func (f *FS) fillDirAttr(a *fuse.Attr, fill func(a *fuse.Attr) error) error {
+	a.Mode = syscall.S_IFDIR | 0o555
+	setTimes(a, f.start) // what has no time of its own shows the mount's
+	if err := fill(a); err != nil {
+		return err
+	}
+	f.owner(a)
+	a.Nlink = 2
+	return nil
 }
 
 // Statfs reports what statvfs(2) and pathconf(3) callers need: the name

@@ -21,20 +21,26 @@ import (
 // lookup even when listing would be expensive.
 type sessionsDir struct{ f *FS }
 
+// list is one freshness pass (cache.ListSessions): every session, with
+// the attributes the pass found, so that READDIRPLUS (ls -l) is answered
+// from it; an entry it has none for goes out without attributes.
 func (s *sessionsDir) list(ctx context.Context) ([]child, error) {
-	ids, err := s.f.cache.Sessions(ctx)
+	ls, err := s.f.cache.ListSessions(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if len(ids) <= maxSummaryBatch {
-		// Each entry's attributes (READDIRPLUS, ls -l) need a summary:
-		// fetch them all now, wide, instead of one after another as the
-		// kernel asks.
-		s.f.cache.Summaries(ctx, ids, 0)
-	}
-	out := make([]child, 0, len(ids))
-	for _, id := range ids {
-		out = append(out, s.f.sessionChild(id.String(), id))
+	out := make([]child, 0, len(ls))
+	for _, e := range ls {
+		c := s.f.sessionChild(e.ID.String(), e.ID)
+		if e.Known {
+			at, f := e.UpdatedAt, s.f
+			c.attr = func(a *fuse.Attr) {
+				_ = f.fillDirAttr(a, func(a *fuse.Attr) error { f.sessionRootAttr(a, at); return nil })
+			}
+		} else {
+			c.lazy = true
+		}
+		out = append(out, c)
 	}
 	return out, nil
 }
@@ -57,12 +63,6 @@ func (s *sessionsDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 	}
 	return nil
 }
-
-// maxSummaryBatch bounds the sessions whose attributes a listing of
-// sessions/ computes ahead: past it (100,000 sessions, say) a plain ls
-// would wait for two requests per session it never shows the attributes
-// of, so the attributes are left to each entry's getattr.
-const maxSummaryBatch = 5000
 
 // sessionChild is the live directory of a session.
 func (f *FS) sessionChild(name string, id layout.SessionID) child {
@@ -252,7 +252,8 @@ func (d *sessionDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 		if err != nil {
 			return err
 		}
-		updated = t
+		d.f.sessionRootAttr(out, t)
+		return nil
 	default:
 		st, err := d.f.cache.State(ctx, d.id)
 		if err != nil {
@@ -265,6 +266,16 @@ func (d *sessionDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 		out.Mode = syscall.S_IFDIR | 0o755
 	}
 	return nil
+}
+
+// sessionRootAttr sets what is a session directory's own in its
+// attributes: its last content append, and write bits on a writable
+// mount.
+func (f *FS) sessionRootAttr(out *fuse.Attr, updated time.Time) {
+	setTimes(out, updated)
+	if !f.cfg.ReadOnly {
+		out.Mode = syscall.S_IFDIR | 0o755
+	}
 }
 
 // slotChild is a file backed by a descriptor. The inode is keyed on
