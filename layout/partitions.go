@@ -2,6 +2,7 @@ package layout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -211,26 +212,9 @@ func (s *Store) listDirs(ctx context.Context, sem chan struct{}, prefix string) 
 	var dirs []string
 	token := blob.FirstPageToken
 	for {
-		if sem != nil {
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return nil, fmt.Errorf("list %s: %w", prefix, ctx.Err())
-			}
-		}
-		var page []*blob.ListObject
-		var next []byte
-		err := s.retry(ctx, func() error {
-			s.st.lists.Add(1)
-			var err error
-			page, next, err = s.b.ListPage(ctx, token, 1000, &blob.ListOptions{Prefix: prefix, Delimiter: "/"})
-			return err
-		})
-		if sem != nil {
-			<-sem
-		}
+		page, next, err := s.listPage(ctx, sem, prefix, "/", token)
 		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", prefix, err)
+			return nil, err
 		}
 		for _, o := range page {
 			if o.IsDir {
@@ -242,4 +226,179 @@ func (s *Store) listDirs(ctx context.Context, sem chan struct{}, prefix string) 
 		}
 		token = next
 	}
+}
+
+// listPage lists one page of up to 1,000 keys under prefix, with retries;
+// sem, if set, holds a token during the request.
+func (s *Store) listPage(ctx context.Context, sem chan struct{}, prefix, delim string, token []byte) ([]*blob.ListObject, []byte, error) {
+	if sem != nil {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("list %s: %w", prefix, ctx.Err())
+		}
+		defer func() { <-sem }()
+	}
+	var page []*blob.ListObject
+	var next []byte
+	err := s.retry(ctx, func() error {
+		s.st.lists.Add(1)
+		var err error
+		page, next, err = s.b.ListPage(ctx, token, 1000, &blob.ListOptions{Prefix: prefix, Delimiter: delim})
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	return page, next, nil
+}
+
+// ListedSession is a session a listing found, with the latest version
+// the listing saw: the first snapshot key under it, which reverse-hex
+// names make the newest (§6.1).
+type ListedSession struct {
+	ID SessionID
+	// Version is the latest snapshot version; 0 when the listing saw no
+	// snapshot of the session.
+	Version uint32
+	// Manifest is set when the listing saw the manifest.
+	Manifest bool
+}
+
+// partitionPageSessions is the fewest sessions a page of an hour
+// partition's full listing must bring, on average, for the listing to go
+// on paging: past it the partition holds sessions with long histories
+// (a page of 1,000 keys for 10 versions each), and the sessions left are
+// asked for one by one instead (ListSessionVersions).
+const partitionPageSessions = 50
+
+// ListSessionVersions returns every session under sessions/ with its
+// latest version, in ID order: the freshness pass of a listing. The
+// partition tree is walked as ListSessions walks it, but each hour
+// partition is listed without a delimiter, so one LIST (per 1,000 keys)
+// names every session of the hour and, in the same page, each one's
+// manifest and snapshot keys, the newest snapshot first. A partition
+// whose pages bring fewer than 50 sessions each (long histories) is
+// finished with a delimiter listing of its sessions and a max-keys=1
+// LIST per session not yet seen (LatestVersion), so no history is ever
+// listed whole. Keys that do not parse go to bad, if set; a failed LIST
+// fails the whole listing, never a shorter one.
+func (s *Store) ListSessionVersions(ctx context.Context, bad func(key string, err error)) ([]ListedSession, error) {
+	w := newPartitionWalk(s, DefaultListParallel, bad)
+	var mu sync.Mutex // guards out
+	var out []ListedSession
+	err := w.run(ctx, func(ctx context.Context, prefix string) error {
+		if _, err := ParseHourPrefix(prefix); err != nil {
+			w.skip(prefix, err)
+			return nil
+		}
+		got, err := s.listPartition(ctx, w, prefix)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		out = append(out, got...)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	slices.SortFunc(out, func(a, b ListedSession) int { return a.ID.Compare(b.ID) })
+	return out, nil
+}
+
+// listPartition lists one hour partition without a delimiter (see
+// ListSessionVersions).
+func (s *Store) listPartition(ctx context.Context, w *partitionWalk, prefix string) ([]ListedSession, error) {
+	var out []ListedSession
+	lastDir, skipDir := "", ""
+	token := blob.FirstPageToken
+	for pages := 1; ; pages++ {
+		page, next, err := s.listPage(ctx, w.sem, prefix, "", token)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range page {
+			dir, rest, ok := strings.Cut(strings.TrimPrefix(o.Key, prefix), "/")
+			if !ok || dir == skipDir {
+				continue // a key directly under the partition, or under a bad name
+			}
+			if dir != lastDir {
+				lastDir = dir
+				sk, err := ParseSessionKey(prefix + dir + "/" + manifestName)
+				if err != nil {
+					skipDir = dir
+					w.skip(prefix+dir+"/", err)
+					continue
+				}
+				out = append(out, ListedSession{ID: sk.ID})
+			}
+			cur := &out[len(out)-1]
+			switch {
+			case rest == manifestName:
+				cur.Manifest = true
+			case cur.Version == 0 && strings.HasPrefix(rest, snapshotsDir):
+				if v, err := ParseVersionFileName(strings.TrimPrefix(rest, snapshotsDir)); err == nil {
+					cur.Version = v
+				}
+			}
+		}
+		if len(next) == 0 {
+			return out, nil
+		}
+		if pages >= 2 && len(out) < partitionPageSessions*pages {
+			return s.finishPartition(ctx, w, prefix, out)
+		}
+		token = next
+	}
+}
+
+// finishPartition completes a partition listing cut short: the sessions
+// seen so far keep what was seen (the last one only if its newest
+// snapshot was among it), the rest are found by a delimiter listing and
+// asked for their latest version one by one, in parallel.
+func (s *Store) finishPartition(ctx context.Context, w *partitionWalk, prefix string, seen []ListedSession) ([]ListedSession, error) {
+	if n := len(seen); n > 0 && seen[n-1].Version == 0 {
+		seen = seen[:n-1]
+	}
+	ids, err := s.listHourAt(ctx, w.sem, prefix, nil) // bad names were reported already
+	if err != nil {
+		return nil, err
+	}
+	known := make(map[SessionID]bool, len(seen))
+	for _, l := range seen {
+		known[l.ID] = true
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	var mu sync.Mutex // guards seen
+	for _, id := range ids {
+		if known[id] {
+			continue
+		}
+		g.Go(func() error {
+			select {
+			case w.sem <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			v, err := s.LatestVersion(ctx, id)
+			<-w.sem
+			l := ListedSession{ID: id, Version: v, Manifest: true}
+			switch {
+			case errors.Is(err, ErrSessionNotFound):
+				l.Manifest = false
+			case err != nil:
+				return err
+			}
+			mu.Lock()
+			seen = append(seen, l)
+			mu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return seen, nil
 }

@@ -163,3 +163,112 @@ func TestPartitionWalkOverlaps(t *testing.T) {
 	}
 	t.Logf("%d LISTs, peak in flight %d", st.Lists-before.Lists, st.PeakInFlight)
 }
+
+// idIn is a session ID of hour h whose other bytes are all b, so that
+// tests can choose the key order of sessions in a partition.
+func idIn(h uint32, b byte) SessionID {
+	var id SessionID
+	id[0], id[1], id[2], id[3] = byte(h>>24), byte(h>>16), byte(h>>8), byte(h)
+	for i := 4; i < len(id); i++ {
+		id[i] = b
+	}
+	return id
+}
+
+// §6.1, §6.3: one listing of each hour partition without a delimiter
+// names every session and its latest version, as LatestVersion finds it
+// (stray snapshot names skipped), with one LIST per partition.
+func TestListSessionVersions(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		base := uint32(testNow.Unix() / 3600)
+		hours := []uint32{base, base + 1, base + 30}
+		byHour := partitionSessions(t, s, hours, 3)
+		for i, id := range byHour[base] {
+			for range i + 1 {
+				commit(t, s, id, Checkpoint, desc("a", "x"))
+			}
+		}
+		// Not snapshots: a zero version and lowercase hex sort around the
+		// real ones and are skipped.
+		stray := byHour[base+1][0]
+		commit(t, s, stray, Checkpoint, desc("a", "x"))
+		dir, _ := SessionDir(stray)
+		putRaw(t, b, dir+"snapshots/00000000.json", []byte("[]"), nil)
+		putRaw(t, b, dir+"snapshots/fffffffe.json", []byte("[]"), nil)
+		// Not a session directory: reported and skipped.
+		hp, _ := HourPrefix(base + 30)
+		putRaw(t, b, hp+"NOT-A-SESSION/manifest.json", []byte("{}"), nil)
+
+		var bad []string
+		before := s.Stats().Lists
+		got, err := s.ListSessionVersions(bg, func(k string, err error) { bad = append(bad, k) })
+		lists := s.Stats().Lists - before
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []ListedSession
+		for _, h := range hours {
+			for _, id := range byHour[h] {
+				v, err := s.LatestVersion(bg, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, ListedSession{ID: id, Version: v, Manifest: true})
+			}
+		}
+		slices.SortFunc(want, func(a, b ListedSession) int { return a.ID.Compare(b.ID) })
+		if !slices.Equal(got, want) {
+			t.Fatalf("ListSessionVersions =\n%v\nwant\n%v", got, want)
+		}
+		if len(bad) != 1 || !strings.Contains(bad[0], "NOT-A-SESSION") {
+			t.Fatalf("bad keys %v", bad)
+		}
+		// sessions/, year=, month= (one), day= (two), then one LIST per
+		// hour partition.
+		if want := int64(1 + 1 + 1 + 2 + len(hours)); lists != want {
+			t.Fatalf("%d LISTs, want %d", lists, want)
+		}
+	})
+}
+
+// A partition with a long history is not listed whole: once its pages
+// bring few sessions, the sessions after the long one are found by a
+// delimiter listing and a max-keys=1 LIST each.
+func TestListSessionVersionsLongHistory(t *testing.T) {
+	b := memBucket()
+	s := newStore(t, b, nil)
+	h := uint32(testNow.Unix() / 3600)
+	before, long, after1, after2, empty := idIn(h, 0x10), idIn(h, 0x20), idIn(h, 0x30), idIn(h, 0x40), idIn(h, 0x50)
+	for _, id := range []SessionID{before, long, after1, after2, empty} {
+		if _, _, err := s.CreateSession(bg, &Manifest{Session: id, FirstSequenceNumber: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(t, s, before, Checkpoint, desc("a", "x"))
+	commit(t, s, after1, Checkpoint, desc("a", "x"))
+	commit(t, s, after2, Checkpoint, desc("a", "x"))
+	commit(t, s, after2, Checkpoint, desc("a", "y"))
+	// 3,000 versions: three pages of keys. The listing reads no body.
+	const versions = 3000
+	for v := uint32(1); v <= versions; v++ {
+		k, _ := SnapshotKey(long, v)
+		putRaw(t, b, k, []byte("[]"), nil)
+	}
+	startLists := s.Stats().Lists
+	got, err := s.ListSessionVersions(bg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ListedSession{{before, 1, true}, {long, versions, true}, {after1, 1, true}, {after2, 2, true}, {empty, 0, true}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ListSessionVersions =\n%v\nwant\n%v", got, want)
+	}
+	// sessions/, year=, month=, day=; two pages of the partition, one
+	// delimiter page, and a LIST for each of the three sessions after the
+	// long one (plus a HEAD for the empty one) — not the four pages of
+	// the whole history.
+	if lists := s.Stats().Lists - startLists; lists != 4+2+1+3 {
+		t.Fatalf("%d LISTs, want %d", lists, 4+2+1+3)
+	}
+}
