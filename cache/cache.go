@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,7 +47,7 @@ type Store interface {
 	LatestVersion(ctx context.Context, id layout.SessionID) (uint32, error)
 	LoadManifest(ctx context.Context, id layout.SessionID) (*layout.Manifest, error)
 	ReadSnapshotRange(ctx context.Context, id layout.SessionID, from, to uint32, par int) ([][]layout.Descriptor, error)
-	ListSessions(ctx context.Context, bad func(key string, err error)) ([]layout.SessionID, error)
+	ListSessionVersions(ctx context.Context, bad func(key string, err error)) ([]layout.ListedSession, error)
 	ListHours(ctx context.Context, par int, bad func(key string, err error)) ([]uint32, error)
 	ListHour(ctx context.Context, hour uint32, bad func(key string, err error)) ([]layout.SessionID, error)
 }
@@ -66,7 +67,10 @@ type Options struct {
 	Parallel int
 	// IndexPath, if set, is the file the registry is persisted to.
 	IndexPath string
-	// FlushDelay defers registry publication (default 2s).
+	// SummaryPath, if set, is the file the summaries are kept in across
+	// mounts (summaryFile).
+	SummaryPath string
+	// FlushDelay defers registry and summary publication (default 2s).
 	FlushDelay time.Duration
 	// SummaryWait bounds how long a listing or a session directory's
 	// attributes wait for a summary being fetched (default
@@ -95,6 +99,8 @@ type Cache struct {
 	// computations of them in flight.
 	summaries  map[layout.SessionID]summary
 	sumFlights map[layout.SessionID]*sumFlight
+	// sumFile persists summaries; nil without Options.SummaryPath.
+	sumFile *summaryFile
 
 	// registry holds the session rows (consistency.md §1). Unexported:
 	// the write engine updates it through SetName, nothing else reaches in.
@@ -108,8 +114,11 @@ type ancestorKey struct {
 	v  uint32
 }
 
+// sessionList is the last freshness pass over sessions/: every session,
+// in ID order, with the latest version the pass saw. found is shared:
+// it is replaced, never changed in place.
 type sessionList struct {
-	ids     []layout.SessionID
+	found   []layout.ListedSession
 	checked time.Time
 	valid   bool
 }
@@ -158,11 +167,27 @@ func New(store Store, opts Options) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.SummaryPath != "" {
+		delay := opts.FlushDelay
+		if delay <= 0 {
+			delay = 2 * time.Second
+		}
+		c.sumFile = &summaryFile{path: opts.SummaryPath, delay: delay}
+		c.loadSummaries()
+	}
 	return c, nil
 }
 
-// Close flushes the registry.
-func (c *Cache) Close() error { return c.registry.Close() }
+// Close flushes the registry and the summaries.
+func (c *Cache) Close() error {
+	c.mu.Lock()
+	if f := c.sumFile; f != nil && f.timer != nil {
+		f.timer.Stop()
+		f.timer = nil
+	}
+	c.mu.Unlock()
+	return errors.Join(c.registry.Close(), c.flushSummaries())
+}
 
 // SetName keeps a session's name in the registry after a commit of this
 // mount (the write engine's update, next to Committed).
@@ -338,24 +363,41 @@ func (c *Cache) snapshots(ctx context.Context, id layout.SessionID, from, to uin
 }
 
 // Sessions lists every session ID in the bucket, re-listed at most once
-// per TTL. Sessions this mount created are merged in immediately.
+// per TTL (listed). Sessions this mount created are merged in
+// immediately.
 func (c *Cache) Sessions(ctx context.Context) ([]layout.SessionID, error) {
-	now := c.opts.Now()
-	c.mu.Lock()
-	if c.list.valid && now.Sub(c.list.checked) < c.opts.MetadataTTL {
-		ids := append([]layout.SessionID(nil), c.list.ids...)
-		c.mu.Unlock()
-		return ids, nil
-	}
-	c.mu.Unlock()
-	ids, err := c.store.ListSessions(ctx, c.skipKey)
+	found, _, err := c.listed(ctx)
 	if err != nil {
 		return nil, err
 	}
+	ids := make([]layout.SessionID, len(found))
+	for i, l := range found {
+		ids[i] = l.ID
+	}
+	return ids, nil
+}
+
+// listed returns the last freshness pass over sessions/ and its time,
+// running a new one (layout.Store.ListSessionVersions: the partition
+// walk, one LIST per hour partition) when it is older than the TTL. The
+// slice is shared and must not be changed.
+func (c *Cache) listed(ctx context.Context) ([]layout.ListedSession, time.Time, error) {
+	now := c.opts.Now()
 	c.mu.Lock()
-	c.list = sessionList{ids: ids, checked: now, valid: true}
+	if c.list.valid && c.freshAt(now, c.list.checked) {
+		found, at := c.list.found, c.list.checked
+		c.mu.Unlock()
+		return found, at, nil
+	}
 	c.mu.Unlock()
-	return append([]layout.SessionID(nil), ids...), nil
+	found, err := c.store.ListSessionVersions(ctx, c.skipKey)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	c.mu.Lock()
+	c.list = sessionList{found: found, checked: now, valid: true}
+	c.mu.Unlock()
+	return found, now, nil
 }
 
 // SessionCreated records a session this mount created, so listings show it
@@ -364,12 +406,13 @@ func (c *Cache) SessionCreated(id layout.SessionID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.hourCreatedLocked(id)
-	for _, x := range c.list.ids {
-		if x == id {
-			return
-		}
+	if !c.list.valid {
+		return
 	}
-	if c.list.valid {
-		c.list.ids = append(c.list.ids, id)
+	i, found := slices.BinarySearchFunc(c.list.found, id, func(l layout.ListedSession, id layout.SessionID) int { return l.ID.Compare(id) })
+	if !found {
+		// Neither a version nor the manifest seen: its summary asks
+		// the bucket (this mount may have committed to it since).
+		c.list.found = slices.Insert(slices.Clip(c.list.found), i, layout.ListedSession{ID: id})
 	}
 }

@@ -36,7 +36,7 @@ func (c *Cache) Hours(ctx context.Context) ([]uint32, error) {
 		return hs, nil
 	}
 	if c.list.valid && c.freshAt(now, c.list.checked) {
-		hs := hoursOf(c.list.ids)
+		hs := hoursOf(c.list.found)
 		c.mu.Unlock()
 		return hs, nil
 	}
@@ -65,9 +65,9 @@ func (c *Cache) HourSessions(ctx context.Context, hour uint32) ([]layout.Session
 	}
 	if c.list.valid && c.freshAt(now, c.list.checked) {
 		var ids []layout.SessionID
-		for _, id := range c.list.ids {
-			if id.Hour() == hour {
-				ids = append(ids, id)
+		for _, l := range c.list.found {
+			if l.ID.Hour() == hour {
+				ids = append(ids, l.ID)
 			}
 		}
 		c.mu.Unlock()
@@ -111,10 +111,10 @@ func (c *Cache) skipKey(key string, err error) {
 	c.log.Warn("skipping a key under sessions/ that is not a session path", "key", key, "err", err)
 }
 
-func hoursOf(ids []layout.SessionID) []uint32 {
+func hoursOf(found []layout.ListedSession) []uint32 {
 	var hs []uint32
-	for _, id := range ids {
-		hs = append(hs, id.Hour())
+	for _, l := range found {
+		hs = append(hs, l.ID.Hour())
 	}
 	slices.Sort(hs)
 	return slices.Compact(hs)

@@ -196,7 +196,10 @@ func (r *Registry) Flush() error {
 		hook(rows)
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].ID.String() < rows[j].ID.String() })
-	err := writeFileAtomic(r.path, rows)
+	b, err := json.MarshalIndent(rows, "", " ")
+	if err == nil {
+		err = writeFileAtomic(r.path, b)
+	}
 	r.state.Lock()
 	if err != nil {
 		r.dirty = true // keep it for the next attempt
@@ -229,11 +232,10 @@ func (r *Registry) Close() error {
 	return r.Flush()
 }
 
-func writeFileAtomic(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", " ")
-	if err != nil {
-		return err
-	}
+// writeFileAtomic replaces path with b: a temp file in the same
+// directory, synced, then renamed over it, so a reader sees the old file
+// or the new one, whole.
+func writeFileAtomic(path string, b []byte) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err

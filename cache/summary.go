@@ -132,6 +132,9 @@ func (c *Cache) summaryFlight(id layout.SessionID, fp uint32, known bool, checke
 			if c.summaries == nil {
 				c.summaries = map[layout.SessionID]summary{}
 			}
+			if prev, ok := c.summaries[id]; !ok || prev.version != sum.version {
+				c.summaryLearntLocked()
+			}
 			c.summaries[id] = sum
 		}
 		delete(c.sumFlights, id)
@@ -202,33 +205,58 @@ func (c *Cache) summarise(ctx context.Context, id layout.SessionID, fp uint32) (
 }
 
 // ListSessions lists every session with its summary: one freshness pass
-// per listing. The session list is re-listed at most once per TTL; the
-// summaries it lacks are then computed wide (at most
-// DefaultSummaryParallel at a time, none past MaxSummaryBatch), and the
-// listing waits for them at most Options.SummaryWait: an entry whose
-// summary is not there by then is returned without one (Known false)
-// while its computation goes on, so a stalled session holds up no other
-// (consistency.md §3). Inside the TTL of the last pass the listing costs
-// no request.
+// per listing. The pass (listed: one LIST per hour partition, at most
+// once per TTL) gives every session's latest version; a session whose
+// summary is of that version is confirmed without a request, and the
+// summaries of the others (one snapshot GET each) are computed wide, at
+// most DefaultSummaryParallel at a time and none when more than
+// MaxSummaryBatch are missing. The listing waits for them at most
+// Options.SummaryWait: an entry whose summary is not there by then is
+// returned without one (Known false) while its computation goes on, so a
+// stalled session holds up no other (consistency.md §3). Inside the TTL
+// of the last pass the listing costs no request.
 func (c *Cache) ListSessions(ctx context.Context) ([]Listed, error) {
-	ids, err := c.Sessions(ctx)
+	found, since, err := c.listed(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	since := c.list.checked
-	c.mu.Unlock()
-	out := make([]Listed, len(ids))
-	var missing []int
+	out := make([]Listed, len(found))
+	type todo struct {
+		i     int
+		fp    uint32
+		known bool
+	}
+	var missing []todo
 	now := c.opts.Now()
-	for i, id := range ids {
-		out[i].ID = id
-		if sum, ok := c.knownSummary(id, now, since); ok {
-			out[i].Version, out[i].UpdatedAt, out[i].Known = sum.version, sum.updatedAt, true
+	c.mu.Lock()
+	for i, l := range found {
+		out[i].ID = l.ID
+		if s, ok := c.sessions.Peek(l.ID); ok {
+			// This mount's own commits show at once, whatever LIST says.
+			if st := s.st.Load(); st != nil && s.fresh() {
+				out[i].Version, out[i].UpdatedAt, out[i].Known = st.Version, st.UpdatedAt, true
+				continue
+			}
+		}
+		sum, ok := c.summaries[l.ID]
+		// The listing saw the version when it saw a snapshot or the
+		// manifest (no snapshot: version 0).
+		known := l.Version > 0 || l.Manifest
+		switch {
+		case ok && known && sum.version == l.Version:
+			if sum.checked.Before(since) {
+				sum.checked = since // confirmed by this pass's LIST
+				c.summaries[l.ID] = sum
+			}
+		case ok && (c.freshAt(now, sum.checked) || !sum.checked.Before(since)):
+			// Checked since the pass (a lookup): newer than the pass.
+		default:
+			missing = append(missing, todo{i, l.Version, known})
 			continue
 		}
-		missing = append(missing, i)
+		out[i].Version, out[i].UpdatedAt, out[i].Known = sum.version, sum.updatedAt, true
 	}
+	c.mu.Unlock()
 	if len(missing) == 0 || len(missing) > MaxSummaryBatch {
 		return out, nil
 	}
@@ -236,9 +264,9 @@ func (c *Cache) ListSessions(ctx context.Context) ([]Listed, error) {
 	go func() {
 		defer close(done)
 		sem := make(chan struct{}, DefaultSummaryParallel)
-		for _, i := range missing {
+		for _, m := range missing {
 			sem <- struct{}{}
-			f := c.summaryFlight(ids[i], 0, false, time.Time{})
+			f := c.summaryFlight(found[m.i].ID, m.fp, m.known, since)
 			go func() {
 				<-f.done
 				<-sem
@@ -257,9 +285,9 @@ func (c *Cache) ListSessions(ctx context.Context) ([]Listed, error) {
 		return nil, ctx.Err()
 	}
 	now = c.opts.Now()
-	for _, i := range missing {
-		if sum, ok := c.knownSummary(ids[i], now, since); ok {
-			out[i].Version, out[i].UpdatedAt, out[i].Known = sum.version, sum.updatedAt, true
+	for _, m := range missing {
+		if sum, ok := c.knownSummary(found[m.i].ID, now, since); ok {
+			out[m.i].Version, out[m.i].UpdatedAt, out[m.i].Known = sum.version, sum.updatedAt, true
 		}
 	}
 	return out, nil

@@ -108,6 +108,25 @@ func mount(t *testing.T, bk *Bucket, args ...string) *Mount {
 	return m
 }
 
+// testCacheHomes holds the cache home of each top-level test by name.
+var testCacheHomes sync.Map
+
+// testCacheHome is the user cache directory ($XDG_CACHE_HOME) of the
+// mounts of one test and its subtests: a mount without --cache-dir keeps
+// its disk cache there, per bucket, as it would under ~/.cache, so the
+// mounts of one test share it and no test sees another's (or leaves it
+// behind). It lasts as long as the test that first asked for it.
+func testCacheHome(t testing.TB) string {
+	top, _, _ := strings.Cut(t.Name(), "/")
+	if d, ok := testCacheHomes.Load(top); ok {
+		return d.(string)
+	}
+	d := t.TempDir()
+	testCacheHomes.Store(top, d)
+	t.Cleanup(func() { testCacheHomes.Delete(top) })
+	return d
+}
+
 func startMount(t *testing.T, bk *Bucket, dir string, args ...string) *Mount {
 	t.Helper()
 	return startMountCmd(t, bk, dir, nil, args...)
@@ -126,7 +145,7 @@ func startMountCmd(t *testing.T, bk *Bucket, dir string, wrap func(argv []string
 	} else {
 		cmd = exec.Command(full[0], full[1:]...)
 	}
-	cmd.Env = append(os.Environ(), bk.Env...)
+	cmd.Env = append(append(os.Environ(), bk.Env...), "XDG_CACHE_HOME="+testCacheHome(t))
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {

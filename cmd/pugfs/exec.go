@@ -91,7 +91,7 @@ for a usage error.`,
 			cacheSize := sizeFlag(defaultCacheSize)
 			umask := octalFlag(0o022)
 			fs.DurationVar(&cfg.mount.MetadataTTL, "metadata-ttl", time.Second, "how long listings and latest versions are trusted, a `DURATION`")
-			fs.StringVar(&cfg.mount.CacheDir, "cache-dir", "", "`DIR` for cached blobs, staged writes and failed/ (default: chosen by pugfs)")
+			fs.StringVar(&cfg.mount.CacheDir, "cache-dir", "", "`DIR` for the disk cache, staged writes and failed/; off keeps no cache on disk (default: $XDG_CACHE_HOME/pugfs/<bucket>, else ~/.cache/pugfs/<bucket>)")
 			fs.Var(&cacheSize, "cache-size", "memory budget of the blob cache, a `SIZE`")
 			fs.BoolVar(&cfg.mount.Debug, "debug", false, "log every FUSE request and bucket call to stderr")
 			fs.IntVar(&uid, "uid", -1, "owner `UID` of every file (default: the user running pugfs)")

@@ -32,6 +32,9 @@ const (
 	commitOnFsync commitMode = "fsync"
 )
 
+// cacheDirOff is the --cache-dir value that turns the disk cache off.
+const cacheDirOff = "off"
+
 // defaultCacheSize is --cache-size's default.
 const defaultCacheSize = 256 << 20
 
@@ -48,8 +51,10 @@ type mountConfig struct {
 	// MetadataTTL is how long a session's latest version, the session
 	// list, memories and refs are trusted; 0 checks on every lookup.
 	MetadataTTL time.Duration
-	// CacheDir is where blob bodies and staged writes are cached; ""
-	// leaves the choice to runMount.
+	// CacheDir is where blob bodies, snapshot summaries and staged writes
+	// are kept; "" is the per-bucket directory under the user's cache
+	// directory (stateDirFor), cacheDirOff keeps nothing on disk but the
+	// staged writes.
 	CacheDir string
 	// CacheSize is the blob cache's memory budget in bytes (> 0); the disk
 	// cache under CacheDir may use four times as much.
@@ -118,7 +123,7 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 			snapType := string(layout.Provisional)
 			fs.BoolVar(&cfg.ReadOnly, "read-only", false, "refuse every write (EROFS) (default: off)")
 			fs.DurationVar(&cfg.MetadataTTL, "metadata-ttl", time.Second, "how long listings and latest versions are trusted, a `DURATION` such as 500ms or 2s (0: ask the bucket on every lookup)")
-			fs.StringVar(&cfg.CacheDir, "cache-dir", "", "`DIR` for cached blobs and staged writes (default: chosen by the mount)")
+			fs.StringVar(&cfg.CacheDir, "cache-dir", "", "`DIR` keeping what never changes (verified blobs, decoded sizes, session summaries) across mounts, and staged writes; off keeps no cache on disk (default: $XDG_CACHE_HOME/pugfs/<bucket>, else ~/.cache/pugfs/<bucket>)")
 			fs.Var(&cacheSize, "cache-size", "memory budget of the blob cache, a `SIZE` in bytes with an optional KiB, MiB, GiB suffix (or K, M, G); the disk cache under --cache-dir may use 4x, and the mount sets a soft Go memory limit of this plus 48 MiB unless GOMEMLIMIT is set")
 			fs.BoolVar(&cfg.Debug, "debug", false, "log every FUSE request and bucket call to stderr (default: off)")
 			fs.BoolVar(&cfg.AllowOther, "allow-other", false, "let other users access the mount (needs user_allow_other in /etc/fuse.conf) (default: off)")

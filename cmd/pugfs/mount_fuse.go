@@ -223,9 +223,14 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	}
 	copts := cache.Options{MetadataTTL: cfg.MetadataTTL, Logger: log}
 	bopts := blobcache.Options{MemBytes: cfg.CacheSize, SpillDir: staging, SniffEncoding: cfg.SniffEncoding, Logger: log}
-	if cfg.CacheDir != "" {
-		copts.IndexPath = filepath.Join(cfg.CacheDir, "index.json")
-		bopts.DiskDir = filepath.Join(cfg.CacheDir, "blobs")
+	if cfg.CacheDir != cacheDirOff {
+		// On by default: what never changes is kept for the next mount
+		// of the bucket, in the directory the staged writes use (the
+		// per-bucket one under the user's cache directory unless
+		// --cache-dir says otherwise). Several mounts may share it.
+		copts.IndexPath = filepath.Join(stateDir, "index.json")
+		copts.SummaryPath = filepath.Join(stateDir, "summaries")
+		bopts.DiskDir = filepath.Join(stateDir, "blobs")
 		bopts.DiskBytes = cfg.CacheSize * 4
 	}
 	c, err := cache.New(store, copts)
@@ -319,10 +324,11 @@ func writableDir(dir string) error {
 	return os.Remove(f.Name())
 }
 
-// stateDirFor is where the mount keeps staging files: the cache directory
-// if given, else a per-bucket directory in the user's cache.
+// stateDirFor is where the mount keeps staging files and its disk cache:
+// the cache directory if given, else a per-bucket directory in the user's
+// cache directory ($XDG_CACHE_HOME, else ~/.cache).
 func stateDirFor(cfg mountConfig, u string) (string, error) {
-	if cfg.CacheDir != "" {
+	if cfg.CacheDir != "" && cfg.CacheDir != cacheDirOff {
 		return cfg.CacheDir, nil
 	}
 	base, err := os.UserCacheDir()
