@@ -231,17 +231,14 @@ func (s *Store) listDirs(ctx context.Context, sem chan struct{}, prefix string) 
 // listPage lists one page of up to 1,000 keys under prefix, with retries;
 // sem, if set, holds a token during the request.
 func (s *Store) listPage(ctx context.Context, sem chan struct{}, prefix, delim string, token []byte) ([]*blob.ListObject, []byte, error) {
-	if sem != nil {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("list %s: %w", prefix, ctx.Err())
-		}
-		defer func() { <-sem }()
+	release, err := take(ctx, sem)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list %s: %w", prefix, err)
 	}
+	defer release()
 	var page []*blob.ListObject
 	var next []byte
-	err := s.retry(ctx, func() error {
+	err = s.retry(ctx, func() error {
 		s.st.lists.Add(1)
 		var err error
 		page, next, err = s.b.ListPage(ctx, token, 1000, &blob.ListOptions{Prefix: prefix, Delimiter: delim})
@@ -377,13 +374,12 @@ func (s *Store) finishPartition(ctx context.Context, w *partitionWalk, prefix st
 			continue
 		}
 		g.Go(func() error {
-			select {
-			case w.sem <- struct{}{}:
-			case <-ctx.Done():
-				return ctx.Err()
+			release, err := take(ctx, w.sem)
+			if err != nil {
+				return err
 			}
 			v, err := s.LatestVersion(ctx, id)
-			<-w.sem
+			release()
 			l := ListedSession{ID: id, Version: v, Manifest: true}
 			switch {
 			case errors.Is(err, ErrSessionNotFound):
@@ -401,4 +397,18 @@ func (s *Store) finishPartition(ctx context.Context, w *partitionWalk, prefix st
 		return nil, err
 	}
 	return seen, nil
+}
+
+// take waits for a token of sem (none when sem is nil) and returns what
+// gives it back.
+func take(ctx context.Context, sem chan struct{}) (release func(), err error) {
+	if sem == nil {
+		return func() {}, nil
+	}
+	select {
+	case sem <- struct{}{}:
+		return func() { <-sem }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }

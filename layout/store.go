@@ -222,16 +222,9 @@ func (s *Store) put(ctx context.Context, key string, body []byte, wo *blob.Write
 func (s *Store) walk(ctx context.Context, prefix, delim string, fn func(*blob.ListObject) (bool, error)) error {
 	token := blob.FirstPageToken
 	for {
-		var page []*blob.ListObject
-		var next []byte
-		err := s.retry(ctx, func() error {
-			s.st.lists.Add(1)
-			var err error
-			page, next, err = s.b.ListPage(ctx, token, 1000, &blob.ListOptions{Prefix: prefix, Delimiter: delim})
-			return err
-		})
+		page, next, err := s.listPage(ctx, nil, prefix, delim, token)
 		if err != nil {
-			return fmt.Errorf("list %s: %w", prefix, err)
+			return err
 		}
 		for _, o := range page {
 			more, err := fn(o)
