@@ -271,34 +271,55 @@ const partitionPageSessions = 50
 
 // ListSessionVersions returns every session under sessions/ with its
 // latest version, in ID order: the freshness pass of a listing. The
-// partition tree is walked as ListSessions walks it, but each hour
-// partition is listed without a delimiter, so one LIST (per 1,000 keys)
-// names every session of the hour and, in the same page, each one's
-// manifest and snapshot keys, the newest snapshot first. A partition
-// whose pages bring fewer than 50 sessions each (long histories) is
-// finished with a delimiter listing of its sessions and a max-keys=1
-// LIST per session not yet seen (LatestVersion), so no history is ever
-// listed whole. Keys that do not parse go to bad, if set; a failed LIST
-// fails the whole listing, never a shorter one.
-func (s *Store) ListSessionVersions(ctx context.Context, bad func(key string, err error)) ([]ListedSession, error) {
+// partition tree is walked as ListHours walks it; then each hour
+// partition for which full(hour, partitions) says so is listed without a
+// delimiter, so one LIST (per 1,000 keys) names every session of the hour
+// and, in the same page, each one's manifest and snapshot keys, the
+// newest snapshot first. A partition whose pages bring fewer than 50
+// sessions each (long histories) is finished with a delimiter listing of
+// its sessions and a max-keys=1 LIST per session not yet seen
+// (LatestVersion), so no history is ever listed whole. The other
+// partitions (all of them when full is nil) are listed with a delimiter:
+// the same requests, but only the sessions (Version 0, Manifest false),
+// which some servers answer much faster (one that walks a file system
+// reads every object's metadata for a full listing). Keys that do not
+// parse go to bad, if set; a failed LIST fails the whole listing, never a
+// shorter one.
+func (s *Store) ListSessionVersions(ctx context.Context, full func(hour uint32, partitions int) bool, bad func(key string, err error)) ([]ListedSession, error) {
+	hours, err := s.ListHours(ctx, DefaultListParallel, bad)
+	if err != nil {
+		return nil, err
+	}
 	w := newPartitionWalk(s, DefaultListParallel, bad)
+	g, gctx := errgroup.WithContext(ctx)
 	var mu sync.Mutex // guards out
 	var out []ListedSession
-	err := w.run(ctx, func(ctx context.Context, prefix string) error {
-		if _, err := ParseHourPrefix(prefix); err != nil {
-			w.skip(prefix, err)
+	for _, h := range hours {
+		g.Go(func() error {
+			prefix, err := HourPrefix(h)
+			if err != nil {
+				return err
+			}
+			var got []ListedSession
+			if full != nil && full(h, len(hours)) {
+				got, err = s.listPartition(gctx, w, prefix)
+			} else {
+				var ids []SessionID
+				ids, err = s.listHourAt(gctx, w.sem, prefix, w.skip)
+				for _, id := range ids {
+					got = append(got, ListedSession{ID: id})
+				}
+			}
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			out = append(out, got...)
+			mu.Unlock()
 			return nil
-		}
-		got, err := s.listPartition(ctx, w, prefix)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		out = append(out, got...)
-		mu.Unlock()
-		return nil
-	})
-	if err != nil {
+		})
+	}
+	if err := g.Wait(); err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}
 	slices.SortFunc(out, func(a, b ListedSession) int { return a.ID.Compare(b.ID) })

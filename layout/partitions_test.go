@@ -164,6 +164,9 @@ func TestPartitionWalkOverlaps(t *testing.T) {
 	t.Logf("%d LISTs, peak in flight %d", st.Lists-before.Lists, st.PeakInFlight)
 }
 
+// everyHour lists every partition in full.
+func everyHour(uint32, int) bool { return true }
+
 // idIn is a session ID of hour h whose other bytes are all b, so that
 // tests can choose the key order of sessions in a partition.
 func idIn(h uint32, b byte) SessionID {
@@ -202,7 +205,7 @@ func TestListSessionVersions(t *testing.T) {
 
 		var bad []string
 		before := s.Stats().Lists
-		got, err := s.ListSessionVersions(bg, func(k string, err error) { bad = append(bad, k) })
+		got, err := s.ListSessionVersions(bg, everyHour, func(k string, err error) { bad = append(bad, k) })
 		lists := s.Stats().Lists - before
 		if err != nil {
 			t.Fatal(err)
@@ -256,7 +259,7 @@ func TestListSessionVersionsLongHistory(t *testing.T) {
 		putRaw(t, b, k, []byte("[]"), nil)
 	}
 	startLists := s.Stats().Lists
-	got, err := s.ListSessionVersions(bg, nil)
+	got, err := s.ListSessionVersions(bg, everyHour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,5 +273,28 @@ func TestListSessionVersionsLongHistory(t *testing.T) {
 	// the whole history.
 	if lists := s.Stats().Lists - startLists; lists != 4+2+1+3 {
 		t.Fatalf("%d LISTs, want %d", lists, 4+2+1+3)
+	}
+}
+
+// A partition the caller does not want in full is listed with a
+// delimiter: its sessions, without versions.
+func TestListSessionVersionsNamesOnly(t *testing.T) {
+	s := newStore(t, memBucket(), nil)
+	base := uint32(testNow.Unix() / 3600)
+	byHour := partitionSessions(t, s, []uint32{base, base + 1}, 2)
+	got, err := s.ListSessionVersions(bg, func(h uint32, n int) bool { return h == base && n == 2 }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []ListedSession
+	for _, id := range byHour[base] {
+		want = append(want, ListedSession{ID: id, Manifest: true})
+	}
+	for _, id := range byHour[base+1] {
+		want = append(want, ListedSession{ID: id})
+	}
+	slices.SortFunc(want, func(a, b ListedSession) int { return a.ID.Compare(b.ID) })
+	if !slices.Equal(got, want) {
+		t.Fatalf("ListSessionVersions =\n%v\nwant\n%v", got, want)
 	}
 }
