@@ -41,6 +41,9 @@ type Config struct {
 	Latency        time.Duration
 	Hours          int
 	RemoteVersions []int
+	// ManySessions over ManyHours partitions are the remote preset's
+	// `ls sessions/` at scale row (0: no such row).
+	ManySessions, ManyHours int
 
 	// Peers are the columns besides pugfs: native, loopback, rclone.
 	Peers []string
@@ -93,6 +96,7 @@ func preset(name string) (Config, error) {
 		// Issue #12's table: 20 ms a request on the S3 server, pugfs
 		// against rclone mount of the same files.
 		c.Files, c.Sessions, c.Hours = 2000, 2000, 48
+		c.ManySessions, c.ManyHours = 100000, 2000
 		c.Latency = 20 * time.Millisecond
 		c.RemoteVersions = []int{2000, 10000}
 		c.Peers = []string{colRclone}
@@ -152,6 +156,8 @@ func parseFlags(args []string, out, log io.Writer) (Config, error) {
 	var rvers string
 	fs.StringVar(&rvers, "remote-versions", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(c.RemoteVersions)), ","), "[]"), "remote preset: snapshot counts of the history rows (at most 2,000 is measured at 5 ms)")
 	fs.IntVar(&c.Hours, "hours", c.Hours, "remote preset: hour partitions the sessions span")
+	fs.IntVar(&c.ManySessions, "many-sessions", c.ManySessions, "remote preset: sessions of the ls sessions/ at scale row (0: no such row)")
+	fs.IntVar(&c.ManyHours, "many-hours", c.ManyHours, "remote preset: hour partitions those sessions span")
 	fs.StringVar(&cache, "cache-size", humanBytes(c.CacheSize), "pugfs --cache-size")
 	fs.StringVar(&only, "only", "", "only rows whose name matches this regexp")
 	fs.DurationVar(&c.CmdTimeout, "timeout", c.CmdTimeout, "bound on each timed command")
@@ -200,6 +206,9 @@ func parseFlags(args []string, out, log io.Writer) (Config, error) {
 		if c.Only, err = regexp.Compile(only); err != nil {
 			return c, fmt.Errorf("-only: %w", err)
 		}
+	}
+	if c.ManySessions > 0 && c.ManyHours < 1 {
+		return c, fmt.Errorf("want -many-hours >= 1")
 	}
 	if c.Runs < 1 || c.Files < 1 || c.Sessions < 1 || c.Versions < 1 || c.Commits < 8 || c.BlobSize < 4<<20 || c.WriteSize < 1<<20 {
 		return c, fmt.Errorf("want -runs >= 1, -files/-sessions/-versions >= 1, -commit-files >= 8, -blob-size >= 4MiB, -write-size >= 1MiB")

@@ -177,6 +177,8 @@ func fill(ctx context.Context, store *layout.Store, d *dataset, plain bool) erro
 		return fillVersions(ctx, store, d)
 	case kindHourSessions:
 		return fillHourSessions(ctx, store, d, plain)
+	case kindManySessions:
+		return fillManySessions(ctx, store, d)
 	}
 	return fmt.Errorf("unknown data set kind %q", d.Kind)
 }
@@ -256,6 +258,11 @@ func fillBlob(ctx context.Context, store *layout.Store, d *dataset, plain bool) 
 // parallel runs fn(0..n-1) with genPar in flight and returns the first
 // error; after one, the remaining indexes are skipped.
 func parallel(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	return parallelN(ctx, n, genPar, fn)
+}
+
+// parallelN is parallel with par in flight.
+func parallelN(ctx context.Context, n, par int, fn func(ctx context.Context, i int) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -264,7 +271,7 @@ func parallel(ctx context.Context, n int, fn func(ctx context.Context, i int) er
 		first error
 		next  = make(chan int)
 	)
-	for range min(genPar, n) {
+	for range min(par, n) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

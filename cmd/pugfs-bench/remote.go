@@ -31,6 +31,32 @@ import (
 // hour partitions (Config.Hours).
 const kindHourSessions = "hsessions"
 
+// kindManySessions is a great many sessions spread over hour partitions
+// (Config.ManySessions, ManyHours), each with one small inline file of
+// the same body: the listing at scale, written in minutes (two PUTs a
+// session, 64 in flight) and only to the S3 server.
+const kindManySessions = "msessions"
+
+// manyPar is how many requests generating kindManySessions keeps in
+// flight.
+const manyPar = 64
+
+func fillManySessions(ctx context.Context, store *layout.Store, d *dataset) error {
+	body := []byte("one of many sessions\n")
+	desc, err := store.PutBody(ctx, "b.txt", body, layout.BlobOptions{ContentType: "text/plain; charset=utf-8"})
+	if err != nil {
+		return err
+	}
+	return parallelN(ctx, d.N, manyPar, func(ctx context.Context, i int) error {
+		id := hsessionID(d.Name, i, d.Hours)
+		pos, err := createSession(ctx, store, id)
+		if err != nil {
+			return err
+		}
+		return commit(ctx, store, id, &pos, []layout.Descriptor{desc})
+	})
+}
+
 // hsessionBody is the b.txt of session i: 2 KiB, too large to be inline,
 // so that reading it is a blob GET.
 func hsessionBody(i int) []byte {
@@ -281,6 +307,15 @@ func runRemote(ctx context.Context, c *Config) error {
 			return err
 		}
 	}
+	var many *dataset
+	if c.ManySessions > 0 && (c.Only == nil || c.Only.MatchString(manyRowName(c))) {
+		// Only on the S3 server, and only when its row runs: 100,000
+		// sessions take minutes to write even there.
+		many = newDataset(dataDir, kindManySessions, c.ManySessions, 0)
+		many.Hours = c.ManyHours
+		many.Name += fmt.Sprintf("-h%d", c.ManyHours)
+		many.Dir += fmt.Sprintf("-h%d", c.ManyHours)
+	}
 	srv, err := startS3(t.versitygw, filepath.Join(dataDir, "s3root"))
 	if err != nil {
 		return err
@@ -288,7 +323,11 @@ func runRemote(ctx context.Context, c *Config) error {
 	defer srv.Stop()
 	b.s3 = srv
 	plain := map[*dataset]string{}
-	for _, d := range all {
+	s3sets := all
+	if many != nil {
+		s3sets = append(s3sets, many)
+	}
+	for _, d := range s3sets {
 		if err := ensureS3(ctx, srv, d, dataDir, b.logf); err != nil {
 			return err
 		}
@@ -310,7 +349,7 @@ func runRemote(ctx context.Context, c *Config) error {
 	defer near.Close()
 	b.reqCount = func() int64 { return far.reqs.Load() + near.reqs.Load() }
 
-	b.buildRemoteRows(ds, vers, plain, far, near)
+	b.buildRemoteRows(ds, vers, many, plain, far, near)
 	bins := map[string]string{colPugfs: t.pugfs, colRclone: t.rclone}
 	if err := b.measureAll(ctx, mntDir, bins, "alternating pugfs and rclone"); err != nil {
 		return err
@@ -320,7 +359,7 @@ func runRemote(ctx context.Context, c *Config) error {
 }
 
 // buildRemoteRows lays out the remote table.
-func (b *bench) buildRemoteRows(ds sets, vers []*dataset, plain map[*dataset]string, far, near *delayProxy) {
+func (b *bench) buildRemoteRows(ds sets, vers []*dataset, many *dataset, plain map[*dataset]string, far, near *delayProxy) {
 	c := b.cfg
 	lat := c.Latency.String()
 	ro := []string{"--read-only", "--cache-size", fmt.Sprint(c.CacheSize)}
@@ -375,6 +414,17 @@ func (b *bench) buildRemoteRows(ds sets, vers []*dataset, plain map[*dataset]str
 		check:  func(root string) (string, string) { return root, "ls -l sessions | wc -l" },
 		expect: fmt.Sprint(ds.sessions.N + 1)}, remoteGoal{secs: 0.5})
 
+	if many != nil {
+		gm := "many"
+		b.groups = append(b.groups, gm)
+		add(&row{name: manyRowName(c), group: gm, mode: modeCold,
+			cells: pair(gm, many, far), na: map[string]string{colNative: na[colNative], colLoopback: na[colLoopback],
+				colRclone: "not measured: the plain tree of this many sessions is not generated"},
+			job:   job(at, sh("ls sessions | wc -l")...),
+			check: func(root string) (string, string) { return root, "ls sessions | wc -l" }, expect: fmt.Sprint(many.N)},
+			remoteGoal{secs: 10})
+	}
+
 	small := thousands(ds.small.N)
 	sess := func(root string) string { return filepath.Join(root, ds.small.sessionPath()) }
 	g = "session"
@@ -399,6 +449,11 @@ func (b *bench) buildRemoteRows(ds sets, vers []*dataset, plain map[*dataset]str
 			ideal: float64(d.N) * l.Seconds() / fetchParallel}, remoteGoal{secs: goal})
 	}
 	b.notes = append(b.notes, "Every request goes through a proxy that holds it "+lat+" (5 ms for the 2,000-snapshot row) before versitygw on 127.0.0.1 answers.")
+}
+
+// manyRowName is the name of the listing at scale row.
+func manyRowName(c *Config) string {
+	return fmt.Sprintf("`ls sessions/`, %s sessions over %s hour partitions, cold", thousands(c.ManySessions), thousands(c.ManyHours))
 }
 
 // reportRemote prints the remote table: each workload's median time on
