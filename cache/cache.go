@@ -72,9 +72,8 @@ type Options struct {
 	SummaryPath string
 	// FlushDelay defers registry and summary publication (default 2s).
 	FlushDelay time.Duration
-	// SummaryWait bounds how long a listing or a session directory's
-	// attributes wait for a summary being fetched (default
-	// DefaultSummaryWait).
+	// SummaryWait bounds how long a listing of sessions waits for the
+	// summaries it fetches (default DefaultSummaryWait).
 	SummaryWait time.Duration
 	Logger      *slog.Logger
 	Now         func() time.Time

@@ -2,7 +2,6 @@ package cache
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/pugmark/pugfs/layout"
@@ -12,12 +11,12 @@ import (
 // it loads the whole state instead.
 const summaryWalk = 16
 
-// DefaultSummaryWait is how long a listing of sessions, or the attributes
-// of one session directory, wait for a summary that is still being
-// fetched (Options.SummaryWait). Past it the listing answers without that
-// entry's attributes and a lookup fails with a timeout, while the
+// DefaultSummaryWait is how long a listing of sessions waits for the
+// summaries it started (Options.SummaryWait). Past it the listing answers
+// without the attributes of the entries still missing, while their
 // requests go on: a session whose backend requests stall holds up no
-// other (consistency.md §3).
+// other (consistency.md §3). The kernel then looks such an entry up on
+// its own, and that lookup waits for the session's requests (Summary).
 const DefaultSummaryWait = 5 * time.Second
 
 // MaxSummaryBatch bounds the summaries one listing fetches: past it (a
@@ -62,24 +61,20 @@ type Listed struct {
 // version moved, the latest snapshot (walking back over empty ones). It is
 // what a session directory's attributes need, so `ls -l sessions/` over
 // many sessions does not build every session's full state. Concurrent
-// callers share one computation; a caller waits for it at most
-// Options.SummaryWait, then gets an error wrapping
-// context.DeadlineExceeded while the computation goes on for the next.
+// callers share one computation. A caller asking for this one session
+// (a lookup, a stat) waits for it as long as its requests take, each
+// bounded by its own deadline and retries: a slow backend is slow, not an
+// error. Only a listing bounds its wait (ListSessions).
 func (c *Cache) Summary(ctx context.Context, id layout.SessionID) (version uint32, updatedAt time.Time, err error) {
 	if sum, ok := c.knownSummary(id, c.opts.Now(), time.Time{}); ok {
 		return sum.version, sum.updatedAt, nil
 	}
 	f := c.summaryFlight(id, 0, false, time.Time{})
-	t := time.NewTimer(c.opts.SummaryWait)
-	defer t.Stop()
 	select {
 	case <-f.done:
 		return f.sum.version, f.sum.updatedAt, f.err
 	case <-ctx.Done():
 		return 0, time.Time{}, ctx.Err()
-	case <-t.C:
-		return 0, time.Time{}, fmt.Errorf("attributes of session %s: not known within %v (its requests go on): %w",
-			id, c.opts.SummaryWait, context.DeadlineExceeded)
 	}
 }
 
