@@ -40,26 +40,13 @@ import (
 // does not choose one (pugfs mount --max-requests).
 const DefaultMaxRequests = 64
 
-type speculativeKey struct{}
-
-// Speculative returns a context whose requests are speculative: work
-// nobody is waiting for yet (read-ahead), which yields to blocking
-// requests when the scheduler is full.
-func Speculative(ctx context.Context) context.Context {
-	return context.WithValue(ctx, speculativeKey{}, true)
-}
-
-// IsSpeculative reports whether ctx was made by Speculative.
-func IsSpeculative(ctx context.Context) bool {
-	v, _ := ctx.Value(speculativeKey{}).(bool)
-	return v
-}
-
 // Stats is a snapshot of a Scheduler's counters.
 type Stats struct {
-	// Limit is the bound on requests in flight; SpeculativeLimit the
-	// part of it speculative requests may hold.
-	Limit, SpeculativeLimit int
+	// Limit is the bound on requests in flight now (it adapts, see
+	// Scheduler); SpeculativeLimit the part of it speculative requests
+	// may hold; MaxLimit the bound it starts at and never passes
+	// (--max-requests), MinLimit the lowest it has been.
+	Limit, SpeculativeLimit, MaxLimit, MinLimit int
 	// InFlight and Queued are the requests holding a slot and those
 	// waiting for one, now; Speculative counts the speculative ones of
 	// InFlight.
@@ -68,39 +55,55 @@ type Stats struct {
 	PeakInFlight, PeakQueued int
 	// Requests counts every request admitted; Waited those of them that
 	// had to queue first; Cancelled the ones whose context ended while
-	// they waited.
-	Requests, Waited, Cancelled int64
+	// they waited; Promoted the queued speculative ones that became
+	// blocking because a program came to wait for their work.
+	Requests, Waited, Cancelled, Promoted int64
+	// Throttled counts answers that said the backend is overloaded (503,
+	// SlowDown, 429, ResourceExhausted); Decreases and Increases count
+	// the changes of the limit they and demand caused.
+	Throttled, Decreases, Increases int64
 }
 
 // String renders the counters on one line for .pugmark/stats.
 func (s Stats) String() string {
-	return fmt.Sprintf("request scheduler: limit %d (speculative %d), in flight %d (speculative %d, peak %d), queued %d (peak %d); requests %d, waited %d, cancelled while queued %d",
-		s.Limit, s.SpeculativeLimit, s.InFlight, s.Speculative, s.PeakInFlight, s.Queued, s.PeakQueued, s.Requests, s.Waited, s.Cancelled)
+	return fmt.Sprintf("request scheduler: limit %d (speculative %d), in flight %d (speculative %d, peak %d), queued %d (peak %d); requests %d, waited %d, cancelled while queued %d, promoted %d; adaptive: max %d, lowest %d, throttled %d, decreases %d, increases %d",
+		s.Limit, s.SpeculativeLimit, s.InFlight, s.Speculative, s.PeakInFlight, s.Queued, s.PeakQueued, s.Requests, s.Waited, s.Cancelled, s.Promoted,
+		s.MaxLimit, s.MinLimit, s.Throttled, s.Decreases, s.Increases)
 }
 
 // Scheduler holds the request slots of one mount. It is safe for
 // concurrent use; Wrap puts it in front of a bucket.
+//
+// The number of slots adapts (adaptive.go): it starts at the bound given
+// to New, halves when the backend answers that it is overloaded, and
+// grows back by one slot per window of successful requests while requests
+// are waiting for slots, never past the bound.
 type Scheduler struct {
-	limit, specLimit int
+	max, floor int // bounds of limit; set by New
 
 	// mu guards the fields below it; it is never held while a request
 	// runs or while a waiter blocks, so it nests under nothing.
 	mu           sync.Mutex
+	limit        int       // slots now, in [floor, max]
+	specLimit    int       // of limit, what speculative requests may hold
 	inFlight     int       // slots held
 	specInFlight int       // of inFlight, held by speculative requests
 	blocking     []*waiter // waiting blocking requests, oldest first
 	spec         []*waiter // waiting speculative requests, oldest first
 	peakInFlight int
 	peakQueued   int
+	adapt        adaptState
 
-	requests, waited, cancelled atomic.Int64
+	requests, waited, cancelled, promoted atomic.Int64
 }
 
 // waiter is one queued request. granted is set, under Scheduler.mu, when
-// a slot is handed to it; ready is closed then.
+// a slot is handed to it; ready is closed then. spec is its class, which
+// a promotion changes while it waits (under Scheduler.mu).
 type waiter struct {
 	spec    bool
 	granted bool
+	slot    *slot // set with granted
 	ready   chan struct{}
 }
 
@@ -110,7 +113,16 @@ func New(n int) *Scheduler {
 	if n <= 0 {
 		n = DefaultMaxRequests
 	}
-	return &Scheduler{limit: n, specLimit: max(1, n*3/4)}
+	s := &Scheduler{max: n, floor: floorOf(n)}
+	s.setLimitLocked(n)
+	s.adapt.lowest = n
+	return s
+}
+
+// setLimitLocked sets the number of slots and the speculative share.
+func (s *Scheduler) setLimitLocked(n int) {
+	s.limit = n
+	s.specLimit = max(1, n*3/4)
 }
 
 // Stats returns the scheduler's counters.
@@ -118,10 +130,11 @@ func (s *Scheduler) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Stats{
-		Limit: s.limit, SpeculativeLimit: s.specLimit,
+		Limit: s.limit, SpeculativeLimit: s.specLimit, MaxLimit: s.max, MinLimit: s.adapt.lowest,
 		InFlight: s.inFlight, Queued: len(s.blocking) + len(s.spec), Speculative: s.specInFlight,
 		PeakInFlight: s.peakInFlight, PeakQueued: s.peakQueued,
-		Requests: s.requests.Load(), Waited: s.waited.Load(), Cancelled: s.cancelled.Load(),
+		Requests: s.requests.Load(), Waited: s.waited.Load(), Cancelled: s.cancelled.Load(), Promoted: s.promoted.Load(),
+		Throttled: s.adapt.throttled, Decreases: s.adapt.decreases, Increases: s.adapt.increases,
 	}
 }
 
@@ -132,26 +145,51 @@ func (s *Scheduler) admitsLocked(spec bool) bool {
 }
 
 // takeLocked hands a slot to a request of the given class.
-func (s *Scheduler) takeLocked(spec bool) {
+func (s *Scheduler) takeLocked(spec bool) *slot {
 	s.inFlight++
 	if spec {
 		s.specInFlight++
 	}
 	s.peakInFlight = max(s.peakInFlight, s.inFlight)
 	s.requests.Add(1)
+	return &slot{s: s, spec: spec, epoch: s.adapt.epoch}
 }
 
-// acquire waits for a slot and returns its release, which may be called
-// more than once.
-func (s *Scheduler) acquire(ctx context.Context) (release func(), err error) {
-	spec := IsSpeculative(ctx)
+// slot is one held request slot; release gives it back once.
+type slot struct {
+	s     *Scheduler
+	spec  bool
+	epoch uint64 // the limit's epoch when the slot was taken
+	once  sync.Once
+}
+
+// release gives the slot back, telling the adaptive limit how the
+// request went; only its first call counts.
+func (sl *slot) release(o outcome) {
+	sl.once.Do(func() {
+		s := sl.s
+		s.mu.Lock()
+		s.inFlight--
+		if sl.spec {
+			s.specInFlight--
+		}
+		s.adaptLocked(sl.epoch, o)
+		s.grantLocked()
+		s.mu.Unlock()
+	})
+}
+
+// acquire waits for a slot.
+func (s *Scheduler) acquire(ctx context.Context) (*slot, error) {
+	mark := markOf(ctx)
+	spec := mark != nil && !mark.isPromoted()
 	s.mu.Lock()
 	// A newcomer must not overtake the queue of its own class, nor a
 	// speculative one a waiting blocking request.
 	if s.admitsLocked(spec) && len(s.blocking) == 0 && (!spec || len(s.spec) == 0) {
-		s.takeLocked(spec)
+		sl := s.takeLocked(spec)
 		s.mu.Unlock()
-		return s.releaser(spec), nil
+		return sl, nil
 	}
 	w := &waiter{spec: spec, ready: make(chan struct{})}
 	if spec {
@@ -162,17 +200,36 @@ func (s *Scheduler) acquire(ctx context.Context) (release func(), err error) {
 	s.peakQueued = max(s.peakQueued, len(s.blocking)+len(s.spec))
 	s.mu.Unlock()
 	s.waited.Add(1)
-	select {
-	case <-w.ready:
-		return s.releaser(spec), nil
-	case <-ctx.Done():
+	var promoted <-chan struct{}
+	if spec {
+		promoted = mark.promoted
+	}
+wait:
+	for {
+		select {
+		case <-w.ready:
+			return w.slot, nil
+		case <-promoted:
+			promoted = nil
+			s.mu.Lock()
+			if !w.granted && w.spec {
+				s.removeLocked(w)
+				w.spec = false
+				s.blocking = append(s.blocking, w)
+				s.promoted.Add(1)
+				s.grantLocked()
+			}
+			s.mu.Unlock()
+		case <-ctx.Done():
+			break wait
+		}
 	}
 	s.mu.Lock()
 	if w.granted {
 		// The slot came as the context ended: use it rather than hand
 		// it back, the request may still succeed.
 		s.mu.Unlock()
-		return s.releaser(spec), nil
+		return w.slot, nil
 	}
 	s.removeLocked(w)
 	s.mu.Unlock()
@@ -180,7 +237,8 @@ func (s *Scheduler) acquire(ctx context.Context) (release func(), err error) {
 	return nil, ctx.Err()
 }
 
-// removeLocked takes a waiter that gave up out of its queue.
+// removeLocked takes a waiter that gave up (or changes class) out of
+// its queue.
 func (s *Scheduler) removeLocked(w *waiter) {
 	q := &s.blocking
 	if w.spec {
@@ -191,22 +249,6 @@ func (s *Scheduler) removeLocked(w *waiter) {
 			*q = append((*q)[:i], (*q)[i+1:]...)
 			return
 		}
-	}
-}
-
-// releaser returns the release of one slot; only its first call counts.
-func (s *Scheduler) releaser(spec bool) func() {
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.mu.Lock()
-			s.inFlight--
-			if spec {
-				s.specInFlight--
-			}
-			s.grantLocked()
-			s.mu.Unlock()
-		})
 	}
 }
 
@@ -223,7 +265,7 @@ func (s *Scheduler) grantLocked() {
 		default:
 			return
 		}
-		s.takeLocked(w.spec)
+		w.slot = s.takeLocked(w.spec)
 		w.granted = true
 		close(w.ready)
 	}
@@ -261,34 +303,42 @@ type hooks struct{ s *Scheduler }
 // Request implements blobwrap.Hooks: the request holds a slot while it
 // runs.
 func (h hooks) Request(ctx context.Context, _ blobwrap.Op, _ string, call func(context.Context) error) error {
-	release, err := h.s.acquire(ctx)
+	sl, err := h.s.acquire(ctx)
 	if err != nil {
 		return err
 	}
-	defer release()
-	return call(ctx)
+	err = call(ctx)
+	sl.release(outcomeOf(err))
+	return err
 }
 
 // Stream implements blobwrap.Hooks: the stream holds a slot from its
 // opening to its end.
 func (h hooks) Stream(ctx context.Context, _ blobwrap.Op, _ string) (context.Context, blobwrap.Stream, error) {
-	release, err := h.s.acquire(ctx)
+	sl, err := h.s.acquire(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	return ctx, stream{release}, nil
+	return ctx, &stream{sl: sl, o: outcomeOther}, nil
 }
 
-type stream struct{ release func() }
+// stream is a reader's or writer's slot; o is how its opening went.
+type stream struct {
+	sl *slot
+	o  outcome
+}
 
 // Step implements blobwrap.Stream: a body read to its end gives the slot
 // back before the reader is closed.
-func (s stream) Step(_ blobwrap.Step, call func() error) error {
+func (s *stream) Step(step blobwrap.Step, call func() error) error {
 	err := call()
+	if step == blobwrap.StepOpen {
+		s.o = outcomeOf(err)
+	}
 	if err == io.EOF {
-		s.release()
+		s.sl.release(s.o)
 	}
 	return err
 }
 
-func (s stream) End() { s.release() }
+func (s *stream) End() { s.sl.release(s.o) }

@@ -1,0 +1,194 @@
+package schedblob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/pugmark/pugfs/layout/blobwrap"
+	"gocloud.dev/blob"
+	"gocloud.dev/blob/memblob"
+)
+
+// slowDown is what an S3 client returns for a 503 SlowDown: an error with
+// an HTTP status and an S3 error code, which gocloud maps to Unknown.
+type slowDown struct{}
+
+func (slowDown) Error() string         { return "api error SlowDown: Please reduce your request rate." }
+func (slowDown) HTTPStatusCode() int   { return http.StatusServiceUnavailable }
+func (slowDown) ErrorCode() string     { return "SlowDown" }
+func (slowDown) ErrorMessage() string  { return "Please reduce your request rate." }
+func (slowDown) ErrorFault() fmt.State { return nil }
+
+// throttler is an inner bucket's hooks that hold every HEAD on a gate
+// and then answer keys starting with "t" with a SlowDown.
+type throttler struct{ *gate }
+
+func (t throttler) Request(ctx context.Context, op blobwrap.Op, key string, call func(context.Context) error) error {
+	return t.gate.Request(ctx, op, key, func(ctx context.Context) error {
+		if strings.HasPrefix(key, "t") {
+			return slowDown{}
+		}
+		return call(ctx)
+	})
+}
+
+func setupThrottled(t *testing.T, n int) (*blob.Bucket, *Scheduler, *gate) {
+	t.Helper()
+	mem := memblob.OpenBucket(nil)
+	for i := range 64 {
+		if err := mem.WriteAll(context.Background(), fmt.Sprintf("k%02d", i), []byte("x"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := newGate()
+	s := New(n)
+	b := Wrap(blobwrap.Wrap(mem, throttler{g}), s)
+	t.Cleanup(func() { b.Close() })
+	return b, s, g
+}
+
+// pass lets n HEADs through the gate and waits for their answers.
+func passAll(t *testing.T, g *gate, done []<-chan error) []error {
+	t.Helper()
+	var errs []error
+	for range done {
+		g.pass <- struct{}{}
+	}
+	for _, c := range done {
+		errs = append(errs, <-c)
+	}
+	return errs
+}
+
+func TestThrottledAnswerIsRecognised(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want outcome
+	}{
+		{nil, outcomeOK},
+		{slowDown{}, outcomeThrottled},
+		{fmt.Errorf("wrapped: %w", slowDown{}), outcomeThrottled},
+		{errors.New("connection reset"), outcomeOther},
+		{context.Canceled, outcomeOther},
+	} {
+		if got := outcomeOf(tc.err); got != tc.want {
+			t.Errorf("outcomeOf(%v) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestLimitHalvesOncePerBurstOfThrottles: a burst of SlowDowns from
+// requests admitted together halves the limit once, a later one again,
+// never below the floor.
+func TestLimitHalvesOncePerBurstOfThrottles(t *testing.T) {
+	b, s, g := setupThrottled(t, 16)
+	ctx := context.Background()
+	var burst []<-chan error
+	for i := range 4 {
+		burst = append(burst, head(ctx, b, fmt.Sprintf("t%d", i)))
+	}
+	poll(t, "four requests inside", func() bool { _, in, _ := g.state(); return in == 4 })
+	for _, err := range passAll(t, g, burst) {
+		if err == nil {
+			t.Fatal("a throttled request succeeded")
+		}
+	}
+	if st := s.Stats(); st.Limit != 8 || st.Decreases != 1 || st.Throttled != 4 || st.SpeculativeLimit != 6 {
+		t.Fatalf("after one burst of 4 SlowDowns at limit 16: %+v, want limit 8 (speculative 6) after 1 decrease", st)
+	}
+	for want := 4; want >= 2; want /= 2 {
+		errs := passAll(t, g, []<-chan error{head(ctx, b, "t")})
+		if errs[0] == nil {
+			t.Fatal("a throttled request succeeded")
+		}
+		if st := s.Stats(); st.Limit != want {
+			t.Fatalf("after another SlowDown: limit %d, want %d", st.Limit, want)
+		}
+	}
+	passAll(t, g, []<-chan error{head(ctx, b, "t")})
+	if st := s.Stats(); st.Limit != 2 || st.MinLimit != 2 {
+		t.Errorf("limit went to %d (lowest %d), want it held at the floor 2", st.Limit, st.MinLimit)
+	}
+}
+
+// TestLimitGrowsBackUnderDemand: after a decrease, successful requests
+// with others waiting add slots back, one per limit successes, up to the
+// bound and not past it; with nobody waiting it stays.
+func TestLimitGrowsBackUnderDemand(t *testing.T) {
+	b, s, g := setupThrottled(t, 4)
+	ctx := context.Background()
+	passAll(t, g, []<-chan error{head(ctx, b, "t")})
+	if st := s.Stats(); st.Limit != 2 {
+		t.Fatalf("limit %d after a SlowDown at 4, want 2", st.Limit)
+	}
+	// Nobody waiting: successes do not grow it.
+	for i := range 5 {
+		passAll(t, g, []<-chan error{head(ctx, b, fmt.Sprintf("k%02d", i))})
+	}
+	if st := s.Stats(); st.Limit != 2 || st.Increases != 0 {
+		t.Fatalf("limit %d (%d increases) after successes without demand, want 2", st.Limit, st.Increases)
+	}
+	var done []<-chan error
+	for i := range 40 {
+		done = append(done, head(ctx, b, fmt.Sprintf("k%02d", i)))
+	}
+	poll(t, "two inside, the rest queued", func() bool { _, in, _ := g.state(); return in == 2 && s.Stats().Queued == 38 })
+	for range done {
+		g.pass <- struct{}{}
+	}
+	for _, c := range done {
+		if err := <-c; err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := s.Stats()
+	if st.Limit != 4 || st.Increases != 2 {
+		t.Errorf("after 40 successes under demand: %+v, want limit back at 4 after 2 increases", st)
+	}
+	if _, _, most := g.state(); most > 4 || st.PeakInFlight > 4 {
+		t.Errorf("%d requests at once (peak %d), past the bound 4", most, st.PeakInFlight)
+	}
+}
+
+// TestPromotedRequestLeavesTheSpeculativeQueue: a program that comes to
+// wait for speculative work promotes it; its queued request then goes
+// before every other speculative request, and later ones of that work
+// queue as blocking.
+func TestPromotedRequestLeavesTheSpeculativeQueue(t *testing.T) {
+	b, s, g := setup(t, 1)
+	ctx := context.Background()
+	first := head(ctx, b, "a")
+	poll(t, "the first request inside", func() bool { _, in, _ := g.state(); return in == 1 })
+	s1 := head(Speculative(ctx), b, "s1")
+	s2 := head(Speculative(ctx), b, "s2")
+	mine := Speculative(ctx)
+	s3 := head(mine, b, "s3")
+	poll(t, "three speculative requests queued", func() bool { return s.Stats().Queued == 3 })
+	if !IsSpeculative(mine) {
+		t.Fatal("a fresh mark is not speculative")
+	}
+	Promote(mine)
+	if IsSpeculative(mine) || IsSpeculative(Inherit(mine, context.Background())) {
+		t.Fatal("a promoted mark is still speculative")
+	}
+	poll(t, "the promotion counted", func() bool { return s.Stats().Promoted == 1 })
+	for _, c := range []<-chan error{first, s3, s1, s2} {
+		g.pass <- struct{}{}
+		if err := <-c; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _, _ := g.state(); strings.Join(got, ",") != "a,s3,s1,s2" {
+		t.Errorf("requests reached the bucket in the order %q, want the promoted s3 first after a", got)
+	}
+	if IsSpeculative(Inherit(context.Background(), ctx)) {
+		t.Error("Inherit from a context without a mark made one")
+	}
+	if !IsSpeculative(Inherit(Speculative(ctx), context.Background())) {
+		t.Error("Inherit lost the speculative mark")
+	}
+}
