@@ -14,6 +14,7 @@ import (
 
 	"github.com/pugmark/pugfs/internal/redact"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/drivers"
 	"github.com/pugmark/pugfs/layout/drivers/azurefix"
 )
 
@@ -69,7 +70,7 @@ func openBucket(ctx context.Context, arg string, create bool) (*blob.Bucket, str
 			return nil, u, fmt.Errorf("bucket %s is not a directory", local)
 		}
 	}
-	b, err := blob.OpenBucket(ctx, u)
+	b, err := drivers.OpenURL(ctx, u)
 	if err != nil {
 		// Drivers put the whole URL in their errors.
 		return nil, u, redact.Err(fmt.Errorf("open bucket %s: %w", redact.URL(u), err), u)
