@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/schedblob"
 )
 
 // Source is what the cache needs from the layout store: ranged reads of
@@ -704,7 +705,8 @@ func (c *Cache) readAhead(key blobBodyKey, idx, nchunks int64, fetch func(ctx co
 		go func(j int64) {
 			defer c.wg.Done()
 			defer func() { <-c.raSem }()
-			fetch(c.ctx, j)
+			// Speculative: a program's reads go first (schedblob).
+			fetch(schedblob.Speculative(c.ctx), j)
 		}(j)
 	}
 }

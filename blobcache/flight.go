@@ -1,6 +1,10 @@
 package blobcache
 
-import "context"
+import (
+	"context"
+
+	"github.com/pugmark/pugfs/layout/schedblob"
+)
 
 // blobCall is one in-flight computation shared by every caller that asks
 // for the same key while it runs (singleflight, but cancellable: it runs
@@ -11,6 +15,7 @@ type blobCall[V any] struct {
 	err     error              // likewise
 	waiters int                // GUARDED_BY(Cache.mu)
 	cancel  context.CancelFunc // stops fn; called when waiters drops to 0
+	ctx     context.Context    // fn's context: carries the first caller's speculative mark
 }
 
 // blobDo runs fn once for key among concurrent callers, in its own
@@ -18,6 +23,10 @@ type blobCall[V any] struct {
 // flight maps, guarded by c.mu. fn must publish what it learned (LRU,
 // metadata) before it returns: the flight leaves m only afterwards, so a
 // caller that finds no flight finds the published result.
+//
+// A flight started by a speculative caller (read-ahead) is speculative
+// (schedblob.Inherit); a blocking caller that joins it promotes it, so a
+// program never waits for its read behind other read-ahead.
 func blobDo[K comparable, V any](c *Cache, m map[K]*blobCall[V], key K, ctx context.Context, fn func(context.Context) (V, error)) (V, error) {
 	var zero V
 	c.mu.Lock()
@@ -28,9 +37,13 @@ func blobDo[K comparable, V any](c *Cache, m map[K]*blobCall[V], key K, ctx cont
 	call, ok := m[key]
 	if ok {
 		call.waiters++
+		if !schedblob.IsSpeculative(ctx) {
+			schedblob.Promote(call.ctx)
+		}
 	} else {
 		fctx, cancel := context.WithCancel(c.ctx)
-		call = &blobCall[V]{done: make(chan struct{}), waiters: 1, cancel: cancel}
+		fctx = schedblob.Inherit(ctx, fctx)
+		call = &blobCall[V]{done: make(chan struct{}), waiters: 1, cancel: cancel, ctx: fctx}
 		m[key] = call
 		c.wg.Add(1)
 		go func() {

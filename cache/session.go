@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/schedblob"
 )
 
 // Session is the cache's handle on one session. Its state is replaced
@@ -29,6 +30,13 @@ type Session struct {
 	// inval counts Invalidate calls, so that a refresh in flight when one
 	// comes does not mark its (older) result as checked.
 	inval atomic.Uint64
+	// loading is the context of the load or refresh running under mu, if
+	// any: a program that comes to wait for a load that read-ahead
+	// started promotes it (schedblob.Promote), so that it is not served
+	// behind speculative work.
+	loading atomic.Pointer[context.Context]
+	// blocked counts the blocking callers waiting for mu.
+	blocked atomic.Int32
 	// evicted is guarded by Cache.mu. An evicted Session is unreachable
 	// from the map; a load still running on it may finish and return its
 	// state to its callers, but it no longer publishes registry rows.
@@ -170,13 +178,45 @@ func (s *Session) State(ctx context.Context) (*State, error) {
 		c.stats.hits.Add(1)
 		return st, nil
 	}
-	s.mu.Lock()
+	if schedblob.IsSpeculative(ctx) {
+		s.mu.Lock()
+	} else {
+		// Either this sees the speculative load's context, or that load
+		// sees this waiter when it publishes its context: one of the two
+		// promotes it.
+		s.blocked.Add(1)
+		if lc := s.loading.Load(); lc != nil {
+			schedblob.Promote(*lc)
+		}
+		s.mu.Lock()
+		s.blocked.Add(-1)
+	}
 	defer s.mu.Unlock()
 	if st := s.st.Load(); st != nil && s.fresh() {
 		c.stats.hits.Add(1)
 		return st, nil // refreshed while we waited: single flight
 	}
+	s.loading.Store(&ctx)
+	defer s.loading.Store(nil)
+	if s.blocked.Load() > 0 {
+		schedblob.Promote(ctx)
+	}
 	return s.refreshLocked(ctx)
+}
+
+// Peek returns a session's state as cached, without asking the bucket
+// even when it is older than the TTL; ok is false when none is loaded.
+// Read-ahead uses it to place a read in the session's tree without a
+// request on the reader's path.
+func (c *Cache) Peek(id layout.SessionID) (*State, bool) {
+	c.mu.Lock()
+	s, ok := c.sessions.Peek(id)
+	c.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	st := s.st.Load()
+	return st, st != nil
 }
 
 func (s *Session) fresh() bool {

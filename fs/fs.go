@@ -90,6 +90,8 @@ type FS struct {
 	// inos keeps the inode numbers of live files across renames and
 	// new descriptors of the same bytes.
 	inos inoKeeper
+	// ra fetches ahead of traversals (readahead.go).
+	ra *readAhead
 }
 
 // New returns the filesystem for cfg.
@@ -129,6 +131,7 @@ func New(cfg Config) (*FS, error) {
 		StagingDir: cfg.StagingDir, FailedDir: cfg.FailedDir, Now: cfg.Now, Log: cfg.Logger},
 		cfg.Store, cfg.Cache, cfg.Blobs, f.notifyChanged)
 	f.notify = newNotifier(f)
+	f.ra = newReadAhead(f)
 	return f, nil
 }
 

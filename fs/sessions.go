@@ -29,6 +29,11 @@ func (s *sessionsDir) list(ctx context.Context) ([]child, error) {
 	if err != nil {
 		return nil, err
 	}
+	ids := make([]layout.SessionID, len(ls))
+	for i, e := range ls {
+		ids[i] = e.ID
+	}
+	s.f.ra.listed(ids)
 	out := make([]child, 0, len(ls))
 	for _, e := range ls {
 		c := s.f.sessionChild(e.ID.String(), e.ID)
@@ -173,6 +178,11 @@ func (d *sessionDir) find(ctx context.Context, name string) (child, error) {
 	if len(name) > layout.MaxNameComponent {
 		return child{}, syscall.ENAMETOOLONG
 	}
+	if d.live() {
+		// Before the state is read: a glob over sessions/*/name loads
+		// the next sessions' states meanwhile.
+		d.f.ra.lookup(d.id, d.full(name))
+	}
 	if d.metaName(name) {
 		return d.f.dir(name, inoOf("session-meta", d.id.String()), d.f.ttl, &sessionMetaDir{f: d.f, id: d.id}), nil
 	}
@@ -309,14 +319,19 @@ func (f *FS) slotChild(d *sessionDir, name string, e layout.Entry) child {
 	return c
 }
 
-// blobContent is a file showing a descriptor's (decoded) body.
+// blobContent is a file showing a descriptor's (decoded) body; pos,
+// when set, is where it shows in a session's tree, for read-ahead.
 type blobContent struct {
-	f *FS
-	d layout.Descriptor
+	f   *FS
+	d   layout.Descriptor
+	pos *raPos
 }
 
 func (b *blobContent) size(ctx context.Context) (int64, error) { return b.f.blobs.Size(ctx, &b.d) }
 func (b *blobContent) readAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if off == 0 {
+		b.f.ra.read(b.pos, &b.d)
+	}
 	n, err := b.f.blobs.ReadAt(ctx, &b.d, p, off)
 	if errors.Is(err, io.EOF) {
 		err = nil

@@ -36,7 +36,7 @@ func (f *FS) slotNode(d *sessionDir, full string, e layout.Entry) gofsNode {
 		n.ent.Store(&e)
 		return n
 	}
-	return &fileNode{f: f, c: &blobContent{f: f, d: e.Descriptor}, x: descXattrs(e)}
+	return &fileNode{f: f, c: &blobContent{f: f, d: e.Descriptor, pos: &raPos{id: d.id, at: d.at, name: full}}, x: descXattrs(e)}
 }
 
 // stagedChild is a child for a staged (not yet committed) file.
@@ -553,7 +553,11 @@ func (n *slotFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	if e == nil {
 		return nil, syscall.ENOENT
 	}
-	k, err := (&blobContent{f: n.f, d: e.Descriptor}).readAt(ctx, dest, off)
+	var pos *raPos
+	if off == 0 {
+		pos = &raPos{id: n.id, name: n.slot()}
+	}
+	k, err := (&blobContent{f: n.f, d: e.Descriptor, pos: pos}).readAt(ctx, dest, off)
 	if err != nil {
 		return nil, n.f.errnoOf("read "+n.slot(), err)
 	}

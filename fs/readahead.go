@@ -1,0 +1,481 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/schedblob"
+)
+
+// Read-ahead for traversals (issues #12 and #14). A program that reads
+// many small files one after another (grep -r, cat */x, tar c) waits a
+// round trip per file; pugfs knows every file of a session from its
+// snapshots, and the order such programs visit them in (the listing
+// order: names sorted, directories where they fall), so it fetches the
+// next files' bodies while the program reads the current one.
+//
+// Two patterns are recognised, each as a stream of positions:
+//
+//   - a session stream: reads of the files of one session's tree (one
+//     view: the live tree or .pugmark/at/<N>) at increasing positions of
+//     its depth-first, name-sorted order, each at most raGap past the last;
+//   - a name stream: lookups or reads of the same name in sessions that
+//     follow each other in the sessions/ listing (the shell's glob of
+//     sessions/*/b.txt lstat()s every one of them, then cat reads them).
+//     Ahead of lookups it loads the next sessions' states (manifest,
+//     snapshots, the freshness check); once the name is read, it also
+//     prefetches that file's body in each of them.
+//
+// From the second access in order on, a stream keeps a window of
+// positions ahead of the last one fetched or being fetched, four per
+// access in order so far, up to raMaxWindow. An access that breaks the
+// pattern cancels what the stream has in flight and starts it anew; a
+// stream that sees nothing for raIdle is dropped, and so is the least
+// recently used one past raStreams, with what it has in flight. A reader
+// that stops leaves at most a window of fetches behind it.
+//
+// Bounds: every request is speculative (schedblob), so a program's own
+// requests go first; bodies are fetched through blobcache.Prefetch, so
+// every byte is verified before anyone sees it, and at most the
+// blobcache's PrefetchLimits are used: bytes fetched ahead that the
+// reader has not reached yet, across streams, within a quarter of the
+// memory budget, and a bounded number of body fetches at once. Only
+// bodies that come in one request are fetched ahead; larger ones have the
+// chunk read-ahead of their own reader.
+//
+// Lock order: readAhead.mu is a leaf except that it is held while asking
+// the blob cache whether a body is warm (blobcache.Cache.mu, a leaf).
+// No I/O happens under it.
+
+const (
+	// raGap: an access at most this many positions past the last one
+	// continues a stream (a program may skip a few: binary files, files
+	// a find -name filter leaves out).
+	raGap = 8
+	// raMaxWindow bounds the positions a stream fetches ahead.
+	raMaxWindow = 128
+	// raStreams bounds the streams tracked at once.
+	raStreams = 16
+	// raIdle drops a stream nothing was read through for this long.
+	raIdle = 5 * time.Second
+	// raStateLoads bounds the session states a name stream loads at once.
+	raStateLoads = 32
+)
+
+// raPos says where a file shows in the tree, for read-ahead.
+type raPos struct {
+	id   layout.SessionID
+	at   uint32 // the version of a history view; 0 for the live tree
+	name string // the slot name
+}
+
+// readAhead is one mount's traversal read-ahead.
+type readAhead struct {
+	f        *FS
+	maxBytes int64         // bytes fetched ahead and not read yet, at most
+	bodies   chan struct{} // body prefetches in flight
+	states   chan struct{} // state loads in flight
+
+	// mu guards the fields below it; see the lock order above.
+	mu     sync.Mutex
+	orders *simplelru.LRU[*cache.Dir, *treeOrder]
+	// trees are the session streams, names the name streams: apart, so
+	// that the reads of one session's many names, each a name stream of
+	// its own until a second session reads it, never push out the
+	// session stream they belong to.
+	trees, names *simplelru.LRU[raKey, *raStream]
+	sessions     raSessions
+	ahead        int64 // bytes fetched (or being fetched) ahead, all streams
+
+	st raCounters
+}
+
+// raKey names a stream: a session's view, or a name across sessions.
+type raKey struct {
+	id   layout.SessionID // zero for a name stream
+	at   uint32
+	name string // the name of a name stream
+}
+
+// raCounters are read-ahead's numbers for .pugmark/stats; atomics.
+type raCounters struct {
+	streams, issued, fetched, failed, cancelled, states atomic.Int64
+	inFlight, peakAhead                                 atomic.Int64
+}
+
+// raSessions is the sessions/ listing order name streams follow.
+type raSessions struct {
+	ids     []layout.SessionID
+	idx     map[layout.SessionID]int
+	at      time.Time
+	loading bool
+}
+
+// treeOrder is a tree's files in traversal order.
+type treeOrder struct {
+	files []*layout.Entry
+	idx   map[string]int // slot name -> position
+}
+
+// raStream is one stream's state, under readAhead.mu.
+type raStream struct {
+	key    raKey
+	tree   *cache.Dir // session streams: the tree positions are in
+	ctx    context.Context
+	cancel context.CancelFunc
+	gen    int // bumped by every reset: late results of older fetches are dropped
+	last   int // position of the last access
+	run    int // accesses in order so far
+	next   int // first position not fetched yet
+	// nextBody is the first position of a name stream whose body is
+	// not fetched yet; reads says the name is read, not only looked up.
+	nextBody int
+	reads    bool
+	// lastID is the session a name stream last saw; a stream is a
+	// pattern only once a second session shows the name.
+	lastID layout.SessionID
+	pend   map[int]int64 // positions fetched ahead, with their bytes
+	used   time.Time
+}
+
+func newReadAhead(f *FS) *readAhead {
+	bytes, inFlight := f.blobs.PrefetchLimits()
+	r := &readAhead{f: f, maxBytes: bytes, bodies: make(chan struct{}, inFlight), states: make(chan struct{}, raStateLoads)}
+	r.orders, _ = simplelru.NewLRU[*cache.Dir, *treeOrder](4, nil)
+	r.trees, _ = simplelru.NewLRU(raStreams, func(_ raKey, s *raStream) { r.dropLocked(s) })
+	r.names, _ = simplelru.NewLRU(raStreams, func(_ raKey, s *raStream) { r.dropLocked(s) })
+	return r
+}
+
+// window is how many positions ahead a stream fetches after run
+// accesses in order: four per access so far, up to raMaxWindow, so that
+// a reader that stops leaves at most four times what it read behind.
+func window(run int) int {
+	return min(raMaxWindow, 4*run)
+}
+
+// read notes that a program reads the file d at pos from its start.
+func (r *readAhead) read(pos *raPos, d *layout.Descriptor) {
+	if pos == nil {
+		return
+	}
+	r.session(pos)
+	if pos.at == 0 {
+		r.name(pos.id, pos.name, true)
+	}
+}
+
+// lookup notes that a program looks up name in session id's live tree.
+func (r *readAhead) lookup(id layout.SessionID, name string) { r.name(id, name, false) }
+
+// session moves the session stream of pos's view.
+func (r *readAhead) session(pos *raPos) {
+	st, ok := r.f.cache.Peek(pos.id)
+	if !ok || pos.at > st.Version {
+		return
+	}
+	tree := st.Tree()
+	if pos.at > 0 {
+		tree = r.f.treeAt(st, pos.at)
+	}
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sweepLocked(now)
+	ord := r.orderLocked(tree)
+	p, ok := ord.idx[pos.name]
+	if !ok {
+		return
+	}
+	key := raKey{id: pos.id, at: pos.at}
+	s, ok := r.trees.Get(key)
+	if !ok || s.tree != tree {
+		if ok {
+			r.trees.Remove(key)
+		}
+		s = r.newStreamLocked(r.trees, key)
+		s.tree = tree
+	}
+	if !r.stepLocked(s, p, now) {
+		return
+	}
+	for s.next <= p+window(s.run) && s.next < len(ord.files) {
+		e := ord.files[s.next]
+		if !r.f.blobs.Prefetchable(&e.Descriptor) {
+			s.next++
+			continue
+		}
+		if !r.reserveLocked(s, s.next, e.Descriptor.Size) {
+			break
+		}
+		s.next++
+		r.goBody(s.ctx, &e.Descriptor)
+	}
+}
+
+// name moves the name stream of name across sessions.
+func (r *readAhead) name(id layout.SessionID, name string, read bool) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sweepLocked(now)
+	key := raKey{name: name}
+	s, ok := r.names.Get(key)
+	if !ok {
+		s = r.newStreamLocked(r.names, key)
+		s.lastID = id
+	}
+	if s.lastID == id && s.last < 0 {
+		return // one session so far: no pattern, and no listing asked for
+	}
+	s.lastID = id
+	p, ok := r.sessions.idx[id]
+	if !ok {
+		r.loadSessionsLocked(now)
+		return
+	}
+	if !r.stepLocked(s, p, now) {
+		return
+	}
+	if read && !s.reads {
+		s.reads = true
+		s.nextBody = p + 1
+	}
+	s.nextBody = max(s.nextBody, p+1)
+	end := min(p+window(s.run), len(r.sessions.ids)-1)
+	if s.reads {
+		// A body fetch loads (refreshes) the state first: the state
+		// cursor follows the body cursor.
+		for ; s.nextBody <= end; s.nextBody++ {
+			r.goSession(s, s.nextBody, r.sessions.ids[s.nextBody], name, true)
+		}
+		s.next = max(s.next, s.nextBody)
+		return
+	}
+	for ; s.next <= end; s.next++ {
+		r.goSession(s, s.next, r.sessions.ids[s.next], name, false)
+	}
+}
+
+// newStreamLocked makes a stream and starts tracking it in l.
+func (r *readAhead) newStreamLocked(l *simplelru.LRU[raKey, *raStream], key raKey) *raStream {
+	s := &raStream{key: key, last: -1, pend: map[int]int64{}, used: time.Now()}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	l.Add(key, s)
+	r.st.streams.Add(1)
+	return s
+}
+
+// stepLocked records an access at position p and reports whether the
+// stream is a pattern worth fetching ahead for.
+func (r *readAhead) stepLocked(s *raStream, p int, now time.Time) bool {
+	s.used = now
+	switch {
+	case s.last >= 0 && p == s.last:
+		// The same file again: its lookup, then its read.
+	case s.last >= 0 && p > s.last && p <= s.last+raGap:
+		s.run++
+	default:
+		r.resetLocked(s)
+		s.run = 1
+		s.next, s.nextBody = p+1, p+1
+	}
+	s.last = p
+	for q, n := range s.pend {
+		if q <= p {
+			delete(s.pend, q)
+			r.ahead -= n
+		}
+	}
+	s.next = max(s.next, p+1)
+	return s.run >= 2
+}
+
+// resetLocked cancels what s has in flight and forgets what it fetched
+// ahead.
+func (r *readAhead) resetLocked(s *raStream) {
+	if len(s.pend) > 0 || s.run >= 2 {
+		s.cancel()
+		r.st.cancelled.Add(1)
+		s.ctx, s.cancel = context.WithCancel(context.Background())
+	}
+	for q, n := range s.pend {
+		delete(s.pend, q)
+		r.ahead -= n
+	}
+	s.gen++
+	s.reads = false
+}
+
+// dropLocked ends a stream that is no longer tracked.
+func (r *readAhead) dropLocked(s *raStream) {
+	r.resetLocked(s)
+	s.cancel()
+}
+
+// sweepLocked drops streams idle for raIdle.
+func (r *readAhead) sweepLocked(now time.Time) {
+	for _, l := range []*simplelru.LRU[raKey, *raStream]{r.trees, r.names} {
+		for {
+			_, s, ok := l.GetOldest()
+			if !ok || now.Sub(s.used) < raIdle {
+				break
+			}
+			l.RemoveOldest()
+		}
+	}
+}
+
+// reserveLocked counts n bytes fetched ahead at position p of s, unless
+// that would pass the bound.
+func (r *readAhead) reserveLocked(s *raStream, p int, n int64) bool {
+	if r.ahead+n > r.maxBytes {
+		return false
+	}
+	r.ahead += n
+	s.pend[p] = n
+	if r.ahead > r.st.peakAhead.Load() {
+		r.st.peakAhead.Store(r.ahead)
+	}
+	return true
+}
+
+// goBody prefetches d in the background, within the bound on body
+// fetches in flight.
+func (r *readAhead) goBody(ctx context.Context, d *layout.Descriptor) {
+	r.st.issued.Add(1)
+	go r.body(ctx, d)
+}
+
+func (r *readAhead) body(ctx context.Context, d *layout.Descriptor) {
+	select {
+	case r.bodies <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-r.bodies }()
+	r.st.inFlight.Add(1)
+	defer r.st.inFlight.Add(-1)
+	fetched, err := r.f.blobs.Prefetch(schedblob.Speculative(ctx), d)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		r.st.failed.Add(1) // the reader's own read reports it
+	case fetched:
+		r.st.fetched.Add(1)
+	}
+}
+
+// goSession loads (or refreshes) the state of session id at position p
+// of name stream s in the background and, with body, prefetches the
+// body of name in it.
+func (r *readAhead) goSession(s *raStream, p int, id layout.SessionID, name string, body bool) {
+	ctx, gen := s.ctx, s.gen
+	r.st.issued.Add(1)
+	go func() {
+		select {
+		case r.states <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		r.st.inFlight.Add(1)
+		st, err := r.f.cache.State(schedblob.Speculative(ctx), id)
+		r.st.inFlight.Add(-1)
+		<-r.states
+		if err != nil {
+			if ctx.Err() == nil {
+				r.st.failed.Add(1)
+			}
+			return
+		}
+		r.st.states.Add(1)
+		if !body {
+			return
+		}
+		e, ok := st.Slot(name)
+		if !ok || !r.f.blobs.Prefetchable(&e.Descriptor) {
+			return
+		}
+		r.mu.Lock()
+		ok = s.gen == gen && r.reserveLocked(s, p, e.Descriptor.Size)
+		r.mu.Unlock()
+		if ok {
+			r.body(ctx, &e.Descriptor)
+		}
+	}()
+}
+
+// orderLocked returns tree's files in traversal order, cached for the
+// few trees being traversed.
+func (r *readAhead) orderLocked(tree *cache.Dir) *treeOrder {
+	if o, ok := r.orders.Get(tree); ok {
+		return o
+	}
+	o := &treeOrder{idx: map[string]int{}}
+	var walk func(d *cache.Dir, prefix string)
+	walk = func(d *cache.Dir, prefix string) {
+		for _, n := range d.Names() {
+			if e, ok := d.Files[n]; ok {
+				o.idx[prefix+n] = len(o.files)
+				o.files = append(o.files, e)
+			} else if sub, ok := d.Dirs[n]; ok {
+				walk(sub, prefix+n+"/")
+			}
+		}
+	}
+	walk(tree, "")
+	r.orders.Add(tree, o)
+	return o
+}
+
+// listed records the order of a listing of sessions/ (readdir sorts it
+// by name, as the shell's glob does).
+func (r *readAhead) listed(ids []layout.SessionID) {
+	sorted := append([]layout.SessionID(nil), ids...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].String() < sorted[j].String() })
+	idx := make(map[layout.SessionID]int, len(sorted))
+	for i, id := range sorted {
+		idx[id] = i
+	}
+	r.mu.Lock()
+	r.sessions = raSessions{ids: sorted, idx: idx, at: time.Now()}
+	r.mu.Unlock()
+}
+
+// loadSessionsLocked learns the sessions/ order in the background when
+// a name stream meets a session it does not know, at most once per
+// metadata TTL.
+func (r *readAhead) loadSessionsLocked(now time.Time) {
+	if r.sessions.loading || now.Sub(r.sessions.at) < max(r.f.ttl, time.Second) {
+		return
+	}
+	r.sessions.loading = true
+	go func() {
+		ids, err := r.f.cache.Sessions(schedblob.Speculative(context.Background()))
+		if err == nil {
+			r.listed(ids)
+		}
+		r.mu.Lock()
+		r.sessions.loading = false
+		if err != nil {
+			r.sessions.at = time.Now()
+		}
+		r.mu.Unlock()
+	}()
+}
+
+// stats is read-ahead's line in .pugmark/stats.
+func (r *readAhead) stats() string {
+	r.mu.Lock()
+	ahead, streams := r.ahead, r.trees.Len()+r.names.Len()
+	r.mu.Unlock()
+	return fmt.Sprintf("read-ahead: streams %d (started %d), in flight %d, issued %d, bodies fetched %d, states loaded %d, failed %d, cancelled %d, bytes ahead %d (peak %d, bound %d)",
+		streams, r.st.streams.Load(), r.st.inFlight.Load(), r.st.issued.Load(), r.st.fetched.Load(), r.st.states.Load(),
+		r.st.failed.Load(), r.st.cancelled.Load(), ahead, r.st.peakAhead.Load(), r.maxBytes)
+}
