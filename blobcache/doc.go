@@ -17,6 +17,7 @@
 //	stager.go  chunks of a pass held back until the digest matched
 //	bad.go     bad-blob tracking: failures answered from memory for a while
 //	flight.go  cancellable single flights shared by concurrent callers
+//	prefetch.go  Prefetch, Warm: the entry points of read-ahead across files
 //	disk.go    the on-disk tier: verified bodies, large decoded bodies, info records
 //	stats.go   Stats for people (.pugmark/stats)
 //

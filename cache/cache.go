@@ -92,6 +92,7 @@ type Cache struct {
 	ancestors *simplelru.LRU[ancestorKey, []layout.Entry]
 	manifests *simplelru.LRU[layout.SessionID, *layout.Manifest]
 	trees     *simplelru.LRU[ancestorKey, *Dir]
+	recent    recentSnaps // recent.go
 	list      sessionList
 	hourLists hourLists
 	// summaries are Summary's light rows, by session; sumFlights the
@@ -356,7 +357,7 @@ func (c *Cache) snapshots(ctx context.Context, id layout.SessionID, from, to uin
 			return st.snaps[from-1 : to], nil
 		}
 	}
-	snaps, err := c.store.ReadSnapshotRange(ctx, id, from, to, c.opts.Parallel)
+	snaps, err := c.readSnaps(ctx, id, from, to)
 	c.stats.snapshotsRead.Add(int64(len(snaps)))
 	return snaps, err
 }

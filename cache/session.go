@@ -299,7 +299,7 @@ func (s *Session) build(ctx context.Context, fp uint32) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	snaps, err := c.store.ReadSnapshotRange(ctx, s.id, 1, fp, c.opts.Parallel)
+	snaps, err := c.readSnaps(ctx, s.id, 1, fp)
 	if err != nil {
 		return nil, fmt.Errorf("load session %s: %w", s.id, err)
 	}
@@ -321,7 +321,7 @@ func (s *Session) build(ctx context.Context, fp uint32) (*State, error) {
 // per new version, and a copy of the slot map (states are immutable).
 func (s *Session) extend(ctx context.Context, prev *State, fp uint32) (*State, error) {
 	c := s.c
-	snaps, err := c.store.ReadSnapshotRange(ctx, s.id, prev.Version+1, fp, c.opts.Parallel)
+	snaps, err := c.readSnaps(ctx, s.id, prev.Version+1, fp)
 	if err != nil {
 		return nil, fmt.Errorf("refresh session %s: %w", s.id, err)
 	}

@@ -22,6 +22,7 @@
 //	objects.go     objects/sha256:<hex>, raw blobs
 //	failed.go      .pugmark/failed/: the bytes of commits that failed for good
 //	node.go        the generic directory, file and link nodes the above share
+//	readahead.go   fetching ahead of traversals: a session's files, a name across sessions
 //	errno.go       the errno table; interrupts.go, why FUSE INTERRUPT is ignored
 //
 // # Where a write goes

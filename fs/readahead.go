@@ -67,6 +67,9 @@ const (
 	raIdle = 5 * time.Second
 	// raStateLoads bounds the session states a name stream loads at once.
 	raStateLoads = 32
+	// raMinStateWindow is the least a name stream loads ahead, however
+	// slow its reader (see stateWindow).
+	raMinStateWindow = 16
 )
 
 // raPos says where a file shows in the tree, for read-ahead.
@@ -134,6 +137,14 @@ type raStream struct {
 	last   int // position of the last access
 	run    int // accesses in order so far
 	next   int // first position not fetched yet
+	// t0 and p0 are when and where the stream last started: its rate,
+	// positions a second, bounds how far ahead states are worth loading.
+	t0 time.Time
+	p0 int
+	// dir is the direction of the stream: +1, or -1 for a program that
+	// goes backwards (bash's glob looks sessions/*/b.txt up in reverse
+	// listing order, then sorts); 0 until the second access.
+	dir int
 	// nextBody is the first position of a name stream whose body is
 	// not fetched yet; reads says the name is read, not only looked up.
 	nextBody int
@@ -172,7 +183,8 @@ func (r *readAhead) read(pos *raPos, d *layout.Descriptor) {
 	}
 }
 
-// lookup notes that a program looks up name in session id's live tree.
+// lookup notes that a program looks up name in session id's live tree,
+// or lists it (name is then the directory's path and a slash).
 func (r *readAhead) lookup(id layout.SessionID, name string) { r.name(id, name, false) }
 
 // session moves the session stream of pos's view.
@@ -206,16 +218,14 @@ func (r *readAhead) session(pos *raPos) {
 	if !r.stepLocked(s, p, now) {
 		return
 	}
-	for s.next <= p+window(s.run) && s.next < len(ord.files) {
+	for ; s.ahead(s.next, p, window(s.run), len(ord.files)); s.next += s.dir {
 		e := ord.files[s.next]
 		if !r.f.blobs.Prefetchable(&e.Descriptor) {
-			s.next++
 			continue
 		}
 		if !r.reserveLocked(s, s.next, e.Descriptor.Size) {
 			break
 		}
-		s.next++
 		r.goBody(s.ctx, &e.Descriptor)
 	}
 }
@@ -246,22 +256,38 @@ func (r *readAhead) name(id layout.SessionID, name string, read bool) {
 	}
 	if read && !s.reads {
 		s.reads = true
-		s.nextBody = p + 1
+		s.nextBody = p + s.dir
 	}
-	s.nextBody = max(s.nextBody, p+1)
-	end := min(p+window(s.run), len(r.sessions.ids)-1)
+	s.nextBody = s.past(s.nextBody, p)
+	w, n := r.stateWindow(s, now), len(r.sessions.ids)
 	if s.reads {
 		// A body fetch loads (refreshes) the state first: the state
 		// cursor follows the body cursor.
-		for ; s.nextBody <= end; s.nextBody++ {
+		for ; s.ahead(s.nextBody, p, w, n); s.nextBody += s.dir {
 			r.goSession(s, s.nextBody, r.sessions.ids[s.nextBody], name, true)
 		}
-		s.next = max(s.next, s.nextBody)
+		s.next = s.past(s.next, s.nextBody-s.dir)
 		return
 	}
-	for ; s.next <= end; s.next++ {
+	for ; s.ahead(s.next, p, w, n); s.next += s.dir {
 		r.goSession(s, s.next, r.sessions.ids[s.next], name, false)
 	}
+}
+
+// stateWindow is how far ahead name stream s loads states. A state is
+// fresh for the metadata TTL; one loaded further ahead than the reader
+// gets in half of it would be checked again when the reader comes (two
+// round trips, one after the other, on its path), so the window is at
+// most what the reader's rate covers in TTL/2, and at least
+// raMinStateWindow.
+func (r *readAhead) stateWindow(s *raStream, now time.Time) int {
+	w := window(s.run)
+	el := now.Sub(s.t0)
+	if r.f.ttl <= 0 || el <= 0 || s.last == s.p0 {
+		return w
+	}
+	rate := float64(abs(s.last-s.p0)) / el.Seconds()
+	return min(w, max(raMinStateWindow, int(rate*r.f.ttl.Seconds()/2)))
 }
 
 // newStreamLocked makes a stream and starts tracking it in l.
@@ -277,25 +303,56 @@ func (r *readAhead) newStreamLocked(l *simplelru.LRU[raKey, *raStream], key raKe
 // stream is a pattern worth fetching ahead for.
 func (r *readAhead) stepLocked(s *raStream, p int, now time.Time) bool {
 	s.used = now
+	d := p - s.last
 	switch {
-	case s.last >= 0 && p == s.last:
+	case s.last >= 0 && d == 0:
 		// The same file again: its lookup, then its read.
-	case s.last >= 0 && p > s.last && p <= s.last+raGap:
+	case s.last >= 0 && s.dir == 0 && d >= -raGap && d <= raGap:
+		// The second access sets the direction.
+		s.dir = 1
+		if d < 0 {
+			s.dir = -1
+		}
+		s.run++
+		s.next, s.nextBody = p+s.dir, p+s.dir
+	case s.last >= 0 && d*s.dir > 0 && d*s.dir <= raGap:
 		s.run++
 	default:
 		r.resetLocked(s)
-		s.run = 1
+		s.run, s.dir = 1, 0
 		s.next, s.nextBody = p+1, p+1
+		s.t0, s.p0 = now, p
 	}
 	s.last = p
 	for q, n := range s.pend {
-		if q <= p {
+		if s.dir >= 0 && q <= p || s.dir < 0 && q >= p {
 			delete(s.pend, q)
 			r.ahead -= n
 		}
 	}
-	s.next = max(s.next, p+1)
+	s.next = s.past(s.next, p)
 	return s.run >= 2
+}
+
+// past returns cursor c moved past position p in the stream's
+// direction.
+func (s *raStream) past(c, p int) int {
+	if s.dir < 0 {
+		return min(c, p-1)
+	}
+	return max(c, p+1)
+}
+
+// ahead reports whether position c is within w of p in the stream's
+// direction and one of n positions.
+func (s *raStream) ahead(c, p, w, n int) bool {
+	if c < 0 || c >= n {
+		return false
+	}
+	if s.dir < 0 {
+		return c >= p-w
+	}
+	return c <= p+w
 }
 
 // resetLocked cancels what s has in flight and forgets what it fetched
@@ -478,4 +535,11 @@ func (r *readAhead) stats() string {
 	return fmt.Sprintf("read-ahead: streams %d (started %d), in flight %d, issued %d, bodies fetched %d, states loaded %d, failed %d, cancelled %d, bytes ahead %d (peak %d, bound %d)",
 		streams, r.st.streams.Load(), r.st.inFlight.Load(), r.st.issued.Load(), r.st.fetched.Load(), r.st.states.Load(),
 		r.st.failed.Load(), r.st.cancelled.Load(), ahead, r.st.peakAhead.Load(), r.maxBytes)
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
 }

@@ -109,6 +109,9 @@ func (d *sessionDir) list(ctx context.Context) ([]child, error) {
 	var local func(seen map[string]bool) []child
 	if d.live() {
 		local = d.overlay() // before the state: see staging.Writer.Overlay
+		// A glob (sessions/*/name) reads each session's directory: the
+		// same directory across sessions is a name stream too.
+		d.f.ra.lookup(d.id, cache.JoinName(d.parts)+"/")
 	}
 	st, tree, err := d.view(ctx)
 	if err != nil {

@@ -117,7 +117,8 @@ func TestReadAheadSessionFiles(t *testing.T) {
 }
 
 // TestReadAheadAcrossSessions: `cat sessions/*/b.txt` loads the next
-// sessions' states while the shell's glob lstat()s each b.txt, and
+// sessions' states while the shell's glob lstat()s each b.txt (bash does
+// that in reverse listing order) without fetching any body, and
 // prefetches the next b.txt bodies once cat reads them: state loads and
 // blob GETs overlap, and each body is fetched once.
 func TestReadAheadAcrossSessions(t *testing.T) {
@@ -138,6 +139,14 @@ func TestReadAheadAcrossSessions(t *testing.T) {
 		want.WriteString(bodies[id])
 	}
 	m := raMount(t, bk, "--read-only")
+	if got := sh(t, m.Dir, "echo sessions/*/b.txt | wc -w"); got != fmt.Sprintf("%d\n", n) {
+		t.Fatalf("the glob found %s files, want %d", got, n)
+	}
+	g := raIdle(t, m)
+	t.Logf("glob over %d sessions: %d blob GETs, read-ahead loaded %d states", n, g.blobGets, g.states)
+	if g.blobGets != 0 || g.states < n/2 {
+		t.Errorf("the glob alone: %d blob GETs, %d states loaded ahead; want none, and most of the %d states", g.blobGets, g.states, n)
+	}
 	if got := sh(t, m.Dir, "cat sessions/*/b.txt"); got != want.String() {
 		t.Fatalf("cat sessions/*/b.txt printed %d bytes, not the %d of the bodies in order", len(got), want.Len())
 	}
