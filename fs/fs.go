@@ -155,6 +155,7 @@ func (r *rootNode) OnAdd(ctx context.Context) { r.f.root = &r.Inode }
 // Close stops the background work of the filesystem and keeps what was
 // never committed (staging.Writer.Shutdown). Call it after the unmount.
 func (f *FS) Close() {
+	f.ra.close()
 	f.w.Shutdown()
 	f.notify.close()
 }

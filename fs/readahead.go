@@ -527,6 +527,14 @@ func (r *readAhead) loadSessionsLocked(now time.Time) {
 	}()
 }
 
+// close cancels what every stream has in flight (the mount is going).
+func (r *readAhead) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.trees.Purge()
+	r.names.Purge()
+}
+
 // stats is read-ahead's line in .pugmark/stats.
 func (r *readAhead) stats() string {
 	r.mu.Lock()
