@@ -140,7 +140,7 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 			})
 			fs.BoolVar(&cfg.SniffEncoding, "sniff-encoding", false, "show a text file whose body is gzip or zstd without a declared content-encoding decoded (§15); costs a small read of every such file's head on stat (default: off)")
 			fs.DurationVar(&cfg.RequestTimeout, "request-timeout", deadlineblob.DefaultTimeout, "give up on a bucket request (each attempt, each read of a body) after this `DURATION` (such as 10s or 1m); the call then fails with EIO")
-			fs.IntVar(&cfg.MaxRequests, "max-requests", schedblob.DefaultMaxRequests, "at most `N` bucket requests in flight at once; when all are taken, requests someone waits for go before speculative ones")
+			fs.IntVar(&cfg.MaxRequests, "max-requests", schedblob.DefaultMaxRequests, "at most `N` bucket requests in flight at once (fewer while the bucket answers 503 SlowDown); when all are taken, requests someone waits for go before speculative ones (read-ahead)")
 			return func(ctx context.Context, sio *stdio, args []string) error {
 				if len(args) != 2 {
 					return usagef("want BUCKET-URL and MOUNTPOINT, got %d argument(s)", len(args))
