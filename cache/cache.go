@@ -236,6 +236,11 @@ func (c *Cache) State(ctx context.Context, id layout.SessionID) (*State, error) 
 func (c *Cache) Invalidate(id layout.SessionID) {
 	c.mu.Lock()
 	s, ok := c.sessions.Peek(id)
+	if sum, known := c.summaries[id]; known {
+		// Nor is what a listing found any longer the latest version.
+		sum.checked = time.Time{}
+		c.summaries[id] = sum
+	}
 	c.mu.Unlock()
 	if ok {
 		s.inval.Add(1)

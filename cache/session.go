@@ -231,11 +231,18 @@ func (s *Session) fresh() bool {
 func (s *Session) refreshLocked(ctx context.Context) (*State, error) {
 	c := s.c
 	inval := s.inval.Load()
-	checkedAt := c.opts.Now()
-	c.stats.checks.Add(1)
-	fp, err := c.store.LatestVersion(ctx, s.id)
-	if err != nil {
-		return nil, err
+	// The fingerprint (consistency.md §4): the latest version a listing's
+	// freshness pass found within the TTL, as of when it listed, or one
+	// LIST of our own. After `ls sessions/` a traversal of the sessions
+	// (cat sessions/*/x) then loads each state without a LIST per session.
+	fp, checkedAt, listed := c.listedVersion(s.id)
+	if !listed {
+		checkedAt = c.opts.Now()
+		c.stats.checks.Add(1)
+		var err error
+		if fp, err = c.store.LatestVersion(ctx, s.id); err != nil {
+			return nil, err
+		}
 	}
 	fp = max(fp, s.floor)
 	prev := s.st.Load()
@@ -257,6 +264,7 @@ func (s *Session) refreshLocked(ctx context.Context) (*State, error) {
 		}
 	}
 	var st *State
+	var err error
 	if prev == nil || fp < prev.Version {
 		// First load, or the bucket went backwards (restored from a
 		// backup: our latest version is gone): build from scratch.

@@ -97,6 +97,20 @@ func (c *Cache) knownSummary(id layout.SessionID, now, since time.Time) (summary
 	return summary{}, false
 }
 
+// listedVersion returns the latest version of id that a listing's
+// freshness pass or a summary found within the TTL, and when it was
+// found; ok is false when there is none that fresh.
+func (c *Cache) listedVersion(id layout.SessionID) (version uint32, checked time.Time, ok bool) {
+	now := c.opts.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sum, known := c.summaries[id]
+	if !known || !c.freshAt(now, sum.checked) {
+		return 0, time.Time{}, false
+	}
+	return sum.version, sum.checked, true
+}
+
 // freshAt reports whether something checked at t may still be used at
 // now; a TTL of 0 means "check every time".
 func (c *Cache) freshAt(now, t time.Time) bool {

@@ -304,3 +304,30 @@ func TestSessionsListCacheDir(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionsListServesStateLoads: after `ls sessions/`, reading a file
+// of every session (cat sessions/*/b.txt) loads each session's state
+// without a LIST of its own: the pass's version, as of the pass, is the
+// fingerprint (consistency.md §4), and the snapshot the pass read is not
+// read again. What is left per session is its manifest.
+func TestSessionsListServesStateLoads(t *testing.T) {
+	bk := relLocalBucket(t)
+	created := time.Now().Add(-time.Hour).Truncate(time.Second)
+	ids := passSessions(t, bk, 5, created)
+	m := mount(t, bk, "--metadata-ttl=1m")
+	if got := len(lines(sh(t, m.Dir, "ls sessions"))); got != len(ids) {
+		t.Fatalf("ls sessions/ lists %d, want %d", got, len(ids))
+	}
+	before := listReadCounts(t, m)
+	out := sh(t, m.Dir, "cat sessions/*/b.txt")
+	cost := listReadCounts(t, m).minus(before)
+	t.Logf("cat sessions/*/b.txt after ls: %+v", cost)
+	for _, id := range ids {
+		if !strings.Contains(out, "body of "+id.String()) {
+			t.Fatalf("cat sessions/*/b.txt lacks %s:\n%s", id, out)
+		}
+	}
+	if cost.List != 0 || cost.Get > int64(len(ids)) || cost.Head != 0 {
+		t.Fatalf("cat of one file per session after ls costs %+v; want no LIST and at most one GET (the manifest) per session (%d)", cost, len(ids))
+	}
+}
