@@ -115,15 +115,25 @@ var testCacheHomes sync.Map
 // mounts of one test and its subtests: a mount without --cache-dir keeps
 // its disk cache there, per bucket, as it would under ~/.cache, so the
 // mounts of one test share it and no test sees another's (or leaves it
-// behind). It lasts as long as the test that first asked for it.
+// behind). A test uses the directory of the nearest test above it (or of
+// itself) that asked for one; else it gets its own, which lasts as long
+// as it does. Sibling subtests never share one: they may run in parallel,
+// and one's directory goes when that one ends.
 func testCacheHome(t testing.TB) string {
-	top, _, _ := strings.Cut(t.Name(), "/")
-	if d, ok := testCacheHomes.Load(top); ok {
-		return d.(string)
+	for name := t.Name(); ; {
+		if d, ok := testCacheHomes.Load(name); ok {
+			return d.(string)
+		}
+		i := strings.LastIndex(name, "/")
+		if i < 0 {
+			break
+		}
+		name = name[:i]
 	}
 	d := t.TempDir()
-	testCacheHomes.Store(top, d)
-	t.Cleanup(func() { testCacheHomes.Delete(top) })
+	name := t.Name()
+	testCacheHomes.Store(name, d)
+	t.Cleanup(func() { testCacheHomes.Delete(name) })
 	return d
 }
 
