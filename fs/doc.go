@@ -22,8 +22,11 @@
 //	objects.go     objects/sha256:<hex>, raw blobs
 //	failed.go      .pugmark/failed/: the bytes of commits that failed for good
 //	node.go        the generic directory, file and link nodes the above share
-//	readahead.go   fetching ahead of traversals: a session's files, a name across sessions
 //	errno.go       the errno table; interrupts.go, why FUSE INTERRUPT is ignored
+//
+// What programs look up, list and read is also told to package readahead,
+// which fetches ahead of traversals (a session's files, a name across
+// sessions).
 //
 // # Where a write goes
 //

@@ -15,6 +15,7 @@ import (
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/ingest"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/readahead"
 	"github.com/pugmark/pugfs/staging"
 )
 
@@ -91,7 +92,7 @@ type FS struct {
 	// new descriptors of the same bytes.
 	inos inoKeeper
 	// ra fetches ahead of traversals (readahead.go).
-	ra *readAhead
+	ra *readahead.ReadAhead
 }
 
 // New returns the filesystem for cfg.
@@ -131,7 +132,7 @@ func New(cfg Config) (*FS, error) {
 		StagingDir: cfg.StagingDir, FailedDir: cfg.FailedDir, Now: cfg.Now, Log: cfg.Logger},
 		cfg.Store, cfg.Cache, cfg.Blobs, f.notifyChanged)
 	f.notify = newNotifier(f)
-	f.ra = newReadAhead(f)
+	f.ra = readahead.New(cfg.Cache, cfg.Blobs, f.ttl)
 	return f, nil
 }
 
@@ -155,7 +156,7 @@ func (r *rootNode) OnAdd(ctx context.Context) { r.f.root = &r.Inode }
 // Close stops the background work of the filesystem and keeps what was
 // never committed (staging.Writer.Shutdown). Call it after the unmount.
 func (f *FS) Close() {
-	f.ra.close()
+	f.ra.Close()
 	f.w.Shutdown()
 	f.notify.close()
 }

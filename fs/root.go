@@ -60,7 +60,7 @@ func (f *FS) statsText() string {
 	fmt.Fprintf(&b, "backend requests in flight: peak %d\n", ls.PeakInFlight)
 	fmt.Fprintf(&b, "%s\n", f.cache.Stats())
 	fmt.Fprintf(&b, "%s\n", f.blobs.Stats()) // "blob cache <part>: ..." lines
-	fmt.Fprintf(&b, "%s\n", f.ra.stats())
+	fmt.Fprintf(&b, "%s\n", f.ra.Stats())
 	ws := f.w.Stats()
 	fmt.Fprintf(&b, "commits %d (snapshots %d, descriptors %d), commit errors %d, conflicts %d\n",
 		ws.Commits, ws.Snapshots, ws.Descriptors, ws.Errors, ws.Conflicts)

@@ -14,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/readahead"
 	"github.com/pugmark/pugfs/staging"
 )
 
@@ -33,7 +34,7 @@ func (s *sessionsDir) list(ctx context.Context) ([]child, error) {
 	for i, e := range ls {
 		ids[i] = e.ID
 	}
-	s.f.ra.listed(ids)
+	s.f.ra.Listed(ids)
 	out := make([]child, 0, len(ls))
 	for _, e := range ls {
 		c := s.f.sessionChild(e.ID.String(), e.ID)
@@ -111,7 +112,7 @@ func (d *sessionDir) list(ctx context.Context) ([]child, error) {
 		local = d.overlay() // before the state: see staging.Writer.Overlay
 		// A glob (sessions/*/name) reads each session's directory: the
 		// same directory across sessions is a name stream too.
-		d.f.ra.lookup(d.id, cache.JoinName(d.parts)+"/")
+		d.f.ra.Lookup(d.id, cache.JoinName(d.parts)+"/")
 	}
 	st, tree, err := d.view(ctx)
 	if err != nil {
@@ -184,7 +185,7 @@ func (d *sessionDir) find(ctx context.Context, name string) (child, error) {
 	if d.live() {
 		// Before the state is read: a glob over sessions/*/name loads
 		// the next sessions' states meanwhile.
-		d.f.ra.lookup(d.id, d.full(name))
+		d.f.ra.Lookup(d.id, d.full(name))
 	}
 	if d.metaName(name) {
 		return d.f.dir(name, inoOf("session-meta", d.id.String()), d.f.ttl, &sessionMetaDir{f: d.f, id: d.id}), nil
@@ -327,13 +328,13 @@ func (f *FS) slotChild(d *sessionDir, name string, e layout.Entry) child {
 type blobContent struct {
 	f   *FS
 	d   layout.Descriptor
-	pos *raPos
+	pos *readahead.Pos
 }
 
 func (b *blobContent) size(ctx context.Context) (int64, error) { return b.f.blobs.Size(ctx, &b.d) }
 func (b *blobContent) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if off == 0 {
-		b.f.ra.read(b.pos, &b.d)
+		b.f.ra.Read(b.pos, &b.d)
 	}
 	n, err := b.f.blobs.ReadAt(ctx, &b.d, p, off)
 	if errors.Is(err, io.EOF) {

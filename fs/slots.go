@@ -17,6 +17,7 @@ import (
 	"github.com/pugmark/pugfs/ingest"
 	"github.com/pugmark/pugfs/internal/redact"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/readahead"
 	"github.com/pugmark/pugfs/staging"
 )
 
@@ -36,7 +37,7 @@ func (f *FS) slotNode(d *sessionDir, full string, e layout.Entry) gofsNode {
 		n.ent.Store(&e)
 		return n
 	}
-	return &fileNode{f: f, c: &blobContent{f: f, d: e.Descriptor, pos: &raPos{id: d.id, at: d.at, name: full}}, x: descXattrs(e)}
+	return &fileNode{f: f, c: &blobContent{f: f, d: e.Descriptor, pos: &readahead.Pos{ID: d.id, At: d.at, Name: full}}, x: descXattrs(e)}
 }
 
 // stagedChild is a child for a staged (not yet committed) file.
@@ -553,9 +554,9 @@ func (n *slotFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	if e == nil {
 		return nil, syscall.ENOENT
 	}
-	var pos *raPos
+	var pos *readahead.Pos
 	if off == 0 {
-		pos = &raPos{id: n.id, name: n.slot()}
+		pos = &readahead.Pos{ID: n.id, Name: n.slot()}
 	}
 	k, err := (&blobContent{f: n.f, d: e.Descriptor, pos: pos}).readAt(ctx, dest, off)
 	if err != nil {

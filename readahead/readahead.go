@@ -1,22 +1,6 @@
-package fs
-
-import (
-	"context"
-	"fmt"
-	"sort"
-	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/hashicorp/golang-lru/v2/simplelru"
-	"github.com/pugmark/pugfs/cache"
-	"github.com/pugmark/pugfs/layout"
-	"github.com/pugmark/pugfs/layout/schedblob"
-)
-
-// Read-ahead for traversals (issues #12 and #14). A program that reads
-// many small files one after another (grep -r, cat */x, tar c) waits a
-// round trip per file; pugfs knows every file of a session from its
+// Package readahead fetches ahead of programs that traverse a mount
+// (issues #12 and #14). A program that reads many small files one after
+// another (grep -r, cat */x, tar c) waits a round trip per file; pugfs knows every file of a session from its
 // snapshots, and the order such programs visit them in (the listing
 // order: names sorted, directories where they fall), so it fetches the
 // next files' bodies while the program reads the current one.
@@ -50,9 +34,30 @@ import (
 // bodies that come in one request are fetched ahead; larger ones have the
 // chunk read-ahead of their own reader.
 //
-// Lock order: readAhead.mu is a leaf except that it is held while asking
-// the blob cache whether a body is warm (blobcache.Cache.mu, a leaf).
-// No I/O happens under it.
+// It knows nothing of FUSE: package fs tells it what programs look up,
+// list and read (ReadAhead.Read, Lookup, Listed), and it asks the session
+// cache (States) and the blob cache (Bodies) for the rest.
+//
+// # Locks
+//
+// ReadAhead.mu is a leaf except that it is held while asking the blob
+// cache whether a body is warm (blobcache.Cache.mu, a leaf). No I/O
+// happens under it.
+package readahead
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/schedblob"
+)
 
 const (
 	// raGap: an access at most this many positions past the last one
@@ -72,19 +77,46 @@ const (
 	raMinStateWindow = 16
 )
 
-// raPos says where a file shows in the tree, for read-ahead.
-type raPos struct {
-	id   layout.SessionID
-	at   uint32 // the version of a history view; 0 for the live tree
-	name string // the slot name
+// Pos says where a file shows in the tree: in which session's view, under
+// which slot name.
+type Pos struct {
+	ID   layout.SessionID
+	At   uint32 // the version of a history view; 0 for the live tree
+	Name string // the slot name
 }
 
-// readAhead is one mount's traversal read-ahead.
-type readAhead struct {
-	f        *FS
+// States is what read-ahead asks of the session cache (a *cache.Cache).
+type States interface {
+	// Peek returns a session's state as cached, without a request.
+	Peek(id layout.SessionID) (*cache.State, bool)
+	// State loads (or refreshes) a session's state.
+	State(ctx context.Context, id layout.SessionID) (*cache.State, error)
+	// Sessions lists every session ID.
+	Sessions(ctx context.Context) ([]layout.SessionID, error)
+	// TreeAt is the tree of st's session at version ver.
+	TreeAt(st *cache.State, ver uint32) *cache.Dir
+}
+
+// Bodies is what read-ahead asks of the blob cache (a *blobcache.Cache).
+type Bodies interface {
+	// PrefetchLimits are the bytes read-ahead may hold unread, and the
+	// body fetches it may have in flight.
+	PrefetchLimits() (bytes int64, inFlight int)
+	// Prefetchable reports whether d's body is worth fetching ahead.
+	Prefetchable(d *layout.Descriptor) bool
+	// Prefetch fetches and verifies d's body; fetched is false when it
+	// was there already.
+	Prefetch(ctx context.Context, d *layout.Descriptor) (fetched bool, err error)
+}
+
+// ReadAhead is one mount's traversal read-ahead.
+type ReadAhead struct {
+	states   States
+	bodies   Bodies
+	ttl      time.Duration // the metadata TTL
 	maxBytes int64         // bytes fetched ahead and not read yet, at most
-	bodies   chan struct{} // body prefetches in flight
-	states   chan struct{} // state loads in flight
+	bodySem  chan struct{} // body prefetches in flight
+	stateSem chan struct{} // state loads in flight
 
 	// mu guards the fields below it; see the lock order above.
 	mu     sync.Mutex
@@ -127,7 +159,7 @@ type treeOrder struct {
 	idx   map[string]int // slot name -> position
 }
 
-// raStream is one stream's state, under readAhead.mu.
+// raStream is one stream's state, under ReadAhead.mu.
 type raStream struct {
 	key    raKey
 	tree   *cache.Dir // session streams: the tree positions are in
@@ -156,9 +188,12 @@ type raStream struct {
 	used   time.Time
 }
 
-func newReadAhead(f *FS) *readAhead {
-	bytes, inFlight := f.blobs.PrefetchLimits()
-	r := &readAhead{f: f, maxBytes: bytes, bodies: make(chan struct{}, inFlight), states: make(chan struct{}, raStateLoads)}
+// New returns the read-ahead of a mount whose session states have the
+// metadata TTL ttl.
+func New(states States, bodies Bodies, ttl time.Duration) *ReadAhead {
+	bytes, inFlight := bodies.PrefetchLimits()
+	r := &ReadAhead{states: states, bodies: bodies, ttl: ttl, maxBytes: bytes,
+		bodySem: make(chan struct{}, inFlight), stateSem: make(chan struct{}, raStateLoads)}
 	r.orders, _ = simplelru.NewLRU[*cache.Dir, *treeOrder](4, nil)
 	r.trees, _ = simplelru.NewLRU(raStreams, func(_ raKey, s *raStream) { r.dropLocked(s) })
 	r.names, _ = simplelru.NewLRU(raStreams, func(_ raKey, s *raStream) { r.dropLocked(s) })
@@ -172,41 +207,41 @@ func window(run int) int {
 	return min(raMaxWindow, 4*run)
 }
 
-// read notes that a program reads the file d at pos from its start.
-func (r *readAhead) read(pos *raPos, d *layout.Descriptor) {
+// Read notes that a program reads the file d at pos from its start.
+func (r *ReadAhead) Read(pos *Pos, d *layout.Descriptor) {
 	if pos == nil {
 		return
 	}
 	r.session(pos)
-	if pos.at == 0 {
-		r.name(pos.id, pos.name, true)
+	if pos.At == 0 {
+		r.name(pos.ID, pos.Name, true)
 	}
 }
 
-// lookup notes that a program looks up name in session id's live tree,
+// Lookup notes that a program looks up name in session id's live tree,
 // or lists it (name is then the directory's path and a slash).
-func (r *readAhead) lookup(id layout.SessionID, name string) { r.name(id, name, false) }
+func (r *ReadAhead) Lookup(id layout.SessionID, name string) { r.name(id, name, false) }
 
 // session moves the session stream of pos's view.
-func (r *readAhead) session(pos *raPos) {
-	st, ok := r.f.cache.Peek(pos.id)
-	if !ok || pos.at > st.Version {
+func (r *ReadAhead) session(pos *Pos) {
+	st, ok := r.states.Peek(pos.ID)
+	if !ok || pos.At > st.Version {
 		return
 	}
 	tree := st.Tree()
-	if pos.at > 0 {
-		tree = r.f.treeAt(st, pos.at)
+	if pos.At > 0 {
+		tree = r.states.TreeAt(st, pos.At)
 	}
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sweepLocked(now)
 	ord := r.orderLocked(tree)
-	p, ok := ord.idx[pos.name]
+	p, ok := ord.idx[pos.Name]
 	if !ok {
 		return
 	}
-	key := raKey{id: pos.id, at: pos.at}
+	key := raKey{id: pos.ID, at: pos.At}
 	s, ok := r.trees.Get(key)
 	if !ok || s.tree != tree {
 		if ok {
@@ -220,7 +255,7 @@ func (r *readAhead) session(pos *raPos) {
 	}
 	for ; s.ahead(s.next, p, window(s.run), len(ord.files)); s.next += s.dir {
 		e := ord.files[s.next]
-		if !r.f.blobs.Prefetchable(&e.Descriptor) {
+		if !r.bodies.Prefetchable(&e.Descriptor) {
 			continue
 		}
 		if !r.reserveLocked(s, s.next, e.Descriptor.Size) {
@@ -231,7 +266,7 @@ func (r *readAhead) session(pos *raPos) {
 }
 
 // name moves the name stream of name across sessions.
-func (r *readAhead) name(id layout.SessionID, name string, read bool) {
+func (r *ReadAhead) name(id layout.SessionID, name string, read bool) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -280,18 +315,18 @@ func (r *readAhead) name(id layout.SessionID, name string, read bool) {
 // round trips, one after the other, on its path), so the window is at
 // most what the reader's rate covers in TTL/2, and at least
 // raMinStateWindow.
-func (r *readAhead) stateWindow(s *raStream, now time.Time) int {
+func (r *ReadAhead) stateWindow(s *raStream, now time.Time) int {
 	w := window(s.run)
 	el := now.Sub(s.t0)
-	if r.f.ttl <= 0 || el <= 0 || s.last == s.p0 {
+	if r.ttl <= 0 || el <= 0 || s.last == s.p0 {
 		return w
 	}
 	rate := float64(abs(s.last-s.p0)) / el.Seconds()
-	return min(w, max(raMinStateWindow, int(rate*r.f.ttl.Seconds()/2)))
+	return min(w, max(raMinStateWindow, int(rate*r.ttl.Seconds()/2)))
 }
 
 // newStreamLocked makes a stream and starts tracking it in l.
-func (r *readAhead) newStreamLocked(l *simplelru.LRU[raKey, *raStream], key raKey) *raStream {
+func (r *ReadAhead) newStreamLocked(l *simplelru.LRU[raKey, *raStream], key raKey) *raStream {
 	s := &raStream{key: key, last: -1, pend: map[int]int64{}, used: time.Now()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	l.Add(key, s)
@@ -301,7 +336,7 @@ func (r *readAhead) newStreamLocked(l *simplelru.LRU[raKey, *raStream], key raKe
 
 // stepLocked records an access at position p and reports whether the
 // stream is a pattern worth fetching ahead for.
-func (r *readAhead) stepLocked(s *raStream, p int, now time.Time) bool {
+func (r *ReadAhead) stepLocked(s *raStream, p int, now time.Time) bool {
 	s.used = now
 	d := p - s.last
 	switch {
@@ -357,7 +392,7 @@ func (s *raStream) ahead(c, p, w, n int) bool {
 
 // resetLocked cancels what s has in flight and forgets what it fetched
 // ahead.
-func (r *readAhead) resetLocked(s *raStream) {
+func (r *ReadAhead) resetLocked(s *raStream) {
 	if len(s.pend) > 0 || s.run >= 2 {
 		s.cancel()
 		r.st.cancelled.Add(1)
@@ -372,13 +407,13 @@ func (r *readAhead) resetLocked(s *raStream) {
 }
 
 // dropLocked ends a stream that is no longer tracked.
-func (r *readAhead) dropLocked(s *raStream) {
+func (r *ReadAhead) dropLocked(s *raStream) {
 	r.resetLocked(s)
 	s.cancel()
 }
 
 // sweepLocked drops streams idle for raIdle.
-func (r *readAhead) sweepLocked(now time.Time) {
+func (r *ReadAhead) sweepLocked(now time.Time) {
 	for _, l := range []*simplelru.LRU[raKey, *raStream]{r.trees, r.names} {
 		for {
 			_, s, ok := l.GetOldest()
@@ -392,7 +427,7 @@ func (r *readAhead) sweepLocked(now time.Time) {
 
 // reserveLocked counts n bytes fetched ahead at position p of s, unless
 // that would pass the bound.
-func (r *readAhead) reserveLocked(s *raStream, p int, n int64) bool {
+func (r *ReadAhead) reserveLocked(s *raStream, p int, n int64) bool {
 	if r.ahead+n > r.maxBytes {
 		return false
 	}
@@ -406,21 +441,21 @@ func (r *readAhead) reserveLocked(s *raStream, p int, n int64) bool {
 
 // goBody prefetches d in the background, within the bound on body
 // fetches in flight.
-func (r *readAhead) goBody(ctx context.Context, d *layout.Descriptor) {
+func (r *ReadAhead) goBody(ctx context.Context, d *layout.Descriptor) {
 	r.st.issued.Add(1)
 	go r.body(ctx, d)
 }
 
-func (r *readAhead) body(ctx context.Context, d *layout.Descriptor) {
+func (r *ReadAhead) body(ctx context.Context, d *layout.Descriptor) {
 	select {
-	case r.bodies <- struct{}{}:
+	case r.bodySem <- struct{}{}:
 	case <-ctx.Done():
 		return
 	}
-	defer func() { <-r.bodies }()
+	defer func() { <-r.bodySem }()
 	r.st.inFlight.Add(1)
 	defer r.st.inFlight.Add(-1)
-	fetched, err := r.f.blobs.Prefetch(schedblob.Speculative(ctx), d)
+	fetched, err := r.bodies.Prefetch(schedblob.Speculative(ctx), d)
 	switch {
 	case err != nil && ctx.Err() == nil:
 		r.st.failed.Add(1) // the reader's own read reports it
@@ -432,19 +467,19 @@ func (r *readAhead) body(ctx context.Context, d *layout.Descriptor) {
 // goSession loads (or refreshes) the state of session id at position p
 // of name stream s in the background and, with body, prefetches the
 // body of name in it.
-func (r *readAhead) goSession(s *raStream, p int, id layout.SessionID, name string, body bool) {
+func (r *ReadAhead) goSession(s *raStream, p int, id layout.SessionID, name string, body bool) {
 	ctx, gen := s.ctx, s.gen
 	r.st.issued.Add(1)
 	go func() {
 		select {
-		case r.states <- struct{}{}:
+		case r.stateSem <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
 		r.st.inFlight.Add(1)
-		st, err := r.f.cache.State(schedblob.Speculative(ctx), id)
+		st, err := r.states.State(schedblob.Speculative(ctx), id)
 		r.st.inFlight.Add(-1)
-		<-r.states
+		<-r.stateSem
 		if err != nil {
 			if ctx.Err() == nil {
 				r.st.failed.Add(1)
@@ -456,7 +491,7 @@ func (r *readAhead) goSession(s *raStream, p int, id layout.SessionID, name stri
 			return
 		}
 		e, ok := st.Slot(name)
-		if !ok || !r.f.blobs.Prefetchable(&e.Descriptor) {
+		if !ok || !r.bodies.Prefetchable(&e.Descriptor) {
 			return
 		}
 		r.mu.Lock()
@@ -470,7 +505,7 @@ func (r *readAhead) goSession(s *raStream, p int, id layout.SessionID, name stri
 
 // orderLocked returns tree's files in traversal order, cached for the
 // few trees being traversed.
-func (r *readAhead) orderLocked(tree *cache.Dir) *treeOrder {
+func (r *ReadAhead) orderLocked(tree *cache.Dir) *treeOrder {
 	if o, ok := r.orders.Get(tree); ok {
 		return o
 	}
@@ -491,9 +526,9 @@ func (r *readAhead) orderLocked(tree *cache.Dir) *treeOrder {
 	return o
 }
 
-// listed records the order of a listing of sessions/ (readdir sorts it
+// Listed records the order of a listing of sessions/ (readdir sorts it
 // by name, as the shell's glob does).
-func (r *readAhead) listed(ids []layout.SessionID) {
+func (r *ReadAhead) Listed(ids []layout.SessionID) {
 	sorted := append([]layout.SessionID(nil), ids...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].String() < sorted[j].String() })
 	idx := make(map[layout.SessionID]int, len(sorted))
@@ -508,15 +543,15 @@ func (r *readAhead) listed(ids []layout.SessionID) {
 // loadSessionsLocked learns the sessions/ order in the background when
 // a name stream meets a session it does not know, at most once per
 // metadata TTL.
-func (r *readAhead) loadSessionsLocked(now time.Time) {
-	if r.sessions.loading || now.Sub(r.sessions.at) < max(r.f.ttl, time.Second) {
+func (r *ReadAhead) loadSessionsLocked(now time.Time) {
+	if r.sessions.loading || now.Sub(r.sessions.at) < max(r.ttl, time.Second) {
 		return
 	}
 	r.sessions.loading = true
 	go func() {
-		ids, err := r.f.cache.Sessions(schedblob.Speculative(context.Background()))
+		ids, err := r.states.Sessions(schedblob.Speculative(context.Background()))
 		if err == nil {
-			r.listed(ids)
+			r.Listed(ids)
 		}
 		r.mu.Lock()
 		r.sessions.loading = false
@@ -527,16 +562,16 @@ func (r *readAhead) loadSessionsLocked(now time.Time) {
 	}()
 }
 
-// close cancels what every stream has in flight (the mount is going).
-func (r *readAhead) close() {
+// Close cancels what every stream has in flight (the mount is going).
+func (r *ReadAhead) Close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.trees.Purge()
 	r.names.Purge()
 }
 
-// stats is read-ahead's line in .pugmark/stats.
-func (r *readAhead) stats() string {
+// Stats is read-ahead's line in .pugmark/stats.
+func (r *ReadAhead) Stats() string {
 	r.mu.Lock()
 	ahead, streams := r.ahead, r.trees.Len()+r.names.Len()
 	r.mu.Unlock()

@@ -1,0 +1,163 @@
+package readahead
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/layout"
+	"gocloud.dev/blob/memblob"
+)
+
+// Read-ahead without a kernel: a real session cache over a memory bucket
+// for the states, and a recorder for the bodies, so that what read-ahead
+// asks for can be compared with what a traversal would read next.
+
+// bodyLog records the prefetches read-ahead asks for.
+type bodyLog struct {
+	bytes int64 // PrefetchLimits' bytes
+	mu    sync.Mutex
+	names []string
+}
+
+func (b *bodyLog) PrefetchLimits() (int64, int) { return b.bytes, 4 }
+
+func (b *bodyLog) Prefetchable(d *layout.Descriptor) bool { return d != nil && d.Size > 0 }
+
+func (b *bodyLog) Prefetch(ctx context.Context, d *layout.Descriptor) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.names = append(b.names, d.Name)
+	return true, nil
+}
+
+func (b *bodyLog) got() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := slices.Clone(b.names)
+	slices.Sort(out)
+	return out
+}
+
+// raRig is a read-ahead over one loaded session of n files of size bytes,
+// f00, f01, ... in traversal order.
+type raRig struct {
+	ra    *ReadAhead
+	log   *bodyLog
+	c     *cache.Cache
+	id    layout.SessionID
+	files []layout.Descriptor
+}
+
+func newRig(t *testing.T, n int, size int, budget int64) *raRig {
+	t.Helper()
+	ctx := context.Background()
+	store := layout.New(memblob.OpenBucket(nil), nil)
+	m := store.NewRootManifest()
+	if _, _, err := store.CreateSession(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	var ds []layout.Descriptor
+	for i := range n {
+		d, err := store.PutBody(ctx, fmt.Sprintf("f%02d", i), []byte(strings.Repeat(string(rune('a'+i%26)), size)), layout.BlobOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	if _, err := store.Commit(ctx, m.Session, layout.CommitRequest{Type: layout.Checkpoint, Descriptors: ds}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := cache.New(store, cache.Options{MetadataTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.State(ctx, m.Session); err != nil {
+		t.Fatal(err)
+	}
+	log := &bodyLog{bytes: budget}
+	r := &raRig{ra: New(c, log, time.Minute), log: log, c: c, id: m.Session, files: ds}
+	t.Cleanup(r.ra.Close)
+	return r
+}
+
+// read is a program reading file i of the session from its start.
+func (r *raRig) read(i int) {
+	d := r.files[i]
+	r.ra.Read(&Pos{ID: r.id, Name: d.Name}, &d)
+}
+
+// names returns the names of files from..to (inclusive), either way.
+func (r *raRig) names(from, to int) []string {
+	var out []string
+	for i := min(from, to); i <= max(from, to); i++ {
+		out = append(out, r.files[i].Name)
+	}
+	return out
+}
+
+// waitFor polls until the recorded prefetches are want, and fails the
+// test if they become anything else or never get there.
+func (r *raRig) waitFor(t *testing.T, what string, want []string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := r.log.got()
+		if slices.Equal(got, want) {
+			return
+		}
+		if len(got) > len(want) || time.Now().After(deadline) {
+			t.Fatalf("%s: prefetched %v, want %v", what, got, want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestReadAheadSession(t *testing.T) {
+	tests := []struct {
+		name   string
+		reads  []int
+		budget int64
+		want   func(r *raRig) []string
+	}{
+		{"one read is no pattern", []int{0}, 1 << 20, func(r *raRig) []string { return nil }},
+		{"in order: a window of 4 per read in order", []int{0, 1}, 1 << 20, func(r *raRig) []string { return r.names(2, 9) }},
+		{"the window grows", []int{0, 1, 2}, 1 << 20, func(r *raRig) []string { return r.names(2, 14) }},
+		{"backwards, as bash's glob looks up", []int{39, 38}, 1 << 20, func(r *raRig) []string { return r.names(37, 30) }},
+		{"skipping a few is still in order", []int{0, 3}, 1 << 20, func(r *raRig) []string { return r.names(4, 11) }},
+		{"a jump starts anew", []int{0, 20}, 1 << 20, func(r *raRig) []string { return nil }},
+		{"within the byte budget", []int{0, 1}, 3 * 2000, func(r *raRig) []string { return r.names(2, 4) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, 40, 2000, tt.budget)
+			for _, i := range tt.reads {
+				r.read(i)
+			}
+			want := tt.want(r)
+			slices.Sort(want)
+			r.waitFor(t, "after reads "+fmt.Sprint(tt.reads), want)
+		})
+	}
+}
+
+// TestReadAheadReaderCatchesUp: what the reader reached frees the budget
+// for the next files; a reader that stops leaves no more fetches.
+func TestReadAheadReaderCatchesUp(t *testing.T) {
+	r := newRig(t, 40, 2000, 3*2000)
+	r.read(0)
+	r.read(1)
+	r.waitFor(t, "budget of three", r.names(2, 4))
+	r.read(2)
+	r.read(3)
+	r.waitFor(t, "the reader at f03", r.names(2, 6))
+	time.Sleep(50 * time.Millisecond) // nothing more may come: the reader stopped
+	if got := r.log.got(); !slices.Equal(got, r.names(2, 6)) {
+		t.Fatalf("after the reader stopped: prefetched %v", got)
+	}
+}
