@@ -76,6 +76,29 @@ func TestSection13_2_LostResponses(t *testing.T) {
 				if v, _ := s.LatestMemoryVersion(bg, ns); v != 1 {
 					t.Fatalf("memory latest %d", v)
 				}
+
+				// A ref swap whose PUT landed but whose response was lost
+				// succeeds: its retry, or the read-back, meets its own
+				// write rather than failing. (Through the injector the
+				// swap is the weak one; TestSection9_RenameRefCAS has the
+				// If-Match retry meeting its own write.)
+				{
+					ref := fmt.Sprintf("swap-%d", retries)
+					if err := s.Link(bg, ref, "one"); err != nil {
+						t.Fatal(err)
+					}
+					prev, err := s.ReadRef(bg, ref)
+					if err != nil {
+						t.Fatal(err)
+					}
+					inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: RefsPrefix}, FailNth: 1, LoseResponse: true})
+					if err := s.RenameRef(bg, ref, prev, "two"); err != nil && !errors.Is(err, ErrWeakCAS) {
+						t.Fatalf("rename with a lost response: %v", err)
+					}
+					if r, _ := s.ReadRef(bg, ref); r.Target != "two" {
+						t.Fatalf("ref %s = %q after the rename", ref, r.Target)
+					}
+				}
 				inj.Reset()
 			})
 		}

@@ -95,7 +95,8 @@ var ErrWeakCAS = errors.New("backend has no If-Match: ref replaced by PUT and re
 // as prev (§9 Rename: If-Match on the prior version). On backends without
 // If-Match it falls back to re-read + PUT + re-read and returns ErrWeakCAS
 // with the write done, so callers can report the weaker guarantee. A
-// mismatch is ErrConflict.
+// mismatch is ErrConflict, unless the ref already holds target: that is
+// how a retry meets its own earlier attempt whose response was lost.
 func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target string) error {
 	key, err := RefKey(name)
 	if err != nil {
@@ -111,9 +112,18 @@ func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target str
 		switch {
 		case err == nil:
 			return nil
+		case errors.Is(err, errNoCAS):
+			// The weak swap below.
+		case s.refLanded(ctx, name, target):
+			// The PUT failed as seen from here, yet the ref holds our
+			// target: an attempt whose response was lost landed, and its
+			// retry (ours, or the client library's) met its own write
+			// (§13.2). Another writer setting the very same target is
+			// indistinguishable, and leaves the ref as this write would.
+			return nil
 		case isPrecondition(err):
 			return fmt.Errorf("rename ref %s: %w: it changed since it was read", name, ErrConflict)
-		case !errors.Is(err, errNoCAS):
+		default:
 			return fmt.Errorf("rename ref %s: %w", name, err)
 		}
 	}
@@ -121,10 +131,13 @@ func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target str
 	if err != nil && !(errors.Is(err, ErrNotFound) && prev.Target == "") {
 		return fmt.Errorf("rename ref %s: %w", name, err)
 	}
+	if cur.Target == target && target != prev.Target {
+		return ErrWeakCAS // already there: as in the If-Match case above
+	}
 	if cur.Target != prev.Target {
 		return fmt.Errorf("rename ref %s: %w: it changed since it was read", name, ErrConflict)
 	}
-	if err := s.Link(ctx, name, target); err != nil {
+	if err := s.Link(ctx, name, target); err != nil && !s.refLanded(ctx, name, target) {
 		return err
 	}
 	back, err := s.ReadRef(ctx, name)
@@ -135,6 +148,13 @@ func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target str
 		return fmt.Errorf("rename ref %s: %w: another writer replaced it", name, ErrConflict)
 	}
 	return ErrWeakCAS
+}
+
+// refLanded reports whether ref name reads as target now: how a failed
+// write is told apart from one whose response was lost.
+func (s *Store) refLanded(ctx context.Context, name, target string) bool {
+	cur, err := s.ReadRef(ctx, name)
+	return err == nil && cur.Target == target
 }
 
 // DeleteRef removes a ref.

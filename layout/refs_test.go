@@ -197,6 +197,12 @@ func TestSection9_RenameRefCAS(t *testing.T) {
 		if r, _ := s.ReadRef(bg, "r"); r.Target != "two" {
 			t.Fatalf("a stale rename changed the ref to %q", r.Target)
 		}
+		// A stale prev whose swap already holds the new target: the retry
+		// of an If-Match PUT whose response was lost meets its own write,
+		// which is a success, not a conflict (§13.2).
+		if err := s.RenameRef(bg, "r", prev, "two"); err != nil && !errors.Is(err, ErrWeakCAS) {
+			t.Fatalf("a swap to the target the ref already holds: %v", err)
+		}
 		// Stale target but an ETag from a HEAD of the same value.
 		wantErrIs(t, s.RenameRef(bg, "r", Ref{Name: "r", Target: "one"}, "three"), ErrConflict)
 		// Creating through RenameRef with an empty prev.

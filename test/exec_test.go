@@ -28,6 +28,10 @@ type execRun struct {
 	stderr syncBuffer
 	done   chan struct{}
 	code   int
+	// watch are more processes of the run (the handler, the child pugfs
+	// exec started) that a hang report should cover even after pugfs
+	// exec itself is gone.
+	watch []int
 }
 
 // startExec starts pugfs exec on session with its own cache directory
@@ -36,7 +40,7 @@ func startExec(t *testing.T, bk *Bucket, cacheDir, session string, argv ...strin
 	t.Helper()
 	args := append([]string{"exec", "--cache-size", "64MiB", "--cache-dir", cacheDir, bk.URL, session, "--"}, argv...)
 	r := &execRun{cmd: exec.Command(pugfsBinary(t), args...), done: make(chan struct{})}
-	r.cmd.Env = append(os.Environ(), bk.Env...)
+	r.cmd.Env = append(os.Environ(), append(bk.Env, "GOTRACEBACK=all")...)
 	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -67,8 +71,17 @@ func (r *execRun) wait(t *testing.T) int {
 	select {
 	case <-r.done:
 	case <-time.After(2 * time.Minute):
-		r.cmd.Process.Kill()
-		t.Fatalf("pugfs exec did not end\nstdout: %s\nstderr: %s", r.stdout.String(), r.stderr.String())
+		pids := append([]int{r.cmd.Process.Pid}, r.watch...)
+		report := hangReport(pids...)
+		for _, pid := range withDescendants(pids) {
+			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "pugfs" {
+				quitAndWait(pid, r.done)
+			}
+		}
+		for _, pid := range withDescendants(pids) {
+			syscall.Kill(pid, syscall.SIGKILL) // the cleanup then waits for nothing
+		}
+		t.Fatalf("pugfs exec did not end\n%s\nstdout: %s\nstderr: %s", report, r.stdout.String(), r.stderr.String())
 	}
 	return r.code
 }
@@ -417,6 +430,7 @@ func TestExecSIGKILL(t *testing.T) {
 		handler, _ := strconv.Atoi(f[0])
 		inner, _ := strconv.Atoi(f[1])
 		root := f[2]
+		r.watch = []int{handler, inner}
 		r.cmd.Process.Signal(syscall.SIGKILL)
 		if code := r.wait(t); code != 128+int(syscall.SIGKILL) {
 			t.Fatalf("exit %d, want death by SIGKILL", code)

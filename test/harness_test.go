@@ -155,7 +155,7 @@ func startMountCmd(t *testing.T, bk *Bucket, dir string, wrap func(argv []string
 	} else {
 		cmd = exec.Command(full[0], full[1:]...)
 	}
-	cmd.Env = append(append(os.Environ(), bk.Env...), "XDG_CACHE_HOME="+testCacheHome(t))
+	cmd.Env = append(append(os.Environ(), bk.Env...), "XDG_CACHE_HOME="+testCacheHome(t), "GOTRACEBACK=all")
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -193,8 +193,10 @@ func (m *Mount) Stop(t *testing.T) {
 			t.Errorf("pugfs exited with %v\n%s", m.err, m.Log())
 		}
 	case <-time.After(30 * time.Second):
+		report := hangReport(m.cmd.Process.Pid)
+		quitAndWait(m.cmd.Process.Pid, m.done)
 		m.Kill()
-		t.Errorf("pugfs did not exit 30s after SIGTERM\n%s", m.Log())
+		t.Errorf("pugfs did not exit 30s after SIGTERM\n%s\n%s", report, m.Log())
 	}
 }
 

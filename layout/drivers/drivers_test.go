@@ -130,6 +130,12 @@ func TestRenameRefStrong(t *testing.T) {
 			if got, _ := s.ReadRef(bg, "r"); got.Target != "three" {
 				t.Fatalf("ref is %q after the refused rename, want three", got.Target)
 			}
+			// The If-Match PUT a retry repeats after a lost response
+			// meets its own write: a stale prev, and the ref already
+			// holding the target, is a success (§13.2).
+			if err := s.RenameRef(bg, "r", stale, "three"); err != nil {
+				t.Fatalf("rename to the target the ref holds: %v, want success", err)
+			}
 		})
 	}
 }
