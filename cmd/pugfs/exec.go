@@ -378,6 +378,19 @@ func execMountpoint(stateDir string) (string, error) {
 // change to before it executes the handler.
 const execChdirEnv = "PUGFS_EXEC_CHDIR"
 
+// init keeps the trampoline's main goroutine on the main thread (a
+// LockOSThread in init holds through main). The SIGKILL-on-parent-death
+// that runHandler asks for (Pdeathsig) is an attribute of the thread the
+// child started as, and threads the Go runtime makes do not have it: an
+// execve from one of them drops it, and the handler would outlive a
+// SIGKILLed pugfs exec. Where the main goroutine runs is up to the
+// scheduler, and on a loaded machine it does move.
+func init() {
+	if _, ok := os.LookupEnv(execChdirEnv); ok {
+		runtime.LockOSThread()
+	}
+}
+
 // execTrampoline runs first in main: when this process is the trampoline
 // started by runHandler, it changes to the session's directory and
 // replaces itself with the handler (os.Args[1] the program, the rest its

@@ -2,8 +2,15 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
+	"unsafe"
 )
 
 // TestHandlerEnv: the handler's environment loses the cloud credentials
@@ -26,5 +33,45 @@ func TestExecUsage(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := run(t.Context(), []string{"exec", "./b", "s"}, &out, &errOut); code != 2 {
 		t.Fatalf("exit %d, want 2: %s", code, errOut.String())
+	}
+}
+
+// printPdeathsigEnv makes the test binary, run as a handler, print its
+// parent-death signal (prctl PR_GET_PDEATHSIG) and exit (TestMain).
+const printPdeathsigEnv = "PUGFS_TEST_PRINT_PDEATHSIG"
+
+// printPdeathsig is the handler side of TestTrampolineKeepsPdeathsig.
+func printPdeathsig() {
+	var sig int32
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, 2 /* PR_GET_PDEATHSIG */, uintptr(unsafe.Pointer(&sig)), 0); e != 0 {
+		fmt.Println("prctl:", e)
+		os.Exit(1)
+	}
+	fmt.Println(sig)
+	os.Exit(0)
+}
+
+// TestTrampolineKeepsPdeathsig: the handler that the trampoline executes
+// still dies with its pugfs exec (SIGKILL on parent death), which an
+// execve from any thread but the trampoline's first would drop. The
+// scheduler decides where the trampoline's main goroutine runs, so the
+// bug this guards against showed on some runs only; each run here checks.
+func TestTrampolineKeepsPdeathsig(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		cmd := exec.Command(bin, self)
+		cmd.Env = append(os.Environ(), execChdirEnv+"="+t.TempDir(), printPdeathsigEnv+"=1")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		out, err := func() ([]byte, error) {
+			runtime.LockOSThread() // Pdeathsig is the forking thread's
+			defer runtime.UnlockOSThread()
+			return cmd.CombinedOutput()
+		}()
+		if err != nil || strings.TrimSpace(string(out)) != "9" {
+			t.Fatalf("run %d: handler's parent-death signal %q, %v; want 9 (SIGKILL)", i, out, err)
+		}
 	}
 }
