@@ -22,6 +22,10 @@
 //	objects.go     objects/sha256:<hex>, raw blobs
 //	failed.go      .pugmark/failed/: the bytes of commits that failed for good
 //	node.go        the generic directory, file and link nodes the above share
+//	noopen.go      read-only mounts without OPEN (the kernel's no_open), and
+//	               the snapshots of changing files that it needs
+//	xattroff.go    --xattrs=off: every extended attribute request ENOSYS
+//	kernelstats.go the kernel request counters of .pugmark/stats
 //	errno.go       the errno table; interrupts.go, why FUSE INTERRUPT is ignored
 //
 // What programs look up, list and read is also told to package readahead,

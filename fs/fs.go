@@ -36,8 +36,17 @@ type Config struct {
 	// BucketURL is shown in .pugmark/bucket, with credentials removed.
 	BucketURL string
 	// Flags is shown in .pugmark/flags.
-	Flags        string
-	ReadOnly     bool
+	Flags    string
+	ReadOnly bool
+	// NoOpen answers OPEN of regular files with ENOSYS, which makes the
+	// kernel stop sending OPEN and RELEASE for the whole mount and keep
+	// every file's page cache across opens (noopen.go). Read-only mounts
+	// only: a write needs a handle.
+	NoOpen bool
+	// NoXattrs answers every extended attribute request with ENOSYS, so
+	// that the kernel stops asking (xattroff.go): ls -l then costs no
+	// getxattr round trips, and user.pugmark.* are not shown or settable.
+	NoXattrs     bool
 	Commit       CommitMode
 	SnapshotType layout.SnapshotType
 	// Hold, with CommitOnFsync, makes fsync commit nothing: changes wait
@@ -93,12 +102,17 @@ type FS struct {
 	inos inoKeeper
 	// ra fetches ahead of traversals (readahead.go).
 	ra *readahead.ReadAhead
+	// kreq counts kernel requests (kernelstats.go).
+	kreq kernelCounts
 }
 
 // New returns the filesystem for cfg.
 func New(cfg Config) (*FS, error) {
 	if cfg.Store == nil || cfg.Cache == nil || cfg.Blobs == nil {
 		return nil, fmt.Errorf("fs: Store, Cache and Blobs are required")
+	}
+	if cfg.NoOpen && !cfg.ReadOnly {
+		return nil, fmt.Errorf("fs: NoOpen needs a read-only mount (writes need a handle)")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -222,7 +236,15 @@ func Mount(dir string, f *FS, mo MountOptions) (*fuse.Server, error) {
 	}
 	opts.Logger = nil
 	// gofs.Mount, with the node tree behind uninterrupted.
-	srv, err := fuse.NewServer(uninterrupted{gofs.NewNodeFS(f.Root(), opts)}, dir, &opts.MountOptions)
+	var raw fuse.RawFileSystem = uninterrupted{gofs.NewNodeFS(f.Root(), opts)}
+	if f.cfg.NoOpen {
+		raw = noOpen{raw}
+	}
+	if f.cfg.NoXattrs {
+		raw = noXattrs{raw}
+	}
+	raw = counted{raw, &f.kreq}
+	srv, err := fuse.NewServer(raw, dir, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}

@@ -25,6 +25,7 @@ func (f *FS) WriteMetrics(w io.Writer) error {
 	addStruct(m, "pugfs_backend_", f.store.Stats())
 	addStruct(m, "pugfs_sessions_", f.cache.Stats())
 	addStruct(m, "pugfs_blobs_", f.blobs.Stats())
+	addStruct(m, "pugfs_kernel_", f.KernelStats())
 	names := make([]string, 0, len(m))
 	for k := range m {
 		names = append(names, k)

@@ -569,6 +569,9 @@ func (f *FS) genFile(name string, ino uint64, mt time.Time, fixed bool, gen func
 		ttl = historyTTL
 	}
 	return child{name: name, mode: syscall.S_IFREG, ino: ino, ttl: ttl, node: func() gofs.InodeEmbedder {
+		if !fixed && f.cfg.NoOpen {
+			return &fileNode{f: f, c: f.newSnapContent(gen, mt)}
+		}
 		return &fileNode{f: f, c: &bytesContent{gen: gen, mt: mt, fixed: fixed}}
 	}}
 }

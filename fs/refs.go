@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -85,19 +86,25 @@ func (f *FS) refChild(leaf, name string) child {
 		node: func() gofsNode { return f.refNode(name) }}
 }
 
-func (f *FS) refContent(name string) content {
-	return &bytesContent{gen: func(ctx context.Context) ([]byte, error) {
+func (f *FS) refContent(name string) content { return &bytesContent{gen: f.refGen(name)} }
+
+// refGen generates a ref file's content: its target, one line.
+func (f *FS) refGen(name string) func(ctx context.Context) ([]byte, error) {
+	return func(ctx context.Context) ([]byte, error) {
 		r, err := f.views.Ref(ctx, name)
 		if err != nil {
 			return nil, err
 		}
 		return []byte(r.Target + "\n"), nil
-	}}
+	}
 }
 
 // refNode returns a ref file: writable (a Link, compare-and-swap against
 // the value seen at open) unless the mount is read-only.
 func (f *FS) refNode(name string) gofsNode {
+	if f.cfg.NoOpen {
+		return &fileNode{f: f, c: f.newSnapContent(f.refGen(name), time.Time{})}
+	}
 	if f.cfg.ReadOnly {
 		return &fileNode{f: f, c: f.refContent(name)}
 	}

@@ -16,10 +16,17 @@ type rootMetaDir struct{ f *FS }
 
 func (r *rootMetaDir) entries() []child {
 	f := r.f
+	stats := f.genFile("stats", inoOf("stats"), time.Time{}, false, func(ctx context.Context) ([]byte, error) {
+		return []byte(f.statsText()), nil
+	})
+	if f.cfg.NoOpen {
+		// Counters change all the time: without OPEN (noopen.go), each
+		// read asks for the attributes, which takes a new snapshot, so
+		// no cat sees stale numbers.
+		stats.ttl = 0
+	}
 	return []child{
-		f.genFile("stats", inoOf("stats"), time.Time{}, false, func(ctx context.Context) ([]byte, error) {
-			return []byte(f.statsText()), nil
-		}),
+		stats,
 		f.genFile("bucket", inoOf("bucket"), f.start, true, func(ctx context.Context) ([]byte, error) {
 			return []byte(f.cfg.BucketURL + "\n"), nil
 		}),
@@ -61,6 +68,7 @@ func (f *FS) statsText() string {
 	fmt.Fprintf(&b, "%s\n", f.cache.Stats())
 	fmt.Fprintf(&b, "%s\n", f.blobs.Stats()) // "blob cache <part>: ..." lines
 	fmt.Fprintf(&b, "%s\n", f.ra.Stats())
+	fmt.Fprintf(&b, "%s\n", f.KernelStats())
 	ws := f.w.Stats()
 	fmt.Fprintf(&b, "commits %d (snapshots %d, descriptors %d), commit errors %d, conflicts %d\n",
 		ws.Commits, ws.Snapshots, ws.Descriptors, ws.Errors, ws.Conflicts)

@@ -55,6 +55,7 @@ func TestRead(t *testing.T) {
 		r.corruption()
 		r.keepCache()
 		r.inodes()
+		r.generatedOnce(true)
 
 		// A second, read-only mount with metadata TTL 0: the same inode
 		// numbers, read-only modes everywhere, history served from the
@@ -68,7 +69,7 @@ func TestRead(t *testing.T) {
 		r2.readdirplus()
 		r2.statCost()
 		r2.inline()
-		r2.generatedOnce()
+		r2.generatedOnce(false)
 	})
 }
 
@@ -1151,8 +1152,12 @@ func (r *rdCtx) inline() {
 
 // generatedOnce: a generated file (log.jsonl) is made once per open, not
 // once per read(2): small reads of it do not each rebuild the log, and
-// together they give exactly what one read gives.
-func (r *rdCtx) generatedOnce() {
+// together they give exactly what one read gives. perOpen is false on a
+// read-only mount, which has no opens (fs/noopen.go): there the kernel
+// asks for the attributes before each read once they expired (at once
+// with --metadata-ttl=0), each such request takes a snapshot, and only
+// the content is checked.
+func (r *rdCtx) generatedOnce(perOpen bool) {
 	fx := r.fx
 	r.run("log.jsonl once per open", func(r *rdCtx, t *testing.T) {
 		p := meta(fx.odd) + "/log.jsonl"
@@ -1162,7 +1167,7 @@ func (r *rdCtx) generatedOnce() {
 		after := r.stats()
 		reads := int64(len(whole)/512 + 1)
 		calls := after["sessions.hits"] + after["sessions.checks"] - before["sessions.hits"] - before["sessions.checks"]
-		if calls >= reads/2 {
+		if perOpen && calls >= reads/2 {
 			t.Errorf("%d reads of 512 bytes made %d session state calls", reads, calls)
 		}
 		r.eq("512-byte reads", small, whole)

@@ -92,6 +92,37 @@ type mountConfig struct {
 	// MaxRequests bounds the bucket requests in flight at once, across
 	// everything the mount does (layout/schedblob).
 	MaxRequests int
+	// FastPath is how opens and reads of files reach the mount (pfs
+	// Config.NoOpen, passthrough).
+	FastPath fastPath
+	// NoXattrs turns extended attributes off (--xattrs=off).
+	NoXattrs bool
+}
+
+// fastPath is --fast-path: which of the kernel's fast paths for reads the
+// mount uses. They exclude each other (a mount without OPEN has nothing
+// to hand a backing file to), so the mount picks one.
+type fastPath string
+
+const (
+	// fastAuto is no-open on a read-only mount, off otherwise.
+	fastAuto fastPath = "auto"
+	// fastNoOpen answers OPEN with ENOSYS: no OPEN and RELEASE round
+	// trips, pages cached across opens (read-only mounts only).
+	fastNoOpen fastPath = "no-open"
+	// fastOff sends every open and read through the daemon.
+	fastOff fastPath = "off"
+)
+
+// resolve returns the fast path a mount uses: auto made concrete.
+func (p fastPath) resolve(readOnly bool) fastPath {
+	if p != fastAuto {
+		return p
+	}
+	if readOnly {
+		return fastNoOpen
+	}
+	return fastOff
 }
 
 func mountCommand() *command {
@@ -141,6 +172,10 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 			fs.BoolVar(&cfg.SniffEncoding, "sniff-encoding", false, "show a text file whose body is gzip or zstd without a declared content-encoding decoded (§15); costs a small read of every such file's head on stat (default: off)")
 			fs.DurationVar(&cfg.RequestTimeout, "request-timeout", deadlineblob.DefaultTimeout, "give up on a bucket request (each attempt, each read of a body) after this `DURATION` (such as 10s or 1m); the call then fails with EIO")
 			fs.IntVar(&cfg.MaxRequests, "max-requests", schedblob.DefaultMaxRequests, "at most `N` bucket requests in flight at once (fewer while the bucket answers 503 SlowDown); when all are taken, requests someone waits for go before speculative ones (read-ahead)")
+			fastPathArg := string(fastAuto)
+			fs.StringVar(&fastPathArg, "fast-path", fastPathArg, "`MODE` of the kernel fast path for reads: no-open (read-only mounts: no OPEN/RELEASE round trip per file, pages kept across opens), off, or auto (no-open on --read-only mounts, else off)")
+			xattrs := "on"
+			fs.StringVar(&xattrs, "xattrs", xattrs, "on, or off: answer every extended attribute request with ENOSYS, so that ls -l costs no getxattr round trips; user.pugmark.* are then not shown or settable")
 			return func(ctx context.Context, sio *stdio, args []string) error {
 				if len(args) != 2 {
 					return usagef("want BUCKET-URL and MOUNTPOINT, got %d argument(s)", len(args))
@@ -190,6 +225,22 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 				}
 				if cfg.IngestFrom, err = ingest.ParsePrefixes(ingestFrom); err != nil {
 					return usagef("--ingest-from: %v", err)
+				}
+				switch fastPath(fastPathArg) {
+				case fastAuto, fastNoOpen, fastOff:
+					cfg.FastPath = fastPath(fastPathArg).resolve(cfg.ReadOnly)
+				default:
+					return usagef("--fast-path=%s: want auto, no-open or off", fastPathArg)
+				}
+				if cfg.FastPath == fastNoOpen && !cfg.ReadOnly {
+					return usagef("--fast-path=no-open needs --read-only: a write needs the handle OPEN makes")
+				}
+				switch xattrs {
+				case "on":
+				case "off":
+					cfg.NoXattrs = true
+				default:
+					return usagef("--xattrs=%s: want on or off", xattrs)
 				}
 				return runMount(ctx, cfg)
 			}

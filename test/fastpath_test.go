@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// kernelStats reads the kernel request counters of .pugmark/stats
+// (fs/kernelstats.go): lookup, getattr, open, release, flush, read,
+// getxattr, listxattr.
+func kernelStats(t *testing.T, dir string) map[string]int64 {
+	t.Helper()
+	text := sh(t, dir, "cat .pugmark/stats")
+	m := regexp.MustCompile(`kernel requests: (.*)`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf(".pugmark/stats has no kernel request counters:\n%s", text)
+	}
+	out := map[string]int64{}
+	for _, kv := range strings.Split(m[1], ", ") {
+		k, v, _ := strings.Cut(kv, " ")
+		out[k], _ = strconv.ParseInt(v, 10, 64)
+	}
+	return out
+}
+
+// delta returns what changed between two counter sets, for the keys given.
+func delta(before, after map[string]int64, keys ...string) map[string]int64 {
+	out := map[string]int64{}
+	for _, k := range keys {
+		out[k] = after[k] - before[k]
+	}
+	return out
+}
+
+// kernelCost returns the kernel requests script sends the mount on dir,
+// without the requests of reading the counters themselves.
+func kernelCost(t *testing.T, dir, script string, keys ...string) (string, map[string]int64) {
+	t.Helper()
+	a := kernelStats(t, dir)
+	b := kernelStats(t, dir)
+	out := sh(t, dir, script)
+	c := kernelStats(t, dir)
+	self := delta(a, b, keys...)
+	cost := delta(b, c, keys...)
+	for k := range cost {
+		cost[k] -= self[k]
+	}
+	return out, cost
+}
+
+// fastpathSession makes a session of n files of 2 KiB (above the inline
+// limit, so reading one fetches its blob) and returns its ID and the
+// shell glob of its files.
+func fastpathSession(t *testing.T, bk *Bucket, n int) (layout.SessionID, string) {
+	t.Helper()
+	id := newSession(t, bk)
+	var ds []layout.Descriptor
+	for i := 0; i < n; i++ {
+		body := []byte(strings.Repeat(fmt.Sprintf("file %02d ", i), 256))
+		func() {
+			defer rdCatch(t)
+			ds = append(ds, rdPutDesc(t, bk.Store, fmt.Sprintf("f%02d.txt", i), "text/plain", "", body, fixT1))
+		}()
+	}
+	if _, err := bk.Store.Commit(context.Background(), id, layout.CommitRequest{Descriptors: ds}); err != nil {
+		t.Fatal(err)
+	}
+	return id, "sessions/" + id.String() + "/f*.txt"
+}
+
+// TestNoOpenReadOnly: a read-only mount answers OPEN with ENOSYS
+// (fs/noopen.go), so that reading files again sends the daemon nothing:
+// no OPEN, RELEASE, FLUSH or READ. The same mount with --fast-path=off
+// sends an OPEN per file, which shows that the counters count and that
+// no-open is what removes them. Content that changes under one name
+// (version, a ref, .pugmark/stats) still shows the change at once with
+// --metadata-ttl=0, also when the new content has the old length.
+func TestNoOpenReadOnly(t *testing.T) {
+	eachBucket(t, func(t *testing.T, bk *Bucket) {
+		t.Parallel()
+		ctx := context.Background()
+		const n = 20
+		id, glob := fastpathSession(t, bk, n)
+		a, b := newSession(t, bk), newSession(t, bk)
+		ka, _ := layout.ManifestKey(a)
+		kb, _ := layout.ManifestKey(b)
+		if len(ka) != len(kb) {
+			t.Fatalf("manifest keys of equal length expected: %q %q", ka, kb)
+		}
+		if err := bk.Store.Link(ctx, "pointer", ka); err != nil {
+			t.Fatal(err)
+		}
+		noOpen := mount(t, bk, "--read-only", "--metadata-ttl=0")
+		off := mount(t, bk, "--read-only", "--metadata-ttl=0", "--fast-path=off")
+		keys := []string{"open", "release", "flush", "read"}
+		for _, c := range []struct {
+			m    *Mount
+			want map[string]int64
+		}{
+			{noOpen, map[string]int64{"open": 0, "release": 0, "flush": 0, "read": 0}},
+			{off, map[string]int64{"open": n, "release": n, "flush": 0, "read": 0}},
+		} {
+			first := sh(t, c.m.Dir, "cat "+glob+" | cksum")
+			var got map[string]int64
+			// Something else on the machine may drop the page cache
+			// between the two reads (as in TestRead's KEEP_CACHE check).
+			for try := 0; try < 3; try++ {
+				var again string
+				if again, got = kernelCost(t, c.m.Dir, "cat "+glob+" | cksum", keys...); again != first {
+					t.Fatalf("second read differs: %q then %q", first, again)
+				}
+				if got["read"] == 0 {
+					break
+				}
+			}
+			for _, k := range keys {
+				if got[k] != c.want[k] {
+					t.Errorf("second cat of %d files: %s requests %v, want %v (mount flags of %s: %s)",
+						n, k, got, c.want, c.m.Dir, sh(t, c.m.Dir, "cat .pugmark/flags"))
+					break
+				}
+			}
+		}
+
+		// Changing content under one name, same length.
+		dir := noOpen.Dir
+		version := "sessions/" + id.String() + "/.pugmark/version"
+		if got := sh(t, dir, "cat "+version); got != "1\n" {
+			t.Fatalf("version: %q", got)
+		}
+		func() {
+			defer rdCatch(t)
+			d := rdPutDesc(t, bk.Store, "g.txt", "text/plain", "", []byte("g\n"), fixT1)
+			if _, err := bk.Store.Commit(ctx, id, layout.CommitRequest{Descriptors: []layout.Descriptor{d}}); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		if got := sh(t, dir, "cat "+version); got != "2\n" {
+			t.Errorf("version after a commit elsewhere: %q, want 2", got)
+		}
+		if got := sh(t, dir, "cat refs/pointer"); got != ka+"\n" {
+			t.Fatalf("refs/pointer: %q, want %q", got, ka)
+		}
+		if err := bk.Store.Link(ctx, "pointer", kb); err != nil {
+			t.Fatal(err)
+		}
+		if got := sh(t, dir, "cat refs/pointer"); got != kb+"\n" {
+			t.Errorf("refs/pointer after it moved: %q, want %q", got, kb)
+		}
+		// Each cat of stats shows the getattr the one before it caused.
+		s1, s2 := kernelStats(t, dir)["getattr"], kernelStats(t, dir)["getattr"]
+		if s2 <= s1 {
+			t.Errorf(".pugmark/stats read twice shows getattr %d then %d: a stale snapshot", s1, s2)
+		}
+	})
+}
+
+// TestXattrsOff: with --xattrs=off the first extended attribute request
+// is answered ENOSYS and the kernel asks no more (fs/xattroff.go), so ls -l
+// of a directory costs no getxattr round trip per entry, where a default
+// mount sends several; user.pugmark.* are then neither shown nor settable.
+func TestXattrsOff(t *testing.T) {
+	eachBucket(t, func(t *testing.T, bk *Bucket) {
+		t.Parallel()
+		const n = 20
+		id, _ := fastpathSession(t, bk, n)
+		dir := "sessions/" + id.String()
+		on := mount(t, bk)
+		if _, d := kernelCost(t, on.Dir, "ls -l "+dir+" > /dev/null", "getxattr"); d["getxattr"] < n {
+			t.Fatalf("ls -l of %d files on a default mount sent %d getxattr: the comparison below proves nothing", n, d["getxattr"])
+		}
+		off := mount(t, bk, "--xattrs=off")
+		_, got := kernelCost(t, off.Dir, "ls -l "+dir+" > /dev/null; ls -l "+dir+" > /dev/null", "getxattr", "listxattr")
+		if got["getxattr"] > 1 || got["listxattr"] > 1 {
+			t.Errorf("ls -l of %d files twice with --xattrs=off: %v, want at most one of each", n, got)
+		}
+		for _, script := range []string{
+			"getfattr -n user.pugmark.digest " + dir + "/f00.txt",
+			"setfattr -n user.pugmark.meta.k -v v " + dir + "/f00.txt",
+		} {
+			if e := shErr(t, off.Dir, script); !strings.Contains(e, "Operation not supported") {
+				t.Errorf("%s: %q, want Operation not supported", script, e)
+			}
+		}
+		if got := sh(t, on.Dir, "getfattr --only-values -n user.pugmark.sequence-number "+dir+"/f00.txt"); got != "1" {
+			t.Errorf("default mount: sequence-number %q", got)
+		}
+	})
+}
