@@ -70,13 +70,19 @@ type row struct {
 	// that must equal expect); run once per column, untimed.
 	check  func(root string) (dir, script string)
 	expect string
+	// floor, if set, is the file (relative to the root) a cold read row
+	// reads: each native run also times one SHA-256 pass over it, and the
+	// row's floor is the slower of the two (issue #14).
+	floor string
 }
 
 type cellResult struct {
-	vals  []float64
-	reqs  []int64 // bucket requests during each timed run (remote preset)
-	err   error
-	check string
+	vals []float64
+	// floors are the floor seconds of each native run of a floor row.
+	floors []float64
+	reqs   []int64 // bucket requests during each timed run (remote preset)
+	err    error
+	check  string
 }
 
 // bench is one run of the harness.
@@ -272,6 +278,11 @@ func (b *bench) runAll(ctx context.Context) error {
 					}
 					res.vals = append(res.vals, v)
 					res.reqs = append(res.reqs, b.lastReqs)
+					if col == colNative && r.floor != "" {
+						if err := b.measureFloor(ctx, r, res, v); err != nil {
+							b.logf("%s: floor: %v", r.name, err)
+						}
+					}
 					b.logf("[%d/%d] run %d: %s on %s: %s", done, total, run, r.name, col, formatValue(r.unit, v))
 				}
 				b.compareChecks(r)

@@ -58,6 +58,10 @@ type Config struct {
 	PugfsBin string
 	// CacheSize is pugfs's --cache-size: its memory budget for blobs.
 	CacheSize int64
+	// CacheDir gives every pugfs mount a --cache-dir of its own, emptied
+	// before the mount starts, so a cold run reads from the bucket and a
+	// warm one may keep verified copies on disk.
+	CacheDir bool
 	// Only, if set, keeps the rows whose name matches.
 	Only *regexp.Regexp
 	// CmdTimeout bounds every timed command.
@@ -78,6 +82,7 @@ func preset(name string) (Config, error) {
 		Peers:     []string{colNative, colLoopback, colRclone},
 		FIO:       true, S3: true, DropCaches: true, Install: true,
 		CacheSize:  256 << 20,
+		CacheDir:   true,
 		CmdTimeout: 10 * time.Minute,
 	}
 	switch name {
@@ -159,6 +164,7 @@ func parseFlags(args []string, out, log io.Writer) (Config, error) {
 	fs.IntVar(&c.ManySessions, "many-sessions", c.ManySessions, "remote preset: sessions of the ls sessions/ at scale row (0: no such row)")
 	fs.IntVar(&c.ManyHours, "many-hours", c.ManyHours, "remote preset: hour partitions those sessions span")
 	fs.StringVar(&cache, "cache-size", humanBytes(c.CacheSize), "pugfs --cache-size")
+	fs.BoolVar(&c.CacheDir, "pugfs-cache-dir", c.CacheDir, "give each pugfs mount a fresh --cache-dir of its own (emptied before it starts)")
 	fs.StringVar(&only, "only", "", "only rows whose name matches this regexp")
 	fs.DurationVar(&c.CmdTimeout, "timeout", c.CmdTimeout, "bound on each timed command")
 	if err := fs.Parse(args); err != nil {

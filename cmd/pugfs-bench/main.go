@@ -209,6 +209,10 @@ func (b *bench) header(start time.Time) []string {
 			rcl = firstLine(string(out))
 		}
 	}
+	cacheDir := "no --cache-dir"
+	if c.CacheDir {
+		cacheDir = "an empty --cache-dir for every mount"
+	}
 	s3files := ""
 	if c.S3 && c.S3Files != c.Files {
 		s3files = fmt.Sprintf("; the S3 rows' small-file session has %s files", thousands(c.S3Files))
@@ -219,7 +223,7 @@ func (b *bench) header(start time.Time) []string {
 		"- machine: " + strings.Join(host, ", "),
 		fmt.Sprintf("- data: a %s blob; one session of %s files of 1-4 KiB (100 a directory); %s sessions of one file; one session of %s versions (one file each)",
 			humanBytes(c.BlobSize), thousands(c.Files), thousands(c.Sessions), thousands(c.Versions)) + s3files,
-		fmt.Sprintf("- pugfs: `pugfs mount --read-only --cache-size %s` for reads (default --metadata-ttl 1s, no --cache-dir), without --read-only for writes; S3 rows: versitygw on 127.0.0.1", humanBytes(c.CacheSize)),
+		fmt.Sprintf("- pugfs: `pugfs mount --read-only --cache-size %s` for reads (default --metadata-ttl 1s, %s), without --read-only for writes; S3 rows: versitygw on 127.0.0.1", humanBytes(c.CacheSize), cacheDir),
 		"- go-fuse loopback: " + gofuse + " example loopback with FUSE passthrough off (cmd/pugfs-bench/loopback), -ro for reads; rclone: " + rcl + ", `rclone mount --vfs-cache-mode off` of the local directory, --read-only for reads",
 		"- cold: " + cold + "; warm: the same mount after one untimed run; writes: each into a fresh session directory, close(2) included",
 	}

@@ -103,6 +103,9 @@ type target struct {
 	src  string // a plain directory, or pugfs's bucket URL
 	env  []string
 	args []string // daemon flags
+	// cacheDir, if set, is pugfs's --cache-dir, removed before each
+	// start: every mount begins with an empty disk cache.
+	cacheDir string
 }
 
 // daemon is a mounted FUSE filesystem.
@@ -164,7 +167,14 @@ func (m *mounter) start(ctx context.Context, t *target) (*daemon, error) {
 	var argv []string
 	switch t.col {
 	case colPugfs:
-		argv = append(append([]string{bin, "mount"}, t.args...), t.src, dir)
+		args := t.args
+		if t.cacheDir != "" {
+			if err := os.RemoveAll(t.cacheDir); err != nil {
+				return nil, err
+			}
+			args = append(append([]string(nil), args...), "--cache-dir", t.cacheDir)
+		}
+		argv = append(append([]string{bin, "mount"}, args...), t.src, dir)
 	case colLoopback:
 		argv = append(append([]string{bin, "-q"}, t.args...), dir, t.src)
 	case colRclone:

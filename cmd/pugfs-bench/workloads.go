@@ -39,11 +39,17 @@ func (b *bench) buildRows(ds sets, writeBucket, writePlain string) {
 	c := b.cfg
 	pugArgs := []string{"--cache-size", strconv.FormatInt(c.CacheSize, 10)}
 	ro := append([]string{"--read-only"}, pugArgs...)
+	// pug is a pugfs target, with a disk cache of its own (-pugfs-cache-dir).
+	pug := func(key, src string, env, args []string) *target {
+		t := &target{key: key, col: colPugfs, src: src, env: env, args: args}
+		if c.CacheDir {
+			t.cacheDir = filepath.Join(b.scratch, "cache", key)
+		}
+		return t
+	}
 	// readTargets are the columns of a local read group over d.
 	readTargets := func(group string, d *dataset) map[string]*target {
-		m := map[string]*target{
-			colPugfs: {key: group + "-pugfs", col: colPugfs, src: fileURL(d.bucketDir()), args: ro},
-		}
+		m := map[string]*target{colPugfs: pug(group+"-pugfs", fileURL(d.bucketDir()), nil, ro)}
 		for _, p := range c.Peers {
 			if b.tools.why[p] != "" {
 				continue
@@ -148,8 +154,16 @@ func (b *bench) buildRows(ds sets, writeBucket, writePlain string) {
 				for _, p := range []string{colLoopback, colRclone} {
 					delete(m, p)
 				}
-				m[colPugfs] = &target{key: g + "-pugfs", col: colPugfs, src: b.s3.URL(d.Name), env: b.s3.Env(), args: ro}
+				m[colPugfs] = pug(g+"-pugfs", b.s3.URL(d.Name), b.s3.Env(), ro)
 			}
+			return m
+		}
+		// with is targets with the pugfs mount given more flags (its own
+		// mount, keyed by the flags).
+		with := func(g string, d *dataset, key string, extra ...string) map[string]*target {
+			m := targets(g, d)
+			p := m[colPugfs]
+			m[colPugfs] = pug(p.key+"-"+key, p.src, p.env, append(append([]string(nil), p.args...), extra...))
 			return m
 		}
 		na := peerNA(nil)
@@ -170,9 +184,37 @@ func (b *bench) buildRows(ds sets, writeBucket, writePlain string) {
 		}
 		g := group(prefix + "seq")
 		add(&row{id: id("seq-cold"), name: label("read " + blobSize + " blob (cat), cold"), group: g, unit: unitMiBps, mode: modeCold,
-			cells: targets(g, ds.blob), na: na, job: cat, check: blobCheck})
+			cells: targets(g, ds.blob), na: na, job: cat, check: blobCheck, floor: blobPath})
+		if s3 {
+			// Issue #14's remote row: every request 20 ms late (the fault
+			// injector in front of versitygw), against the same floor.
+			t := targets(g, ds.blob)
+			p := t[colPugfs]
+			u := "fault+" + p.src + "&fault_latency=20ms"
+			t[colPugfs] = pug(p.key+"-20ms", u, p.env, p.args)
+			add(&row{id: "s3-seq-cold-20ms", name: label("read " + blobSize + " blob (cat), cold, 20 ms/request"), group: g, unit: unitMiBps, mode: modeCold,
+				cells: t, na: na, job: cat, floor: blobPath})
+		}
 		add(&row{id: id("seq-warm"), name: label("read " + blobSize + " blob (cat), warm"), group: g, unit: unitMiBps, mode: modeWarm,
 			cells: targets(g, ds.blob), na: na, job: cat})
+		// pugfs serves no byte of a blob before it verified all of it:
+		// the first byte costs the whole verify pass (README, Limits).
+		add(&row{id: id("ttfb"), name: label("first byte of a never-read " + blobSize + " blob (head -c 1), cold"), group: g, unit: unitSeconds, mode: modeCold,
+			cells: targets(g, ds.blob), na: na, job: func(root string, run int) (*job, error) {
+				return &job{argv: []string{"head", "-c", "1", blobPath}, dir: root}, nil
+			}})
+		// The same on a read-write mount: --fast-path=auto is passthrough
+		// there (no-open on the read-only one above).
+		rw := func() map[string]*target {
+			m := targets(g, ds.blob)
+			p := m[colPugfs]
+			m[colPugfs] = pug(p.key+"-rw", p.src, p.env, pugArgs)
+			return m
+		}
+		add(&row{id: id("seq-cold-rw"), name: label("read " + blobSize + " blob (cat), cold, pugfs read-write (passthrough)"), group: g, unit: unitMiBps, mode: modeCold,
+			cells: rw(), na: na, job: cat, floor: blobPath})
+		add(&row{id: id("seq-warm-rw"), name: label("read " + blobSize + " blob (cat), warm, pugfs read-write (passthrough)"), group: g, unit: unitMiBps, mode: modeWarm,
+			cells: rw(), na: na, job: cat})
 		for _, n := range []int{1, 4} {
 			r := &row{name: label(fmt.Sprintf("fio 1 MiB reads, %d job(s), cold", n)), group: g, unit: unitMiBps, mode: modeCold,
 				cells: targets(g, ds.blob), na: na, job: fio(n)}
@@ -192,6 +234,8 @@ func (b *bench) buildRows(ds sets, writeBucket, writePlain string) {
 			cells: targets(g, sm), na: na, job: find})
 		add(&row{id: id("lsR-warm"), name: label("ls -lR of " + small + " files, warm"), group: g, unit: unitSeconds, mode: modeWarm,
 			cells: targets(g, sm), na: na, job: lsR})
+		add(&row{id: id("lsR-warm-noxattr"), name: label("ls -lR of " + small + " files, warm, pugfs --xattrs=off"), group: g, unit: unitSeconds, mode: modeWarm,
+			cells: with(g, sm, "noxattrs", "--xattrs=off"), na: na, job: lsR})
 		g = group(prefix + "sessions")
 		add(&row{name: label("ls -l sessions/ (" + thousands(c.Sessions) + " sessions), cold"), group: g, unit: unitSeconds, mode: modeCold,
 			cells: targets(g, ds.sessions), na: na, job: lsSessions, check: sessionsCheck})
@@ -201,22 +245,22 @@ func (b *bench) buildRows(ds sets, writeBucket, writePlain string) {
 		vname := "first ls of a session with " + thousands(c.Versions) + " versions, fresh mount"
 		noPlain := "no plain-directory equivalent (versions are pugmark's)"
 		vna := map[string]string{colNative: noPlain, colLoopback: noPlain, colRclone: noPlain}
-		pug := func(key, src string, env []string) map[string]*target {
-			return map[string]*target{colPugfs: {key: key, col: colPugfs, src: src, env: env, args: ro}}
+		pugOnly := func(key, src string, env []string) map[string]*target {
+			return map[string]*target{colPugfs: pug(key, src, env, ro)}
 		}
 		if s3 {
 			add(&row{name: label(vname), group: g, unit: unitSeconds, mode: modeFresh,
-				cells: pug(g+"-pugfs", b.s3.URL(ds.versions.Name), b.s3.Env()), na: vna, job: lsVersions,
+				cells: pugOnly(g+"-pugfs", b.s3.URL(ds.versions.Name), b.s3.Env()), na: vna, job: lsVersions,
 				check: versionsCheck, expect: versionsExpect})
 			return
 		}
 		add(&row{name: vname + ", local driver", group: g, unit: unitSeconds, mode: modeFresh,
-			cells: pug(g+"-pugfs", fileURL(ds.versions.bucketDir()), nil), na: vna, job: lsVersions,
+			cells: pugOnly(g+"-pugfs", fileURL(ds.versions.bucketDir()), nil), na: vna, job: lsVersions,
 			check: versionsCheck, expect: versionsExpect})
 		for _, l := range c.Latencies {
 			u := "fault+" + fileURL(ds.versions.bucketDir()) + "?fault_latency=" + l.String()
 			r := &row{name: fmt.Sprintf("%s, %v/request", vname, l), group: g, unit: unitSeconds, mode: modeFresh,
-				cells: pug(g+"-pugfs-"+l.String(), u, nil), na: vna, job: lsVersions,
+				cells: pugOnly(g+"-pugfs-"+l.String(), u, nil), na: vna, job: lsVersions,
 				ideal: float64(c.Versions) * l.Seconds() / fetchParallel}
 			if l == 5*time.Millisecond {
 				r.id = "ver-5ms"
@@ -230,7 +274,7 @@ func (b *bench) buildRows(ds sets, writeBucket, writePlain string) {
 	// directory (the others), fresh session directories per measurement.
 	g := group("write")
 	wt := func() map[string]*target {
-		m := map[string]*target{colPugfs: {key: g + "-pugfs", col: colPugfs, src: fileURL(writeBucket), args: pugArgs}}
+		m := map[string]*target{colPugfs: pug(g+"-pugfs", fileURL(writeBucket), nil, pugArgs)}
 		for _, p := range c.Peers {
 			if b.tools.why[p] == "" {
 				m[p] = &target{key: g + "-" + p, col: p, src: writePlain}
@@ -250,7 +294,7 @@ func (b *bench) buildRows(ds sets, writeBucket, writePlain string) {
 		cells: wt(), na: peerNA(nil), job: writers(1)})
 	add(&row{id: "commit-8", name: "commit " + thousands(c.Commits) + " files of 1 KiB, 8 writers", group: g, unit: unitFilesps, mode: modeOnce,
 		cells: wt(), na: peerNA(nil), job: writers(8)})
-	add(&row{name: "write a " + humanBytes(c.WriteSize) + " file (cp from the native disk)", group: g, unit: unitMiBps, mode: modeOnce,
+	add(&row{id: "write-large", name: "write a " + humanBytes(c.WriteSize) + " file (cp from the native disk, then sync it)", group: g, unit: unitMiBps, mode: modeOnce,
 		cells: wt(), na: peerNA(nil), job: func(root string, run int) (*job, error) {
 			src, err := b.source(run, c.WriteSize)
 			if err != nil {
@@ -258,8 +302,10 @@ func (b *bench) buildRows(ds sets, writeBucket, writePlain string) {
 			}
 			dir := filepath.Join(root, "sessions", freshSession())
 			dst := filepath.Join(dir, "large.bin")
+			// Durable at the end on every column: pugfs commits at close
+			// (its sync finds nothing left), a disk needs the fsync.
 			return &job{dir: root, setup: [][]string{{"mkdir", dir}}, cleanup: [][]string{{"rm", dst}},
-				argv: []string{"cp", src, dst}, amount: float64(c.WriteSize)}, nil
+				argv: []string{"sh", "-c", `cp "$1" "$2" && sync "$2"`, "cp-sync", src, dst}, amount: float64(c.WriteSize)}, nil
 		}})
 
 	if b.s3 != nil {
