@@ -2,6 +2,7 @@ package blobcache
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -32,7 +33,9 @@ const (
 	DefaultMemBytes   = 256 << 20 // Options.MemBytes: 256 MiB of chunks in memory
 	DefaultChunkSize  = 1 << 20   // Options.ChunkSize: 1 MiB
 	DefaultReadAhead  = 4         // Options.ReadAhead: chunks fetched ahead
-	DefaultParallel   = 8         // Options.Parallel: reads per verify pass
+	DefaultParallel   = 8         // Options.Parallel: read-ahead reads
+	DefaultPartSize   = 4 << 20   // Options.PartSize: 4 MiB per ranged read of a verify pass
+	DefaultPassParts  = 16        // Options.PassParts: ranged reads in flight per verify pass
 	DefaultDiskBytes  = 10 << 30  // Options.DiskBytes: 10 GiB on disk
 	DefaultMaxDecoded = 64 << 30  // Options.MaxDecoded: 64 GiB decoded
 )
@@ -67,15 +70,24 @@ type Options struct {
 	// (default 256 MiB). In-flight backend reads hold further chunk
 	// buffers on top of it, at most MaxInFlight.
 	MemBytes int64
-	// ChunkSize is the unit of fetching, caching and verification
-	// (default 1 MiB).
+	// ChunkSize is the unit of caching and of the chunk proofs that check
+	// bytes read again (default 1 MiB; rounded up to a multiple of
+	// SHA-256's 64-byte block, which the proofs need: chain.go).
 	ChunkSize int
+	// PartSize is the size of one ranged read of a verify pass (default
+	// 4 MiB; rounded down to whole chunks, at least one).
+	PartSize int
+	// PassParts bounds the ranged reads one verify pass keeps in flight
+	// (default 16: 64 MiB, enough to keep a hash pass busy 20 ms from the
+	// bucket). Their buffers and the chunks the pass has not written yet
+	// share a window of the memory budget: at most a quarter of MemBytes,
+	// at least one part.
+	PassParts int
 	// ReadAhead is how many chunks are fetched ahead in the background when
 	// reads come at increasing offsets (default 4; negative disables it).
 	ReadAhead int
-	// Parallel is the maximum number of concurrent backend reads of one blob
-	// during its verify pass, and of background read-ahead reads in all
-	// (default 8).
+	// Parallel is the maximum number of background read-ahead reads in
+	// all (default 8).
 	Parallel int
 	// MaxInFlight bounds the backend reads in flight across the whole
 	// cache (default 4 x Parallel). Each holds at most one chunk buffer
@@ -120,6 +132,9 @@ type Stats struct {
 	Hits, Misses int64
 	// DiskHits counts chunks served from the disk cache after a memory miss.
 	DiskHits int64
+	// FileReads counts reads served straight from a verified disk copy
+	// (files.go).
+	FileReads int64
 	// InlineReads counts reads served from a descriptor's inline data.
 	InlineReads int64
 	// BackendReads counts ranged reads issued to the Source;
@@ -129,6 +144,10 @@ type Stats struct {
 	// disk copy); VerifyFailures counts digest or chunk-hash mismatches of
 	// backend data.
 	VerifyPasses, VerifyFailures int64
+	// BytesHashed counts the bytes run through SHA-256: verify passes,
+	// decoding, and chunks checked when read again. Reading a blob once
+	// with the disk cache on hashes its size once.
+	BytesHashed int64
 	// ReadAheads counts background chunk fetches started by read-ahead.
 	ReadAheads int64
 	// Evictions counts chunks dropped from memory to stay within MemBytes;
@@ -203,7 +222,7 @@ type Cache struct {
 	// held only for one ranged read, never while waiting for anything
 	// else, so it cannot deadlock.
 	fetchSem chan struct{}
-	bufs     sync.Pool
+	free     chan []byte // reusable chunk buffers (memory.go)
 	disk     *diskCache
 
 	// mu guards the fields from closed to fetches (GUARDED_BY(mu)), the
@@ -221,6 +240,7 @@ type Cache struct {
 	metaHashes int64
 	shapes     *simplelru.LRU[layout.Digest, *blobShape]
 	decs       *simplelru.LRU[blobBodyKey, *blobDecoded]
+	files      *simplelru.LRU[layout.Digest, *blobFile] // files.go
 	spillBytes int64
 	closeQ     []*os.File // files to close once c.mu is released
 	seq        *simplelru.LRU[blobBodyKey, blobSeq]
@@ -239,7 +259,7 @@ type blobCounters struct {
 	backendReads, bytesFetched         atomic.Int64
 	passes, verifyFailures, readAheads atomic.Int64
 	evictions, inFlight                atomic.Int64
-	memPeak                            atomic.Int64
+	memPeak, fileReads, hashed         atomic.Int64
 }
 
 // blobSpace names a key space of chunks: the stored bytes, or the body
@@ -296,7 +316,7 @@ type blobSizedKey struct {
 // changed once in c.metas, except onDisk (atomic).
 type blobMeta struct {
 	size   int64
-	hashes [][32]byte // SHA-256 of each chunk
+	hashes [][32]byte // chunk proofs: the SHA-256 state after each chunk but the last (chain.go)
 	head   []byte     // the first bytes, for sniffing (§15)
 	onDisk atomic.Bool
 }
@@ -316,6 +336,13 @@ func New(src Source, opts Options) (*Cache, error) {
 	}
 	if opts.ChunkSize <= 0 {
 		opts.ChunkSize = DefaultChunkSize
+	}
+	opts.ChunkSize = (opts.ChunkSize + sha256.BlockSize - 1) / sha256.BlockSize * sha256.BlockSize
+	if opts.PartSize <= 0 {
+		opts.PartSize = DefaultPartSize
+	}
+	if opts.PassParts <= 0 {
+		opts.PassParts = DefaultPassParts
 	}
 	if opts.ReadAhead < 0 {
 		opts.ReadAhead = 0
@@ -352,6 +379,7 @@ func New(src Source, opts Options) (*Cache, error) {
 		spillMax: opts.DiskBytes,
 		raSem:    make(chan struct{}, opts.Parallel),
 		fetchSem: make(chan struct{}, opts.MaxInFlight),
+		free:     make(chan []byte, blobFreeBufs),
 		bad:      make(map[blobBadKey]blobBad),
 		passes:   make(map[blobSizedKey]*blobCall[*blobPassResult]),
 		decodes:  make(map[blobBadKey]*blobCall[*blobDecodeResult]),
@@ -373,6 +401,9 @@ func New(src Source, opts Options) (*Cache, error) {
 		c.releaseDecodedLocked(dec)
 	})
 	c.seq, _ = simplelru.NewLRU[blobBodyKey, blobSeq](blobSeqStreams, nil)
+	c.files, _ = simplelru.NewLRU(blobMaxOpenFiles, func(_ layout.Digest, bf *blobFile) {
+		c.evictFileLocked(bf)
+	})
 	if opts.DiskDir != "" {
 		dc, err := newDiskCache(opts.DiskDir, opts.DiskBytes, c.log, c.now)
 		if err != nil {
@@ -398,6 +429,7 @@ func (c *Cache) Close() error {
 	c.wg.Wait()
 	c.mu.Lock()
 	c.decs.Purge()
+	c.files.Purge()
 	c.chunks.Purge()
 	c.memBytes = 0
 	c.unlock()
@@ -414,9 +446,9 @@ func (c *Cache) Stats() Stats {
 	c.mu.Unlock()
 	s := Stats{
 		Hits: c.st.hits.Load(), Misses: c.st.misses.Load(), DiskHits: c.st.diskHits.Load(),
-		InlineReads:  c.st.inline.Load(),
+		InlineReads: c.st.inline.Load(), FileReads: c.st.fileReads.Load(),
 		BackendReads: c.st.backendReads.Load(), BytesFetched: c.st.bytesFetched.Load(),
-		VerifyPasses: c.st.passes.Load(), VerifyFailures: c.st.verifyFailures.Load(),
+		VerifyPasses: c.st.passes.Load(), VerifyFailures: c.st.verifyFailures.Load(), BytesHashed: c.st.hashed.Load(),
 		ReadAheads: c.st.readAheads.Load(), Evictions: c.st.evictions.Load(),
 		InFlight: c.st.inFlight.Load(), MemBytes: mem, MemPeak: c.st.memPeak.Load(),
 	}

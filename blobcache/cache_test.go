@@ -169,6 +169,13 @@ func (c *Cache) dropMemory() {
 	c.mu.Unlock()
 }
 
+// dropFiles closes the verified files, as evictions would.
+func (c *Cache) dropFiles() {
+	c.mu.Lock()
+	c.files.Purge()
+	c.unlock()
+}
+
 // waitFor polls cond until it holds (a state the test cannot be told of
 // otherwise, such as a number of flight waiters), failing after 10s.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -492,7 +499,8 @@ func TestBlobParallelBound(t *testing.T) {
 	src := newFakeBlobSource()
 	dg := src.put(body)
 	// Every read waits until a few are open at once, so the pass has to
-	// overlap reads to make progress; none may exceed Parallel.
+	// overlap its ranged reads (parts of 4 chunks) to make progress; none
+	// may exceed PassParts.
 	gate := make(chan struct{})
 	var opened atomic.Int64
 	src.set(func(f *fakeBlobSource) {
@@ -504,13 +512,16 @@ func TestBlobParallelBound(t *testing.T) {
 			return true
 		}
 	})
-	c := newTestBlobCache(t, src, Options{ChunkSize: cs, Parallel: 3})
+	c := newTestBlobCache(t, src, Options{ChunkSize: cs, PartSize: 4 * cs, PassParts: 3})
 	d := &layout.Descriptor{Digest: dg, Size: int64(len(body)), ContentType: "application/octet-stream"}
 	if got, err := readAll(context.Background(), c, d, 4096); err != nil || !bytes.Equal(got, body) {
 		t.Fatal(err)
 	}
 	if p := src.peak.Load(); p > 3 {
-		t.Fatalf("%d backend reads open at once, Parallel is 3", p)
+		t.Fatalf("%d backend reads open at once, PassParts is 3", p)
+	}
+	if r := src.reads.Load(); r != 10 {
+		t.Fatalf("%d ranged reads for 40 chunks in parts of 4", r)
 	}
 	if src.open.Load() != 0 {
 		t.Fatalf("%d readers never closed", src.open.Load())
@@ -685,10 +696,9 @@ func TestBlobSniffCandidate(t *testing.T) {
 	}
 }
 
-// A read storm over many unverified blobs (each verify pass wants Parallel
-// reads) keeps at most MaxInFlight backend reads open cache-wide, so the
-// chunk buffers beyond MemBytes stay bounded; the waiting reads proceed as
-// slots free up.
+// A read storm over many unverified blobs (one verify pass each) keeps at
+// most MaxInFlight backend reads open cache-wide; the waiting reads
+// proceed as slots free up.
 func TestBlobInFlightBound(t *testing.T) {
 	src := newFakeBlobSource()
 	gate := make(chan struct{})
@@ -719,7 +729,7 @@ func TestBlobInFlightBound(t *testing.T) {
 		}()
 	}
 	waitFor(t, "reads to queue for a slot", func() bool {
-		return src.reads.Load() > limit || goroutinesWaiting("[select", "(*Cache).fetchRange") >= 2*limit
+		return src.reads.Load() > limit || goroutinesWaiting("[select", "(*Cache).fetchPart") >= blobs
 	})
 	if n := src.reads.Load(); n != limit {
 		t.Fatalf("%d backend reads open at once, MaxInFlight %d", n, limit)

@@ -3,10 +3,8 @@ package blobcache
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"math"
 	"os"
@@ -14,7 +12,7 @@ import (
 	"github.com/pugmark/pugfs/layout"
 )
 
-// blobDecoded is a decoded body: its size, digest and per-chunk hashes,
+// blobDecoded is a decoded body: its size, digest and chunk proofs,
 // and the file holding all of it when it is too large to live in memory
 // only (nil: its chunks are in the LRU, or re-decoded when evicted). It
 // is not changed once published in c.decs; f is closed only after it left
@@ -22,7 +20,7 @@ import (
 type blobDecoded struct {
 	size   int64
 	sum    layout.Digest
-	hashes [][32]byte
+	hashes [][32]byte // chunk proofs (chain.go)
 	f      *os.File
 	spill  bool // f is not a disk cache entry: its bytes count in spillBytes
 }
@@ -141,31 +139,29 @@ func (c *Cache) loadDecodedFile(ctx context.Context, d layout.Digest, space blob
 			f.Close()
 		}
 	}()
-	it := &blobFileIter{c: c, f: f, size: info.size}
+	it := c.fileIter(ctx, f, info.size)
+	defer it.stop()
 	n := c.numChunks(info.size)
-	hashes := make([][32]byte, n)
-	h := sha256.New()
+	chain := c.newChain(n)
 	for i := int64(0); i < n; i++ {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		buf, sum, err := it.next()
+		buf, err := it.next()
 		if err != nil {
 			return nil, err
 		}
-		hashes[i] = sum
-		h.Write(buf)
+		chain.add(buf)
 		if !stage.offer(blobChunkKey{d, space, i}, buf) {
 			c.putBuf(buf)
 		}
 	}
-	var got layout.Digest
-	h.Sum(got[:0])
+	got, err := chain.sum()
+	if err != nil {
+		return nil, err
+	}
 	if got != info.sum {
 		return nil, &blobMismatch{detail: "decoded copy hashes to sha256:" + got.Hex()}
 	}
 	c.st.diskHits.Add(1)
-	dec := &blobDecoded{size: info.size, sum: got, hashes: hashes, f: f}
+	dec := &blobDecoded{size: info.size, sum: got, hashes: chain.cvs, f: f}
 	return c.publishDecoded(d, space, dec, want, stage), nil
 }
 
@@ -298,7 +294,7 @@ func (c *Cache) decodedFileChunk(ctx context.Context, d layout.Digest, space blo
 			}
 			return nil, errBlobStale
 		}
-		if sha256.Sum256(buf) != dec.hashes[idx] {
+		if !c.proven(dec.hashes, dec.sum, idx, buf) {
 			c.log.Warn("cache: decoded copy is damaged; decoding again", "key", layout.BlobKey(d), "chunk", idx)
 			if !dec.spill && c.disk != nil {
 				c.disk.drop(diskData, dec.sum)
@@ -340,8 +336,7 @@ type blobDecSink struct {
 	d       layout.Digest
 	space   blobSpace
 	want    int64
-	hashes  [][32]byte
-	h       hash.Hash
+	chain   *blobChain // the digest of the decoded body and its chunk proofs
 	total   int64
 	mem     *blobStager // every chunk, while the body may stay memory-only
 	stage   *blobStager // the wanted chunks, once it spilled
@@ -353,7 +348,7 @@ type blobDecSink struct {
 
 func (c *Cache) newDecSink(d layout.Digest, space blobSpace, want int64) *blobDecSink {
 	return &blobDecSink{
-		c: c, d: d, space: space, want: want, h: sha256.New(),
+		c: c, d: d, space: space, want: want, chain: c.newChain(0),
 		mem:   &blobStager{c: c, lo: 0, hi: math.MaxInt64},
 		stage: c.newStager(want),
 	}
@@ -420,9 +415,8 @@ func (s *blobDecSink) decodeErr(err error) error {
 
 // add takes one decoded chunk; it reports whether it kept buf.
 func (s *blobDecSink) add(buf []byte) (bool, error) {
-	idx := int64(len(s.hashes))
-	s.hashes = append(s.hashes, sha256.Sum256(buf))
-	s.h.Write(buf)
+	idx := s.total / s.c.cs
+	s.chain.add(buf)
 	s.total += int64(len(buf))
 	if s.total > s.c.opts.MaxDecoded {
 		return false, fmt.Errorf("%s: %w: %s body decodes past %d bytes", s.key(), layout.ErrTooLarge, s.space.encoding(), s.c.opts.MaxDecoded)
@@ -493,8 +487,11 @@ func (s *blobDecSink) write(b []byte) error {
 
 // publish installs the decoded body.
 func (s *blobDecSink) publish() (*blobDecodeResult, error) {
-	dec := &blobDecoded{size: s.total, hashes: s.hashes, f: s.f, spill: s.spill}
-	s.h.Sum(dec.sum[:0])
+	sum, err := s.chain.sum()
+	if err != nil {
+		return nil, err
+	}
+	dec := &blobDecoded{size: s.total, sum: sum, hashes: s.chain.cvs, f: s.f, spill: s.spill}
 	if s.tmp != nil {
 		if !s.tmp.commit(dec.sum) {
 			// Not kept in the disk cache (too big, or the disk failed); the

@@ -9,7 +9,10 @@
 // # Files
 //
 //	cache.go   Cache, Options, Stats: the API, key spaces, the read path
-//	verify.go  the verify pass (whole-body SHA-256, per-chunk hashes), ranged chunk fetches
+//	verify.go  the verify pass (one SHA-256 over the body, ranged parts in flight,
+//	           a writer goroutine for the disk copy), chunks read again
+//	chain.go   chunk proofs taken from that one pass, and checking a chunk against them
+//	files.go   verified disk copies kept open, read without a copy, pinned (Pin)
 //	decode.go  decoding gzip/zstd from verified bytes, spilling large decoded bodies
 //	sniff.go   how a descriptor's body is shown; sniffing lost encodings
 //	shape.go   remembered facts per digest (sniff result, decoded sizes), persisted on disk
@@ -25,9 +28,10 @@
 //
 // LOCK ORDERING: Cache.mu and diskCache.mu are never held together, and
 // neither is held across backend or disk I/O. Cache.mu guards the chunk,
-// meta, shape, decoded and sequence LRUs, the byte accounting (memBytes,
-// reserved, spillBytes, closeQ), the bad-blob map and the flight maps,
-// including each flight's waiters count. diskCache.mu guards the disk
+// meta, shape, decoded, verified-file and sequence LRUs, the byte
+// accounting (memBytes, reserved, spillBytes, closeQ), the pins of the
+// verified files, the bad-blob map and the flight maps, including each
+// flight's waiters count. diskCache.mu guards the disk
 // index and its totals. Counters are atomics and need no lock. Files that
 // evictions close are queued under Cache.mu and closed by Cache.unlock
 // after it is released.

@@ -66,20 +66,87 @@ func (c *Cache) notePeakLocked() {
 	}
 }
 
-// getBuf returns a buffer of n bytes, pooled when it is a whole chunk.
+// blobFreeBufs bounds the free chunk buffers kept for reuse. A pass
+// cycles buffers through its window: reusing them, rather than handing
+// them to the collector (as a sync.Pool does at every GC, which a soft
+// memory limit makes frequent), saves a fresh allocation, its zeroing and
+// a page fault per 4 KiB for every chunk. The kept buffers sit outside
+// MemBytes: at most this many chunks.
+const blobFreeBufs = 16
+
+// getBuf returns a buffer of n bytes, reused when it is a whole chunk.
 func (c *Cache) getBuf(n int64) []byte {
 	if n == c.cs {
-		if p, ok := c.bufs.Get().(*[]byte); ok {
-			return (*p)[:n]
+		select {
+		case b := <-c.free:
+			return b[:n]
+		default:
 		}
 	}
 	return make([]byte, n)
 }
 
-// putBuf returns a buffer that nobody references any more to the pool.
+// putBuf returns a buffer that nobody references any more for reuse.
 func (c *Cache) putBuf(b []byte) {
 	if int64(cap(b)) == c.cs {
-		b = b[:c.cs]
-		c.bufs.Put(&b)
+		select {
+		case c.free <- b[:c.cs]:
+		default:
+		}
+	}
+}
+
+// blobRing recycles the chunk buffers of one verify pass: a pass cycles
+// through as many buffers as its window holds, and reusing them (rather
+// than a bounded free list shared by everything) keeps a pass from
+// allocating, zeroing and faulting in a fresh buffer for every chunk,
+// page faults being dear on a virtual machine. The buffers count in the
+// pass's window, which is reserved from MemBytes; when the pass ends they
+// go to the shared free list or to the collector.
+type blobRing struct {
+	c    *Cache
+	free chan []byte
+}
+
+func (c *Cache) newRing(chunks int64) *blobRing {
+	return &blobRing{c: c, free: make(chan []byte, chunks)}
+}
+
+// get returns a buffer of n bytes.
+func (r *blobRing) get(n int64) []byte {
+	if n == r.c.cs {
+		select {
+		case b := <-r.free:
+			return b[:n]
+		default:
+		}
+	}
+	return r.c.getBuf(n)
+}
+
+// put takes a buffer back (nil is nothing).
+func (r *blobRing) put(b []byte) {
+	if b == nil {
+		return
+	}
+	if int64(cap(b)) == r.c.cs {
+		select {
+		case r.free <- b[:r.c.cs]:
+			return
+		default:
+		}
+	}
+	r.c.putBuf(b)
+}
+
+// close hands what the ring holds to the shared free list.
+func (r *blobRing) close() {
+	for {
+		select {
+		case b := <-r.free:
+			r.c.putBuf(b)
+		default:
+			return
+		}
 	}
 }

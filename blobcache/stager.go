@@ -18,7 +18,7 @@ func (c *Cache) newStager(want int64) *blobStager {
 	return &blobStager{c: c, lo: want, hi: want + c.stageChunks}
 }
 
-func (s *blobStager) wants(idx int64) bool { return idx >= s.lo && idx < s.hi }
+func (s *blobStager) wants(idx int64) bool { return s != nil && idx >= s.lo && idx < s.hi }
 
 // offer stages buf if its chunk is wanted and the budget allows; it reports
 // whether it took ownership of buf.
@@ -44,8 +44,11 @@ func (s *blobStager) take(k blobChunkKey, buf []byte) bool {
 }
 
 // publishLocked moves the staged chunks into the LRU and returns the one
-// with index want, if staged.
+// with index want, if staged. A nil stager staged nothing.
 func (s *blobStager) publishLocked(want int64) []byte {
+	if s == nil {
+		return nil
+	}
 	var got []byte
 	s.c.reserved -= s.bytes
 	for i, k := range s.keys {

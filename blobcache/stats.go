@@ -17,7 +17,8 @@ func (s Stats) String() string {
 		s.Hits, s.Misses, human.Rate(s.Hits, s.Hits+s.Misses), s.DiskHits, human.Rate(s.DiskHits, s.Misses), s.InlineReads)
 	fmt.Fprintf(&b, "blob cache backend: reads %d, bytes %s, in flight %d, read-aheads %d\n",
 		s.BackendReads, human.Count(s.BytesFetched), s.InFlight, s.ReadAheads)
-	fmt.Fprintf(&b, "blob cache verify: passes %d, failures %d\n", s.VerifyPasses, s.VerifyFailures)
+	fmt.Fprintf(&b, "blob cache verify: passes %d, failures %d, bytes hashed %s, verified file reads %d\n",
+		s.VerifyPasses, s.VerifyFailures, human.Count(s.BytesHashed), s.FileReads)
 	fmt.Fprintf(&b, "blob cache memory: bytes %s, peak %s, evictions %d\n", human.Count(s.MemBytes), human.Count(s.MemPeak), s.Evictions)
 	if s.DiskEnabled {
 		fmt.Fprintf(&b, "blob cache disk: bytes %s, evictions %d", human.Count(s.DiskBytes), s.DiskEvictions)

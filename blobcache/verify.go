@@ -3,12 +3,12 @@ package blobcache
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pugmark/pugfs/layout"
 )
@@ -75,16 +75,16 @@ func (c *Cache) verified(ctx context.Context, d layout.Digest, size int64, mode 
 
 // runPass verifies the whole body: from the disk cache if it has a copy
 // (hashed whole: a file is trusted only after that), else from the
-// backend, teeing the bytes into a new disk cache entry.
+// backend, writing the bytes into a new disk cache entry as they pass.
 func (c *Cache) runPass(ctx context.Context, d layout.Digest, size int64, mode blobPassMode, want int64) (*blobPassResult, error) {
 	c.st.passes.Add(1)
 	if c.disk != nil && c.disk.enabled() {
 		if f, ok := c.disk.openEntry(d, size); ok {
-			res, err := c.consume(ctx, d, size, mode, want, &blobFileIter{c: c, f: f, size: size}, nil, true)
-			f.Close()
+			res, err := c.consume(ctx, d, size, mode, want, c.fileIter(ctx, f, size), nil, f)
 			if err == nil {
 				return res, nil
 			}
+			f.Close()
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -96,7 +96,7 @@ func (c *Cache) runPass(ctx context.Context, d layout.Digest, size int64, mode b
 	if c.disk != nil && c.disk.enabled() && size <= c.disk.maxEntry() {
 		tmp, _ = c.disk.create()
 	}
-	res, err := c.consume(ctx, d, size, mode, want, c.backendIter(ctx, d, size), tmp, false)
+	res, err := c.consume(ctx, d, size, mode, want, c.backendIter(ctx, d, size), tmp, nil)
 	if err != nil {
 		var mm *blobMismatch
 		if errors.As(err, &mm) {
@@ -107,41 +107,57 @@ func (c *Cache) runPass(ctx context.Context, d layout.Digest, size int64, mode b
 	return res, nil
 }
 
-// blobChunkIter yields a body's chunks in order, each with its SHA-256.
+// blobChunkIter yields a body's chunks in order. done tells it the pass
+// is through with a chunk, and gives the buffer back for reuse (nil: the
+// pass kept it); the chunk's share of the pass's window of memory is then
+// free for the next read.
 type blobChunkIter interface {
-	next() (buf []byte, sum [32]byte, err error)
+	next() ([]byte, error)
+	done(buf []byte)
 	stop()
 }
 
-// consume runs a verify pass over it: per-chunk hashes, the whole digest in
-// order, the head for sniffing, staging, an optional disk copy (tmp) and
-// optional decoding in the same stream. Nothing is published unless the
-// digest matched.
+// passStageChunks is how large a blob a pass that writes a disk copy
+// still stages in memory: small ones are read from memory afterwards,
+// larger ones from the verified copy.
+const passStageChunks = 4
+
+// consume runs a verify pass over it: one SHA-256 over the body, with the
+// chunk proofs taken from it (chain.go), the head for sniffing, staging,
+// an optional disk copy (tmp) and optional decoding in the same stream.
+// Hashing runs on this goroutine while the iterator reads ahead on its
+// own, and a second goroutine writes the disk copy and stages chunks, so
+// the two cores fetch, hash and write at once. Nothing is published
+// unless the digest matched. disk is the verified copy being read when
+// the pass reads one (it becomes the blob's verified file).
 func (c *Cache) consume(ctx context.Context, d layout.Digest, size int64, mode blobPassMode, want int64,
-	it blobChunkIter, tmp *diskTemp, fromDisk bool) (res *blobPassResult, err error) {
+	it blobChunkIter, tmp *diskTemp, disk *os.File) (res *blobPassResult, err error) {
 	defer it.stop()
 	n := c.numChunks(size)
-	hashes := make([][32]byte, n)
-	h := sha256.New()
+	chain := c.newChain(n)
 	var head []byte
 	var job *blobDecodeJob
 	stage := c.newStager(want)
+	if (tmp != nil || disk != nil) && n > passStageChunks {
+		stage = nil // read from the verified copy
+	}
+	w := c.startPassWriter(d, tmp, stage, it)
 	defer func() {
 		if err != nil {
+			w.finish()
 			stage.abort()
 			if job != nil {
 				job.abort(err)
 			}
-			tmp.abort()
+			w.tmp.abort()
 		}
 	}()
 	for i := int64(0); i < n; i++ {
-		buf, sum, err := it.next()
+		buf, err := it.next()
 		if err != nil {
 			return nil, err
 		}
-		hashes[i] = sum
-		h.Write(buf)
+		chain.add(buf)
 		if i == 0 {
 			head = bytes.Clone(buf[:min(4, len(buf))])
 			space := mode.decode
@@ -150,49 +166,53 @@ func (c *Cache) consume(ctx context.Context, d layout.Digest, size int64, mode b
 			}
 			if space != blobRaw {
 				job = c.startDecodeJob(ctx, d, space, want)
+				w.noStage()
 			}
 		}
 		if job != nil {
 			job.feed(buf)
 		}
-		if tmp != nil {
-			if tmp.write(buf) != nil {
-				tmp.abort()
-				tmp = nil
-			}
-		}
-		// Decoding passes stage decoded chunks, not raw ones: the raw view
-		// is rarely read when a decoded one exists.
-		if job != nil || !stage.offer(blobChunkKey{d, blobRaw, i}, buf) {
-			c.putBuf(buf)
+		if err := w.put(ctx, i, buf); err != nil {
+			return nil, err
 		}
 	}
 	if n == 0 && mode.decode != blobRaw {
 		job = c.startDecodeJob(ctx, d, mode.decode, want)
 	}
-	var got layout.Digest
-	h.Sum(got[:0])
+	got, err := chain.sum()
+	if err != nil {
+		return nil, err
+	}
 	if got != d {
 		return nil, &blobMismatch{detail: "digest mismatch: the stored body hashes to sha256:" + got.Hex()}
 	}
-	meta := &blobMeta{size: size, hashes: hashes, head: head}
-	meta.onDisk.Store(fromDisk)
-	if tmp != nil {
+	tmp = w.finish()
+	meta := &blobMeta{size: size, hashes: chain.cvs, head: head}
+	var verified *os.File
+	switch {
+	case disk != nil:
+		meta.onDisk.Store(true)
+		verified = disk
+	case tmp != nil:
 		if tmp.commit(d) {
 			meta.onDisk.Store(true)
+			verified = tmp.f
+		} else {
+			tmp.f.Close()
 		}
-		tmp.f.Close()
-		tmp = nil
 	}
 	c.mu.Lock()
 	c.metas.Remove(d)
 	c.metas.Add(d, meta)
-	c.metaHashes += n
+	c.metaHashes += int64(len(meta.hashes))
 	for c.metaHashes > blobMetaHashes && c.metas.Len() > 1 {
 		c.metas.RemoveOldest()
 	}
 	stage.publishLocked(-1)
-	c.mu.Unlock()
+	if verified != nil {
+		c.addVerifiedLocked(d, size, verified)
+	}
+	c.unlock()
 	c.recordSniff(d, head, mode.sniff)
 	res = &blobPassResult{meta: meta}
 	if job != nil {
@@ -203,31 +223,139 @@ func (c *Cache) consume(ctx context.Context, d layout.Digest, size int64, mode b
 	return res, nil
 }
 
+// blobPassWriter is the second goroutine of a pass: it writes each chunk
+// to the disk copy, then stages it or gives its buffer back, in order.
+type blobPassWriter struct {
+	c     *Cache
+	d     layout.Digest
+	tmp   *diskTemp
+	stage *blobStager
+	it    blobChunkIter
+	ch    chan blobPassChunk
+	wg    sync.WaitGroup
+	// staging is cleared (noStage) before the writer sees a chunk the
+	// hasher decided not to stage.
+	staging atomic.Bool
+}
+
+// passWriterQueue is how many chunks the hasher may be ahead of the
+// writer.
+const passWriterQueue = 4
+
+type blobPassChunk struct {
+	idx int64
+	buf []byte
+}
+
+func (c *Cache) startPassWriter(d layout.Digest, tmp *diskTemp, stage *blobStager, it blobChunkIter) *blobPassWriter {
+	w := &blobPassWriter{c: c, d: d, tmp: tmp, stage: stage, it: it, ch: make(chan blobPassChunk, passWriterQueue)}
+	w.staging.Store(stage != nil)
+	w.wg.Add(1)
+	ch := w.ch
+	go func() {
+		defer w.wg.Done()
+		for pc := range ch {
+			if w.tmp != nil && w.tmp.write(pc.buf) != nil {
+				w.tmp.abort()
+				w.tmp = nil
+			}
+			// Decoding passes stage decoded chunks, not raw ones: the raw
+			// view is rarely read when a decoded one exists.
+			if w.staging.Load() && w.stage.offer(blobChunkKey{w.d, blobRaw, pc.idx}, pc.buf) {
+				w.it.done(nil)
+			} else {
+				w.it.done(pc.buf)
+			}
+		}
+	}()
+	return w
+}
+
+func (w *blobPassWriter) noStage() { w.staging.Store(false) }
+
+func (w *blobPassWriter) put(ctx context.Context, idx int64, buf []byte) error {
+	select {
+	case w.ch <- blobPassChunk{idx, buf}:
+		return nil
+	case <-ctx.Done():
+		w.it.done(buf)
+		return ctx.Err()
+	}
+}
+
+// finish waits for the writer and returns the disk copy it wrote (nil if
+// writing it failed). It may be called twice.
+func (w *blobPassWriter) finish() *diskTemp {
+	if w.ch != nil {
+		close(w.ch)
+		w.ch = nil
+	}
+	w.wg.Wait()
+	return w.tmp
+}
+
 type blobChunkResult struct {
 	buf []byte
-	sum [32]byte
 	err error
 }
 
-// blobBackendIter fetches the chunks of a body with ranged reads, up to
-// Parallel in flight, hashing each in its own goroutine, delivered in order.
+// blobBackendIter fetches a body with ranged reads of PartSize, several
+// at once, and yields its chunks in order. The parts in flight and the
+// chunks the pass still holds share a window of memory reserved from the
+// budget: a read starts only when its chunks fit in it.
 type blobBackendIter struct {
+	c       *Cache
 	ctx     context.Context
 	cancel  context.CancelFunc
 	futures chan chan blobChunkResult
+	cur     chan blobChunkResult
+	left    int // chunks still to take from cur
+	window  chan struct{}
+	held    int64 // bytes reserved from the budget
+	ring    *blobRing
 	wg      sync.WaitGroup
 }
 
+// passWindow returns how many chunks of memory a pass may hold, and
+// reserves them from the budget: PassParts parts, at most a quarter of
+// the budget (a few passes at once leave room for cached chunks), at
+// least one part (the budget gives way for that one).
+func (c *Cache) passWindow() (chunks int64, held int64) {
+	pc := c.partChunks()
+	chunks = max(pc, min(int64(c.opts.PassParts)*pc, c.opts.MemBytes/4/c.cs))
+	c.mu.Lock()
+	defer c.unlock()
+	for chunks > pc && !c.reserveLocked(chunks*c.cs) {
+		chunks -= pc
+	}
+	if chunks > pc || c.reserveLocked(chunks*c.cs) {
+		return chunks, chunks * c.cs
+	}
+	return chunks, 0
+}
+
+// partChunks is the number of chunks one ranged read of a pass covers.
+func (c *Cache) partChunks() int64 { return max(1, int64(c.opts.PartSize)/c.cs) }
+
 func (c *Cache) backendIter(ctx context.Context, d layout.Digest, size int64) *blobBackendIter {
 	ctx, cancel := context.WithCancel(ctx)
-	// The consumer holds one future, the channel buffers Parallel-1 more:
-	// at most Parallel reads run at once.
-	it := &blobBackendIter{ctx: ctx, cancel: cancel, futures: make(chan chan blobChunkResult, c.opts.Parallel-1)}
+	window, held := c.passWindow()
+	pc := c.partChunks()
+	it := &blobBackendIter{c: c, ctx: ctx, cancel: cancel, held: held, ring: c.newRing(window),
+		futures: make(chan chan blobChunkResult, window/pc+1), window: make(chan struct{}, window)}
 	n := c.numChunks(size)
 	go func() {
 		defer close(it.futures)
-		for i := int64(0); i < n; i++ {
-			ch := make(chan blobChunkResult, 1)
+		for first := int64(0); first < n; first += pc {
+			k := min(pc, n-first)
+			for j := int64(0); j < k; j++ {
+				select {
+				case it.window <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+			}
+			ch := make(chan blobChunkResult, k)
 			select {
 			case it.futures <- ch:
 			case <-ctx.Done():
@@ -236,65 +364,69 @@ func (c *Cache) backendIter(ctx context.Context, d layout.Digest, size int64) *b
 			it.wg.Add(1)
 			go func() {
 				defer it.wg.Done()
-				off := i * c.cs
-				buf, err := c.fetchRange(ctx, d, size, off, min(c.cs, size-off))
-				r := blobChunkResult{buf: buf, err: err}
-				if err == nil {
-					r.sum = sha256.Sum256(buf)
-				}
-				ch <- r
+				c.fetchPart(ctx, d, size, first, k, ch, it.ring)
 			}()
 		}
 	}()
 	return it
 }
 
-func (it *blobBackendIter) next() ([]byte, [32]byte, error) {
-	ch, ok := <-it.futures
-	if !ok {
-		if err := it.ctx.Err(); err != nil {
-			return nil, [32]byte{}, err
+func (it *blobBackendIter) next() ([]byte, error) {
+	if it.left == 0 {
+		ch, ok := <-it.futures
+		if !ok {
+			if err := it.ctx.Err(); err != nil {
+				return nil, err
+			}
+			return nil, errors.New("cache: chunk stream ended early")
 		}
-		return nil, [32]byte{}, errors.New("cache: chunk stream ended early")
+		it.cur, it.left = ch, cap(ch)
 	}
-	r := <-ch
-	return r.buf, r.sum, r.err
+	r := <-it.cur
+	it.left--
+	return r.buf, r.err
 }
 
-// stop cancels outstanding reads and waits for them. The launcher's
-// wg.Add calls all happen before it closes futures, so waiting for that
-// close first makes the Wait safe.
+func (it *blobBackendIter) done(buf []byte) {
+	it.ring.put(buf)
+	<-it.window
+}
+
+// stop cancels outstanding reads, waits for them and gives back their
+// buffers and the reserved window. The launcher's wg.Add calls all happen
+// before it closes futures, so waiting for that close first makes the
+// Wait safe.
 func (it *blobBackendIter) stop() {
 	it.cancel()
-	for range it.futures {
+	var left []chan blobChunkResult
+	for ch := range it.futures {
+		left = append(left, ch)
 	}
 	it.wg.Wait()
-}
-
-// blobFileIter reads a body's chunks from a local file.
-type blobFileIter struct {
-	c    *Cache
-	f    *os.File
-	size int64
-	off  int64
-}
-
-func (it *blobFileIter) next() ([]byte, [32]byte, error) {
-	n := min(it.c.cs, it.size-it.off)
-	buf := it.c.getBuf(n)
-	if _, err := io.ReadFull(it.f, buf); err != nil {
-		return nil, [32]byte{}, fmt.Errorf("cache: read %s at %d: %w", it.f.Name(), it.off, err)
+	for _, ch := range append(left, it.cur) {
+		for len(ch) > 0 {
+			it.ring.put((<-ch).buf)
+		}
 	}
-	it.off += n
-	return buf, sha256.Sum256(buf), nil
+	it.ring.close()
+	if it.held > 0 {
+		it.c.mu.Lock()
+		it.c.reserved -= it.held
+		it.c.mu.Unlock()
+		it.held = 0
+	}
 }
 
-func (it *blobFileIter) stop() {}
-
-// fetchRange reads [off, off+n) of the stored body with one ranged read.
-// The read of the last chunk asks for everything to the end, so that a
-// stored body longer than size is noticed.
-func (c *Cache) fetchRange(ctx context.Context, d layout.Digest, size, off, n int64) ([]byte, error) {
+// fetchPart reads chunks [first, first+k) of the stored body with one
+// ranged read, sending each chunk as it arrives. The read of the last part
+// asks for everything to the end, so that a stored body longer than size
+// is noticed.
+func (c *Cache) fetchPart(ctx context.Context, d layout.Digest, size, first, k int64, out chan<- blobChunkResult, ring *blobRing) {
+	off := first * c.cs
+	n := min(k*c.cs, size-off)
+	// At most k results go out: an error takes the place of a chunk, and
+	// the pass stops at the first one.
+	fail := func(err error) { out <- blobChunkResult{err: err} }
 	last := off+n == size
 	length := n
 	if last {
@@ -303,7 +435,8 @@ func (c *Cache) fetchRange(ctx context.Context, d layout.Digest, size, off, n in
 	select {
 	case c.fetchSem <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		fail(ctx.Err())
+		return
 	}
 	defer func() { <-c.fetchSem }()
 	c.st.backendReads.Add(1)
@@ -311,25 +444,105 @@ func (c *Cache) fetchRange(ctx context.Context, d layout.Digest, size, off, n in
 	defer c.st.inFlight.Add(-1)
 	rc, err := c.src.OpenBlob(ctx, d, off, length)
 	if err != nil {
-		return nil, fmt.Errorf("cache: fetch %s at %d: %w", layout.BlobKey(d), off, err)
+		fail(fmt.Errorf("cache: fetch %s at %d: %w", layout.BlobKey(d), off, err))
+		return
 	}
 	defer rc.Close()
-	buf := c.getBuf(n)
-	k, err := io.ReadFull(rc, buf)
-	c.st.bytesFetched.Add(int64(k))
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return nil, &blobMismatch{detail: fmt.Sprintf("stored body ends at byte %d, descriptor size is %d", off+int64(k), size)}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("cache: fetch %s at %d: %w", layout.BlobKey(d), off, err)
-	}
-	if last {
-		var one [1]byte
-		if k, _ := io.ReadFull(rc, one[:]); k > 0 {
-			return nil, &blobMismatch{detail: fmt.Sprintf("stored body is longer than the descriptor size %d", size)}
+	for j := int64(0); j < k; j++ {
+		at := off + j*c.cs
+		buf := ring.get(min(c.cs, size-at))
+		got, err := io.ReadFull(rc, buf)
+		c.st.bytesFetched.Add(int64(got))
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			ring.put(buf)
+			fail(&blobMismatch{detail: fmt.Sprintf("stored body ends at byte %d, descriptor size is %d", at+int64(got), size)})
+			return
 		}
+		if err != nil {
+			ring.put(buf)
+			fail(fmt.Errorf("cache: fetch %s at %d: %w", layout.BlobKey(d), at, err))
+			return
+		}
+		if last && j == k-1 {
+			var one [1]byte
+			if m, _ := io.ReadFull(rc, one[:]); m > 0 {
+				ring.put(buf)
+				fail(&blobMismatch{detail: fmt.Sprintf("stored body is longer than the descriptor size %d", size)})
+				return
+			}
+		}
+		out <- blobChunkResult{buf: buf}
 	}
-	return buf, nil
+}
+
+// fetchRange reads [off, off+n) of the stored body with one ranged read
+// (a chunk read again after its pass).
+func (c *Cache) fetchRange(ctx context.Context, d layout.Digest, size, off, n int64) ([]byte, error) {
+	out := make(chan blobChunkResult, 1)
+	if n != min(c.cs, size-off) || off%c.cs != 0 {
+		return nil, fmt.Errorf("cache: fetch %s: %w: range %d+%d is not a chunk", layout.BlobKey(d), layout.ErrInvalid, off, n)
+	}
+	c.fetchPart(ctx, d, size, off/c.cs, 1, out, c.newRing(0))
+	r := <-out
+	return r.buf, r.err
+}
+
+// blobFileIter reads a body's chunks from a local file, a few ahead on a
+// goroutine of its own.
+type blobFileIter struct {
+	ring   *blobRing
+	ch     chan blobChunkResult
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+const fileIterAhead = 8
+
+func (c *Cache) fileIter(ctx context.Context, f *os.File, size int64) *blobFileIter {
+	ctx, cancel := context.WithCancel(ctx)
+	it := &blobFileIter{ring: c.newRing(fileIterAhead + passWriterQueue + 2), ch: make(chan blobChunkResult, fileIterAhead), cancel: cancel}
+	it.wg.Add(1)
+	go func() {
+		defer it.wg.Done()
+		defer close(it.ch)
+		for off := int64(0); off < size; off += c.cs {
+			buf := it.ring.get(min(c.cs, size-off))
+			r := blobChunkResult{buf: buf}
+			if _, err := f.ReadAt(buf, off); err != nil {
+				it.ring.put(buf)
+				r = blobChunkResult{err: fmt.Errorf("cache: read %s at %d: %w", f.Name(), off, err)}
+			}
+			select {
+			case it.ch <- r:
+			case <-ctx.Done():
+				it.ring.put(r.buf)
+				return
+			}
+			if r.err != nil {
+				return
+			}
+		}
+	}()
+	return it
+}
+
+func (it *blobFileIter) next() ([]byte, error) {
+	r, ok := <-it.ch
+	if !ok {
+		return nil, errors.New("cache: chunk stream ended early")
+	}
+	return r.buf, r.err
+}
+
+func (it *blobFileIter) done(buf []byte) { it.ring.put(buf) }
+
+func (it *blobFileIter) stop() {
+	it.cancel()
+	for r := range it.ch {
+		it.ring.put(r.buf)
+	}
+	it.wg.Wait()
+	it.ring.close()
 }
 
 // rawChunk returns chunk idx of the stored body (d, size), verified.
@@ -369,12 +582,19 @@ func (c *Cache) rawChunkFlight(ctx context.Context, d layout.Digest, meta *blobM
 	})
 }
 
-// fetchRawChunk re-reads one chunk of a verified body, from the disk cache
-// or the backend, and checks it against the hash its verify pass recorded.
+// fetchRawChunk re-reads one chunk of a verified body, from its verified
+// file, the disk cache or the backend; what does not come from the
+// verified file is checked against the chunk proofs of its pass.
 func (c *Cache) fetchRawChunk(ctx context.Context, d layout.Digest, meta *blobMeta, idx int64) ([]byte, error) {
 	k := blobChunkKey{d, blobRaw, idx}
 	off := idx * c.cs
 	n := min(c.cs, meta.size-off)
+	if buf, ok := c.verifiedChunk(d, meta, idx); ok {
+		c.mu.Lock()
+		c.addChunkLocked(k, buf)
+		c.mu.Unlock()
+		return buf, nil
+	}
 	if meta.onDisk.Load() && c.disk != nil {
 		if buf, ok := c.diskChunk(d, meta, idx); ok {
 			c.st.diskHits.Add(1)
@@ -395,7 +615,7 @@ func (c *Cache) fetchRawChunk(ctx context.Context, d layout.Digest, meta *blobMe
 		}
 		return nil, err
 	}
-	if sha256.Sum256(buf) != meta.hashes[idx] {
+	if !c.proven(meta.hashes, d, idx, buf) {
 		return nil, c.corrupt(d, meta.size, blobRaw,
 			fmt.Sprintf("chunk %d (bytes %d-%d) differs from the content verified earlier", idx, off, off+n-1))
 	}
@@ -405,7 +625,8 @@ func (c *Cache) fetchRawChunk(ctx context.Context, d layout.Digest, meta *blobMe
 	return buf, nil
 }
 
-// diskChunk reads one chunk of a verified body from its disk copy.
+// diskChunk reads one chunk of a verified body from a disk copy this
+// process has not hashed whole, checking it against the chunk proofs.
 func (c *Cache) diskChunk(d layout.Digest, meta *blobMeta, idx int64) ([]byte, bool) {
 	f, ok := c.disk.openEntry(d, meta.size)
 	if !ok {
@@ -419,7 +640,7 @@ func (c *Cache) diskChunk(d layout.Digest, meta *blobMeta, idx int64) ([]byte, b
 		c.disk.warn("read", f.Name(), err)
 		return nil, false
 	}
-	if sha256.Sum256(buf) != meta.hashes[idx] {
+	if !c.proven(meta.hashes, d, idx, buf) {
 		c.log.Warn("cache: disk cache copy is damaged; removing it", "key", layout.BlobKey(d), "chunk", idx)
 		c.disk.drop(diskData, d)
 		meta.onDisk.Store(false)
@@ -428,9 +649,25 @@ func (c *Cache) diskChunk(d layout.Digest, meta *blobMeta, idx int64) ([]byte, b
 	return buf, true
 }
 
-// readRaw serves [off, off+len(p)) of the stored body, with read-ahead on
+// readRaw serves [off, off+len(p)) of the stored body: from memory, else
+// straight from the verified file, else chunk by chunk with read-ahead on
 // sequential access.
 func (c *Cache) readRaw(ctx context.Context, d layout.Digest, size int64, p []byte, off int64) (int, error) {
+	if off >= size {
+		return 0, io.EOF
+	}
+	if _, ok := c.peek(blobChunkKey{d, blobRaw, off / c.cs}); !ok {
+		meta, _, err := c.verified(ctx, d, size, blobPassMode{}, off/c.cs)
+		if err != nil {
+			return 0, err
+		}
+		if n, ok := c.readVerified(d, meta, p, off); ok {
+			if n < len(p) {
+				return n, io.EOF
+			}
+			return n, nil
+		}
+	}
 	key := blobBodyKey{d, blobRaw}
 	seq := c.sequential(key, off, off+int64(len(p)))
 	first := true
@@ -447,9 +684,10 @@ func (c *Cache) readRaw(ctx context.Context, d layout.Digest, size int64, p []by
 func (c *Cache) readAheadRaw(d layout.Digest, size, idx int64) {
 	c.mu.Lock()
 	meta, ok := c.metas.Peek(d)
+	_, file := c.files.Peek(d)
 	c.mu.Unlock()
-	if !ok || meta.size != size {
-		return
+	if !ok || meta.size != size || file {
+		return // nothing to fetch ahead from the verified file
 	}
 	c.readAhead(blobBodyKey{d, blobRaw}, idx, c.numChunks(size), func(ctx context.Context, j int64) {
 		_, _ = c.rawChunkFlight(ctx, d, meta, j)

@@ -231,7 +231,10 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 		copts.IndexPath = filepath.Join(stateDir, "index.json")
 		copts.SummaryPath = filepath.Join(stateDir, "summaries")
 		bopts.DiskDir = filepath.Join(stateDir, "blobs")
-		bopts.DiskBytes = cfg.CacheSize * 4
+		// At least 10 GiB: the disk cache keeps a blob of up to half its
+		// bound, and a blob it keeps is never fetched twice however small
+		// the memory budget (blobcache/files.go).
+		bopts.DiskBytes = max(cfg.CacheSize*4, blobcache.DefaultDiskBytes)
 	}
 	c, err := cache.New(store, copts)
 	if err != nil {
