@@ -24,6 +24,8 @@
 //	node.go        the generic directory, file and link nodes the above share
 //	noopen.go      read-only mounts without OPEN (the kernel's no_open), and
 //	               the snapshots of changing files that it needs
+//	pinned.go      reads from verified disk copies: spliced READ replies and
+//	               FUSE passthrough, and the kernel's rules for it
 //	xattroff.go    --xattrs=off: every extended attribute request ENOSYS
 //	kernelstats.go the kernel request counters of .pugmark/stats
 //	errno.go       the errno table; interrupts.go, why FUSE INTERRUPT is ignored

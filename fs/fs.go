@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +44,10 @@ type Config struct {
 	// every file's page cache across opens (noopen.go). Read-only mounts
 	// only: a write needs a handle.
 	NoOpen bool
+	// Passthrough hands the kernel the verified disk copy of large blobs
+	// at open, when the kernel allows it (pinned.go); Mount checks that
+	// once and logs what it found.
+	Passthrough bool
 	// NoXattrs answers every extended attribute request with ENOSYS, so
 	// that the kernel stops asking (xattroff.go): ls -l then costs no
 	// getxattr round trips, and user.pugmark.* are not shown or settable.
@@ -104,6 +109,9 @@ type FS struct {
 	ra *readahead.ReadAhead
 	// kreq counts kernel requests (kernelstats.go).
 	kreq kernelCounts
+	// passthrough is set once Mount found that the kernel takes backing
+	// files (pinned.go).
+	passthrough atomic.Bool
 }
 
 // New returns the filesystem for cfg.
@@ -113,6 +121,9 @@ func New(cfg Config) (*FS, error) {
 	}
 	if cfg.NoOpen && !cfg.ReadOnly {
 		return nil, fmt.Errorf("fs: NoOpen needs a read-only mount (writes need a handle)")
+	}
+	if cfg.NoOpen && cfg.Passthrough {
+		return nil, fmt.Errorf("fs: NoOpen and Passthrough exclude each other (no OPEN, no backing file)")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -251,6 +262,14 @@ func Mount(dir string, f *FS, mo MountOptions) (*fuse.Server, error) {
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	if f.cfg.Passthrough {
+		if err := probePassthrough(srv, f.cfg.StagingDir); err != nil {
+			f.log.Warn("FUSE passthrough unavailable (it needs kernel 6.9 or later and CAP_SYS_ADMIN); large files are read through pugfs", "err", err)
+		} else {
+			f.passthrough.Store(true)
+			f.log.Debug("FUSE passthrough on: large blobs are read by the kernel from their verified disk copy")
+		}
 	}
 	return srv, nil
 }

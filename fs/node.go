@@ -340,6 +340,8 @@ type fileNode struct {
 	x xattrs
 	// writable is set by embedders that accept writes (refs).
 	writable bool
+	// pt is the passthrough mode of blob content (pinned.go).
+	pt ptState
 }
 
 var (
@@ -379,14 +381,23 @@ func (n *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 	}
 	n.f.owner(&out.Attr)
 	out.Nlink = 1
+	out.Blksize = ioBlockSize
 	return 0
 }
+
+// ioBlockSize is the st_blksize of files: cp, cat and friends size their
+// buffers by it, and 1 MiB (the mount's MaxWrite and MaxReadAhead) makes
+// a copy into or out of the mount 1 MiB requests instead of 128 KiB ones.
+const ioBlockSize = 1 << 20
 
 func (n *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
 		return nil, 0, syscall.EROFS
 	}
 	if n.c.immutable() {
+		if fh, fl, ok, errno := n.f.openPassthrough(ctx, &n.pt, n.c); ok || errno != 0 {
+			return fh, fl, errno
+		}
 		// Nothing to flush on close of a read-only open without a
 		// handle: NOFLUSH saves the kernel's FLUSH round trip, one of
 		// three per file for grep -r over cached files.
@@ -416,11 +427,11 @@ func (n *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 		}
 		return fuse.ReadResultData(h.b[off:min(off+int64(len(dest)), int64(len(h.b)))]), 0
 	}
-	k, err := n.c.readAt(ctx, dest, off)
+	res, err := n.f.readContent(ctx, n.c, dest, off)
 	if err != nil {
 		return nil, n.f.errnoOf("read", err)
 	}
-	return fuse.ReadResultData(dest[:k]), 0
+	return res, 0
 }
 
 func (n *fileNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {

@@ -333,15 +333,22 @@ type blobContent struct {
 
 func (b *blobContent) size(ctx context.Context) (int64, error) { return b.f.blobs.Size(ctx, &b.d) }
 func (b *blobContent) readAt(ctx context.Context, p []byte, off int64) (int, error) {
-	if off == 0 {
-		b.f.ra.Read(b.pos, &b.d)
-	}
+	b.started(off)
 	n, err := b.f.blobs.ReadAt(ctx, &b.d, p, off)
 	if errors.Is(err, io.EOF) {
 		err = nil
 	}
 	return n, err
 }
+// started tells the traversal read-ahead that a read from off began: a
+// read of a file's start moves the traversal on, wherever it is served
+// from (bucket, memory, or a pinned copy).
+func (b *blobContent) started(off int64) {
+	if off == 0 {
+		b.f.ra.Read(b.pos, &b.d)
+	}
+}
+
 func (b *blobContent) mtime() time.Time { return layout.PosixMtime(b.d.Metadata, b.d.CreatedAt) }
 func (b *blobContent) immutable() bool  { return true }
 

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -368,6 +369,12 @@ type slotFile struct {
 	// gone is set once unlink or a rename over it removed the name: an
 	// open file without a name has no links (posixtest FstatDeleted).
 	gone atomic.Bool
+	// pt is the passthrough mode of the committed content (pinned.go);
+	// ptMu orders passthrough opens against what they pass through, the
+	// blob ptDigest (a leaf lock).
+	pt       ptState
+	ptMu     sync.Mutex
+	ptDigest layout.Digest
 }
 
 var (
@@ -507,6 +514,7 @@ func (n *slotFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 		return syscall.ENOENT
 	}
 	n.f.owner(&out.Attr)
+	out.Blksize = ioBlockSize
 	return 0
 }
 
@@ -514,12 +522,24 @@ func (n *slotFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	write := flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0
 	if !write {
 		if s, _ := n.current(); s != nil {
+			if n.pt.open.Load() > 0 {
+				return nil, 0, syscall.ETXTBSY // pinned.go: the kernel would refuse it (EIO)
+			}
 			if n.f.w.Retain(n.id, s) {
 				return &whandle{f: n.f, id: n.id, s: s, n: n, readOnly: true, counted: true}, fuse.FOPEN_DIRECT_IO, 0
 			}
 			// Released meanwhile: the committed entry answers, below.
 		}
+		if fh, fl, ok, errno := n.openCommitted(ctx); ok || errno != 0 {
+			return fh, fl, errno
+		}
 		return nil, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0 // no handle: nothing to flush (fileNode.Open)
+	}
+	if n.pt.open.Load() > 0 {
+		// Being read through passthrough: the kernel refuses any other
+		// open of the inode (pinned.go), so say what a running program's
+		// file says instead of its EIO.
+		return nil, 0, syscall.ETXTBSY
 	}
 	s, err := n.f.w.OpenFrom(ctx, n.id, n.slot(), n.base, flags&syscall.O_TRUNC != 0)
 	if err != nil {
@@ -527,6 +547,28 @@ func (n *slotFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	}
 	n.st.Store(s)
 	return &whandle{f: n.f, id: n.id, s: s, n: n, counted: true}, 0, 0
+}
+
+// openCommitted opens the committed content for reading through
+// passthrough when the mount and the content allow it (ok false: they do
+// not). A file whose passthrough handles still read another blob (its
+// content changed under the same inode) is busy: go-fuse would hand the
+// new open the old backing file.
+func (n *slotFile) openCommitted(ctx context.Context) (gofs.FileHandle, uint32, bool, syscall.Errno) {
+	_, e := n.current()
+	if e == nil || !n.f.passthrough.Load() {
+		return nil, 0, false, 0
+	}
+	n.ptMu.Lock()
+	defer n.ptMu.Unlock()
+	if n.pt.open.Load() > 0 && n.ptDigest != e.Digest {
+		return nil, 0, false, syscall.ETXTBSY
+	}
+	fh, fl, ok, errno := n.f.openPassthrough(ctx, &n.pt, &blobContent{f: n.f, d: e.Descriptor})
+	if ok {
+		n.ptDigest = e.Digest
+	}
+	return fh, fl, ok, errno
 }
 
 func (n *slotFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -558,11 +600,11 @@ func (n *slotFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	if off == 0 {
 		pos = &readahead.Pos{ID: n.id, Name: n.slot()}
 	}
-	k, err := (&blobContent{f: n.f, d: e.Descriptor, pos: pos}).readAt(ctx, dest, off)
+	res, err := n.f.readContent(ctx, &blobContent{f: n.f, d: e.Descriptor, pos: pos}, dest, off)
 	if err != nil {
 		return nil, n.f.errnoOf("read "+n.slot(), err)
 	}
-	return fuse.ReadResultData(dest[:k]), 0
+	return res, 0
 }
 
 func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {

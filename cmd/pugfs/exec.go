@@ -125,6 +125,7 @@ for a usage error.`,
 				// A handler's mount: everything staged until the command
 				// exits, committed as the session's own checkpoint.
 				cfg.mount.Commit, cfg.mount.SnapshotType = commitOnFsync, layout.Checkpoint
+				cfg.mount.FastPath = fastAuto.resolve(false)
 				if os.Getenv(execInnerEnv) == "" {
 					if code, ok := runExecOuter(sio); ok {
 						return exitCode(code)

@@ -105,11 +105,14 @@ type mountConfig struct {
 type fastPath string
 
 const (
-	// fastAuto is no-open on a read-only mount, off otherwise.
+	// fastAuto is no-open on a read-only mount, passthrough otherwise.
 	fastAuto fastPath = "auto"
 	// fastNoOpen answers OPEN with ENOSYS: no OPEN and RELEASE round
 	// trips, pages cached across opens (read-only mounts only).
 	fastNoOpen fastPath = "no-open"
+	// fastPassthrough hands the verified disk copy of a large blob to
+	// the kernel, which then reads it without the daemon.
+	fastPassthrough fastPath = "passthrough"
 	// fastOff sends every open and read through the daemon.
 	fastOff fastPath = "off"
 )
@@ -122,7 +125,7 @@ func (p fastPath) resolve(readOnly bool) fastPath {
 	if readOnly {
 		return fastNoOpen
 	}
-	return fastOff
+	return fastPassthrough
 }
 
 func mountCommand() *command {
@@ -173,7 +176,7 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 			fs.DurationVar(&cfg.RequestTimeout, "request-timeout", deadlineblob.DefaultTimeout, "give up on a bucket request (each attempt, each read of a body) after this `DURATION` (such as 10s or 1m); the call then fails with EIO")
 			fs.IntVar(&cfg.MaxRequests, "max-requests", schedblob.DefaultMaxRequests, "at most `N` bucket requests in flight at once (fewer while the bucket answers 503 SlowDown); when all are taken, requests someone waits for go before speculative ones (read-ahead)")
 			fastPathArg := string(fastAuto)
-			fs.StringVar(&fastPathArg, "fast-path", fastPathArg, "`MODE` of the kernel fast path for reads: no-open (read-only mounts: no OPEN/RELEASE round trip per file, pages kept across opens), off, or auto (no-open on --read-only mounts, else off)")
+			fs.StringVar(&fastPathArg, "fast-path", fastPathArg, "`MODE` of the kernel fast path for reads: no-open (read-only mounts: no OPEN/RELEASE round trip per file, pages kept across opens), passthrough (files of 1 MiB and more read by the kernel from their verified disk copy), off, or auto (no-open on --read-only mounts, else passthrough)")
 			xattrs := "on"
 			fs.StringVar(&xattrs, "xattrs", xattrs, "on, or off: answer every extended attribute request with ENOSYS, so that ls -l costs no getxattr round trips; user.pugmark.* are then not shown or settable")
 			return func(ctx context.Context, sio *stdio, args []string) error {
@@ -227,10 +230,10 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 					return usagef("--ingest-from: %v", err)
 				}
 				switch fastPath(fastPathArg) {
-				case fastAuto, fastNoOpen, fastOff:
+				case fastAuto, fastNoOpen, fastPassthrough, fastOff:
 					cfg.FastPath = fastPath(fastPathArg).resolve(cfg.ReadOnly)
 				default:
-					return usagef("--fast-path=%s: want auto, no-open or off", fastPathArg)
+					return usagef("--fast-path=%s: want auto, no-open, passthrough or off", fastPathArg)
 				}
 				if cfg.FastPath == fastNoOpen && !cfg.ReadOnly {
 					return usagef("--fast-path=no-open needs --read-only: a write needs the handle OPEN makes")
