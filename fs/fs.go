@@ -237,6 +237,13 @@ func Mount(dir string, f *FS, mo MountOptions) (*fuse.Server, error) {
 			DirectMountFlags: directMountFlags(f.cfg.ReadOnly),
 			MaxWrite:         1 << 20,
 			MaxReadAhead:     1 << 20,
+			// The kernel otherwise asks for security.capability before
+			// every write(2) (file_remove_privs: a GETXATTR round trip a
+			// MiB, which the kernel never remembers). With KILLPRIV_V2 the
+			// server clears privileges itself, so the kernel marks inodes
+			// S_NOSEC and stops asking; pugfs shows no setuid, setgid or
+			// capability to clear.
+			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
 			// Kernel-side permission checks: with allow_other, the mode
 			// bits decide who may enter (issue: access).
 			Options: mountFlags(f.cfg.ReadOnly, mo.AllowOther),

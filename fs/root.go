@@ -62,7 +62,7 @@ func (f *FS) statsText() string {
 	ls := f.store.Stats()
 	fmt.Fprintf(&b, "backend requests: get %d, head %d, put %d, list %d, delete %d\n",
 		ls.Gets, ls.Heads, ls.Puts, ls.Lists, ls.Deletes)
-	fmt.Fprintf(&b, "backend bytes: read %d, written %d\n", ls.BytesRead, ls.BytesWritten)
+	fmt.Fprintf(&b, "backend bytes: read %d, written %d; blobs stored by linking the staged file (no copy) %d\n", ls.BytesRead, ls.BytesWritten, ls.BlobsLinked)
 	fmt.Fprintf(&b, "backend retries %d, errors %d\n", ls.Retries, ls.Errors)
 	fmt.Fprintf(&b, "backend requests in flight: peak %d\n", ls.PeakInFlight)
 	fmt.Fprintf(&b, "%s\n", f.cache.Stats())

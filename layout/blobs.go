@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"gocloud.dev/blob"
@@ -22,6 +23,10 @@ type BlobInfo struct {
 	// Existed is set when the upload was skipped because the blob was
 	// already there (content addressing makes the skip safe).
 	Existed bool
+	// Linked is set when the backend published the file given to
+	// PutBlobFile itself instead of a copy (the local driver links it):
+	// the file is the object's body now and must never be written again.
+	Linked bool
 }
 
 // BlobOptions are the object headers of a blob write.
@@ -51,42 +56,61 @@ func (s *Store) PutBody(ctx context.Context, name string, body []byte, o BlobOpt
 func (s *Store) PutBlobBytes(ctx context.Context, body []byte, o BlobOptions) (BlobInfo, error) {
 	d := DigestOf(body)
 	md5 := lazyMD5(func() io.Reader { return bytes.NewReader(body) })
-	return s.putBlob(ctx, d, int64(len(body)), md5, func(ctx context.Context, wo *blob.WriterOptions) error {
+	return s.putBlob(ctx, d, Conditions{SHA256: d, MD5: md5, Size: int64(len(body))}, func(ctx context.Context, wo *blob.WriterOptions) error {
 		return s.put(ctx, BlobKey(d), body, wo)
 	}, o)
 }
 
 // PutBlobFile stores the contents of f, whose digest and size the caller
 // computed while writing it (the staging file of a mount). The upload
-// streams from the file; nothing is held whole in memory.
+// streams from the file; nothing is held whole in memory. A backend that
+// can publish the file itself does (the local driver links it into the
+// bucket when f is linkable, an O_TMPFILE, on the bucket's file system):
+// no copy, and BlobInfo.Linked tells the caller that f is the object now.
+// The backend then trusts d for f's content (the caller hashed it).
 func (s *Store) PutBlobFile(ctx context.Context, f *os.File, d Digest, size int64, o BlobOptions) (BlobInfo, error) {
 	md5 := lazyMD5(func() io.Reader { return io.NewSectionReader(f, 0, size) })
-	return s.putBlob(ctx, d, size, md5, func(ctx context.Context, wo *blob.WriterOptions) error {
+	var took atomic.Bool
+	c := Conditions{SHA256: d, MD5: md5, Size: size, File: f, TookFile: func() { took.Store(true) }}
+	info, err := s.putBlob(ctx, d, c, func(ctx context.Context, wo *blob.WriterOptions) error {
 		return s.retry(ctx, func() error {
 			s.st.puts.Add(1)
+			took.Store(false)
 			w, err := s.b.NewWriter(ctx, BlobKey(d), wo)
 			if err != nil {
 				return err
 			}
-			n, err := io.Copy(w, io.NewSectionReader(f, 0, size))
-			if err != nil {
-				cerr := w.Close()
-				return errors.Join(err, cerr)
+			var n int64
+			if !took.Load() {
+				n, err = io.Copy(w, io.NewSectionReader(f, 0, size))
+				if err != nil {
+					cerr := w.Close()
+					return errors.Join(err, cerr)
+				}
 			}
 			if err := w.Close(); err != nil {
 				return err
+			}
+			if took.Load() {
+				n = size
 			}
 			s.st.bytesWritten.Add(n)
 			return nil
 		})
 	}, o)
+	info.Linked = err == nil && !info.Existed && took.Load()
+	if info.Linked {
+		s.st.blobsLinked.Add(1)
+	}
+	return info, err
 }
 
 // putBlob skips the upload when the blob exists, otherwise writes it with
 // the immutable Cache-Control and, where the backend takes one, a
 // backend-side check of the body: SHA-256 (S3, local) or the MD5 that md5
 // computes (GCS, Azure). It never uses If-None-Match (§3).
-func (s *Store) putBlob(ctx context.Context, d Digest, size int64, md5 func() ([]byte, error), write func(context.Context, *blob.WriterOptions) error, o BlobOptions) (BlobInfo, error) {
+func (s *Store) putBlob(ctx context.Context, d Digest, c Conditions, write func(context.Context, *blob.WriterOptions) error, o BlobOptions) (BlobInfo, error) {
+	size := c.Size
 	info := BlobInfo{Digest: d, Size: size}
 	key := BlobKey(d)
 	if a, err := s.head(ctx, key); err == nil && a.Size == size {
@@ -104,7 +128,7 @@ func (s *Store) putBlob(ctx context.Context, d Digest, size int64, md5 func() ([
 		ContentType:     ct,
 		ContentEncoding: o.ContentEncoding,
 		CacheControl:    CacheImmutable,
-	}, Conditions{SHA256: d, MD5: md5, Size: size}, &ap)
+	}, c, &ap)
 	if err := write(ctx, wo); err != nil {
 		return info, fmt.Errorf("store blob %s: %w", key, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/md5"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 
 	"gocloud.dev/blob"
@@ -27,6 +28,13 @@ type Conditions struct {
 	// Size of the body, when known (-1 otherwise); drivers whose
 	// checksum only works for single-part uploads look at it.
 	Size int64
+	// File, if set, is a local file holding the whole body, hashed by the
+	// caller (SHA256 is its digest). A hook whose driver can publish the
+	// file itself instead of the bytes written to it (the local driver
+	// links it) sets that up and calls TookFile; the caller then writes
+	// nothing and closes the writer.
+	File     *os.File
+	TookFile func()
 }
 
 // A WriteHook applies Conditions to one driver's write request through the

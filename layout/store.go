@@ -74,6 +74,9 @@ type Stats struct {
 	// once since it was made: how a test sees that a walk overlaps its
 	// requests without timing it.
 	PeakInFlight int64
+	// BlobsLinked counts blobs stored by publishing the caller's file
+	// itself (PutBlobFile, BlobInfo.Linked): uploads that copied nothing.
+	BlobsLinked int64
 }
 
 type counters struct {
@@ -81,6 +84,7 @@ type counters struct {
 	bytesRead, bytesWritten           atomic.Int64
 	retries, errors                   atomic.Int64
 	inFlight, peakInFlight            atomic.Int64
+	blobsLinked                       atomic.Int64
 }
 
 // enter counts a request in flight and returns its leave.
@@ -100,7 +104,7 @@ func (s *Store) Stats() Stats {
 	return Stats{
 		Gets: s.st.gets.Load(), Heads: s.st.heads.Load(), Puts: s.st.puts.Load(),
 		Lists: s.st.lists.Load(), Deletes: s.st.deletes.Load(),
-		BytesRead: s.st.bytesRead.Load(), BytesWritten: s.st.bytesWritten.Load(),
+		BytesRead: s.st.bytesRead.Load(), BytesWritten: s.st.bytesWritten.Load(), BlobsLinked: s.st.blobsLinked.Load(),
 		Retries: s.st.retries.Load(), Errors: s.st.errors.Load(),
 		PeakInFlight: s.st.peakInFlight.Load(),
 	}

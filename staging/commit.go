@@ -384,7 +384,10 @@ func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error)
 			s.mu.RUnlock()
 			continue // written to since it was hashed
 		}
-		_, err = w.store.PutBlobFile(ctx, s.file, d.Digest, d.Size, layout.BlobOptions{ContentType: d.ContentType})
+		info, err := w.store.PutBlobFile(ctx, s.file, d.Digest, d.Size, layout.BlobOptions{ContentType: d.ContentType})
+		if info.Linked {
+			s.linked.Store(true) // before any writer gets mu (unshareLocked)
+		}
 		s.mu.RUnlock()
 		if err != nil {
 			return d, fmt.Errorf("commit %s: %w", d.Name, err)

@@ -10,7 +10,10 @@
 // unless the open truncates. write(2), truncate(2) and setxattr change the
 // File; its running SHA-256 follows appends, so a commit hashes only what
 // was written elsewhere. close(2) commits it (Writer.Flush, then Release):
-// the blob is stored from the spill file (layout.Store.PutBlobFile), and
+// the blob is stored from the spill file (layout.Store.PutBlobFile: on a
+// local bucket on the same file system the spill file, an O_TMPFILE, is
+// linked into the bucket as the blob, and the File copies its bytes to a
+// new spill file before any later change: File.unshareLocked), and
 // its descriptor joins the session's group commit: commits of one session
 // that arrive within the group window share one snapshot (§4). After the
 // snapshot landed, the Writer folds it into the session cache

@@ -12,8 +12,12 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pugmark/pugfs/layout"
 )
@@ -67,6 +71,14 @@ type File struct {
 	unlinked bool
 	// committed is the descriptor this staged file last became.
 	committed *layout.Entry
+	// dir is the staging directory the spill file lives in.
+	dir string
+	// linked is set (while an upload holds mu shared, so before any
+	// writer gets it) when the backend published the spill file itself as
+	// the blob (the local driver links it): the next change copies the
+	// bytes to a new spill file first (unshareLocked), never into the
+	// bucket's object.
+	linked atomic.Bool
 	// werr is set when a write or truncate of the content failed (the
 	// staging disk is full, say): the file does not hold what was
 	// written to it, so it is not committed (the error is returned by
@@ -77,11 +89,11 @@ type File struct {
 // newStaged creates a spill file, filled from base when the write does not
 // truncate.
 func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry, truncate bool) (*File, error) {
-	f, err := os.CreateTemp(w.cfg.StagingDir, "stage-*")
+	f, err := createSpill(w.cfg.StagingDir)
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: %w", name, err)
 	}
-	s := &File{name: name, file: f, created: w.cfg.Now(), sum: sha256.New()}
+	s := &File{name: name, file: f, dir: w.cfg.StagingDir, created: w.cfg.Now(), sum: sha256.New()}
 	if base != nil {
 		s.meta = cloneMap(base.Metadata)
 		s.schema = base.SchemaURL
@@ -89,7 +101,6 @@ func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 			n, err := w.copyIn(ctx, f, base)
 			if err != nil {
 				f.Close()
-				os.Remove(f.Name())
 				return nil, fmt.Errorf("stage %s: copy current content: %w", name, err)
 			}
 			s.size = n
@@ -102,10 +113,49 @@ func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 			}
 		}
 	}
-	// The spill file's name is not needed once open; an unlinked file
-	// cannot be left behind by a crash.
-	os.Remove(f.Name())
 	return s, nil
+}
+
+// createSpill makes a spill file without a name, so that a crash leaves
+// nothing behind: an O_TMPFILE, which the local driver can still link
+// into the bucket as the blob (no copy at commit), else a file removed
+// as soon as it is open.
+func createSpill(dir string) (*os.File, error) {
+	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err == nil {
+		return os.NewFile(uintptr(fd), filepath.Join(dir, "(spill file)")), nil
+	}
+	f, err := os.CreateTemp(dir, "stage-*")
+	if err != nil {
+		return nil, err
+	}
+	os.Remove(f.Name())
+	return f, nil
+}
+
+// unshareLocked moves the bytes to a new spill file of their own before
+// they change, when the current one became a blob in the bucket (linked).
+// Caller holds s.mu.
+func (s *File) unshareLocked() error {
+	if !s.linked.Load() {
+		return nil
+	}
+	nf, err := createSpill(s.dir)
+	if err != nil {
+		return err
+	}
+	// copy_file_range where the file system has it: no copy through here.
+	if _, err = s.file.Seek(0, io.SeekStart); err == nil {
+		_, err = io.Copy(nf, io.LimitReader(s.file, s.size))
+	}
+	if err != nil {
+		nf.Close()
+		return err
+	}
+	s.file.Close()
+	s.file = nf
+	s.linked.Store(false)
+	return nil
 }
 
 // copyIn copies the current (decoded) content of e into f.
@@ -153,6 +203,9 @@ func (s *File) Name() string {
 func (s *File) WriteAt(p []byte, off int64) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.unshareLocked(); err != nil {
+		return 0, fmt.Errorf("stage %s: copy the committed bytes: %w", s.name, err)
+	}
 	n, err := s.file.WriteAt(p, off)
 	if end := off + int64(n); end > s.size {
 		s.size = end
@@ -204,6 +257,11 @@ func (s *File) ReadAt(p []byte, off int64) (int, error) {
 func (s *File) Truncate(n int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if n != s.size {
+		if err := s.unshareLocked(); err != nil {
+			return fmt.Errorf("stage %s: copy the committed bytes: %w", s.name, err)
+		}
+	}
 	if err := s.file.Truncate(n); err != nil {
 		if s.werr == nil {
 			s.werr, s.dirty = fmt.Errorf("an earlier truncate of %s failed: %w", s.name, err), true
@@ -250,8 +308,16 @@ func (s *File) cleanDigestLocked() (layout.Digest, bool) {
 // describeLocked hashes the spill file (what the running hash has not
 // seen of it) and returns the descriptor it becomes. Caller holds s.mu.
 func (s *File) describeLocked(now time.Time) (layout.Descriptor, error) {
-	if err := s.file.Truncate(s.size); err != nil {
+	fi, err := s.file.Stat()
+	if err != nil {
 		return layout.Descriptor{}, err
+	}
+	if fi.Size() != s.size {
+		// A sparse tail (truncate up) is part of the content. Never
+		// needed on a linked file, whose size is what it was committed at.
+		if err := s.file.Truncate(s.size); err != nil {
+			return layout.Descriptor{}, err
+		}
 	}
 	if s.summed < 0 || s.summed > s.size {
 		s.sum.Reset()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -197,3 +198,51 @@ func TestCorruptBlobEveryPath(t *testing.T) {
 	})
 }
 
+// TestWriteLinksStagedFile: on a local bucket whose file system holds the
+// cache directory too, a file written through the mount is stored by
+// linking its staged copy into the bucket, not by copying it (the stats
+// count it); S3 copies. Writing the file again afterwards goes to a copy
+// of its own: the blob in the bucket keeps exactly the bytes its digest
+// names, and both versions read back whole.
+func TestWriteLinksStagedFile(t *testing.T) {
+	eachBucket(t, func(t *testing.T, bk *Bucket) {
+		t.Parallel()
+		ctx := context.Background()
+		id := newSession(t, bk)
+		m := mount(t, bk, "--cache-dir", t.TempDir())
+		src := filepath.Join(t.TempDir(), "src.bin")
+		first := largeBody(3)
+		if err := os.WriteFile(src, first, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p := "sessions/" + id.String() + "/w.bin"
+		// One open descriptor for both writes: the second reuses the
+		// staged file the first commit linked into the bucket.
+		sh(t, m.Dir, fmt.Sprintf("exec 3> %s; cat %s >&3; sync %s; echo appended >&3; exec 3>&-", p, src, p))
+		linked := regexp.MustCompile(`no copy\) (\d+)`).FindStringSubmatch(sh(t, m.Dir, "cat .pugmark/stats"))
+		if linked == nil {
+			t.Fatal("no linked count in .pugmark/stats")
+		}
+		want := "2"
+		if bk.Kind != "local" {
+			want = "0"
+		}
+		if linked[1] != want {
+			t.Errorf("blobs stored by linking: %s, want %s (%s)", linked[1], want, bk.Kind)
+		}
+		second := append(bytes.Clone(first), []byte("appended\n")...)
+		for _, b := range [][]byte{first, second} {
+			d := layout.DigestOf(b)
+			got, err := bk.Store.Bucket().ReadAll(ctx, layout.BlobKey(d))
+			if err != nil || !bytes.Equal(got, b) {
+				t.Errorf("blob %s in the bucket: %d bytes, %v; want its %d bytes", d, len(got), err, len(b))
+			}
+		}
+		if got := sh(t, m.Dir, "sha256sum < "+p+" | cut -d' ' -f1"); got != hexSum(second)+"\n" {
+			t.Errorf("the file reads %s, want %s", got, hexSum(second))
+		}
+		if v := latest(t, bk, id); v != 2 {
+			t.Errorf("%d versions, want 2 (one commit per sync and close)", v)
+		}
+	})
+}

@@ -142,6 +142,12 @@ func localHook(as func(any) bool, c layout.Conditions) (ifMatch, sha bool, err e
 		o.SHA256 = append([]byte(nil), c.SHA256[:]...)
 		sha = true
 	}
+	if c.File != nil && c.TookFile != nil {
+		// The staged file becomes the object: linked, not copied (the
+		// digest is the one the caller hashed it to).
+		o.Link = c.File
+		c.TookFile()
+	}
 	return ifMatch, sha, nil
 }
 

@@ -71,6 +71,13 @@
 // writer's temp file is invisible (it is not under a key) and is removed by
 // the next OpenBucket once older than Options.StaleTempAge.
 //
+// WriteOptions.Link publishes a file the caller already has (a mount's
+// staged file) instead of the bytes written: it is linked into the temp
+// directory and published from there like any write, so a large body is
+// never copied. The caller vouches for its SHA-256 (it hashed the file as
+// it was written); a file that cannot be linked here is copied through
+// the ordinary path and checked.
+//
 // Driver-specific options are reached the usual gocloud way, through
 // BeforeWrite/BeforeDelete and As: see WriteOptions, DeleteOptions and
 // ObjectInfo.

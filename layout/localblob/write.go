@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"io"
 	"maps"
 	"os"
+	"strconv"
 
 	"gocloud.dev/blob/driver"
 	"golang.org/x/sys/unix"
@@ -36,6 +38,16 @@ type WriteOptions struct {
 	// A mismatch fails the write with ErrChecksumMismatch
 	// (gcerrors.InvalidArgument) and nothing is published.
 	SHA256 []byte
+	// Link, if set, is a file that holds the whole body: Close publishes
+	// that file itself, linked into the bucket, instead of bytes written
+	// to the writer (none may be), so a large body is not copied. The
+	// caller vouches for its content: SHA256, when set, is what the
+	// caller hashed, and the driver does not read the file to check it.
+	// The file must be linkable (a named file, or an O_TMPFILE opened
+	// without O_EXCL) and is the object's body from then on: it must
+	// never be written again. One on another file system (EXDEV), or
+	// that cannot be linked, is copied instead (and then checked).
+	Link *os.File
 }
 
 // DeleteOptions are the driver-specific parts of a delete, reached through
@@ -65,6 +77,7 @@ type writer struct {
 	sidecar    string
 	closed     bool
 	published  bool // the key names our inode; never undo from here on
+	linked     bool // the temp name is WriteOptions.Link's file (adopt)
 }
 
 // NewTypedWriter implements driver.Bucket. The body goes to a temp file in
@@ -136,6 +149,9 @@ func (w *writer) as(i any) bool {
 		if p.SHA256 != nil {
 			w.wopts.SHA256 = p.SHA256
 		}
+		if p.Link != nil {
+			w.wopts.Link = p.Link
+		}
 		return true
 	case **WriteOptions:
 		*p = &w.wopts
@@ -153,6 +169,11 @@ func (w *writer) Write(p []byte) (int, error) {
 	if err := w.ctx.Err(); err != nil {
 		return 0, err
 	}
+	return w.write(p)
+}
+
+// write adds p to the body.
+func (w *writer) write(p []byte) (int, error) {
 	n, err := w.f.Write(p)
 	w.size += int64(n)
 	if w.md5h != nil {
@@ -187,13 +208,18 @@ func (w *writer) Close() (err error) {
 	if err := w.ctx.Err(); err != nil {
 		return err
 	}
+	if w.wopts.Link != nil {
+		if err := w.adopt(w.wopts.Link); err != nil {
+			return err
+		}
+	}
 	if w.md5h != nil {
 		if got := w.md5h.Sum(nil); !bytes.Equal(got, w.wantMD5) {
 			return newError(codeInvalid, "write", w.key, fmt.Errorf("%w: body MD5 %x, want %x", ErrChecksumMismatch, got, w.wantMD5))
 		}
 		w.attrs.MD5 = w.wantMD5
 	}
-	if w.sha != nil {
+	if w.sha != nil && !w.linked {
 		if got := w.sha.Sum(nil); !bytes.Equal(got, w.wopts.SHA256) {
 			return newError(codeInvalid, "write", w.key, fmt.Errorf("%w: body SHA-256 %x, want %x", ErrChecksumMismatch, got, w.wopts.SHA256))
 		}
@@ -220,6 +246,74 @@ func (w *writer) Close() (err error) {
 	// reported: the object is visible but its durability is unknown.
 	return err
 }
+
+// adopt makes the caller's file the body (WriteOptions.Link): it takes
+// the place of the empty temp file under a temp name of its own, with the
+// temp file's permissions. A file that cannot be linked here is copied
+// through Write instead, which checks it like any body.
+func (w *writer) adopt(link *os.File) error {
+	if w.size != 0 {
+		return newError(codeInvalid, "write", w.key, errors.New("bytes written to a write with Link"))
+	}
+	st, err := fstat(int(w.f.Fd()))
+	if err != nil {
+		return newError(codeUnknown, "write", w.key, err)
+	}
+	var name string
+	for {
+		name = strconv.Itoa(os.Getpid()) + "-" + newToken()[:16] + ".tmp"
+		err = retryEINTR(func() error {
+			return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(link.Fd())), w.tfd, name, unix.AT_SYMLINK_FOLLOW)
+		})
+		if !errors.Is(err, unix.EEXIST) {
+			break
+		}
+	}
+	if err != nil {
+		// Another file system, or a file that was unlinked: copy it.
+		lst, serr := fstat(int(link.Fd()))
+		if serr != nil {
+			return newError(codeUnknown, "write", w.key, serr)
+		}
+		if _, err := io.Copy(writeFunc(w.write), io.NewSectionReader(link, 0, lst.Size)); err != nil {
+			return newError(codeUnknown, "write", w.key, fmt.Errorf("copy the linked file: %w", err))
+		}
+		return nil
+	}
+	fd, err := unix.FcntlInt(link.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		_ = unix.Unlinkat(w.tfd, name, 0)
+		return newError(codeUnknown, "write", w.key, err)
+	}
+	body := os.NewFile(uintptr(fd), name)
+	if err := body.Chmod(os.FileMode(st.Mode & 0o777)); err != nil {
+		body.Close()
+		_ = unix.Unlinkat(w.tfd, name, 0)
+		return newError(codeUnknown, "write", w.key, err)
+	}
+	lst, err := fstat(fd)
+	if err != nil {
+		body.Close()
+		_ = unix.Unlinkat(w.tfd, name, 0)
+		return newError(codeUnknown, "write", w.key, err)
+	}
+	if w.md5h != nil {
+		if _, err := io.Copy(w.md5h, io.NewSectionReader(body, 0, lst.Size)); err != nil {
+			body.Close()
+			_ = unix.Unlinkat(w.tfd, name, 0)
+			return newError(codeUnknown, "write", w.key, err)
+		}
+	}
+	w.f.Close()
+	_ = unix.Unlinkat(w.tfd, w.tmp, 0)
+	w.f, w.tmp, w.size, w.linked = body, name, lst.Size, true
+	return nil
+}
+
+// writeFunc is a function as an io.Writer.
+type writeFunc func([]byte) (int, error)
+
+func (f writeFunc) Write(p []byte) (int, error) { return f(p) }
 
 // abort removes everything an unpublished write created.
 func (w *writer) abort() {
