@@ -57,7 +57,7 @@ func isEIO(err error, stderr string) bool {
 		strings.Contains(err.Error(), "bus error"))
 }
 
-// TestPassthroughReads: on a read-write mount with a disk cache, a large
+// TestPassthroughReads: on a --fast-path=passthrough mount, a large
 // file is read by the kernel from its verified copy (FUSE passthrough):
 // cat, mmap, history and objects/ send pugfs no READ at all, where
 // --fast-path=off sends one per chunk the kernel asks for. A file being
@@ -71,7 +71,7 @@ func TestPassthroughReads(t *testing.T) {
 		live := "sessions/" + id.String() + "/big.bin"
 		paths := []string{live, "sessions/" + id.String() + "/.pugmark/at/1/big.bin", "objects/" + dg.String()}
 		want := hexSum(body)
-		m := mount(t, bk, "--cache-dir", t.TempDir())
+		m := mount(t, bk, "--cache-dir", t.TempDir(), "--fast-path=passthrough")
 		for _, p := range paths {
 			_, cost := kernelCost(t, m.Dir, "sha256sum < "+p+"; "+mmapSum+p+"; cat "+p+" > /dev/null", "read", "open")
 			if got := sh(t, m.Dir, "sha256sum < "+p+" | cut -d' ' -f1; "+mmapSum+p); got != want+"\n"+want+"\n" {
@@ -81,10 +81,13 @@ func TestPassthroughReads(t *testing.T) {
 				t.Errorf("%s read three ways on a passthrough mount: %v, want no read and an open each", p, cost)
 			}
 		}
-		off := mount(t, bk, "--cache-dir", t.TempDir(), "--fast-path=off")
+		// The default on a read-write mount is off: every read reaches
+		// pugfs, and a file being read can be written.
+		off := mount(t, bk, "--cache-dir", t.TempDir())
 		if _, cost := kernelCost(t, off.Dir, "cat "+live+" > /dev/null", "read"); cost["read"] == 0 {
-			t.Errorf("cat with --fast-path=off sent no READ: the check above proves nothing")
+			t.Errorf("cat on a default read-write mount sent no READ: the check above proves nothing")
 		}
+		shE(t, off.Dir, fmt.Sprintf("exec 3< %s; head -c 10 <&3 > /dev/null; echo more >> %s", live, live))
 
 		// Busy while being read through passthrough.
 		script := fmt.Sprintf("exec 3< %s; head -c 10 <&3 > /dev/null; echo more >> %s", live, live)
@@ -92,7 +95,7 @@ func TestPassthroughReads(t *testing.T) {
 			t.Errorf("appending while the file is read: %q, want Text file busy", e)
 		}
 		sh(t, m.Dir, "echo more >> "+live)
-		if got := sh(t, m.Dir, "tail -c 5 "+live); got != "more\n" {
+		if got := sh(t, m.Dir, "tail -c 10 "+live); got != "more\nmore\n" {
 			t.Errorf("after the readers left, the append shows %q", got)
 		}
 	})
@@ -100,8 +103,8 @@ func TestPassthroughReads(t *testing.T) {
 
 // TestCorruptBlobEveryPath: one byte changed in a blob, in the bucket or
 // in the disk cache's verified copy, before a mount opens it. Nothing
-// shows a wrong byte on any path, read-only (no OPEN) or read-write
-// (passthrough) mounts alike: cat, mmap, head, objects/ and history at/
+// shows a wrong byte on any path, read-only (no OPEN), read-write and
+// passthrough mounts alike: cat, mmap, head, objects/ and history at/
 // all fail with EIO when the bucket's copy is bad (SIGBUS for a mapped
 // page, which is how mmap reports EIO). A bad copy in the disk
 // cache is found out (the copy is hashed whole before it is trusted) and
@@ -153,9 +156,11 @@ func TestCorruptBlobEveryPath(t *testing.T) {
 		corrupt()
 		ro := mount(t, bk, "--read-only", "--cache-dir", t.TempDir())
 		rw := mount(t, bk, "--cache-dir", t.TempDir())
+		pt := mount(t, bk, "--cache-dir", t.TempDir(), "--fast-path=passthrough")
 		every(ro, false)
 		every(rw, false)
-		for _, m := range []*Mount{ro, rw} {
+		every(pt, false)
+		for _, m := range []*Mount{ro, rw, pt} {
 			if !strings.Contains(m.Log(), layout.BlobKey(dg)) {
 				t.Errorf("the log of %s does not name the corrupt blob:\n%s", m.Dir, m.Log())
 			}
@@ -180,7 +185,7 @@ func TestCorruptBlobEveryPath(t *testing.T) {
 		if err := os.WriteFile(copyPath, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		for _, args := range [][]string{{"--read-only"}, nil} {
+		for _, args := range [][]string{{"--read-only"}, nil, {"--fast-path=passthrough"}} {
 			m := mount(t, bk, append(args, "--cache-dir", cacheDir)...)
 			every(m, true)
 			if !strings.Contains(m.Log(), "disk cache copy failed verification") {

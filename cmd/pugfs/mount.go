@@ -105,7 +105,9 @@ type mountConfig struct {
 type fastPath string
 
 const (
-	// fastAuto is no-open on a read-only mount, passthrough otherwise.
+	// fastAuto is no-open on a read-only mount, off otherwise: passthrough
+	// makes a large file being read refuse opens for writing (ETXTBSY),
+	// which no program expects of a read-write mount unless asked for.
 	fastAuto fastPath = "auto"
 	// fastNoOpen answers OPEN with ENOSYS: no OPEN and RELEASE round
 	// trips, pages cached across opens (read-only mounts only).
@@ -125,7 +127,7 @@ func (p fastPath) resolve(readOnly bool) fastPath {
 	if readOnly {
 		return fastNoOpen
 	}
-	return fastPassthrough
+	return fastOff
 }
 
 func mountCommand() *command {
@@ -176,7 +178,7 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 			fs.DurationVar(&cfg.RequestTimeout, "request-timeout", deadlineblob.DefaultTimeout, "give up on a bucket request (each attempt, each read of a body) after this `DURATION` (such as 10s or 1m); the call then fails with EIO")
 			fs.IntVar(&cfg.MaxRequests, "max-requests", schedblob.DefaultMaxRequests, "at most `N` bucket requests in flight at once (fewer while the bucket answers 503 SlowDown); when all are taken, requests someone waits for go before speculative ones (read-ahead)")
 			fastPathArg := string(fastAuto)
-			fs.StringVar(&fastPathArg, "fast-path", fastPathArg, "`MODE` of the kernel fast path for reads: no-open (read-only mounts: no OPEN/RELEASE round trip per file, pages kept across opens), passthrough (files of 1 MiB and more read by the kernel from their verified disk copy), off, or auto (no-open on --read-only mounts, else passthrough)")
+			fs.StringVar(&fastPathArg, "fast-path", fastPathArg, "`MODE` of the kernel fast path for reads: no-open (read-only mounts: no OPEN/RELEASE round trip per file, pages kept across opens), passthrough (files of 1 MiB and more read by the kernel from their verified disk copy; a file being read that way refuses opens for writing, ETXTBSY), off, or auto (no-open on --read-only mounts, else off)")
 			xattrs := "on"
 			fs.StringVar(&xattrs, "xattrs", xattrs, "on, or off: answer every extended attribute request with ENOSYS, so that ls -l costs no getxattr round trips; user.pugmark.* are then not shown or settable")
 			return func(ctx context.Context, sio *stdio, args []string) error {
