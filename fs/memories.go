@@ -154,8 +154,8 @@ func (n *memDirNode) Create(ctx context.Context, name string, flags uint32, mode
 	node.bufs.add(&h.bufHandle)
 	out.Mode = syscall.S_IFREG | 0o644
 	n.f.owner(&out.Attr)
-	out.SetEntryTimeout(0)
-	out.SetAttrTimeout(0)
+	out.SetEntryTimeout(uncached)
+	out.SetAttrTimeout(uncached)
 	return in, h, fuse.FOPEN_DIRECT_IO, 0
 }
 

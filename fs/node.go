@@ -382,8 +382,20 @@ func (n *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 	n.f.owner(&out.Attr)
 	out.Nlink = 1
 	out.Blksize = ioBlockSize
+	if _, ok := n.c.(*snapContent); ok {
+		// Without OPEN the kernel re-reads such a file's pages only once
+		// its attributes expire (noopen.go): every read asks, and the
+		// cache's own TTL decides how fresh the snapshot is.
+		out.SetTimeout(uncached)
+	}
 	return 0
 }
+
+// uncached is the timeout of an entry or of attributes the kernel must
+// not keep. Not 0: go-fuse replaces a timeout of 0 with the mount's
+// default (Options.EntryTimeout, AttrTimeout), so "ask every time" is the
+// shortest timeout there is, which the kernel rounds up to one tick.
+const uncached = time.Nanosecond
 
 // ioBlockSize is the st_blksize of files: cp, cat and friends size their
 // buffers by it, and 1 MiB (the mount's MaxWrite and MaxReadAhead) makes
@@ -576,8 +588,11 @@ func (b *bytesContent) immutable() bool  { return b.fixed }
 // genFile returns a child that is a generated file.
 func (f *FS) genFile(name string, ino uint64, mt time.Time, fixed bool, gen func(ctx context.Context) ([]byte, error)) child {
 	ttl := f.ttl
-	if fixed {
+	switch {
+	case fixed:
 		ttl = historyTTL
+	case f.cfg.NoOpen:
+		ttl = uncached // a snapContent: see fileNode.Getattr
 	}
 	return child{name: name, mode: syscall.S_IFREG, ino: ino, ttl: ttl, node: func() gofs.InodeEmbedder {
 		if !fixed && f.cfg.NoOpen {

@@ -32,7 +32,7 @@ import (
 //     mtime. The kernel drops an inode's cached pages when a reply
 //     changes its size or mtime (AUTO_INVAL_DATA, which go-fuse
 //     negotiates), before it reads again, and a read after the
-//     attribute timeout (the metadata TTL; 0 for stats) asks for the
+//     attribute timeout (0 for these files) asks for the
 //     attributes first. Reads serve the snapshot those attributes
 //     described, so a reader never sees pages of one content under the
 //     size of another. Inode numbers stay what they are on every mount.

@@ -215,8 +215,8 @@ func (n *refsNode) Create(ctx context.Context, name string, flags uint32, mode u
 	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: inoOf("ref", full)})
 	out.Mode = syscall.S_IFREG | 0o644
 	n.f.owner(&out.Attr)
-	out.SetEntryTimeout(0)
-	out.SetAttrTimeout(0)
+	out.SetEntryTimeout(uncached)
+	out.SetAttrTimeout(uncached)
 	h := &refHandle{r: node, bufHandle: bufHandle{dirty: true}}
 	node.bufs.add(&h.bufHandle)
 	return in, h, fuse.FOPEN_DIRECT_IO, 0

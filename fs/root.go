@@ -19,12 +19,6 @@ func (r *rootMetaDir) entries() []child {
 	stats := f.genFile("stats", inoOf("stats"), time.Time{}, false, func(ctx context.Context) ([]byte, error) {
 		return []byte(f.statsText()), nil
 	})
-	if f.cfg.NoOpen {
-		// Counters change all the time: without OPEN (noopen.go), each
-		// read asks for the attributes, which takes a new snapshot, so
-		// no cat sees stale numbers.
-		stats.ttl = 0
-	}
 	return []child{
 		stats,
 		f.genFile("bucket", inoOf("bucket"), f.start, true, func(ctx context.Context) ([]byte, error) {

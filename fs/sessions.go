@@ -340,6 +340,7 @@ func (b *blobContent) readAt(ctx context.Context, p []byte, off int64) (int, err
 	}
 	return n, err
 }
+
 // started tells the traversal read-ahead that a read from off began: a
 // read of a file's start moves the traversal on, wherever it is served
 // from (bucket, memory, or a pinned copy).

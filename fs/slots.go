@@ -310,8 +310,8 @@ func (n *sessDirNode) Symlink(ctx context.Context, target, name string, out *fus
 	var ao fuse.AttrOut
 	node.Getattr(ctx, nil, &ao)
 	out.Attr = ao.Attr
-	out.SetEntryTimeout(0)
-	out.SetAttrTimeout(0)
+	out.SetEntryTimeout(uncached)
+	out.SetAttrTimeout(uncached)
 	return in, 0
 }
 
