@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"strings"
 	"sync"
 
 	"github.com/pugmark/pugfs/layout"
@@ -82,6 +81,5 @@ func (n *notifier) send(nt notice) {
 		if dir != nil {
 			dir.NotifyEntry(parts[len(parts)-1])
 		}
-		_ = strings.Join
 	}
 }
