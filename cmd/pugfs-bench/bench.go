@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pugmark/pugfs/internal/s3test"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -12,6 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/pugmark/pugfs/internal/childproc"
+	"github.com/pugmark/pugfs/internal/s3test"
 
 	"github.com/pugmark/pugfs/layout"
 )
@@ -180,7 +182,7 @@ func (b *bench) exec(ctx context.Context, j *job) (time.Duration, error) {
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	cmd.Stdout = b.devnull
-	errOut := &tailBuffer{max: 2048}
+	errOut := &childproc.Tail{Max: 2048}
 	cmd.Stderr = errOut
 	killGroup(cmd)
 	t0 := time.Now()

@@ -6,81 +6,57 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/pugmark/pugfs/internal/childproc"
 )
 
-// process is a long-running child (a FUSE daemon, versitygw).
+// process is a long-running child (a FUSE daemon, versitygw), in a process
+// group of its own (a Ctrl-C reaches only the harness, which then
+// unmounts in order) and killed if the harness is killed outright.
 type process struct {
-	cmd  *exec.Cmd
-	out  *tailBuffer
-	done chan struct{} // closed once reaped
-	err  error         // set before done is closed
+	*childproc.Child
+	out *childproc.Tail
 }
 
-// startProcess starts cmd in its own process group (a Ctrl-C reaches only
-// the harness, which then unmounts in order) with a parent-death signal, so
-// a harness killed outright takes its daemons along. The signal fires when
-// the thread that forked the child exits, so the child is started and
-// reaped on a goroutine locked to its thread.
+// startProcess starts cmd as a process, its output kept for errors.
 func startProcess(cmd *exec.Cmd) (*process, error) {
-	p := &process{cmd: cmd, out: &tailBuffer{max: 16 << 10}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
-		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	out := &childproc.Tail{Max: 16 << 10}
+	cmd.Stdout, cmd.Stderr = out, out
+	c, err := childproc.Start(cmd)
+	if err != nil {
+		return nil, err
 	}
-	return p, nil
-}
-
-func (p *process) pid() int { return p.cmd.Process.Pid }
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	return &process{Child: c, out: out}, nil
 }
 
 // signal sends sig to the process and waits up to d for it to exit.
 func (p *process) signal(sig syscall.Signal, d time.Duration) bool {
-	if p.exited() {
+	if p.Exited() {
 		return true
 	}
-	_ = p.cmd.Process.Signal(sig)
+	_ = p.Cmd.Process.Signal(sig)
 	select {
-	case <-p.done:
+	case <-p.Done():
 		return true
 	case <-time.After(d):
 		return false
 	}
 }
 
-// kill ends the process group with SIGKILL and reaps it (bounded).
+// kill ends the process group with SIGKILL and reaps it, waiting at most
+// 10 s: a FUSE daemon killed while the kernel waits on it may not exit
+// until its connection is aborted.
 func (p *process) kill() {
-	if p.exited() {
+	if p.Exited() {
 		return
 	}
-	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
 	select {
-	case <-p.done:
+	case <-p.Done():
 	case <-time.After(10 * time.Second):
 	}
 }
@@ -143,7 +119,7 @@ func (m *mounter) root(ctx context.Context, t *target, fresh bool) (string, erro
 	d := m.live[t.key]
 	m.mu.Unlock()
 	if d != nil {
-		if !fresh && !d.p.exited() && isMounted(d.dir) {
+		if !fresh && !d.p.Exited() && isMounted(d.dir) {
 			return d.dir, nil
 		}
 		m.stop(d)
@@ -195,9 +171,9 @@ func (m *mounter) start(ctx context.Context, t *target) (*daemon, error) {
 	m.mu.Unlock()
 	deadline := time.Now().Add(30 * time.Second)
 	for !isMounted(dir) {
-		if p.exited() {
+		if p.Exited() {
 			m.stop(d)
-			return nil, fmt.Errorf("%s exited before mounting (%v): %s", strings.Join(argv, " "), p.err, tail([]byte(p.out.String()), 800))
+			return nil, fmt.Errorf("%s exited before mounting (%v): %s", strings.Join(argv, " "), p.Err(), tail([]byte(p.out.String()), 800))
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			m.stop(d)
@@ -212,8 +188,8 @@ func (m *mounter) start(ctx context.Context, t *target) (*daemon, error) {
 // daemon unmounts itself on it), then a lazy unmount and SIGKILL if it
 // does not go within 20 s.
 func (m *mounter) stop(d *daemon) {
-	if !d.p.exited() {
-		if hwm, err := vmHWM(d.p.pid()); err == nil {
+	if !d.p.Exited() {
+		if hwm, err := vmHWM(d.p.Pid()); err == nil {
 			m.mu.Lock()
 			m.peak[d.t.key] = max(m.peak[d.t.key], hwm)
 			m.mu.Unlock()

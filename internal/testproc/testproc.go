@@ -7,19 +7,18 @@
 package testproc
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/pugmark/pugfs/internal/childproc"
 )
 
 // BinaryEnv names the environment variable holding the directory of the
@@ -132,10 +131,8 @@ func (s Server) Start() (*Process, string, error) {
 // Process is one server process, killed with its process group by Stop.
 type Process struct {
 	name     string
-	out      *tailBuffer
-	proc     *os.Process
-	exited   chan struct{} // closed when the process has been reaped
-	waitErr  error         // set before exited is closed
+	out      *childproc.Tail
+	child    *childproc.Child
 	stopOnce sync.Once
 	dir      string // working directory, removed by Stop
 }
@@ -148,32 +145,15 @@ func Launch(name string, argv []string, env []string) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Process{name: name, out: &tailBuffer{max: maxOutput}, exited: make(chan struct{}), dir: dir}
+	p := &Process{name: name, out: &childproc.Tail{Max: maxOutput}, dir: dir}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout = p.out
 	cmd.Stderr = p.out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// The parent-death signal fires when the thread that started the
-	// child exits, not the process: start and reap the child on a thread
-	// that stays locked for as long as the child runs.
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		p.proc = cmd.Process
-		started <- nil
-		p.waitErr = cmd.Wait()
-		close(p.exited)
-	}()
-	if err := <-started; err != nil {
+	if p.child, err = childproc.Start(cmd); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start %s: %w", argv[0], err)
+		return nil, err
 	}
 	return p, nil
 }
@@ -189,8 +169,8 @@ func (p *Process) WaitReady(addr string, timeout time.Duration, probe func() err
 			return nil
 		}
 		select {
-		case <-p.exited:
-			err := fmt.Errorf("%s on %s exited before answering (%v)\nserver output:\n%s", p.name, addr, p.waitErr, p.out.String())
+		case <-p.child.Done():
+			err := fmt.Errorf("%s on %s exited before answering (%v)\nserver output:\n%s", p.name, addr, p.child.Err(), p.out.String())
 			if strings.Contains(p.out.String(), "in use") {
 				err = fmt.Errorf("%w: %w", ErrPortTaken, err)
 			}
@@ -206,46 +186,13 @@ func (p *Process) WaitReady(addr string, timeout time.Duration, probe func() err
 // directory. It is safe to call more than once.
 func (p *Process) Stop() {
 	p.stopOnce.Do(func() {
-		if p.proc != nil {
-			// Negative pid: the whole process group (npm's shim and node).
-			_ = syscall.Kill(-p.proc.Pid, syscall.SIGKILL)
-			<-p.exited
-		}
+		p.child.KillGroup()
 		os.RemoveAll(p.dir)
 	})
 }
 
 // Output returns the tail of what the server has printed.
 func (p *Process) Output() string { return p.out.String() }
-
-// tailBuffer keeps the last max bytes written to it; it is safe for
-// concurrent use.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf bytes.Buffer
-	cut bool
-}
-
-func (t *tailBuffer) Write(b []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf.Write(b)
-	if extra := t.buf.Len() - t.max; extra > 0 {
-		t.buf.Next(extra)
-		t.cut = true
-	}
-	return len(b), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.cut {
-		return "[...]" + t.buf.String()
-	}
-	return t.buf.String()
-}
 
 // Shared starts one server per test binary on first use and hands it to
 // whoever stops the binary's servers (Take).
