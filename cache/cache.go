@@ -163,6 +163,7 @@ func New(store Store, opts Options) (*Cache, error) {
 	}
 	c.ancestors, _ = simplelru.NewLRU[ancestorKey, []layout.Entry](1024, nil)
 	c.manifests, _ = simplelru.NewLRU[layout.SessionID, *layout.Manifest](16384, nil)
+	c.trees, _ = simplelru.NewLRU[ancestorKey, *Dir](256, nil)
 	c.registry, err = newRegistry(opts.IndexPath, opts.FlushDelay, &c.mu, c.log)
 	if err != nil {
 		return nil, err
@@ -262,20 +263,9 @@ func (c *Cache) observe(s *Session, st *State) {
 // manifest returns a session's manifest; manifests are immutable and
 // cached without expiry.
 func (c *Cache) manifest(ctx context.Context, id layout.SessionID) (*layout.Manifest, error) {
-	c.mu.Lock()
-	m, ok := c.manifests.Get(id)
-	c.mu.Unlock()
-	if ok {
-		return m, nil
-	}
-	m, err := c.store.LoadManifest(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	c.manifests.Add(id, m)
-	c.mu.Unlock()
-	return m, nil
+	return readThrough(&c.mu, c.manifests, id, func() (*layout.Manifest, error) {
+		return c.store.LoadManifest(ctx, id)
+	})
 }
 
 // ancestorLog returns the entries a child sees of its parent chain

@@ -34,15 +34,9 @@ type Views struct {
 	mu      sync.Mutex // guards the maps below; no I/O while held
 	refs    memo[[]string]
 	ns      memo[[]layout.Namespace]
-	refVals map[string]*memo[layout.Ref]
+	refVals map[string]memo[layout.Ref]
 	metas   *simplelru.LRU[metaKey, layout.SnapshotMeta]
 	mems    *simplelru.LRU[memKey, []layout.Descriptor]
-}
-
-type memo[T any] struct {
-	v  T
-	at time.Time
-	ok bool
 }
 
 type metaKey struct {
@@ -57,7 +51,7 @@ type memKey struct {
 
 // NewViews returns the bucket-wide views over store.
 func (c *Cache) NewViews(store MetaStore) *Views {
-	v := &Views{store: store, ttl: c.opts.MetadataTTL, now: c.opts.Now, refVals: map[string]*memo[layout.Ref]{},
+	v := &Views{store: store, ttl: c.opts.MetadataTTL, now: c.opts.Now, refVals: map[string]memo[layout.Ref]{},
 		log: func(msg string, args ...any) { c.log.Warn(msg, args...) }}
 	v.metas, _ = simplelru.NewLRU[metaKey, layout.SnapshotMeta](65536, nil)
 	v.mems, _ = simplelru.NewLRU[memKey, []layout.Descriptor](1024, nil)
@@ -70,21 +64,9 @@ func (v *Views) fresh(at time.Time) bool {
 
 // SnapshotMeta returns snapshot metadata; immutable, cached forever.
 func (v *Views) SnapshotMeta(ctx context.Context, id layout.SessionID, ver uint32) (layout.SnapshotMeta, error) {
-	k := metaKey{id, ver}
-	v.mu.Lock()
-	m, ok := v.metas.Get(k)
-	v.mu.Unlock()
-	if ok {
-		return m, nil
-	}
-	m, err := v.store.ReadSnapshotMeta(ctx, id, ver)
-	if err != nil {
-		return m, err
-	}
-	v.mu.Lock()
-	v.metas.Add(k, m)
-	v.mu.Unlock()
-	return m, nil
+	return readThrough(&v.mu, v.metas, metaKey{id, ver}, func() (layout.SnapshotMeta, error) {
+		return v.store.ReadSnapshotMeta(ctx, id, ver)
+	})
 }
 
 // LatestCheckpoint returns the newest checkpoint at or below st.Version.
@@ -103,71 +85,32 @@ func (v *Views) LatestCheckpoint(ctx context.Context, st *State) (uint32, bool, 
 
 // Refs lists ref names, re-listed at most once per TTL.
 func (v *Views) Refs(ctx context.Context) ([]string, error) {
-	v.mu.Lock()
-	if v.refs.ok && v.fresh(v.refs.at) {
-		r := v.refs.v
-		v.mu.Unlock()
-		return r, nil
-	}
-	v.mu.Unlock()
-	at := v.now()
-	r, err := v.store.ListRefs(ctx, func(key string, err error) { v.log("skipping malformed ref key", "key", key, "err", err) })
-	if err != nil {
-		return nil, err
-	}
-	v.mu.Lock()
-	v.refs = memo[[]string]{r, at, true}
-	v.mu.Unlock()
-	return r, nil
+	return readFresh(v, func() memo[[]string] { return v.refs }, func(m memo[[]string]) { v.refs = m }, func() ([]string, error) {
+		return v.store.ListRefs(ctx, func(key string, err error) { v.log("skipping malformed ref key", "key", key, "err", err) })
+	})
 }
 
 // Ref reads one ref, re-read at most once per TTL.
 func (v *Views) Ref(ctx context.Context, name string) (layout.Ref, error) {
-	v.mu.Lock()
-	if m, ok := v.refVals[name]; ok && v.fresh(m.at) {
-		r := m.v
-		v.mu.Unlock()
-		return r, nil
-	}
-	v.mu.Unlock()
-	at := v.now()
-	r, err := v.store.ReadRef(ctx, name)
-	if err != nil {
-		return r, err
-	}
-	v.mu.Lock()
-	v.refVals[name] = &memo[layout.Ref]{r, at, true}
-	v.mu.Unlock()
-	return r, nil
+	return readFresh(v, func() memo[layout.Ref] { return v.refVals[name] }, func(m memo[layout.Ref]) { v.refVals[name] = m }, func() (layout.Ref, error) {
+		return v.store.ReadRef(ctx, name)
+	})
 }
 
 // InvalidateRefs drops cached refs after this mount changed one.
 func (v *Views) InvalidateRefs() {
 	v.mu.Lock()
 	v.refs = memo[[]string]{}
-	v.refVals = map[string]*memo[layout.Ref]{}
+	v.refVals = map[string]memo[layout.Ref]{}
 	v.mu.Unlock()
 }
 
 // Namespaces lists memory namespaces with their latest versions, at most
 // once per TTL.
 func (v *Views) Namespaces(ctx context.Context) ([]layout.Namespace, error) {
-	v.mu.Lock()
-	if v.ns.ok && v.fresh(v.ns.at) {
-		r := v.ns.v
-		v.mu.Unlock()
-		return r, nil
-	}
-	v.mu.Unlock()
-	at := v.now()
-	r, err := v.store.ListNamespaces(ctx, func(key string, err error) { v.log("skipping malformed memory key", "key", key, "err", err) })
-	if err != nil {
-		return nil, err
-	}
-	v.mu.Lock()
-	v.ns = memo[[]layout.Namespace]{r, at, true}
-	v.mu.Unlock()
-	return r, nil
+	return readFresh(v, func() memo[[]layout.Namespace] { return v.ns }, func(m memo[[]layout.Namespace]) { v.ns = m }, func() ([]layout.Namespace, error) {
+		return v.store.ListNamespaces(ctx, func(key string, err error) { v.log("skipping malformed memory key", "key", key, "err", err) })
+	})
 }
 
 // InvalidateMemories drops the cached namespace list.
@@ -179,21 +122,9 @@ func (v *Views) InvalidateMemories() {
 
 // Memory returns the records of namespace ns at version ver; immutable.
 func (v *Views) Memory(ctx context.Context, ns string, ver uint32) ([]layout.Descriptor, error) {
-	k := memKey{ns, ver}
-	v.mu.Lock()
-	r, ok := v.mems.Get(k)
-	v.mu.Unlock()
-	if ok {
-		return r, nil
-	}
-	r, err := v.store.ReadMemory(ctx, ns, ver)
-	if err != nil {
-		return nil, err
-	}
-	v.mu.Lock()
-	v.mems.Add(k, r)
-	v.mu.Unlock()
-	return r, nil
+	return readThrough(&v.mu, v.mems, memKey{ns, ver}, func() ([]layout.Descriptor, error) {
+		return v.store.ReadMemory(ctx, ns, ver)
+	})
 }
 
 // TreeAt returns the tree of st's session at version ver (history is
@@ -202,19 +133,8 @@ func (c *Cache) TreeAt(st *State, ver uint32) *Dir {
 	if ver >= st.Version {
 		return st.Tree()
 	}
-	k := ancestorKey{st.ID, ver}
-	c.mu.Lock()
-	if c.trees == nil {
-		c.trees, _ = simplelru.NewLRU[ancestorKey, *Dir](256, nil)
-	}
-	t, ok := c.trees.Get(k)
-	c.mu.Unlock()
-	if ok {
-		return t
-	}
-	t = BuildTree(st.SlotsAt(ver))
-	c.mu.Lock()
-	c.trees.Add(k, t)
-	c.mu.Unlock()
+	t, _ := readThrough(&c.mu, c.trees, ancestorKey{st.ID, ver}, func() (*Dir, error) {
+		return BuildTree(st.SlotsAt(ver)), nil
+	})
 	return t
 }
