@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/internal/goroutines"
+	"github.com/pugmark/pugfs/internal/syncbuf"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/faultblob"
 	"gocloud.dev/blob/memblob"
@@ -118,34 +120,6 @@ func (f *fakeBlobSource) OpenBlob(ctx context.Context, d layout.Digest, off, len
 		}
 	}
 	return &fakeBlobReader{Reader: bytes.NewReader(b), f: f}, nil
-}
-
-// blobLog collects log output.
-type blobLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *blobLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *blobLog) count(sub string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.buf.String(), sub)
-}
-
-func (l *blobLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *blobLog) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 func newTestBlobCache(t testing.TB, src Source, opts Options) *Cache {
@@ -349,11 +323,11 @@ func TestBlobCorrupt(t *testing.T) {
 			dg := layout.DigestOf(body)
 			src.putAs(dg, tc.stored)
 			src.set(func(f *fakeBlobSource) { f.tamper = tc.tamper })
-			var log blobLog
+			var log syncbuf.Buffer
 			now := time.Unix(1_700_000_000, 0)
 			var clock atomic.Int64
 			clock.Store(now.UnixNano())
-			c := newTestBlobCache(t, src, Options{ChunkSize: cs, Logger: log.logger(),
+			c := newTestBlobCache(t, src, Options{ChunkSize: cs, Logger: log.Logger(slog.LevelWarn),
 				now: func() time.Time { return time.Unix(0, clock.Load()) }})
 			d := &layout.Descriptor{Digest: dg, Size: tc.size, ContentType: "application/octet-stream"}
 			key := "objects/sha256:" + dg.Hex()
@@ -374,7 +348,7 @@ func TestBlobCorrupt(t *testing.T) {
 			if st := c.Stats(); st.VerifyFailures != 1 {
 				t.Fatalf("VerifyFailures = %d", st.VerifyFailures)
 			}
-			if n := log.count("failed verification"); n != 1 {
+			if n := log.Count("failed verification"); n != 1 {
 				t.Fatalf("logged %d times, want once:\n%s", n, log.String())
 			}
 			// After the window, a repaired backend is used again.
@@ -729,7 +703,7 @@ func TestBlobInFlightBound(t *testing.T) {
 		}()
 	}
 	waitFor(t, "reads to queue for a slot", func() bool {
-		return src.reads.Load() > limit || goroutinesWaiting("[select", "(*Cache).fetchPart") >= blobs
+		return src.reads.Load() > limit || goroutines.Waiting("[select", "(*Cache).fetchPart") >= blobs
 	})
 	if n := src.reads.Load(); n != limit {
 		t.Fatalf("%d backend reads open at once, MaxInFlight %d", n, limit)

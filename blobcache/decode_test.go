@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/pugmark/pugfs/internal/syncbuf"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -352,9 +354,9 @@ func TestBlobDecodedCopyDamaged(t *testing.T) {
 	stored := gzipOf(t, plain)
 	src := newFakeBlobSource()
 	dg := src.put(stored)
-	var log blobLog
+	var log syncbuf.Buffer
 	opts := diskOpts(dir)
-	opts.Logger = log.logger()
+	opts.Logger = log.Logger(slog.LevelWarn)
 	c := newTestBlobCache(t, src, opts)
 	d := &layout.Descriptor{Digest: dg, Size: int64(len(stored)), ContentEncoding: "gzip"}
 	if got, err := readAll(ctx, c, d, 10000); err != nil || !bytes.Equal(got, plain) {
@@ -379,7 +381,7 @@ func TestBlobDecodedCopyDamaged(t *testing.T) {
 	if got, err := readAll(ctx, c, d, 10000); err != nil || !bytes.Equal(got, plain) {
 		t.Fatalf("after damage: %v", err)
 	}
-	if log.count("damaged") == 0 {
+	if log.Count("damaged") == 0 {
 		t.Fatalf("damage not reported:\n%s", log.String())
 	}
 }

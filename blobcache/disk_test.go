@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/pugmark/pugfs/internal/syncbuf"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -123,16 +125,16 @@ func TestDiskDamagedEntry(t *testing.T) {
 	if err != nil || damaged == 0 {
 		t.Fatalf("damaging entries: %d, %v", damaged, err)
 	}
-	var log blobLog
+	var log syncbuf.Buffer
 	opts := diskOpts(dir)
-	opts.Logger = log.logger()
+	opts.Logger = log.Logger(slog.LevelWarn)
 	reads := f.src.reads.Load()
 	c2 := newTestBlobCache(t, f.src, opts)
 	f.check(t, c2)
 	if f.src.reads.Load() == reads {
 		t.Fatal("damaged entries were used without a backend read")
 	}
-	if log.count("failed verification") == 0 {
+	if log.Count("failed verification") == 0 {
 		t.Fatalf("no warning about the damaged copies:\n%s", log.String())
 	}
 	if c2.Stats().VerifyFailures != 0 {
@@ -156,7 +158,7 @@ func TestDiskDamagedEntry(t *testing.T) {
 	c2.dropFiles()
 	reads = f.src.reads.Load()
 	f.check(t, c2)
-	if f.src.reads.Load() == reads || log.count("damaged") == 0 {
+	if f.src.reads.Load() == reads || log.Count("damaged") == 0 {
 		t.Fatalf("damage after verification not caught:\n%s", log.String())
 	}
 }
@@ -296,9 +298,9 @@ func TestDiskReadOnlyRemoval(t *testing.T) {
 
 func TestDiskRemovalFailureIsAWarning(t *testing.T) {
 	dir := t.TempDir()
-	var log blobLog
+	var log syncbuf.Buffer
 	opts := diskOpts(dir)
-	opts.Logger = log.logger()
+	opts.Logger = log.Logger(slog.LevelWarn)
 	f := newDiskFixture(t)
 	c := newTestBlobCache(t, f.src, opts)
 	f.check(t, c)
@@ -312,7 +314,7 @@ func TestDiskRemovalFailureIsAWarning(t *testing.T) {
 	if err := c.ClearDisk(); err == nil {
 		t.Fatal("ClearDisk hid a failed removal")
 	}
-	if !c.Stats().DiskEnabled || log.count("disk cache: clear failed") == 0 {
+	if !c.Stats().DiskEnabled || log.Count("disk cache: clear failed") == 0 {
 		t.Fatalf("want a warning and a working disk tier:\n%s", log.String())
 	}
 	c.dropMemory()
@@ -410,9 +412,9 @@ func TestDiskUnwritable(t *testing.T) {
 	}
 	for name, dir := range map[string]string{"under a file": filepath.Join(file, "cache"), "a file": file} {
 		t.Run(name, func(t *testing.T) {
-			var log blobLog
+			var log syncbuf.Buffer
 			opts := diskOpts(dir)
-			opts.Logger = log.logger()
+			opts.Logger = log.Logger(slog.LevelWarn)
 			f := newDiskFixture(t)
 			c := newTestBlobCache(t, f.src, opts)
 			f.check(t, c)
@@ -428,9 +430,9 @@ func TestDiskUnwritable(t *testing.T) {
 
 func TestDiskFull(t *testing.T) {
 	dir := t.TempDir()
-	var log blobLog
+	var log syncbuf.Buffer
 	opts := diskOpts(dir)
-	opts.Logger = log.logger()
+	opts.Logger = log.Logger(slog.LevelWarn)
 	f := newDiskFixture(t)
 	c := newTestBlobCache(t, f.src, opts)
 	c.disk.createFn = func(name string) (*os.File, error) {
@@ -442,7 +444,7 @@ func TestDiskFull(t *testing.T) {
 	if c.Stats().DiskEnabled {
 		t.Fatal("disk cache still enabled after ENOSPC")
 	}
-	if n := log.count("disk cache disabled"); n != 1 || strings.Count(log.String(), "level=WARN") != 1 {
+	if n := log.Count("disk cache disabled"); n != 1 || strings.Count(log.String(), "level=WARN") != 1 {
 		t.Fatalf("want exactly one warning:\n%s", log.String())
 	}
 }

@@ -3,6 +3,7 @@ package cache
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/internal/syncbuf"
 	"github.com/pugmark/pugfs/layout"
 	"gocloud.dev/blob/memblob"
 )
@@ -213,16 +215,16 @@ func TestRegistryFlushFailureKeepsState(t *testing.T) {
 	a := w.session()
 	w.commit(a, textDesc("x", "x", epoch))
 	path, blocker := blockingFile(t)
-	var log logCapture
-	c := newCache(t, store, Options{IndexPath: path, FlushDelay: time.Millisecond, Logger: log.logger()})
+	var log syncbuf.Buffer
+	c := newCache(t, store, Options{IndexPath: path, FlushDelay: time.Millisecond, Logger: log.Logger(slog.LevelWarn)})
 	mustState(t, c, a)
 	c.registry.SetName(a, "kept")
 	const warning = "registry flush failed"
-	waitFor(t, "the deferred flush to fail and warn", func() bool { return log.count(warning) >= 1 })
+	waitFor(t, "the deferred flush to fail and warn", func() bool { return log.Count(warning) >= 1 })
 	if err := c.registry.Flush(); err == nil {
 		t.Fatal("Flush to an unwritable path succeeded")
 	}
-	if n := log.count(warning); n < 2 {
+	if n := log.Count(warning); n < 2 {
 		t.Fatalf("%d warnings for two failed flushes:\n%s", n, log.String())
 	}
 	if r, ok := c.registry.Get(a); !ok || r.Name != "kept" || r.Version != 1 {

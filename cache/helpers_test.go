@@ -1,13 +1,11 @@
 package cache
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pugmark/pugfs/blobcache"
+	"github.com/pugmark/pugfs/internal/goroutines"
 	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/faultblob"
@@ -226,30 +225,7 @@ func runBounded(d time.Duration, ops map[string]func(ctx context.Context) error)
 // blockedOnMutex counts the goroutines waiting for a sync.Mutex inside a
 // function whose name contains fn: how a test knows that calls have
 // reached a lock and are parked there, which nothing else tells it.
-func blockedOnMutex(fn string) int { return goroutinesWaiting("[sync.Mutex.Lock", fn) }
-
-// goroutinesWaiting counts the goroutines whose wait reason starts with
-// state (as in a goroutine dump: "[select", "[sync.Mutex.Lock") and
-// whose stack has a function whose name contains fn.
-func goroutinesWaiting(state, fn string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		head, _, _ := strings.Cut(g, "\n")
-		if strings.Contains(head, state) && strings.Contains(g, fn) {
-			count++
-		}
-	}
-	return count
-}
+func blockedOnMutex(fn string) int { return goroutines.Waiting("[sync.Mutex.Lock", fn) }
 
 // waitBlockedOnMutex polls until a goroutine waits for a mutex in fn (see
 // blockedOnMutex), or until done is closed; it reports which came first.
@@ -305,34 +281,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
-}
-
-// logCapture collects log output.
-type logCapture struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logCapture) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logCapture) count(sub string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.buf.String(), sub)
-}
-
-func (l *logCapture) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *logCapture) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // randomBody returns n deterministic pseudo-random bytes.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/internal/syncbuf"
 	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
 )
@@ -33,7 +34,7 @@ func benchMount(b *testing.B, bk *Bucket, args ...string) string {
 	full := append([]string{"mount", "--cache-size", "64MiB"}, args...)
 	cmd := exec.Command(pugfsBinary(b), append(full, bk.URL, dir)...)
 	cmd.Env = append(os.Environ(), bk.Env...)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)

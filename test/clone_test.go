@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pugmark/pugfs/internal/syncbuf"
 )
 
 // inClone marks a make test that runs inside TestFreshClone's clone, so
@@ -38,7 +40,7 @@ func TestFreshClone(t *testing.T) {
 		cmd := exec.Command("make", "run")
 		cmd.Dir = dir
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		var out syncBuffer
+		var out syncbuf.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

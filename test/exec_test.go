@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/internal/syncbuf"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -24,8 +25,8 @@ import (
 // execRun is a pugfs exec started in the background.
 type execRun struct {
 	cmd    *exec.Cmd
-	stdout syncBuffer
-	stderr syncBuffer
+	stdout syncbuf.Buffer
+	stderr syncbuf.Buffer
 	done   chan struct{}
 	code   int
 	// watch are more processes of the run (the handler, the child pugfs

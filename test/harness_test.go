@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/internal/syncbuf"
 	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
 	_ "github.com/pugmark/pugfs/layout/drivers"
@@ -90,7 +91,7 @@ func openBucket(t *testing.T, k testbucket.Kind) *Bucket {
 type Mount struct {
 	Dir  string
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *syncbuf.Buffer
 	done chan struct{}
 	err  error
 }
@@ -156,7 +157,7 @@ func startMountCmd(t *testing.T, bk *Bucket, dir string, wrap func(argv []string
 		cmd = exec.Command(full[0], full[1:]...)
 	}
 	cmd.Env = append(append(os.Environ(), bk.Env...), "XDG_CACHE_HOME="+testCacheHome(t), "GOTRACEBACK=all")
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -289,21 +290,4 @@ func run(dir, script string) (string, string, error) {
 		err = fmt.Errorf("timed out: %w", err)
 	}
 	return out.String(), errOut.String(), err
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -5,9 +5,9 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/pugmark/pugfs/internal/syncbuf"
 	"github.com/pugmark/pugfs/layout/blobwrap/blobwraptest"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/driver"
@@ -15,28 +15,9 @@ import (
 	"gocloud.dev/gcerrors"
 )
 
-// syncBuf is a log sink safe for the goroutines of a request.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) lines() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Split(strings.TrimSpace(s.b.String()), "\n")
-}
-
-func logged(level slog.Level) (*blob.Bucket, *syncBuf) {
-	var buf syncBuf
-	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: level}))
-	return Wrap(memblob.OpenBucket(nil), log), &buf
+func logged(level slog.Level) (*blob.Bucket, *syncbuf.Buffer) {
+	var buf syncbuf.Buffer
+	return Wrap(memblob.OpenBucket(nil), buf.Logger(level)), &buf
 }
 
 func TestEveryRequestIsOneLine(t *testing.T) {
@@ -65,7 +46,7 @@ func TestEveryRequestIsOneLine(t *testing.T) {
 		"op=list key=objects/ ",
 		"op=delete key=objects/x ",
 	}
-	got := buf.lines()
+	got := buf.Lines()
 	if len(got) != len(want) {
 		t.Fatalf("%d lines for %d requests:\n%s", len(got), len(want), strings.Join(got, "\n"))
 	}
@@ -88,7 +69,7 @@ func TestQuietBelowDebug(t *testing.T) {
 	if _, err := b.ReadAll(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
-	if l := buf.lines(); len(l) != 1 || l[0] != "" {
+	if l := buf.Lines(); len(l) != 0 {
 		t.Errorf("logged without --debug: %q", l)
 	}
 }
