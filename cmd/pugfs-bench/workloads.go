@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -203,12 +204,12 @@ func (b *bench) buildRows(ds sets, writeBucket, writePlain string) {
 			cells: targets(g, ds.blob), na: na, job: func(root string, run int) (*job, error) {
 				return &job{argv: []string{"head", "-c", "1", blobPath}, dir: root}, nil
 			}})
-		// The same on a read-write mount: --fast-path=auto is passthrough
-		// there (no-open on the read-only one above).
+		// The same on a read-write mount asking for passthrough (its
+		// --fast-path=auto is off; no-open on the read-only one above).
 		rw := func() map[string]*target {
 			m := targets(g, ds.blob)
 			p := m[colPugfs]
-			m[colPugfs] = pug(p.key+"-rw", p.src, p.env, pugArgs)
+			m[colPugfs] = pug(p.key+"-rw", p.src, p.env, append(slices.Clone(pugArgs), "--fast-path=passthrough"))
 			return m
 		}
 		add(&row{id: id("seq-cold-rw"), name: label("read " + blobSize + " blob (cat), cold, pugfs read-write (passthrough)"), group: g, unit: unitMiBps, mode: modeCold,
