@@ -7,11 +7,9 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/pugmark/pugfs/blobcache"
-	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/internal/testrig"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/faultblob"
-	"gocloud.dev/blob/memblob"
 )
 
 // Kernel-free tests of the fs nodes: they call what the kernel would, in
@@ -28,27 +26,14 @@ type fsRig struct {
 
 func newFSRig(t *testing.T) *fsRig {
 	t.Helper()
-	inj := faultblob.NewInjector(faultblob.Options{})
-	store := layout.New(faultblob.Wrap(memblob.OpenBucket(nil), inj), nil)
-	m := store.NewRootManifest()
-	if _, _, err := store.CreateSession(context.Background(), m); err != nil {
-		t.Fatal(err)
-	}
-	c, err := cache.New(store, cache.Options{MetadataTTL: 0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bc, err := blobcache.New(store, blobcache.Options{MemBytes: 8 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testrig.New(t, 0)
 	staging := t.TempDir()
-	f, err := New(Config{Store: store, Cache: c, Blobs: bc, StagingDir: staging, FailedDir: staging + "/failed"})
+	f, err := New(Config{Store: r.Store, Cache: r.Cache, Blobs: r.Blobs, StagingDir: staging, FailedDir: staging + "/failed"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { f.Close(); bc.Close() })
-	return &fsRig{f: f, inj: inj, id: m.Session}
+	t.Cleanup(func() { f.Close() })
+	return &fsRig{f: f, inj: r.Faults, id: r.Session}
 }
 
 // waitStalled polls until n requests wait on g.

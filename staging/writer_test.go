@@ -10,11 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pugmark/pugfs/blobcache"
 	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/internal/testrig"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/faultblob"
-	"gocloud.dev/blob/memblob"
 	"gocloud.dev/gcerrors"
 )
 
@@ -52,34 +51,20 @@ func newWriterRigCfg(t *testing.T, edit func(*Config)) *writerRig {
 // what it loaded for ttl, as a mount with --metadata-ttl does.
 func newWriterRigTTL(t *testing.T, ttl time.Duration, edit func(*Config)) *writerRig {
 	t.Helper()
-	inj := faultblob.NewInjector(faultblob.Options{})
-	store := layout.New(faultblob.Wrap(memblob.OpenBucket(nil), inj), nil)
-	m := store.NewRootManifest()
-	if _, _, err := store.CreateSession(context.Background(), m); err != nil {
-		t.Fatal(err)
-	}
-	c, err := cache.New(store, cache.Options{MetadataTTL: ttl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bc, err := blobcache.New(store, blobcache.Options{MemBytes: 8 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testrig.New(t, ttl)
 	dir := t.TempDir()
 	cfg := Config{StagingDir: dir, FailedDir: filepath.Join(dir, "failed")}
 	if edit != nil {
 		edit(&cfg)
 	}
-	w := New(cfg, store, c, bc, nil)
+	w := New(cfg, r.Store, r.Cache, r.Blobs, nil)
 	t.Cleanup(func() {
 		if err := w.CheckInvariants(); err != nil {
 			t.Errorf("writer state: %v", err)
 		}
 		w.Shutdown()
-		bc.Close()
 	})
-	return &writerRig{w: w, store: store, cache: c, inj: inj, id: m.Session, cfg: cfg}
+	return &writerRig{w: w, store: r.Store, cache: r.Cache, inj: r.Faults, id: r.Session, cfg: cfg}
 }
 
 // stallSnapshots makes every snapshot PUT wait for the returned gate.
