@@ -81,6 +81,22 @@ func setup(t *testing.T, n int) (*blob.Bucket, *Scheduler, *gate) {
 	return b, s, g
 }
 
+// answer waits for the answer of the request that was just let through
+// the gate. If another request took the pass instead (the order under
+// test was wrong), it never comes: the test fails with the order the
+// gate saw rather than hanging until the binary's timeout.
+func answer(t *testing.T, c <-chan error, g *gate) error {
+	t.Helper()
+	select {
+	case err := <-c:
+		return err
+	case <-time.After(10 * time.Second):
+		got, _, _ := g.state()
+		t.Fatalf("no answer 10 s after its pass: another request took it; the gate saw %q", got)
+		return nil
+	}
+}
+
 // head issues a HEAD of key in the background; the returned channel gets
 // its error.
 func head(ctx context.Context, b *blob.Bucket, key string) <-chan error {
@@ -132,7 +148,7 @@ func TestBlockingRequestOvertakesSpeculative(t *testing.T) {
 	poll(t, "the blocking request queued", func() bool { return s.Stats().Queued == 2 })
 	for _, c := range []<-chan error{first, user, spec} {
 		g.pass <- struct{}{}
-		if err := <-c; err != nil {
+		if err := answer(t, c, g); err != nil {
 			t.Fatal(err)
 		}
 	}
