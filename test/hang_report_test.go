@@ -108,3 +108,41 @@ func quitAndWait(pid int, done <-chan struct{}) {
 	case <-time.After(10 * time.Second):
 	}
 }
+
+// mountID returns the ID /proc/self/mountinfo gives the mount on dir, or
+// "" when nothing is mounted there.
+func mountID(dir string) string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == dir {
+			return f[0]
+		}
+	}
+	return ""
+}
+
+// mountHolders lists the open files of every process that are on the
+// mount with ID id (a lazily detached mount lives on until the last of
+// them closes): why an unmount found the mount busy.
+func mountHolders(id string) string {
+	if id == "" {
+		return ""
+	}
+	var b strings.Builder
+	infos, _ := filepath.Glob("/proc/[0-9]*/fdinfo/[0-9]*")
+	for _, info := range infos {
+		data, err := os.ReadFile(info)
+		if err != nil || !strings.Contains(string(data), "mnt_id:\t"+id+"\n") {
+			continue
+		}
+		pid := strings.Split(info, "/")[2]
+		fd := filepath.Base(info)
+		comm, _ := os.ReadFile("/proc/" + pid + "/comm")
+		target, _ := os.Readlink("/proc/" + pid + "/fd/" + fd)
+		fmt.Fprintf(&b, "  process %s (%s) holds fd %s: %s\n", pid, strings.TrimSpace(string(comm)), fd, target)
+	}
+	if b.Len() == 0 {
+		return "no open file on the mount\n"
+	}
+	return "open files on the mount:\n" + b.String()
+}

@@ -187,6 +187,7 @@ func (m *Mount) Stop(t *testing.T) {
 		return
 	default:
 	}
+	id := mountID(m.Dir)
 	m.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-m.done:
@@ -194,7 +195,7 @@ func (m *Mount) Stop(t *testing.T) {
 			t.Errorf("pugfs exited with %v\n%s", m.err, m.Log())
 		}
 	case <-time.After(30 * time.Second):
-		report := hangReport(m.cmd.Process.Pid)
+		report := mountHolders(id) + hangReport(m.cmd.Process.Pid)
 		quitAndWait(m.cmd.Process.Pid, m.done)
 		m.Kill()
 		t.Errorf("pugfs did not exit 30s after SIGTERM\n%s\n%s", report, m.Log())

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A property test: random file operations on a session directory of a
@@ -637,7 +639,11 @@ func relPropertyRun(t *testing.T, seed uint64, ops int) {
 		if err != nil {
 			return desc, 0, relErrno(err), p
 		}
-		fd2, err := syscall.Dup(int(f.Fd()))
+		// Close-on-exec, as os.File's own descriptors are: a plain dup
+		// would be inherited by every process the test binary starts
+		// meanwhile (another seed's pugfs mount), and would keep this
+		// mount busy for as long as that process lives.
+		fd2, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
 			f.Close()
 			return desc, 0, relErrno(err), p
