@@ -418,6 +418,12 @@ func execTrampoline() {
 		os.Exit(126)
 	}
 	os.Setenv("PWD", dir)
+	// Arm the parent-death signal again on the thread that executes: the
+	// setting is per thread, and only the executing thread's survives.
+	ppid := os.Getppid()
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0); e != 0 || os.Getppid() != ppid {
+		os.Exit(126) // the parent is gone already (or we cannot know when it goes)
+	}
 	err := syscall.Exec(os.Args[1], os.Args[1:], os.Environ())
 	fmt.Fprintf(os.Stderr, "pugfs exec: %s: %v\n", os.Args[1], err)
 	os.Exit(127)
