@@ -35,7 +35,7 @@ lint: deps
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 
 test: lint
-	$(GO) test -race -timeout 40m $(TESTFLAGS) ./...
+	$(GO) test -race -timeout 60m $(TESTFLAGS) ./...
 
 # Random seeds never run in make test (CI is deterministic). A seed that
 # fails here is replayed with PUGFS_PROPERTY_SEED and becomes a fixed case
