@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -203,4 +207,52 @@ func relReadStats(t *testing.T, m *Mount) relMountStats {
 		s.Commits, s.Snapshots, s.CommitErrors, s.Conflicts = n(g[1]), n(g[2]), n(g[4]), n(g[5])
 	}
 	return s
+}
+
+// relBucketBehind says how the bucket's live files differ from the model
+// ("" when they match): the truth a second mount is checked against.
+func relBucketBehind(bk *Bucket, id layout.SessionID, want *relModel) (string, error) {
+	ctx := context.Background()
+	v, err := bk.Store.LatestVersion(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	log, err := bk.Store.FullLog(ctx, id, v)
+	if err != nil {
+		return "", err
+	}
+	slots := layout.Slots(log)
+	var behind []string
+	for _, p := range slices.Sorted(maps.Keys(want.files)) {
+		b := want.files[p]
+		e, ok := slots[p]
+		if !ok {
+			behind = append(behind, p+": missing")
+			continue
+		}
+		body := e.Data
+		if body == nil {
+			if body, err = bk.Store.ReadBlob(ctx, e.Digest, 1<<30); err != nil {
+				return "", fmt.Errorf("blob of %s: %w", p, err)
+			}
+		}
+		if !bytes.Equal(body, b) {
+			behind = append(behind, fmt.Sprintf("%s: %d bytes (seq %d), model %d", p, len(body), e.SequenceNumber, len(b)))
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(slots)) {
+		if _, ok := want.files[p]; !ok {
+			behind = append(behind, p+": not in the model")
+		}
+	}
+	return strings.Join(behind, "; "), nil
+}
+
+// logTail returns the last n lines of a log.
+func logTail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

@@ -707,6 +707,26 @@ func relPropertyRun(t *testing.T, seed uint64, ops int) {
 	peerCheck := func(when string) {
 		t.Helper()
 		want := m.committed()
+		// First the bucket: every change this mount acknowledged is
+		// committed by now or by the release of its last descriptor,
+		// which the kernel sends after close(2) returned and which, on a
+		// loaded machine, can take seconds (fsync included). A commit
+		// that never comes fails here, with the writer's log.
+		for deadline := time.Now().Add(2 * time.Minute); ; {
+			behind, err := relBucketBehind(bk, id, want)
+			if err == nil && behind == "" {
+				break
+			}
+			if err != nil {
+				behind = err.Error()
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the bucket does not hold what this mount acknowledged: %s\nwriting mount's log (tail):\n%s\nhistory:\n%s", when, behind, logTail(mnt.Log(), 40), strings.Join(history, "\n"))
+			}
+			time.Sleep(100 * time.Millisecond) // polling the commits of a release
+		}
+		// Then the second mount, which must show the bucket within a
+		// few of its own checks (--metadata-ttl=0).
 		var diff string
 		for deadline := time.Now().Add(20 * time.Second); ; {
 			got, err := relScan(peerRoot, true)
@@ -718,7 +738,7 @@ func relPropertyRun(t *testing.T, seed uint64, ops int) {
 				diff = err.Error()
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: the second mount differs from what was committed: %s\nhistory:\n%s", when, diff, strings.Join(history, "\n"))
+				t.Fatalf("%s: the second mount differs from the bucket: %s\nsecond mount's log (tail):\n%s\nhistory:\n%s", when, diff, logTail(peer.Log(), 40), strings.Join(history, "\n"))
 			}
 			time.Sleep(20 * time.Millisecond) // polling the other mount's view
 		}
