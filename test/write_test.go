@@ -270,6 +270,52 @@ func TestWriteCommitErrorOnClose(t *testing.T) {
 	})
 }
 
+// TestWriteTruncateCommitsAtOnce: truncate(2) of a path commits before it
+// returns, and returns the commit's error, also while another descriptor
+// holds the file open: the commit is not left to that descriptor's close
+// (or to the release of one just closed, which the kernel sends later).
+func TestWriteTruncateCommitsAtOnce(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		m := mount(t, bk)
+		p := filepath.Join(sessDir(m, id), "f.txt")
+		if err := writeFile(p, []byte("hello world\n"), createFlags); err != nil {
+			t.Fatal(err)
+		}
+		held, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Close()
+		if err := os.Truncate(p, 5); err != nil {
+			t.Fatalf("truncate: %v", err)
+		}
+		wantSlots(t, bk, id, map[string]string{"f.txt": "hello"})
+		// The descriptor held across it writes on top of the truncated
+		// file, and its close commits that.
+		if _, err := held.WriteAt([]byte("!"), 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := held.Close(); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		wantSlots(t, bk, id, map[string]string{"f.txt": "hello!"})
+
+		// A commit that fails is truncate(2)'s error.
+		fm := mount(t, faultBucket(t, bk, "sessions/"))
+		fp := filepath.Join(sessDir(fm, id), "f.txt")
+		held2, err := os.OpenFile(fp, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held2.Close()
+		if err := os.Truncate(fp, 2); errnoOf(err) != syscall.EIO {
+			t.Fatalf("truncate on a bucket refusing writes = %v, want EIO", err)
+		}
+		wantSlots(t, bk, id, map[string]string{"f.txt": "hello!"})
+	})
+}
+
 // TestWriteDupFdsOneSnapshot: flush runs on every close of every dup'd
 // descriptor; the file is still one commit.
 func TestWriteDupFdsOneSnapshot(t *testing.T) {
