@@ -69,7 +69,8 @@ type File struct {
 	// the file was open: what is still written through open descriptors
 	// goes nowhere, as with any unlinked file.
 	unlinked bool
-	// committed is the descriptor this staged file last became.
+	// committed is the descriptor this staged file last became; before
+	// its first commit, the entry it was filled from (if any).
 	committed *layout.Entry
 	// dir is the staging directory the spill file lives in.
 	dir string
@@ -111,6 +112,11 @@ func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 			if base.ContentType != "" && base.ContentType != ContentTypeOf(name, head[:k]) {
 				s.ctype = base.ContentType
 			}
+			// Until it changes, the copy is the entry it was filled
+			// from: an open for writing that writes nothing leaves the
+			// name showing that entry (and its mtime) once released.
+			e := *base
+			s.committed = &e
 		}
 	}
 	return s, nil
@@ -491,7 +497,8 @@ func (s *File) CleanDigest() (layout.Digest, bool) {
 	return s.cleanDigestLocked()
 }
 
-// Committed returns the entry this staged file last became, or nil.
+// Committed returns the entry this staged file last became (before its
+// first commit, the entry it was filled from), or nil.
 func (s *File) Committed() *layout.Entry {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
