@@ -281,7 +281,13 @@ func shErr(t *testing.T, dir, script string) string {
 }
 
 func run(dir, script string) (string, string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return runFor(2*time.Minute, dir, script)
+}
+
+// runFor is run with a bound of its own, for a script of many commits:
+// each is fsynced, which a loaded machine can make slow.
+func runFor(limit time.Duration, dir, script string) (string, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", "set -o pipefail; cd '"+dir+"' && "+script)
 	var out, errOut bytes.Buffer
