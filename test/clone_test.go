@@ -17,9 +17,14 @@ import (
 // the clone does not clone itself again.
 const inClone = "PUGFS_IN_CLONE_TEST"
 
+// nestedMakeTest asks TestFreshClone to run make test in its clone too,
+// for a working tree that no CI checks from a clean clone.
+const nestedMakeTest = "PUGFS_FRESH_CLONE_MAKE_TEST"
+
 // TestFreshClone is the README's promise: on a fresh clone, `make run`
-// mounts the demo bucket so that `ls mnt/sessions` works, and `make test`
-// passes. It clones the committed HEAD of this repository.
+// mounts the demo bucket so that `ls mnt/sessions` works, and (with
+// PUGFS_FRESH_CLONE_MAKE_TEST=1) `make test` passes. It clones the
+// committed HEAD of this repository.
 func TestFreshClone(t *testing.T) {
 	if os.Getenv(inClone) != "" {
 		t.Skip("already inside the fresh-clone test")
@@ -87,6 +92,12 @@ func TestFreshClone(t *testing.T) {
 	})
 
 	t.Run("make test", func(t *testing.T) {
+		if os.Getenv(nestedMakeTest) == "" {
+			// CI's own run is a make test on a fresh clone: a second one
+			// inside it doubled CI's time and pressed test/ against its
+			// timeout on a loaded machine.
+			t.Skip(nestedMakeTest + " unset: CI's run is itself a make test on a fresh clone")
+		}
 		cmd := exec.Command("make", "test")
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), inClone+"=1")
