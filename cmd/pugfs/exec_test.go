@@ -40,7 +40,19 @@ func TestExecUsage(t *testing.T) {
 // parent-death signal (prctl PR_GET_PDEATHSIG) and exit (TestMain).
 const printPdeathsigEnv = "PUGFS_TEST_PRINT_PDEATHSIG"
 
-// printPdeathsig is the handler side of TestTrampolineKeepsPdeathsig.
+// The handler side of TestTrampolineKeepsPdeathsig runs in init: init
+// functions run on the startup thread, the one execve left the setting
+// on. A thread the runtime starts later has none (the kernel clears it
+// in every new thread, while the signal still reaches the process
+// through its first), so TestMain, on whatever thread the main goroutine
+// had moved to, read 0 about one run in twenty.
+func init() {
+	if os.Getenv(printPdeathsigEnv) != "" {
+		printPdeathsig()
+	}
+}
+
+// printPdeathsig prints this thread's parent-death signal and exits.
 func printPdeathsig() {
 	var sig int32
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, 2 /* PR_GET_PDEATHSIG */, uintptr(unsafe.Pointer(&sig)), 0); e != 0 {

@@ -24,9 +24,6 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	if os.Getenv(printPdeathsigEnv) != "" {
-		printPdeathsig()
-	}
 	dir, err := os.MkdirTemp("", "pugfs-cmd-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
