@@ -253,8 +253,9 @@ func Mount(dir string, f *FS, mo MountOptions) (*fuse.Server, error) {
 		opts.FsName = "pugfs"
 	}
 	opts.Logger = nil
-	// gofs.Mount, with the node tree behind uninterrupted.
-	var raw fuse.RawFileSystem = uninterrupted{gofs.NewNodeFS(f.Root(), opts)}
+	// gofs.Mount, with the node tree behind uninterrupted and
+	// uncachedTimeouts.
+	var raw fuse.RawFileSystem = uninterrupted{uncachedTimeouts{gofs.NewNodeFS(f.Root(), opts)}}
 	if f.cfg.NoOpen {
 		raw = noOpen{raw}
 	}

@@ -392,9 +392,10 @@ func (n *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 }
 
 // uncached is the timeout of an entry or of attributes the kernel must
-// not keep. Not 0: go-fuse replaces a timeout of 0 with the mount's
-// default (Options.EntryTimeout, AttrTimeout), so "ask every time" is the
-// shortest timeout there is, which the kernel rounds up to one tick.
+// not keep. Not 0 here: go-fuse replaces a timeout of 0 with the mount's
+// default (Options.EntryTimeout, AttrTimeout). uncachedTimeouts, below
+// the node tree, sends it to the kernel as 0, since the kernel would
+// round 1 ns up to a whole tick and trust the entry meanwhile.
 const uncached = time.Nanosecond
 
 // ioBlockSize is the st_blksize of files: cp, cat and friends size their

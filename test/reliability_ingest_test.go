@@ -167,7 +167,7 @@ func TestReliabilityIngestAsCaller(t *testing.T) {
 	}
 	// A supplementary group counts (read from the caller's /proc status).
 	if out, e, err := run("/", "setpriv --reuid=65534 --regid=65534 --groups=4242 bash -c \"ln -s 'file://"+shared+"/group.txt' "+sd+"/group.txt && cat "+sd+"/group.txt\""); err != nil || out != "group 4242\n" {
-		t.Fatalf("a caller in the file's group: %v %q %q", err, out, e)
+		t.Fatalf("a caller in the file's group: %v %q %q\n%s", err, out, e, mnt.Log())
 	}
 	want["group.txt"] = "group 4242\n"
 	slots := relLiveSlots(t, bk, id)

@@ -17,6 +17,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -706,6 +707,42 @@ func TestWriteSymlinkIngests(t *testing.T) {
 		}
 		wantTree(t, freshMount(t, bk, id), map[string]string{"ingested.txt": string(content)})
 	})
+}
+
+// TestWriteSymlinkIngestReadAtOnce: a program that opens the name right
+// after its ln -s, as `ln -s URL f && cat f` does, reads the ingested
+// file. The symlink(2) reply (the kernel insists on a symlink) must reach
+// the kernel as never cached: before, its timeout was 1 ns, which the
+// kernel rounds up to a tick, and an open within that tick followed the
+// reply's link and failed with ENOENT. Python makes each open follow its
+// symlink within microseconds, well inside any tick.
+func TestWriteSymlinkIngestReadAtOnce(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	src := t.TempDir()
+	content := "ingested at once\n"
+	if err := os.WriteFile(filepath.Join(src, "obj.txt"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := mount(t, bk, "--ingest-from=file://"+src+"/")
+	script := `python3 -c '
+import os, sys
+bad = 0
+for i in range(20):
+    name = "n%d.txt" % i
+    os.symlink(sys.argv[1], name)
+    try:
+        got = open(name).read()
+    except OSError as e:
+        got = str(e)
+    if got != sys.argv[2]:
+        bad += 1
+        print(name, repr(got))
+print("bad", bad)
+' 'file://` + src + `/obj.txt' '` + content + `'`
+	if out := shE(t, sessDir(m, id), script); out != "bad 0\n" {
+		t.Fatalf("opened right after ln -s:\n%s", out)
+	}
 }
 
 // wantEROFS runs each script in a subshell of one bash in dir and checks
