@@ -88,6 +88,14 @@ func TestPassthroughReads(t *testing.T) {
 			t.Errorf("cat on a default read-write mount sent no READ: the check above proves nothing")
 		}
 		shE(t, off.Dir, fmt.Sprintf("exec 3< %s; head -c 10 <&3 > /dev/null; echo more >> %s", live, live))
+		// The passthrough mount shows that commit within its metadata
+		// TTL (consistency.md §4), not at once. Its own append below
+		// must build on it: an append to the version before would
+		// replace it (the last commit of a file wins across mounts).
+		waitFor(t, "the other mount's append on the passthrough mount", func() bool {
+			fi, err := os.Stat(filepath.Join(m.Dir, live))
+			return err == nil && fi.Size() == int64(len(body))+int64(len("more\n"))
+		})
 
 		// Busy while being read through passthrough.
 		script := fmt.Sprintf("exec 3< %s; head -c 10 <&3 > /dev/null; echo more >> %s", live, live)
