@@ -304,17 +304,23 @@ func (r *stubReader) Close() error                         { return nil }
 func (r *stubReader) Attributes() *driver.ReaderAttributes { return &driver.ReaderAttributes{Size: -1} }
 func (r *stubReader) As(any) bool                          { return false }
 
+// steadyLimit is the request timeout of TestBodyReads's slow but steady
+// body.
+const steadyLimit = time.Second
+
 // TestBodyReads covers the reads of a body: one that stops half-way times
 // out (like an HTTP body, the stub blocks until its context is done), one
 // that keeps arriving slowly for longer than the timeout in all does not.
 func TestBodyReads(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
+		name string
+		// limit is the request timeout of the wrapper.
+		limit   time.Duration
 		next    func() func(ctx context.Context) ([]byte, error)
 		want    string // the body, when it must be read whole
 		timeout bool
 	}{
-		{"stalls after the first chunk", func() func(ctx context.Context) ([]byte, error) {
+		{"stalls after the first chunk", testTimeout, func() func(ctx context.Context) ([]byte, error) {
 			sent := false
 			return func(ctx context.Context) ([]byte, error) {
 				if !sent {
@@ -325,29 +331,31 @@ func TestBodyReads(t *testing.T) {
 				return nil, ctx.Err()
 			}
 		}, "", true},
-		{"slow but steady", func() func(ctx context.Context) ([]byte, error) {
-			// 30 bytes a tenth of the timeout apart: three timeouts in
-			// all, no single read near one.
+		{"slow but steady", steadyLimit, func() func(ctx context.Context) ([]byte, error) {
+			// 15 bytes a tenth of the timeout apart: one and a half
+			// timeouts in all, no single read near one. The timeout is
+			// a second: a race-built test on a busy machine has missed
+			// a 100 ms one for a 10 ms wait.
 			i := 0
 			return func(ctx context.Context) ([]byte, error) {
-				if i == 30 {
+				if i == 15 {
 					return nil, nil
 				}
 				i++
 				select {
-				case <-time.After(testTimeout / 10):
+				case <-time.After(steadyLimit / 10):
 				case <-ctx.Done():
 					return nil, ctx.Err()
 				}
 				return []byte{'x'}, nil
 			}
-		}, strings.Repeat("x", 30), false},
+		}, strings.Repeat("x", 15), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stub := &stubBucket{body: func(ctx context.Context) driver.Reader {
 				return &stubReader{next: tc.next(), ctx: ctx}
 			}}
-			b := Wrap(blob.NewBucket(stub), testTimeout)
+			b := Wrap(blob.NewBucket(stub), tc.limit)
 			defer b.Close()
 			var got bytes.Buffer
 			err := within(t, "read", func() error {
