@@ -316,20 +316,27 @@ type blobBackendIter struct {
 	wg      sync.WaitGroup
 }
 
-// passWindow returns how many chunks of memory a pass may hold, and
-// reserves them from the budget: PassParts parts, at most a quarter of
-// the budget (a few passes at once leave room for cached chunks), at
-// least one part (the budget gives way for that one).
-func (c *Cache) passWindow() (chunks int64, held int64) {
+// passWindow returns how many chunks of memory a pass over a body of
+// size bytes may hold, and reserves their bytes from the budget:
+// PassParts parts, at most a quarter of the budget (a few passes at once
+// leave room for cached chunks), at least one part (the budget gives way
+// for that one), and never more than the body itself. A small body sets
+// aside its own few bytes, not a window of parts: a traversal's
+// prefetches of small files, each a pass, would otherwise reserve the
+// budget many times over and push out the bodies fetched just before,
+// their own included (each then fetched again when read).
+func (c *Cache) passWindow(size int64) (chunks int64, held int64) {
 	pc := c.partChunks()
-	chunks = max(pc, min(int64(c.opts.PassParts)*pc, c.opts.MemBytes/4/c.cs))
+	need := max(1, c.numChunks(size))
+	chunks = min(need, max(pc, min(int64(c.opts.PassParts)*pc, c.opts.MemBytes/4/c.cs)))
+	bytes := func(n int64) int64 { return min(n*c.cs, max(size, 1)) }
 	c.mu.Lock()
 	defer c.unlock()
-	for chunks > pc && !c.reserveLocked(chunks*c.cs) {
+	for chunks > pc && !c.reserveLocked(bytes(chunks)) {
 		chunks -= pc
 	}
-	if chunks > pc || c.reserveLocked(chunks*c.cs) {
-		return chunks, chunks * c.cs
+	if chunks > pc || c.reserveLocked(bytes(chunks)) {
+		return chunks, bytes(chunks)
 	}
 	return chunks, 0
 }
@@ -339,7 +346,7 @@ func (c *Cache) partChunks() int64 { return max(1, int64(c.opts.PartSize)/c.cs) 
 
 func (c *Cache) backendIter(ctx context.Context, d layout.Digest, size int64) *blobBackendIter {
 	ctx, cancel := context.WithCancel(ctx)
-	window, held := c.passWindow()
+	window, held := c.passWindow(size)
 	pc := c.partChunks()
 	it := &blobBackendIter{c: c, ctx: ctx, cancel: cancel, held: held, ring: c.newRing(window),
 		futures: make(chan chan blobChunkResult, window/pc+1), window: make(chan struct{}, window)}
