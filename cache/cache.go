@@ -45,6 +45,7 @@ const DefaultMetadataTTL = time.Second
 // Store is what the session cache needs from the layout package.
 type Store interface {
 	LatestVersion(ctx context.Context, id layout.SessionID) (uint32, error)
+	ListHourVersions(ctx context.Context, hour uint32, maxPages int, bad func(key string, err error)) ([]layout.ListedSession, error)
 	LoadManifest(ctx context.Context, id layout.SessionID) (*layout.Manifest, error)
 	ReadSnapshotRange(ctx context.Context, id layout.SessionID, from, to uint32, par int) ([][]layout.Descriptor, error)
 	ListSessionVersions(ctx context.Context, full func(hour uint32, partitions int) bool, bad func(key string, err error)) ([]layout.ListedSession, error)
@@ -95,6 +96,7 @@ type Cache struct {
 	recent    recentSnaps // recent.go
 	list      sessionList
 	hourLists hourLists
+	hours     hourChecks // hourcheck.go
 	// summaries are Summary's light rows, by session; sumFlights the
 	// computations of them in flight.
 	summaries  map[layout.SessionID]summary
@@ -124,13 +126,17 @@ type sessionList struct {
 }
 
 type counters struct {
-	loads, refreshes, hits, checks, evictions, snapshotsRead atomic.Int64
+	loads, refreshes, hits, checks, hourChecks, evictions, snapshotsRead atomic.Int64
 }
 
 // Stats are the session cache's counters.
 type Stats struct {
 	Sessions                                         int
 	Loads, Refreshes, Hits, Checks, Evictions, Snaps int64
+	// HourChecks are the LISTs of whole hour partitions that confirmed
+	// many sessions' latest versions at once (hourcheck.go); Checks are
+	// the LISTs of one session's snapshots.
+	HourChecks int64
 }
 
 // New returns a Cache over store.
@@ -201,7 +207,7 @@ func (c *Cache) Stats() Stats {
 	c.mu.Unlock()
 	return Stats{Sessions: n, Loads: c.stats.loads.Load(), Refreshes: c.stats.refreshes.Load(),
 		Hits: c.stats.hits.Load(), Checks: c.stats.checks.Load(), Evictions: c.stats.evictions.Load(),
-		Snaps: c.stats.snapshotsRead.Load()}
+		Snaps: c.stats.snapshotsRead.Load(), HourChecks: c.stats.hourChecks.Load()}
 }
 
 // TTL returns the metadata TTL.
@@ -219,10 +225,12 @@ func (c *Cache) entry(id layout.SessionID) *Session {
 	return s
 }
 
-// Evict drops a session's cached state (tests and memory pressure).
+// Evict drops a session's cached state (tests and memory pressure), and
+// with it what an hour check confirmed of it: the next access asks.
 func (c *Cache) Evict(id layout.SessionID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.invalidateHourLocked(id, c.opts.Now())
 	c.sessions.Remove(id)
 }
 
@@ -242,6 +250,7 @@ func (c *Cache) Invalidate(id layout.SessionID) {
 		sum.checked = time.Time{}
 		c.summaries[id] = sum
 	}
+	c.invalidateHourLocked(id, c.opts.Now())
 	c.mu.Unlock()
 	if ok {
 		s.inval.Add(1)

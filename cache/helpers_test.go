@@ -164,6 +164,16 @@ func (s *countingStore) LatestVersion(ctx context.Context, id layout.SessionID) 
 	return s.Store.LatestVersion(ctx, id)
 }
 
+// ListHourVersions counts an hour check as a LatestVersion of every
+// session it finds: it confirms each of them.
+func (s *countingStore) ListHourVersions(ctx context.Context, hour uint32, maxPages int, bad func(key string, err error)) ([]layout.ListedSession, error) {
+	found, err := s.Store.ListHourVersions(ctx, hour, maxPages, bad)
+	for _, l := range found {
+		s.count(s.latest, l.ID)
+	}
+	return found, err
+}
+
 func (s *countingStore) LoadManifest(ctx context.Context, id layout.SessionID) (*layout.Manifest, error) {
 	s.count(s.manifests, id)
 	return s.Store.LoadManifest(ctx, id)

@@ -232,17 +232,13 @@ func (s *Session) refreshLocked(ctx context.Context) (*State, error) {
 	c := s.c
 	inval := s.inval.Load()
 	// The fingerprint (consistency.md §4): the latest version a listing's
-	// freshness pass found within the TTL, as of when it listed, or one
-	// LIST of our own. After `ls sessions/` a traversal of the sessions
-	// (cat sessions/*/x) then loads each state without a LIST per session.
-	fp, checkedAt, listed := c.listedVersion(s.id)
-	if !listed {
-		checkedAt = c.opts.Now()
-		c.stats.checks.Add(1)
-		var err error
-		if fp, err = c.store.LatestVersion(ctx, s.id); err != nil {
-			return nil, err
-		}
+	// freshness pass or a check of the session's hour partition found
+	// within the TTL, as of when it listed, or one LIST of our own
+	// (freshVersion). A traversal of the sessions (cat sessions/*/x) then
+	// loads and re-checks each state without a LIST per session.
+	fp, checkedAt, err := c.freshVersion(ctx, s.id)
+	if err != nil {
+		return nil, err
 	}
 	fp = max(fp, s.floor)
 	prev := s.st.Load()
@@ -264,7 +260,6 @@ func (s *Session) refreshLocked(ctx context.Context) (*State, error) {
 		}
 	}
 	var st *State
-	var err error
 	if prev == nil || fp < prev.Version {
 		// First load, or the bucket went backwards (restored from a
 		// backup: our latest version is gone): build from scratch.

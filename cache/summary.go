@@ -159,12 +159,10 @@ func (c *Cache) summaryFlight(id layout.SessionID, fp uint32, known bool, checke
 // no summary of.
 func (c *Cache) computeSummary(ctx context.Context, id layout.SessionID, fp uint32, known bool, checked time.Time) (summary, error) {
 	if !known {
-		checked = c.opts.Now()
 		var err error
-		if fp, err = c.store.LatestVersion(ctx, id); err != nil {
+		if fp, checked, err = c.freshVersion(ctx, id); err != nil {
 			return summary{}, err
 		}
-		c.stats.checks.Add(1)
 	}
 	c.mu.Lock()
 	s, loaded := c.sessions.Peek(id)

@@ -302,7 +302,7 @@ func (s *Store) ListSessionVersions(ctx context.Context, full func(hour uint32, 
 			}
 			var got []ListedSession
 			if full != nil && full(h, len(hours)) {
-				got, err = s.listPartition(gctx, w, prefix)
+				got, err = s.listPartition(gctx, w, prefix, 0)
 			} else {
 				var ids []SessionID
 				ids, err = s.listHourAt(gctx, w.sem, prefix, w.skip)
@@ -326,13 +326,41 @@ func (s *Store) ListSessionVersions(ctx context.Context, full func(hour uint32, 
 	return out, nil
 }
 
+// ErrLongPartition is ListHourVersions' answer for an hour partition
+// whose full listing takes more pages than the caller allowed.
+var ErrLongPartition = errors.New("hour partition longer than the pages allowed")
+
+// ListHourVersions lists one hour partition in full, as a freshness pass
+// lists each (ListSessionVersions): every session of the hour with its
+// latest version, from one LIST per 1,000 keys, in ID order. It is the
+// freshness check of a traversal: one request confirms the latest
+// version of every session of the hour, where asking each one
+// (LatestVersion) costs a request per session. Past maxPages pages it
+// stops with ErrLongPartition (sessions with long histories: asking them
+// one by one is then cheaper). Keys that do not parse go to bad, if set.
+func (s *Store) ListHourVersions(ctx context.Context, hour uint32, maxPages int, bad func(key string, err error)) ([]ListedSession, error) {
+	prefix, err := HourPrefix(hour)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.listPartition(ctx, newPartitionWalk(s, 1, bad), prefix, maxPages)
+	if err != nil {
+		return nil, fmt.Errorf("list session versions of hour partition %s: %w", prefix, err)
+	}
+	return out, nil
+}
+
 // listPartition lists one hour partition without a delimiter (see
-// ListSessionVersions).
-func (s *Store) listPartition(ctx context.Context, w *partitionWalk, prefix string) ([]ListedSession, error) {
+// ListSessionVersions); past maxPages pages (0: no bound) it stops with
+// ErrLongPartition.
+func (s *Store) listPartition(ctx context.Context, w *partitionWalk, prefix string, maxPages int) ([]ListedSession, error) {
 	var out []ListedSession
 	lastDir, skipDir := "", ""
 	token := blob.FirstPageToken
 	for pages := 1; ; pages++ {
+		if maxPages > 0 && pages > maxPages {
+			return nil, ErrLongPartition
+		}
 		page, next, err := s.listPage(ctx, w.sem, prefix, "", token)
 		if err != nil {
 			return nil, err
@@ -365,7 +393,7 @@ func (s *Store) listPartition(ctx context.Context, w *partitionWalk, prefix stri
 		if len(next) == 0 {
 			return out, nil
 		}
-		if pages >= 2 && len(out) < partitionPageSessions*pages {
+		if maxPages == 0 && pages >= 2 && len(out) < partitionPageSessions*pages {
 			return s.finishPartition(ctx, w, prefix, out)
 		}
 		token = next

@@ -298,3 +298,49 @@ func TestListSessionVersionsNamesOnly(t *testing.T) {
 		t.Fatalf("ListSessionVersions =\n%v\nwant\n%v", got, want)
 	}
 }
+
+// ListHourVersions is one hour partition of a freshness pass: every
+// session of the hour with its latest version, one LIST per 1,000 keys,
+// and ErrLongPartition, after no more than maxPages LISTs, when the hour
+// holds more keys than that.
+func TestListHourVersions(t *testing.T) {
+	b := memBucket()
+	s := newStore(t, b, nil)
+	h := uint32(testNow.Unix() / 3600)
+	one, two, long, other := idIn(h, 0x10), idIn(h, 0x20), idIn(h, 0x30), idIn(h+1, 0x10)
+	for _, id := range []SessionID{one, two, long, other} {
+		if _, _, err := s.CreateSession(bg, &Manifest{Session: id, FirstSequenceNumber: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(t, s, one, Checkpoint, desc("a", "x"))
+	commit(t, s, one, Checkpoint, desc("a", "y"))
+	commit(t, s, other, Checkpoint, desc("a", "x"))
+
+	lists := func(f func()) int64 { before := s.Stats().Lists; f(); return s.Stats().Lists - before }
+	var got []ListedSession
+	var err error
+	if n := lists(func() { got, err = s.ListHourVersions(bg, h, 1, nil) }); err != nil || n != 1 {
+		t.Fatalf("ListHourVersions: %v after %d LISTs, want 1", err, n)
+	}
+	want := []ListedSession{{one, 2, true}, {two, 0, true}, {long, 0, true}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ListHourVersions =\n%v\nwant\n%v", got, want)
+	}
+
+	// 2,500 versions: three pages of keys.
+	for v := uint32(1); v <= 2500; v++ {
+		k, _ := SnapshotKey(long, v)
+		putRaw(t, b, k, []byte("[]"), nil)
+	}
+	if n := lists(func() { _, err = s.ListHourVersions(bg, h, 2, nil) }); !errors.Is(err, ErrLongPartition) || n != 2 {
+		t.Fatalf("ListHourVersions of three pages, two allowed: %v after %d LISTs, want ErrLongPartition after 2", err, n)
+	}
+	if n := lists(func() { got, err = s.ListHourVersions(bg, h, 3, nil) }); err != nil || n != 3 {
+		t.Fatalf("ListHourVersions of three pages, three allowed: %v after %d LISTs", err, n)
+	}
+	want[2].Version = 2500
+	if !slices.Equal(got, want) {
+		t.Fatalf("ListHourVersions =\n%v\nwant\n%v", got, want)
+	}
+}

@@ -1,0 +1,176 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// Freshness checks by hour partition. A traversal of many sessions (cat
+// sessions/*/x, and the read-ahead in front of it) re-checks each
+// session's latest version once per TTL. Asked session by session that is
+// one LIST each: 2,000 sessions read one after another cost 2,000 round
+// trips of re-checks, however wide the read-ahead. But a session's
+// directory sits in the hour partition of its ID, and one LIST of a
+// partition in full names the newest snapshot of every session in it
+// (layout.Store.ListHourVersions). So a re-check lists the session's
+// hour, and every session of that hour is confirmed until the TTL runs
+// out: the re-checks of 2,000 sessions over 48 hours cost 48 LISTs. The
+// re-checks of one hour that come while its LIST runs wait for it.
+//
+// An hour whose full listing takes more than hourCheckPages pages (long
+// histories) is remembered as such, and its sessions are asked one by one
+// as before; so is every session when the TTL is 0 (each access asks).
+
+// hourCheckPages bounds the pages of one hour check: past it the hour's
+// sessions are asked one by one.
+const hourCheckPages = 2
+
+// hourCheckKeep is how many hour checks are kept before the expired ones
+// are dropped.
+const hourCheckKeep = 256
+
+// hourCheck is one LIST of an hour partition in full, or one running.
+type hourCheck struct {
+	done    chan struct{} // closed when found and err are set
+	checked time.Time     // taken before the LIST
+	found   []layout.ListedSession
+	err     error
+}
+
+// hourChecks are the last or running check of each hour, and the hours
+// found too long to check whole. Guarded by Cache.mu.
+type hourChecks struct {
+	of   map[uint32]*hourCheck
+	long map[uint32]bool
+	// inval holds when Invalidate was last called for a session: an
+	// hour check from before then no longer confirms it. Entries older
+	// than the TTL can confirm nothing either way and are dropped.
+	inval map[layout.SessionID]time.Time
+}
+
+// invalidateHourLocked records that id changed at now (Cache.Invalidate).
+// c.mu is held.
+func (c *Cache) invalidateHourLocked(id layout.SessionID, now time.Time) {
+	if c.opts.MetadataTTL <= 0 {
+		return
+	}
+	if c.hours.inval == nil {
+		c.hours.inval = map[layout.SessionID]time.Time{}
+	}
+	if len(c.hours.inval) >= hourCheckKeep {
+		for k, t := range c.hours.inval {
+			if !c.freshAt(now, t) {
+				delete(c.hours.inval, k)
+			}
+		}
+	}
+	c.hours.inval[id] = now
+}
+
+// freshVersion returns id's latest version as the bucket showed it at
+// checked, no older than the TTL: from a listing's freshness pass or a
+// summary (listedVersion), from a check of id's hour partition, or from a
+// LIST of id's own snapshots.
+func (c *Cache) freshVersion(ctx context.Context, id layout.SessionID) (version uint32, checked time.Time, err error) {
+	if v, at, ok := c.listedVersion(id); ok {
+		return v, at, nil
+	}
+	if v, at, ok := c.hourVersion(ctx, id); ok {
+		return v, at, nil
+	}
+	checked = c.opts.Now()
+	c.stats.checks.Add(1)
+	version, err = c.store.LatestVersion(ctx, id)
+	return version, checked, err
+}
+
+// hourVersion returns id's latest version from a check of its hour
+// partition within the TTL, running one when there is none; ok is false
+// when the check cannot say (the hour is too long to list whole, the
+// LIST failed, the listing does not show id) and id must be asked alone.
+func (c *Cache) hourVersion(ctx context.Context, id layout.SessionID) (version uint32, checked time.Time, ok bool) {
+	if c.opts.MetadataTTL <= 0 {
+		return 0, time.Time{}, false
+	}
+	h := id.Hour()
+	now := c.opts.Now()
+	c.mu.Lock()
+	if c.hours.long[h] {
+		c.mu.Unlock()
+		return 0, time.Time{}, false
+	}
+	hc := c.hours.of[h]
+	if hc != nil {
+		select {
+		case <-hc.done:
+			if !c.freshAt(now, hc.checked) || hc.err != nil {
+				hc = nil // expired, or failed: check again
+			}
+		default: // running: wait for it
+		}
+	}
+	if hc == nil {
+		hc = c.startHourCheckLocked(h, now)
+	}
+	c.mu.Unlock()
+	select {
+	case <-hc.done:
+	case <-ctx.Done():
+		return 0, time.Time{}, false
+	}
+	if hc.err != nil {
+		return 0, time.Time{}, false
+	}
+	c.mu.Lock()
+	t, changed := c.hours.inval[id]
+	c.mu.Unlock()
+	if changed && !hc.checked.After(t) {
+		return 0, time.Time{}, false // changed since that LIST: ask alone
+	}
+	i, found := slices.BinarySearchFunc(hc.found, id, func(l layout.ListedSession, id layout.SessionID) int { return l.ID.Compare(id) })
+	if !found || (hc.found[i].Version == 0 && !hc.found[i].Manifest) {
+		return 0, time.Time{}, false
+	}
+	return hc.found[i].Version, hc.checked, true
+}
+
+// startHourCheckLocked starts the check of hour h. It runs apart from
+// its first caller's context: every re-check of the hour waits for it,
+// and each request has a deadline of its own. c.mu is held.
+func (c *Cache) startHourCheckLocked(h uint32, now time.Time) *hourCheck {
+	if c.hours.of == nil {
+		c.hours.of, c.hours.long = map[uint32]*hourCheck{}, map[uint32]bool{}
+	}
+	if len(c.hours.of) >= hourCheckKeep {
+		for k, old := range c.hours.of {
+			select {
+			case <-old.done:
+				if !c.freshAt(now, old.checked) {
+					delete(c.hours.of, k)
+				}
+			default:
+			}
+		}
+	}
+	hc := &hourCheck{done: make(chan struct{}), checked: now}
+	c.hours.of[h] = hc
+	c.stats.hourChecks.Add(1)
+	go func() {
+		found, err := c.store.ListHourVersions(context.Background(), h, hourCheckPages, c.skipKey)
+		if found == nil && err == nil {
+			found = []layout.ListedSession{} // an empty hour: found, not running
+		}
+		hc.found, hc.err = found, err // read by others only after done
+		if errors.Is(err, layout.ErrLongPartition) {
+			c.mu.Lock()
+			c.hours.long[h] = true
+			c.mu.Unlock()
+		}
+		close(hc.done)
+	}()
+	return hc
+}
