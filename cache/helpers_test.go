@@ -136,8 +136,11 @@ type countingStore struct {
 	latest    map[layout.SessionID]int
 	ranges    map[layout.SessionID]int
 	manifests map[layout.SessionID]int
-	// beforeRange, if set, runs before every ReadSnapshotRange.
-	beforeRange func(ctx context.Context, id layout.SessionID)
+	// beforeRange, if set, runs before every ReadSnapshotRange;
+	// beforeManifest before every LoadManifest.
+	beforeRange, beforeManifest func(ctx context.Context, id layout.SessionID)
+	// spans are the version ranges read, "from-to", in call order.
+	spans []string
 }
 
 func newCountingStore(inner Store) *countingStore {
@@ -176,12 +179,19 @@ func (s *countingStore) ListHourVersions(ctx context.Context, hour uint32, maxPa
 
 func (s *countingStore) LoadManifest(ctx context.Context, id layout.SessionID) (*layout.Manifest, error) {
 	s.count(s.manifests, id)
+	s.mu.Lock()
+	hook := s.beforeManifest
+	s.mu.Unlock()
+	if hook != nil {
+		hook(ctx, id)
+	}
 	return s.Store.LoadManifest(ctx, id)
 }
 
 func (s *countingStore) ReadSnapshotRange(ctx context.Context, id layout.SessionID, from, to uint32, par int) ([][]layout.Descriptor, error) {
 	s.count(s.ranges, id)
 	s.mu.Lock()
+	s.spans = append(s.spans, fmt.Sprintf("%d-%d", from, to))
 	hook := s.beforeRange
 	s.mu.Unlock()
 	if hook != nil {

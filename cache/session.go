@@ -292,19 +292,39 @@ func (s *Session) markChecked(checkedAt time.Time, inval uint64) {
 	}
 }
 
+// build loads the state at version fp from scratch. The snapshots are
+// read while the manifest and the parent chain are: their keys follow
+// from the version numbers, so a first load costs the round trip of the
+// manifest and the snapshots together, not one after the other. An error
+// of the manifest or the chain comes first: it says what the session is
+// (not found, or a broken chain) better than a snapshot read does.
 func (s *Session) build(ctx context.Context, fp uint32) (*State, error) {
 	c := s.c
+	type read struct {
+		snaps [][]layout.Descriptor
+		err   error
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := make(chan read, 1)
+	go func() {
+		snaps, err := c.readSnaps(sctx, s.id, 1, fp)
+		got <- read{snaps, err}
+	}()
 	m, err := c.manifest(ctx, s.id)
+	var anc []layout.Entry
+	if err == nil {
+		anc, err = c.ancestorLog(ctx, s.id, m)
+	}
 	if err != nil {
+		cancel()
+		<-got
 		return nil, err
 	}
-	anc, err := c.ancestorLog(ctx, s.id, m)
-	if err != nil {
-		return nil, err
-	}
-	snaps, err := c.readSnaps(ctx, s.id, 1, fp)
-	if err != nil {
-		return nil, fmt.Errorf("load session %s: %w", s.id, err)
+	r := <-got
+	snaps := r.snaps
+	if r.err != nil {
+		return nil, fmt.Errorf("load session %s: %w", s.id, r.err)
 	}
 	c.stats.snapshotsRead.Add(int64(len(snaps)))
 	slots := make(map[string]layout.Entry)
