@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"slices"
 
 	"github.com/pugmark/pugfs/layout"
 )
@@ -11,15 +12,15 @@ import (
 // lookup of one of its files, needs that snapshot again: a second GET of
 // an immutable object, one of the requests `cat sessions/*/b.txt` pays
 // per session. Single snapshots read through Cache.snapshots are kept
-// here, bounded in bytes, and loads of a single version take them from
-// here. Snapshots never change, so nothing here can be stale.
+// here, bounded in bytes, and loads take the newest versions they need
+// from here. Snapshots never change, so nothing here can be stale.
 
 const (
 	// recentMaxBytes bounds the estimated memory of the snapshots kept.
 	recentMaxBytes = 16 << 20
-	// recentMaxDescs keeps only small snapshots: the large ones are read
-	// by loads of long sessions anyway, in parallel.
-	recentMaxDescs = 64
+	// recentMaxDescs keeps snapshots of up to this many descriptors: a
+	// larger one is a commit of a whole tree, rare enough to read twice.
+	recentMaxDescs = 1024
 )
 
 // recentSnaps is a byte-bounded LRU of single snapshots, guarded by
@@ -65,23 +66,34 @@ func (r *recentSnaps) addLocked(id layout.SessionID, v uint32, ds []layout.Descr
 	}
 }
 
-// readSnaps returns versions from..to of id: a single version from the
-// recent snapshots when it is there, else from the store (and a single
-// version read is kept).
+// readSnaps returns versions from..to of id. The newest of them that are
+// among the recent snapshots (the latest, when a summary just read it)
+// are taken from there and only the rest is read from the store; a
+// single version read is kept.
 func (c *Cache) readSnaps(ctx context.Context, id layout.SessionID, from, to uint32) ([][]layout.Descriptor, error) {
-	if from == to {
-		c.mu.Lock()
-		ds, ok := c.recent.snaps[ancestorKey{id, from}]
-		c.mu.Unlock()
-		if ok {
-			return [][]layout.Descriptor{ds}, nil
+	var tail [][]layout.Descriptor // newest first
+	c.mu.Lock()
+	for from > 0 && to >= from {
+		ds, ok := c.recent.snaps[ancestorKey{id, to}]
+		if !ok {
+			break
 		}
+		tail = append(tail, ds)
+		to--
+	}
+	c.mu.Unlock()
+	slices.Reverse(tail)
+	if len(tail) > 0 && to < from {
+		return tail, nil
 	}
 	snaps, err := c.store.ReadSnapshotRange(ctx, id, from, to, c.opts.Parallel)
-	if err == nil && from == to && len(snaps) == 1 {
+	if err != nil {
+		return nil, err
+	}
+	if from == to && len(snaps) == 1 && len(tail) == 0 {
 		c.mu.Lock()
 		c.recent.addLocked(id, from, snaps[0])
 		c.mu.Unlock()
 	}
-	return snaps, err
+	return append(snaps, tail...), nil
 }
