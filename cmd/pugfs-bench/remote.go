@@ -375,11 +375,27 @@ func runRemote(ctx context.Context, c *Config) error {
 func (b *bench) buildRemoteRows(ds sets, vers []*dataset, many *dataset, plain map[*dataset]string, far, near *delayProxy) {
 	c := b.cfg
 	lat := c.Latency.String()
+	// freshCacheDir is the emptied --cache-dir of a pugfs target key
+	// ("": none, with -pugfs-cache-dir=false).
+	freshCacheDir := func(key string) string {
+		if !c.CacheDir {
+			return ""
+		}
+		return filepath.Join(b.scratch, "cache", key)
+	}
+
 	ro := []string{"--read-only", "--cache-size", fmt.Sprint(c.CacheSize)}
 	rcl := []string{"--read-only", "--use-server-modtime"}
 	noPeer := "no plain-bucket equivalent (versions are pugmark's)"
 	pair := func(g string, d *dataset, p *delayProxy, pugArgs ...string) map[string]*target {
-		m := map[string]*target{colPugfs: {key: g + "-pugfs", col: colPugfs, src: p.s3URL(b.s3, d.Name), env: b.s3.Env(), args: append(append([]string{}, ro...), pugArgs...)}}
+		pug := &target{key: g + "-pugfs", col: colPugfs, src: p.s3URL(b.s3, d.Name), env: b.s3.Env(), args: append(append([]string{}, ro...), pugArgs...)}
+		if len(pugArgs) == 0 {
+			// Cold is cold: without a cache directory of its own every
+			// mount would share the default one, and the runs after the
+			// first would find the bodies and summaries there.
+			pug.cacheDir = freshCacheDir(pug.key)
+		}
+		m := map[string]*target{colPugfs: pug}
 		if b.tools.rclone != "" && plain[d] != "" {
 			m[colRclone] = &target{key: g + "-rclone", col: colRclone, src: "pbench:" + plain[d], env: p.rcloneEnv(), args: rcl}
 		}
@@ -457,8 +473,9 @@ func (b *bench) buildRemoteRows(ds sets, vers []*dataset, many *dataset, plain m
 			p, l, goal = near, 5*time.Millisecond, 0.5
 		}
 		add(&row{name: fmt.Sprintf("first `ls` of a session with %s snapshots, %v per request, fresh mount", thousands(d.N), l), group: g, mode: modeFresh,
-			cells: map[string]*target{colPugfs: {key: fmt.Sprintf("%s-pugfs-%d", g, d.N), col: colPugfs, src: p.s3URL(b.s3, d.Name), env: b.s3.Env(), args: ro}},
-			na:    naNoPeer, job: job(at, "ls", d.sessionPath()),
+			cells: map[string]*target{colPugfs: {key: fmt.Sprintf("%s-pugfs-%d", g, d.N), col: colPugfs, src: p.s3URL(b.s3, d.Name), env: b.s3.Env(), args: ro,
+				cacheDir: freshCacheDir(fmt.Sprintf("%s-pugfs-%d", g, d.N))}},
+			na: naNoPeer, job: job(at, "ls", d.sessionPath()),
 			ideal: float64(d.N) * l.Seconds() / fetchParallel}, remoteGoal{secs: goal})
 	}
 	b.notes = append(b.notes, "Every request goes through a proxy that holds it "+lat+" (5 ms for the 2,000-snapshot row) before versitygw on 127.0.0.1 answers.")
