@@ -14,16 +14,22 @@ import (
 	"gocloud.dev/blob"
 )
 
+// countedSession is a new session on b and a cache over a counting store
+// of it, with the tests' TTL.
+func countedSession(t *testing.T, b *blob.Bucket) (*world, *countingStore, *Cache, layout.SessionID) {
+	t.Helper()
+	w := newWorld(t, b)
+	cs := newCountingStore(w.store)
+	return w, cs, newCache(t, cs, Options{MetadataTTL: testTTL}), w.session()
+}
+
 // A first load reads the snapshots while it reads the manifest: the
 // manifest read here returns only once a snapshot read has started, which
 // a load reading them one after the other never sees. A session that does
 // not exist is still not found, whatever its snapshot reads say.
 func TestFirstLoadReadsManifestAndSnapshotsTogether(t *testing.T) {
 	testbucket.Each(t, func(t *testing.T, b *blob.Bucket) {
-		w := newWorld(t, b)
-		cs := newCountingStore(w.store)
-		c := newCache(t, cs, Options{MetadataTTL: testTTL})
-		s := w.session()
+		w, cs, c, s := countedSession(t, b)
 		w.commit(s, textDesc("f", "v1", epoch))
 		w.commit(s, textDesc("g", "v2", epoch))
 		started := make(chan struct{})
@@ -51,10 +57,7 @@ func TestFirstLoadReadsManifestAndSnapshotsTogether(t *testing.T) {
 // not fetched a second time.
 func TestLoadAfterSummaryReadsLatestOnce(t *testing.T) {
 	testbucket.Each(t, func(t *testing.T, b *blob.Bucket) {
-		w := newWorld(t, b)
-		cs := newCountingStore(w.store)
-		c := newCache(t, cs, Options{MetadataTTL: testTTL})
-		s := w.session()
+		w, cs, c, s := countedSession(t, b)
 		for i := range 3 {
 			w.commit(s, textDesc(fmt.Sprintf("f%d", i), "x", epoch.Add(time.Duration(i)*time.Minute)))
 		}
