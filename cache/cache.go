@@ -21,7 +21,9 @@
 // before reading snapshots, and the rebuilt State records exactly that
 // version (consistency.md §4). The check time is taken before the LIST, so a
 // commit that lands during a rebuild is picked up by the first access after
-// the TTL.
+// the TTL. The LIST is a listing's freshness pass within the TTL, else one
+// of the session's hour partition, shared by every session of that hour
+// (hourcheck.go), else one of the session's own snapshots.
 package cache
 
 import (
