@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -79,8 +80,14 @@ func (c *Cache) freshVersion(ctx context.Context, id layout.SessionID) (version 
 	if v, at, ok := c.listedVersion(id); ok {
 		return v, at, nil
 	}
-	if v, at, ok := c.hourVersion(ctx, id); ok {
+	v, at, ok, err := c.hourVersion(ctx, id)
+	if ok {
 		return v, at, nil
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		// The bucket did not answer the hour's LIST in time: asking
+		// again for this one session would make its caller wait twice.
+		return 0, time.Time{}, fmt.Errorf("latest version of %s: %w", id, err)
 	}
 	checked = c.opts.Now()
 	c.stats.checks.Add(1)
@@ -92,16 +99,17 @@ func (c *Cache) freshVersion(ctx context.Context, id layout.SessionID) (version 
 // partition within the TTL, running one when there is none; ok is false
 // when the check cannot say (the hour is too long to list whole, the
 // LIST failed, the listing does not show id) and id must be asked alone.
-func (c *Cache) hourVersion(ctx context.Context, id layout.SessionID) (version uint32, checked time.Time, ok bool) {
+// err is the check's error when its LIST failed.
+func (c *Cache) hourVersion(ctx context.Context, id layout.SessionID) (version uint32, checked time.Time, ok bool, err error) {
 	if c.opts.MetadataTTL <= 0 {
-		return 0, time.Time{}, false
+		return 0, time.Time{}, false, nil
 	}
 	h := id.Hour()
 	now := c.opts.Now()
 	c.mu.Lock()
 	if c.hours.long[h] {
 		c.mu.Unlock()
-		return 0, time.Time{}, false
+		return 0, time.Time{}, false, nil
 	}
 	hc := c.hours.of[h]
 	if hc != nil {
@@ -120,22 +128,22 @@ func (c *Cache) hourVersion(ctx context.Context, id layout.SessionID) (version u
 	select {
 	case <-hc.done:
 	case <-ctx.Done():
-		return 0, time.Time{}, false
+		return 0, time.Time{}, false, nil
 	}
 	if hc.err != nil {
-		return 0, time.Time{}, false
+		return 0, time.Time{}, false, hc.err
 	}
 	c.mu.Lock()
 	t, changed := c.hours.inval[id]
 	c.mu.Unlock()
 	if changed && !hc.checked.After(t) {
-		return 0, time.Time{}, false // changed since that LIST: ask alone
+		return 0, time.Time{}, false, nil // changed since that LIST: ask alone
 	}
 	i, found := slices.BinarySearchFunc(hc.found, id, func(l layout.ListedSession, id layout.SessionID) int { return l.ID.Compare(id) })
 	if !found || (hc.found[i].Version == 0 && !hc.found[i].Manifest) {
-		return 0, time.Time{}, false
+		return 0, time.Time{}, false, nil
 	}
-	return hc.found[i].Version, hc.checked, true
+	return hc.found[i].Version, hc.checked, true, nil
 }
 
 // startHourCheckLocked starts the check of hour h. It runs apart from
@@ -161,9 +169,6 @@ func (c *Cache) startHourCheckLocked(h uint32, now time.Time) *hourCheck {
 	c.stats.hourChecks.Add(1)
 	go func() {
 		found, err := c.store.ListHourVersions(context.Background(), h, hourCheckPages, c.skipKey)
-		if found == nil && err == nil {
-			found = []layout.ListedSession{} // an empty hour: found, not running
-		}
 		hc.found, hc.err = found, err // read by others only after done
 		if errors.Is(err, layout.ErrLongPartition) {
 			c.mu.Lock()

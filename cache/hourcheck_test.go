@@ -1,13 +1,17 @@
 package cache
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 
 	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/faultblob"
 	"gocloud.dev/blob"
+	"gocloud.dev/blob/memblob"
 )
 
 // A traversal of many sessions re-checks them by hour partition: once
@@ -74,4 +78,31 @@ func TestFreshnessByHour(t *testing.T) {
 		}
 		expect("a session invalidated within the TTL", 1, 2*h)
 	})
+}
+
+// An hour check the bucket did not answer in time fails the re-check
+// that waited for it: asking again for the one session would make its
+// caller wait a second time on a silent bucket.
+func TestHourCheckTimeoutFailsOnce(t *testing.T) {
+	w := newWorld(t, memblob.OpenBucket(nil))
+	cs := newCountingStore(w.store)
+	clk := newClock()
+	c := newCache(t, cs, Options{MetadataTTL: testTTL, Now: clk.Now})
+	s := w.session()
+	w.commit(s, textDesc("f", "v1", epoch))
+	mustState(t, c, s)
+	clk.Advance(testTTL)
+	hour, err := layout.HourPrefix(s.Hour())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.inj.Add(faultblob.Rule{Ops: faultblob.OpList, Match: faultblob.Match{Prefix: hour}, FailProb: 1,
+		Err: fmt.Errorf("no answer: %w", context.DeadlineExceeded)})
+	before, _, _ := cs.counts(s)
+	if _, err := c.State(bg, s); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("re-check on a silent bucket: %v, want DeadlineExceeded", err)
+	}
+	if after, _, _ := cs.counts(s); after != before {
+		t.Fatalf("%d LISTs of the session's own after its hour's LIST timed out, want none", after-before)
+	}
 }
