@@ -70,8 +70,11 @@ const (
 	raStreams = 16
 	// raIdle drops a stream nothing was read through for this long.
 	raIdle = 5 * time.Second
-	// raStateLoads bounds the session states a name stream loads at once.
-	raStateLoads = 32
+	// raStateLoads bounds the session states a name stream loads at once:
+	// as many as the mount's requests in flight by default, since a load
+	// is one round trip once its hour is checked (32 left the shell's
+	// glob of sessions/*/b.txt waiting, 20 ms a request).
+	raStateLoads = 64
 	// raMinStateWindow is the least a name stream loads ahead, however
 	// slow its reader (see stateWindow).
 	raMinStateWindow = 16
