@@ -222,7 +222,15 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 		debug.SetMemoryLimit(cfg.CacheSize + 48<<20)
 	}
 	copts := cache.Options{MetadataTTL: cfg.MetadataTTL, Logger: log}
-	bopts := blobcache.Options{MemBytes: cfg.CacheSize, SpillDir: staging, SniffEncoding: cfg.SniffEncoding, Logger: log}
+	// The blob cache may have as many reads in flight as the mount's
+	// scheduler lets through (--max-requests), not only its own default
+	// of 32: a traversal's prefetches of small bodies get most of them
+	// (blobcache.PrefetchLimits), and at 20 ms a request 16 bodies at a
+	// time was what held cat sessions/*/b.txt back. Never fewer than that
+	// default, which leaves the chunk read-ahead's reads room beside a
+	// program's own.
+	inFlight := max(cfg.MaxRequests, 4*blobcache.DefaultParallel)
+	bopts := blobcache.Options{MemBytes: cfg.CacheSize, MaxInFlight: inFlight, SpillDir: staging, SniffEncoding: cfg.SniffEncoding, Logger: log}
 	if cfg.CacheDir != cacheDirOff {
 		// On by default: what never changes is kept for the next mount
 		// of the bucket, in the directory the staged writes use (the
