@@ -51,7 +51,8 @@ var relPosixWriteNotApplicable = map[string]string{
 	"XAttrLarge":          "large arbitrary user.* attributes (ENOTSUP)",
 }
 
-// relPosixReadSide are run by TestPosix on the read side.
+// relPosixReadSide are run on the read side, by TestPosix (FdLeak by
+// TestPosixFdLeak, alone).
 var relPosixReadSide = []string{"DirSeek", "DirectIO", "FdLeak", "FileLarge", "LseekEnxioCheck",
 	"LseekHoleSeeksToEOF", "OpenAt", "ReadDirBasic", "ReadDirConsistency"}
 
