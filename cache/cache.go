@@ -50,8 +50,8 @@ type Store interface {
 	ListHourVersions(ctx context.Context, hour uint32, maxPages int, bad func(key string, err error)) ([]layout.ListedSession, error)
 	LoadManifest(ctx context.Context, id layout.SessionID) (*layout.Manifest, error)
 	ReadSnapshotRange(ctx context.Context, id layout.SessionID, from, to uint32, par int) ([][]layout.Descriptor, error)
-	ListSessionVersions(ctx context.Context, full func(hour uint32, partitions int) bool, bad func(key string, err error)) ([]layout.ListedSession, error)
-	ListHours(ctx context.Context, par int, bad func(key string, err error)) ([]uint32, error)
+	ListSessionVersions(ctx context.Context, known []uint32, full func(hour uint32, partitions int) bool, bad func(key string, err error)) ([]layout.ListedSession, error)
+	ListHours(ctx context.Context, par int, known []uint32, bad func(key string, err error)) ([]uint32, error)
 	ListHour(ctx context.Context, hour uint32, bad func(key string, err error)) ([]layout.SessionID, error)
 }
 
@@ -386,6 +386,9 @@ func (c *Cache) Sessions(ctx context.Context) ([]layout.SessionID, error) {
 // listed returns the last freshness pass over sessions/ and its time,
 // running a new one (layout.Store.ListSessionVersions: the partition
 // walk, one LIST per hour partition) when it is older than the TTL. The
+// hours known from the last pass and from summaries (the cache
+// directory's, on a fresh mount) are listed beside the walk, not after
+// it: a pass that finds no new hour costs one round trip, not five. The
 // slice is shared and must not be changed.
 func (c *Cache) listed(ctx context.Context) ([]layout.ListedSession, time.Time, error) {
 	now := c.opts.Now()
@@ -395,8 +398,9 @@ func (c *Cache) listed(ctx context.Context) ([]layout.ListedSession, time.Time, 
 		c.mu.Unlock()
 		return found, at, nil
 	}
+	known := c.knownHoursLocked()
 	c.mu.Unlock()
-	found, err := c.store.ListSessionVersions(ctx, c.fullPartitions(), c.skipKey)
+	found, err := c.store.ListSessionVersions(ctx, known, c.fullPartitions(), c.skipKey)
 	if err != nil {
 		return nil, time.Time{}, err
 	}

@@ -40,8 +40,9 @@ func (c *Cache) Hours(ctx context.Context) ([]uint32, error) {
 		c.mu.Unlock()
 		return hs, nil
 	}
+	known := c.knownHoursLocked()
 	c.mu.Unlock()
-	hs, err := c.store.ListHours(ctx, 0, c.skipKey)
+	hs, err := c.store.ListHours(ctx, 0, known, c.skipKey)
 	if err != nil {
 		return nil, err
 	}
@@ -109,6 +110,22 @@ func (c *Cache) hourCreatedLocked(id layout.SessionID) {
 // left out of listings.
 func (c *Cache) skipKey(key string, err error) {
 	c.log.Warn("skipping a key under sessions/ that is not a session path", "key", key, "err", err)
+}
+
+// knownHoursLocked returns the hour partitions this cache has seen: those
+// of the last listings (however old) and of the sessions it has summaries
+// of. A walk lists their levels at once (layout.Store.ListHours); it
+// still returns only what it finds. Cache.mu is held.
+func (c *Cache) knownHoursLocked() []uint32 {
+	hs := slices.Clone(c.hourLists.hours)
+	if c.list.valid {
+		hs = append(hs, hoursOf(c.list.found)...)
+	}
+	for id := range c.summaries {
+		hs = append(hs, id.Hour())
+	}
+	slices.Sort(hs)
+	return slices.Compact(hs)
 }
 
 func hoursOf(found []layout.ListedSession) []uint32 {

@@ -15,9 +15,11 @@ import (
 )
 
 // DefaultListParallel bounds the LIST requests a partition walk keeps in
-// flight when the caller gives no bound: wide enough that 2,000 hours at
-// 20 ms a request take about a second, narrow enough not to be throttled.
-const DefaultListParallel = 32
+// flight when the caller gives no bound: as wide as a mount's default
+// request budget (--max-requests), so 2,000 hours at 20 ms a request take
+// about 0.6 s and a re-check of 48 hours and their levels is one wave;
+// far below the rate at which S3 throttles a prefix.
+const DefaultListParallel = 64
 
 // partitionLevels are the Hive-style levels above a session directory
 // (§4.2): year=, month=, day=, hour=.
@@ -54,12 +56,21 @@ func ParseHourPrefix(prefix string) (uint32, error) {
 // sessions/, oldest first. It walks year=, month=, day= and hour= with
 // delimiter listings, each level's prefixes listed concurrently (at most
 // par LISTs in flight; DefaultListParallel when par < 1), so the cost is
-// four round trips deep however many partitions there are. Prefixes that
-// are not partition names are passed to bad, if set, and skipped. A failed
-// LIST fails the whole walk: never a shorter list.
-func (s *Store) ListHours(ctx context.Context, par int, bad func(key string, err error)) ([]uint32, error) {
-	w := newPartitionWalk(s, par, bad)
-	err := w.run(ctx, func(ctx context.Context, prefix string) error {
+// four round trips deep however many partitions there are. known are
+// hours the caller saw before (may be nil): the levels above them are
+// listed at once rather than when their parents' listings name them, so
+// a walk that finds nothing new is one round trip deep; what is returned
+// is still only what the walk found. Prefixes that are not partition
+// names are passed to bad, if set, and skipped. A failed LIST fails the
+// whole walk: never a shorter list.
+func (s *Store) ListHours(ctx context.Context, par int, known []uint32, bad func(key string, err error)) ([]uint32, error) {
+	return s.listHoursWith(ctx, newPartitionWalk(s, par, bad), known)
+}
+
+// listHoursWith is ListHours on a walk whose semaphore the caller may
+// share with the hour listings it sends.
+func (s *Store) listHoursWith(ctx context.Context, w *partitionWalk, known []uint32) ([]uint32, error) {
+	err := w.run(ctx, known, func(ctx context.Context, prefix string) error {
 		h, err := ParseHourPrefix(prefix)
 		if err != nil {
 			w.skip(prefix, err)
@@ -123,7 +134,7 @@ func (s *Store) ListSessions(ctx context.Context, bad func(key string, err error
 	w := newPartitionWalk(s, DefaultListParallel, bad)
 	var mu sync.Mutex // guards ids
 	var ids []SessionID
-	err := w.run(ctx, func(ctx context.Context, prefix string) error {
+	err := w.run(ctx, nil, func(ctx context.Context, prefix string) error {
 		if _, err := ParseHourPrefix(prefix); err != nil {
 			w.skip(prefix, err)
 			return nil
@@ -182,11 +193,24 @@ func (w *partitionWalk) addHour(h uint32) {
 }
 
 // run lists the partition levels under sessions/ and calls leaf for every
-// hour= prefix found, each level and leaf in its own goroutine. The first
-// error cancels the rest and is returned.
-func (w *partitionWalk) run(ctx context.Context, leaf func(ctx context.Context, prefix string) error) error {
+// hour= prefix found, each level and leaf in its own goroutine. The
+// levels above the known hours are listed from the start, beside the
+// root's listing; every prefix is still listed once, and leaf is called
+// only for hours a day= listing names. The first error cancels the rest
+// and is returned.
+func (w *partitionWalk) run(ctx context.Context, known []uint32, leaf func(ctx context.Context, prefix string) error) error {
 	g, ctx := errgroup.WithContext(ctx)
+	var mu sync.Mutex            // guards started
+	started := map[string]bool{} // prefixes listed or being listed
 	var descend func(prefix string, depth int) error
+	start := func(prefix string, depth int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !started[prefix] {
+			started[prefix] = true
+			g.Go(func() error { return descend(prefix, depth) })
+		}
+	}
 	descend = func(prefix string, depth int) error {
 		dirs, err := w.s.listDirs(ctx, w.sem, prefix)
 		if err != nil {
@@ -196,12 +220,25 @@ func (w *partitionWalk) run(ctx context.Context, leaf func(ctx context.Context, 
 			if depth+1 == partitionLevels {
 				g.Go(func() error { return leaf(ctx, d) })
 			} else {
-				g.Go(func() error { return descend(d, depth+1) })
+				start(d, depth+1)
 			}
 		}
 		return nil
 	}
-	g.Go(func() error { return descend(SessionsPrefix, 0) })
+	start(SessionsPrefix, 0)
+	for _, h := range known {
+		hp, err := HourPrefix(h)
+		if err != nil {
+			continue // not a partition a walk can find
+		}
+		// sessions/year=Y/, .../month=M/, .../day=D/: each ancestor is
+		// the prefix up to one more "/".
+		end := len(SessionsPrefix)
+		for depth := 1; depth < partitionLevels; depth++ {
+			end += strings.IndexByte(hp[end:], '/') + 1
+			start(hp[:end], depth)
+		}
+	}
 	return g.Wait()
 }
 
@@ -282,26 +319,28 @@ const partitionPageSessions = 50
 // partitions (all of them when full is nil) are listed with a delimiter:
 // the same requests, but only the sessions (Version 0, Manifest false),
 // which some servers answer much faster (one that walks a file system
-// reads every object's metadata for a full listing). Keys that do not
-// parse go to bad, if set; a failed LIST fails the whole listing, never a
-// shorter one.
-func (s *Store) ListSessionVersions(ctx context.Context, full func(hour uint32, partitions int) bool, bad func(key string, err error)) ([]ListedSession, error) {
-	hours, err := s.ListHours(ctx, DefaultListParallel, bad)
-	if err != nil {
-		return nil, err
-	}
+// reads every object's metadata for a full listing).
+//
+// known are the hours of an earlier pass (may be nil): their partitions
+// are listed at once, beside the walk (with partitions = len(known) for
+// full), and the walk starts from their levels too (ListHours), so a pass
+// that finds no new hour is one round trip deep instead of five. An hour
+// the walk finds that is not in known is listed when the walk ends. Keys
+// that do not parse go to bad, if set; a failed LIST fails the whole
+// listing, never a shorter one.
+func (s *Store) ListSessionVersions(ctx context.Context, known []uint32, full func(hour uint32, partitions int) bool, bad func(key string, err error)) ([]ListedSession, error) {
 	w := newPartitionWalk(s, DefaultListParallel, bad)
 	g, gctx := errgroup.WithContext(ctx)
 	var mu sync.Mutex // guards out
 	var out []ListedSession
-	for _, h := range hours {
+	list := func(h uint32, partitions int) {
 		g.Go(func() error {
 			prefix, err := HourPrefix(h)
 			if err != nil {
 				return err
 			}
 			var got []ListedSession
-			if full != nil && full(h, len(hours)) {
+			if full != nil && full(h, partitions) {
 				got, err = s.listPartition(gctx, w, prefix, 0)
 			} else {
 				var ids []SessionID
@@ -319,6 +358,25 @@ func (s *Store) ListSessionVersions(ctx context.Context, full func(hour uint32, 
 			return nil
 		})
 	}
+	listed := make(map[uint32]bool, len(known))
+	for _, h := range known {
+		if _, err := HourPrefix(h); err == nil && !listed[h] {
+			listed[h] = true
+			list(h, len(known))
+		}
+	}
+	g.Go(func() error {
+		hours, err := s.listHoursWith(gctx, w, known)
+		if err != nil {
+			return err
+		}
+		for _, h := range hours {
+			if !listed[h] {
+				list(h, len(hours))
+			}
+		}
+		return nil
+	})
 	if err := g.Wait(); err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}

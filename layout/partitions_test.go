@@ -2,6 +2,7 @@ package layout
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -79,7 +80,7 @@ func TestSection4_2_PartitionWalk(t *testing.T) {
 		putRaw(t, b, "sessions/year=2024/month=05/day=06/hour=99/"+strings.Repeat("A", 24)+"/manifest.json", []byte("{}"), nil)
 
 		var bad []string
-		got, err := s.ListHours(bg, 4, func(k string, err error) { bad = append(bad, k) })
+		got, err := s.ListHours(bg, 4, nil, func(k string, err error) { bad = append(bad, k) })
 		if err != nil || !slices.Equal(got, hours) {
 			t.Fatalf("ListHours = %v, %v; want %v", got, err, hours)
 		}
@@ -130,7 +131,7 @@ func TestPartitionWalkFailure(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.prefix) {
 				t.Fatalf("error %q does not name %s", err, tt.prefix)
 			}
-			if _, err := s.ListHours(bg, 0, nil); err == nil && tt.prefix != hourKey {
+			if _, err := s.ListHours(bg, 0, nil, nil); err == nil && tt.prefix != hourKey {
 				t.Fatalf("ListHours succeeded past a failed level")
 			}
 		})
@@ -162,6 +163,90 @@ func TestPartitionWalkOverlaps(t *testing.T) {
 		t.Fatalf("peak in flight %d exceeds the bound %d", st.PeakInFlight, DefaultListParallel)
 	}
 	t.Logf("%d LISTs, peak in flight %d", st.Lists-before.Lists, st.PeakInFlight)
+}
+
+// A pass that knows the hours of an earlier one sends every LIST of the
+// walk and of those partitions at once (one round trip deep, not five),
+// with no more LISTs than without the hint; an hour it did not know is
+// still found and listed, and the walk alone decides which hours there
+// are. Counted with a gate that holds every LIST: all of them are waiting
+// on it together before any is answered.
+func TestListSessionVersionsKnownHours(t *testing.T) {
+	base := uint32(testNow.Unix() / 3600)
+	// Two days of one month: sessions/, year=, month=, two day= LISTs.
+	hours := []uint32{base, base + 1, base + 30}
+	const levels = 1 + 1 + 1 + 2
+	tests := []struct {
+		name  string
+		known []uint32
+		// waiting is how many LISTs are in flight before any answer.
+		waiting int
+	}{
+		{"every hour known", hours, levels + len(hours)},
+		// base+30 is of a day the hint does not name: its day= LIST
+		// waits for the month='s answer.
+		{"a new hour", hours[:2], levels - 1 + 2},
+		{"a known hour gone", append(slices.Clone(hours), base+2), levels + len(hours) + 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fb, inj, _ := faulty(t, memblob.OpenBucket(nil))
+			s := newStore(t, fb, nil)
+			byHour := partitionSessions(t, s, hours, 2)
+			var want []ListedSession
+			for _, h := range hours {
+				for _, id := range byHour[h] {
+					want = append(want, ListedSession{ID: id, Manifest: true})
+				}
+			}
+			slices.SortFunc(want, func(a, b ListedSession) int { return a.ID.Compare(b.ID) })
+
+			gate, release := inj.Stall(faultblob.OpList, faultblob.Match{})
+			defer release()
+			before := s.Stats().Lists
+			type result struct {
+				got []ListedSession
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				got, err := s.ListSessionVersions(bg, tt.known, everyHour, nil)
+				done <- result{got, err}
+			}()
+			waitFor(t, func() bool { return gate.Waiting() >= tt.waiting },
+				func() string { return fmt.Sprintf("%d LISTs in flight at once, want %d", gate.Waiting(), tt.waiting) })
+			release()
+			r := <-done
+			if r.err != nil || !slices.Equal(r.got, want) {
+				t.Fatalf("ListSessionVersions =\n%v, %v\nwant\n%v", r.got, r.err, want)
+			}
+			// Every prefix once: the levels, the hours found, and a
+			// known hour that is gone.
+			wantLists := int64(levels + len(hours))
+			if len(tt.known) > len(hours) {
+				wantLists++
+			}
+			if lists := s.Stats().Lists - before; lists != wantLists {
+				t.Fatalf("%d LISTs, want %d", lists, wantLists)
+			}
+			hs, err := s.ListHours(bg, 0, tt.known, nil)
+			if err != nil || !slices.Equal(hs, hours) {
+				t.Fatalf("ListHours = %v, %v; want %v", hs, err, hours)
+			}
+		})
+	}
+}
+
+// waitFor polls cond until it holds, failing the test with what(), the
+// state it waits on, if it has not after ten seconds.
+func waitFor(t *testing.T, cond func() bool, what func() string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal(what())
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // everyHour lists every partition in full.
@@ -205,7 +290,7 @@ func TestListSessionVersions(t *testing.T) {
 
 		var bad []string
 		before := s.Stats().Lists
-		got, err := s.ListSessionVersions(bg, everyHour, func(k string, err error) { bad = append(bad, k) })
+		got, err := s.ListSessionVersions(bg, nil, everyHour, func(k string, err error) { bad = append(bad, k) })
 		lists := s.Stats().Lists - before
 		if err != nil {
 			t.Fatal(err)
@@ -259,7 +344,7 @@ func TestListSessionVersionsLongHistory(t *testing.T) {
 		putRaw(t, b, k, []byte("[]"), nil)
 	}
 	startLists := s.Stats().Lists
-	got, err := s.ListSessionVersions(bg, everyHour, nil)
+	got, err := s.ListSessionVersions(bg, nil, everyHour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +367,7 @@ func TestListSessionVersionsNamesOnly(t *testing.T) {
 	s := newStore(t, memBucket(), nil)
 	base := uint32(testNow.Unix() / 3600)
 	byHour := partitionSessions(t, s, []uint32{base, base + 1}, 2)
-	got, err := s.ListSessionVersions(bg, func(h uint32, n int) bool { return h == base && n == 2 }, nil)
+	got, err := s.ListSessionVersions(bg, nil, func(h uint32, n int) bool { return h == base && n == 2 }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
