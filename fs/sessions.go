@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -86,6 +87,18 @@ type sessionDir struct {
 	// hist marks a read-only view of version at (.pugmark/at/<N>).
 	hist bool
 	at   uint32
+
+	memoMu sync.Mutex // guards memo
+	// memo is the last listing built from a tree directory, kept where
+	// the children depend on nothing else (memoisable): a read-only
+	// mount's or a history view's. A tree directory never changes (a new
+	// state copies what it changes), so while the view shows the same
+	// one, a readdir reuses the children instead of building them and
+	// warming their sizes again.
+	memo struct {
+		dir  *cache.Dir
+		kids []child
+	}
 }
 
 func (d *sessionDir) live() bool { return !d.hist }
@@ -124,15 +137,10 @@ func (d *sessionDir) list(ctx context.Context) ([]child, error) {
 	// .pugmark/send/ make it a local directory.
 	seen := map[string]bool{".pugmark": len(d.parts) == 0}
 	if ok {
-		d.f.warmSizes(ctx, dir)
-		for _, name := range dir.Names() {
-			if d.metaName(name) {
-				continue // the hidden .pugmark/ shadows a slot of that name
-			}
-			c, ok := d.childOf(st, dir, name)
-			if ok && !(d.live() && d.f.w.Hidden(d.id, d.full(name))) {
+		for _, c := range d.children(ctx, st, dir) {
+			if !(d.live() && d.f.w.Hidden(d.id, d.full(c.name))) {
 				out = append(out, c)
-				seen[name] = true
+				seen[c.name] = true
 			}
 		}
 	}
@@ -141,6 +149,45 @@ func (d *sessionDir) list(ctx context.Context) ([]child, error) {
 	}
 	return out, nil
 }
+
+// children returns the children of dir's slots and subdirectories, in
+// name order, the hidden .pugmark/ left out; the caller must not change
+// the slice. Where memoisable, the last call's are reused for the same
+// dir.
+func (d *sessionDir) children(ctx context.Context, st *cache.State, dir *cache.Dir) []child {
+	memo := d.memoisable()
+	if memo {
+		d.memoMu.Lock()
+		dir0, kids := d.memo.dir, d.memo.kids
+		d.memoMu.Unlock()
+		if dir0 == dir {
+			return kids
+		}
+	}
+	d.f.warmSizes(ctx, dir)
+	names := dir.Names()
+	kids := make([]child, 0, len(names))
+	for _, name := range names {
+		if d.metaName(name) {
+			continue // the hidden .pugmark/ shadows a slot of that name
+		}
+		if c, ok := d.childOf(st, dir, name); ok {
+			kids = append(kids, c)
+		}
+	}
+	if memo {
+		d.memoMu.Lock()
+		d.memo.dir, d.memo.kids = dir, kids
+		d.memoMu.Unlock()
+	}
+	return kids
+}
+
+// memoisable reports whether the children of a tree directory depend on
+// the directory alone: on a read-write mount a live file's child also
+// carries the inode number a rename kept (slotChild), which changes
+// without the tree changing.
+func (d *sessionDir) memoisable() bool { return d.hist || d.f.cfg.ReadOnly }
 
 // full returns the slot name of name in this directory.
 func (d *sessionDir) full(name string) string { return cache.JoinName(appendPart(d.parts, name)) }
