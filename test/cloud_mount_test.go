@@ -118,11 +118,16 @@ func TestCloudRefCompareAndSwap(t *testing.T) {
 		// Closed before the mounts stop even when the test fails early: an
 		// open file keeps a mount busy.
 		t.Cleanup(func() { fa.Close(); fb.Close() })
+		// fb is written only after fa's close: a child another test
+		// forks holds a copy of fb until its exec, and that copy's close
+		// is a FLUSH that commits what fb holds by then. Writing fb later
+		// keeps the order of the commits the test's own; both opens
+		// still come before the first commit.
 		fa.Write([]byte("from-a\n"))
-		fb.Write([]byte("from-b\n"))
 		if err := fa.Close(); err != nil {
 			t.Fatalf("first close: %v", err)
 		}
+		fb.Write([]byte("from-b\n"))
 		if err := fb.Close(); errnoOf(err) != syscall.ESTALE {
 			t.Fatalf("second close = %v, want ESTALE", err)
 		}

@@ -187,6 +187,11 @@ func (m *Mount) Stop(t *testing.T) {
 		return
 	default:
 	}
+	if t.Failed() {
+		// A failure in CI is often read only from its output: what the
+		// mount logged (errors name the key and the cause) says why.
+		t.Logf("log of the mount on %s:\n%s", m.Dir, logTail(m.Log(), 80))
+	}
 	id := mountID(m.Dir)
 	m.cmd.Process.Signal(syscall.SIGTERM)
 	select {
