@@ -99,6 +99,19 @@ type Mount struct {
 // Log returns what the pugfs process printed so far.
 func (m *Mount) Log() string { return m.logs.String() }
 
+// holdForks stops every goroutine of the test process from starting a
+// process until the returned func is called. A child holds a copy of each
+// open descriptor from its fork to its exec, and the exec's close of the
+// copy is a FLUSH, which commits: a test that asserts nothing is committed
+// before its own close holds this across the window. It works because Go
+// forks with CLONE_VFORK under syscall.ForkLock, so the copy is closed
+// before the lock is let go. The holder must not start a process itself.
+// release may be called more than once (a defer and an early release).
+func holdForks() (release func()) {
+	syscall.ForkLock.RLock()
+	return sync.OnceFunc(syscall.ForkLock.RUnlock)
+}
+
 // mount starts `pugfs mount [args] URL DIR` and waits until the mount is
 // live. It is unmounted (SIGTERM, then SIGKILL) at cleanup.
 func mount(t *testing.T, bk *Bucket, args ...string) *Mount {

@@ -71,9 +71,10 @@ func TestWriteShellTools(t *testing.T) {
 
 // TestWriteReadsSeeStagedContent: before close, reads on the same mount
 // (another descriptor, another process) see what was written so far.
-// The reading process is started before the file is opened: a child
-// forked while the descriptor is open would inherit it, and its
-// close-on-exec is a close(2), which commits.
+// The reading process is started before the file is opened, and no other
+// test starts one until the close (holdForks): a child forked while the
+// descriptor is open would inherit it, and its close-on-exec is a
+// close(2), which commits.
 func TestWriteReadsSeeStagedContent(t *testing.T) {
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
 		id := newSession(t, bk)
@@ -89,6 +90,8 @@ func TestWriteReadsSeeStagedContent(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		release := holdForks()
+		defer release()
 		f, err := os.OpenFile(p, createFlags, 0o644)
 		if err != nil {
 			t.Fatal(err)
@@ -116,6 +119,7 @@ func TestWriteReadsSeeStagedContent(t *testing.T) {
 		if err := f.Close(); err != nil {
 			t.Fatal(err)
 		}
+		release()
 		wantSlots(t, bk, id, map[string]string{"live.txt": "first second"})
 	})
 }
