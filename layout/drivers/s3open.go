@@ -12,6 +12,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/pugmark/pugfs/layout/faultblob"
 	gcaws "gocloud.dev/aws"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/s3blob"
@@ -26,13 +27,32 @@ import (
 const S3IdleConns = 1024
 
 // OpenURL opens a bucket URL through gocloud's URL mux, except s3://
-// URLs, which OpenS3 opens with a client tuned for many small requests.
+// URLs, which OpenS3 opens with a client tuned for many small requests,
+// and fault+s3:// URLs, whose injector goes in front of that same client.
 func OpenURL(ctx context.Context, rawURL string) (*blob.Bucket, error) {
 	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme != s3blob.Scheme {
+	if err != nil {
 		return blob.OpenBucket(ctx, rawURL)
 	}
-	return OpenS3(ctx, u)
+	switch u.Scheme {
+	case s3blob.Scheme:
+		return OpenS3(ctx, u)
+	case faultblob.SchemePrefix + s3blob.Scheme:
+		// Through the URL mux, the inner bucket got the SDK's defaults: 10
+		// idle connections (half the requests of a 64-wide mount dialled
+		// a new one) and a CRC of every body. A fault_latency measurement
+		// must cost what the plain s3:// mount costs, plus the latency.
+		inner, p, err := faultblob.SplitURL(u)
+		if err != nil {
+			return nil, err
+		}
+		b, err := OpenS3(ctx, inner)
+		if err != nil {
+			return nil, err
+		}
+		return faultblob.Wrap(b, p.NewInjector()), nil
+	}
+	return blob.OpenBucket(ctx, rawURL)
 }
 
 // OpenS3 opens an s3:// URL as gocloud's s3blob URL opener does (the same

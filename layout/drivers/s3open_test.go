@@ -97,16 +97,29 @@ func (p *roundProxy) serve(c net.Conn) {
 // connections of earlier ones. With the SDK's default of 10 idle
 // connections per host, a second round of 20 requests at once opened 10
 // new connections (a TCP and TLS handshake each, on a real endpoint).
+// A fault+s3:// URL gets the same client: it once got the SDK's
+// defaults, and every fault_latency benchmark measured their cost.
 func TestS3ClientReusesConnections(t *testing.T) {
 	srv := s3test.Shared(t)
-	_, u := srv.NewBucket(t)
 	for _, kv := range srv.Env() {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
+	for _, tc := range []struct{ name, prefix, query string }{
+		{"s3", "", ""},
+		{"fault+s3", "fault+", "&fault_latency=1ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, u := srv.NewBucket(t)
+			checkReusesConnections(t, srv.Endpoint, tc.prefix+u+tc.query)
+		})
+	}
+}
+
+func checkReusesConnections(t *testing.T, endpoint, u string) {
 	const round = 20
-	px, via := startRoundProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"), round)
-	u = strings.Replace(u, url.QueryEscape(srv.Endpoint), url.QueryEscape(via), 1)
+	px, via := startRoundProxy(t, strings.TrimPrefix(endpoint, "http://"), round)
+	u = strings.Replace(u, url.QueryEscape(endpoint), url.QueryEscape(via), 1)
 	ctx := context.Background()
 	b, err := drivers.OpenURL(ctx, u)
 	if err != nil {
