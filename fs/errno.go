@@ -26,6 +26,8 @@ func (f *FS) errnoOf(op string, err error) syscall.Errno {
 	e, i := classify(err)
 	r := errnoRules[i]
 	switch {
+	case r.quiet:
+		f.log.Debug(op+" failed", "errno", e.Error(), "cause", r.name, "err", err)
 	case r.log || alwaysLogged(e):
 		f.log.Error(op+" failed", "errno", e.Error(), "cause", r.name, "err", err)
 	case e == syscall.ENOENT || e == syscall.EINTR:
@@ -59,6 +61,10 @@ type errnoRule struct {
 	// log asks for a log line whatever the errno (alwaysLogged covers
 	// EIO, ESTALE, ENOSPC, EDQUOT).
 	log bool
+	// quiet keeps a routine errno out of the log (debug level only),
+	// even one alwaysLogged covers: an ESTALE the kernel answers by
+	// looking the name up again is not a failure anybody must read.
+	quiet bool
 }
 
 // errnoRules is the mapping, in order; the first match wins, and the last
@@ -100,6 +106,7 @@ var errnoRules = []errnoRule{
 	{name: "directory not empty", match: isErr(staging.ErrNotEmpty), errno: syscall.ENOTEMPTY},
 	{name: "rename into itself", match: isErr(staging.ErrIntoItself), errno: syscall.EINVAL},
 	{name: "bad ref body", match: isErr(staging.ErrBadRef), errno: syscall.EINVAL},
+	{name: "changed since lookup", match: isErr(staging.ErrChanged), errno: syscall.ESTALE, quiet: true},
 
 	// The backend's answer, by its portable code.
 	{name: "backend not found", match: hasCode(gcerrors.NotFound), errno: syscall.ENOENT},

@@ -108,6 +108,8 @@ func TestErrnoOf(t *testing.T) {
 		{"directory not empty", func(*testing.T) error { return staging.ErrNotEmpty }, syscall.ENOTEMPTY, false},
 		{"rename into itself", func(*testing.T) error { return staging.ErrIntoItself }, syscall.EINVAL, false},
 		{"bad ref body", func(*testing.T) error { return staging.ErrBadRef }, syscall.EINVAL, false},
+		// The kernel looks the name up again on it: no log line.
+		{"changed since lookup", func(*testing.T) error { return fmt.Errorf("open f: %w", staging.ErrChanged) }, syscall.ESTALE, false},
 
 		// backend codes
 		{"backend not found", func(t *testing.T) error { return backendErr(t, gcerrors.NotFound) }, syscall.ENOENT, false},

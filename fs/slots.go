@@ -541,7 +541,10 @@ func (n *slotFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		// file says instead of its EIO.
 		return nil, 0, syscall.ETXTBSY
 	}
-	s, err := n.f.w.OpenFrom(ctx, n.id, n.slot(), n.base, flags&syscall.O_TRUNC != 0)
+	// ESTALE (staging.ErrChanged) makes the kernel look the name up
+	// again and retry the open once: it then opens the file as it is now,
+	// with its size, which an O_APPEND write starts at.
+	s, err := n.f.w.OpenFresh(ctx, n.id, n.slot(), n.base, flags&syscall.O_TRUNC != 0)
 	if err != nil {
 		return nil, 0, n.f.errnoOf("open "+n.slot(), err)
 	}

@@ -24,4 +24,9 @@ var (
 	// closed the spill file: the reader looks again (the committed
 	// entry answers now).
 	ErrClosed = errors.New("staged file already released")
+	// ErrChanged: an open for writing found that another writer changed
+	// or removed the file since the front end looked it up (OpenFresh).
+	// The front end has the name looked up again and retries (ESTALE
+	// does that in the kernel).
+	ErrChanged = errors.New("changed by another writer since it was looked up")
 )

@@ -348,6 +348,24 @@ func (w *Writer) Open(ctx context.Context, id layout.SessionID, name string, bas
 // found it gone when it got here; staging from nothing then dropped the
 // file's content (echo hello > f; echo world >> f made f "world").
 func (w *Writer) OpenFrom(ctx context.Context, id layout.SessionID, name string, baseOf func() *layout.Entry, truncate bool) (*File, error) {
+	return w.openFrom(ctx, id, name, baseOf, truncate, false)
+}
+
+// OpenFresh is OpenFrom for open(2) for writing, with close-to-open
+// consistency (as NFS checks a file's attributes at open): an open that
+// keeps the content (no O_TRUNC) of a committed file first checks the
+// session against the bucket, one LIST, and is ErrChanged when another
+// writer changed or removed the file since the front end looked it up.
+// Without it, an append through a mount that loaded the session within
+// its metadata TTL started from the content before another mount's
+// append, and its commit replaced that append. A file already staged on
+// this mount, and a session holding pending --commit=fsync changes
+// (whose local view is newer than the bucket's), are not checked.
+func (w *Writer) OpenFresh(ctx context.Context, id layout.SessionID, name string, baseOf func() *layout.Entry, truncate bool) (*File, error) {
+	return w.openFrom(ctx, id, name, baseOf, truncate, true)
+}
+
+func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string, baseOf func() *layout.Entry, truncate, fresh bool) (*File, error) {
 	ws := w.session(id)
 	w.mu.Lock()
 	s := ws.files[name]
@@ -363,6 +381,12 @@ func (w *Writer) OpenFrom(ctx context.Context, id layout.SessionID, name string,
 	}
 	w.mu.Unlock()
 	base := baseOf()
+	if fresh && base != nil && !truncate {
+		var err error
+		if base, err = w.checkBase(ctx, id, name, base); err != nil {
+			return nil, err
+		}
+	}
 	s, err := w.newStaged(ctx, name, base, truncate)
 	if err != nil {
 		return nil, err
@@ -382,6 +406,33 @@ func (w *Writer) OpenFrom(ctx context.Context, id layout.SessionID, name string,
 	ws.files[name] = s
 	delete(ws.gone, name)
 	return s, nil
+}
+
+// checkBase returns the entry name has in the bucket now, for an open
+// whose front end found base (OpenFresh): base itself, or the entry with
+// the same bytes and newer metadata (a chmod from elsewhere), or
+// ErrChanged when the bytes changed or the file is gone.
+func (w *Writer) checkBase(ctx context.Context, id layout.SessionID, name string, base *layout.Entry) (*layout.Entry, error) {
+	w.mu.Lock()
+	ws := w.ss[id]
+	pending := ws != nil && len(ws.pending) > 0
+	w.mu.Unlock()
+	if pending {
+		return base, nil
+	}
+	w.cache.Invalidate(id)
+	st, err := w.cache.State(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: check the session: %w", name, err)
+	}
+	e, ok := st.Slots()[name]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("open %s: %w: removed", name, ErrChanged)
+	case e.Digest != base.Digest || e.Size != base.Size:
+		return nil, fmt.Errorf("open %s: %w", name, ErrChanged)
+	}
+	return &e, nil
 }
 
 // liveView is the live state of a session as this mount shows it: the

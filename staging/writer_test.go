@@ -494,3 +494,76 @@ func TestWriterLostCheckpointStaysLost(t *testing.T) {
 		t.Fatalf("a new file after the conflict: latest %d, want 2", v)
 	}
 }
+
+// TestWriterOpenFreshSeesOtherWriters: two writers (two mounts) over one
+// bucket, each trusting its session cache for an hour. Once one has
+// changed a file, the other's OpenFresh of the entry it loaded is
+// ErrChanged (the kernel then looks the name up again), and an entry
+// with the same bytes opens.
+func TestWriterOpenFreshSeesOtherWriters(t *testing.T) {
+	ctx := context.Background()
+	r := testrig.New(t, time.Hour)
+	writer := func() (*Writer, *cache.Cache) {
+		c, err := cache.New(r.Store, cache.Options{MetadataTTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		w := New(Config{StagingDir: dir, FailedDir: filepath.Join(dir, "failed")}, r.Store, c, r.Blobs, nil)
+		t.Cleanup(w.Shutdown)
+		return w, c
+	}
+	commit := func(w *Writer, name, content string, base *layout.Entry) {
+		t.Helper()
+		s, err := w.Open(ctx, r.Session, name, base, base == nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.WriteAt([]byte(content), s.Stat().Size); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Flush(ctx, r.Session, s, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Release(ctx, r.Session, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entry := func(c *cache.Cache, name string) *layout.Entry {
+		t.Helper()
+		st, err := c.State(ctx, r.Session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, ok := st.Slots()[name]
+		if !ok {
+			t.Fatalf("no %s in the state", name)
+		}
+		return &e
+	}
+	a, ca := writer()
+	b, cb := writer()
+	commit(a, "log", "base\n", nil)
+	commit(a, "same", "same\n", nil)
+	stale, same := entry(cb, "log"), entry(cb, "same") // b loads, then trusts this
+	commit(a, "log", "from-a\n", entry(ca, "log"))
+
+	if _, err := b.OpenFresh(ctx, r.Session, "log", func() *layout.Entry { return stale }, false); !errors.Is(err, ErrChanged) {
+		t.Fatalf("OpenFresh of the entry a replaced = %v, want ErrChanged", err)
+	}
+	s, err := b.OpenFresh(ctx, r.Session, "same", func() *layout.Entry { return same }, false)
+	if err != nil {
+		t.Fatalf("OpenFresh of an unchanged file: %v", err)
+	}
+	if err := b.Release(ctx, r.Session, s); err != nil {
+		t.Fatal(err)
+	}
+	// What b's lookup finds now (its cache was refreshed) is a's content.
+	commit(b, "log", "from-b\n", entry(cb, "log"))
+	buf := make([]byte, 64)
+	ca.Invalidate(r.Session)
+	n, _ := r.Blobs.ReadAt(ctx, &entry(ca, "log").Descriptor, buf, 0)
+	if got := string(buf[:n]); got != "base\nfrom-a\nfrom-b\n" {
+		t.Fatalf("log = %q, want both appends", got)
+	}
+}

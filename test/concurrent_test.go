@@ -262,3 +262,31 @@ func TestTwoMountsConcurrentWriters(t *testing.T) {
 		wantTree(t, freshMount(t, bk, id), want)
 	})
 }
+
+// TestAppendsFromTwoMountsWithinTTL: close-to-open. Mount b loaded the
+// session, and its kernel the files' sizes, before mount a appended to
+// one file and removed another; b's metadata TTL (1h) still trusts what
+// it loaded. An append through b starts from a's content, so both lines
+// stay, and >> of the removed file creates it anew. Before, b's append
+// built on the content b had loaded and its commit replaced a's line.
+func TestAppendsFromTwoMountsWithinTTL(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		seed(t, bk, id, map[string]string{"log.txt": "base\n", "gone.txt": "old\n"})
+		a := mount(t, bk, "--metadata-ttl", "1h")
+		b := mount(t, bk, "--metadata-ttl", "1h")
+		if got := shE(t, sessDir(b, id), `cat log.txt gone.txt; stat -c %s log.txt`); got != "base\nold\n5\n" {
+			t.Fatalf("b sees %q before a's changes", got)
+		}
+		shE(t, sessDir(a, id), `echo from-a >> log.txt; rm gone.txt`)
+		shE(t, sessDir(b, id), `echo from-b >> log.txt; echo new >> gone.txt`)
+		want := map[string]string{"log.txt": "base\nfrom-a\nfrom-b\n", "gone.txt": "new\n"}
+		wantSlots(t, bk, id, want)
+		if got := shE(t, sessDir(b, id), `cat log.txt gone.txt`); got != want["log.txt"]+want["gone.txt"] {
+			t.Errorf("b shows %q after its appends", got)
+		}
+		if log := b.Log(); strings.Contains(log, "level=ERROR") {
+			t.Errorf("b logged an error for a routine re-lookup:\n%s", log)
+		}
+	})
+}
