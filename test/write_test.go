@@ -321,6 +321,37 @@ func TestWriteTruncateCommitsAtOnce(t *testing.T) {
 	})
 }
 
+// TestWriteFailedRewriteKeepsCommittedFile: a file created through the
+// mount is rewritten (O_TRUNC) while the bucket refuses the commit. The
+// close is EIO, and the file, through the inode its create made, still
+// shows what was committed before; it once answered ENOENT until the
+// kernel looked the name up again.
+func TestWriteFailedRewriteKeepsCommittedFile(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		id := newSession(t, bk)
+		sw, on, off := relSwitchFile(t)
+		fb := relWithFaults(bk, map[string]string{"fault_error_rate": "1", "fault_ops": "put",
+			"fault_prefix": "sessions/", "fault_active_file": sw})
+		m := mount(t, fb, "--metadata-ttl", "1h")
+		p := filepath.Join(sessDir(m, id), "f.txt")
+		if err := writeFile(p, []byte("first\n"), createFlags); err != nil {
+			t.Fatal(err)
+		}
+		on()
+		if err := writeFile(p, []byte("second\n"), os.O_WRONLY|os.O_TRUNC); errnoOf(err) != syscall.EIO {
+			t.Fatalf("close of the rewrite = %v, want EIO", err)
+		}
+		off()
+		if got, err := os.ReadFile(p); err != nil || string(got) != "first\n" {
+			t.Fatalf("after the failed rewrite: %q, %v; want the committed first line", got, err)
+		}
+		if fi, err := os.Stat(p); err != nil || fi.Size() != 6 {
+			t.Fatalf("stat after the failed rewrite: %v, %v", fi, err)
+		}
+		wantSlots(t, bk, id, map[string]string{"f.txt": "first\n"})
+	})
+}
+
 // TestWriteDupFdsOneSnapshot: flush runs on every close of every dup'd
 // descriptor; the file is still one commit.
 func TestWriteDupFdsOneSnapshot(t *testing.T) {
