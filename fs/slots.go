@@ -543,7 +543,8 @@ func (n *slotFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	}
 	// ESTALE (staging.ErrChanged) makes the kernel look the name up
 	// again and retry the open once: it then opens the file as it is now,
-	// with its size, which an O_APPEND write starts at.
+	// with its size, which an O_APPEND write starts at. truncate(2) and
+	// setxattr(2) of a path are retried the same way (OpenFresh below).
 	s, err := n.f.w.OpenFresh(ctx, n.id, n.slot(), n.base, flags&syscall.O_TRUNC != 0)
 	if err != nil {
 		return nil, 0, n.f.errnoOf("open "+n.slot(), err)
@@ -636,7 +637,7 @@ func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 			// the last other open of the file, perhaps a descriptor
 			// closed a moment ago whose release the kernel has not
 			// sent yet, and its error would reach nobody.
-			s, err := n.f.w.OpenFrom(ctx, n.id, n.slot(), n.base, sz == 0)
+			s, err := n.f.w.OpenFresh(ctx, n.id, n.slot(), n.base, sz == 0)
 			if err != nil {
 				return n.f.errnoOf("truncate "+n.slot(), err)
 			}
@@ -739,7 +740,7 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 			return e
 		}
 	}
-	s, err := n.f.w.OpenFrom(ctx, n.id, n.slot(), n.base, false)
+	s, err := n.f.w.OpenFresh(ctx, n.id, n.slot(), n.base, false)
 	if err != nil {
 		return n.f.errnoOf("setxattr "+n.slot(), err)
 	}

@@ -109,6 +109,11 @@ func (w *Writer) setCommittedAttrs(ctx context.Context, id layout.SessionID, nam
 	if w.Staged(id, name) != nil {
 		return nil, true, nil
 	}
+	// The new descriptor copies the digest of the entry read here: read
+	// from the bucket, not from a state trusted for the metadata TTL (one
+	// LIST). Otherwise a touch or chmod within the TTL of another mount's
+	// rewrite committed the old bytes again, and the rewrite was lost.
+	w.cache.Invalidate(id)
 	st, err := w.cache.State(ctx, id)
 	if err != nil {
 		return nil, false, err

@@ -351,16 +351,17 @@ func (w *Writer) OpenFrom(ctx context.Context, id layout.SessionID, name string,
 	return w.openFrom(ctx, id, name, baseOf, truncate, false)
 }
 
-// OpenFresh is OpenFrom for open(2) for writing, with close-to-open
-// consistency (as NFS checks a file's attributes at open): an open that
-// keeps the content (no O_TRUNC) of a committed file first checks the
-// session against the bucket, one LIST, and is ErrChanged when another
-// writer changed or removed the file since the front end looked it up.
-// Without it, an append through a mount that loaded the session within
-// its metadata TTL started from the content before another mount's
-// append, and its commit replaced that append. A file already staged on
-// this mount, and a session holding pending --commit=fsync changes
-// (whose local view is newer than the bucket's), are not checked.
+// OpenFresh is OpenFrom for open(2) for writing, and for truncate(2) and
+// setxattr(2) of a path, with close-to-open consistency (as NFS checks a
+// file's attributes at open): an open that keeps the content (no
+// O_TRUNC) of a committed file first checks the session against the
+// bucket, one LIST, and is ErrChanged when another writer changed or
+// removed the file since the front end looked it up. Without it, an
+// append through a mount that loaded the session within its metadata
+// TTL started from the content before another mount's append, and its
+// commit replaced that append. A file already staged on this mount, and
+// a session holding pending --commit=fsync changes (whose local view is
+// newer than the bucket's), are not checked.
 func (w *Writer) OpenFresh(ctx context.Context, id layout.SessionID, name string, baseOf func() *layout.Entry, truncate bool) (*File, error) {
 	return w.openFrom(ctx, id, name, baseOf, truncate, true)
 }

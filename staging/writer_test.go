@@ -498,8 +498,8 @@ func TestWriterLostCheckpointStaysLost(t *testing.T) {
 // TestWriterOpenFreshSeesOtherWriters: two writers (two mounts) over one
 // bucket, each trusting its session cache for an hour. Once one has
 // changed a file, the other's OpenFresh of the entry it loaded is
-// ErrChanged (the kernel then looks the name up again), and an entry
-// with the same bytes opens.
+// ErrChanged (the kernel then looks the name up again), an entry with
+// the same bytes opens, and a chmod applies to the bytes in the bucket.
 func TestWriterOpenFreshSeesOtherWriters(t *testing.T) {
 	ctx := context.Background()
 	r := testrig.New(t, time.Hour)
@@ -557,6 +557,17 @@ func TestWriterOpenFreshSeesOtherWriters(t *testing.T) {
 	}
 	if err := b.Release(ctx, r.Session, s); err != nil {
 		t.Fatal(err)
+	}
+	// A chmod through b of a file a rewrote keeps a's bytes.
+	commit(a, "same", "changed\n", nil)
+	mode := uint32(0o755)
+	if _, err := b.SetAttrs(ctx, r.Session, "same", AttrChange{Mode: &mode}, func() *layout.Entry { return same }, same); err != nil {
+		t.Fatal(err)
+	}
+	ca.Invalidate(r.Session)
+	if got := entry(ca, "same"); got.Digest == same.Digest || got.Metadata[layout.MetaPosixMode] != "0755" {
+		t.Fatalf("after b's chmod: digest %s (b loaded %s), mode %q; want a's bytes with mode 0755",
+			got.Digest, same.Digest, got.Metadata[layout.MetaPosixMode])
 	}
 	// What b's lookup finds now (its cache was refreshed) is a's content.
 	commit(b, "log", "from-b\n", entry(cb, "log"))

@@ -263,27 +263,45 @@ func TestTwoMountsConcurrentWriters(t *testing.T) {
 	})
 }
 
-// TestAppendsFromTwoMountsWithinTTL: close-to-open. Mount b loaded the
-// session, and its kernel the files' sizes, before mount a appended to
-// one file and removed another; b's metadata TTL (1h) still trusts what
-// it loaded. An append through b starts from a's content, so both lines
-// stay, and >> of the removed file creates it anew. Before, b's append
-// built on the content b had loaded and its commit replaced a's line.
-func TestAppendsFromTwoMountsWithinTTL(t *testing.T) {
+// TestTwoMountsWithinTTLStartFromTheBucket: close-to-open. Mount b
+// loaded a session, and its kernel the file's size, before mount a
+// changed the file; b's metadata TTL (1h) still trusts what it loaded.
+// What b does next starts from the bucket: an append lands after a's,
+// >> of a file a removed creates it anew, touch and chmod keep a's
+// rewrite, truncate and setfattr of a path apply to a's content. Before,
+// each of them built on what b had loaded and replaced a's change. Each
+// case has a session of its own: a check refreshes the whole session.
+func TestTwoMountsWithinTTLStartFromTheBucket(t *testing.T) {
+	cases := []struct {
+		name, a, b, want string
+		meta             map[string]string
+	}{
+		{name: "append", a: "echo from-a >> f", b: "echo from-b >> f", want: "old\nfrom-a\nfrom-b\n"},
+		{name: "append to removed", a: "rm f", b: "echo new >> f", want: "new\n"},
+		{name: "touch", a: "echo new > f", b: "touch f", want: "new\n"},
+		{name: "chmod", a: "echo new > f", b: "chmod 755 f", want: "new\n", meta: map[string]string{layout.MetaPosixMode: "0755"}},
+		{name: "truncate", a: "echo new-content > f", b: "truncate -s 3 f", want: "new"},
+		{name: "setfattr", a: "echo new > f", b: "setfattr -n user.pugmark.meta.k -v v f", want: "new\n", meta: map[string]string{"k": "v"}},
+	}
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
-		id := newSession(t, bk)
-		seed(t, bk, id, map[string]string{"log.txt": "base\n", "gone.txt": "old\n"})
 		a := mount(t, bk, "--metadata-ttl", "1h")
 		b := mount(t, bk, "--metadata-ttl", "1h")
-		if got := shE(t, sessDir(b, id), `cat log.txt gone.txt; stat -c %s log.txt`); got != "base\nold\n5\n" {
-			t.Fatalf("b sees %q before a's changes", got)
-		}
-		shE(t, sessDir(a, id), `echo from-a >> log.txt; rm gone.txt`)
-		shE(t, sessDir(b, id), `echo from-b >> log.txt; echo new >> gone.txt`)
-		want := map[string]string{"log.txt": "base\nfrom-a\nfrom-b\n", "gone.txt": "new\n"}
-		wantSlots(t, bk, id, want)
-		if got := shE(t, sessDir(b, id), `cat log.txt gone.txt`); got != want["log.txt"]+want["gone.txt"] {
-			t.Errorf("b shows %q after its appends", got)
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				id := newSession(t, bk)
+				seed(t, bk, id, map[string]string{"f": "old\n"})
+				if got := shE(t, sessDir(b, id), `cat f; stat -c %s f`); got != "old\n4\n" {
+					t.Fatalf("b sees %q before a's change", got)
+				}
+				shE(t, sessDir(a, id), tc.a)
+				shE(t, sessDir(b, id), tc.b)
+				wantSlots(t, bk, id, map[string]string{"f": tc.want})
+				for k, v := range tc.meta {
+					if got := slots(t, bk, id)["f"].Metadata[k]; got != v {
+						t.Errorf("metadata %s = %q, want %q", k, got, v)
+					}
+				}
+			})
 		}
 		if log := b.Log(); strings.Contains(log, "level=ERROR") {
 			t.Errorf("b logged an error for a routine re-lookup:\n%s", log)
