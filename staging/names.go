@@ -123,6 +123,11 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 	ws.nsMu.Lock()
 	defer ws.nsMu.Unlock()
 	w.waitCommits(id, from, to)
+	// The moved descriptors copy the digests of the entries read here:
+	// read from the bucket (one LIST), not from a state trusted for the
+	// metadata TTL, or mv of a file another mount rewrote within the TTL
+	// moved the old bytes and the rewrite was lost (as for chmod, attrs.go).
+	w.cache.Invalidate(id)
 	st, err := w.cache.State(ctx, id)
 	if err != nil {
 		return err

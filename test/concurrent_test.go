@@ -268,20 +268,27 @@ func TestTwoMountsConcurrentWriters(t *testing.T) {
 // changed the file; b's metadata TTL (1h) still trusts what it loaded.
 // What b does next starts from the bucket: an append lands after a's,
 // >> of a file a removed creates it anew, touch and chmod keep a's
-// rewrite, truncate and setfattr of a path apply to a's content. Before,
+// rewrite, truncate and setfattr of a path apply to a's content, and mv
+// moves a's content. Before,
 // each of them built on what b had loaded and replaced a's change. Each
 // case has a session of its own: a check refreshes the whole session.
 func TestTwoMountsWithinTTLStartFromTheBucket(t *testing.T) {
+	type files = map[string]string
 	cases := []struct {
-		name, a, b, want string
-		meta             map[string]string
+		name, a, b string
+		seed       files // {"f": "old\n"} when nil
+		want       files
+		meta       files // of f
 	}{
-		{name: "append", a: "echo from-a >> f", b: "echo from-b >> f", want: "old\nfrom-a\nfrom-b\n"},
-		{name: "append to removed", a: "rm f", b: "echo new >> f", want: "new\n"},
-		{name: "touch", a: "echo new > f", b: "touch f", want: "new\n"},
-		{name: "chmod", a: "echo new > f", b: "chmod 755 f", want: "new\n", meta: map[string]string{layout.MetaPosixMode: "0755"}},
-		{name: "truncate", a: "echo new-content > f", b: "truncate -s 3 f", want: "new"},
-		{name: "setfattr", a: "echo new > f", b: "setfattr -n user.pugmark.meta.k -v v f", want: "new\n", meta: map[string]string{"k": "v"}},
+		{name: "append", a: "echo from-a >> f", b: "echo from-b >> f", want: files{"f": "old\nfrom-a\nfrom-b\n"}},
+		{name: "append to removed", a: "rm f", b: "echo new >> f", want: files{"f": "new\n"}},
+		{name: "touch", a: "echo new > f", b: "touch f", want: files{"f": "new\n"}},
+		{name: "chmod", a: "echo new > f", b: "chmod 755 f", want: files{"f": "new\n"}, meta: files{layout.MetaPosixMode: "0755"}},
+		{name: "truncate", a: "echo new-content > f", b: "truncate -s 3 f", want: files{"f": "new"}},
+		{name: "setfattr", a: "echo new > f", b: "setfattr -n user.pugmark.meta.k -v v f", want: files{"f": "new\n"}, meta: files{"k": "v"}},
+		{name: "rename", a: "echo new > f", b: "mv f g", want: files{"g": "new\n"}},
+		{name: "rename directory", seed: files{"d/x": "old\n", "d/y": "old\n"}, a: "echo new > d/x",
+			b: "mv d e", want: files{"e/x": "new\n", "e/y": "old\n"}},
 	}
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
 		a := mount(t, bk, "--metadata-ttl", "1h")
@@ -289,13 +296,18 @@ func TestTwoMountsWithinTTLStartFromTheBucket(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				id := newSession(t, bk)
-				seed(t, bk, id, map[string]string{"f": "old\n"})
-				if got := shE(t, sessDir(b, id), `cat f; stat -c %s f`); got != "old\n4\n" {
-					t.Fatalf("b sees %q before a's change", got)
+				if tc.seed == nil {
+					tc.seed = files{"f": "old\n"}
+				}
+				seed(t, bk, id, tc.seed)
+				for name, content := range tc.seed {
+					if got := shE(t, sessDir(b, id), "cat "+name); got != content {
+						t.Fatalf("b sees %s = %q before a's change", name, got)
+					}
 				}
 				shE(t, sessDir(a, id), tc.a)
 				shE(t, sessDir(b, id), tc.b)
-				wantSlots(t, bk, id, map[string]string{"f": tc.want})
+				wantSlots(t, bk, id, tc.want)
 				for k, v := range tc.meta {
 					if got := slots(t, bk, id)["f"].Metadata[k]; got != v {
 						t.Errorf("metadata %s = %q, want %q", k, got, v)
