@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 )
 
 // Entry is one descriptor of a full-state scan, with the session and
@@ -78,44 +76,72 @@ func (s *Store) ReadSnapshotRange(ctx context.Context, id SessionID, from, to ui
 		return nil, nil
 	}
 	const window = 256
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(max(par, 1))
-	var parts [][][]Descriptor // parts[w][i] is version from + w*window + i
-	errs := make(map[uint32]error)
-	var mu sync.Mutex // guards errs; parts is only grown by this goroutine
-	for v := uint64(from); v <= uint64(to) && gctx.Err() == nil; v++ {
-		i := int((v - uint64(from)) % window)
-		if i == 0 {
-			parts = append(parts, make([][]Descriptor, min(window, int(uint64(to)-v+1))))
+	n := uint64(to) - uint64(from) + 1
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// A fixed set of workers, not a goroutine per version: each worker's
+	// stack grows once to what the backend's client needs, where a fresh
+	// goroutine per request grows it again every time (measured: about a
+	// tenth of the mount's CPU in a first load of 2,000 snapshots).
+	var (
+		mu    sync.Mutex       // guards next, parts, first, firstV
+		next  uint64           // the next index to read
+		parts [][][]Descriptor // parts[w][i] is version from + w*window + i
+		first error            // the failure of the lowest version
+		// firstV is first's version; 0 while first is nil or a
+		// cancellation that a real failure may still replace.
+		firstV uint32
+	)
+	claim := func() (i uint64, part [][]Descriptor, ok bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if next >= n || ctx.Err() != nil {
+			return 0, nil, false
 		}
-		part := parts[len(parts)-1]
-		g.Go(func() error {
-			d, err := s.ReadSnapshot(gctx, id, uint32(v))
-			if err != nil {
-				mu.Lock()
-				errs[uint32(v)] = err
-				mu.Unlock()
-				return err
+		i, next = next, next+1
+		if i%window == 0 {
+			parts = append(parts, make([][]Descriptor, min(window, n-i)))
+		}
+		return i, parts[i/window], true
+	}
+	fail := func(v uint32, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		real := !errors.Is(err, context.Canceled)
+		if first == nil || (real && (firstV == 0 || v < firstV)) {
+			first = err
+			if real {
+				firstV = v
 			}
-			part[i] = d
-			return nil
+		}
+		cancel()
+	}
+	var wg sync.WaitGroup
+	for range min(uint64(max(par, 1)), n) {
+		wg.Go(func() {
+			for {
+				i, part, ok := claim()
+				if !ok {
+					return
+				}
+				v := uint32(uint64(from) + i)
+				d, err := s.ReadSnapshot(ctx, id, v)
+				if err != nil {
+					fail(v, err)
+					return
+				}
+				part[i%window] = d
+			}
 		})
 	}
-	if err := g.Wait(); err != nil {
-		// Report the lowest failing version; the cancellations of the
-		// reads after it are secondary.
-		first, firstV := err, uint32(0)
-		for v, e := range errs {
-			if !errors.Is(e, context.Canceled) && (firstV == 0 || v < firstV) {
-				first, firstV = e, v
-			}
-		}
+	wg.Wait()
+	if first != nil {
 		return nil, first
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out := make([][]Descriptor, 0, int(to-from)+1)
+	out := make([][]Descriptor, 0, n)
 	for _, p := range parts {
 		out = append(out, p...)
 	}
