@@ -57,8 +57,8 @@ func OpenURL(ctx context.Context, rawURL string) (*blob.Bucket, error) {
 
 // OpenS3 opens an s3:// URL as gocloud's s3blob URL opener does (the same
 // query parameters: ssetype, kmskeyid, accelerate, use_path_style,
-// s3ForcePathStyle, disable_https, and those of gocloud.dev/aws), with two
-// differences that matter when most requests are small:
+// s3ForcePathStyle, disable_https, and those of gocloud.dev/aws), with
+// three differences that matter when most requests are small:
 //
 //   - the HTTP client keeps S3IdleConns idle connections per host, not
 //     10, so that requests in flight reuse their connections;
@@ -66,7 +66,9 @@ func OpenURL(ctx context.Context, rawURL string) (*blob.Bucket, error) {
 //     checksum response bodies (when_required): pugfs checks every body
 //     it reads against its SHA-256 (blobs) or parses and validates it
 //     (snapshots, manifests), so the SDK's pass was a second hash of
-//     every byte.
+//     every byte;
+//   - reads are signed GETs sent without the SDK's per-request pipeline
+//     (directGet), unless the URL sets direct_get=false.
 func OpenS3(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 	q := u.Query()
 	var bopts s3blob.Options
@@ -115,6 +117,16 @@ func OpenS3(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 			return nil, err
 		}
 	}
+	direct := true
+	if err := boolParam("direct_get", func(b bool) { direct = b }); err != nil {
+		return nil, err
+	}
+	endpoint := q.Get("endpoint")
+	if v, err := strconv.ParseBool(q.Get("hostname_immutable")); err == nil && v {
+		// The SDK then sends to the endpoint's host as it is, which the
+		// endpoint rules the direct path asks have no word for.
+		direct = false
+	}
 	_, validation := q["response_checksum_validation"]
 	cfg, err := gcaws.V2ConfigFromURLParams(ctx, q)
 	if err != nil {
@@ -131,5 +143,10 @@ func OpenS3(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 		})
 	}
 	bopts.RequestChecksumCalculation = cfg.RequestChecksumCalculation
-	return s3blob.OpenBucket(ctx, s3.NewFromConfig(cfg, copts...), u.Host, &bopts)
+	client := s3.NewFromConfig(cfg, copts...)
+	b, err := s3blob.OpenBucket(ctx, client, u.Host, &bopts)
+	if err != nil || !direct {
+		return b, err
+	}
+	return newDirectGet(ctx, b, client, u.Host, endpoint), nil
 }
