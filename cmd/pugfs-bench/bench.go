@@ -83,6 +83,10 @@ type cellResult struct {
 	// floors are the floor seconds of each native run of a floor row.
 	floors []float64
 	reqs   []int64 // bucket requests during each timed run (remote preset)
+	// fsCPU and srvCPU are the CPU seconds the column's daemon, and the
+	// S3 server with the delay proxy, used during each timed run (remote
+	// preset): on one machine the server's CPU is the client's too.
+	fsCPU, srvCPU []float64
 	err    error
 	check  string
 }
@@ -108,6 +112,11 @@ type bench struct {
 	// timed run's share is kept as lastReqs (the remote preset's proxy).
 	reqCount func() int64
 	lastReqs int64
+	// serverPid, if set, is the S3 server's process: each timed run's CPU
+	// time of it and of this process (the proxy) is kept as lastSrvCPU,
+	// the column daemon's as lastFsCPU.
+	serverPid             int
+	lastFsCPU, lastSrvCPU float64
 	// goalOf is the remote preset's goal per row.
 	goalOf map[*row]remoteGoal
 }
@@ -149,10 +158,14 @@ func (b *bench) measure(ctx context.Context, r *row, col string, run int) (float
 	if b.reqCount != nil {
 		reqs0 = b.reqCount()
 	}
+	fsPid := b.m.pid(t)
+	fs0, srv0 := b.cpu(fsPid)
 	el, err := b.exec(ctx, j)
 	if b.reqCount != nil {
 		b.lastReqs = b.reqCount() - reqs0
 	}
+	fs1, srv1 := b.cpu(fsPid)
+	b.lastFsCPU, b.lastSrvCPU = (fs1 - fs0).Seconds(), (srv1 - srv0).Seconds()
 	if err != nil {
 		return 0, err
 	}
@@ -170,6 +183,18 @@ func (b *bench) measure(ctx context.Context, r *row, col string, run int) (float
 		return j.amount / sec, nil
 	}
 	return sec, nil
+}
+
+// cpu returns the CPU time used so far by the daemon fsPid (0: none) and,
+// when the bench has a server, by the server and this process together.
+func (b *bench) cpu(fsPid int) (fs, srv time.Duration) {
+	if fsPid != 0 {
+		fs = procCPU(fsPid)
+	}
+	if b.serverPid != 0 {
+		srv = procCPU(b.serverPid) + selfCPU()
+	}
+	return fs, srv
 }
 
 // exec runs a job's command with its output discarded and returns the
@@ -280,6 +305,8 @@ func (b *bench) runAll(ctx context.Context) error {
 					}
 					res.vals = append(res.vals, v)
 					res.reqs = append(res.reqs, b.lastReqs)
+					res.fsCPU = append(res.fsCPU, b.lastFsCPU)
+					res.srvCPU = append(res.srvCPU, b.lastSrvCPU)
 					if col == colNative && r.floor != "" {
 						if err := b.measureFloor(ctx, r, res, v); err != nil {
 							b.logf("%s: floor: %v", r.name, err)

@@ -225,6 +225,17 @@ func (m *mounter) stopPrefix(prefix string) {
 	}
 }
 
+// pid returns the process ID of t's live daemon, 0 when it has none (the
+// native disk).
+func (m *mounter) pid(t *target) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if d := m.live[t.key]; d != nil && !d.p.Exited() {
+		return d.p.Pid()
+	}
+	return 0
+}
+
 // groupPeak is the highest peak RSS of col's daemons in group g.
 func (m *mounter) groupPeak(g, col string) int64 {
 	m.mu.Lock()

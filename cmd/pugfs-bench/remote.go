@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -361,6 +362,7 @@ func runRemote(ctx context.Context, c *Config) error {
 	}
 	defer near.Close()
 	b.reqCount = func() int64 { return far.reqs.Load() + near.reqs.Load() }
+	b.serverPid = srv.Pid()
 
 	b.buildRemoteRows(ds, vers, many, plain, far, near)
 	bins := map[string]string{colPugfs: t.pugfs, colRclone: t.rclone}
@@ -492,8 +494,8 @@ func manyRowName(c *Config) string {
 func (b *bench) reportRemote(w io.Writer, start time.Time) {
 	c := b.cfg
 	fmt.Fprintf(w, "pugfs-bench -preset remote: %d alternated run(s), %s, %.1f min in all\n\n", c.Runs, time.Now().UTC().Format("2006-01-02 15:04 UTC"), time.Since(start).Minutes())
-	fmt.Fprintln(w, "| workload (cold unless said) | pugfs | requests | rclone | requests | pugfs / rclone | goal |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| workload (cold unless said) | pugfs | requests | CPU s: pugfs / server | rclone | requests | pugfs / rclone | goal |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	var fn footnotes
 	for _, r := range b.rows {
 		pc, pr := b.remoteCell(r, colPugfs, &fn)
@@ -516,7 +518,7 @@ func (b *bench) reportRemote(w io.Writer, start time.Time) {
 		if r.ideal > 0 && !math.IsNaN(b.med(r, colPugfs)) {
 			pc += fmt.Sprintf(" (%.2fx ideal %s)", b.med(r, colPugfs)/r.ideal, formatValue(unitSeconds, r.ideal))
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", r.name, pc, pr, rc, rr, qs, gs)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.name, pc, pr, b.cpuCell(r, colPugfs), rc, rr, qs, gs)
 	}
 	for _, g := range b.groups {
 		var cells []string
@@ -531,17 +533,28 @@ func (b *bench) reportRemote(w io.Writer, start time.Time) {
 			cells = append(cells, fmt.Sprintf("%.0f MiB", float64(peak)/(1<<20)))
 		}
 		if any {
-			fmt.Fprintf(w, "| peak RSS (VmHWM), %s | %s | | %s | | | |\n", g, cells[0], cells[1])
+			fmt.Fprintf(w, "| peak RSS (VmHWM), %s | %s | | | %s | | | |\n", g, cells[0], cells[1])
 		}
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "Medians of %d alternated run(s); requests are those the proxy saw during the timed command (median of the runs). The snapshot rows' ideal is N x latency / %d (the snapshot fetch width).\n", c.Runs, fetchParallel)
+	fmt.Fprintf(w, "CPU s is the CPU time (medians) the pugfs daemon, and versitygw with the delay proxy, used during the timed command. All three share this machine's %d CPUs: a row whose server CPU divided by %d comes near its goal measures the test server as much as pugfs (a cloud bucket's server costs the client nothing).\n", runtime.NumCPU(), runtime.NumCPU())
 	for _, n := range b.notes {
 		fmt.Fprintln(w, n)
 	}
 	for i, s := range fn.list {
 		fmt.Fprintf(w, "- [%d] %s\n", i+1, s)
 	}
+}
+
+// cpuCell is a column's median CPU seconds: its daemon's, then the
+// server's and proxy's.
+func (b *bench) cpuCell(r *row, col string) string {
+	res := b.results[r][col]
+	if res == nil || res.err != nil || len(res.fsCPU) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2f / %.2f", median(res.fsCPU), median(res.srvCPU))
 }
 
 // remoteCell is a column's median time and request count, or why not.

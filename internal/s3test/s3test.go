@@ -111,6 +111,9 @@ type Server struct {
 	seq        atomic.Uint64
 }
 
+// Pid returns the server's process ID (a benchmark reads its CPU time).
+func (s *Server) Pid() int { return s.p.Pid() }
+
 // Start starts a server of its own for tb and stops it when tb ends. It
 // fails tb if the server cannot be started.
 func Start(tb testing.TB) *Server {

@@ -191,6 +191,9 @@ func (p *Process) Stop() {
 	})
 }
 
+// Pid returns the server's process ID.
+func (p *Process) Pid() int { return p.child.Pid() }
+
 // Output returns the tail of what the server has printed.
 func (p *Process) Output() string { return p.out.String() }
 
