@@ -52,7 +52,9 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
+	stopProfile := startProfile()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stopProfile()
 	stop()
 	os.Exit(code)
 }
