@@ -159,6 +159,10 @@ func (d *directGet) NewRangeReader(ctx context.Context, key string, offset, leng
 		req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", offset, offset+length-1))
 	}
 	req.Header.Set("X-Amz-Content-Sha256", emptySHA256)
+	// Without it Go's transport asks for gzip and inflates a body stored
+	// with Content-Encoding: gzip, and the reader would get bytes whose
+	// hash is not the blob's (the SDK sets the same).
+	req.Header.Set("Accept-Encoding", "identity")
 	if d.creds != nil {
 		creds, err := d.creds.Retrieve(ctx)
 		if err != nil {
