@@ -94,11 +94,14 @@ type Cache struct {
 	// chains: immutable, shared by every child forked there.
 	ancestors *simplelru.LRU[ancestorKey, []layout.Entry]
 	manifests *simplelru.LRU[layout.SessionID, *layout.Manifest]
-	trees     *simplelru.LRU[ancestorKey, *Dir]
-	recent    recentSnaps // recent.go
-	list      sessionList
-	hourLists hourLists
-	hours     hourChecks // hourcheck.go
+	// manifestReads are the manifest reads in flight, so that a read a
+	// lookup started ahead (Find) is joined, not repeated.
+	manifestReads flights[layout.SessionID, *layout.Manifest]
+	trees         *simplelru.LRU[ancestorKey, *Dir]
+	recent        recentSnaps // recent.go
+	list          sessionList
+	hourLists     hourLists
+	hours         hourChecks // hourcheck.go
 	// summaries are Summary's light rows, by session; sumFlights the
 	// computations of them in flight.
 	summaries  map[layout.SessionID]summary
@@ -274,8 +277,27 @@ func (c *Cache) observe(s *Session, st *State) {
 // manifest returns a session's manifest; manifests are immutable and
 // cached without expiry.
 func (c *Cache) manifest(ctx context.Context, id layout.SessionID) (*layout.Manifest, error) {
-	return readThrough(&c.mu, c.manifests, id, func() (*layout.Manifest, error) {
-		return c.store.LoadManifest(ctx, id)
+	cached := func() (*layout.Manifest, bool) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.manifests.Get(id)
+	}
+	if m, ok := cached(); ok {
+		return m, nil
+	}
+	return c.manifestReads.do(ctx, id, func(ctx context.Context) (*layout.Manifest, error) {
+		// A read that ended between the look above and this one has
+		// cached its manifest before it stopped being in flight.
+		if m, ok := cached(); ok {
+			return m, nil
+		}
+		m, err := c.store.LoadManifest(ctx, id)
+		if err == nil {
+			c.mu.Lock()
+			c.manifests.Add(id, m)
+			c.mu.Unlock()
+		}
+		return m, err
 	})
 }
 

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -56,4 +57,49 @@ func readFresh[T any](v *Views, get func() memo[T], set func(memo[T]), load func
 	set(memo[T]{r, at, true})
 	v.mu.Unlock()
 	return r, nil
+}
+
+// flights runs one load per key at a time: a caller asking for a key
+// whose load is in flight waits for that load instead of starting its
+// own. The load runs without its starter's cancellation (others may be
+// waiting on it; each request has its own deadline), and each caller
+// stops waiting when its own context ends. The zero value is ready.
+type flights[K comparable, V any] struct {
+	mu sync.Mutex // guards m
+	m  map[K]*flight[V]
+}
+
+type flight[V any] struct {
+	done chan struct{} // closed when v and err are set
+	v    V
+	err  error
+}
+
+// do returns the result of the load of k in flight, starting load if
+// there is none.
+func (f *flights[K, V]) do(ctx context.Context, k K, load func(context.Context) (V, error)) (V, error) {
+	f.mu.Lock()
+	fl, ok := f.m[k]
+	if !ok {
+		if f.m == nil {
+			f.m = map[K]*flight[V]{}
+		}
+		fl = &flight[V]{done: make(chan struct{})}
+		f.m[k] = fl
+		go func() {
+			fl.v, fl.err = load(context.WithoutCancel(ctx))
+			f.mu.Lock()
+			delete(f.m, k)
+			f.mu.Unlock()
+			close(fl.done)
+		}()
+	}
+	f.mu.Unlock()
+	select {
+	case <-fl.done:
+		return fl.v, fl.err
+	case <-ctx.Done():
+		var zero V
+		return zero, ctx.Err()
+	}
 }

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/pugmark/pugfs/layout"
@@ -76,6 +77,57 @@ func (c *Cache) Summary(ctx context.Context, id layout.SessionID) (version uint3
 	case <-ctx.Done():
 		return 0, time.Time{}, ctx.Err()
 	}
+}
+
+// FirstLoadMax bounds the versions of a session whose first lookup
+// loads its whole state (Find): one wave of snapshot reads in parallel.
+const FirstLoadMax = 64
+
+// Find is Summary for a path walk (a lookup of sessions/<id>). A session
+// that no listing and no summary of this mount has shown is most likely
+// about to be read (cd, find, cat of a path into it), so Find reads its
+// manifest, whose key follows from the ID, beside the freshness LIST;
+// and when the LIST shows at most FirstLoadMax versions, Find loads the
+// state (the manifest and every snapshot at once) where Summary would
+// read the latest snapshot: the same two round trips, after which the
+// walk's first readdir waits for none. A session a listing showed gets
+// none of this: `ls -l sessions/` looks entries up again once their
+// entry TTL has passed, and would load every session for nothing. A
+// state that fails to load leaves the lookup to Summary, so a damaged
+// session is still found and its readdir says what is wrong.
+func (c *Cache) Find(ctx context.Context, id layout.SessionID) (version uint32, updatedAt time.Time, err error) {
+	if c.firstContact(id) {
+		go func() {
+			// Its result lands in the manifest cache; a failure (no
+			// such session) is the lookup's to report.
+			_, _ = c.manifest(context.WithoutCancel(ctx), id)
+		}()
+		if v, _, err := c.freshVersion(ctx, id); err == nil && v > 0 && v <= FirstLoadMax {
+			if st, err := c.State(ctx, id); err == nil {
+				return st.Version, st.UpdatedAt, nil
+			}
+		}
+	}
+	return c.Summary(ctx, id)
+}
+
+// firstContact reports whether the cache knows nothing of id: no state,
+// no summary, no place in the last listing, no manifest.
+func (c *Cache) firstContact(id layout.SessionID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sessions.Contains(id) || c.manifests.Contains(id) {
+		return false
+	}
+	if _, ok := c.summaries[id]; ok {
+		return false
+	}
+	if c.list.valid {
+		if _, found := slices.BinarySearchFunc(c.list.found, id, func(l layout.ListedSession, id layout.SessionID) int { return l.ID.Compare(id) }); found {
+			return false
+		}
+	}
+	return true
 }
 
 // knownSummary returns what the cache knows of id without asking the

@@ -57,7 +57,7 @@ func (s *sessionsDir) find(ctx context.Context, name string) (child, error) {
 	if err != nil {
 		return child{}, syscall.ENOENT
 	}
-	if _, _, err := s.f.cache.Summary(ctx, id); err != nil {
+	if _, _, err := s.f.cache.Find(ctx, id); err != nil {
 		return child{}, err
 	}
 	return s.f.sessionChild(name, id), nil
