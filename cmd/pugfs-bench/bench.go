@@ -87,8 +87,8 @@ type cellResult struct {
 	// S3 server with the delay proxy, used during each timed run (remote
 	// preset): on one machine the server's CPU is the client's too.
 	fsCPU, srvCPU []float64
-	err    error
-	check  string
+	err           error
+	check         string
 }
 
 // bench is one run of the harness.
