@@ -82,6 +82,26 @@ type Stream interface {
 	End()
 }
 
+// PassThrough is Hooks that add nothing: each call goes to the inner
+// bucket as it comes. For a driver that embeds a Bucket to replace some of
+// its methods and leave the rest as they are.
+type PassThrough struct{}
+
+// Request makes the call.
+func (PassThrough) Request(ctx context.Context, _ Op, _ string, call func(context.Context) error) error {
+	return call(ctx)
+}
+
+// Stream begins a stream whose steps are the calls.
+func (PassThrough) Stream(ctx context.Context, _ Op, _ string) (context.Context, Stream, error) {
+	return ctx, passStream{}, nil
+}
+
+type passStream struct{}
+
+func (passStream) Step(_ Step, call func() error) error { return call() }
+func (passStream) End()                                 {}
+
 // Counter is a Stream that wants to know how many bytes each body step
 // moved (a logger's line, say).
 type Counter interface {

@@ -106,7 +106,7 @@ func newDirectGet(ctx context.Context, inner *blob.Bucket, client *s3.Client, bu
 	if o.Credentials != nil {
 		d.creds = o.Credentials
 	}
-	d.Bucket = blobwrap.New(inner, passThrough{})
+	d.Bucket = blobwrap.New(inner, blobwrap.PassThrough{})
 	return blob.NewBucket(d)
 }
 
@@ -319,20 +319,3 @@ func escapePath(key string) string {
 	}
 	return b.String()
 }
-
-// passThrough is blobwrap's Hooks that adds nothing: the direct path's
-// other requests go to the s3blob bucket as they come.
-type passThrough struct{}
-
-func (passThrough) Request(ctx context.Context, _ blobwrap.Op, _ string, call func(context.Context) error) error {
-	return call(ctx)
-}
-
-func (passThrough) Stream(ctx context.Context, _ blobwrap.Op, _ string) (context.Context, blobwrap.Stream, error) {
-	return ctx, passStream{}, nil
-}
-
-type passStream struct{}
-
-func (passStream) Step(_ blobwrap.Step, call func() error) error { return call() }
-func (passStream) End()                                          {}

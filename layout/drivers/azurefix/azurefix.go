@@ -38,7 +38,7 @@ func Wrap(b *blob.Bucket) *blob.Bucket {
 	if !b.As(&c) {
 		return b
 	}
-	return blob.NewBucket(&bucket{Bucket: blobwrap.New(b, passThrough{}), inner: b})
+	return blob.NewBucket(&bucket{Bucket: blobwrap.New(b, blobwrap.PassThrough{}), inner: b})
 }
 
 type bucket struct {
@@ -117,19 +117,3 @@ func (w *writer) Close() error {
 	<-w.done
 	return w.err
 }
-
-// passThrough are hooks that only make the call.
-type passThrough struct{}
-
-func (passThrough) Request(ctx context.Context, _ blobwrap.Op, _ string, call func(context.Context) error) error {
-	return call(ctx)
-}
-
-func (passThrough) Stream(ctx context.Context, _ blobwrap.Op, _ string) (context.Context, blobwrap.Stream, error) {
-	return ctx, passStream{}, nil
-}
-
-type passStream struct{}
-
-func (passStream) Step(_ blobwrap.Step, call func() error) error { return call() }
-func (passStream) End()                                          {}
