@@ -9,6 +9,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -72,12 +73,62 @@ func NewDecoder(r io.Reader, enc string) (io.ReadCloser, error) {
 const maxZstdWindow = 64 << 20
 
 func newZstdReader(r io.Reader, window uint64) (io.ReadCloser, error) {
-	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30),
-		zstd.WithDecoderMaxWindow(window))
-	if err != nil {
+	p, _ := zstdPools.LoadOrStore(window, &sync.Pool{})
+	pool := p.(*sync.Pool)
+	zr, _ := pool.Get().(*zstd.Decoder)
+	if zr == nil {
+		var err error
+		zr, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30),
+			zstd.WithDecoderMaxWindow(window))
+		if err != nil {
+			return nil, fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
+		}
+	}
+	if err := zr.Reset(r); err != nil {
+		zr.Close()
 		return nil, fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
 	}
-	return zstdCloser{zr}, nil
+	return &zstdCloser{d: zr, pool: pool}, nil
+}
+
+// zstdPools keeps idle streaming decoders, one pool per window bound: a
+// decoder allocates about 700 KiB of tables and buffers when it starts,
+// which for a snapshot of a few kilobytes was most of the cost of
+// decoding it.
+var zstdPools sync.Map // window (uint64) -> *sync.Pool of *zstd.Decoder
+
+// zstdPoolMax is the most a decoder may have produced and still go back to
+// its pool: its buffers grow with what it decoded, and an idle pool should
+// not hold a large blob's.
+const zstdPoolMax = 1 << 20
+
+// zstdCloser is a pooled decoder's stream; Close returns the decoder.
+type zstdCloser struct {
+	d    *zstd.Decoder
+	pool *sync.Pool
+	n    int64 // bytes produced
+}
+
+func (z *zstdCloser) Read(p []byte) (int, error) {
+	if z.d == nil {
+		return 0, errors.New("zstd: read after close")
+	}
+	n, err := z.d.Read(p)
+	z.n += int64(n)
+	return n, err
+}
+
+func (z *zstdCloser) Close() error {
+	if z.d == nil {
+		return nil
+	}
+	if z.n <= zstdPoolMax && z.d.Reset(nil) == nil {
+		z.pool.Put(z.d)
+	} else {
+		z.d.Close()
+	}
+	z.d = nil
+	return nil
 }
 
 // zstdWindowFor is the window bound for a body whose decoded size is
@@ -87,10 +138,6 @@ func newZstdReader(r io.Reader, window uint64) (io.ReadCloser, error) {
 func zstdWindowFor(limit int64) uint64 {
 	return uint64(min(maxZstdWindow, max(limit, 8<<20)))
 }
-
-type zstdCloser struct{ *zstd.Decoder }
-
-func (z zstdCloser) Close() error { z.Decoder.Close(); return nil }
 
 // DecodeBody decodes a whole body per enc, or by sniffing when enc is empty
 // (pugmark's own JSON files always start with '[' or '{' when plain, so
@@ -202,35 +249,40 @@ func DecodeDescriptors(body []byte, enc string, max int64) ([]Descriptor, error)
 	// compresses to kilobytes.
 	limit := max / descriptorCost
 	cr := &errReader{r: r}
-	dec := json.NewDecoder(&squeezeSpace{r: cr})
+	dec := jsontext.NewDecoder(&squeezeSpace{r: cr}, jsonOptions...)
 	fail := func(err error) error {
 		if cr.err != nil {
 			return cr.err // ErrTooLarge or ErrCorrupt from the body
 		}
-		return fmt.Errorf("%w: descriptor array: %v", ErrCorrupt, err)
+		if isSyntax(err) {
+			return fmt.Errorf("%w: descriptor array: %v", ErrCorrupt, err)
+		}
+		return err
 	}
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, fail(err)
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '[' {
+	if k := dec.PeekKind(); k != '[' {
+		if k == 0 {
+			_, err := dec.ReadToken()
+			return nil, fail(err)
+		}
 		return nil, fmt.Errorf("%w: descriptor array: not an array", ErrCorrupt)
 	}
+	if _, err := dec.ReadToken(); err != nil {
+		return nil, fail(err)
+	}
 	ds := []Descriptor{}
-	for dec.More() {
+	for dec.PeekKind() != ']' {
 		if int64(len(ds)) >= limit {
 			return nil, fmt.Errorf("%w: more than %d descriptors (limit %d bytes decoded)", ErrTooLarge, limit, max)
 		}
-		var d Descriptor
-		if err := dec.Decode(&d); err != nil {
+		ds = append(ds, Descriptor{})
+		if err := readDescriptor(dec, &ds[len(ds)-1]); err != nil {
 			return nil, fail(err)
 		}
-		ds = append(ds, d)
 	}
-	if _, err := dec.Token(); err != nil {
+	if _, err := dec.ReadToken(); err != nil {
 		return nil, fail(err)
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	if _, err := dec.ReadToken(); err != io.EOF {
 		if err == nil {
 			return nil, fmt.Errorf("%w: descriptor array: data after the array", ErrCorrupt)
 		}
@@ -265,34 +317,57 @@ type squeezeSpace struct {
 func (s *squeezeSpace) Read(p []byte) (int, error) {
 	for {
 		n, err := s.r.Read(p)
-		out := 0
-		for _, c := range p[:n] {
-			switch {
-			case s.inString:
-				switch {
-				case s.escaped:
-					s.escaped = false
-				case c == '\\':
-					s.escaped = true
-				case c == '"':
-					s.inString = false
-				}
-			case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-				if s.gone {
-					continue
-				}
-				s.gone = true
-			default:
-				s.gone = false
-				s.inString = c == '"'
-			}
-			p[out] = c
-			out++
-		}
+		out := s.squeeze(p[:n])
 		if out > 0 || err != nil || n == 0 {
 			return out, err
 		}
 	}
+}
+
+// squeeze compacts b in place and returns its new length. The inside of
+// a string is copied in runs up to its next quote or backslash, found
+// with IndexByte: most of a snapshot's bytes are in strings.
+func (s *squeezeSpace) squeeze(b []byte) int {
+	out := 0
+	for i := 0; i < len(b); {
+		c := b[i]
+		switch {
+		case s.escaped:
+			s.escaped = false
+		case s.inString:
+			run := b[i:]
+			if q := bytes.IndexByte(run, '"'); q >= 0 {
+				run = run[:q]
+			}
+			if e := bytes.IndexByte(run, '\\'); e >= 0 {
+				run = run[:e]
+			}
+			if len(run) > 0 {
+				out += copy(b[out:], run)
+				i += len(run)
+				continue
+			}
+			// c is the quote or backslash that ends the run.
+			s.escaped = c == '\\'
+			s.inString = c != '"'
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			i++
+			if s.gone {
+				continue
+			}
+			s.gone = true
+			b[out] = c
+			out++
+			continue
+		default:
+			s.gone = false
+			s.inString = c == '"'
+		}
+		b[out] = c
+		out++
+		i++
+	}
+	return out
 }
 
 // descriptorCost is what one decoded Descriptor costs in memory: 240

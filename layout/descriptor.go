@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // InlineLimit is the largest body carried inline in a descriptor (§3.1).
@@ -189,102 +191,13 @@ func (d Descriptor) MarshalJSON() ([]byte, error) {
 // Unknown values are kept compacted, in the form MarshalJSON writes them
 // back, so that decode-encode-decode is stable.
 func (d *Descriptor) UnmarshalJSON(b []byte) error {
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return fmt.Errorf("%w: descriptor: %v", ErrCorrupt, err)
-	}
-	if raw == nil {
-		return fmt.Errorf("%w: descriptor is null", ErrCorrupt)
-	}
-	var j descriptorJSON
-	var name string
-	if v, ok := raw["name"]; ok {
-		// Decoded first so that the other errors can name the descriptor.
-		if err := json.Unmarshal(v, &name); err != nil {
-			return fmt.Errorf("%w: descriptor: name: %v", ErrCorrupt, err)
+	dec := jsontext.NewDecoder(bytes.NewReader(b), jsonOptions...)
+	if err := readDescriptor(dec, d); err != nil {
+		if isSyntax(err) {
+			return fmt.Errorf("%w: descriptor: %v", ErrCorrupt, err)
 		}
+		return err
 	}
-	for _, f := range []struct {
-		key string
-		dst any
-	}{
-		{"digest", &j.Digest}, {"size", &j.Size}, {"created-at", &j.CreatedAt},
-		{"content-type", &j.ContentType}, {"content-encoding", &j.ContentEncoding},
-		{"cache-control", &j.CacheControl}, {"schema-url", &j.SchemaURL},
-		{"metadata", &j.Metadata}, {"sequence-number", &j.SequenceNumber}, {"data", &j.Data},
-		{"target-session", &j.TargetSession}, {"source-session", &j.SourceSession},
-		{"source-version", &j.SourceVersion}, {"fork", &j.Fork}, {"deleted", &j.Deleted},
-		{"commit", &j.Commit},
-	} {
-		v, ok := raw[f.key]
-		if !ok {
-			continue
-		}
-		if err := json.Unmarshal(v, f.dst); err != nil {
-			return fmt.Errorf("%w: descriptor %q: %s: %v", ErrCorrupt, truncate(name), f.key, err)
-		}
-	}
-	j.Name = name
-	var out Descriptor
-	var err error
-	if out.Digest, err = ParseDigest(j.Digest); err != nil {
-		return fmt.Errorf("%w: descriptor %q: %v", ErrCorrupt, truncate(j.Name), err)
-	}
-	if j.Size < 0 {
-		return fmt.Errorf("%w: descriptor %q: negative size", ErrCorrupt, truncate(j.Name))
-	}
-	out.Size = j.Size
-	if j.CreatedAt != "" {
-		if out.CreatedAt, err = time.Parse(time.RFC3339Nano, j.CreatedAt); err != nil {
-			return fmt.Errorf("%w: descriptor %q: created-at: %v", ErrCorrupt, truncate(j.Name), err)
-		}
-		out.CreatedAt = out.CreatedAt.UTC()
-		if y := out.CreatedAt.Year(); y < 0 || y > 9999 {
-			// An offset can push the UTC form out of RFC 3339's range;
-			// such a time could not be written back.
-			return fmt.Errorf("%w: descriptor %q: created-at %q is outside years 0000-9999 in UTC", ErrCorrupt, truncate(j.Name), truncate(j.CreatedAt))
-		}
-	}
-	out.ContentType, out.ContentEncoding, out.CacheControl = j.ContentType, j.ContentEncoding, j.CacheControl
-	out.SchemaURL, out.Name, out.SequenceNumber = j.SchemaURL, j.Name, j.SequenceNumber
-	if len(j.Metadata) > 0 {
-		out.Metadata = j.Metadata
-	}
-	if j.Data != "" {
-		if out.Data, err = base64.StdEncoding.DecodeString(j.Data); err != nil {
-			return fmt.Errorf("%w: descriptor %q: data: %v", ErrCorrupt, truncate(j.Name), err)
-		}
-	}
-	if out.TargetSession, err = parseOptionalID(j.TargetSession); err != nil {
-		return fmt.Errorf("%w: descriptor %q: target-session: %v", ErrCorrupt, truncate(j.Name), err)
-	}
-	if out.SourceSession, err = parseOptionalID(j.SourceSession); err != nil {
-		return fmt.Errorf("%w: descriptor %q: source-session: %v", ErrCorrupt, truncate(j.Name), err)
-	}
-	out.SourceVersion, out.Fork, out.Deleted, out.Commit = j.SourceVersion, j.Fork, j.Deleted, j.Commit
-	if legacy, ok := raw["fork-session-id"]; ok {
-		var s string
-		if err := json.Unmarshal(legacy, &s); err != nil {
-			return fmt.Errorf("%w: descriptor %q: fork-session-id: %v", ErrCorrupt, truncate(j.Name), err)
-		}
-		id, err := parseOptionalID(s)
-		if err != nil {
-			return fmt.Errorf("%w: descriptor %q: fork-session-id: %v", ErrCorrupt, truncate(j.Name), err)
-		}
-		// §7.2: a non-zero legacy ID means fork = true, target = id.
-		if !id.IsZero() {
-			out.Fork, out.TargetSession = true, id
-		}
-	}
-	for k, v := range raw {
-		if !knownDescriptorKeys[k] {
-			if out.Extra == nil {
-				out.Extra = make(map[string]json.RawMessage)
-			}
-			out.Extra[k] = canonicalRaw(v)
-		}
-	}
-	*d = out
 	return nil
 }
 

@@ -26,7 +26,7 @@ func ParseDigest(s string) (Digest, error) {
 		return d, nil
 	}
 	hexPart, ok := strings.CutPrefix(s, digestPrefix)
-	if !ok || len(hexPart) != 64 || strings.ToLower(hexPart) != hexPart {
+	if !ok || len(hexPart) != 64 || strings.ContainsAny(hexPart, "ABCDEF") {
 		return d, fmt.Errorf("%w: digest %q: want sha256:<64 lowercase hex>", ErrInvalid, truncate(s))
 	}
 	if _, err := hex.Decode(d[:], []byte(hexPart)); err != nil {

@@ -1,0 +1,382 @@
+package layout
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// Descriptors are decoded from a token stream (jsontext, the tokenizer of
+// encoding/json/v2) rather than through encoding/json's reflection: a
+// snapshot of 2,000 files is decoded on the path of a session's first
+// listing, and decoding each object once, without an intermediate map of
+// raw values, is several times faster. The rules are encoding/json's as
+// the schema uses them, which FuzzDescriptorDecoderOracle checks against
+// encoding/json itself: keys match exactly, the last of duplicate keys
+// wins, null leaves a field zero, invalid UTF-8 becomes U+FFFD, unknown
+// keys are kept.
+
+// jsonOptions are the tokenizer's rules made encoding/json's.
+var jsonOptions = []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}
+
+// descField numbers the schema's fields in the order their errors are
+// reported.
+type descField int
+
+const (
+	fDigest descField = iota
+	fSize
+	fCreatedAt
+	fContentType
+	fContentEncoding
+	fCacheControl
+	fSchemaURL
+	fMetadata
+	fSequenceNumber
+	fData
+	fTargetSession
+	fSourceSession
+	fSourceVersion
+	fFork
+	fDeleted
+	fCommit
+	fForkSessionID
+	fName
+	nFields
+)
+
+// descFieldKeys are the JSON keys of the descField values.
+var descFieldKeys = [nFields]string{
+	"digest", "size", "created-at", "content-type", "content-encoding",
+	"cache-control", "schema-url", "metadata", "sequence-number", "data",
+	"target-session", "source-session", "source-version", "fork", "deleted",
+	"commit", "fork-session-id", "name",
+}
+
+// descFieldOf returns the field of a JSON key, or -1 for an unknown one.
+func descFieldOf(key string) descField {
+	switch key {
+	case "digest":
+		return fDigest
+	case "size":
+		return fSize
+	case "created-at":
+		return fCreatedAt
+	case "content-type":
+		return fContentType
+	case "content-encoding":
+		return fContentEncoding
+	case "cache-control":
+		return fCacheControl
+	case "schema-url":
+		return fSchemaURL
+	case "metadata":
+		return fMetadata
+	case "sequence-number":
+		return fSequenceNumber
+	case "data":
+		return fData
+	case "target-session":
+		return fTargetSession
+	case "source-session":
+		return fSourceSession
+	case "source-version":
+		return fSourceVersion
+	case "fork":
+		return fFork
+	case "deleted":
+		return fDeleted
+	case "commit":
+		return fCommit
+	case "fork-session-id":
+		return fForkSessionID
+	case "name":
+		return fName
+	}
+	return -1
+}
+
+// errWrongType is a field's value of the wrong JSON kind; the caller
+// names the field.
+type errWrongType struct{ want, got string }
+
+func (e *errWrongType) Error() string { return "want " + e.want + ", got " + e.got }
+
+// kindName names a JSON kind for errors.
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case '"':
+		return "a string"
+	case '0':
+		return "a number"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	}
+	return "nothing"
+}
+
+// descriptorFields is one descriptor object as read: the raw strings and
+// numbers of the last occurrence of each key, and that occurrence's type
+// error if it had one.
+type descriptorFields struct {
+	str      [nFields]string
+	num      [nFields]int64
+	flag     [nFields]bool
+	metadata map[string]string
+	commit   *MemoryCommit
+	extra    map[string]json.RawMessage
+	errs     [nFields]error
+}
+
+// readDescriptor reads one descriptor object from dec into d. A syntax or
+// read error of the stream is returned as is; what the object says
+// wrongly is ErrCorrupt.
+func readDescriptor(dec *jsontext.Decoder, d *Descriptor) error {
+	switch k := dec.PeekKind(); k {
+	case '{':
+	case 'n':
+		if _, err := dec.ReadToken(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: descriptor is null", ErrCorrupt)
+	default:
+		if err := dec.SkipValue(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: descriptor is %s, not an object", ErrCorrupt, kindName(k))
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	var f descriptorFields
+	for dec.PeekKind() != '}' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		// tok.String() does not allocate where the string does not
+		// escape: only an unknown key is copied.
+		field := descFieldOf(tok.String())
+		if field < 0 {
+			key := tok.String()
+			v, err := dec.ReadValue()
+			if err != nil {
+				return err
+			}
+			if f.extra == nil {
+				f.extra = make(map[string]json.RawMessage)
+			}
+			f.extra[key] = canonicalRaw(json.RawMessage(v))
+			continue
+		}
+		if err := f.read(dec, field); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	out, err := f.descriptor()
+	if err != nil {
+		return err
+	}
+	*d = out
+	return nil
+}
+
+// read reads the value of field, replacing what an earlier occurrence of
+// the key left (the last one wins, errors included).
+func (f *descriptorFields) read(dec *jsontext.Decoder, field descField) error {
+	f.errs[field] = nil
+	f.str[field], f.num[field], f.flag[field] = "", 0, false
+	k := dec.PeekKind()
+	if k == 'n' {
+		// null: the field stays zero, as encoding/json leaves it.
+		_, err := dec.ReadToken()
+		if field == fMetadata {
+			f.metadata = nil
+		} else if field == fCommit {
+			f.commit = nil
+		}
+		return err
+	}
+	var want string
+	switch field {
+	case fSize, fSequenceNumber, fSourceVersion:
+		want = "a number"
+		if k == '0' {
+			tok, err := dec.ReadToken()
+			if err != nil {
+				return err
+			}
+			// encoding/json's rules: no fraction, no exponent, in range.
+			if field == fSourceVersion {
+				v, err := tok.Uint()
+				if err != nil || v > math.MaxUint32 {
+					f.errs[field] = fmt.Errorf("%s is not a uint32", truncate(tok.String()))
+				}
+				f.num[field] = int64(v)
+			} else if f.num[field], err = tok.Int(); err != nil {
+				f.errs[field] = fmt.Errorf("%s is not an int64", truncate(tok.String()))
+			}
+			return nil
+		}
+	case fFork, fDeleted:
+		want = "a boolean"
+		if k == 't' || k == 'f' {
+			_, err := dec.ReadToken()
+			f.flag[field] = k == 't'
+			return err
+		}
+	case fMetadata:
+		want = "an object"
+		if k == '{' {
+			return f.readMetadata(dec)
+		}
+	case fCommit:
+		// Rare (memory records) and with encoding/json's struct rules
+		// (case-insensitive keys): decoded by encoding/json.
+		v, err := dec.ReadValue()
+		if err != nil {
+			return err
+		}
+		var c *MemoryCommit
+		if err := json.Unmarshal(v, &c); err != nil {
+			f.errs[field] = err
+			c = nil
+		}
+		f.commit = c
+		return nil
+	default:
+		want = "a string"
+		if k == '"' {
+			tok, err := dec.ReadToken()
+			f.str[field] = tok.String()
+			return err
+		}
+	}
+	f.errs[field] = &errWrongType{want: want, got: kindName(k)}
+	return dec.SkipValue()
+}
+
+// readMetadata reads the metadata object: string values, null as "".
+func (f *descriptorFields) readMetadata(dec *jsontext.Decoder) error {
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	m := map[string]string{}
+	for dec.PeekKind() != '}' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		key := tok.String()
+		switch k := dec.PeekKind(); k {
+		case '"', 'n':
+			v, err := dec.ReadToken()
+			if err != nil {
+				return err
+			}
+			if k == 'n' {
+				m[key] = ""
+			} else {
+				m[key] = v.String()
+			}
+		default:
+			if f.errs[fMetadata] == nil {
+				f.errs[fMetadata] = fmt.Errorf("value of %q: %w", truncate(key), &errWrongType{want: "a string", got: kindName(k)})
+			}
+			if err := dec.SkipValue(); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	f.metadata = m
+	return nil
+}
+
+// descriptor checks and converts the fields read.
+func (f *descriptorFields) descriptor() (Descriptor, error) {
+	name := f.str[fName]
+	if err := f.errs[fName]; err != nil {
+		return Descriptor{}, fmt.Errorf("%w: descriptor: name: %v", ErrCorrupt, err)
+	}
+	bad := func(field descField, err error) error {
+		return fmt.Errorf("%w: descriptor %q: %s: %v", ErrCorrupt, truncate(name), descFieldKeys[field], err)
+	}
+	var out Descriptor
+	for field, err := range f.errs {
+		if err != nil {
+			return out, bad(descField(field), err)
+		}
+	}
+	out.Size, out.SequenceNumber = f.num[fSize], f.num[fSequenceNumber]
+	out.SourceVersion = uint32(f.num[fSourceVersion])
+	var err error
+	if out.Digest, err = ParseDigest(f.str[fDigest]); err != nil {
+		return out, fmt.Errorf("%w: descriptor %q: %v", ErrCorrupt, truncate(name), err)
+	}
+	if out.Size < 0 {
+		return out, fmt.Errorf("%w: descriptor %q: negative size", ErrCorrupt, truncate(name))
+	}
+	if s := f.str[fCreatedAt]; s != "" {
+		if out.CreatedAt, err = time.Parse(time.RFC3339Nano, s); err != nil {
+			return out, bad(fCreatedAt, err)
+		}
+		out.CreatedAt = out.CreatedAt.UTC()
+		if y := out.CreatedAt.Year(); y < 0 || y > 9999 {
+			// An offset can push the UTC form out of RFC 3339's range;
+			// such a time could not be written back.
+			return out, fmt.Errorf("%w: descriptor %q: created-at %q is outside years 0000-9999 in UTC", ErrCorrupt, truncate(name), truncate(s))
+		}
+	}
+	out.Name = name
+	out.ContentType, out.ContentEncoding = f.str[fContentType], f.str[fContentEncoding]
+	out.CacheControl, out.SchemaURL = f.str[fCacheControl], f.str[fSchemaURL]
+	if len(f.metadata) > 0 {
+		out.Metadata = f.metadata
+	}
+	if s := f.str[fData]; s != "" {
+		if out.Data, err = base64.StdEncoding.DecodeString(s); err != nil {
+			return out, bad(fData, err)
+		}
+	}
+	if out.TargetSession, err = parseOptionalID(f.str[fTargetSession]); err != nil {
+		return out, bad(fTargetSession, err)
+	}
+	if out.SourceSession, err = parseOptionalID(f.str[fSourceSession]); err != nil {
+		return out, bad(fSourceSession, err)
+	}
+	out.Fork, out.Deleted, out.Commit = f.flag[fFork], f.flag[fDeleted], f.commit
+	// §7.2: a non-zero legacy fork-session-id means fork = true, target =
+	// that session.
+	id, err := parseOptionalID(f.str[fForkSessionID])
+	if err != nil {
+		return out, bad(fForkSessionID, err)
+	}
+	if !id.IsZero() {
+		out.Fork, out.TargetSession = true, id
+	}
+	out.Extra = f.extra
+	return out, nil
+}
+
+// isSyntax reports whether err is the tokenizer's own (malformed JSON or a
+// failed read), as opposed to a descriptor's ErrCorrupt.
+func isSyntax(err error) bool {
+	return err != nil && !errors.Is(err, ErrCorrupt)
+}

@@ -1,0 +1,181 @@
+package layout
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// oracleDescriptor is the descriptor decoder pugfs had before the token
+// decoder: encoding/json into a map of raw values, then each known field
+// by encoding/json. It is kept as the oracle that the token decoder must
+// agree with (FuzzDescriptorDecoderOracle): same error or not, same
+// descriptor.
+type oracleDescriptor Descriptor
+
+func (d *oracleDescriptor) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return fmt.Errorf("%w: descriptor: %v", ErrCorrupt, err)
+	}
+	if raw == nil {
+		return fmt.Errorf("%w: descriptor is null", ErrCorrupt)
+	}
+	var j descriptorJSON
+	var name string
+	if v, ok := raw["name"]; ok {
+		// Decoded first so that the other errors can name the descriptor.
+		if err := json.Unmarshal(v, &name); err != nil {
+			return fmt.Errorf("%w: descriptor: name: %v", ErrCorrupt, err)
+		}
+	}
+	for _, f := range []struct {
+		key string
+		dst any
+	}{
+		{"digest", &j.Digest}, {"size", &j.Size}, {"created-at", &j.CreatedAt},
+		{"content-type", &j.ContentType}, {"content-encoding", &j.ContentEncoding},
+		{"cache-control", &j.CacheControl}, {"schema-url", &j.SchemaURL},
+		{"metadata", &j.Metadata}, {"sequence-number", &j.SequenceNumber}, {"data", &j.Data},
+		{"target-session", &j.TargetSession}, {"source-session", &j.SourceSession},
+		{"source-version", &j.SourceVersion}, {"fork", &j.Fork}, {"deleted", &j.Deleted},
+		{"commit", &j.Commit},
+	} {
+		v, ok := raw[f.key]
+		if !ok {
+			continue
+		}
+		if err := json.Unmarshal(v, f.dst); err != nil {
+			return fmt.Errorf("%w: descriptor %q: %s: %v", ErrCorrupt, truncate(name), f.key, err)
+		}
+	}
+	j.Name = name
+	var out Descriptor
+	var err error
+	if out.Digest, err = ParseDigest(j.Digest); err != nil {
+		return fmt.Errorf("%w: descriptor %q: %v", ErrCorrupt, truncate(j.Name), err)
+	}
+	if j.Size < 0 {
+		return fmt.Errorf("%w: descriptor %q: negative size", ErrCorrupt, truncate(j.Name))
+	}
+	out.Size = j.Size
+	if j.CreatedAt != "" {
+		if out.CreatedAt, err = time.Parse(time.RFC3339Nano, j.CreatedAt); err != nil {
+			return fmt.Errorf("%w: descriptor %q: created-at: %v", ErrCorrupt, truncate(j.Name), err)
+		}
+		out.CreatedAt = out.CreatedAt.UTC()
+		if y := out.CreatedAt.Year(); y < 0 || y > 9999 {
+			// An offset can push the UTC form out of RFC 3339's range;
+			// such a time could not be written back.
+			return fmt.Errorf("%w: descriptor %q: created-at %q is outside years 0000-9999 in UTC", ErrCorrupt, truncate(j.Name), truncate(j.CreatedAt))
+		}
+	}
+	out.ContentType, out.ContentEncoding, out.CacheControl = j.ContentType, j.ContentEncoding, j.CacheControl
+	out.SchemaURL, out.Name, out.SequenceNumber = j.SchemaURL, j.Name, j.SequenceNumber
+	if len(j.Metadata) > 0 {
+		out.Metadata = j.Metadata
+	}
+	if j.Data != "" {
+		if out.Data, err = base64.StdEncoding.DecodeString(j.Data); err != nil {
+			return fmt.Errorf("%w: descriptor %q: data: %v", ErrCorrupt, truncate(j.Name), err)
+		}
+	}
+	if out.TargetSession, err = parseOptionalID(j.TargetSession); err != nil {
+		return fmt.Errorf("%w: descriptor %q: target-session: %v", ErrCorrupt, truncate(j.Name), err)
+	}
+	if out.SourceSession, err = parseOptionalID(j.SourceSession); err != nil {
+		return fmt.Errorf("%w: descriptor %q: source-session: %v", ErrCorrupt, truncate(j.Name), err)
+	}
+	out.SourceVersion, out.Fork, out.Deleted, out.Commit = j.SourceVersion, j.Fork, j.Deleted, j.Commit
+	if legacy, ok := raw["fork-session-id"]; ok {
+		var s string
+		if err := json.Unmarshal(legacy, &s); err != nil {
+			return fmt.Errorf("%w: descriptor %q: fork-session-id: %v", ErrCorrupt, truncate(j.Name), err)
+		}
+		id, err := parseOptionalID(s)
+		if err != nil {
+			return fmt.Errorf("%w: descriptor %q: fork-session-id: %v", ErrCorrupt, truncate(j.Name), err)
+		}
+		// §7.2: a non-zero legacy ID means fork = true, target = id.
+		if !id.IsZero() {
+			out.Fork, out.TargetSession = true, id
+		}
+	}
+	for k, v := range raw {
+		if !knownDescriptorKeys[k] {
+			if out.Extra == nil {
+				out.Extra = make(map[string]json.RawMessage)
+			}
+			out.Extra[k] = canonicalRaw(v)
+		}
+	}
+	*d = oracleDescriptor(out)
+	return nil
+}
+
+// descriptorOracleCases are objects where encoding/json's rules are easy
+// to get wrong: duplicates, nulls, escapes, invalid UTF-8, numbers.
+var descriptorOracleCases = []string{
+	`{}`, `null`, `[]`, `1`, `"x"`, `{"name":"a","name":"b"}`, `{"name":5,"name":"b"}`,
+	`{"name":"b","name":5}`, `{"name":null}`, `{"size":null}`, `{"size":1e3}`, `{"size":1.0}`,
+	`{"size":-0}`, `{"size":9223372036854775808}`, `{"size":-9223372036854775808}`,
+	`{"source-version":4294967295}`, `{"source-version":4294967296}`, `{"source-version":-0}`,
+	`{"metadata":{"a":null,"b":"x","a":"y"}}`, `{"metadata":{}}`, `{"metadata":null}`,
+	`{"metadata":{"a":1}}`, `{"metadata":{"a":"x"},"metadata":{"b":"y"}}`, `{"metadata":[]}`,
+	`{"name":"\ud800x"}`, `{"name":"\u00e9\u2028"}`, "{\"name\":\"\xff\xfe\"}", "{\"x\xff\":1}",
+	`{"fork":true,"fork":null}`, `{"deleted":false}`, `{"deleted":"true"}`,
+	`{"commit":{"SESSION":"` + strings.Repeat("b", 32) + `","Version":3}}`, `{"commit":null}`,
+	`{"commit":{"session":"zz"}}`, `{"commit":[]}`, `{"commit":{"version":1},"commit":null}`,
+	`{"fork-session-id":"` + strings.Repeat("c", 32) + `"}`, `{"fork-session-id":"` + strings.Repeat("0", 32) + `"}`,
+	`{"x-future":{"a":[1, 2,{"<":">"}]},"x-future":"last"}`, `{"Name":"upper is unknown"}`,
+	`{"data":"aGVsbG8=","size":5}`, `{"data":""}`, `{"data":null}`, `{"data":"***"}`,
+	`{"created-at":"2024-01-01T00:00:00.5+02:00"}`, `{"created-at":"9999-12-31T23:59:59-01:00"}`,
+	`{"digest":"sha256:` + strings.Repeat("0", 64) + `"}`, `{"digest":"sha256:abc"}`,
+	`{"target-session":"` + strings.Repeat("A", 32) + `"}`, `{"source-session":"abc"}`,
+}
+
+func FuzzDescriptorDecoderOracle(f *testing.F) {
+	descriptorSeeds(f)
+	for _, s := range descriptorOracleCases {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		checkDescriptorOracle(t, b)
+	})
+}
+
+// TestDescriptorDecoderOracle runs the oracle cases and the fuzz seeds in
+// every `go test`.
+func TestDescriptorDecoderOracle(t *testing.T) {
+	for _, s := range descriptorOracleCases {
+		checkDescriptorOracle(t, []byte(s))
+	}
+}
+
+func checkDescriptorOracle(t *testing.T, b []byte) {
+	t.Helper()
+	var want oracleDescriptor
+	wantErr := json.Unmarshal(b, &want)
+	var got Descriptor
+	gotErr := json.Unmarshal(b, &got)
+	if (wantErr == nil) != (gotErr == nil) {
+		t.Fatalf("%q: encoding/json says %v, the token decoder %v", b, wantErr, gotErr)
+	}
+	if wantErr == nil && !reflect.DeepEqual(Descriptor(want), got) {
+		t.Fatalf("%q: encoding/json decodes\n%+v\nthe token decoder\n%+v", b, Descriptor(want), got)
+	}
+	// The same object inside a snapshot body.
+	ds, err := DecodeDescriptors(append(append([]byte("["), b...), ']'), EncodingNone, 1<<20)
+	if (wantErr == nil) != (err == nil) {
+		if wantErr == nil || json.Valid(b) {
+			t.Fatalf("%q in an array: encoding/json says %v, DecodeDescriptors %v", b, wantErr, err)
+		}
+	}
+	if wantErr == nil && !reflect.DeepEqual([]Descriptor{Descriptor(want)}, ds) {
+		t.Fatalf("%q in an array: encoding/json decodes\n%+v\nDecodeDescriptors\n%+v", b, Descriptor(want), ds)
+	}
+}
