@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -465,8 +466,13 @@ func (n *fileNode) Setxattr(ctx context.Context, attr string, data []byte, flags
 	return syscall.EROFS
 }
 
+// xattrPrefix is what every attribute pugfs shows starts with.
+const xattrPrefix = "user.pugmark."
+
 func getxattr(x xattrs, attr string, dest []byte) (uint32, syscall.Errno) {
-	if x == nil {
+	// ls -l asks every file for security.selinux and the POSIX ACLs:
+	// answered without building the file's attributes.
+	if x == nil || !strings.HasPrefix(attr, xattrPrefix) {
 		return 0, syscall.ENODATA
 	}
 	v, ok := x()[attr]

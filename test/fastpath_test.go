@@ -197,5 +197,11 @@ func TestXattrsOff(t *testing.T) {
 		if got := sh(t, on.Dir, "getfattr --only-values -n user.pugmark.sequence-number "+dir+"/f00.txt"); got != "1" {
 			t.Errorf("default mount: sequence-number %q", got)
 		}
+		// What ls -l asks for, answered without building the attributes.
+		for _, name := range []string{"security.selinux", "system.posix_acl_access", "user.pugmark.nonesuch", "user.other"} {
+			if e := shErr(t, on.Dir, "getfattr -n "+name+" "+dir+"/f00.txt"); !strings.Contains(e, "No such attribute") {
+				t.Errorf("default mount: getfattr -n %s: %q, want No such attribute", name, e)
+			}
+		}
 	})
 }
