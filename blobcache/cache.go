@@ -100,6 +100,12 @@ type Options struct {
 	// DiskBytes bounds the on-disk cache (default 10 GiB). Without DiskDir
 	// it bounds the spill files of large decoded bodies instead.
 	DiskBytes int64
+	// DiskMinBytes: a stored body smaller than this is cached in memory
+	// only, never copied into DiskDir (default 0: every body that fits).
+	// For a bucket on a local disk, where reading a body again costs what
+	// reading the copy would, and the copy is a file created and renamed
+	// per blob.
+	DiskMinBytes int64
 	// SpillDir is where large decoded bodies spill when there is no usable
 	// DiskDir ("" = os.TempDir()). Spill files are unlinked on creation, so
 	// they vanish with the process.

@@ -571,3 +571,47 @@ func TestDiskClearReadOnlyLinks(t *testing.T) {
 	c.dropMemory()
 	f.check(t, c)
 }
+
+// A body below DiskMinBytes (a local bucket's small bodies) is cached in
+// memory only; one at or above it is copied to the disk as usual. A second
+// instance (a remount) finds the large one on disk and reads the small
+// one from the backend again.
+func TestDiskMinBytes(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	src := newFakeBlobSource()
+	small, large := blobTestBody(3000, 1), blobTestBody(70<<10, 2)
+	var ds []*layout.Descriptor
+	for i, b := range [][]byte{small, large} {
+		ds = append(ds, &layout.Descriptor{Name: fmt.Sprint(i), Digest: src.put(b), Size: int64(len(b))})
+	}
+	opts := diskOpts(dir)
+	opts.DiskMinBytes = 16 << 10
+	opts.SniffEncoding = false // the default: no shape records beside the bodies
+	read := func(c *Cache, i int) {
+		t.Helper()
+		want := [][]byte{small, large}[i]
+		if got, err := readAll(ctx, c, ds[i], 5000); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("body %d: read %d bytes, %v", i, len(got), err)
+		}
+	}
+	c1 := newTestBlobCache(t, src, opts)
+	read(c1, 0)
+	read(c1, 1)
+	if st := c1.Stats(); st.DiskBytes != int64(len(large)) {
+		t.Fatalf("disk holds %d bytes, want the large body's %d alone", st.DiskBytes, len(large))
+	}
+	if err := c1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c2 := newTestBlobCache(t, src, opts)
+	before := src.reads.Load()
+	read(c2, 1)
+	if got := src.reads.Load() - before; got != 0 {
+		t.Fatalf("the large body after a remount: %d backend reads, want 0 (from the disk)", got)
+	}
+	read(c2, 0)
+	if got := src.reads.Load() - before; got == 0 {
+		t.Fatal("the small body after a remount came from somewhere other than the backend")
+	}
+}

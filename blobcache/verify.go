@@ -93,7 +93,7 @@ func (c *Cache) runPass(ctx context.Context, d layout.Digest, size int64, mode b
 		}
 	}
 	var tmp *diskTemp
-	if c.disk != nil && c.disk.enabled() && size <= c.disk.maxEntry() {
+	if c.disk != nil && c.disk.enabled() && size <= c.disk.maxEntry() && size >= c.opts.DiskMinBytes {
 		tmp, _ = c.disk.create()
 	}
 	res, err := c.consume(ctx, d, size, mode, want, c.backendIter(ctx, d, size), tmp, nil)

@@ -40,10 +40,11 @@ import (
 // file does, instead of the kernel's EIO. go-fuse registers the backing
 // file once per inode and drops it at the last release.
 
-// passthroughMin is the smallest file read through passthrough: below
+// PassthroughMin is the smallest file read through passthrough: below
 // it, the page cache (FOPEN_KEEP_CACHE) serves warm reads as well, and an
-// OPEN costs no registration of a backing file.
-const passthroughMin = 1 << 20
+// OPEN costs no registration of a backing file. Smaller bodies need no
+// verified disk copy for it.
+const PassthroughMin = 1 << 20
 
 // pinnable is content whose bytes a verified local copy may serve.
 type pinnable interface {
@@ -139,7 +140,7 @@ func (f *FS) openPassthrough(ctx context.Context, st *ptState, c content) (fh go
 	if !f.passthrough.Load() || !isPinnable || st.mode.Load() == ptOff {
 		return nil, 0, false, 0
 	}
-	if sz, err := c.size(ctx); err != nil || sz < passthroughMin || !p.canPin() {
+	if sz, err := c.size(ctx); err != nil || sz < PassthroughMin || !p.canPin() {
 		st.mode.CompareAndSwap(ptUndecided, ptOff)
 		if st.mode.Load() == ptOff {
 			return nil, 0, false, 0

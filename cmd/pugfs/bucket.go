@@ -47,6 +47,18 @@ func bucketURL(arg string) (u, local string, err error) {
 	return arg, local, nil
 }
 
+// onLocalDisk reports whether arg is a local directory read as it is
+// (file:// or a path, without a wrapper such as fault+ that may add
+// latency).
+func onLocalDisk(arg string) bool {
+	u, local, err := bucketURL(arg)
+	if err != nil || local == "" {
+		return false
+	}
+	p, err := url.Parse(u)
+	return err == nil && p.Scheme == "file"
+}
+
 // openBucket opens a bucket argument. With create, a missing local
 // directory is created (pugfs demo); otherwise it is an error that says
 // so, rather than the driver's ENOENT.

@@ -294,18 +294,24 @@ func TestVersion(t *testing.T) {
 
 func TestBucketURL(t *testing.T) {
 	cwd, _ := os.Getwd()
-	for _, tc := range []struct{ in, url, local string }{
-		{"/srv/bucket", "file:///srv/bucket", "/srv/bucket"},
-		{"rel/b", "file://" + filepath.Join(cwd, "rel/b"), filepath.Join(cwd, "rel/b")},
-		{"/with space", "file:///with%20space", "/with space"},
-		{"mem://", "mem://", ""},
-		{"s3://b?region=x", "s3://b?region=x", ""},
-		{"file:///x/y", "file:///x/y", "/x/y"},
-		{"fault+file:///x?fault_latency=1ms", "fault+file:///x?fault_latency=1ms", "/x"},
+	for _, tc := range []struct {
+		in, url, local string
+		onDisk         bool // onLocalDisk: no disk copy of small bodies
+	}{
+		{"/srv/bucket", "file:///srv/bucket", "/srv/bucket", true},
+		{"rel/b", "file://" + filepath.Join(cwd, "rel/b"), filepath.Join(cwd, "rel/b"), true},
+		{"/with space", "file:///with%20space", "/with space", true},
+		{"mem://", "mem://", "", false},
+		{"s3://b?region=x", "s3://b?region=x", "", false},
+		{"file:///x/y", "file:///x/y", "/x/y", true},
+		{"fault+file:///x?fault_latency=1ms", "fault+file:///x?fault_latency=1ms", "/x", false},
 	} {
 		u, local, err := bucketURL(tc.in)
 		if err != nil || u != tc.url || local != tc.local {
 			t.Errorf("bucketURL(%q) = %q, %q, %v; want %q, %q", tc.in, u, local, err, tc.url, tc.local)
+		}
+		if got := onLocalDisk(tc.in); got != tc.onDisk {
+			t.Errorf("onLocalDisk(%q) = %v", tc.in, got)
 		}
 	}
 	if _, _, err := bucketURL(""); err == nil {

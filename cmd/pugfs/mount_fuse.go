@@ -243,6 +243,13 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 		// bound, and a blob it keeps is never fetched twice however small
 		// the memory budget (blobcache/files.go).
 		bopts.DiskBytes = max(cfg.CacheSize*4, blobcache.DefaultDiskBytes)
+		if onLocalDisk(cfg.BucketURL) {
+			// The bucket's own files are as near as a copy would be: a
+			// small body is not copied (a create and a rename per blob,
+			// a fifth of the CPU of a cold grep -r). Passthrough still
+			// needs the verified copy of a large one.
+			bopts.DiskMinBytes = pfs.PassthroughMin
+		}
 	}
 	c, err := cache.New(store, copts)
 	if err != nil {
