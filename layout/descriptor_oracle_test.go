@@ -136,6 +136,9 @@ var descriptorOracleCases = []string{
 	`{"created-at":"2024-01-01T00:00:00.5+02:00"}`, `{"created-at":"9999-12-31T23:59:59-01:00"}`,
 	`{"digest":"sha256:` + strings.Repeat("0", 64) + `"}`, `{"digest":"sha256:abc"}`,
 	`{"target-session":"` + strings.Repeat("A", 32) + `"}`, `{"source-session":"abc"}`,
+	// Past both decoders' nesting limit (10,000): an error, not a crash.
+	`{"x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`,
+	`{"x":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`,
 }
 
 func FuzzDescriptorDecoderOracle(f *testing.F) {
