@@ -73,7 +73,10 @@ func NewDecoder(r io.Reader, enc string) (io.ReadCloser, error) {
 const maxZstdWindow = 64 << 20
 
 func newZstdReader(r io.Reader, window uint64) (io.ReadCloser, error) {
-	p, _ := zstdPools.LoadOrStore(window, &sync.Pool{})
+	p, ok := zstdPools.Load(window)
+	if !ok {
+		p, _ = zstdPools.LoadOrStore(window, &sync.Pool{})
+	}
 	pool := p.(*sync.Pool)
 	zr, _ := pool.Get().(*zstd.Decoder)
 	if zr == nil {

@@ -1,0 +1,62 @@
+package layout
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+)
+
+// The zstd decoders are pooled (codec.go): a decoder that failed in the
+// middle of a stream, or that decoded a large body, must leave nothing
+// behind for the next user, also when many decode at once.
+func TestZstdDecoderPoolReuse(t *testing.T) {
+	small := bytes.Repeat([]byte("pugmark "), 1000)
+	large := bytes.Repeat([]byte("0123456789abcdef"), 100_000) // 1.6 MB: closed, not pooled
+	zSmall, zLarge := encoder().EncodeAll(small, nil), encoder().EncodeAll(large, nil)
+	broken := append([]byte(nil), zSmall[:len(zSmall)/2]...)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				var body, want []byte
+				switch (g + i) % 3 {
+				case 0:
+					body, want = zSmall, small
+				case 1:
+					body, want = zLarge, large
+				default:
+					if _, err := DecodeBody(broken, EncodingZstd, 1<<30); err == nil {
+						errs <- fmt.Errorf("a truncated zstd body decoded")
+					}
+					continue
+				}
+				got, err := DecodeBody(body, EncodingZstd, 1<<30)
+				if err != nil || !bytes.Equal(got, want) {
+					errs <- fmt.Errorf("decode %d bytes: got %d bytes, %v", len(want), len(got), err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// A stream read after Close fails rather than reading a decoder that
+	// is back in the pool (and maybe someone else's).
+	r, err := NewDecoder(bytes.NewReader(zSmall), EncodingZstd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if _, err := io.ReadAll(r); err == nil {
+		t.Error("read after Close succeeded")
+	}
+}
