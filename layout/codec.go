@@ -329,25 +329,28 @@ func (s *squeezeSpace) Read(p []byte) (int, error) {
 
 // squeeze compacts b in place and returns its new length. The inside of
 // a string is copied in runs up to its next quote or backslash, found
-// with IndexByte: most of a snapshot's bytes are in strings.
+// with IndexByte: most of a snapshot's bytes are in strings. Each is
+// looked for again only once passed, so that b is scanned for each at
+// most once (a string of a million escapes must not cost a scan of the
+// rest of b per escape).
 func (s *squeezeSpace) squeeze(b []byte) int {
 	out := 0
+	nextQuote, nextEscape := -1, -1 // at or after i; len(b) when none
 	for i := 0; i < len(b); {
 		c := b[i]
 		switch {
 		case s.escaped:
 			s.escaped = false
 		case s.inString:
-			run := b[i:]
-			if q := bytes.IndexByte(run, '"'); q >= 0 {
-				run = run[:q]
+			if nextQuote < i {
+				nextQuote = indexFrom(b, i, '"')
 			}
-			if e := bytes.IndexByte(run, '\\'); e >= 0 {
-				run = run[:e]
+			if nextEscape < i {
+				nextEscape = indexFrom(b, i, '\\')
 			}
-			if len(run) > 0 {
-				out += copy(b[out:], run)
-				i += len(run)
+			if end := min(nextQuote, nextEscape); end > i {
+				out += copy(b[out:], b[i:end])
+				i = end
 				continue
 			}
 			// c is the quote or backslash that ends the run.
@@ -371,6 +374,14 @@ func (s *squeezeSpace) squeeze(b []byte) int {
 		i++
 	}
 	return out
+}
+
+// indexFrom is the index of the first c in b at or after i, or len(b).
+func indexFrom(b []byte, i int, c byte) int {
+	if k := bytes.IndexByte(b[i:], c); k >= 0 {
+		return i + k
+	}
+	return len(b)
 }
 
 // descriptorCost is what one decoded Descriptor costs in memory: 240

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -100,4 +101,26 @@ func FuzzReliabilityStreamedDecode(f *testing.F) {
 			t.Fatalf("DecodeDescriptors(%q) = %+v, want %+v", body, got, want)
 		}
 	})
+}
+
+// Decoding is linear in the body whatever it holds: a name of 4 million
+// escapes (8 MB) and an unknown field of a million short strings. With
+// the whitespace squeezer scanning the rest of its buffer for a quote
+// at every escape (as it once did), the first took minutes, and this
+// test the whole test timeout.
+func TestReliabilityDecodeLinear(t *testing.T) {
+	const n = 4 << 20
+	var b bytes.Buffer
+	b.WriteString(`[{"name":"`)
+	b.Write(bytes.Repeat([]byte(`\\`), n))
+	b.WriteString(`"},{"name":"b","x-many":[`)
+	b.Write(bytes.Repeat([]byte(`"a",`), n/4))
+	b.WriteString(`"a"]}]`)
+	ds, err := DecodeDescriptors(b.Bytes(), "", 1<<30)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("%d descriptors, %v", len(ds), err)
+	}
+	if len(ds[0].Name) != n || strings.Trim(ds[0].Name, `\`) != "" {
+		t.Errorf("name of %d bytes, want %d backslashes", len(ds[0].Name), n)
+	}
 }
