@@ -601,6 +601,15 @@ func TestDiskMinBytes(t *testing.T) {
 	if st := c1.Stats(); st.DiskBytes != int64(len(large)) {
 		t.Fatalf("disk holds %d bytes, want the large body's %d alone", st.DiskBytes, len(large))
 	}
+	// Pinning (passthrough) needs the disk copy: only the large one has it.
+	if c1.CanPin(ds[0]) || !c1.CanPin(ds[1]) {
+		t.Errorf("CanPin: small %v, large %v; want false, true", c1.CanPin(ds[0]), c1.CanPin(ds[1]))
+	}
+	if p, err := c1.Pin(ctx, ds[1]); err != nil || p == nil || p.Size != int64(len(large)) {
+		t.Errorf("Pin of the large body: %+v, %v", p, err)
+	} else {
+		p.Release()
+	}
 	if err := c1.Close(); err != nil {
 		t.Fatal(err)
 	}

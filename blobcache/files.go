@@ -184,7 +184,8 @@ func (c *Cache) CanPin(d *layout.Descriptor) bool {
 	return err == nil && space == blobRaw && !sniff
 }
 
-// CanPinRaw is CanPin for the stored bytes of a blob of this size.
+// CanPinRaw is CanPin for the stored bytes of a blob of this size: one
+// the disk cache keeps (not past its entry bound, not under DiskMinBytes).
 func (c *Cache) CanPinRaw(size int64) bool {
-	return c.disk != nil && c.disk.enabled() && size > 0 && size <= c.disk.maxEntry()
+	return c.disk != nil && c.disk.enabled() && size > 0 && size <= c.disk.maxEntry() && size >= c.opts.DiskMinBytes
 }
