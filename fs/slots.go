@@ -632,22 +632,11 @@ func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 			}
 		} else {
 			// truncate(2) without a handle, or O_TRUNC's follow-up
-			// Setattr: stage and truncate, then commit as close(2)
-			// would. Left to the release, the commit would wait for
-			// the last other open of the file, perhaps a descriptor
-			// closed a moment ago whose release the kernel has not
-			// sent yet, and its error would reach nobody.
-			s, err := n.f.w.OpenFresh(ctx, n.id, n.slot(), n.base, sz == 0)
-			if err != nil {
-				return n.f.errnoOf("truncate "+n.slot(), err)
-			}
-			n.st.Store(s)
-			err = s.Truncate(int64(sz))
-			if err == nil && fh == nil {
-				err = n.f.w.Flush(ctx, n.id, s, true)
-			}
-			if rerr := n.f.w.Release(ctx, n.id, s); err == nil {
-				err = rerr
+			// Setattr: committed at once, as close(2) would, and
+			// undone if that fails (staging.Writer.TruncateName).
+			s, err := n.f.w.TruncateName(ctx, n.id, n.slot(), n.base, int64(sz), fh == nil)
+			if s != nil {
+				n.st.Store(s)
 			}
 			if err != nil {
 				return n.f.errnoOf("truncate "+n.slot(), err)

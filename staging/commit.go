@@ -68,6 +68,82 @@ func (w *Writer) Release(ctx context.Context, id layout.SessionID, s *File) erro
 	}
 }
 
+// TruncateName is truncate(2) of a path, and the truncate without a
+// handle that follows an open(O_TRUNC) (the kernel opens first, then
+// truncates): name is staged (or its staged file shared) and cut to size,
+// committed at once when commit is set, as close(2) would, and released.
+// Left to the release, the commit would wait for the last other open of
+// the file and its error would reach nobody. It returns the staged file,
+// already released, so the caller can show what it became.
+//
+// A failed truncate leaves the file as it was. When the staged file held
+// nothing but the entry it was last committed as and the commit fails, it
+// is filled again from that entry: the handles still open on it (the one
+// the failed open(O_TRUNC) made, whose release comes later) read the
+// committed bytes, not the cut that was refused.
+func (w *Writer) TruncateName(ctx context.Context, id layout.SessionID, name string, baseOf func() *layout.Entry, size int64, commit bool) (*File, error) {
+	ws := w.session(id)
+	w.mu.Lock()
+	s := ws.files[name]
+	if s != nil {
+		s.opens++
+	}
+	w.mu.Unlock()
+	if s == nil {
+		var err error
+		if s, err = w.OpenFresh(ctx, id, name, baseOf, size == 0); err != nil {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	var was *layout.Entry // what s holds when the cut is refused
+	if !s.dirty && s.werr == nil && s.committed != nil {
+		was = s.committed
+	}
+	touched, meta := s.touched, cloneMap(s.meta)
+	err := s.truncateLocked(size)
+	gen := s.gen
+	s.mu.Unlock()
+	if err == nil && commit {
+		if err = w.Flush(ctx, id, s, true); err != nil && was != nil {
+			w.restore(ctx, s, gen, was, touched, meta)
+		}
+	}
+	if rerr := w.Release(ctx, id, s); err == nil {
+		err = rerr
+	}
+	return s, err
+}
+
+// restore fills s again with e, the entry it held before a truncate whose
+// commit failed, unless s changed since (gen).
+func (w *Writer) restore(ctx context.Context, s *File, gen uint64, e *layout.Entry, touched bool, meta map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.waitCommitLocked()
+	if s.gen != gen || s.unlinked || s.failed == nil {
+		return // written, removed or committed meanwhile: that stands
+	}
+	s.gen++
+	s.summed = -1
+	err := s.unshareLocked()
+	if err == nil {
+		err = s.file.Truncate(0)
+	}
+	var n int64
+	if err == nil {
+		n, err = w.copyIn(ctx, s.file, e)
+	}
+	s.size = n
+	if err != nil {
+		// The refused cut is what s holds now, or part of e: it is not
+		// committed, and close(2) says why.
+		s.werr = fmt.Errorf("restore %s after its truncate failed: %w", s.name, err)
+		return
+	}
+	s.dirty, s.failed, s.touched, s.meta = false, nil, touched, meta
+}
+
 // dropOpen drops one open of s when it is not the last, and reports
 // whether it did.
 func (w *Writer) dropOpen(s *File) bool {

@@ -263,6 +263,11 @@ func (s *File) ReadAt(p []byte, off int64) (int, error) {
 func (s *File) Truncate(n int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.truncateLocked(n)
+}
+
+// truncateLocked is Truncate. Caller holds s.mu.
+func (s *File) truncateLocked(n int64) error {
 	if n != s.size {
 		if err := s.unshareLocked(); err != nil {
 			return fmt.Errorf("stage %s: copy the committed bytes: %w", s.name, err)

@@ -415,6 +415,63 @@ func TestWriterFailedCommit(t *testing.T) {
 	})
 }
 
+// TestWriterTruncateNameRefused: truncate(2) of a path, or the truncate
+// that follows open(O_TRUNC), while a handle is still open on the file
+// (the handle that failed open made, released later by the kernel). A
+// refused commit leaves a file that held only its committed bytes as it
+// was; once CI read "" through that handle before its release came.
+func TestWriterTruncateNameRefused(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		committed bool   // the open file held its committed bytes only
+		refuse    bool   // snapshot PUTs fail
+		want      string // what the open file holds after the truncate
+		slot      string // what the bucket holds
+		kept      int    // files in failed/ after the release
+	}{
+		{name: "clean file, commit refused", committed: true, refuse: true, want: "first\n", slot: "first\n"},
+		{name: "clean file, committed", committed: true, want: "", slot: ""},
+		{name: "unsaved writes, commit refused", refuse: true, want: "", kept: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newWriterRig(t)
+			s := r.written(t, "f", "first\n")
+			if tc.committed {
+				if err := r.w.Flush(ctx, r.id, s, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.refuse {
+				r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Regexp: regexp.MustCompile(`/snapshots/`)},
+					FailProb: 1, Err: faultblob.PermanentError(gcerrors.PermissionDenied)})
+			}
+			got, err := r.w.TruncateName(ctx, r.id, "f", func() *layout.Entry { return nil }, 0, true)
+			if (err != nil) != tc.refuse {
+				t.Fatalf("TruncateName = %v, want an error: %v", err, tc.refuse)
+			}
+			if got != s {
+				t.Fatal("TruncateName staged a second file beside the open one")
+			}
+			buf := make([]byte, 64)
+			n, _ := s.ReadAt(buf, 0)
+			if string(buf[:n]) != tc.want || s.Stat().Size != int64(len(tc.want)) {
+				t.Fatalf("open file holds %q (size %d), want %q", buf[:n], s.Stat().Size, tc.want)
+			}
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatalf("release: %v", err)
+			}
+			if kept := r.failedFiles(t); len(kept) != tc.kept {
+				t.Fatalf("failed/ holds %v, want %d files", kept, tc.kept)
+			}
+			e, ok := r.slot(t, "f")
+			if ok != tc.committed || string(e.Data) != tc.slot {
+				t.Fatalf("bucket holds %q (present %v), want %q (present %v)", e.Data, ok, tc.slot, tc.committed)
+			}
+		})
+	}
+}
+
 // TestCheckInvariants: the check finds a staged file filed under a name
 // it does not have (what a rename that moved only one of the two would
 // leave).

@@ -323,9 +323,11 @@ func TestWriteTruncateCommitsAtOnce(t *testing.T) {
 
 // TestWriteFailedRewriteKeepsCommittedFile: a file created through the
 // mount is rewritten (O_TRUNC) while the bucket refuses the commit. The
-// close is EIO, and the file, through the inode its create made, still
-// shows what was committed before; it once answered ENOENT until the
-// kernel looked the name up again.
+// open is EIO (the kernel opens, then truncates without a handle), and
+// the file, through the inode its create made, still shows what was
+// committed before. It once answered ENOENT until the kernel looked the
+// name up again, and later "" until the kernel released the handle of
+// the failed open (staging.TestWriterTruncateNameRefused).
 func TestWriteFailedRewriteKeepsCommittedFile(t *testing.T) {
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
 		id := newSession(t, bk)
@@ -339,7 +341,7 @@ func TestWriteFailedRewriteKeepsCommittedFile(t *testing.T) {
 		}
 		on()
 		if err := writeFile(p, []byte("second\n"), os.O_WRONLY|os.O_TRUNC); errnoOf(err) != syscall.EIO {
-			t.Fatalf("close of the rewrite = %v, want EIO", err)
+			t.Fatalf("the rewrite = %v, want EIO", err)
 		}
 		off()
 		if got, err := os.ReadFile(p); err != nil || string(got) != "first\n" {
