@@ -243,18 +243,18 @@ func (b *Bucket) NewRangeReader(ctx context.Context, key string, offset, length 
 		}
 		return nil, err
 	}
-	return &reader{r: r, s: s, attrs: driver.ReaderAttributes{
-		ContentType: r.ContentType(),
-		ModTime:     r.ModTime(),
-		Size:        r.Size(),
-	}}, nil
+	return &reader{r: r, s: s}, nil
 }
 
 type reader struct {
-	r     *blob.Reader
-	s     Stream
-	end   sync.Once
-	attrs driver.ReaderAttributes
+	r   *blob.Reader
+	s   Stream
+	end sync.Once
+	// attrsOnce fills attrs from r when first asked: a reader of the body
+	// alone never asks, and some drivers (localblob) read the metadata
+	// only then.
+	attrsOnce sync.Once
+	attrs     driver.ReaderAttributes
 }
 
 func (r *reader) Read(p []byte) (int, error) {
@@ -276,8 +276,14 @@ func (r *reader) Close() error {
 	return err
 }
 
-func (r *reader) Attributes() *driver.ReaderAttributes { return &r.attrs }
-func (r *reader) As(i any) bool                        { return r.r.As(i) }
+func (r *reader) Attributes() *driver.ReaderAttributes {
+	r.attrsOnce.Do(func() {
+		r.attrs = driver.ReaderAttributes{ContentType: r.r.ContentType(), ModTime: r.r.ModTime(), Size: r.r.Size()}
+	})
+	return &r.attrs
+}
+
+func (r *reader) As(i any) bool { return r.r.As(i) }
 
 // NewTypedWriter implements driver.Bucket (a Stream of OpPut). Every
 // option reaches the inner bucket unchanged, BeforeWrite and IfNotExist

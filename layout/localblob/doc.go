@@ -94,7 +94,12 @@
 // # Reads and listings
 //
 // A reader holds the file it opened, so concurrent overwrites or deletes
-// never change the bytes it returns. List returns keys in byte order,
+// never change the bytes it returns. It reads the metadata through that
+// file only when asked (Attributes, As): reading a body alone costs no
+// xattr read. If they cannot be read then (a corrupt xattr, or a sidecar
+// gone with an object replaced since the open), the reader reports the
+// stat's size and time with a content type guessed from the key, and
+// As(*ObjectInfo) reports false. List returns keys in byte order,
 // honours Prefix, Delimiter (any string), PageSize and PageToken, and reads
 // only the directories the prefix and page need; a directory is a common
 // prefix only if it holds at least one object. MD5 is not reported in

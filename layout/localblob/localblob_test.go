@@ -591,6 +591,75 @@ func TestSidecarLifecycle(t *testing.T) {
 	}
 }
 
+// TestReaderMetadataLazy: a reader reads the object's metadata from its
+// own descriptor when asked, not at the open, so a body read never reads
+// them; what it reports still belongs to the body it reads, or nothing.
+func TestReaderMetadataLazy(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		opts     *Options
+		wantInfo bool // the replaced object's metadata are still known
+	}{
+		{"xattr", nil, true},
+		{"sidecar", &Options{forceSidecar: true}, false}, // its sidecar went with it
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, _ := newBucket(t, tc.opts)
+			write(t, b, "s/k", "v1", &blob.WriterOptions{ContentType: "application/json", Metadata: map[string]string{"n": "1"}})
+			a, err := b.Attributes(ctx, "s/k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := b.NewReader(ctx, "s/k", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			write(t, b, "s/k", "v2", &blob.WriterOptions{ContentType: "text/plain", Metadata: map[string]string{"n": "2"}})
+			if body, err := io.ReadAll(r); err != nil || string(body) != "v1" {
+				t.Fatalf("body %q, %v; want the opened v1", body, err)
+			}
+			var info ObjectInfo
+			got := r.As(&info)
+			if got != tc.wantInfo {
+				t.Fatalf("As(*ObjectInfo) = %v, want %v", got, tc.wantInfo)
+			}
+			if got && (info.Metadata["n"] != "1" || info.ETag != a.ETag || info.ContentType != "application/json") {
+				t.Fatalf("info %+v, want v1's (ETag %s)", info, a.ETag)
+			}
+			if want := map[bool]string{true: "application/json", false: "application/octet-stream"}[got]; r.ContentType() != want {
+				t.Fatalf("content type %q, want %q", r.ContentType(), want)
+			}
+			if r.Size() != 2 {
+				t.Fatalf("size %d", r.Size())
+			}
+		})
+	}
+	t.Run("corrupt xattr", func(t *testing.T) {
+		b, dir := newBucket(t, nil)
+		write(t, b, "k", "body", nil)
+		if err := unix.Setxattr(filepath.Join(dir, "k"), xattrName, []byte("{"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Attributes(ctx, "k"); err == nil || !strings.Contains(err.Error(), "corrupt") {
+			t.Fatalf("Attributes of a corrupt xattr = %v, want the corruption", err)
+		}
+		r, err := b.NewReader(ctx, "k", nil)
+		if err != nil {
+			t.Fatalf("a body read reads the xattr: %v", err)
+		}
+		defer r.Close()
+		if body, err := io.ReadAll(r); err != nil || string(body) != "body" {
+			t.Fatalf("body %q, %v", body, err)
+		}
+		var info ObjectInfo
+		if r.As(&info) {
+			t.Fatalf("As(*ObjectInfo) of a corrupt xattr = %+v, want false", info)
+		}
+	})
+}
+
 func TestOpenBucketURL(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
