@@ -623,4 +623,22 @@ func TestDiskMinBytes(t *testing.T) {
 	if got := src.reads.Load() - before; got == 0 {
 		t.Fatal("the small body after a remount came from somewhere other than the backend")
 	}
+	if err := c2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A copy of the small body left by a mount without the bound is not
+	// even looked for: such lookups were a failed stat per body.
+	all := opts
+	all.DiskMinBytes = 0
+	c3 := newTestBlobCache(t, src, all)
+	read(c3, 0)
+	if err := c3.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c4 := newTestBlobCache(t, src, opts)
+	before = src.reads.Load()
+	read(c4, 0)
+	if got := src.reads.Load() - before; got == 0 {
+		t.Fatal("the small body came from a disk copy under DiskMinBytes")
+	}
 }

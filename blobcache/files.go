@@ -187,5 +187,11 @@ func (c *Cache) CanPin(d *layout.Descriptor) bool {
 // CanPinRaw is CanPin for the stored bytes of a blob of this size: one
 // the disk cache keeps (not past its entry bound, not under DiskMinBytes).
 func (c *Cache) CanPinRaw(size int64) bool {
-	return c.disk != nil && c.disk.enabled() && size > 0 && size <= c.disk.maxEntry() && size >= c.opts.DiskMinBytes
+	return size > 0 && c.diskKeeps(size)
+}
+
+// diskKeeps reports whether a verify pass copies a stored body of this
+// size into the disk cache, and so whether a copy of it is looked for.
+func (c *Cache) diskKeeps(size int64) bool {
+	return c.disk != nil && c.disk.enabled() && size <= c.disk.maxEntry() && size >= c.opts.DiskMinBytes
 }
