@@ -103,14 +103,16 @@ func (e *TimeoutError) Unwrap() error { return context.DeadlineExceeded }
 // inner; its As defers to inner, so a fault injector or driver type below
 // is still found.
 func Wrap(inner *blob.Bucket, timeout time.Duration) *blob.Bucket {
+	return blob.NewBucket(Over(blobwrap.Portable(inner), timeout))
+}
+
+// Over is Wrap as a driver over the driver next, for a stack of
+// decorators under one portable bucket (blobwrap.Over).
+func Over(next driver.Bucket, timeout time.Duration) driver.Bucket {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	return blob.NewBucket(newDriver(inner, timeout))
-}
-
-func newDriver(inner *blob.Bucket, timeout time.Duration) *bucket {
-	return &bucket{Bucket: blobwrap.New(inner, &hooks{timeout: timeout})}
+	return &bucket{Bucket: blobwrap.Over(next, &hooks{timeout: timeout})}
 }
 
 // bucket is blobwrap's driver with the deadline hooks and the error code
@@ -129,7 +131,7 @@ func (b *bucket) ErrorCode(err error) gcerrors.ErrorCode {
 	if errors.As(err, &te) {
 		return gcerrors.DeadlineExceeded
 	}
-	return gcerrors.Code(err)
+	return b.Bucket.ErrorCode(err)
 }
 
 // hooks bounds every request and every step of a stream by timeout.

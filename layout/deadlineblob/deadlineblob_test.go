@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/layout/blobwrap"
 	"github.com/pugmark/pugfs/layout/blobwrap/blobwraptest"
 	"github.com/pugmark/pugfs/layout/faultblob"
 	"gocloud.dev/blob"
@@ -385,6 +386,6 @@ func TestBodyReads(t *testing.T) {
 // invisible to gocloud's driver suite.
 func TestConformance(t *testing.T) {
 	blobwraptest.Conformance(t, func(inner *blob.Bucket) driver.Bucket {
-		return newDriver(inner, time.Minute)
+		return Over(blobwrap.Portable(inner), time.Minute)
 	}, nil)
 }

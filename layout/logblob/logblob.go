@@ -19,16 +19,19 @@ import (
 
 	"github.com/pugmark/pugfs/layout/blobwrap"
 	"gocloud.dev/blob"
+	"gocloud.dev/blob/driver"
 )
 
 // Wrap returns a bucket that forwards every request to inner and logs it
 // on log at debug level. Closing it closes inner; As defers to inner.
 func Wrap(inner *blob.Bucket, log *slog.Logger) *blob.Bucket {
-	return blob.NewBucket(newDriver(inner, log))
+	return blob.NewBucket(Over(blobwrap.Portable(inner), log))
 }
 
-func newDriver(inner *blob.Bucket, log *slog.Logger) *blobwrap.Bucket {
-	return blobwrap.New(inner, &hooks{log: log})
+// Over is Wrap as a driver over the driver next, for a stack of
+// decorators under one portable bucket (blobwrap.Over).
+func Over(next driver.Bucket, log *slog.Logger) driver.Bucket {
+	return blobwrap.Over(next, &hooks{log: log})
 }
 
 type hooks struct{ log *slog.Logger }
@@ -58,7 +61,7 @@ func (h *hooks) Request(ctx context.Context, op blobwrap.Op, key string, call fu
 // Stream implements blobwrap.Hooks.
 func (h *hooks) Stream(ctx context.Context, op blobwrap.Op, key string) (context.Context, blobwrap.Stream, error) {
 	if !h.log.Enabled(ctx, slog.LevelDebug) {
-		return blobwrap.Passthrough{}.Stream(ctx, op, key)
+		return blobwrap.PassThrough{}.Stream(ctx, op, key)
 	}
 	return ctx, &stream{h: h, ctx: ctx, op: op, key: key, start: time.Now()}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/pugmark/pugfs/internal/syncbuf"
+	"github.com/pugmark/pugfs/layout/blobwrap"
 	"github.com/pugmark/pugfs/layout/blobwrap/blobwraptest"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/driver"
@@ -97,6 +98,6 @@ func TestErrorsGoToTheLoggerAsErrors(t *testing.T) {
 func TestConformance(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&bytes.Buffer{}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	blobwraptest.Conformance(t, func(inner *blob.Bucket) driver.Bucket {
-		return newDriver(inner, log)
+		return Over(blobwrap.Portable(inner), log)
 	}, nil)
 }

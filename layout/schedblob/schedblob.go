@@ -275,11 +275,13 @@ func (s *Scheduler) grantLocked() {
 // closes inner; its As fills a **Scheduler with s and defers anything
 // else to inner.
 func Wrap(inner *blob.Bucket, s *Scheduler) *blob.Bucket {
-	return blob.NewBucket(newDriver(inner, s))
+	return blob.NewBucket(Over(blobwrap.Portable(inner), s))
 }
 
-func newDriver(inner *blob.Bucket, s *Scheduler) *bucket {
-	return &bucket{Bucket: blobwrap.New(inner, hooks{s}), s: s}
+// Over is Wrap as a driver over the driver next, for a stack of
+// decorators under one portable bucket (blobwrap.Over).
+func Over(next driver.Bucket, s *Scheduler) driver.Bucket {
+	return &bucket{Bucket: blobwrap.Over(next, hooks{s}), s: s}
 }
 
 type bucket struct {

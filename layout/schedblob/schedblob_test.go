@@ -44,7 +44,7 @@ func (g *gate) Request(ctx context.Context, op blobwrap.Op, key string, call fun
 }
 
 func (g *gate) Stream(ctx context.Context, op blobwrap.Op, key string) (context.Context, blobwrap.Stream, error) {
-	return blobwrap.Passthrough{}.Stream(ctx, op, key)
+	return blobwrap.PassThrough{}.Stream(ctx, op, key)
 }
 
 func (g *gate) state() (arrived []string, inside, most int) {
@@ -264,6 +264,6 @@ func TestAsFindsTheScheduler(t *testing.T) {
 // gocloud's driver suite.
 func TestConformance(t *testing.T) {
 	blobwraptest.Conformance(t, func(inner *blob.Bucket) driver.Bucket {
-		return newDriver(inner, New(4))
+		return Over(blobwrap.Portable(inner), New(4))
 	}, nil)
 }
