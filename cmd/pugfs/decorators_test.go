@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/layout/blobwrap"
+	"github.com/pugmark/pugfs/layout/blobwrap/blobwraptest"
+	"github.com/pugmark/pugfs/layout/deadlineblob"
+	"github.com/pugmark/pugfs/layout/faultblob"
+	"github.com/pugmark/pugfs/layout/schedblob"
+	"gocloud.dev/blob"
+	"gocloud.dev/blob/driver"
+	"gocloud.dev/blob/memblob"
+	"gocloud.dev/gcerrors"
+)
+
+// TestDecoratorsConformance: the mount's decorators, stacked as drivers
+// under one portable bucket, are invisible to requests that answer
+// (gocloud's conformance suite, request log on).
+func TestDecoratorsConformance(t *testing.T) {
+	blobwraptest.Conformance(t, func(inner *blob.Bucket) driver.Bucket {
+		return decorators(blobwrap.Portable(inner), time.Minute, schedblob.New(4), slog.New(slog.DiscardHandler))
+	}, nil)
+}
+
+// TestDecoratorsStack: what each decorator is for still holds through the
+// stack. A request the bucket never answers fails with the deadline's
+// TimeoutError and code; what the layers expose through As (the
+// scheduler, a fault injector below) is found from the top.
+func TestDecoratorsStack(t *testing.T) {
+	ctx := context.Background()
+	inj := faultblob.NewInjector(faultblob.Options{})
+	b := blob.NewBucket(decorators(blobwrap.Portable(faultblob.Wrap(memblob.OpenBucket(nil), inj)), 50*time.Millisecond, schedblob.New(2), nil))
+	t.Cleanup(func() { b.Close() })
+	if err := b.WriteAll(ctx, "k", []byte("body"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.ReadAll(ctx, "k"); err != nil || string(got) != "body" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	if _, err := b.ReadAll(ctx, "missing"); gcerrors.Code(err) != gcerrors.NotFound {
+		t.Fatalf("read of a missing key = %v (code %v), want NotFound", err, gcerrors.Code(err))
+	}
+
+	g := faultblob.NewGate()
+	defer g.Release()
+	inj.Add(faultblob.Rule{Ops: faultblob.OpGet, Stall: g})
+	_, err := b.NewReader(ctx, "k", nil)
+	var te *deadlineblob.TimeoutError
+	if !errors.As(err, &te) || gcerrors.Code(err) != gcerrors.DeadlineExceeded {
+		t.Fatalf("read of a silent bucket = %v (code %v), want a TimeoutError, DeadlineExceeded", err, gcerrors.Code(err))
+	}
+
+	var s *schedblob.Scheduler
+	var found *faultblob.Injector
+	if !b.As(&s) || s == nil || !b.As(&found) || found != inj {
+		t.Fatalf("As through the stack: scheduler %v, injector %v", s, found)
+	}
+}
