@@ -82,13 +82,7 @@ func (w *Writer) Release(ctx context.Context, id layout.SessionID, s *File) erro
 // the failed open(O_TRUNC) made, whose release comes later) read the
 // committed bytes, not the cut that was refused.
 func (w *Writer) TruncateName(ctx context.Context, id layout.SessionID, name string, baseOf func() *layout.Entry, size int64, commit bool) (*File, error) {
-	ws := w.session(id)
-	w.mu.Lock()
-	s := ws.files[name]
-	if s != nil {
-		s.opens++
-	}
-	w.mu.Unlock()
+	s := w.share(w.session(id), name)
 	if s == nil {
 		var err error
 		if s, err = w.OpenFresh(ctx, id, name, baseOf, size == 0); err != nil {

@@ -366,13 +366,21 @@ func (w *Writer) OpenFresh(ctx context.Context, id layout.SessionID, name string
 	return w.openFrom(ctx, id, name, baseOf, truncate, true)
 }
 
-func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string, baseOf func() *layout.Entry, truncate, fresh bool) (*File, error) {
-	ws := w.session(id)
+// share returns the file staged under name in ws with one more open, or
+// nil when there is none.
+func (w *Writer) share(ws *session, name string) *File {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	s := ws.files[name]
 	if s != nil {
 		s.opens++
-		w.mu.Unlock()
+	}
+	return s
+}
+
+func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string, baseOf func() *layout.Entry, truncate, fresh bool) (*File, error) {
+	ws := w.session(id)
+	if s := w.share(ws, name); s != nil {
 		if truncate {
 			if err := s.Truncate(0); err != nil {
 				return nil, err
@@ -380,7 +388,6 @@ func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string,
 		}
 		return s, nil
 	}
-	w.mu.Unlock()
 	base := baseOf()
 	if fresh && base != nil && !truncate {
 		var err error

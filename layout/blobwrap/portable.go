@@ -123,7 +123,17 @@ func (r *portableReader) Attributes() *driver.ReaderAttributes {
 }
 
 func (p portable) NewTypedWriter(ctx context.Context, key, contentType string, opts *driver.WriterOptions) (driver.Writer, error) {
-	w, err := p.b.NewWriter(ctx, key, &blob.WriterOptions{
+	w, err := p.b.NewWriter(ctx, key, WriterOptions(opts, contentType))
+	if err != nil {
+		return nil, err // not a nil *blob.Writer in a non-nil interface
+	}
+	return w, nil
+}
+
+// WriterOptions converts a driver's writer options, and the content type
+// the portable bucket above settled on, to a portable bucket's.
+func WriterOptions(opts *driver.WriterOptions, contentType string) *blob.WriterOptions {
+	return &blob.WriterOptions{
 		BufferSize:                  opts.BufferSize,
 		MaxConcurrency:              opts.MaxConcurrency,
 		CacheControl:                opts.CacheControl,
@@ -136,11 +146,7 @@ func (p portable) NewTypedWriter(ctx context.Context, key, contentType string, o
 		Metadata:                    opts.Metadata,
 		BeforeWrite:                 opts.BeforeWrite,
 		IfNotExist:                  opts.IfNotExist,
-	})
-	if err != nil {
-		return nil, err // not a nil *blob.Writer in a non-nil interface
 	}
-	return w, nil
 }
 
 func (p portable) Copy(ctx context.Context, dstKey, srcKey string, opts *driver.CopyOptions) error {

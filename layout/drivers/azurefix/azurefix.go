@@ -50,29 +50,20 @@ type bucket struct {
 func (b *bucket) NewTypedWriter(ctx context.Context, key, contentType string, opts *driver.WriterOptions) (driver.Writer, error) {
 	sum := opts.ContentMD5
 	before := opts.BeforeWrite
-	wo := &blob.WriterOptions{
-		BufferSize:                  opts.BufferSize,
-		MaxConcurrency:              opts.MaxConcurrency,
-		CacheControl:                opts.CacheControl,
-		ContentDisposition:          opts.ContentDisposition,
-		ContentEncoding:             opts.ContentEncoding,
-		ContentLanguage:             opts.ContentLanguage,
-		ContentType:                 contentType,
-		DisableContentTypeDetection: opts.DisableContentTypeDetection,
-		Metadata:                    opts.Metadata,
-		IfNotExist:                  opts.IfNotExist,
-		BeforeWrite: func(as func(any) bool) error {
-			if before != nil {
-				if err := before(as); err != nil {
-					return err
-				}
+	wo := blobwrap.WriterOptions(opts, contentType)
+	// The MD5 goes in the upload's headers below, not through gocloud.
+	wo.ContentMD5 = nil
+	wo.BeforeWrite = func(as func(any) bool) error {
+		if before != nil {
+			if err := before(as); err != nil {
+				return err
 			}
-			var o *azblob.UploadStreamOptions
-			if len(sum) > 0 && as(&o) && o != nil && o.HTTPHeaders != nil && len(o.HTTPHeaders.BlobContentMD5) == 0 {
-				o.HTTPHeaders.BlobContentMD5 = sum
-			}
-			return nil
-		},
+		}
+		var o *azblob.UploadStreamOptions
+		if len(sum) > 0 && as(&o) && o != nil && o.HTTPHeaders != nil && len(o.HTTPHeaders.BlobContentMD5) == 0 {
+			o.HTTPHeaders.BlobContentMD5 = sum
+		}
+		return nil
 	}
 	if wo.ContentType == "" {
 		// Upload insists on one; the driver was given none to sniff.
