@@ -322,6 +322,39 @@ func (w *Writer) Queue(ctx context.Context, id layout.SessionID, ds []layout.Des
 	return err
 }
 
+// namedNowLocked settles the descriptors of uploaded files on the names
+// their files have now, when the commit joins a batch. A file removed or
+// renamed over since its upload is dropped: its bytes go nowhere. One
+// renamed is committed under its new name. The name was taken before the
+// upload, and a rename or unlink that ran meanwhile (after its own wait
+// for commits in flight) commits its snapshot first, so committing the
+// old name undid it: a flush from a forked child closing its copy of a
+// descriptor at exec, racing mv onto that file, left the replaced bytes
+// in the bucket (CI, TestWriteOpenFileMovedOrRemoved). Files under
+// .pugmark/send/<target>/ become cross-session writes (§12.1), recorded
+// here and delivered by the caller. files[i] is nil for a descriptor
+// that is not a file's. Caller holds w.mu.
+func namedNowLocked(descs []layout.Descriptor, files []*File) ([]layout.Descriptor, []*File) {
+	keep := 0
+	for i, d := range descs {
+		if s := files[i]; s != nil {
+			s.mu.RLock()
+			gone, name := s.unlinked, s.name
+			s.mu.RUnlock()
+			if gone {
+				continue
+			}
+			d.Name = name
+			if target, rel, ok := SendName(name); ok {
+				d.Name, d.TargetSession = rel, target
+			}
+		}
+		descs[keep], files[keep] = d, files[i]
+		keep++
+	}
+	return descs[:keep], files[:keep]
+}
+
 // batch is a group commit: descriptors from concurrent closes in one
 // session that share one snapshot.
 type batch struct {
@@ -373,17 +406,16 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 			w.st.errors.Add(1)
 			return layout.CommitResult{}, err
 		}
-		if target, name, ok := SendName(d.Name); ok {
-			// A file under .pugmark/send/<target>/ is a cross-session
-			// write (§12.1): recorded here, delivered by the caller.
-			d.Name, d.TargetSession = name, target
-		}
 		descs = append(descs, d)
 		files = append(files, op.file)
 	}
 	w.mu.Lock()
 	ws.uploading--
 	joined = true
+	if descs, files = namedNowLocked(descs, files); len(descs) == 0 && len(ops) > 0 {
+		w.mu.Unlock()
+		return layout.CommitResult{}, nil // every file was removed meanwhile
+	}
 	b := ws.batch
 	leader := false
 	switch {

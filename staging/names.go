@@ -8,16 +8,46 @@ import (
 	"github.com/pugmark/pugfs/layout"
 )
 
-// drop forgets a staged file (unlink of a name being written).
-func (w *Writer) drop(id layout.SessionID, s *File) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if ws := w.ss[id]; ws != nil && ws.files[s.name] == s {
-		delete(ws.files, s.name)
-		s.mu.Lock()
-		s.dirty = false // unlinked before commit: nothing to keep
-		s.unlinked = true
+// unstage forgets the file staged under name (an unlink of it, or a
+// rename over it) once no commit of it is in flight: its open descriptors
+// then write to an unlinked file, and a commit of it that starts later
+// drops it (namedNowLocked). committed reports that the file had a
+// committed entry, which the caller's view of the session may predate: a
+// flush that began after the caller's wait for commits in flight.
+func (w *Writer) unstage(ws *session, name string) (s *File, committed bool) {
+	s = w.stagedIdle(ws, name)
+	if s == nil {
+		return nil, false
+	}
+	delete(ws.files, name)
+	committed = s.committed != nil
+	s.dirty = false // unlinked before commit: nothing to keep
+	s.unlinked = true
+	s.mu.Unlock()
+	w.mu.Unlock()
+	return s, committed
+}
+
+// stagedIdle returns the file staged under name in ws with w.mu and its
+// mu held, once no commit of it is in flight (nil, holding nothing, when
+// none is staged). A commit that starts later takes the name the file
+// has when it joins a batch (namedNowLocked).
+func (w *Writer) stagedIdle(ws *session, name string) *File {
+	for {
+		w.mu.Lock()
+		s := ws.files[name]
+		if s == nil {
+			w.mu.Unlock()
+			return nil
+		}
+		s.mu.Lock() // waits for an upload in flight
+		if s.committing == nil {
+			return s
+		}
+		ch := s.committing
 		s.mu.Unlock()
+		w.mu.Unlock()
+		<-ch
 	}
 }
 
@@ -62,10 +92,8 @@ func (w *Writer) Unlink(ctx context.Context, id layout.SessionID, parts []string
 	if live && w.Hidden(id, full) {
 		live = false
 	}
-	s := w.Staged(id, full)
-	if s != nil {
-		w.drop(id, s)
-	}
+	s, committed := w.unstage(ws, full)
+	live = live || committed
 	if !live {
 		if s != nil {
 			w.keepParents(id, full)
@@ -165,17 +193,21 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 		}
 		// A file open under the target name is replaced: its descriptors
 		// now write to an unlinked file.
-		if s := w.Staged(id, to); s != nil {
-			w.drop(id, s)
-		}
+		w.unstage(ws, to)
 		// A file still being written moves with its staged data; open
 		// handles keep writing to it under the new name.
-		if s := w.Staged(id, from); s != nil {
-			w.mu.Lock()
+		e, ok := slots[from]
+		if s := w.stagedIdle(ws, from); s != nil {
+			// Held: w.mu and s.mu, with no commit of s in flight.
 			delete(ws.files, from)
-			s.mu.Lock()
 			s.name = to
 			dirty := s.dirty
+			if !ok && !dirty && s.committed != nil {
+				// Committed since slots was read, by a flush that began
+				// after this rename's wait for commits in flight (a
+				// forked child closing its copy of a descriptor).
+				e, ok = *s.committed, true
+			}
 			s.mu.Unlock()
 			ws.files[to] = s
 			w.mu.Unlock()
@@ -190,7 +222,6 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 				return nil
 			}
 		}
-		e, ok := slots[from]
 		if !ok {
 			return ErrNotExist
 		}

@@ -472,6 +472,80 @@ func TestWriterTruncateNameRefused(t *testing.T) {
 	}
 }
 
+// TestWriterFlushRacingRename: a flush (a forked child closing its copy
+// of a descriptor at exec) starts its commit after a rename of the file's
+// name waited for commits in flight, and lands after the rename's. Its
+// descriptor must carry the name the file has then: none, for a file
+// renamed over (CI once found the replaced bytes at the name), the new
+// one for a file moved.
+func TestWriterFlushRacingRename(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		flushed  string // the open file being flushed
+		from, to string // the rename
+		want     map[string]string
+	}{
+		{"renamed over", "target", "new", "target", map[string]string{"target": "new", "new": ""}},
+		{"moved", "moving", "moving", "moved", map[string]string{"moved": big("bytes"), "moving": ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newWriterRig(t)
+			if err := r.w.Release(ctx, r.id, r.written(t, "new", "new")); err != nil {
+				t.Fatal(err)
+			}
+			content := big("bytes")
+			if tc.flushed == "target" {
+				content = big("replaced")
+			}
+			s := r.written(t, tc.flushed, content)
+			// The rename waits in its LIST of the session, past its wait
+			// for commits in flight; the flush then starts and waits in
+			// its blob's upload. The rename's change of the file (its
+			// unlink or new name) waits for that upload, and the flush's
+			// commit then joins a batch after it, before or after the
+			// rename's own commit (for a file moved, there is none).
+			list, put := faultblob.NewGate(), faultblob.NewGate()
+			r.inj.Add(faultblob.Rule{Ops: faultblob.OpList, Stall: list})
+			r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: layout.ObjectsPrefix}, Stall: put})
+			renamed := make(chan error, 1)
+			go func() { renamed <- r.w.Rename(ctx, r.id, tc.from, tc.to, false) }()
+			waitStalled(t, list, 1)
+			flushed := make(chan error, 1)
+			go func() { flushed <- r.w.Flush(ctx, r.id, s, false) }()
+			waitStalled(t, put, 1)
+			list.Release()
+			put.Release()
+			if err := <-renamed; err != nil {
+				t.Fatalf("rename: %v", err)
+			}
+			if err := <-flushed; err != nil {
+				t.Fatalf("flush: %v", err)
+			}
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatalf("release: %v", err)
+			}
+			for name, want := range tc.want {
+				e, ok := r.slot(t, name)
+				got := ""
+				if ok {
+					b, err := r.store.ReadBlob(ctx, e.Digest, 1<<20)
+					if e.Data != nil {
+						b, err = e.Data, nil
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					got = string(b)
+				}
+				if got != want {
+					t.Errorf("%s holds %d bytes (present %v), want %d", name, len(got), ok, len(want))
+				}
+			}
+		})
+	}
+}
+
 // TestCheckInvariants: the check finds a staged file filed under a name
 // it does not have (what a rename that moved only one of the two would
 // leave).
