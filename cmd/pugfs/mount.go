@@ -285,7 +285,13 @@ func checkMountpoint(arg string) (string, error) {
 		// answer), or hung. The kernel keeps the connection until told.
 		msg := fmt.Sprintf("mountpoint %s does not answer within %v: the filesystem mounted there is hung, or was killed while busy", abs, mountpointTimeout)
 		if conn := fuseConnection(abs); conn != "" {
-			msg += fmt.Sprintf("; if nothing serves it any more, end it with: echo 1 > /sys/fs/fuse/connections/%s/abort; umount -l %s", conn, abs)
+			ctl := "/sys/fs/fuse/connections/" + conn
+			how := fmt.Sprintf("echo 1 > %s/abort; umount -l %s", ctl, abs)
+			if _, err := os.Stat(ctl); errors.Is(err, os.ErrNotExist) {
+				// fusectl is not mounted here (containers): say how.
+				how = "mount -t fusectl none /sys/fs/fuse/connections; " + how
+			}
+			msg += "; if nothing serves it any more, end it with: " + how
 		}
 		return "", errors.New(msg)
 	}
