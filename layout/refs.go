@@ -37,6 +37,12 @@ func (s *Store) ReadRef(ctx context.Context, name string) (Ref, error) {
 	if err != nil {
 		return Ref{}, fmt.Errorf("read ref %s: %w", name, err)
 	}
+	// §15: readers decode per Content-Encoding (a writer may compress even
+	// a one-line body); an undeclared gzip or zstd body is sniffed, as for
+	// manifests, since no line of text starts with either's magic.
+	if body, err = DecodeBody(body, a.ContentEncoding, maxRef); err != nil {
+		return Ref{}, fmt.Errorf("read ref %s: %w", key, err)
+	}
 	t := strings.TrimRight(string(body), "\r\n")
 	if strings.ContainsAny(t, "\r\n") {
 		return Ref{}, fmt.Errorf("read ref %s: %w: body is more than one line", key, ErrCorrupt)

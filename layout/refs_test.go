@@ -1,6 +1,8 @@
 package layout
 
 import (
+	"bytes"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"strings"
@@ -69,6 +71,42 @@ func TestSection9_LinkAndReadRef(t *testing.T) {
 		}
 		_, err = s.ReadRef(bg, "foo")
 		wantErrIs(t, err, ErrNotFound)
+	})
+}
+
+// §15: a ref body is decoded per its Content-Encoding before it is read
+// as a line, and a sniffed gzip or zstd body too; a body that does not
+// decode is corrupt, never a target made of compressed bytes.
+func TestSection15_EncodedRefs(t *testing.T) {
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte("gzipped target\n"))
+	zw.Close()
+	zs := encoder().EncodeAll([]byte("zstd target"), nil)
+	cases := []struct {
+		name, enc string
+		body      []byte
+		want      string // "" wants ErrCorrupt
+	}{
+		{"gz", EncodingGzip, gz.Bytes(), "gzipped target"},
+		{"zs", EncodingZstd, zs, "zstd target"},
+		{"sniffed", "", gz.Bytes(), "gzipped target"},
+		{"identity", "identity", []byte("plain\n"), "plain"},
+		{"broken", EncodingGzip, gz.Bytes()[:10], ""},
+	}
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		for _, c := range cases {
+			putRaw(t, b, "refs/sessions/"+c.name, c.body, &blob.WriterOptions{ContentType: "text/plain", ContentEncoding: c.enc})
+			r, err := s.ReadRef(bg, "sessions/"+c.name)
+			if c.want == "" {
+				wantErrIs(t, err, ErrCorrupt)
+				continue
+			}
+			if err != nil || r.Target != c.want {
+				t.Errorf("%s: %+v %v, want target %q", c.name, r, err, c.want)
+			}
+		}
 	})
 }
 
