@@ -90,6 +90,10 @@ var errnoRules = []errnoRule{
 	// pugfs's own sentinels.
 	{name: "conflict", match: isErr(layout.ErrConflict), errno: syscall.ESTALE},
 	{name: "ref moved", match: isErr(layout.ErrRefMoved), errno: syscall.ESTALE},
+	// A file whose blob is gone exists (its descriptor says so): its read
+	// fails as a damaged bucket does, with the key in the log, not as a
+	// missing name.
+	{name: "blob missing", match: isErr(layout.ErrBlobMissing), errno: syscall.EIO},
 	{name: "not found", match: isErr(layout.ErrNotFound), errno: syscall.ENOENT},
 	{name: "invalid", match: isErr(layout.ErrInvalid), errno: syscall.EINVAL},
 	{name: "corrupt", match: isErr(layout.ErrCorrupt), errno: syscall.EIO},

@@ -94,6 +94,7 @@ func TestErrnoOf(t *testing.T) {
 		{"ref moved", func(*testing.T) error { return fmt.Errorf("rename: %w", layout.ErrRefMoved) }, syscall.ESTALE, true},
 		{"not found", func(*testing.T) error { return fmt.Errorf("get k: %w", layout.ErrNotFound) }, syscall.ENOENT, false},
 		{"session not found", func(*testing.T) error { return layout.ErrSessionNotFound }, syscall.ENOENT, false},
+		{"blob missing", func(*testing.T) error { return fmt.Errorf("open blob objects/x: %w", layout.ErrBlobMissing) }, syscall.EIO, true},
 		{"invalid", func(*testing.T) error { return fmt.Errorf("name: %w", layout.ErrInvalid) }, syscall.EINVAL, false},
 		{"corrupt", func(*testing.T) error { return fmt.Errorf("snapshot: %w", layout.ErrCorrupt) }, syscall.EIO, true},
 		{"too large", func(*testing.T) error { return fmt.Errorf("manifest: %w", layout.ErrTooLarge) }, syscall.EIO, true},

@@ -166,7 +166,7 @@ func (s *Store) OpenBlob(ctx context.Context, d Digest, offset, length int64) (i
 	})
 	if err != nil {
 		if isNotFound(err) {
-			return nil, fmt.Errorf("open blob %s: %w", key, ErrNotFound)
+			return nil, fmt.Errorf("open blob %s: %w", key, ErrBlobMissing)
 		}
 		return nil, fmt.Errorf("open blob %s: %w", key, err)
 	}

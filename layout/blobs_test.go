@@ -74,6 +74,7 @@ func TestSection3_BlobWrites(t *testing.T) {
 			t.Fatalf("range %q", part)
 		}
 		_, err = s.OpenBlob(bg, DigestOf([]byte("missing")), 0, -1)
+		wantErrIs(t, err, ErrBlobMissing)
 		wantErrIs(t, err, ErrNotFound)
 		if a, err := s.BlobAttributes(bg, bi.Digest); err != nil || a.Size != int64(len(body)) {
 			t.Fatalf("%+v %v", a, err)

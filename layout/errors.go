@@ -16,6 +16,11 @@ var (
 	// ErrSessionNotFound: no manifest for the session (§6.3 step 3). It also
 	// matches ErrNotFound.
 	ErrSessionNotFound = &notFoundError{"session not found"}
+	// ErrBlobMissing: the blob a reader asked for is not in the bucket.
+	// Blobs are asked for because a descriptor references them, so this is
+	// a damaged bucket rather than a name that does not exist; it also
+	// matches ErrNotFound.
+	ErrBlobMissing = &notFoundError{"blob missing from the bucket"}
 	// ErrCorrupt: an object exists but cannot be decoded, fails its digest,
 	// or contradicts the layout (a manifest whose ID disagrees with its path,
 	// a cyclic parent chain, a version past 2^32-1).

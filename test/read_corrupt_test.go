@@ -56,6 +56,14 @@ func TestReadCorruptObjects(t *testing.T) {
 		q := layout.NewSessionID(fixT1)
 		mk, _ := layout.ManifestKey(q)
 		raw(mk, []byte("{not json"), &blob.WriterOptions{ContentType: "application/json"})
+		// gone: a file whose blob was deleted from the bucket (too large to
+		// be inline in its descriptor).
+		lost := file("lost.txt", strings.Repeat("lost line\n", layout.InlineLimit/10+1))
+		gone := newSess(lost, file("kept.txt", "kept\n"))
+		lostKey := layout.BlobKey(lost.Digest)
+		if err := s.Bucket().Delete(ctx, lostKey); err != nil {
+			t.Fatal(err)
+		}
 		// Stray keys: not a snapshot file, not a session path, not a
 		// memory file.
 		sp, _ := layout.SnapshotsPrefix(good)
@@ -84,11 +92,16 @@ func TestReadCorruptObjects(t *testing.T) {
 		r.fails("ls memories/broken", eio)
 		r.fails("readlink -v names/twolines", eio)
 		r.fails("cat refs/sessions/twolines", eio)
-		for _, key := range []string{snap3, mk, mem, "refs/sessions/twolines"} {
+		// A listed file whose blob is gone is a damaged bucket, not a
+		// missing name.
+		r.fails("cat "+sess(gone)+"/lost.txt", eio)
+		for _, key := range []string{snap3, mk, mem, "refs/sessions/twolines", lostKey} {
 			waitFor(t, "a log line naming "+key, func() bool { return strings.Contains(m.Log(), key) })
 		}
 		// ... and nothing else.
 		r.eq("good", r.sh("cat "+sess(good)+"/ok.txt"), "fine\n")
+		r.eq("beside the lost blob", r.sh("cat "+sess(gone)+"/kept.txt"), "kept\n")
+		r.eq("the lost file is listed", r.sh("ls "+sess(gone)), "kept.txt\nlost.txt\n")
 		r.eq("stray snapshot key", r.sh("cat "+meta(good)+"/version"), "1\n")
 		listed := r.sh("ls sessions")
 		for _, id := range []layout.SessionID{good, p, child, q} {
