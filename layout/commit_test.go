@@ -139,6 +139,14 @@ func TestSection12_3_SelfTargetDropped(t *testing.T) {
 		if _, ok := Lookup(log, "cross"); ok {
 			t.Fatal("a cross-session record occupies a slot")
 		}
+		// Another writer kept the field: readers normalise it all the same.
+		kept := desc("kept", "z")
+		kept.SequenceNumber, kept.TargetSession = 2, id
+		putSnapshot(t, b, id, 2, nil, kept)
+		log, err = s.FullLog(bg, id, 2)
+		if e, ok := Lookup(log, "kept"); err != nil || !ok || !e.TargetSession.IsZero() {
+			t.Fatalf("a stored self-targeted write is not a live slot: %+v %v %v", e, ok, err)
+		}
 	})
 }
 
