@@ -224,6 +224,10 @@ func Mount(dir string, f *FS, mo MountOptions) (*fuse.Server, error) {
 		NegativeTimeout: &neg,
 		UID:             f.cfg.UID,
 		GID:             f.cfg.GID,
+		// A file's posix-mode may leave no permission bits (0000, or 0200
+		// on a read-only mount); go-fuse would otherwise show those as
+		// 0644. Every node sets its permissions itself.
+		NullPermissions: true,
 		MountOptions: fuse.MountOptions{
 			AllowOther:  mo.AllowOther,
 			Debug:       mo.Debug,

@@ -208,3 +208,33 @@ func TestWritePosixMetaContent(t *testing.T) {
 		t.Errorf("after a write: mode %o, mtime %v", fi.Mode().Perm(), fi.ModTime())
 	}
 }
+
+// TestPosixModeNoPermissionBits: a posix-mode that leaves no permission
+// bits is shown as such, not as go-fuse's default 0644: chmod 000 on a
+// read-write mount, and 0200 on a read-only one (which shows no write
+// bits). A write-only or mode-000 file shown readable would be copied out
+// by cp -a and rsync -a as 0644.
+func TestPosixModeNoPermissionBits(t *testing.T) {
+	t.Parallel()
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	m := mount(t, bk)
+	sh(t, sessDir(m, id), `echo none > none && echo wo > wo && chmod 000 none && chmod 200 wo`)
+	ro := mount(t, bk, "--read-only")
+	for _, c := range []struct {
+		m    *Mount
+		name string
+		want os.FileMode
+	}{
+		{m, "none", 0}, {m, "wo", 0o200},
+		{ro, "none", 0}, {ro, "wo", 0},
+	} {
+		fi, err := os.Stat(filepath.Join(sessDir(c.m, id), c.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != c.want {
+			t.Errorf("%s on %s: mode %v, want %v", c.name, c.m.Dir, got, c.want)
+		}
+	}
+}
