@@ -586,11 +586,17 @@ func (c *Cache) checkDescriptor(d *layout.Descriptor) error {
 	if d == nil {
 		return fmt.Errorf("cache: %w: nil descriptor", layout.ErrInvalid)
 	}
+	// A tombstone has no body to read (the caller's mistake); a live
+	// descriptor from the bucket that names no blob is damaged data (EIO,
+	// logged), not a bad argument.
+	if d.Digest.IsZero() && d.Deleted {
+		return fmt.Errorf("cache: descriptor %q: %w: a tombstone has no body", d.Name, layout.ErrInvalid)
+	}
 	if d.Digest.IsZero() {
-		return fmt.Errorf("cache: descriptor %q: %w: no blob (zero digest)", d.Name, layout.ErrInvalid)
+		return fmt.Errorf("cache: descriptor %q: %w: a live file with no blob (zero digest)", d.Name, layout.ErrCorrupt)
 	}
 	if d.Size < 0 {
-		return fmt.Errorf("cache: descriptor %q: %w: negative size", d.Name, layout.ErrInvalid)
+		return fmt.Errorf("cache: descriptor %q: %w: negative size", d.Name, layout.ErrCorrupt)
 	}
 	return nil
 }

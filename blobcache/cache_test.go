@@ -250,6 +250,13 @@ func TestBlobReadPlain(t *testing.T) {
 	if _, err := c.ReadAt(ctx, &layout.Descriptor{Name: "tomb", Deleted: true}, make([]byte, 1), 0); !errors.Is(err, layout.ErrInvalid) {
 		t.Fatalf("zero digest: %v", err)
 	}
+	// A live descriptor naming no blob is damaged bucket data.
+	if _, err := c.ReadAt(ctx, &layout.Descriptor{Name: "live"}, make([]byte, 1), 0); !errors.Is(err, layout.ErrCorrupt) {
+		t.Fatalf("live zero digest: %v", err)
+	}
+	if _, err := c.Size(ctx, &layout.Descriptor{Name: "live"}); !errors.Is(err, layout.ErrCorrupt) {
+		t.Fatalf("size of a live zero digest: %v", err)
+	}
 }
 
 func TestBlobEmpty(t *testing.T) {

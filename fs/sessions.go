@@ -57,6 +57,9 @@ func (s *sessionsDir) find(ctx context.Context, name string) (child, error) {
 	if err != nil {
 		return child{}, syscall.ENOENT
 	}
+	if _, err := layout.ManifestKey(id); err != nil {
+		return child{}, syscall.ENOENT // an ID whose hour has no partition (past year 9999)
+	}
 	if _, _, err := s.f.cache.Find(ctx, id); err != nil {
 		return child{}, err
 	}

@@ -140,6 +140,7 @@ func (r *rdCtx) sessionsListing() {
 		r.fails("ls "+sess(fx.demo.PendingFork.ID), "No such file")
 		r.fails("stat sessions/00000000000000000000000000000001", "No such file")
 		r.fails("stat sessions/not-an-id", "No such file")
+		r.fails("stat sessions/ffffffff000000000000000000000001", "No such file") // an hour past year 9999
 		// Any case on input (§4.1).
 		up := "sessions/" + strings.ToUpper(fx.odd.String())
 		r.eq("ls UPPER", r.sh("ls "+up), r.sh("ls "+r.odd()))
