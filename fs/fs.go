@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -112,6 +113,9 @@ type FS struct {
 	// passthrough is set once Mount found that the kernel takes backing
 	// files (pinned.go).
 	passthrough atomic.Bool
+	// shadowed holds the memory namespaces a record of the same name
+	// hides, each warned about once (memories.go).
+	shadowed sync.Map
 }
 
 // New returns the filesystem for cfg.

@@ -43,7 +43,7 @@ func (m *memDir) entries(ctx context.Context) (out []child, recErr error, err er
 					continue
 				}
 				files[d.Name] = true
-				out = append(out, m.f.memRecordChild(ns.Name, d))
+				out = append(out, m.f.memRecordChild(ns.Name, ns.Version, d))
 			}
 		}
 	}
@@ -57,14 +57,23 @@ func (m *memDir) entries(ctx context.Context) (out []child, recErr error, err er
 			}
 		}
 		next, _, _ := strings.Cut(rest, "/")
-		if next == "" || files[next] || dirs[next] {
+		if next == "" || dirs[next] {
 			continue
 		}
-		dirs[next] = true
 		sub := next
 		if m.prefix != "" {
 			sub = m.prefix + "/" + next
 		}
+		if files[next] {
+			// A path is a file or a directory: the record wins, as a
+			// session's file wins over its directory (decisions.md).
+			if _, warned := m.f.shadowed.LoadOrStore(sub, true); !warned {
+				m.f.log.Warn("memory namespace hidden by a record of the same name; read it with the layout tools",
+					"namespace", sub, "record", next, "in", m.prefix)
+			}
+			continue
+		}
+		dirs[next] = true
 		out = append(out, m.f.memSubdir(next, sub))
 	}
 	out = append(out, m.f.memOverlay(m.prefix, files, dirs)...)
@@ -99,8 +108,9 @@ func (m *memDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 	return nil
 }
 
-func (f *FS) memRecordChild(ns string, d layout.Descriptor) child {
-	e := layout.Entry{Descriptor: d}
+func (f *FS) memRecordChild(ns string, version uint32, d layout.Descriptor) child {
+	// Its user.pugmark.version is the namespace version it was read at.
+	e := layout.Entry{Descriptor: d, Version: version}
 	return child{name: d.Name, mode: syscall.S_IFREG, ttl: f.ttl,
 		ino:  inoOf("mem", ns, d.Name, d.Digest.String()),
 		node: func() gofsNode { return f.memNode(ns, e) }}

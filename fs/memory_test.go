@@ -2,11 +2,16 @@ package fs
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/pugmark/pugfs/internal/syncbuf"
 	"github.com/pugmark/pugfs/internal/testrig"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/faultblob"
@@ -93,5 +98,54 @@ func TestMemoryHandleAnswersDuringItsCommit(t *testing.T) {
 	}
 	if errno := h.Flush(ctx); errno != 0 {
 		t.Fatalf("second flush of clean content: %v", errno)
+	}
+}
+
+// TestMemoryNamespaceShadowedByRecord: namespace a holds a record b and
+// namespace a/b exists too. A path is a file or a directory: memories/a/b
+// is the record (as a session's file wins over its directory), and the
+// hidden namespace is said once in the log instead of vanishing in
+// silence.
+func TestMemoryNamespaceShadowedByRecord(t *testing.T) {
+	r := testrig.New(t, 0)
+	var log syncbuf.Buffer
+	staging := t.TempDir()
+	f, err := New(Config{Store: r.Store, Cache: r.Cache, Blobs: r.Blobs, StagingDir: staging, FailedDir: staging + "/failed",
+		Logger: log.Logger(slog.LevelWarn)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx := context.Background()
+	put := func(ns, name string) {
+		t.Helper()
+		bi, err := r.Store.PutBlobBytes(ctx, []byte(name+"\n"), layout.BlobOptions{ContentType: "text/plain"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := layout.Descriptor{Name: name, Digest: bi.Digest, Size: bi.Size, CreatedAt: time.Now(), ContentType: "text/plain"}
+		if _, err := r.Store.WriteMemory(ctx, ns, layout.MemoryWrite{Put: []layout.Descriptor{d}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("a", "b")
+	put("a/b", "c")
+	put("a/d", "e")
+	m := &memDir{f: f, prefix: "a"}
+	for range 2 {
+		cs, recErr, err := m.entries(ctx)
+		if err != nil || recErr != nil {
+			t.Fatal(err, recErr)
+		}
+		var got []string
+		for _, c := range cs {
+			got = append(got, fmt.Sprintf("%s:%o", c.name, c.mode))
+		}
+		if want := []string{"b:100000", "d:40000"}; !slices.Equal(got, want) {
+			t.Fatalf("entries %v, want %v", got, want)
+		}
+	}
+	if n := log.Count("memory namespace hidden"); n != 1 || !strings.Contains(log.String(), "namespace=a/b") {
+		t.Fatalf("want one warning naming a/b, got %d:\n%s", n, log.String())
 	}
 }

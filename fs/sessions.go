@@ -408,9 +408,11 @@ func descXattrs(e layout.Entry) xattrs {
 	return func() map[string]string {
 		d := e.Descriptor
 		m := map[string]string{
-			"user.pugmark.digest":          d.Digest.String(),
-			"user.pugmark.sequence-number": strconv.FormatInt(d.SequenceNumber, 10),
-			"user.pugmark.version":         strconv.FormatUint(uint64(e.Version), 10),
+			"user.pugmark.digest":  d.Digest.String(),
+			"user.pugmark.version": strconv.FormatUint(uint64(e.Version), 10),
+		}
+		if d.SequenceNumber != 0 { // memory records have none
+			m["user.pugmark.sequence-number"] = strconv.FormatInt(d.SequenceNumber, 10)
 		}
 		if d.ContentType != "" {
 			m["user.pugmark.content-type"] = d.ContentType

@@ -835,6 +835,14 @@ func (r *rdCtx) readOnlyMount() {
 			r.fails(s, "Read-only file system")
 		}
 		r.eq("still readable", r.sh("cat "+r.odd()+"/plain.txt"), "plain inline text\n")
+		// A memory record's version is its namespace's; it has no
+		// sequence number.
+		v, err := r.bk.Store.LatestMemoryVersion(context.Background(), "team")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.eq("memory record version", r.sh("getfattr --only-values -n user.pugmark.version memories/team/roster.md"), strconv.FormatUint(uint64(v), 10))
+		r.fails("getfattr -n user.pugmark.sequence-number memories/team/roster.md", "No such attribute")
 		if v, _ := r.bk.Store.LatestVersion(context.Background(), fx.odd); v != 3 {
 			t.Errorf("odd has version %d after refused writes", v)
 		}
