@@ -327,7 +327,7 @@ func (f *descriptorFields) descriptor() (Descriptor, error) {
 	out.Size, out.SequenceNumber = f.num[fSize], f.num[fSequenceNumber]
 	out.SourceVersion = uint32(f.num[fSourceVersion])
 	var err error
-	if out.Digest, err = ParseDigest(f.str[fDigest]); err != nil {
+	if out.Digest, err = parseDescriptorDigest(f.str[fDigest]); err != nil {
 		return out, fmt.Errorf("%w: descriptor %q: %v", ErrCorrupt, truncate(name), err)
 	}
 	if out.Size < 0 {

@@ -56,7 +56,7 @@ func (d *oracleDescriptor) UnmarshalJSON(b []byte) error {
 	j.Name = name
 	var out Descriptor
 	var err error
-	if out.Digest, err = ParseDigest(j.Digest); err != nil {
+	if out.Digest, err = parseDescriptorDigest(j.Digest); err != nil {
 		return fmt.Errorf("%w: descriptor %q: %v", ErrCorrupt, truncate(j.Name), err)
 	}
 	if j.Size < 0 {
@@ -135,6 +135,7 @@ var descriptorOracleCases = []string{
 	`{"data":"aGVsbG8=","size":5}`, `{"data":""}`, `{"data":null}`, `{"data":"***"}`,
 	`{"created-at":"2024-01-01T00:00:00.5+02:00"}`, `{"created-at":"9999-12-31T23:59:59-01:00"}`,
 	`{"digest":"sha256:` + strings.Repeat("0", 64) + `"}`, `{"digest":"sha256:abc"}`,
+	`{"digest":"sha256:` + strings.Repeat("Ab", 32) + `"}`,
 	`{"target-session":"` + strings.Repeat("A", 32) + `"}`, `{"source-session":"abc"}`,
 	// Past both decoders' nesting limit (10,000): an error, not a crash.
 	`{"x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`,

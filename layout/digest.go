@@ -35,6 +35,17 @@ func ParseDigest(s string) (Digest, error) {
 	return d, nil
 }
 
+// parseDescriptorDigest parses a descriptor's digest field. Keys spell a
+// digest in lower case (§3), and a descriptor's "sha256:<64-hex>" (§7)
+// names the same blob in either case: as for session IDs (§4.1), upper
+// case is accepted on input, and lower case is what pugfs writes.
+func parseDescriptorDigest(s string) (Digest, error) {
+	if hexPart, ok := strings.CutPrefix(s, digestPrefix); ok {
+		s = digestPrefix + strings.ToLower(hexPart)
+	}
+	return ParseDigest(s)
+}
+
 // String returns "sha256:<hex>", or "" for the zero digest.
 func (d Digest) String() string {
 	if d.IsZero() {
