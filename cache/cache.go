@@ -274,6 +274,13 @@ func (c *Cache) observe(s *Session, st *State) {
 	}
 }
 
+// Manifest returns a session's manifest (cached without expiry: manifests
+// are immutable). It does not need the session's snapshots, so it answers
+// for a session whose state cannot be loaded.
+func (c *Cache) Manifest(ctx context.Context, id layout.SessionID) (*layout.Manifest, error) {
+	return c.manifest(ctx, id)
+}
+
 // manifest returns a session's manifest; manifests are immutable and
 // cached without expiry.
 func (c *Cache) manifest(ctx context.Context, id layout.SessionID) (*layout.Manifest, error) {

@@ -29,14 +29,16 @@ func (m *sessionMetaDir) state(ctx context.Context) (*cache.State, error) {
 
 func (m *sessionMetaDir) entries(ctx context.Context) ([]child, error) {
 	f, id := m.f, m.id
-	st, err := m.state(ctx)
+	// The manifest alone: a damaged snapshot fails what depends on the
+	// snapshots (version, history), not this listing.
+	man, err := f.cache.Manifest(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	sid := id.String()
 	out := []child{
 		f.genFile("manifest.json", inoOf("manifest", sid), id.Time(), true, func(ctx context.Context) ([]byte, error) {
-			b, err := json.MarshalIndent(st.Manifest, "", "  ")
+			b, err := json.MarshalIndent(man, "", "  ")
 			return append(b, '\n'), err
 		}),
 		f.genFile("version", inoOf("version", sid), time.Time{}, false, func(ctx context.Context) ([]byte, error) {
@@ -73,7 +75,7 @@ func (m *sessionMetaDir) entries(ctx context.Context) ([]child, error) {
 		sd := &sessionDir{f: f, id: id, parts: strings.Split(staging.SendDir, "/")}
 		out = append(out, f.sessionSubdir(sd, "send"))
 	}
-	if p := st.Manifest.Parent; p != nil {
+	if p := man.Parent; p != nil {
 		target := fmt.Sprintf("../../%s/.pugmark/at/%d", p.Session, p.Version)
 		out = append(out, f.symlink("parent", inoOf("parent", sid), target, id.Time(), historyTTL))
 	}
@@ -97,10 +99,14 @@ func (m *sessionMetaDir) find(ctx context.Context, name string) (child, error) {
 
 func (m *sessionMetaDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 	st, err := m.state(ctx)
-	if err != nil {
+	switch {
+	case err == nil:
+		setTimes(out, st.UpdatedAt)
+	case m.f.damaged(ctx, m.id, err):
+		setTimes(out, m.id.Time())
+	default:
 		return err
 	}
-	setTimes(out, st.UpdatedAt)
 	return nil
 }
 

@@ -60,10 +60,23 @@ func (s *sessionsDir) find(ctx context.Context, name string) (child, error) {
 	if _, err := layout.ManifestKey(id); err != nil {
 		return child{}, syscall.ENOENT // an ID whose hour has no partition (past year 9999)
 	}
-	if _, _, err := s.f.cache.Find(ctx, id); err != nil {
+	if _, _, err := s.f.cache.Find(ctx, id); err != nil && !s.f.damaged(ctx, id, err) {
 		return child{}, err
 	}
 	return s.f.sessionChild(name, id), nil
+}
+
+// damaged reports whether err, from loading session id, is a damaged
+// snapshot of a session that exists (its manifest reads). Such a session
+// is still a directory: what depends on the damaged snapshot (its files,
+// version, history) fails with EIO, and what does not (.pugmark/'s
+// manifest.json and parent link) works (tree.md "Errors a user sees").
+func (f *FS) damaged(ctx context.Context, id layout.SessionID, err error) bool {
+	if !errors.Is(err, layout.ErrCorrupt) {
+		return false
+	}
+	_, merr := f.cache.Manifest(ctx, id)
+	return merr == nil
 }
 
 func (s *sessionsDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
@@ -311,10 +324,14 @@ func (d *sessionDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 		updated = st.UpdatedAtVersion(d.at)
 	case len(d.parts) == 0:
 		// A session's own directory: a light summary is enough, so that
-		// ls -l sessions/ does not load every session.
+		// ls -l sessions/ does not load every session. A damaged one
+		// shows its hour, as an empty session does.
 		_, t, err := d.f.cache.Summary(ctx, d.id)
-		if err != nil {
+		if err != nil && !d.f.damaged(ctx, d.id, err) {
 			return err
+		}
+		if err != nil {
+			t = d.id.Time()
 		}
 		d.f.sessionRootAttr(out, t)
 		return nil

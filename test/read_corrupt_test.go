@@ -99,6 +99,11 @@ func TestReadCorruptObjects(t *testing.T) {
 			waitFor(t, "a log line naming "+key, func() bool { return strings.Contains(m.Log(), key) })
 		}
 		// ... and nothing else.
+		// The damaged session is still a directory, and what does not
+		// depend on its snapshots works.
+		r.eq("stat of the damaged session", r.sh("stat -c %F "+sess(p)), "directory\n")
+		r.eq("its manifest", r.sh("grep -c "+p.String()+" "+meta(p)+"/manifest.json"), "1\n")
+		r.eq("its .pugmark/", r.sh("ls "+meta(p)+" | grep -c manifest.json"), "1\n")
 		r.eq("good", r.sh("cat "+sess(good)+"/ok.txt"), "fine\n")
 		r.eq("beside the lost blob", r.sh("cat "+sess(gone)+"/kept.txt"), "kept\n")
 		r.eq("the lost file is listed", r.sh("ls "+sess(gone)), "kept.txt\nlost.txt\n")
