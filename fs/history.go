@@ -38,8 +38,7 @@ func (m *sessionMetaDir) entries(ctx context.Context) ([]child, error) {
 	sid := id.String()
 	out := []child{
 		f.genFile("manifest.json", inoOf("manifest", sid), id.Time(), true, func(ctx context.Context) ([]byte, error) {
-			b, err := json.MarshalIndent(man, "", "  ")
-			return append(b, '\n'), err
+			return manifestJSON(man)
 		}),
 		f.genFile("version", inoOf("version", sid), time.Time{}, false, func(ctx context.Context) ([]byte, error) {
 			st, err := m.state(ctx)
@@ -80,6 +79,18 @@ func (m *sessionMetaDir) entries(ctx context.Context) ([]child, error) {
 		out = append(out, f.symlink("parent", inoOf("parent", sid), target, id.Time(), historyTTL))
 	}
 	return out, nil
+}
+
+// manifestJSON renders .pugmark/manifest.json: the stored document
+// indented, so fields newer writers add (§18: the schema is open) show
+// too; a manifest that did not come from the bucket is encoded.
+func manifestJSON(m *layout.Manifest) ([]byte, error) {
+	var buf bytes.Buffer
+	if m.Stored != nil && json.Indent(&buf, m.Stored, "", "  ") == nil {
+		return append(buf.Bytes(), '\n'), nil
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	return append(b, '\n'), err
 }
 
 func (m *sessionMetaDir) list(ctx context.Context) ([]child, error) { return m.entries(ctx) }

@@ -14,6 +14,10 @@ type Manifest struct {
 	Handler             string            `json:"handler,omitempty"`
 	Metadata            map[string]string `json:"metadata,omitempty"`
 	FirstSequenceNumber int64             `json:"first-sequence-number"`
+	// Stored is the manifest document as the bucket holds it (decoded,
+	// fields this version does not know included, §18), when it was
+	// loaded from the bucket; nil for a manifest built in memory.
+	Stored json.RawMessage `json:"-"`
 }
 
 // ParentRef points at the snapshot a fork was taken from (§5, §11.2).

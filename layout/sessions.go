@@ -54,6 +54,7 @@ func decodeManifestAt(key string, id SessionID, body []byte) (*Manifest, error) 
 	if m.Session != id {
 		return nil, fmt.Errorf("load manifest %s: %w: it names session %s", key, ErrCorrupt, m.Session)
 	}
+	m.Stored = body
 	return m, nil
 }
 

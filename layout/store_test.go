@@ -74,6 +74,15 @@ func TestSection5_ManifestValidation(t *testing.T) {
 		putRaw(t, b, ckey, []byte("{garbage"), nil)
 		_, err = s.LoadManifest(bg, c)
 		wantErrIs(t, err, ErrCorrupt)
+		// A field this version does not know is kept in Stored (§18).
+		d := NewSessionID(testNow)
+		dkey, _ := ManifestKey(d)
+		doc := `{"session":"` + d.String() + `","first-sequence-number":1,"x-future":true}`
+		putRaw(t, b, dkey, []byte(doc), nil)
+		m, err := s.LoadManifest(bg, d)
+		if err != nil || string(m.Stored) != doc || m.FirstSequenceNumber != 1 {
+			t.Fatalf("%+v %v", m, err)
+		}
 	})
 }
 
