@@ -10,10 +10,9 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// openBufs are the write handles open on a memory record or ref file.
-// open(O_TRUNC) of an existing file arrives as an open without O_TRUNC
-// followed by a truncate without a handle (engineering.md): the truncate
-// must reach the handle the open just made.
+// openBufs are the write handles open on a memory record or ref file: a
+// truncate(2) of the path must reach them. (open(O_TRUNC) comes as one
+// OPEN with O_TRUNC: the mount asks for ATOMIC_O_TRUNC.)
 type openBufs struct {
 	mu sync.Mutex
 	hs map[*bufHandle]bool

@@ -251,7 +251,14 @@ func Mount(dir string, f *FS, mo MountOptions) (*fuse.Server, error) {
 			// server clears privileges itself, so the kernel marks inodes
 			// S_NOSEC and stops asking; pugfs shows no setuid, setgid or
 			// capability to clear.
-			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
+			//
+			// With ATOMIC_O_TRUNC, open(O_TRUNC) is one OPEN with O_TRUNC
+			// instead of an OPEN and a SETATTR(size 0) without a handle,
+			// which looked like truncate(2) of the path and was committed
+			// at once: the file showed empty, to every mount, until the
+			// writer closed it. Now the cut is staged with the open and
+			// committed by its close, as any other write.
+			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_ATOMIC_O_TRUNC,
 			// Kernel-side permission checks: with allow_other, the mode
 			// bits decide who may enter (issue: access).
 			Options: mountFlags(f.cfg.ReadOnly, mo.AllowOther),

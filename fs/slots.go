@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -68,10 +69,16 @@ func (f *FS) stagedChild(d *sessionDir, name string, s *staging.File) child {
 
 var stagedSeq atomic.Uint64
 
-// validLeaf checks a new directory entry's name.
+// validLeaf checks a new directory entry's name. Names are stored as
+// JSON strings, which carry only UTF-8: other bytes would come back as
+// U+FFFD, and two names as one (EILSEQ, as file systems that hold names
+// to UTF-8 answer).
 func validLeaf(name string) syscall.Errno {
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
 		return syscall.EINVAL
+	}
+	if !utf8.ValidString(name) {
+		return syscall.EILSEQ
 	}
 	if len(name) > layout.MaxNameComponent {
 		return syscall.ENAMETOOLONG
@@ -190,7 +197,8 @@ func (n *sessDirNode) Create(ctx context.Context, name string, flags uint32, mod
 	out.Attr = ao.Attr
 	out.SetEntryTimeout(f.ttl)
 	out.SetAttrTimeout(f.ttl)
-	return in, &whandle{f: f, id: n.sd.id, s: s, n: node, counted: true}, 0, 0
+	h := &whandle{f: f, id: n.sd.id, s: s, n: node, counted: true, append: flags&syscall.O_APPEND != 0}
+	return in, h, h.openFlags(), 0
 }
 
 func (n *sessDirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -289,6 +297,13 @@ func (n *sessDirNode) Symlink(ctx context.Context, target, name string, out *fus
 	if errors.Is(err, ingest.ErrRefused) {
 		f.log.Warn("ingest refused", "url", shown, "name", full, "session", n.sd.id.String(), "uid", c.UID, "gid", c.GID, "pid", c.PID, "err", err)
 		return nil, f.errnoOf("ingest "+shown, err) // EACCES
+	}
+	if errors.Is(err, layout.ErrInvalid) {
+		// A plain path, or a source that is no regular file: a session
+		// holds no symbolic links, and tree.md answers anything but an
+		// ingestable URL with EACCES.
+		f.log.Debug("symlink refused: not an ingestable URL", "target", shown, "name", full, "err", err)
+		return nil, syscall.EACCES
 	}
 	if err != nil {
 		f.log.Error("ingest failed", "url", shown, "name", full, "uid", c.UID, "pid", c.PID, "err", err)
@@ -550,7 +565,8 @@ func (n *slotFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		return nil, 0, n.f.errnoOf("open "+n.slot(), err)
 	}
 	n.st.Store(s)
-	return &whandle{f: n.f, id: n.id, s: s, n: n, counted: true}, 0, 0
+	h := &whandle{f: n.f, id: n.id, s: s, n: n, counted: true, append: flags&syscall.O_APPEND != 0}
+	return h, h.openFlags(), 0
 }
 
 // openCommitted opens the committed content for reading through
@@ -631,9 +647,9 @@ func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 				return n.f.errnoOf("truncate "+n.slot(), err)
 			}
 		} else {
-			// truncate(2) without a handle, or O_TRUNC's follow-up
-			// Setattr: committed at once, as close(2) would, and
-			// undone if that fails (staging.Writer.TruncateName).
+			// truncate(2) of a path (open(O_TRUNC) is an OPEN with
+			// O_TRUNC, ATOMIC_O_TRUNC): committed at once, as close(2)
+			// would, and undone if that fails (staging.Writer.TruncateName).
 			s, err := n.f.w.TruncateName(ctx, n.id, n.slot(), n.base, int64(sz), fh == nil)
 			if s != nil {
 				n.st.Store(s)
@@ -763,7 +779,21 @@ type whandle struct {
 	n        *slotFile
 	readOnly bool
 	counted  bool
+	// append marks an O_APPEND open: its writes go at the staged file's
+	// end (staging.File.Append), whatever offset the kernel sent.
+	append   bool
 	released atomic.Bool
+}
+
+// openFlags are the FUSE open flags of a writable handle. An O_APPEND one
+// bypasses the page cache: its writes land at the staged file's end,
+// which may differ from where the kernel would have put them in its
+// pages.
+func (h *whandle) openFlags() uint32 {
+	if h.append {
+		return fuse.FOPEN_DIRECT_IO
+	}
+	return 0
 }
 
 var (
@@ -787,7 +817,13 @@ func (h *whandle) Write(ctx context.Context, data []byte, off int64) (uint32, sy
 	if h.readOnly {
 		return 0, syscall.EBADF
 	}
-	k, err := h.s.WriteAt(data, off)
+	var k int
+	var err error
+	if h.append {
+		k, err = h.s.Append(data)
+	} else {
+		k, err = h.s.WriteAt(data, off)
+	}
 	if err != nil {
 		return uint32(k), h.f.errnoOf("write "+h.s.Name(), err)
 	}

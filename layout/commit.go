@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"gocloud.dev/blob"
 )
@@ -97,6 +98,10 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 		}
 		if d.Fork && d.TargetSession == id {
 			return CommitResult{}, fmt.Errorf("commit to %s: %w: descriptor %q: a session cannot fork into itself", id, ErrInvalid, d.Name)
+		}
+		if !utf8.ValidString(d.Name) {
+			// JSON would carry it as U+FFFD: two names would become one.
+			return CommitResult{}, fmt.Errorf("commit to %s: %w: descriptor name %q is not UTF-8", id, ErrInvalid, d.Name)
 		}
 	}
 	txn := req.TransactionID

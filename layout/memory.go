@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"gocloud.dev/blob"
 )
@@ -17,8 +18,8 @@ import (
 // ValidateMemoryName checks §8.3: non-empty, no "/" (plus no NUL, and not
 // "." or "..", which no path could show).
 func ValidateMemoryName(name string) error {
-	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
-		return fmt.Errorf("%w: memory record name %q: must be non-empty without / or NUL", ErrInvalid, truncate(name))
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") || !utf8.ValidString(name) {
+		return fmt.Errorf("%w: memory record name %q: must be non-empty UTF-8 without / or NUL", ErrInvalid, truncate(name))
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // The four top-level prefixes pugmark owns (§1). Everything else in a bucket
@@ -226,6 +227,9 @@ func ValidateNamespace(ns string) error {
 	if ns == "" {
 		return fmt.Errorf("%w: empty memory namespace", ErrInvalid)
 	}
+	if !utf8.ValidString(ns) {
+		return fmt.Errorf("%w: memory namespace %q is not UTF-8", ErrInvalid, truncate(ns))
+	}
 	for _, c := range strings.Split(ns, "/") {
 		if c == "" || c == "." || c == ".." || strings.IndexByte(c, 0) >= 0 {
 			return fmt.Errorf("%w: memory namespace %q: bad component %q", ErrInvalid, truncate(ns), c)
@@ -248,6 +252,9 @@ func SessionRefName(name string) string { return sessionRefPrefix + name }
 // ValidateRefName checks §9's rule: a name, or a kind and a name separated by
 // one "/"; no empty, "." or ".." parts, no NUL or newline.
 func ValidateRefName(name string) error {
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("%w: ref name %q is not UTF-8", ErrInvalid, truncate(name))
+	}
 	parts := strings.Split(name, "/")
 	if len(parts) > 2 {
 		return fmt.Errorf("%w: ref name %q: at most one / (kind/name)", ErrInvalid, truncate(name))

@@ -68,18 +68,17 @@ func (w *Writer) Release(ctx context.Context, id layout.SessionID, s *File) erro
 	}
 }
 
-// TruncateName is truncate(2) of a path, and the truncate without a
-// handle that follows an open(O_TRUNC) (the kernel opens first, then
-// truncates): name is staged (or its staged file shared) and cut to size,
-// committed at once when commit is set, as close(2) would, and released.
-// Left to the release, the commit would wait for the last other open of
-// the file and its error would reach nobody. It returns the staged file,
-// already released, so the caller can show what it became.
+// TruncateName is truncate(2) of a path: name is staged (or its staged
+// file shared) and cut to size, committed at once when commit is set, as
+// close(2) would, and released. Left to the release, the commit would
+// wait for the last other open of the file and its error would reach
+// nobody. It returns the staged file, already released, so the caller
+// can show what it became. (open(O_TRUNC) is not this: the front end
+// stages the cut with the open, OpenFresh, and the close commits it.)
 //
 // A failed truncate leaves the file as it was. When the staged file held
 // nothing but the entry it was last committed as and the commit fails, it
-// is filled again from that entry: the handles still open on it (the one
-// the failed open(O_TRUNC) made, whose release comes later) read the
+// is filled again from that entry: the handles still open on it read the
 // committed bytes, not the cut that was refused.
 func (w *Writer) TruncateName(ctx context.Context, id layout.SessionID, name string, baseOf func() *layout.Entry, size int64, commit bool) (*File, error) {
 	s := w.share(w.session(id), name)

@@ -209,8 +209,28 @@ func (s *File) Name() string {
 func (s *File) WriteAt(p []byte, off int64) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.writeAtLocked(p, off, false)
+}
+
+// Append writes p at the end the file has now (O_APPEND), not at the
+// offset the kernel computed from its own idea of the size: two kernel
+// inodes can stand for one staged file (a lookup after a commit
+// invalidated the name makes a second), each with its own size, and a
+// write at a stale one overwrote another appender's bytes or left a hole
+// of zeros.
+func (s *File) Append(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writeAtLocked(p, 0, true)
+}
+
+// writeAtLocked writes p at off, or at the end with atEnd. s.mu is held.
+func (s *File) writeAtLocked(p []byte, off int64, atEnd bool) (int, error) {
 	if err := s.unshareLocked(); err != nil {
 		return 0, fmt.Errorf("stage %s: copy the committed bytes: %w", s.name, err)
+	}
+	if atEnd {
+		off = s.size
 	}
 	n, err := s.file.WriteAt(p, off)
 	if end := off + int64(n); end > s.size {

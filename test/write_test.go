@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -323,11 +325,11 @@ func TestWriteTruncateCommitsAtOnce(t *testing.T) {
 
 // TestWriteFailedRewriteKeepsCommittedFile: a file created through the
 // mount is rewritten (O_TRUNC) while the bucket refuses the commit. The
-// open is EIO (the kernel opens, then truncates without a handle), and
-// the file, through the inode its create made, still shows what was
-// committed before. It once answered ENOENT until the kernel looked the
-// name up again, and later "" until the kernel released the handle of
-// the failed open (staging.TestWriterTruncateNameRefused).
+// close is EIO, and the file, through the inode its create made, still
+// shows what was committed before. It once answered ENOENT until the
+// kernel looked the name up again, and later "" until the kernel released
+// the handle of the failed open (when open(O_TRUNC) was an open and a
+// truncate without a handle, committed at once).
 func TestWriteFailedRewriteKeepsCommittedFile(t *testing.T) {
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
 		id := newSession(t, bk)
@@ -352,6 +354,40 @@ func TestWriteFailedRewriteKeepsCommittedFile(t *testing.T) {
 		}
 		wantSlots(t, bk, id, map[string]string{"f.txt": "first\n"})
 	})
+}
+
+// TestWriteTruncatingOpenCommitsAtClose: open(O_TRUNC) of a committed
+// file stages the cut with the open; nothing lands until the close, so no
+// other mount, history or handler sees the file empty meanwhile (write
+// audit: an empty version landed at open, and stayed if the writer died).
+func TestWriteTruncatingOpenCommitsAtClose(t *testing.T) {
+	t.Parallel()
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	m := mount(t, bk)
+	p := filepath.Join(sessDir(m, id), "config.json")
+	if err := writeFile(p, []byte("first\n"), createFlags); err != nil {
+		t.Fatal(err)
+	}
+	v := latest(t, bk, id)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := latest(t, bk, id); got != v {
+		t.Errorf("open(O_TRUNC) committed: version %d, was %d", got, v)
+	}
+	wantSlots(t, bk, id, map[string]string{"config.json": "first\n"})
+	if _, err := f.WriteString("second\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := latest(t, bk, id); got != v+1 {
+		t.Errorf("the rewrite is version %d, want %d (one commit, at close)", got, v+1)
+	}
+	wantSlots(t, bk, id, map[string]string{"config.json": "second\n"})
 }
 
 // TestWriteDupFdsOneSnapshot: flush runs on every close of every dup'd
@@ -742,6 +778,13 @@ func TestWriteSymlinkIngests(t *testing.T) {
 		if e := shErr(t, dir, `ln -s 'file:///nonexistent/dir/x' bad`); e == "" {
 			t.Fatal("ln -s of a missing object: no error")
 		}
+		// A plain path is no ingest: EACCES, as tree.md says of anything
+		// but an allowed URL.
+		for _, target := range []string{"ingested.txt", "/etc/hostname", "../x"} {
+			if err := os.Symlink(target, filepath.Join(dir, "plain")); errnoOf(err) != syscall.EACCES {
+				t.Errorf("ln -s %s: %v, want EACCES", target, err)
+			}
+		}
 		wantTree(t, freshMount(t, bk, id), map[string]string{"ingested.txt": string(content)})
 	})
 }
@@ -902,4 +945,128 @@ func TestWriteStatDuringSlowUpload(t *testing.T) {
 		}
 		wantSlots(t, bk, id, map[string]string{"slow.txt": "slow content\n"})
 	})
+}
+
+// TestWriteNameNotUTF8: names are stored as JSON strings, which carry
+// only UTF-8; a name with other bytes would come back with U+FFFD in
+// their place, and two such names as one file holding the second's bytes.
+// Creating, making or renaming to such a name fails with EILSEQ, a memory
+// record or ref of such a name with EINVAL, and nothing is committed.
+func TestWriteNameNotUTF8(t *testing.T) {
+	t.Parallel()
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	m := mount(t, bk)
+	d := sessDir(m, id)
+	if err := os.WriteFile(filepath.Join(d, "ok.txt"), []byte("ok\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(m.Dir, "memories", "notes"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	v := latest(t, bk, id)
+	for _, c := range []struct {
+		what string
+		err  error
+		want syscall.Errno
+	}{
+		{"create", os.WriteFile(filepath.Join(d, "coll-\xff"), []byte("first\n"), 0o644), syscall.EILSEQ},
+		{"mkdir", os.Mkdir(filepath.Join(d, "dir-\xfe"), 0o755), syscall.EILSEQ},
+		{"rename", os.Rename(filepath.Join(d, "ok.txt"), filepath.Join(d, "ok-\xfe")), syscall.EILSEQ},
+		{"namespace", os.Mkdir(filepath.Join(m.Dir, "memories", "ns-\xff"), 0o755), syscall.EILSEQ},
+		{"memory record", os.WriteFile(filepath.Join(m.Dir, "memories", "notes", "rec-\xff"), []byte("x\n"), 0o644), syscall.EILSEQ},
+		{"ref", os.WriteFile(filepath.Join(m.Dir, "refs", "r-\xff"), []byte("x\n"), 0o644), syscall.EILSEQ},
+	} {
+		// EINVAL is as good for the layout's own names (memories, refs).
+		if e := errnoOf(c.err); e != c.want && !(c.what != "create" && c.what != "mkdir" && c.what != "rename" && e == syscall.EINVAL) {
+			t.Errorf("%s of a name that is not UTF-8: %v, want %v", c.what, c.err, c.want)
+		}
+	}
+	if got := latest(t, bk, id); got != v {
+		t.Errorf("refused names committed: version %d, was %d", got, v)
+	}
+	wantSlots(t, bk, id, map[string]string{"ok.txt": "ok\n"})
+}
+
+// TestWriteAppendersOneMount: O_APPEND writers of one file on one mount
+// never overwrite each other nor leave holes. Each close commits; a
+// commit invalidates the name in the kernel, and the next lookup can make
+// a second kernel inode of the same staged file, with its own idea of the
+// size: appends at that size overwrote another writer's line or left a
+// run of zeros (write audit: 88 of 90 lines survived three shells).
+// Appends now go at the staged file's end, whatever offset the kernel
+// sends.
+func TestWriteAppendersOneMount(t *testing.T) {
+	t.Parallel()
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	m := mount(t, bk)
+	p := filepath.Join(sessDir(m, id), "one.log")
+	if err := os.WriteFile(p, []byte("base\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	appendLine := func(f *os.File, line string) {
+		t.Helper()
+		if _, err := f.WriteString(line); err != nil {
+			t.Error(err)
+		}
+	}
+	open := func() *os.File {
+		t.Helper()
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	// Two descriptors held across the other's commit.
+	want := []string{"base"}
+	for r := range 3 {
+		a, b := open(), open()
+		appendLine(a, fmt.Sprintf("A%d\n", r))
+		a.Close()
+		appendLine(b, fmt.Sprintf("B%d\n", r))
+		b.Close()
+		want = append(want, fmt.Sprintf("A%d", r), fmt.Sprintf("B%d", r))
+	}
+	// Writers racing, each open, append, close.
+	var wg sync.WaitGroup
+	for w := range 4 {
+		for i := range 20 {
+			want = append(want, fmt.Sprintf("w%d-%d", w, i))
+		}
+		wg.Go(func() {
+			for i := range 20 {
+				f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				appendLine(f, fmt.Sprintf("w%d-%d\n", w, i))
+				if err := f.Close(); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	check := func(where string, got string) {
+		t.Helper()
+		if strings.ContainsRune(got, 0) {
+			t.Errorf("%s: zeros in the file:\n%q", where, got)
+		}
+		lines := strings.Fields(got)
+		slices.Sort(lines)
+		w := slices.Clone(want)
+		slices.Sort(w)
+		if !slices.Equal(lines, w) {
+			t.Errorf("%s: %d lines, want %d:\n%q", where, len(lines), len(w), got)
+		}
+	}
+	got, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("through the mount", string(got))
+	check("in the bucket", string(body(t, bk, slots(t, bk, id)["one.log"].Descriptor)))
 }
