@@ -2,10 +2,12 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -19,6 +21,7 @@ import (
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/readahead"
 	"github.com/pugmark/pugfs/staging"
+	"golang.org/x/sys/unix"
 )
 
 // CommitMode says when staged writes become snapshots (package staging).
@@ -286,6 +289,9 @@ func Mount(dir string, f *FS, mo MountOptions) (*fuse.Server, error) {
 	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
+	if err := closeFuseOnExec(); err != nil {
+		f.log.Warn("cannot keep the FUSE device from processes this one starts", "err", err)
+	}
 	if f.cfg.Passthrough {
 		if err := probePassthrough(srv, f.cfg.StagingDir); err != nil {
 			f.log.Warn("FUSE passthrough unavailable (it needs kernel 6.9 or later and CAP_SYS_ADMIN); large files are read through pugfs", "err", err)
@@ -295,6 +301,32 @@ func Mount(dir string, f *FS, mo MountOptions) (*fuse.Server, error) {
 		}
 	}
 	return srv, nil
+}
+
+// closeFuseOnExec marks every descriptor of /dev/fuse close-on-exec.
+// go-fuse opens the device without O_CLOEXEC, so every program this
+// process starts (a pugfs exec handler, and whatever it leaves running)
+// held the connection open: a child outliving the mount kept it alive,
+// and its next access to the mount waited forever.
+func closeFuseOnExec() error {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if t, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || t != "/dev/fuse" {
+			continue
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+			errs = append(errs, fmt.Errorf("fd %d: %w", fd, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func directMountFlags(ro bool) uintptr {

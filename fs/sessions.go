@@ -253,12 +253,14 @@ func (d *sessionDir) find(ctx context.Context, name string) (child, error) {
 	if d.metaName(name) {
 		return d.f.dir(name, inoOf("session-meta", d.id.String()), d.f.ttl, &sessionMetaDir{f: d.f, id: d.id}), nil
 	}
-	if d.live() && cache.JoinName(d.parts) == staging.SendDir {
-		// Any session ID is a target directory, whether or not this
-		// mount wrote to it yet.
-		if id, err := layout.ParseSessionID(name); err == nil && id.String() == name {
-			return d.f.sessionSubdir(&sessionDir{f: d.f, id: d.id, parts: appendPart(d.parts, name)}, name), nil
+	if d.sendDir() {
+		// The ID of any session is a target directory, whether or not
+		// this mount wrote to it yet; anything else is not (a write to
+		// no session could never be delivered).
+		if err := d.f.sendTarget(ctx, name); err != nil {
+			return child{}, err
 		}
+		return d.f.sessionSubdir(&sessionDir{f: d.f, id: d.id, parts: appendPart(d.parts, name)}, name), nil
 	}
 	if d.live() {
 		if s, ok := d.f.w.Lookup(d.id, d.full(name)); ok {
@@ -281,6 +283,28 @@ func (d *sessionDir) find(ctx context.Context, name string) (child, error) {
 		return child{}, syscall.ENOENT
 	}
 	return c, nil
+}
+
+// sendDir reports whether d is the live .pugmark/send/ of its session.
+func (d *sessionDir) sendDir() bool {
+	return d.live() && cache.JoinName(d.parts) == staging.SendDir
+}
+
+// sendTarget checks that name is the ID of a session (one manifest read,
+// cached for good): .pugmark/send/<name>/ is then a target. ENOENT if it
+// is not.
+func (f *FS) sendTarget(ctx context.Context, name string) error {
+	id, err := layout.ParseSessionID(name)
+	if err != nil || id.String() != name {
+		return syscall.ENOENT
+	}
+	if _, err := layout.ManifestKey(id); err != nil {
+		return syscall.ENOENT
+	}
+	if _, err := f.cache.Manifest(ctx, id); err != nil {
+		return err // ErrSessionNotFound is ENOENT
+	}
+	return nil
 }
 
 func (d *sessionDir) childOf(st *cache.State, dir *cache.Dir, name string) (child, bool) {

@@ -172,6 +172,9 @@ func (n *sessDirNode) Create(ctx context.Context, name string, flags uint32, mod
 	if e := validLeaf(name); e != 0 {
 		return nil, nil, 0, e
 	}
+	if n.dir().sendDir() {
+		return nil, nil, 0, syscall.EPERM // send/ holds target directories only
+	}
 	f := n.f
 	full := n.full(name)
 	existed := f.w.Staged(n.sd.id, full) != nil
@@ -208,6 +211,11 @@ func (n *sessDirNode) Mkdir(ctx context.Context, name string, mode uint32, out *
 	d := n.dir()
 	if c, err := d.find(ctx, name); err == nil && c.name != "" {
 		return nil, syscall.EEXIST
+	}
+	if d.sendDir() {
+		// Every target there exists (EEXIST above); a name that is no
+		// session cannot be one.
+		return nil, syscall.ENOENT
 	}
 	n.f.w.Mkdir(n.sd.id, d.full(name))
 	sub := &sessionDir{f: n.f, id: n.sd.id, parts: appendPart(d.parts, name)}

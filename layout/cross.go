@@ -2,6 +2,7 @@ package layout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 )
@@ -20,6 +21,12 @@ const (
 	// step 4 this is success, and a later delivery of the same source
 	// version is made idempotent by the key.
 	Raced
+	// NoTarget: the target is no session (never created, or an ID with
+	// no partition): the writes stay recorded in the writer's snapshot
+	// (fsck reports them), and nothing can receive them. Failing the
+	// delivery instead failed every later one too, since each retries
+	// the writer's latest checkpoint.
+	NoTarget
 )
 
 // Delivery reports one target of DeliverCrossSession.
@@ -48,6 +55,10 @@ func (s *Store) DeliverCrossSession(ctx context.Context, writer SessionID, versi
 	var out []Delivery
 	for _, t := range targets {
 		dl, err := s.deliver(ctx, writer, version, t, groups[t])
+		if errors.Is(err, ErrSessionNotFound) || errors.Is(err, ErrInvalid) {
+			out = append(out, Delivery{Target: t, Outcome: NoTarget})
+			continue
+		}
 		if err != nil {
 			return out, fmt.Errorf("deliver %s@%d to %s: %w", writer, version, t, err)
 		}

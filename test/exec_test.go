@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pugmark/pugfs/internal/syncbuf"
+	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -600,6 +601,61 @@ func TestExecSend(t *testing.T) {
 		if late != 1 || latest(t, bk, dst) != 2 {
 			t.Fatalf("the undelivered batch arrived %d times (target at %d), want once", late, latest(t, bk, dst))
 		}
-		checkBucket(t, bk)
+
+		// A target that is no session: the handler cannot write there
+		// (ENOENT), and a checkpoint another writer recorded for one does
+		// not stop the next runs (it did: every run failed before
+		// starting its handler).
+		nobody := layout.NewSessionID(time.Now())
+		if _, errOut, code := runExec(t, bk, t.TempDir(), src.String(), "sh", "-c",
+			`! mkdir .pugmark/send/`+nobody.String()+` && ! echo x > .pugmark/send/`+nobody.String()+`/x && ! echo x > .pugmark/send/file`); code != 0 {
+			t.Fatalf("writes to no session were not refused: exit %d\n%s", code, errOut)
+		}
+		if _, err := bk.Store.Commit(ctx, src, layout.CommitRequest{Type: layout.Checkpoint, Descriptors: []layout.Descriptor{
+			{Name: "lost.txt", Digest: bi.Digest, Size: bi.Size, Data: body, CreatedAt: time.Now().UTC(), TargetSession: nobody}}}); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2; i++ {
+			// The first says what was not delivered; then the latest
+			// checkpoint is its own, with nothing left to deliver.
+			_, errOut, code := runExec(t, bk, t.TempDir(), src.String(), "sh", "-c", "echo ran > ran.txt")
+			if code != 0 || (i == 0) != strings.Contains(errOut, "no such session") {
+				t.Fatalf("run %d after a write to no session: exit %d\n%s", i, code, errOut)
+			}
+		}
+		wantSlots(t, bk, src, map[string]string{"local.txt": "mine\n", "ran.txt": "ran\n"})
 	})
+}
+
+// TestExecLeftovers: the handler holds no descriptor of the FUSE device
+// (go-fuse opens it without O_CLOEXEC, and every handler inherited it), and
+// a process the handler leaves running is ended when it exits: it would
+// hold the mount busy, keep the connection alive past pugfs exec, and
+// whatever it wrote later could not land (write audit: such a child
+// waited on the dead mount forever).
+func TestExecLeftovers(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	tmp := t.TempDir()
+	script := `for f in /proc/$$/fd/*; do readlink "$f"; done | grep -c /dev/fuse > fds.txt || true
+(sleep 300; echo late > late.txt) >/dev/null 2>&1 &
+echo $! > ` + tmp + `/bg
+echo done > out.txt`
+	_, errOut, code := runExec(t, bk, t.TempDir(), id.String(), "sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	b, err := os.ReadFile(filepath.Join(tmp, "bg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Errorf("the handler's background process %d outlived pugfs exec", pid)
+	}
+	wantSlots(t, bk, id, map[string]string{"fds.txt": "0\n", "out.txt": "done\n"})
 }

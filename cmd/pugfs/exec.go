@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"golang.org/x/sys/unix"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -230,7 +232,7 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	if err != nil {
 		return err
 	}
-	if err := deliverSends(ctx, store, id); err != nil {
+	if err := deliverSends(ctx, sio.err, store, id); err != nil {
 		return err
 	}
 	base, man, err := execBase(ctx, store, id)
@@ -266,9 +268,21 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	}
 	defer unmount()
 
+	// Descendants the handler leaves behind become this process's
+	// children (a subreaper), so they can be ended with it.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		log.Warn("cannot collect the handler's leftover processes", "err", err)
+	}
 	code, runErr := runHandler(ctx, sio, cfg, mnt, id, base.Version)
+	// The handler must not outlive pugfs exec, nor what it started: a
+	// background process still running would hold the mount busy, and
+	// what it wrote from now on could not land.
+	if n := killLeftovers(); n > 0 {
+		log.Warn("ended processes the handler left running", "count", n)
+	}
 	// Nothing can change once the mount is gone, so the commit holds
-	// exactly what the handler left (a background child of it too).
+	// exactly what the handler left (what a background child of it wrote
+	// before the handler exited too).
 	if err := unmount(); err != nil {
 		env.fs.DiscardSession(id)
 		return err
@@ -303,17 +317,30 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	// §12.2: the checkpoint holds the records; now the targets get their
 	// copies. A failure here loses nothing: the next run delivers what
 	// the latest checkpoint recorded (deliverSends), once.
-	if _, err := store.DeliverCrossSession(cctx, id, res.Version, res.Descriptors); err != nil {
+	dls, err := store.DeliverCrossSession(cctx, id, res.Version, res.Descriptors)
+	if err != nil {
 		return fmt.Errorf("checkpoint %d of %s landed, but delivering its cross-session writes failed (the next run delivers them): %w", res.Version, id, err)
 	}
+	reportNoTarget(sio.err, id, res.Version, dls)
 	return nil
+}
+
+// reportNoTarget says which cross-session writes of id@version had no
+// session to go to: they stay recorded in the checkpoint, delivered to
+// nobody.
+func reportNoTarget(w io.Writer, id layout.SessionID, version uint32, dls []layout.Delivery) {
+	for _, dl := range dls {
+		if dl.Outcome == layout.NoTarget {
+			fmt.Fprintf(w, "pugfs exec: the writes of %s@%d to %s are not delivered: there is no such session\n", id, version, dl.Target)
+		}
+	}
 }
 
 // deliverSends delivers the cross-session writes recorded in the latest
 // checkpoint of a session (§12.2), for a run that committed them and
 // ended before delivering. The (source-session, source-version) key makes
 // a delivery that did happen a no-op.
-func deliverSends(ctx context.Context, store *layout.Store, id layout.SessionID) error {
+func deliverSends(ctx context.Context, w io.Writer, store *layout.Store, id layout.SessionID) error {
 	cp, ok, err := store.LatestCheckpoint(ctx, id)
 	if err != nil || !ok {
 		return err
@@ -322,9 +349,11 @@ func deliverSends(ctx context.Context, store *layout.Store, id layout.SessionID)
 	if err != nil {
 		return err
 	}
-	if _, err := store.DeliverCrossSession(ctx, id, cp, ds); err != nil {
+	dls, err := store.DeliverCrossSession(ctx, id, cp, ds)
+	if err != nil {
 		return fmt.Errorf("deliver the cross-session writes of %s@%d: %w", id, cp, err)
 	}
+	reportNoTarget(w, id, cp, dls)
 	return nil
 }
 
@@ -482,6 +511,46 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 		code = 128 + int(syscall.SIGTERM) // interrupted: nothing lands
 	}
 	return code, nil
+}
+
+// killLeftovers ends this process's children (the handler's orphans,
+// reparented here by PR_SET_CHILD_SUBREAPER; the handler itself is reaped
+// by then) with SIGKILL and reaps them, until none is left: each one's
+// own children come here when it dies. It returns how many it ended.
+func killLeftovers() int {
+	n := 0
+	for range 100 { // a fork bomb outrunning this gives up, not hangs
+		pids := childPIDs()
+		if len(pids) == 0 {
+			break
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			var ws syscall.WaitStatus
+			if _, err := syscall.Wait4(pid, &ws, 0, nil); err == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// childPIDs lists the children of every thread of this process.
+func childPIDs() []int {
+	files, _ := filepath.Glob("/proc/self/task/*/children")
+	var pids []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, w := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(w); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
 }
 
 // handlerEnv is the handler's environment: env without the credential
