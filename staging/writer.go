@@ -62,6 +62,8 @@ type Store interface {
 // commit. A Writer is the only writer of those updates.
 type States interface {
 	State(ctx context.Context, id layout.SessionID) (*cache.State, error)
+	// Peek returns the state as cached, without asking the bucket.
+	Peek(id layout.SessionID) (*cache.State, bool)
 	// Committed folds a commit of this mount into the cached state.
 	Committed(id layout.SessionID, res layout.CommitResult)
 	// Invalidate drops the cached state after a failed commit: the
@@ -380,40 +382,72 @@ func (w *Writer) share(ws *session, name string) *File {
 
 func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string, baseOf func() *layout.Entry, truncate, fresh bool) (*File, error) {
 	ws := w.session(id)
-	if s := w.share(ws, name); s != nil {
-		if truncate {
-			if err := s.Truncate(0); err != nil {
+	for attempt := 0; ; attempt++ {
+		if s := w.share(ws, name); s != nil {
+			if truncate {
+				if err := s.Truncate(0); err != nil {
+					return nil, err
+				}
+			}
+			return s, nil
+		}
+		base := baseOf()
+		if fresh && base != nil && !truncate {
+			var err error
+			if base, err = w.checkBase(ctx, id, name, base); err != nil {
 				return nil, err
 			}
 		}
-		return s, nil
-	}
-	base := baseOf()
-	if fresh && base != nil && !truncate {
-		var err error
-		if base, err = w.checkBase(ctx, id, name, base); err != nil {
+		s, err := w.newStaged(ctx, name, base, truncate)
+		if err != nil {
 			return nil, err
 		}
+		if base == nil || truncate {
+			s.dirty = true // a new or truncated file is a change even if empty
+		}
+		if other, ok := w.install(ws, name, s, base, truncate); ok {
+			return other, nil
+		}
+		// Staged from a base another file of the name was committed
+		// over, and forgotten, meanwhile: the content it started from
+		// is gone. Stage again from what is committed now.
+		s.close()
+		if attempt == 8 {
+			return nil, fmt.Errorf("open %s: %w: committed over again and again while it was opened", name, ErrChanged)
+		}
 	}
-	s, err := w.newStaged(ctx, name, base, truncate)
-	if err != nil {
-		return nil, err
-	}
-	if base == nil || truncate {
-		s.dirty = true // a new or truncated file is a change even if empty
-	}
+}
+
+// install makes s the staged file of name, or shares the one another
+// open installed first (and closes s). It refuses (ok false) when s was
+// staged from base but the name's committed entry is another one now: a
+// file of the name was staged, committed and forgotten while s was being
+// staged (four threads appending: one staged the file as it was before
+// the others' commits, and its commit dropped their lines). Only close
+// mode commits and forgets files while others open them.
+func (w *Writer) install(ws *session, name string, s *File, base *layout.Entry, truncate bool) (*File, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if other := ws.files[name]; other != nil {
 		// Lost a race with another open: use theirs.
 		s.close()
 		other.opens++
-		return other, nil
+		return other, true
+	}
+	if !truncate && w.cfg.Commit == CommitOnClose {
+		// The cache's locks come after Writer.mu, and Peek asks nothing
+		// of the bucket.
+		if st, ok := w.cache.Peek(ws.id); ok {
+			e, exists := st.Slots()[name]
+			if exists != (base != nil) || (exists && e.Digest != base.Digest) {
+				return nil, false
+			}
+		}
 	}
 	s.opens = 1
 	ws.files[name] = s
 	delete(ws.gone, name)
-	return s, nil
+	return s, true
 }
 
 // checkBase returns the entry name has in the bucket now, for an open

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -707,5 +708,76 @@ func TestWriterOpenFreshSeesOtherWriters(t *testing.T) {
 	n, _ := r.Blobs.ReadAt(ctx, &entry(ca, "log").Descriptor, buf, 0)
 	if got := string(buf[:n]); got != "base\nfrom-a\nfrom-b\n" {
 		t.Fatalf("log = %q, want both appends", got)
+	}
+}
+
+// TestWriterOpenStagedOverIsRedone: an open stages a committed file from
+// its entry while another open of the name stages it, appends, commits
+// and lets it go. The first open's copy then starts from content the
+// name no longer has, and its commit would drop the other's append (four
+// threads appending to one file through a mount lost lines this way). It
+// must stage again from what is committed now, or say the file changed.
+func TestWriterOpenStagedOverIsRedone(t *testing.T) {
+	ctx := context.Background()
+	r := newWriterRig(t)
+	base := big("base\n")
+	s := r.written(t, "log", base)
+	if err := r.w.Release(ctx, r.id, s); err != nil {
+		t.Fatal(err)
+	}
+	e, ok := r.slot(t, "log")
+	if !ok {
+		t.Fatal("log not committed")
+	}
+	baseOf := func() *layout.Entry { return &e }
+	// The first open's copy of the committed bytes waits in its GET.
+	var armed atomic.Bool
+	armed.Store(true)
+	g := faultblob.NewGate()
+	r.inj.Add(faultblob.Rule{Ops: faultblob.OpGet, Match: faultblob.Match{Prefix: layout.ObjectsPrefix}, Stall: g, While: armed.Load})
+	type opened struct {
+		s   *File
+		err error
+	}
+	first := make(chan opened, 1)
+	go func() {
+		s, err := r.w.OpenFresh(ctx, r.id, "log", baseOf, false)
+		first <- opened{s, err}
+	}()
+	waitStalled(t, g, 1)
+	armed.Store(false)
+	// The other open rewrites the file whole (a copy from the base would
+	// wait on the same blob read, which the blob cache shares).
+	other, err := r.w.Open(ctx, r.id, "log", nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.WriteAt([]byte(base+"other\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.w.Release(ctx, r.id, other); err != nil {
+		t.Fatal(err)
+	}
+	g.Release()
+	got := <-first
+	if errors.Is(got.err, ErrChanged) {
+		return // the front end looks the name up again (ESTALE)
+	}
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if _, err := got.s.Append([]byte("first\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.w.Release(ctx, r.id, got.s); err != nil {
+		t.Fatal(err)
+	}
+	e, _ = r.slot(t, "log")
+	b, err := r.store.ReadBlob(ctx, e.Digest, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := base + "other\nfirst\n"; string(b) != want {
+		t.Fatalf("log ends %q, want %q", b[len(base):], want[len(base):])
 	}
 }
