@@ -119,6 +119,26 @@ type FS struct {
 	// shadowed holds the memory namespaces a record of the same name
 	// hides, each warned about once (memories.go).
 	shadowed sync.Map
+	// only, when set (WriteOnly, before Mount; never changed after), is
+	// the one session whose live tree takes writes.
+	only layout.SessionID
+}
+
+// WriteOnly makes session id the only place the mount takes writes: its
+// live tree (and its .pugmark/send/). Every other session, memories/,
+// refs/ and new sessions are read-only. pugfs exec mounts so: an
+// invocation is one checkpoint of one session, and nothing else may land
+// while the handler runs, nor at all if it fails (tree.md). Call it
+// before Mount.
+func (f *FS) WriteOnly(id layout.SessionID) { f.only = id }
+
+// sharedWritable reports whether memories, refs and new sessions take
+// writes.
+func (f *FS) sharedWritable() bool { return !f.cfg.ReadOnly && f.only.IsZero() }
+
+// sessionWritable reports whether session id's live tree takes writes.
+func (f *FS) sessionWritable(id layout.SessionID) bool {
+	return !f.cfg.ReadOnly && (f.only.IsZero() || id == f.only)
 }
 
 // New returns the filesystem for cfg.
@@ -355,7 +375,7 @@ func (r *rootDir) entries() []child {
 	f := r.f
 	return []child{
 		{name: "sessions", mode: syscall.S_IFDIR, ino: inoOf("sessions"), ttl: f.ttl, node: func() gofsNode {
-			if f.cfg.ReadOnly {
+			if !f.sharedWritable() {
 				return &dirNode{f: f, ls: &sessionsDir{f: f}}
 			}
 			return &sessionsNode{dirNode{f: f, ls: &sessionsDir{f: f}}}
@@ -367,7 +387,7 @@ func (r *rootDir) entries() []child {
 		}},
 		{name: "refs", mode: syscall.S_IFDIR, ino: inoOf("refs"), ttl: f.ttl, node: func() gofsNode {
 			rd := &refsDir{f: f}
-			if f.cfg.ReadOnly {
+			if !f.sharedWritable() {
 				return &dirNode{f: f, ls: rd}
 			}
 			return &refsNode{dirNode: dirNode{f: f, ls: rd}}

@@ -70,7 +70,7 @@ func (m *sessionMetaDir) entries(ctx context.Context) ([]child, error) {
 		f.dir("forks", inoOf("forks", sid), f.ttl, &forksDir{f: f, id: id}),
 		f.dir("since-checkpoint", inoOf("since-dir", sid, ""), f.ttl, &sinceDir{f: f, id: id}),
 	}
-	if f.cfg.Sends && !f.cfg.ReadOnly {
+	if f.cfg.Sends && f.sessionWritable(id) {
 		sd := &sessionDir{f: f, id: id, parts: strings.Split(staging.SendDir, "/")}
 		out = append(out, f.sessionSubdir(sd, "send"))
 	}

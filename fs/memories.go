@@ -102,7 +102,7 @@ func (m *memDir) find(ctx context.Context, name string) (child, error) {
 }
 
 func (m *memDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
-	if !m.f.cfg.ReadOnly {
+	if m.f.sharedWritable() {
 		out.Mode = syscall.S_IFDIR | 0o755
 	}
 	return nil
@@ -124,7 +124,7 @@ func (f *FS) memSubdir(name, ns string) child {
 
 // memNode returns the node of a memory record file.
 func (f *FS) memNode(ns string, e layout.Entry) gofsNode {
-	if f.cfg.ReadOnly {
+	if !f.sharedWritable() {
 		return &fileNode{f: f, c: &blobContent{f: f, d: e.Descriptor}, x: descXattrs(e)}
 	}
 	return &memFile{f: f, ns: ns, e: e, has: true}
@@ -145,7 +145,7 @@ var (
 
 func (f *FS) memDirChild(name, prefix string) gofsNode {
 	md := &memDir{f: f, prefix: prefix}
-	if f.cfg.ReadOnly {
+	if !f.sharedWritable() {
 		return &dirNode{f: f, ls: md}
 	}
 	return &memDirNode{dirNode: dirNode{f: f, ls: md}, prefix: prefix}

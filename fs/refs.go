@@ -74,7 +74,7 @@ func (r *refsDir) find(ctx context.Context, name string) (child, error) {
 }
 
 func (r *refsDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
-	if !r.f.cfg.ReadOnly {
+	if r.f.sharedWritable() {
 		out.Mode = syscall.S_IFDIR | 0o755 // writing refs/<name> is a Link
 	}
 	return nil
@@ -105,7 +105,7 @@ func (f *FS) refNode(name string) gofsNode {
 	if f.cfg.NoOpen {
 		return &fileNode{f: f, c: f.newSnapContent(f.refGen(name), time.Time{})}
 	}
-	if f.cfg.ReadOnly {
+	if !f.sharedWritable() {
 		return &fileNode{f: f, c: f.refContent(name)}
 	}
 	return &refFile{fileNode: fileNode{f: f, c: f.refContent(name), writable: true}, name: name}
@@ -240,7 +240,7 @@ func (n *refsNode) Unlink(ctx context.Context, name string) syscall.Errno {
 func (f *FS) refsKindChild(kind string) child {
 	return child{name: kind, mode: syscall.S_IFDIR, ino: inoOf("refkind", kind), ttl: f.ttl, node: func() gofsNode {
 		rd := &refsDir{f: f, kind: kind}
-		if f.cfg.ReadOnly {
+		if !f.sharedWritable() {
 			return &dirNode{f: f, ls: rd}
 		}
 		return &refsNode{dirNode: dirNode{f: f, ls: rd}, kind: kind}

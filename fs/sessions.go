@@ -40,9 +40,9 @@ func (s *sessionsDir) list(ctx context.Context) ([]child, error) {
 	for _, e := range ls {
 		c := s.f.sessionChild(e.ID.String(), e.ID)
 		if e.Known {
-			at, f := e.UpdatedAt, s.f
+			at, id, f := e.UpdatedAt, e.ID, s.f
 			c.attr = func(a *fuse.Attr) {
-				_ = f.fillDirAttr(a, func(a *fuse.Attr) error { f.sessionRootAttr(a, at); return nil })
+				_ = f.fillDirAttr(a, func(a *fuse.Attr) error { f.sessionRootAttr(a, id, at); return nil })
 			}
 		} else {
 			c.lazy = true
@@ -81,7 +81,7 @@ func (f *FS) damaged(ctx context.Context, id layout.SessionID, err error) bool {
 
 func (s *sessionsDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 	setTimes(out, s.f.start)
-	if !s.f.cfg.ReadOnly {
+	if s.f.sharedWritable() {
 		out.Mode = syscall.S_IFDIR | 0o755 // mkdir creates a session
 	}
 	return nil
@@ -203,7 +203,7 @@ func (d *sessionDir) children(ctx context.Context, st *cache.State, dir *cache.D
 // the directory alone: on a read-write mount a live file's child also
 // carries the inode number a rename kept (slotChild), which changes
 // without the tree changing.
-func (d *sessionDir) memoisable() bool { return d.hist || d.f.cfg.ReadOnly }
+func (d *sessionDir) memoisable() bool { return d.hist || !d.f.sessionWritable(d.id) }
 
 // full returns the slot name of name in this directory.
 func (d *sessionDir) full(name string) string { return cache.JoinName(appendPart(d.parts, name)) }
@@ -357,7 +357,7 @@ func (d *sessionDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 		if err != nil {
 			t = d.id.Time()
 		}
-		d.f.sessionRootAttr(out, t)
+		d.f.sessionRootAttr(out, d.id, t)
 		return nil
 	default:
 		st, err := d.f.cache.State(ctx, d.id)
@@ -367,18 +367,18 @@ func (d *sessionDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 		updated = st.UpdatedAt
 	}
 	setTimes(out, updated)
-	if d.live() && !d.f.cfg.ReadOnly {
+	if d.live() && d.f.sessionWritable(d.id) {
 		out.Mode = syscall.S_IFDIR | 0o755
 	}
 	return nil
 }
 
 // sessionRootAttr sets what is a session directory's own in its
-// attributes: its last content append, and write bits on a writable
-// mount.
-func (f *FS) sessionRootAttr(out *fuse.Attr, updated time.Time) {
+// attributes: its last content append, and write bits where it takes
+// writes.
+func (f *FS) sessionRootAttr(out *fuse.Attr, id layout.SessionID, updated time.Time) {
 	setTimes(out, updated)
-	if !f.cfg.ReadOnly {
+	if f.sessionWritable(id) {
 		out.Mode = syscall.S_IFDIR | 0o755
 	}
 }
@@ -397,7 +397,7 @@ func (f *FS) slotChild(d *sessionDir, name string, e layout.Entry) child {
 	c := child{name: name, mode: syscall.S_IFREG, ino: ino, ttl: ttl, node: func() gofs.InodeEmbedder {
 		return f.slotNode(d, full, e)
 	}}
-	if d.live() && !f.cfg.ReadOnly {
+	if d.live() && f.sessionWritable(d.id) {
 		// A new descriptor of the same bytes (a rename, a chmod, the
 		// commit of a file this mount created) keeps the number the
 		// kernel knows: a number that changes under a program is a

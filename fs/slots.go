@@ -26,7 +26,7 @@ import (
 // sessionNode returns the node of a session directory: writable for the
 // live tree of a read-write mount, read-only otherwise.
 func (f *FS) sessionNode(sd *sessionDir) gofsNode {
-	if sd.live() && !f.cfg.ReadOnly {
+	if sd.live() && f.sessionWritable(sd.id) {
 		return &sessDirNode{dirNode: dirNode{f: f, ls: sd}, sd: sd}
 	}
 	return &dirNode{f: f, ls: sd}
@@ -34,7 +34,7 @@ func (f *FS) sessionNode(sd *sessionDir) gofsNode {
 
 // slotNode returns the node of a slot file.
 func (f *FS) slotNode(d *sessionDir, full string, e layout.Entry) gofsNode {
-	if d.live() && !f.cfg.ReadOnly {
+	if d.live() && f.sessionWritable(d.id) {
 		n := &slotFile{f: f, id: d.id, name: full}
 		n.ent.Store(&e)
 		return n

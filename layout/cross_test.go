@@ -89,10 +89,13 @@ func TestSection12_2_DeliverCrossSession(t *testing.T) {
 		if dl, err := s.DeliverCrossSession(bg, w, 1, []Descriptor{local, self}); err != nil || len(dl) != 0 {
 			t.Fatalf("%+v %v", dl, err)
 		}
-		// A missing target is an error.
+		// A target that is no session receives nothing, and says so: an
+		// error would fail every later delivery of the writer too.
 		lost := desc("lost", "x")
 		lost.TargetSession = NewSessionID(testNow)
-		_, err = s.DeliverCrossSession(bg, w, 9, []Descriptor{lost})
-		wantErrIs(t, err, ErrSessionNotFound)
+		dl, err = s.DeliverCrossSession(bg, w, 9, []Descriptor{lost})
+		if err != nil || len(dl) != 1 || dl[0].Outcome != NoTarget || dl[0].Target != lost.TargetSession {
+			t.Fatalf("%+v %v", dl, err)
+		}
 	})
 }

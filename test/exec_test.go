@@ -659,3 +659,61 @@ echo done > out.txt`
 	}
 	wantSlots(t, bk, id, map[string]string{"fds.txt": "0\n", "out.txt": "done\n"})
 }
+
+// TestExecWritesOnlyItsSession: an invocation is one checkpoint of one
+// session. A write to another session was staged and then dropped at the
+// end (exit 0, the data only in failed/), and memories, refs and new
+// sessions landed at once, even when the handler then failed (write
+// audit). They are read-only in the handler's mount now.
+func TestExecWritesOnlyItsSession(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id, other := newSession(t, bk), newSession(t, bk)
+	fresh := layout.NewSessionID(time.Now())
+	script := `set -u
+try() { if sh -c "$1" 2>err.txt; then echo "$1: succeeded"; elif ! grep -q "Read-only file system" err.txt; then echo "$1: $(cat err.txt)"; fi; rm -f err.txt; }
+try 'echo x > $PUGMARK_ROOT/sessions/` + other.String() + `/from-exec.txt'
+try 'echo x > $PUGMARK_ROOT/memories/notes'
+try 'mkdir $PUGMARK_ROOT/memories/ns'
+try 'echo sessions/x > $PUGMARK_ROOT/refs/exec-ref'
+try 'mkdir $PUGMARK_ROOT/sessions/` + fresh.String() + `'
+echo mine > mine.txt`
+	out, errOut, code := runExec(t, bk, t.TempDir(), id.String(), "sh", "-c", script)
+	if code != 0 || out != "" {
+		t.Fatalf("exit %d; writes outside the session not refused with EROFS:\n%s\n%s", code, out, errOut)
+	}
+	wantSlots(t, bk, id, map[string]string{"mine.txt": "mine\n"})
+	if v := latest(t, bk, other); v != 0 {
+		t.Errorf("the other session is at version %d", v)
+	}
+	if ok, err := bk.Store.SessionExists(context.Background(), fresh); err != nil || ok {
+		t.Errorf("mkdir sessions/<id> in a handler created it: %v %v", ok, err)
+	}
+	if refs, err := bk.Store.ListRefs(context.Background(), nil); err != nil || len(refs) != 0 {
+		t.Errorf("refs %v %v", refs, err)
+	}
+}
+
+// TestExecTransientCommitFailure: a backend that fails the commit (an
+// injected Internal error on every snapshot PUT) is "nothing landed,
+// retrying may succeed": exit 75, not 1, so a supervisor retries; the
+// staged output is kept. A retry once the backend is back lands.
+func TestExecTransientCommitFailure(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	sw, _, off := relSwitchFile(t)
+	fb := relWithFaults(bk, map[string]string{"fault_error_rate": "1", "fault_ops": "put",
+		"fault_prefix": "sessions/", "fault_active_file": sw})
+	cache := t.TempDir()
+	_, errOut, code := runExec(t, fb, cache, id.String(), "sh", "-c", "echo important > f.txt; touch "+sw)
+	if code != 75 {
+		t.Fatalf("exit %d, want 75\n%s", code, errOut)
+	}
+	if kept := execFailed(cache, id); len(kept) == 0 {
+		t.Errorf("the staged output was not kept:\n%s", errOut)
+	}
+	off()
+	if _, errOut, code := runExec(t, fb, cache, id.String(), "sh", "-c", "echo important > f.txt"); code != 0 {
+		t.Fatalf("retry: exit %d\n%s", code, errOut)
+	}
+	wantSlots(t, bk, id, map[string]string{"f.txt": "important\n"})
+}

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -22,11 +22,14 @@ import (
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/deadlineblob"
 	"github.com/pugmark/pugfs/layout/schedblob"
+	"gocloud.dev/gcerrors"
+	"golang.org/x/sys/unix"
 )
 
 // exitTempFail is the exit status of a run that committed nothing but may
 // succeed if retried (EX_TEMPFAIL, decisions.md "A handler invocation"):
-// the checkpoint lost to another, or the session's name moved.
+// the checkpoint lost to another, the session's name moved, or the
+// backend failed the commit.
 const exitTempFail = 75
 
 // execInnerEnv marks the re-executed pugfs exec that runs inside its own
@@ -254,6 +257,11 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 		return err
 	}
 	defer os.Remove(mnt)
+	// The invocation is one checkpoint of this session: nothing else
+	// (another session, memories, refs, a new session) may land while
+	// the handler runs, nor at all if it fails; cross-session output
+	// goes through .pugmark/send/.
+	env.fs.WriteOnly(id)
 	srv, err := pfs.Mount(mnt, env.fs, pfs.MountOptions{FsName: env.shownURL})
 	if err != nil {
 		return fmt.Errorf("mount %s: %v (is /dev/fuse there, and are you root or is fusermount3 installed?)", mnt, err)
@@ -308,7 +316,7 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	}
 	res, err := env.fs.CommitSession(cctx, id, base)
 	if err != nil {
-		if errors.Is(err, layout.ErrConflict) || errors.Is(err, layout.ErrRetriesExhausted) {
+		if errors.Is(err, layout.ErrConflict) || errors.Is(err, layout.ErrRetriesExhausted) || transient(err) {
 			fmt.Fprintf(sio.err, "pugfs exec: nothing committed: %v; staged files are kept under %s\n", err, kept)
 			return exitCode(exitTempFail)
 		}
@@ -323,6 +331,22 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	}
 	reportNoTarget(sio.err, id, res.Version, dls)
 	return nil
+}
+
+// transient reports whether a failed commit may succeed when retried: the
+// backend failed or did not answer (decisions.md: exit 75 is "nothing
+// landed, retrying may succeed"), as opposed to a refusal a retry meets
+// again (permission, an invalid request).
+func transient(err error) bool {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) {
+		return true
+	}
+	switch gcerrors.Code(err) {
+	case gcerrors.Internal, gcerrors.Unknown, gcerrors.DeadlineExceeded, gcerrors.ResourceExhausted:
+		return true
+	}
+	return false
 }
 
 // reportNoTarget says which cross-session writes of id@version had no
