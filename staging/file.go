@@ -390,18 +390,8 @@ func (s *File) describeLocked(now time.Time) (layout.Descriptor, error) {
 
 // ContentTypeOf picks a type from the name's extension, else sniffs.
 func ContentTypeOf(name string, head []byte) string {
-	if ext := path.Ext(name); ext != "" {
-		if t := mime.TypeByExtension(ext); t != "" {
-			return t
-		}
-		switch ext {
-		case ".md":
-			return "text/markdown; charset=utf-8"
-		case ".jsonl", ".ndjson":
-			return "application/x-ndjson"
-		case ".go", ".py", ".rs", ".sh", ".yaml", ".yml", ".toml":
-			return "text/plain; charset=utf-8"
-		}
+	if t := extType(name); t != "" {
+		return t
 	}
 	if len(head) == 0 {
 		return "application/octet-stream"
@@ -413,6 +403,43 @@ func ContentTypeOf(name string, head []byte) string {
 		return t
 	}
 	return "application/octet-stream"
+}
+
+// extType is the type the name's extension gives, or "".
+func extType(name string) string {
+	ext := path.Ext(name)
+	if ext == "" {
+		return ""
+	}
+	if t := mime.TypeByExtension(ext); t != "" {
+		return t
+	}
+	switch ext {
+	case ".md":
+		return "text/markdown; charset=utf-8"
+	case ".jsonl", ".ndjson":
+		return "application/x-ndjson"
+	case ".go", ".py", ".rs", ".sh", ".yaml", ".yml", ".toml":
+		return "text/plain; charset=utf-8"
+	}
+	return ""
+}
+
+// retype gives a committed file renamed from from to to the type its new
+// name gives, where its type came from its old name or from sniffing: the
+// write-a-temporary-then-rename pattern (sed -i, rsync, os.replace)
+// otherwise left README.md typed text/plain, as its temporary name was.
+// A type that neither name gives and the old name had an extension for
+// was set on purpose (setxattr) and stays; so does any type when the new
+// name's extension says nothing (sniffing would need the content).
+func retype(d *layout.Descriptor, from, to string) {
+	nt := extType(to)
+	if nt == "" {
+		return
+	}
+	if ot := extType(from); ot == "" || d.ContentType == "" || d.ContentType == ot {
+		d.ContentType = nt
+	}
 }
 
 func (s *File) close() {

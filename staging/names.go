@@ -228,6 +228,7 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 		moved := e.Descriptor.Clone()
 		moved.Name = to
 		moved.CreatedAt = now
+		retype(&moved, from, to)
 		if err := w.Queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}, moved}); err != nil {
 			return err
 		}
@@ -256,6 +257,7 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 		moved := e.Descriptor.Clone()
 		moved.Name = to + strings.TrimPrefix(e.Name, from)
 		moved.CreatedAt = now
+		retype(&moved, e.Name, moved.Name) // a directory's files keep their leaf names
 		ds = append(ds, layout.Descriptor{Name: e.Name, Deleted: true, CreatedAt: now}, moved)
 	}
 	w.mu.Lock()

@@ -781,3 +781,39 @@ func TestWriterOpenStagedOverIsRedone(t *testing.T) {
 		t.Fatalf("log ends %q, want %q", b[len(base):], want[len(base):])
 	}
 }
+
+// TestWriterRenameRetypes: a committed file renamed takes the type its
+// new name gives, where its type came from its old name or from sniffing
+// (sed -i, rsync and os.replace write a temporary and rename it over
+// the file: README.md became text/plain); a type set on purpose, or a
+// new name whose extension says nothing, keeps the type.
+func TestWriterRenameRetypes(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		from, to, body, set, want string
+	}{
+		{"out.json.tmp", "out.json", `{"a":1}`, "", "application/json"},
+		{"sedAbC123", "README.md", "# title\n", "", "text/markdown; charset=utf-8"},
+		{"a.txt", "a.md", "text\n", "", "text/markdown; charset=utf-8"},
+		{"b.txt", "b.md", "text\n", "application/x-special", "application/x-special"},
+		{"c.json", "c.unknownext", `{"a":1}`, "", "application/json"},
+	} {
+		t.Run(c.to, func(t *testing.T) {
+			r := newWriterRig(t)
+			s := r.written(t, c.from, c.body)
+			if c.set != "" {
+				s.ChangeAttrs(func(a *Attrs) { a.ContentType = c.set })
+			}
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.w.Rename(ctx, r.id, c.from, c.to, false); err != nil {
+				t.Fatal(err)
+			}
+			e, ok := r.slot(t, c.to)
+			if !ok || e.ContentType != c.want {
+				t.Fatalf("%s: type %q (%v), want %q", c.to, e.ContentType, ok, c.want)
+			}
+		})
+	}
+}
