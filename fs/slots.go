@@ -455,6 +455,12 @@ func (n *slotFile) base() *layout.Entry {
 // current returns the staged file in progress, or the committed entry.
 func (n *slotFile) current() (*staging.File, *layout.Entry) {
 	if s := n.f.w.Staged(n.id, n.slot()); s != nil {
+		if c := s.Shows(); c != nil {
+			// Its commit failed and close(2) said EIO: until the writer
+			// changes it again, the file is what it was before, not the
+			// refused bytes (which its release keeps in failed/).
+			return nil, c
+		}
 		return s, nil
 	}
 	if st := n.st.Load(); st != nil {
@@ -466,6 +472,9 @@ func (n *slotFile) current() (*staging.File, *layout.Entry) {
 			return st, nil
 		}
 		if c := st.Committed(); c != nil {
+			return nil, c
+		}
+		if c := st.Shows(); c != nil {
 			return nil, c
 		}
 	}

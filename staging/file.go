@@ -72,6 +72,10 @@ type File struct {
 	// committed is the descriptor this staged file last became; before
 	// its first commit, the entry it was filled from (if any).
 	committed *layout.Entry
+	// replaced is the entry an open(O_TRUNC) cut away (committed stays
+	// nil: nothing was filled from it). Until a commit lands, it is what
+	// the name shows if the commit is refused (Shows).
+	replaced *layout.Entry
 	// dir is the staging directory the spill file lives in.
 	dir string
 	// linked is set (while an upload holds mu shared, so before any
@@ -98,7 +102,10 @@ func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 	if base != nil {
 		s.meta = cloneMap(base.Metadata)
 		s.schema = base.SchemaURL
-		if !truncate {
+		if truncate {
+			e := *base
+			s.replaced = &e
+		} else {
 			n, err := w.copyIn(ctx, f, base)
 			if err != nil {
 				f.Close()
@@ -555,6 +562,23 @@ func (s *File) Committed() *layout.Entry {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.committed
+}
+
+// Shows is what the name shows instead of the staged bytes, or nil: when
+// the file's last commit failed (close(2) or fsync(2) said so) and it has
+// not changed since, the entry it was last committed as, or the one an
+// open(O_TRUNC) cut away. Its refused bytes are not the file's content
+// (the release keeps them in the failed directory).
+func (s *File) Shows() *layout.Entry {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.failed == nil {
+		return nil
+	}
+	if s.committed != nil {
+		return s.committed
+	}
+	return s.replaced
 }
 
 // OpenUnlinked reports a file removed (or renamed over) while open whose

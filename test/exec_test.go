@@ -717,3 +717,23 @@ func TestExecTransientCommitFailure(t *testing.T) {
 	}
 	wantSlots(t, bk, id, map[string]string{"f.txt": "important\n"})
 }
+
+// TestExecSIGINT: SIGINT to pugfs exec reaches the handler as SIGINT, and
+// the processes under it too (a shell waiting for its child would wait it
+// out otherwise); the status is 130, as a shell shows for Ctrl-C, and
+// nothing lands. It used to pass SIGTERM to the handler alone and say 143.
+func TestExecSIGINT(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	g := newGate(t)
+	r := startExec(t, bk, t.TempDir(), id.String(), "sh", "-c",
+		`echo out > out.txt; echo $$ > `+g.dir+`/ready.$$; sleep 600; echo after > after.txt`)
+	g.ready(t, 1, r)
+	r.cmd.Process.Signal(syscall.SIGINT)
+	if code := r.wait(t); code != 128+int(syscall.SIGINT) {
+		t.Fatalf("exit %d, want %d\n%s", code, 128+int(syscall.SIGINT), r.stderr.String())
+	}
+	if v := latest(t, bk, id); v != 0 {
+		t.Fatalf("version %d after SIGINT, want 0", v)
+	}
+}

@@ -520,11 +520,15 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("start %s: %w (nothing committed)", cfg.argv[0], err)
 	}
+	// SIGINT and SIGTERM (they cancel ctx) go to the handler and to every
+	// process under it, as a terminal's Ctrl-C reaches a whole foreground
+	// job: a shell handler waiting for its child would otherwise wait it
+	// out.
 	done := make(chan struct{})
 	go func() {
 		select {
 		case <-ctx.Done():
-			cmd.Process.Signal(syscall.SIGTERM)
+			signalTree(cmd.Process.Pid, signalOf(ctx))
 		case <-done:
 		}
 	}()
@@ -532,9 +536,38 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 	close(done)
 	code := statusOf(cmd.ProcessState, err)
 	if ctx.Err() != nil && code == 0 {
-		code = 128 + int(syscall.SIGTERM) // interrupted: nothing lands
+		// Interrupted, and the handler exited 0 all the same: nothing
+		// lands, and the status says which signal.
+		code = 128 + int(signalOf(ctx))
 	}
 	return code, nil
+}
+
+// signalOf is the signal that cancelled ctx: signal.NotifyContext's
+// cause names it ("interrupt signal received"); anything else counts as
+// SIGTERM.
+func signalOf(ctx context.Context) syscall.Signal {
+	if c := context.Cause(ctx); c != nil && strings.HasPrefix(c.Error(), syscall.SIGINT.String()+" ") {
+		return syscall.SIGINT
+	}
+	return syscall.SIGTERM
+}
+
+// signalTree sends sig to pid and to every process under it.
+func signalTree(pid int, sig syscall.Signal) {
+	_ = syscall.Kill(pid, sig)
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, w := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(w); err == nil {
+				signalTree(c, sig)
+			}
+		}
+	}
 }
 
 // killLeftovers ends this process's children (the handler's orphans,
