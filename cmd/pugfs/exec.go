@@ -556,17 +556,8 @@ func signalOf(ctx context.Context) syscall.Signal {
 // signalTree sends sig to pid and to every process under it.
 func signalTree(pid int, sig syscall.Signal) {
 	_ = syscall.Kill(pid, sig)
-	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, w := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(w); err == nil {
-				signalTree(c, sig)
-			}
-		}
+	for _, c := range childrenOf(strconv.Itoa(pid)) {
+		signalTree(c, sig)
 	}
 }
 
@@ -577,7 +568,7 @@ func signalTree(pid int, sig syscall.Signal) {
 func killLeftovers() int {
 	n := 0
 	for range 100 { // a fork bomb outrunning this gives up, not hangs
-		pids := childPIDs()
+		pids := childrenOf("self")
 		if len(pids) == 0 {
 			break
 		}
@@ -592,9 +583,10 @@ func killLeftovers() int {
 	return n
 }
 
-// childPIDs lists the children of every thread of this process.
-func childPIDs() []int {
-	files, _ := filepath.Glob("/proc/self/task/*/children")
+// childrenOf lists the children of every thread of process proc (a pid,
+// or "self").
+func childrenOf(proc string) []int {
+	files, _ := filepath.Glob("/proc/" + proc + "/task/*/children")
 	var pids []int
 	for _, f := range files {
 		b, err := os.ReadFile(f)
