@@ -521,7 +521,8 @@ func TestDescriptorWithoutDigest(t *testing.T) {
 
 func TestDescriptorBadDigestShape(t *testing.T) {
 	f := newFixture(t)
-	js := fmt.Sprintf(`[{"digest":"sha256:%s","size":1,"name":"x","sequence-number":5}]`, strings.Repeat("AB", 32))
+	// Not hex at all (upper-case hex names the same blob and parses).
+	js := fmt.Sprintf(`[{"digest":"sha256:%s","size":1,"name":"x","sequence-number":5}]`, strings.Repeat("zz", 32))
 	f.plantSnapshot(f.root, 3, zstdOf([]byte(js)), snapMeta(f.root, 3, "checkpoint"))
 	rep := f.check(fsck.Options{})
 	want(t, rep, fsck.Error, "§7", snapKey(f.root, 3), "does not parse")
