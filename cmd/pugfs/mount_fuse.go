@@ -226,6 +226,15 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	// program's own.
 	inFlight := max(cfg.MaxRequests, 4*blobcache.DefaultParallel)
 	bopts := blobcache.Options{MemBytes: cfg.CacheSize, MaxInFlight: inFlight, SpillDir: staging, SniffEncoding: cfg.SniffEncoding, Logger: log}
+	if onLocalDisk(cfg.BucketURL) {
+		// A verify pass keeps PassParts ranged reads in flight to hide a
+		// remote bucket's latency. A local disk has none to hide, and a
+		// window past the CPU's last-level cache makes the hash read
+		// every byte back from memory: a cold pass over a 512 MiB blob
+		// took 0.54-0.59 s with 64 MiB in flight and 0.37-0.47 s with
+		// 16 MiB, where SHA-256 alone takes 0.31 s.
+		bopts.PassParts = localPassParts
+	}
 	if cfg.CacheDir != cacheDirOff {
 		// On by default: what never changes is kept for the next mount
 		// of the bucket, in the directory the staged writes use (the
@@ -487,3 +496,7 @@ func faultStats(b *blob.Bucket) func() string {
 }
 
 var _ = errors.New
+
+// localPassParts is the verify pass's ranged reads in flight on a bucket
+// on a local disk: 4 parts of 4 MiB.
+const localPassParts = 4
