@@ -309,6 +309,10 @@ func Mount(dir string, f *FS, mo MountOptions) (*fuse.Server, error) {
 	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
+	if err := raiseReadAhead(dir, mountReadAheadKB); err != nil {
+		// Not root: reads still work, in smaller requests.
+		f.log.Debug("kernel read-ahead left at its default", "err", err)
+	}
 	if err := closeFuseOnExec(); err != nil {
 		f.log.Warn("cannot keep the FUSE device from processes this one starts", "err", err)
 	}

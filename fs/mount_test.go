@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 	"gocloud.dev/blob/memblob"
+	"golang.org/x/sys/unix"
 )
 
 // testMount mounts a filesystem over store in a temp dir and unmounts it
@@ -164,5 +166,25 @@ func TestMountSmoke(t *testing.T) {
 	}
 	if _, ok := layout.Lookup(log, "notes/moved.txt"); !ok {
 		t.Fatalf("moved.txt not in the bucket: %+v", log)
+	}
+}
+
+// The kernel reads ahead of a sequential reader as far as pugfs asked in
+// FUSE_INIT (1 MiB), not its FUSE default of 128 KiB (fs/bdi.go).
+func TestMountKernelReadAhead(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("setting a FUSE mount's read-ahead needs root")
+	}
+	mnt := testMount(t, layout.New(memblob.OpenBucket(nil), nil), nil)
+	var st unix.Stat_t
+	if err := unix.Stat(mnt, &st); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(b)); got != strconv.Itoa(mountReadAheadKB) {
+		t.Fatalf("read_ahead_kb = %s, want %d", got, mountReadAheadKB)
 	}
 }
