@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -111,7 +113,41 @@ func newGate(t *testing.T) gate { return gate{t.TempDir()} }
 // wait is the handler's side, in sh: write what into the marker, then
 // poll for the go file.
 func (g gate) wait(what string) string {
-	return fmt.Sprintf(`echo %s > %s/ready.$$; while [ ! -e %s/go ]; do sleep 0.02; done`, what, g.dir, g.dir)
+	return fmt.Sprintf(`echo %s > %s; while [ ! -e %s/go ]; do sleep 0.02; done`, what, g.marker(), g.dir)
+}
+
+// marker is a shell word naming a new marker file of the gate. It is
+// not ready.$$: handlers in PID namespaces of their own share PIDs.
+func (g gate) marker() string {
+	return fmt.Sprintf(`"$(mktemp %s/ready.XXXXXX)"`, g.dir)
+}
+
+// sleeper returns a sleep argument no other process has (sleep takes
+// fractions of a second), so that a test can find the process by its
+// command line (procsWith): a PID seen inside a handler is its PID
+// namespace's, not this process's.
+func sleeper(secs int) string {
+	return fmt.Sprintf("%d.%d%d", secs, os.Getpid(), sleeperSeq.Add(1))
+}
+
+var sleeperSeq atomic.Int64
+
+// procsWith returns the live processes that have arg among their
+// arguments (a zombie has none).
+func procsWith(arg string) []int {
+	dirs, _ := os.ReadDir("/proc")
+	var out []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if slices.Contains(strings.Split(string(b), "\x00"), arg) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // ready polls until n handlers reached the gate and returns what they
@@ -422,22 +458,26 @@ func TestExecSIGKILL(t *testing.T) {
 		id := newSession(t, bk)
 		seed(t, bk, id, map[string]string{"a.txt": "a\n"})
 		g := newGate(t)
+		// The handler leaves a process of its own running in the
+		// background: it must end too, or it would keep the handler's
+		// mount namespace, and every mount in it, alive.
+		bg, fg := sleeper(600), sleeper(600)
 		r := startExec(t, bk, t.TempDir(), id.String(), "sh", "-c",
-			`echo out > out.txt; echo "$$ $PPID $PUGMARK_ROOT" > `+g.dir+`/ready.$$; exec sleep 600`)
-		got := g.ready(t, 1, r)
-		f := strings.Fields(got[0])
-		if len(f) != 3 {
-			t.Fatalf("marker %q", got[0])
+			`echo out > out.txt; sleep `+bg+` & echo "$PUGMARK_ROOT" > `+g.marker()+`; exec sleep `+fg)
+		root := g.ready(t, 1, r)[0]
+		waitFor(t, "the handler's two sleeps", func() bool { return len(procsWith(bg)) == 1 && len(procsWith(fg)) == 1 })
+		// pugfs exec's processes: the one started, the invocation in its
+		// namespaces, the handler and its background process.
+		procs := withDescendants([]int{r.cmd.Process.Pid})
+		if len(procs) < 4 {
+			t.Fatalf("pugfs exec runs as %d processes, want at least 4", len(procs))
 		}
-		handler, _ := strconv.Atoi(f[0])
-		inner, _ := strconv.Atoi(f[1])
-		root := f[2]
-		r.watch = []int{handler, inner}
+		r.watch = procs[1:]
 		r.cmd.Process.Signal(syscall.SIGKILL)
 		if code := r.wait(t); code != 128+int(syscall.SIGKILL) {
 			t.Fatalf("exit %d, want death by SIGKILL", code)
 		}
-		for _, pid := range []int{handler, inner} {
+		for _, pid := range procs {
 			waitFor(t, fmt.Sprintf("process %d to be gone", pid), func() bool {
 				err := syscall.Kill(pid, 0)
 				if errors.Is(err, syscall.ESRCH) {
@@ -637,25 +677,23 @@ func TestExecLeftovers(t *testing.T) {
 	bk := openBucket(t, testbucket.Local)
 	id := newSession(t, bk)
 	tmp := t.TempDir()
+	bg := sleeper(300)
 	script := `for f in /proc/$$/fd/*; do readlink "$f"; done | grep -c /dev/fuse > fds.txt || true
-(sleep 300; echo late > late.txt) >/dev/null 2>&1 &
+(sleep ` + bg + `; echo late > late.txt) >/dev/null 2>&1 &
 echo $! > ` + tmp + `/bg
 echo done > out.txt`
 	_, errOut, code := runExec(t, bk, t.TempDir(), id.String(), "sh", "-c", script)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, errOut)
 	}
-	b, err := os.ReadFile(filepath.Join(tmp, "bg"))
-	if err != nil {
-		t.Fatal(err)
+	if _, err := os.Stat(filepath.Join(tmp, "bg")); err != nil {
+		t.Fatalf("the handler did not start its background process: %v", err)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-		syscall.Kill(pid, syscall.SIGKILL)
-		t.Errorf("the handler's background process %d outlived pugfs exec", pid)
+	if pids := procsWith(bg); len(pids) > 0 {
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		t.Errorf("the handler's background processes %v outlived pugfs exec", pids)
 	}
 	wantSlots(t, bk, id, map[string]string{"fds.txt": "0\n", "out.txt": "done\n"})
 }
@@ -727,7 +765,7 @@ func TestExecSIGINT(t *testing.T) {
 	id := newSession(t, bk)
 	g := newGate(t)
 	r := startExec(t, bk, t.TempDir(), id.String(), "sh", "-c",
-		`echo out > out.txt; echo $$ > `+g.dir+`/ready.$$; sleep 600; echo after > after.txt`)
+		`echo out > out.txt; echo $$ > `+g.marker()+`; sleep 600; echo after > after.txt`)
 	g.ready(t, 1, r)
 	r.cmd.Process.Signal(syscall.SIGINT)
 	if code := r.wait(t); code != 128+int(syscall.SIGINT) {

@@ -33,7 +33,7 @@ import (
 const exitTempFail = 75
 
 // execInnerEnv marks the re-executed pugfs exec that runs inside its own
-// mount namespace (see runExecOuter).
+// namespaces (see runExecOuter); its value is execAliveFD.
 const execInnerEnv = "PUGFS_EXEC_NAMESPACE"
 
 // credentialEnv are the environment variables that carry the bucket's
@@ -65,9 +65,10 @@ Runs COMMAND as one handler invocation of SESSION (a 32-hex ID, or a name
 from refs/sessions/<name>), per tree.md "Running a handler":
 
 1. Pending forks of the session's latest snapshot are materialised (§11.2).
-2. The bucket is mounted privately (in a mount namespace of its own when
-   pugfs runs as root, so no other process sees it, and it is gone when
-   pugfs exec is gone, even by SIGKILL) and COMMAND runs in the session's
+2. The bucket is mounted privately (in mount and PID namespaces of their
+   own when pugfs runs as root, so no other process sees it, and it and
+   every process COMMAND started are gone when pugfs exec is gone, even
+   by SIGKILL) and COMMAND runs in the session's
    directory there, with PUGMARK_SESSION (the ID), PUGMARK_VERSION (the
    base version) and PUGMARK_ROOT (the mount root) set. Every change stays
    staged while it runs, whatever it fsyncs.
@@ -150,32 +151,51 @@ func exitCode(code int) error {
 	return &exitError{code}
 }
 
-// runExecOuter runs this same pugfs exec again in a mount namespace of its
-// own (unshare(CLONE_NEWNS) between fork and exec, mounts made private),
-// and returns its exit status. ok is false when the namespace cannot be
-// had (not root): the caller then runs the invocation itself, and a
-// SIGKILL of pugfs exec may leave a dead mount behind.
+// runExecOuter runs this same pugfs exec again as PID 1 of a PID
+// namespace of its own, in a mount namespace of its own (mounts made
+// private), and returns its exit status (execns.go says why). ok is false
+// when the namespaces cannot be had (not root): the caller then runs the
+// invocation itself, and a SIGKILL of pugfs exec may leave a dead mount
+// and the handler's processes behind.
 //
-// Why a namespace: the mount must be gone whenever pugfs exec is, and
-// SIGKILL runs no cleanup. A mount in a namespace only the invocation's
-// processes share is seen by no other process and disappears with the
-// last of them; the child gets SIGKILL when this process dies
-// (Pdeathsig), and so does the handler when the child dies. A watchdog
-// process would need cleaning up itself, and could be killed too.
+// Why namespaces: the mount and the handler's processes must be gone
+// whenever pugfs exec is, and SIGKILL runs no cleanup. A mount in a
+// namespace only the invocation's processes share is seen by no other
+// process and disappears with the last of them, and the last of them end
+// with the PID namespace's first process; that one gets SIGKILL when this
+// process dies. A watchdog process would need cleaning up itself, and
+// could be killed too.
 func runExecOuter(sio *stdio) (code int, ok bool) {
 	self, err := os.Executable()
 	if err != nil {
 		return 0, false
 	}
-	cmd := exec.Command(self, os.Args[1:]...)
-	cmd.Env = append(os.Environ(), execInnerEnv+"=1")
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, sio.out, sio.err
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
-	// Pdeathsig fires when the thread that forked the child ends: keep
-	// this goroutine on its thread until the child is gone.
+	alive, aliveW, err := os.Pipe()
+	if err != nil {
+		return 0, false
+	}
+	defer aliveW.Close()
+	// The parent-death signal fires when the thread that forked the
+	// child ends: keep this goroutine on its thread until the child is
+	// gone.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := cmd.Start(); err != nil {
+	var cmd *exec.Cmd
+	// A PID namespace may be refused where a mount namespace is not (a
+	// container's seccomp profile): then the handler's own processes are
+	// still ended when it exits (killLeftovers), only not on a SIGKILL.
+	for _, clone := range []uintptr{syscall.CLONE_NEWPID, 0} {
+		cmd = exec.Command(self, os.Args[1:]...)
+		cmd.Env = append(os.Environ(), execInnerEnv+"="+strconv.Itoa(execAliveFD))
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, sio.out, sio.err
+		cmd.ExtraFiles = []*os.File{alive}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: clone, Unshareflags: syscall.CLONE_NEWNS}
+		if err = cmd.Start(); err == nil || !(errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL)) {
+			break
+		}
+	}
+	alive.Close()
+	if err != nil {
 		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) {
 			return 0, false
 		}
@@ -276,6 +296,9 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	}
 	defer unmount()
 
+	if err := ownProc(); err != nil {
+		log.Warn("cannot mount the PID namespace's /proc: the handler's /proc shows the host's processes", "err", err)
+	}
 	// Descendants the handler leaves behind become this process's
 	// children (a subreaper), so they can be ended with it.
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
