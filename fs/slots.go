@@ -573,16 +573,27 @@ func (n *slotFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		// file says instead of its EIO.
 		return nil, 0, syscall.ETXTBSY
 	}
-	// ESTALE (staging.ErrChanged) makes the kernel look the name up
-	// again and retry the open once: it then opens the file as it is now,
-	// with its size, which an O_APPEND write starts at. truncate(2) and
-	// setxattr(2) of a path are retried the same way (OpenFresh below).
+	// The file as the bucket holds it now is opened, even if another
+	// mount changed it since the kernel looked it up (OpenFresh). A file
+	// another mount removed is ESTALE (staging.ErrChanged): the kernel
+	// looks the name up again and retries the open once, which finds no
+	// file (or creates one, for O_CREAT). truncate(2) and setxattr(2) of
+	// a path are retried the same way.
 	s, err := n.f.w.OpenFresh(ctx, n.id, n.slot(), n.base, flags&syscall.O_TRUNC != 0)
 	if err != nil {
 		return nil, 0, n.f.errnoOf("open "+n.slot(), err)
 	}
 	n.st.Store(s)
 	h := &whandle{f: n.f, id: n.id, s: s, n: n, counted: true, append: flags&syscall.O_APPEND != 0}
+	if s.Rebased() {
+		// The kernel's size of the file is older than the file. Its
+		// reads refresh it by themselves when they reach past that size
+		// (and the open dropped its pages); a stat would still show it
+		// until the attribute timeout. The notification goes out after
+		// this handler returns: sent from inside a request, it can
+		// deadlock against the kernel (notify.go).
+		go n.NotifyContent(-1, 0) // attributes only
+	}
 	return h, h.openFlags(), 0
 }
 

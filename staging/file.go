@@ -76,6 +76,11 @@ type File struct {
 	// nil: nothing was filled from it). Until a commit lands, it is what
 	// the name shows if the commit is refused (Shows).
 	replaced *layout.Entry
+	// rebased is set when an open staged the file from content another
+	// writer committed after the front end looked the name up
+	// (OpenFresh): the front end's size of it is older. Set before the
+	// file is shared, never changed.
+	rebased bool
 	// dir is the staging directory the spill file lives in.
 	dir string
 	// linked is set (while an upload holds mu shared, so before any
@@ -580,6 +585,12 @@ func (s *File) Shows() *layout.Entry {
 	}
 	return s.replaced
 }
+
+// Rebased reports whether the file was staged from content another
+// writer committed after the front end looked its name up (OpenFresh):
+// whatever the front end keeps of the file (a kernel's size and pages of
+// it) is older than the file, and must not be trusted for this open.
+func (s *File) Rebased() bool { return s.rebased }
 
 // OpenUnlinked reports a file removed (or renamed over) while open whose
 // spill file open descriptors still read: what they hold, committed or

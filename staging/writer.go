@@ -357,13 +357,21 @@ func (w *Writer) OpenFrom(ctx context.Context, id layout.SessionID, name string,
 // setxattr(2) of a path, with close-to-open consistency (as NFS checks a
 // file's attributes at open): an open that keeps the content (no
 // O_TRUNC) of a committed file first checks the session against the
-// bucket, one LIST, and is ErrChanged when another writer changed or
-// removed the file since the front end looked it up. Without it, an
-// append through a mount that loaded the session within its metadata
-// TTL started from the content before another mount's append, and its
-// commit replaced that append. A file already staged on this mount, and
-// a session holding pending --commit=fsync changes (whose local view is
-// newer than the bucket's), are not checked.
+// bucket, one LIST. When another writer changed the file since the front
+// end looked it up, the file is staged from the bucket's content instead
+// and says so (Rebased); when another writer removed it, the open is
+// ErrChanged. Without the check, an append through a mount that loaded
+// the session within its metadata TTL started from the content before
+// another mount's append, and its commit replaced that append. A file
+// already staged on this mount, and a session holding pending
+// --commit=fsync changes (whose local view is newer than the bucket's),
+// are not checked.
+//
+// A changed file used to be ErrChanged too, for the kernel to look the
+// name up again and retry; but it retries once, and two mounts appending
+// to one file in a loop changed it again in between (1 or 2 opens in 40
+// failed with ESTALE). Opening what the bucket holds now is what that
+// retry would have done.
 func (w *Writer) OpenFresh(ctx context.Context, id layout.SessionID, name string, baseOf func() *layout.Entry, truncate bool) (*File, error) {
 	return w.openFrom(ctx, id, name, baseOf, truncate, true)
 }
@@ -392,9 +400,10 @@ func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string,
 			return s, nil
 		}
 		base := baseOf()
+		rebased := false
 		if fresh && base != nil && !truncate {
 			var err error
-			if base, err = w.checkBase(ctx, id, name, base); err != nil {
+			if base, rebased, err = w.checkBase(ctx, id, name, base); err != nil {
 				return nil, err
 			}
 		}
@@ -402,6 +411,7 @@ func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string,
 		if err != nil {
 			return nil, err
 		}
+		s.rebased = rebased
 		if base == nil || truncate {
 			s.dirty = true // a new or truncated file is a change even if empty
 		}
@@ -452,29 +462,27 @@ func (w *Writer) install(ws *session, name string, s *File, base *layout.Entry, 
 
 // checkBase returns the entry name has in the bucket now, for an open
 // whose front end found base (OpenFresh): base itself, or the entry with
-// the same bytes and newer metadata (a chmod from elsewhere), or
-// ErrChanged when the bytes changed or the file is gone.
-func (w *Writer) checkBase(ctx context.Context, id layout.SessionID, name string, base *layout.Entry) (*layout.Entry, error) {
+// the same bytes and newer metadata (a chmod from elsewhere), or the
+// entry with other bytes (changed true), or ErrChanged when the file is
+// gone.
+func (w *Writer) checkBase(ctx context.Context, id layout.SessionID, name string, base *layout.Entry) (e *layout.Entry, changed bool, err error) {
 	w.mu.Lock()
 	ws := w.ss[id]
 	pending := ws != nil && len(ws.pending) > 0
 	w.mu.Unlock()
 	if pending {
-		return base, nil
+		return base, false, nil
 	}
 	w.cache.Invalidate(id)
 	st, err := w.cache.State(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: check the session: %w", name, err)
+		return nil, false, fmt.Errorf("open %s: check the session: %w", name, err)
 	}
-	e, ok := st.Slots()[name]
-	switch {
-	case !ok:
-		return nil, fmt.Errorf("open %s: %w: removed", name, ErrChanged)
-	case e.Digest != base.Digest || e.Size != base.Size:
-		return nil, fmt.Errorf("open %s: %w", name, ErrChanged)
+	now, ok := st.Slots()[name]
+	if !ok {
+		return nil, false, fmt.Errorf("open %s: %w: removed", name, ErrChanged)
 	}
-	return &e, nil
+	return &now, now.Digest != base.Digest || now.Size != base.Size, nil
 }
 
 // liveView is the live state of a session as this mount shows it: the

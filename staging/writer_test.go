@@ -629,9 +629,11 @@ func TestWriterLostCheckpointStaysLost(t *testing.T) {
 
 // TestWriterOpenFreshSeesOtherWriters: two writers (two mounts) over one
 // bucket, each trusting its session cache for an hour. Once one has
-// changed a file, the other's OpenFresh of the entry it loaded is
-// ErrChanged (the kernel then looks the name up again), an entry with
-// the same bytes opens, and a chmod applies to the bytes in the bucket.
+// changed a file, the other's OpenFresh of the entry it loaded opens the
+// bucket's content and says so (Rebased), so an append lands after the
+// other's; a file the other removed is ErrChanged (the kernel then looks
+// the name up again); an entry with the same bytes opens as it is, and a
+// chmod applies to the bytes in the bucket.
 func TestWriterOpenFreshSeesOtherWriters(t *testing.T) {
 	ctx := context.Background()
 	r := testrig.New(t, time.Hour)
@@ -677,15 +679,34 @@ func TestWriterOpenFreshSeesOtherWriters(t *testing.T) {
 	b, cb := writer()
 	commit(a, "log", "base\n", nil)
 	commit(a, "same", "same\n", nil)
-	stale, same := entry(cb, "log"), entry(cb, "same") // b loads, then trusts this
+	commit(a, "gone", "gone\n", nil)
+	stale, same, gone := entry(cb, "log"), entry(cb, "same"), entry(cb, "gone") // b loads, then trusts these
 	commit(a, "log", "from-a\n", entry(ca, "log"))
+	if err := a.Unlink(ctx, r.Session, []string{"gone"}); err != nil {
+		t.Fatal(err)
+	}
 
-	if _, err := b.OpenFresh(ctx, r.Session, "log", func() *layout.Entry { return stale }, false); !errors.Is(err, ErrChanged) {
-		t.Fatalf("OpenFresh of the entry a replaced = %v, want ErrChanged", err)
+	if _, err := b.OpenFresh(ctx, r.Session, "gone", func() *layout.Entry { return gone }, false); !errors.Is(err, ErrChanged) {
+		t.Fatalf("OpenFresh of the entry a removed = %v, want ErrChanged", err)
 	}
 	s, err := b.OpenFresh(ctx, r.Session, "same", func() *layout.Entry { return same }, false)
-	if err != nil {
-		t.Fatalf("OpenFresh of an unchanged file: %v", err)
+	if err != nil || s.Rebased() {
+		t.Fatalf("OpenFresh of an unchanged file: rebased %v, %v", err == nil && s.Rebased(), err)
+	}
+	if err := b.Release(ctx, r.Session, s); err != nil {
+		t.Fatal(err)
+	}
+	// b appends to the log it loaded before a's append: the open starts
+	// from a's content, not from what b loaded.
+	s, err = b.OpenFresh(ctx, r.Session, "log", func() *layout.Entry { return stale }, false)
+	if err != nil || !s.Rebased() {
+		t.Fatalf("OpenFresh of the entry a replaced: rebased %v, %v; want the bucket's content", err == nil && s.Rebased(), err)
+	}
+	if _, err := s.WriteAt([]byte("from-b\n"), s.Stat().Size); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(ctx, r.Session, s, false); err != nil {
+		t.Fatal(err)
 	}
 	if err := b.Release(ctx, r.Session, s); err != nil {
 		t.Fatal(err)
@@ -701,8 +722,6 @@ func TestWriterOpenFreshSeesOtherWriters(t *testing.T) {
 		t.Fatalf("after b's chmod: digest %s (b loaded %s), mode %q; want a's bytes with mode 0755",
 			got.Digest, same.Digest, got.Metadata[layout.MetaPosixMode])
 	}
-	// What b's lookup finds now (its cache was refreshed) is a's content.
-	commit(b, "log", "from-b\n", entry(cb, "log"))
 	buf := make([]byte, 64)
 	ca.Invalidate(r.Session)
 	n, _ := r.Blobs.ReadAt(ctx, &entry(ca, "log").Descriptor, buf, 0)
