@@ -59,5 +59,9 @@ func PosixMtime(meta map[string]string, created time.Time) time.Time {
 func FormatPosixMode(m uint32) string { return fmt.Sprintf("%04o", m&KeptModeBits) }
 
 // FormatPosixMtime is how posix-mtime is written: RFC 3339 with
-// nanoseconds, UTC.
-func FormatPosixMtime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+// nanoseconds, UTC, all nine digits of them (decisions.md). Go's
+// RFC3339Nano drops trailing zeros, and a whole second had no fraction
+// at all: a reader that expects nanoseconds would not find them.
+func FormatPosixMtime(t time.Time) string { return t.UTC().Format(posixMtimeLayout) }
+
+const posixMtimeLayout = "2006-01-02T15:04:05.000000000Z07:00"

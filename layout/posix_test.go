@@ -63,3 +63,24 @@ func TestPosixMtime(t *testing.T) {
 		t.Errorf("PosixMtime(nil) = %v", got)
 	}
 }
+
+// posix-mtime is written with all nine digits of nanoseconds, in UTC,
+// and reads back as the same instant.
+func TestFormatPosixMtime(t *testing.T) {
+	for _, c := range []struct {
+		in   time.Time
+		want string
+	}{
+		{time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC), "2026-12-04T12:00:00.000000000Z"},
+		{time.Date(2026, 12, 4, 12, 0, 0, 120000000, time.UTC), "2026-12-04T12:00:00.120000000Z"},
+		{time.Date(2026, 12, 4, 13, 0, 0, 1, time.FixedZone("CET", 3600)), "2026-12-04T12:00:00.000000001Z"},
+	} {
+		got := FormatPosixMtime(c.in)
+		if got != c.want {
+			t.Errorf("FormatPosixMtime(%v) = %s, want %s", c.in, got, c.want)
+		}
+		if back := PosixMtime(map[string]string{MetaPosixMtime: got}, time.Time{}); !back.Equal(c.in) {
+			t.Errorf("%s reads back as %v, want %v", got, back, c.in)
+		}
+	}
+}

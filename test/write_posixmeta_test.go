@@ -133,7 +133,7 @@ func TestWritePosixMeta(t *testing.T) {
 	if got := objectCount(t, bk); got != blobs {
 		t.Errorf("chmod/touch uploaded: %d blobs, was %d", got, blobs)
 	}
-	if got := slots(t, bk, id)["sub/plain.txt"].Metadata["posix-mtime"]; got != "2021-05-06T07:08:09.5Z" {
+	if got := slots(t, bk, id)["sub/plain.txt"].Metadata["posix-mtime"]; got != "2021-05-06T07:08:09.500000000Z" {
 		t.Errorf("touch -d: posix-mtime %q", got)
 	}
 	sh(t, dir, `touch -d '`+posixOld.Add(2*time.Hour).Format(time.RFC3339Nano)+`' sub/plain.txt`)
