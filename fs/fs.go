@@ -294,6 +294,7 @@ func Mount(dir string, f *FS, mo MountOptions) (*fuse.Server, error) {
 	// gofs.Mount, with the node tree behind uninterrupted and
 	// uncachedTimeouts.
 	var raw fuse.RawFileSystem = uninterrupted{uncachedTimeouts{gofs.NewNodeFS(f.Root(), opts)}}
+	raw = unsupportedXattrs{raw}
 	if f.cfg.NoOpen {
 		raw = noOpen{raw}
 	}
