@@ -341,7 +341,7 @@ func (s *seqDir) child(e layout.Entry) child {
 	return child{name: name, mode: syscall.S_IFREG, ttl: historyTTL,
 		ino: inoOf("seq", s.id.String(), name),
 		node: func() gofsNode {
-			return &fileNode{f: f, c: &blobContent{f: f, d: e.Descriptor}, x: descXattrs(e)}
+			return &fileNode{f: f, c: &blobContent{f: f, d: e.Descriptor, born: s.id.Time()}, x: descXattrs(e)}
 		}}
 }
 

@@ -188,3 +188,34 @@ func TestMountKernelReadAhead(t *testing.T) {
 		t.Fatalf("read_ahead_kb = %s, want %d", got, mountReadAheadKB)
 	}
 }
+
+// A descriptor without created-at (§7 does not require it) shows its
+// session's hour as its mtime, on every mount: the mount's start, shown
+// before, changed with every mount, and rsync then copied the file again.
+func TestMountMtimeWithoutCreatedAt(t *testing.T) {
+	ctx := context.Background()
+	store := layout.New(memblob.OpenBucket(nil), &layout.Options{Now: time.Now})
+	m := store.NewRootManifest()
+	if _, _, err := store.CreateSession(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	body := []byte("no time\n")
+	bi, err := store.PutBlobBytes(ctx, body, layout.BlobOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := layout.Descriptor{Digest: bi.Digest, Size: bi.Size, Name: "f", Data: body}
+	if _, err := store.Commit(ctx, m.Session, layout.CommitRequest{Type: layout.Checkpoint, Descriptors: []layout.Descriptor{d}}); err != nil {
+		t.Fatal(err)
+	}
+	want := strconv.FormatInt(m.Session.Time().Unix(), 10)
+	id := m.Session.String()
+	for _, ro := range []bool{false, true} {
+		mnt := testMount(t, store, func(c *Config, _ *cache.Options) { c.ReadOnly = ro })
+		for _, p := range []string{"sessions/" + id + "/f", "sessions/" + id + "/.pugmark/at/1/f"} {
+			if got := strings.TrimSpace(sh(t, mnt, "stat -c %Y "+p)); got != want {
+				t.Errorf("read-only %v: mtime of %s = %s, want the session's hour %s", ro, p, got, want)
+			}
+		}
+	}
+}

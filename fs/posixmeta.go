@@ -2,6 +2,7 @@ package fs
 
 import (
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/pugmark/pugfs/layout"
@@ -12,13 +13,26 @@ import (
 // (posix-mode and posix-mtime, decisions.md "POSIX metadata in
 // descriptors"). A read-only view (history, a --read-only mount) shows no
 // write bits: nothing there can be written, and access(2) then says so.
-func (f *FS) descAttr(a *fuse.Attr, d *layout.Descriptor, readOnly bool) {
+// born is the time shown when the descriptor has neither (descMtime).
+func (f *FS) descAttr(a *fuse.Attr, d *layout.Descriptor, readOnly bool, born time.Time) {
 	m := layout.PosixMode(d.Metadata, layout.DefaultFileMode)
 	if readOnly {
 		m &^= 0o222
 	}
 	a.Mode = syscall.S_IFREG | m
-	setTimes(a, layout.PosixMtime(d.Metadata, d.CreatedAt))
+	setTimes(a, descMtime(d, born))
+}
+
+// descMtime is a descriptor's mtime: its posix-mtime, else its
+// created-at, else born. created-at may be missing (§7 does not require
+// it); born is then the session's hour (layout.SessionID.Time), the same
+// on every mount, so rsync and make see a stable time, where the mount's
+// start changed with every mount.
+func descMtime(d *layout.Descriptor, born time.Time) time.Time {
+	if t := layout.PosixMtime(d.Metadata, d.CreatedAt); !t.IsZero() {
+		return t
+	}
+	return born
 }
 
 // attrChangeOf reads the metadata part of a setattr; ok is false when it

@@ -420,6 +420,9 @@ type blobContent struct {
 	f   *FS
 	d   layout.Descriptor
 	pos *readahead.Pos
+	// born is the mtime shown when the descriptor has no time (descMtime):
+	// its session's hour; zero (the mount's start) outside a session.
+	born time.Time
 }
 
 func (b *blobContent) size(ctx context.Context) (int64, error) { return b.f.blobs.Size(ctx, &b.d) }
@@ -441,7 +444,7 @@ func (b *blobContent) started(off int64) {
 	}
 }
 
-func (b *blobContent) mtime() time.Time { return layout.PosixMtime(b.d.Metadata, b.d.CreatedAt) }
+func (b *blobContent) mtime() time.Time { return descMtime(&b.d, b.born) }
 func (b *blobContent) immutable() bool  { return true }
 
 // descXattrs are the extended attributes of a slot file (tree.md).

@@ -100,7 +100,7 @@ func (s *sinceDir) childOf(d *cache.Dir, name string) child {
 		return child{name: name, mode: syscall.S_IFREG, ttl: f.ttl,
 			ino: inoOf("since", s.id.String(), full, ent.Digest.String(), ent.CreatedAt.String()),
 			node: func() gofs.InodeEmbedder {
-				return &fileNode{f: f, c: &blobContent{f: f, d: ent.Descriptor}, x: descXattrs(ent)}
+				return &fileNode{f: f, c: &blobContent{f: f, d: ent.Descriptor, born: s.id.Time()}, x: descXattrs(ent)}
 			}}
 	}
 	return f.dir(name, inoOf("since-dir", s.id.String(), full), f.ttl, &sinceDir{f: f, id: s.id, parts: appendPart(s.parts, name)})

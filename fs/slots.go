@@ -39,7 +39,7 @@ func (f *FS) slotNode(d *sessionDir, full string, e layout.Entry) gofsNode {
 		n.ent.Store(&e)
 		return n
 	}
-	return &fileNode{f: f, c: &blobContent{f: f, d: e.Descriptor, pos: &readahead.Pos{ID: d.id, At: d.at, Name: full}}, x: descXattrs(e)}
+	return &fileNode{f: f, c: &blobContent{f: f, d: e.Descriptor, pos: &readahead.Pos{ID: d.id, At: d.at, Name: full}, born: d.id.Time()}, x: descXattrs(e)}
 }
 
 // stagedChild is a child for a staged (not yet committed) file.
@@ -541,7 +541,7 @@ func (n *slotFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 			return n.f.errnoOf("getattr "+n.slot(), err)
 		}
 		out.Size, out.Blocks = uint64(sz), (uint64(sz)+511)/512
-		n.f.descAttr(&out.Attr, &e.Descriptor, false)
+		n.f.descAttr(&out.Attr, &e.Descriptor, false, n.id.Time())
 	default:
 		return syscall.ENOENT
 	}
