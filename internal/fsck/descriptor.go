@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/pugmark/pugfs/layout"
 )
@@ -56,6 +57,24 @@ func decodeDescriptor(raw json.RawMessage) (d layout.Descriptor, seq int64, seqO
 	return d, 0, false, err
 }
 
+// upperHexDigest reports whether a stored descriptor's digest has
+// upper-case hex digits (§3 keys are lower-case; pugfs reads either).
+// Most descriptors have none, and are not decoded a second time.
+func upperHexDigest(raw json.RawMessage) bool {
+	i := bytes.Index(raw, []byte(`"sha256:`))
+	if i < 0 || !bytes.ContainsAny(raw[i:min(len(raw), i+72)], "ABCDEF") {
+		return false
+	}
+	var s struct {
+		Digest string `json:"digest"`
+	}
+	if json.Unmarshal(raw, &s) != nil {
+		return false
+	}
+	hex, ok := strings.CutPrefix(s.Digest, "sha256:")
+	return ok && hex != strings.ToLower(hex)
+}
+
 // descWhere names a descriptor in messages: its index and name.
 func descWhere(kind string, i int, d *layout.Descriptor) string {
 	if d.Name == "" {
@@ -68,8 +87,11 @@ func descWhere(kind string, i int, d *layout.Descriptor) string {
 // appears (snapshot or memory file): tombstone shape (§10), the blob it
 // references (§3, §7), inline data (§3.1, §7.1, decisions.md), content
 // encoding (§15) and its name as a path (decisions.md "Names as paths").
-// It counts the reference on the blob.
-func (c *checker) checkDescriptor(key, where string, d *layout.Descriptor) {
+// It counts the reference on the blob. raw is the descriptor as stored.
+func (c *checker) checkDescriptor(key, where string, d *layout.Descriptor, raw json.RawMessage) {
+	if upperHexDigest(raw) {
+		c.warnf("§7", key, "%s: digest %s is written in upper-case hex; readers accept it, but blob keys and other writers use lower case", where, d.Digest)
+	}
 	switch d.ContentEncoding {
 	case layout.EncodingNone, "identity", layout.EncodingGzip, layout.EncodingZstd:
 	default:

@@ -534,6 +534,22 @@ func TestDescriptorBadDigestShape(t *testing.T) {
 	}
 }
 
+// A digest in upper-case hex names the same blob (readers accept it) but
+// is not how keys or writers spell it: a warning, not an error.
+func TestDescriptorUpperCaseDigest(t *testing.T) {
+	f := newFixture(t)
+	d := f.desc("x", []byte("upper\n"))
+	js := fmt.Sprintf(`[{"digest":"sha256:%s","size":%d,"name":"x","sequence-number":5}]`, strings.ToUpper(d.Digest.Hex()), d.Size)
+	f.plantSnapshot(f.root, 3, zstdOf([]byte(js)), snapMeta(f.root, 3, "checkpoint"))
+	rep := f.check(fsck.Options{})
+	want(t, rep, fsck.Warning, "§7", snapKey(f.root, 3), "upper-case hex")
+	for _, fd := range rep.Findings {
+		if fd.Severity == fsck.Error {
+			t.Errorf("an upper-case digest made an error: %s", fd)
+		}
+	}
+}
+
 func TestHostileNames(t *testing.T) {
 	for _, name := range []string{"../../etc/passwd", "a//b", "./x", "dir/", strings.Repeat("n", 256)} {
 		t.Run(name[:min(len(name), 16)], func(t *testing.T) {

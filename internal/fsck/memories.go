@@ -86,7 +86,7 @@ func (c *checker) checkNamespace(ctx context.Context, ns *nsEntry) {
 				seen[d.Name] = i
 				names = append(names, d.Name)
 			}
-			c.checkDescriptor(key, where, &d)
+			c.checkDescriptor(key, where, &d, raw)
 			c.checkEnvelope(key, where, d.Commit)
 		}
 		if v == ns.latest {

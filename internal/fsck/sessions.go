@@ -215,7 +215,7 @@ func (c *checker) checkSessionSnapshots(ctx context.Context, se *sessionEntry) {
 			if bytes.Contains(raw, []byte(`"fork-session-id"`)) {
 				c.infof("§7.2", key, "%s: legacy fork-session-id form (read as fork = true); new writes use fork and target-session", where)
 			}
-			c.checkDescriptor(key, where, &d)
+			c.checkDescriptor(key, where, &d, raw)
 			c.collect(se, v, key, where, &d)
 			if v == 1 && i == 0 {
 				dc := d
