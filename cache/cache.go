@@ -98,10 +98,13 @@ type Cache struct {
 	// lookup started ahead (Find) is joined, not repeated.
 	manifestReads flights[layout.SessionID, *layout.Manifest]
 	trees         *simplelru.LRU[ancestorKey, *Dir]
-	recent        recentSnaps // recent.go
-	list          sessionList
-	hourLists     hourLists
-	hours         hourChecks // hourcheck.go
+	// partial holds, per damaged session, the largest state of its
+	// versions before the damage that StateUpTo built (damaged.go).
+	partial   *simplelru.LRU[layout.SessionID, *State]
+	recent    recentSnaps // recent.go
+	list      sessionList
+	hourLists hourLists
+	hours     hourChecks // hourcheck.go
 	// summaries are Summary's light rows, by session; sumFlights the
 	// computations of them in flight.
 	summaries  map[layout.SessionID]summary
@@ -175,6 +178,7 @@ func New(store Store, opts Options) (*Cache, error) {
 	c.ancestors, _ = simplelru.NewLRU[ancestorKey, []layout.Entry](1024, nil)
 	c.manifests, _ = simplelru.NewLRU[layout.SessionID, *layout.Manifest](16384, nil)
 	c.trees, _ = simplelru.NewLRU[ancestorKey, *Dir](256, nil)
+	c.partial, _ = simplelru.NewLRU[layout.SessionID, *State](partialMax, nil)
 	c.registry, err = newRegistry(opts.IndexPath, opts.FlushDelay, &c.mu, c.log)
 	if err != nil {
 		return nil, err

@@ -122,8 +122,7 @@ func FuzzMetaNames(f *testing.F) {
 		f.Add(s, uint32(7), uint32(1))
 	}
 	f.Fuzz(func(t *testing.T, name string, latest, min uint32) {
-		st := &cache.State{Version: latest}
-		v, ok := parseVersion(name, st, min)
+		v, ok := parseVersion(name, latest, min)
 		if !ok {
 			return
 		}

@@ -170,10 +170,10 @@ func logJSONL(log []layout.Entry) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// versionsDir lists 1..latest (or 0..latest) as names.
-func versionNames(st *cache.State, from uint32) []uint32 {
+// versionNames lists from..latest (from is 1 or 0).
+func versionNames(latest, from uint32) []uint32 {
 	var out []uint32
-	for v := from; v <= st.Version; v++ {
+	for v := from; v <= latest; v++ {
 		out = append(out, v)
 		if v == ^uint32(0) {
 			break
@@ -182,12 +182,12 @@ func versionNames(st *cache.State, from uint32) []uint32 {
 	return out
 }
 
-func parseVersion(name string, st *cache.State, min uint32) (uint32, bool) {
+func parseVersion(name string, latest, min uint32) (uint32, bool) {
 	if name == "" || (len(name) > 1 && name[0] == '0') {
 		return 0, false
 	}
 	v, err := strconv.ParseUint(name, 10, 32)
-	if err != nil || uint32(v) < min || uint32(v) > st.Version {
+	if err != nil || uint32(v) < min || uint32(v) > latest {
 		return 0, false
 	}
 	return uint32(v), true
@@ -238,7 +238,7 @@ func (s *snapshotsDir) list(ctx context.Context) ([]child, error) {
 		return nil, err
 	}
 	var out []child
-	for _, v := range versionNames(st, 1) {
+	for _, v := range versionNames(st.Version, 1) {
 		out = append(out, s.child(st, v))
 	}
 	return out, nil
@@ -253,7 +253,7 @@ func (s *snapshotsDir) find(ctx context.Context, name string) (child, error) {
 	if !ok {
 		return child{}, syscall.ENOENT
 	}
-	v, ok := parseVersion(base, st, 1)
+	v, ok := parseVersion(base, st.Version, 1)
 	if !ok {
 		return child{}, syscall.ENOENT
 	}
@@ -303,27 +303,42 @@ func (a *atDir) child(v uint32) child {
 }
 
 func (a *atDir) list(ctx context.Context) ([]child, error) {
-	st, err := a.f.cache.State(ctx, a.id)
+	latest, err := a.latest(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []child
-	for _, v := range versionNames(st, 0) {
+	for _, v := range versionNames(latest, 0) {
 		out = append(out, a.child(v))
 	}
 	return out, nil
 }
 
 func (a *atDir) find(ctx context.Context, name string) (child, error) {
-	st, err := a.f.cache.State(ctx, a.id)
+	latest, err := a.latest(ctx)
 	if err != nil {
 		return child{}, err
 	}
-	v, ok := parseVersion(name, st, 0)
+	v, ok := parseVersion(name, latest, 0)
 	if !ok {
 		return child{}, syscall.ENOENT
 	}
 	return a.child(v), nil
+}
+
+// latest is the session's latest version. A damaged session has no
+// state, but its versions before the damage are still shown (each at/<N>
+// is built from snapshots 1..N alone: cache.StateUpTo), so its versions
+// come from the bucket then.
+func (a *atDir) latest(ctx context.Context) (uint32, error) {
+	st, err := a.f.cache.State(ctx, a.id)
+	if err == nil {
+		return st.Version, nil
+	}
+	if !a.f.damaged(ctx, a.id, err) {
+		return 0, err
+	}
+	return a.f.store.LatestVersion(ctx, a.id)
 }
 
 func (a *atDir) dirAttr(ctx context.Context, out *fuse.Attr) error { return nil }

@@ -119,9 +119,19 @@ type sessionDir struct {
 
 func (d *sessionDir) live() bool { return !d.hist }
 
+// state is the session's state the directory shows: for history at
+// version N, one that holds versions 1..N even when a later snapshot is
+// damaged (cache.StateUpTo).
+func (d *sessionDir) state(ctx context.Context) (*cache.State, error) {
+	if d.live() {
+		return d.f.cache.State(ctx, d.id)
+	}
+	return d.f.cache.StateUpTo(ctx, d.id, d.at)
+}
+
 // view returns the state and the slots the directory shows.
 func (d *sessionDir) view(ctx context.Context) (*cache.State, *cache.Dir, error) {
-	st, err := d.f.cache.State(ctx, d.id)
+	st, err := d.state(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -341,7 +351,7 @@ func (d *sessionDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 	case !d.live():
 		// History at version N shows the last content append at or
 		// before N, never a later one.
-		st, err := d.f.cache.State(ctx, d.id)
+		st, err := d.state(ctx)
 		if err != nil {
 			return err
 		}

@@ -104,6 +104,12 @@ func TestReadCorruptObjects(t *testing.T) {
 		r.eq("stat of the damaged session", r.sh("stat -c %F "+sess(p)), "directory\n")
 		r.eq("its manifest", r.sh("grep -c "+p.String()+" "+meta(p)+"/manifest.json"), "1\n")
 		r.eq("its .pugmark/", r.sh("ls "+meta(p)+" | grep -c manifest.json"), "1\n")
+		// Its history before the damaged snapshot 3 is there, built from
+		// snapshots 1 and 2 alone; version 3 fails as the live tree does.
+		r.eq("its versions", r.sh("ls "+meta(p)+"/at"), "0\n1\n2\n3\n")
+		r.eq("version 1", r.sh("cat "+meta(p)+"/at/1/p.txt"), "p at 1\n")
+		r.eq("version 2", r.sh("ls "+meta(p)+"/at/2"), "p.txt\n")
+		r.fails("ls "+meta(p)+"/at/3", eio)
 		r.eq("good", r.sh("cat "+sess(good)+"/ok.txt"), "fine\n")
 		r.eq("beside the lost blob", r.sh("cat "+sess(gone)+"/kept.txt"), "kept\n")
 		r.eq("the lost file is listed", r.sh("ls "+sess(gone)), "kept.txt\nlost.txt\n")
