@@ -192,6 +192,7 @@ func TestMountKernelReadAhead(t *testing.T) {
 // A descriptor without created-at (§7 does not require it) shows its
 // session's hour as its mtime, on every mount: the mount's start, shown
 // before, changed with every mount, and rsync then copied the file again.
+// A chmod keeps that time, as it keeps any file's.
 func TestMountMtimeWithoutCreatedAt(t *testing.T) {
 	ctx := context.Background()
 	store := layout.New(memblob.OpenBucket(nil), &layout.Options{Now: time.Now})
@@ -215,6 +216,11 @@ func TestMountMtimeWithoutCreatedAt(t *testing.T) {
 		for _, p := range []string{"sessions/" + id + "/f", "sessions/" + id + "/.pugmark/at/1/f"} {
 			if got := strings.TrimSpace(sh(t, mnt, "stat -c %Y "+p)); got != want {
 				t.Errorf("read-only %v: mtime of %s = %s, want the session's hour %s", ro, p, got, want)
+			}
+		}
+		if !ro {
+			if got := strings.TrimSpace(sh(t, mnt, "chmod 600 sessions/"+id+"/f && stat -c %Y sessions/"+id+"/f")); got != want {
+				t.Errorf("after chmod: mtime %s, want %s", got, want)
 			}
 		}
 	}

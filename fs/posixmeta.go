@@ -23,16 +23,10 @@ func (f *FS) descAttr(a *fuse.Attr, d *layout.Descriptor, readOnly bool, born ti
 	setTimes(a, descMtime(d, born))
 }
 
-// descMtime is a descriptor's mtime: its posix-mtime, else its
-// created-at, else born. created-at may be missing (§7 does not require
-// it); born is then the session's hour (layout.SessionID.Time), the same
-// on every mount, so rsync and make see a stable time, where the mount's
-// start changed with every mount.
+// descMtime is a descriptor's mtime (layout.ShownMtime); born is its
+// session's hour, or zero outside a session (the mount's start shows).
 func descMtime(d *layout.Descriptor, born time.Time) time.Time {
-	if t := layout.PosixMtime(d.Metadata, d.CreatedAt); !t.IsZero() {
-		return t
-	}
-	return born
+	return layout.ShownMtime(d.Metadata, d.CreatedAt, born)
 }
 
 // attrChangeOf reads the metadata part of a setattr; ok is false when it

@@ -55,6 +55,17 @@ func PosixMtime(meta map[string]string, created time.Time) time.Time {
 	return created
 }
 
+// ShownMtime is the modification time a descriptor shows (tree.md): its
+// posix-mtime, else its created-at, else born. §7 does not require
+// created-at; born is then the session's hour (SessionID.Time), the same
+// on every mount, so rsync and make see a stable time.
+func ShownMtime(meta map[string]string, created, born time.Time) time.Time {
+	if t := PosixMtime(meta, created); !t.IsZero() {
+		return t
+	}
+	return born
+}
+
 // FormatPosixMode is how posix-mode is written: 4 octal digits.
 func FormatPosixMode(m uint32) string { return fmt.Sprintf("%04o", m&KeptModeBits) }
 

@@ -81,7 +81,7 @@ func (w *Writer) SetAttrs(ctx context.Context, id layout.SessionID, name string,
 			shown = s.committed
 		}
 		if shown != nil {
-			keep = layout.PosixMtime(shown.Metadata, shown.CreatedAt)
+			keep = layout.ShownMtime(shown.Metadata, shown.CreatedAt, id.Time())
 		}
 	}
 	before := maps.Clone(s.meta)
@@ -124,7 +124,7 @@ func (w *Writer) setCommittedAttrs(ctx context.Context, id layout.SessionID, nam
 		return nil, false, ErrNotExist
 	}
 	d := cur.Descriptor.Clone()
-	d.Metadata = c.Apply(maps.Clone(d.Metadata), layout.PosixMtime(cur.Metadata, cur.CreatedAt))
+	d.Metadata = c.Apply(maps.Clone(d.Metadata), layout.ShownMtime(cur.Metadata, cur.CreatedAt, id.Time()))
 	if !c.MtimeNow && maps.Equal(d.Metadata, cur.Metadata) {
 		return &cur, false, nil // nothing changes: no new version
 	}
