@@ -199,10 +199,24 @@ type snapshotsDir struct {
 	id layout.SessionID
 }
 
+// child is <v>.json. st is the session's state, or nil for a damaged
+// session (latest): a version before the damage is then read from a
+// state of versions 1..v alone (cache.StateUpTo), and shows no time.
 func (s *snapshotsDir) child(st *cache.State, v uint32) child {
 	f, id := s.f, s.id
-	return f.genFile(fmt.Sprintf("%d.json", v), inoOf("snapjson", id.String(), strconv.Itoa(int(v))), snapTime(st, v), true,
+	var mt time.Time
+	if st != nil {
+		mt = snapTime(st, v)
+	}
+	return f.genFile(fmt.Sprintf("%d.json", v), inoOf("snapjson", id.String(), strconv.Itoa(int(v))), mt, true,
 		onceBytes(func(ctx context.Context) ([]byte, error) {
+			st := st
+			if st == nil {
+				var err error
+				if st, err = f.cache.StateUpTo(ctx, id, v); err != nil {
+					return nil, err
+				}
+			}
 			ds, _ := st.Snapshot(v)
 			meta, err := f.views.SnapshotMeta(ctx, id, v)
 			if err != nil {
@@ -233,19 +247,19 @@ func snapTime(st *cache.State, v uint32) time.Time {
 }
 
 func (s *snapshotsDir) list(ctx context.Context) ([]child, error) {
-	st, err := s.f.cache.State(ctx, s.id)
+	st, latest, err := s.f.historyOf(ctx, s.id)
 	if err != nil {
 		return nil, err
 	}
 	var out []child
-	for _, v := range versionNames(st.Version, 1) {
+	for _, v := range versionNames(latest, 1) {
 		out = append(out, s.child(st, v))
 	}
 	return out, nil
 }
 
 func (s *snapshotsDir) find(ctx context.Context, name string) (child, error) {
-	st, err := s.f.cache.State(ctx, s.id)
+	st, latest, err := s.f.historyOf(ctx, s.id)
 	if err != nil {
 		return child{}, err
 	}
@@ -253,7 +267,7 @@ func (s *snapshotsDir) find(ctx context.Context, name string) (child, error) {
 	if !ok {
 		return child{}, syscall.ENOENT
 	}
-	v, ok := parseVersion(base, st.Version, 1)
+	v, ok := parseVersion(base, latest, 1)
 	if !ok {
 		return child{}, syscall.ENOENT
 	}
@@ -303,7 +317,7 @@ func (a *atDir) child(v uint32) child {
 }
 
 func (a *atDir) list(ctx context.Context) ([]child, error) {
-	latest, err := a.latest(ctx)
+	_, latest, err := a.f.historyOf(ctx, a.id)
 	if err != nil {
 		return nil, err
 	}
@@ -315,7 +329,7 @@ func (a *atDir) list(ctx context.Context) ([]child, error) {
 }
 
 func (a *atDir) find(ctx context.Context, name string) (child, error) {
-	latest, err := a.latest(ctx)
+	_, latest, err := a.f.historyOf(ctx, a.id)
 	if err != nil {
 		return child{}, err
 	}
@@ -326,19 +340,21 @@ func (a *atDir) find(ctx context.Context, name string) (child, error) {
 	return a.child(v), nil
 }
 
-// latest is the session's latest version. A damaged session has no
-// state, but its versions before the damage are still shown (each at/<N>
-// is built from snapshots 1..N alone: cache.StateUpTo), so its versions
-// come from the bucket then.
-func (a *atDir) latest(ctx context.Context) (uint32, error) {
-	st, err := a.f.cache.State(ctx, a.id)
+// historyOf returns a session's state and latest version, for its
+// history directories. A damaged session has no state (st is nil), but
+// its versions before the damage are still shown (each is read from
+// snapshots 1..N alone: cache.StateUpTo), so its latest version comes
+// from the bucket then.
+func (f *FS) historyOf(ctx context.Context, id layout.SessionID) (st *cache.State, latest uint32, err error) {
+	st, err = f.cache.State(ctx, id)
 	if err == nil {
-		return st.Version, nil
+		return st, st.Version, nil
 	}
-	if !a.f.damaged(ctx, a.id, err) {
-		return 0, err
+	if !f.damaged(ctx, id, err) {
+		return nil, 0, err
 	}
-	return a.f.store.LatestVersion(ctx, a.id)
+	latest, err = f.store.LatestVersion(ctx, id)
+	return nil, latest, err
 }
 
 func (a *atDir) dirAttr(ctx context.Context, out *fuse.Attr) error { return nil }
