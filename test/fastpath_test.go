@@ -167,43 +167,25 @@ func TestNoOpenReadOnly(t *testing.T) {
 	})
 }
 
-// TestXattrsOff: with --xattrs=off the first extended attribute request
-// is answered ENOSYS and the kernel asks no more (fs/xattroff.go);
-// user.pugmark.* are then neither shown nor settable.
-func TestXattrsOff(t *testing.T) {
-	eachBucket(t, func(t *testing.T, bk *Bucket) {
-		t.Parallel()
-		const n = 20
-		id, _ := fastpathSession(t, bk, n)
-		dir := "sessions/" + id.String()
-		off := mount(t, bk, "--xattrs=off")
-		_, got := kernelCost(t, off.Dir, "ls -l "+dir+" > /dev/null; ls -l "+dir+" > /dev/null; getfattr -d "+dir+"/f00.txt || true", "getxattr", "listxattr")
-		if got["getxattr"] > 1 || got["listxattr"] > 1 {
-			t.Errorf("ls -l of %d files twice, and getfattr -d, with --xattrs=off: %v, want at most one of each", n, got)
-		}
-		for _, script := range []string{
-			"getfattr -n user.pugmark.digest " + dir + "/f00.txt",
-			"setfattr -n user.pugmark.meta.k -v v " + dir + "/f00.txt",
-		} {
-			if e := shErr(t, off.Dir, script); !strings.Contains(e, "Operation not supported") {
-				t.Errorf("%s: %q, want Operation not supported", script, e)
-			}
-		}
-	})
-}
-
-// TestXattrsLsCost: ls -l asks every entry for its security label and
-// POSIX ACLs. pugfs has neither, and says so (EOPNOTSUPP, fs/xattrspaces.go)
+// TestXattrs: what extended attribute requests cost and answer.
+//
+// By default, ls -l asks every entry for its security label and POSIX
+// ACLs; pugfs has neither, and says so (EOPNOTSUPP, fs/xattrspaces.go)
 // rather than "this file has none" (ENODATA), which GNU ls remembers for
-// the whole device: an ls -l of a directory costs a couple of getxattr
-// round trips, not three or four an entry (81,212 for four ls -lR of
-// 10,000 files before), and user.pugmark.* stay readable.
-func TestXattrsLsCost(t *testing.T) {
+// the whole device: ls -l of a directory costs a couple of getxattr round
+// trips, not three or four an entry (81,212 for four ls -lR of 10,000
+// files before), and user.pugmark.* stay readable.
+//
+// With --xattrs=off the first request is answered ENOSYS and the kernel
+// asks no more (fs/xattroff.go); user.pugmark.* are then neither shown
+// nor settable.
+func TestXattrs(t *testing.T) {
 	eachBucket(t, func(t *testing.T, bk *Bucket) {
 		t.Parallel()
 		const n = 20
 		id, _ := fastpathSession(t, bk, n)
 		dir := "sessions/" + id.String()
+
 		on := mount(t, bk)
 		_, got := kernelCost(t, on.Dir, "ls -l "+dir+" > /dev/null; ls -lR "+dir+" > /dev/null", "getxattr")
 		if got["getxattr"] > 8 {
@@ -222,6 +204,20 @@ func TestXattrsLsCost(t *testing.T) {
 				if e := shErr(t, on.Dir, "getfattr -n "+name+" "+p); !strings.Contains(e, want) {
 					t.Errorf("getfattr -n %s %s: %q, want %s", name, p, e, want)
 				}
+			}
+		}
+
+		off := mount(t, bk, "--xattrs=off")
+		_, got = kernelCost(t, off.Dir, "ls -l "+dir+" > /dev/null; ls -l "+dir+" > /dev/null; getfattr -d "+dir+"/f00.txt || true", "getxattr", "listxattr")
+		if got["getxattr"] > 1 || got["listxattr"] > 1 {
+			t.Errorf("ls -l of %d files twice, and getfattr -d, with --xattrs=off: %v, want at most one of each", n, got)
+		}
+		for _, script := range []string{
+			"getfattr -n user.pugmark.digest " + dir + "/f00.txt",
+			"setfattr -n user.pugmark.meta.k -v v " + dir + "/f00.txt",
+		} {
+			if e := shErr(t, off.Dir, script); !strings.Contains(e, "Operation not supported") {
+				t.Errorf("--xattrs=off: %s: %q, want Operation not supported", script, e)
 			}
 		}
 	})
