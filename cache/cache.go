@@ -47,7 +47,7 @@ const DefaultMetadataTTL = time.Second
 // Store is what the session cache needs from the layout package.
 type Store interface {
 	LatestVersion(ctx context.Context, id layout.SessionID) (uint32, error)
-	ListHourVersions(ctx context.Context, hour uint32, maxPages int, bad func(key string, err error)) ([]layout.ListedSession, error)
+	ListHourVersions(ctx context.Context, hour uint32, maxPages int, bad func(key string, err error), shown func([]layout.ListedSession)) ([]layout.ListedSession, error)
 	LoadManifest(ctx context.Context, id layout.SessionID) (*layout.Manifest, error)
 	ReadSnapshotRange(ctx context.Context, id layout.SessionID, from, to uint32, par int) ([][]layout.Descriptor, error)
 	ListSessionVersions(ctx context.Context, known []uint32, full func(hour uint32, partitions int) bool, bad func(key string, err error)) ([]layout.ListedSession, error)

@@ -169,8 +169,8 @@ func (s *countingStore) LatestVersion(ctx context.Context, id layout.SessionID) 
 
 // ListHourVersions counts an hour check as a LatestVersion of every
 // session it finds: it confirms each of them.
-func (s *countingStore) ListHourVersions(ctx context.Context, hour uint32, maxPages int, bad func(key string, err error)) ([]layout.ListedSession, error) {
-	found, err := s.Store.ListHourVersions(ctx, hour, maxPages, bad)
+func (s *countingStore) ListHourVersions(ctx context.Context, hour uint32, maxPages int, bad func(key string, err error), shown func([]layout.ListedSession)) ([]layout.ListedSession, error) {
+	found, err := s.Store.ListHourVersions(ctx, hour, maxPages, bad, shown)
 	for _, l := range found {
 		s.count(s.latest, l.ID)
 	}

@@ -25,6 +25,10 @@ import (
 // An hour whose full listing takes more than hourCheckPages pages (long
 // histories) is remembered as such, and its sessions are asked one by one
 // as before; so is every session when the TTL is 0 (each access asks).
+// Each page answers the sessions it shows in full as it comes: the one
+// session of an hour with 10,000 versions is known from the first page
+// (its newest snapshot comes first), not after the pages allowed and a
+// LIST of its own.
 
 // hourCheckPages bounds the pages of one hour check: past it the hour's
 // sessions are asked one by one.
@@ -36,10 +40,25 @@ const hourCheckKeep = 256
 
 // hourCheck is one LIST of an hour partition in full, or one running.
 type hourCheck struct {
-	done    chan struct{} // closed when found and err are set
+	done    chan struct{} // closed when the check ended
 	checked time.Time     // taken before the LIST
-	found   []layout.ListedSession
-	err     error
+	// found are the sessions the check has shown in full, in ID order:
+	// after each page those of the pages so far, so that a session whose
+	// keys are on the first page of a long hour is answered from it.
+	// page is closed, and replaced, when found grows. Both guarded by
+	// Cache.mu.
+	found []layout.ListedSession
+	page  chan struct{}
+	err   error // set before done is closed
+}
+
+// shown records the sessions the check's pages show in full so far.
+func (c *Cache) shown(hc *hourCheck, found []layout.ListedSession) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	hc.found = found
+	close(hc.page)
+	hc.page = make(chan struct{})
 }
 
 // hourChecks are the last or running check of each hour, and the hours
@@ -107,43 +126,60 @@ func (c *Cache) hourVersion(ctx context.Context, id layout.SessionID) (version u
 	h := id.Hour()
 	now := c.opts.Now()
 	c.mu.Lock()
-	if c.hours.long[h] {
-		c.mu.Unlock()
-		return 0, time.Time{}, false, nil
-	}
 	hc := c.hours.of[h]
 	if hc != nil {
 		select {
 		case <-hc.done:
-			if !c.freshAt(now, hc.checked) || hc.err != nil {
+			if !c.freshAt(now, hc.checked) || (hc.err != nil && !errors.Is(hc.err, layout.ErrLongPartition)) {
 				hc = nil // expired, or failed: check again
 			}
 		default: // running: wait for it
 		}
 	}
+	if hc == nil && c.hours.long[h] {
+		c.mu.Unlock()
+		return 0, time.Time{}, false, nil
+	}
 	if hc == nil {
 		hc = c.startHourCheckLocked(h, now)
 	}
 	c.mu.Unlock()
+	for {
+		ended := closed(hc.done) // then found, read after it, is final
+		c.mu.Lock()
+		found, page, err := hc.found, hc.page, hc.err
+		t, changed := c.hours.inval[id]
+		c.mu.Unlock()
+		if changed && !hc.checked.After(t) {
+			return 0, time.Time{}, false, nil // changed since that LIST: ask alone
+		}
+		i, ok := slices.BinarySearchFunc(found, id, func(l layout.ListedSession, id layout.SessionID) int { return l.ID.Compare(id) })
+		if ok && (found[i].Version > 0 || found[i].Manifest) {
+			return found[i].Version, hc.checked, true, nil
+		}
+		if ended {
+			if err != nil && !errors.Is(err, layout.ErrLongPartition) {
+				return 0, time.Time{}, false, err
+			}
+			return 0, time.Time{}, false, nil // not in the hour, or past its pages: ask alone
+		}
+		select {
+		case <-page:
+		case <-hc.done:
+		case <-ctx.Done():
+			return 0, time.Time{}, false, nil
+		}
+	}
+}
+
+// closed reports whether ch is closed.
+func closed(ch chan struct{}) bool {
 	select {
-	case <-hc.done:
-	case <-ctx.Done():
-		return 0, time.Time{}, false, nil
+	case <-ch:
+		return true
+	default:
+		return false
 	}
-	if hc.err != nil {
-		return 0, time.Time{}, false, hc.err
-	}
-	c.mu.Lock()
-	t, changed := c.hours.inval[id]
-	c.mu.Unlock()
-	if changed && !hc.checked.After(t) {
-		return 0, time.Time{}, false, nil // changed since that LIST: ask alone
-	}
-	i, found := slices.BinarySearchFunc(hc.found, id, func(l layout.ListedSession, id layout.SessionID) int { return l.ID.Compare(id) })
-	if !found || (hc.found[i].Version == 0 && !hc.found[i].Manifest) {
-		return 0, time.Time{}, false, nil
-	}
-	return hc.found[i].Version, hc.checked, true, nil
 }
 
 // startHourCheckLocked starts the check of hour h. It runs apart from
@@ -164,17 +200,22 @@ func (c *Cache) startHourCheckLocked(h uint32, now time.Time) *hourCheck {
 			}
 		}
 	}
-	hc := &hourCheck{done: make(chan struct{}), checked: now}
+	hc := &hourCheck{done: make(chan struct{}), page: make(chan struct{}), checked: now}
 	c.hours.of[h] = hc
 	c.stats.hourChecks.Add(1)
 	go func() {
-		found, err := c.store.ListHourVersions(context.Background(), h, hourCheckPages, c.skipKey)
-		hc.found, hc.err = found, err // read by others only after done
-		if errors.Is(err, layout.ErrLongPartition) {
-			c.mu.Lock()
-			c.hours.long[h] = true
-			c.mu.Unlock()
+		found, err := c.store.ListHourVersions(context.Background(), h, hourCheckPages, c.skipKey,
+			func(found []layout.ListedSession) { c.shown(hc, found) })
+		c.mu.Lock()
+		long := errors.Is(err, layout.ErrLongPartition)
+		if err == nil || long {
+			hc.found = found // else what the pages before the failure showed stays
 		}
+		hc.err = err
+		if long {
+			c.hours.long[h] = true
+		}
+		c.mu.Unlock()
 		close(hc.done)
 	}()
 	return hc

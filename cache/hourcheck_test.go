@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -105,4 +106,62 @@ func TestHourCheckTimeoutFailsOnce(t *testing.T) {
 	if after, _, _ := cs.counts(s); after != before {
 		t.Fatalf("%d LISTs of the session's own after its hour's LIST timed out, want none", after-before)
 	}
+}
+
+// A session an hour check's first page shows in full is answered from
+// that page while the check goes on: the one session of an hour holding
+// thousands of versions waits neither for the pages after it nor for a
+// LIST of its own. A session the pages allowed do not reach is asked
+// alone once the check ends.
+func TestHourCheckAnswersByPage(t *testing.T) {
+	w := newWorld(t, memblob.OpenBucket(nil))
+	s := w.session()
+	w.commit(s, textDesc("f", "v1", epoch))
+	w.commit(s, textDesc("f", "v2", epoch))
+	past := s
+	past[len(past)-1] ^= 0xff // same hour, not on the first page
+	if _, _, err := w.store.CreateSession(bg, &layout.Manifest{Session: past, FirstSequenceNumber: 1}); err != nil {
+		t.Fatal(err)
+	}
+	w.commit(past, textDesc("f", "p1", epoch))
+	ps := &pagedStore{Store: w.store, past: past, rest: make(chan struct{})}
+	c := newCache(t, ps, Options{MetadataTTL: testTTL, Now: newClock().Now})
+	var once sync.Once
+	release := func() { once.Do(func() { close(ps.rest) }) }
+	t.Cleanup(release)
+
+	if st := mustState(t, c, s); st.Version != 2 || body(st, "f") != "v2" {
+		t.Fatalf("from the first page: version %d, %q; want 2, v2", st.Version, body(st, "f"))
+	}
+	if st := c.Stats(); st.Checks != 0 || st.HourChecks != 1 {
+		t.Fatalf("from the first page: %d session LISTs and %d hour checks, want 0 and 1", st.Checks, st.HourChecks)
+	}
+	got := make(chan *State)
+	go func() { got <- mustState(t, c, past) }()
+	release()
+	if st := <-got; st.Version != 1 || body(st, "f") != "p1" {
+		t.Fatalf("past the pages: version %d, %q; want 1, p1", st.Version, body(st, "f"))
+	}
+	if st := c.Stats(); st.Checks != 1 || st.HourChecks != 1 {
+		t.Fatalf("past the pages: %d session LISTs and %d hour checks, want 1 and 1", st.Checks, st.HourChecks)
+	}
+}
+
+// pagedStore's hour checks show a first page without past, then hold
+// the rest of the hour until rest is closed and end as a long hour.
+type pagedStore struct {
+	Store
+	past layout.SessionID
+	rest chan struct{}
+}
+
+func (p *pagedStore) ListHourVersions(ctx context.Context, hour uint32, maxPages int, bad func(string, error), shown func([]layout.ListedSession)) ([]layout.ListedSession, error) {
+	found, err := p.Store.ListHourVersions(ctx, hour, maxPages, bad, nil)
+	if err != nil {
+		return nil, err
+	}
+	found = slices.DeleteFunc(found, func(l layout.ListedSession) bool { return l.ID == p.past })
+	shown(found)
+	<-p.rest
+	return found, layout.ErrLongPartition
 }

@@ -168,6 +168,8 @@ type partitionWalk struct {
 	mu    sync.Mutex // guards hours and calls of bad
 	bad   func(key string, err error)
 	hours []uint32
+	// shown is ListHourVersions' report of each page; nil elsewhere.
+	shown func([]ListedSession)
 }
 
 func newPartitionWalk(s *Store, par int, bad func(key string, err error)) *partitionWalk {
@@ -395,29 +397,37 @@ var ErrLongPartition = errors.New("hour partition longer than the pages allowed"
 // version of every session of the hour, where asking each one
 // (LatestVersion) costs a request per session. Past maxPages pages it
 // stops with ErrLongPartition (sessions with long histories: asking them
-// one by one is then cheaper). Keys that do not parse go to bad, if set.
-func (s *Store) ListHourVersions(ctx context.Context, hour uint32, maxPages int, bad func(key string, err error)) ([]ListedSession, error) {
+// one by one is then cheaper), and returns with it the sessions the pages
+// it listed showed in full. Keys that do not parse go to bad, if set.
+//
+// shown, if set, is called after each page but the last with the
+// sessions the pages so far show in full, in ID order (each call's list
+// extends the last): a session whose keys fill the first page is known
+// from it, whatever the pages after it hold.
+func (s *Store) ListHourVersions(ctx context.Context, hour uint32, maxPages int, bad func(key string, err error), shown func([]ListedSession)) ([]ListedSession, error) {
 	prefix, err := HourPrefix(hour)
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.listPartition(ctx, newPartitionWalk(s, 1, bad), prefix, maxPages)
+	w := newPartitionWalk(s, 1, bad)
+	w.shown = shown
+	out, err := s.listPartition(ctx, w, prefix, maxPages)
 	if err != nil {
-		return nil, fmt.Errorf("list session versions of hour partition %s: %w", prefix, err)
+		return out, fmt.Errorf("list session versions of hour partition %s: %w", prefix, err)
 	}
 	return out, nil
 }
 
 // listPartition lists one hour partition without a delimiter (see
 // ListSessionVersions); past maxPages pages (0: no bound) it stops with
-// ErrLongPartition.
+// ErrLongPartition and the sessions it saw in full.
 func (s *Store) listPartition(ctx context.Context, w *partitionWalk, prefix string, maxPages int) ([]ListedSession, error) {
 	var out []ListedSession
 	lastDir, skipDir := "", ""
 	token := blob.FirstPageToken
 	for pages := 1; ; pages++ {
 		if maxPages > 0 && pages > maxPages {
-			return nil, ErrLongPartition
+			return shownInFull(out), ErrLongPartition
 		}
 		page, next, err := s.listPage(ctx, w.sem, prefix, "", token)
 		if err != nil {
@@ -451,6 +461,9 @@ func (s *Store) listPartition(ctx context.Context, w *partitionWalk, prefix stri
 		if len(next) == 0 {
 			return out, nil
 		}
+		if w.shown != nil {
+			w.shown(slices.Clone(shownInFull(out)))
+		}
 		if maxPages == 0 && pages >= 2 && len(out) < partitionPageSessions*pages {
 			return s.finishPartition(ctx, w, prefix, out)
 		}
@@ -458,14 +471,24 @@ func (s *Store) listPartition(ctx context.Context, w *partitionWalk, prefix stri
 	}
 }
 
+// shownInFull is out, from a partition listing with pages still to come,
+// without its last session unless that one's newest snapshot was seen: a
+// session's keys list its manifest first, then its snapshots newest
+// first, so a session with a snapshot seen lacks nothing, and one without
+// may have its snapshots on the next page.
+func shownInFull(out []ListedSession) []ListedSession {
+	if n := len(out); n > 0 && out[n-1].Version == 0 {
+		return out[:n-1]
+	}
+	return out
+}
+
 // finishPartition completes a partition listing cut short: the sessions
 // seen so far keep what was seen (the last one only if its newest
 // snapshot was among it), the rest are found by a delimiter listing and
 // asked for their latest version one by one, in parallel.
 func (s *Store) finishPartition(ctx context.Context, w *partitionWalk, prefix string, seen []ListedSession) ([]ListedSession, error) {
-	if n := len(seen); n > 0 && seen[n-1].Version == 0 {
-		seen = seen[:n-1]
-	}
+	seen = shownInFull(seen)
 	ids, err := s.listHourAt(ctx, w.sem, prefix, nil) // bad names were reported already
 	if err != nil {
 		return nil, err

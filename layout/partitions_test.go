@@ -405,7 +405,7 @@ func TestListHourVersions(t *testing.T) {
 	lists := func(f func()) int64 { before := s.Stats().Lists; f(); return s.Stats().Lists - before }
 	var got []ListedSession
 	var err error
-	if n := lists(func() { got, err = s.ListHourVersions(bg, h, 1, nil) }); err != nil || n != 1 {
+	if n := lists(func() { got, err = s.ListHourVersions(bg, h, 1, nil, nil) }); err != nil || n != 1 {
 		t.Fatalf("ListHourVersions: %v after %d LISTs, want 1", err, n)
 	}
 	want := []ListedSession{{one, 2, true}, {two, 0, true}, {long, 0, true}}
@@ -418,14 +418,62 @@ func TestListHourVersions(t *testing.T) {
 		k, _ := SnapshotKey(long, v)
 		putRaw(t, b, k, []byte("[]"), nil)
 	}
-	if n := lists(func() { _, err = s.ListHourVersions(bg, h, 2, nil) }); !errors.Is(err, ErrLongPartition) || n != 2 {
+	// Its newest version is the first of its snapshot keys: the first
+	// page shows every session in full, and says so before the next.
+	want[2].Version = 2500
+	var shown [][]ListedSession
+	collect := func(l []ListedSession) { shown = append(shown, l) }
+	if n := lists(func() { got, err = s.ListHourVersions(bg, h, 2, nil, collect) }); !errors.Is(err, ErrLongPartition) || n != 2 {
 		t.Fatalf("ListHourVersions of three pages, two allowed: %v after %d LISTs, want ErrLongPartition after 2", err, n)
 	}
-	if n := lists(func() { got, err = s.ListHourVersions(bg, h, 3, nil) }); err != nil || n != 3 {
+	if !slices.Equal(got, want) {
+		t.Fatalf("ListHourVersions of three pages, two allowed, returned\n%v\nwant what they show\n%v", got, want)
+	}
+	if len(shown) != 2 || !slices.Equal(shown[0], want) || !slices.Equal(shown[1], want) {
+		t.Fatalf("pages shown: %v, want two of %v", shown, want)
+	}
+	shown = nil
+	if n := lists(func() { got, err = s.ListHourVersions(bg, h, 3, nil, collect) }); err != nil || n != 3 {
 		t.Fatalf("ListHourVersions of three pages, three allowed: %v after %d LISTs", err, n)
 	}
-	want[2].Version = 2500
-	if !slices.Equal(got, want) {
-		t.Fatalf("ListHourVersions =\n%v\nwant\n%v", got, want)
+	if !slices.Equal(got, want) || len(shown) != 2 {
+		t.Fatalf("ListHourVersions =\n%v\nwant\n%v (and 2 pages shown before the last, got %d)", got, want, len(shown))
+	}
+}
+
+// A page that ends inside a session's keys shows that session only when
+// its newest snapshot was on it: a page ending on its manifest leaves it
+// for the next page.
+func TestListHourVersionsPageEnds(t *testing.T) {
+	b := memBucket()
+	s := newStore(t, b, nil)
+	h := uint32(testNow.Unix() / 3600)
+	id := func(i int) SessionID {
+		id := idIn(h, 0)
+		id[4], id[5] = byte(i>>8), byte(i)
+		return id
+	}
+	manifest := func(id SessionID) {
+		k, err := ManifestKey(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		putRaw(t, b, k, fmt.Appendf(nil, `{"session":%q,"first-sequence-number":1}`, id), nil)
+	}
+	// Keys 1-999: manifests alone. Key 1,000, the first page's last: the
+	// manifest of a session whose snapshot is key 1,001.
+	for i := range 1000 {
+		manifest(id(i))
+	}
+	last := id(999)
+	k, _ := SnapshotKey(last, 7)
+	putRaw(t, b, k, []byte("[]"), nil)
+	var shown [][]ListedSession
+	got, err := s.ListHourVersions(bg, h, 0, nil, func(l []ListedSession) { shown = append(shown, l) })
+	if err != nil || len(got) != 1000 || got[999] != (ListedSession{last, 7, true}) {
+		t.Fatalf("ListHourVersions: %d sessions, the last %v, %v", len(got), got[len(got)-1], err)
+	}
+	if len(shown) != 1 || len(shown[0]) != 999 || shown[0][998] != (ListedSession{id(998), 0, true}) {
+		t.Fatalf("page one showed %d lists, the first of %d sessions; want one of the 999 before the last", len(shown), len(shown[0]))
 	}
 }
