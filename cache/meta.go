@@ -69,10 +69,12 @@ func (v *Views) SnapshotMeta(ctx context.Context, id layout.SessionID, ver uint3
 	})
 }
 
-// LatestCheckpoint returns the newest checkpoint at or below st.Version.
-func (v *Views) LatestCheckpoint(ctx context.Context, st *State) (uint32, bool, error) {
-	for ver := st.Version; ver > 0; ver-- {
-		m, err := v.SnapshotMeta(ctx, st.ID, ver)
+// LatestCheckpoint returns the newest checkpoint of id at or below
+// version. It reads snapshot metadata alone, so it answers for a session
+// whose snapshot bodies are damaged.
+func (v *Views) LatestCheckpoint(ctx context.Context, id layout.SessionID, version uint32) (uint32, bool, error) {
+	for ver := version; ver > 0; ver-- {
+		m, err := v.SnapshotMeta(ctx, id, ver)
 		if err != nil {
 			return 0, false, err
 		}

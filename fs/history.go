@@ -40,19 +40,22 @@ func (m *sessionMetaDir) entries(ctx context.Context) ([]child, error) {
 		f.genFile("manifest.json", inoOf("manifest", sid), id.Time(), true, func(ctx context.Context) ([]byte, error) {
 			return manifestJSON(man)
 		}),
+		// The latest version and checkpoint come from the listing and
+		// the snapshots' metadata: a damaged snapshot body does not hide
+		// them (historyOf).
 		f.genFile("version", inoOf("version", sid), time.Time{}, false, func(ctx context.Context) ([]byte, error) {
-			st, err := m.state(ctx)
+			_, latest, err := f.historyOf(ctx, id)
 			if err != nil {
 				return nil, err
 			}
-			return []byte(strconv.FormatUint(uint64(st.Version), 10) + "\n"), nil
+			return []byte(strconv.FormatUint(uint64(latest), 10) + "\n"), nil
 		}),
 		f.genFile("checkpoint", inoOf("checkpoint", sid), time.Time{}, false, func(ctx context.Context) ([]byte, error) {
-			st, err := m.state(ctx)
+			_, latest, err := f.historyOf(ctx, id)
 			if err != nil {
 				return nil, err
 			}
-			v, ok, err := f.views.LatestCheckpoint(ctx, st)
+			v, ok, err := f.views.LatestCheckpoint(ctx, id, latest)
 			if err != nil {
 				return nil, err
 			}
@@ -341,10 +344,11 @@ func (a *atDir) find(ctx context.Context, name string) (child, error) {
 }
 
 // historyOf returns a session's state and latest version, for its
-// history directories. A damaged session has no state (st is nil), but
-// its versions before the damage are still shown (each is read from
-// snapshots 1..N alone: cache.StateUpTo), so its latest version comes
-// from the bucket then.
+// history directories and its version and checkpoint files. A damaged
+// session has no state (st is nil), but its versions before the damage
+// are still shown (each is read from snapshots 1..N alone:
+// cache.StateUpTo), and its latest version and checkpoint do not depend on
+// a snapshot's body, so its latest version comes from the bucket then.
 func (f *FS) historyOf(ctx context.Context, id layout.SessionID) (st *cache.State, latest uint32, err error) {
 	st, err = f.cache.State(ctx, id)
 	if err == nil {

@@ -30,7 +30,7 @@ func (s *sinceDir) tree(ctx context.Context) (*cache.Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp, _, err := s.f.views.LatestCheckpoint(ctx, st)
+	cp, _, err := s.f.views.LatestCheckpoint(ctx, st.ID, st.Version)
 	if err != nil {
 		return nil, err
 	}
