@@ -150,8 +150,8 @@ func listerOf(d *dirNode) lister {
 // fixedLister is a lister whose listing can never change (history).
 type fixedLister interface{ fixed() bool }
 
-// listHandle is an open directory: the children as listed at the first
-// read (or the last rewind), served in name order.
+// listHandle is an open directory: "." and "..", then the children as
+// listed at the first read (or the last rewind), in name order.
 type listHandle struct {
 	d  *dirNode
 	ls lister
@@ -190,12 +190,33 @@ func (h *listHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Er
 	if errno := h.load(ctx); errno != 0 {
 		return nil, errno
 	}
-	if h.next >= len(h.cs) {
+	if h.next >= dots+len(h.cs) {
 		return nil, 0
 	}
-	c := h.cs[h.next]
 	h.next++
+	if h.next <= dots {
+		return h.dot(h.next), 0
+	}
+	c := h.cs[h.next-1-dots]
 	return &fuse.DirEntry{Name: c.name, Mode: c.mode, Ino: c.ino, Off: uint64(h.next)}, 0
+}
+
+// dots is how many entries come before the children: "." and "..", which
+// ls -a and every local file system show (go-fuse leaves them to the
+// directory's stream, and the kernel does not add them).
+const dots = 2
+
+// dot returns the entry at position off (1: ".", 2: ".."); the kernel
+// takes neither's attributes from READDIRPLUS.
+func (h *listHandle) dot(off int) *fuse.DirEntry {
+	e := &fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Ino: h.d.StableAttr().Ino, Off: uint64(off)}
+	if off == 2 {
+		e.Name = ".."
+		if _, p := h.d.Parent(); p != nil {
+			e.Ino = p.StableAttr().Ino
+		}
+	}
+	return e
 }
 
 // Seekdir moves to an offset Readdirent gave out; 0 (rewinddir) lists
@@ -209,7 +230,7 @@ func (h *listHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	if errno := h.load(ctx); errno != 0 {
 		return errno
 	}
-	if off > uint64(len(h.cs)) {
+	if off > uint64(dots+len(h.cs)) {
 		return syscall.EINVAL
 	}
 	h.next = int(off)
@@ -222,7 +243,7 @@ func (h *listHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 	h.mu.Lock()
 	var c child
 	found := false
-	for i := h.next - 1; i >= 0 && i < len(h.cs); i-- {
+	for i := h.next - 1 - dots; i >= 0 && i < len(h.cs); i-- {
 		if h.cs[i].name == name {
 			c, found = h.cs[i], true
 			break

@@ -586,7 +586,7 @@ func TestExecSend(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d\n%s", code, errOut)
 		}
-		if out != "local.txt\n"+dst.String()+"\n" {
+		if out != ".\n..\nlocal.txt\n"+dst.String()+"\n" {
 			t.Fatalf("handler listing %q", out)
 		}
 		ds := wantOneCheckpoint(t, bk, src, 0)

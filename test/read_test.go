@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -1098,11 +1099,26 @@ func (r *rdCtx) readdirplus() {
 	r.run("readdirplus", func(r *rdCtx, t *testing.T) {
 		dir := r.odd() + "/many"
 		before := r.stats()["sessions.checks"]
-		n := len(lineSet(r.sh("ls -f " + dir)))
+		names := lineSet(r.sh("ls -f " + dir)) // -f: unsorted, . and .. too
 		d := r.stats()["sessions.checks"] - before
-		if n != 40 || d >= int64(n)/2 {
-			t.Errorf("listing %d entries made %d session checks; want 40 entries and a handful of checks", n, d)
+		n := len(names) - 2
+		if !slices.Contains(names, ".") || !slices.Contains(names, "..") || n != 40 || d >= int64(n)/2 {
+			t.Errorf("listing %d entries besides . and .. (%q) made %d session checks; want 40, the dots, and a handful of checks", n, names[:min(3, len(names))], d)
 		}
+	})
+	// Directories list "." and ".." first, as local file systems do (ls
+	// -a), with the inode numbers stat gives, and a position telldir
+	// gave comes back to the same entries.
+	r.run("dot entries", func(r *rdCtx, t *testing.T) {
+		dir := r.odd()
+		r.eq("ls -a", r.sh("ls -a "+dir+" | head -2"), ".\n..\n")
+		r.eq("inodes of . and ..", r.sh("ls -aif "+dir+" | awk '$2==\".\"||$2==\"..\"{print $1}' | sort"),
+			r.sh("stat -c %i "+dir+" "+dir+"/.. | sort"))
+		r.eq("seekdir", r.sh(`perl -e 'opendir(D, $ARGV[0]) or die; readdir D for 1..3; my $p = telldir D;
+			my @a = readdir D; seekdir D, $p; my @b = readdir D; rewinddir D; my $first = readdir D;
+			rewinddir D; my @all = readdir D;
+			print scalar(@a) + 3 == scalar(@all) ? "all" : "lost", " ", ("@a" eq "@b" ? "same" : "differ"), " $first\n"' `+dir),
+			"all same .\n")
 	})
 }
 
