@@ -113,6 +113,9 @@ type FS struct {
 	ra *readahead.ReadAhead
 	// kreq counts kernel requests (kernelstats.go).
 	kreq kernelCounts
+	// pages counts the bodies handed to the kernel's page cache
+	// (pagestore.go).
+	pages pageStores
 	// passthrough is set once Mount found that the kernel takes backing
 	// files (pinned.go).
 	passthrough atomic.Bool
@@ -184,7 +187,7 @@ func New(cfg Config) (*FS, error) {
 		StagingDir: cfg.StagingDir, FailedDir: cfg.FailedDir, Now: cfg.Now, Log: cfg.Logger},
 		cfg.Store, cfg.Cache, cfg.Blobs, f.notifyChanged)
 	f.notify = newNotifier(f)
-	f.ra = readahead.New(cfg.Cache, cfg.Blobs, f.ttl)
+	f.ra = readahead.New(cfg.Cache, cfg.Blobs, f.ttl, f.storePages)
 	return f, nil
 }
 

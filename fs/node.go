@@ -10,6 +10,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -160,6 +161,9 @@ type listHandle struct {
 	cs     []child
 	loaded bool
 	next   int
+	// ends counts the reads that found the end of the listing: at the
+	// second, the kernel has taken in every entry (pagestore.go).
+	ends int
 }
 
 var (
@@ -191,6 +195,9 @@ func (h *listHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Er
 		return nil, errno
 	}
 	if h.next >= dots+len(h.cs) {
+		if h.ends++; h.ends == 2 {
+			h.listed()
+		}
 		return nil, 0
 	}
 	h.next++
@@ -199,6 +206,20 @@ func (h *listHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Er
 	}
 	c := h.cs[h.next-1-dots]
 	return &fuse.DirEntry{Name: c.name, Mode: c.mode, Ino: c.ino, Off: uint64(h.next)}, 0
+}
+
+// listed tells the page store that the kernel holds the inodes of a
+// session directory's entries. The listing's end comes twice: in the
+// request whose reply carries the last entries, which the kernel has not
+// taken in yet, and in the next one, which it sends after it has.
+func (h *listHandle) listed() {
+	if d, ok := h.ls.(*sessionDir); ok {
+		at := uint32(0)
+		if !d.live() {
+			at = d.at
+		}
+		h.d.f.listed(storeDir{d.id, at, cache.JoinName(d.parts)})
+	}
 }
 
 // dots is how many entries come before the children: "." and "..", which

@@ -62,6 +62,7 @@ func (f *FS) statsText() string {
 	fmt.Fprintf(&b, "%s\n", f.cache.Stats())
 	fmt.Fprintf(&b, "%s\n", f.blobs.Stats()) // "blob cache <part>: ..." lines
 	fmt.Fprintf(&b, "%s\n", f.ra.Stats())
+	fmt.Fprintf(&b, "bodies read ahead into the kernel's page cache %d, refused %d\n", f.pages.stored.Load(), f.pages.failed.Load())
 	fmt.Fprintf(&b, "%s\n", f.KernelStats())
 	ws := f.w.Stats()
 	fmt.Fprintf(&b, "commits %d (snapshots %d, descriptors %d), commit errors %d, conflicts %d\n",

@@ -38,6 +38,14 @@
 // list and read (ReadAhead.Read, Lookup, Listed), and it asks the session
 // cache (States) and the blob cache (Bodies) for the rest.
 //
+// A Sink, if given, is handed the bodies fetched ahead as they come, so
+// that it can put them where the program's reads find them without
+// asking (package fs: the kernel's page cache). A read served that way
+// never tells the stream where its reader is, so one position in raGap is
+// not handed over: the reader's read of it, still in order, moves the
+// stream on, and a reader that stops still leaves at most a window
+// behind.
+//
 // # Locks
 //
 // ReadAhead.mu is a leaf except that it is held while asking the blob
@@ -112,10 +120,16 @@ type Bodies interface {
 	Prefetch(ctx context.Context, d *layout.Descriptor) (fetched bool, err error)
 }
 
+// Sink is told of each body fetched ahead at pos, verified and ready in
+// the blob cache. It is called from read-ahead's own goroutines, never
+// with a lock held.
+type Sink func(pos Pos, d *layout.Descriptor)
+
 // ReadAhead is one mount's traversal read-ahead.
 type ReadAhead struct {
 	states   States
 	bodies   Bodies
+	sink     Sink          // nil: none
 	ttl      time.Duration // the metadata TTL
 	maxBytes int64         // bytes fetched ahead and not read yet, at most
 	bodySem  chan struct{} // body prefetches in flight
@@ -192,10 +206,10 @@ type raStream struct {
 }
 
 // New returns the read-ahead of a mount whose session states have the
-// metadata TTL ttl.
-func New(states States, bodies Bodies, ttl time.Duration) *ReadAhead {
+// metadata TTL ttl; sink, if not nil, is handed what it fetches.
+func New(states States, bodies Bodies, ttl time.Duration, sink Sink) *ReadAhead {
 	bytes, inFlight := bodies.PrefetchLimits()
-	r := &ReadAhead{states: states, bodies: bodies, ttl: ttl, maxBytes: bytes,
+	r := &ReadAhead{states: states, bodies: bodies, sink: sink, ttl: ttl, maxBytes: bytes,
 		bodySem: make(chan struct{}, inFlight), stateSem: make(chan struct{}, raStateLoads)}
 	r.orders, _ = simplelru.NewLRU[*cache.Dir, *treeOrder](4, nil)
 	r.trees, _ = simplelru.NewLRU(raStreams, func(_ raKey, s *raStream) { r.dropLocked(s) })
@@ -264,9 +278,14 @@ func (r *ReadAhead) session(pos *Pos) {
 		if !r.reserveLocked(s, s.next, e.Descriptor.Size) {
 			break
 		}
-		r.goBody(s.ctx, &e.Descriptor)
+		r.goBody(s.ctx, Pos{ID: key.id, At: key.at, Name: e.Name}, handOver(s.next), &e.Descriptor)
 	}
 }
+
+// handOver reports whether the body at position p goes to the Sink: all
+// but one position in raGap, whose read tells the stream where its
+// reader is.
+func handOver(p int) bool { return p%raGap != 0 }
 
 // name moves the name stream of name across sessions.
 func (r *ReadAhead) name(id layout.SessionID, name string, read bool) {
@@ -442,14 +461,14 @@ func (r *ReadAhead) reserveLocked(s *raStream, p int, n int64) bool {
 	return true
 }
 
-// goBody prefetches d in the background, within the bound on body
-// fetches in flight.
-func (r *ReadAhead) goBody(ctx context.Context, d *layout.Descriptor) {
+// goBody prefetches d, at pos, in the background, within the bound on
+// body fetches in flight; with hand, the Sink gets it then.
+func (r *ReadAhead) goBody(ctx context.Context, pos Pos, hand bool, d *layout.Descriptor) {
 	r.st.issued.Add(1)
-	go r.body(ctx, d)
+	go r.body(ctx, pos, hand, d)
 }
 
-func (r *ReadAhead) body(ctx context.Context, d *layout.Descriptor) {
+func (r *ReadAhead) body(ctx context.Context, pos Pos, hand bool, d *layout.Descriptor) {
 	select {
 	case r.bodySem <- struct{}{}:
 	case <-ctx.Done():
@@ -464,6 +483,9 @@ func (r *ReadAhead) body(ctx context.Context, d *layout.Descriptor) {
 		r.st.failed.Add(1) // the reader's own read reports it
 	case fetched:
 		r.st.fetched.Add(1)
+	}
+	if err == nil && hand && r.sink != nil && ctx.Err() == nil {
+		r.sink(pos, d)
 	}
 }
 
@@ -501,7 +523,7 @@ func (r *ReadAhead) goSession(s *raStream, p int, id layout.SessionID, name stri
 		ok = s.gen == gen && r.reserveLocked(s, p, e.Descriptor.Size)
 		r.mu.Unlock()
 		if ok {
-			r.body(ctx, &e.Descriptor)
+			r.body(ctx, Pos{ID: id, Name: name}, handOver(p), &e.Descriptor)
 		}
 	}()
 }

@@ -81,7 +81,7 @@ func newRig(t *testing.T, n int, size int, budget int64) *raRig {
 		t.Fatal(err)
 	}
 	log := &bodyLog{bytes: budget}
-	r := &raRig{ra: New(c, log, time.Minute), log: log, c: c, id: m.Session, files: ds}
+	r := &raRig{ra: New(c, log, time.Minute, nil), log: log, c: c, id: m.Session, files: ds}
 	t.Cleanup(r.ra.Close)
 	return r
 }
@@ -159,5 +159,41 @@ func TestReadAheadReaderCatchesUp(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // nothing more may come: the reader stopped
 	if got := r.log.got(); !slices.Equal(got, r.names(2, 6)) {
 		t.Fatalf("after the reader stopped: prefetched %v", got)
+	}
+}
+
+// The Sink gets every body fetched ahead, with its position, but one
+// position in raGap: the reader's read of that one still reaches
+// read-ahead and moves the stream on when the others are served without
+// asking.
+func TestReadAheadSink(t *testing.T) {
+	r := newRig(t, 40, 2000, 1<<20)
+	var mu sync.Mutex
+	var got []string
+	r.ra = New(r.c, r.log, time.Minute, func(p Pos, d *layout.Descriptor) {
+		mu.Lock()
+		defer mu.Unlock()
+		if p.ID != r.id || p.At != 0 || p.Name != d.Name {
+			t.Errorf("sink got %+v for %s", p, d.Name)
+		}
+		got = append(got, p.Name)
+	})
+	t.Cleanup(r.ra.Close)
+	r.read(0)
+	r.read(1)
+	r.waitFor(t, "after reads 0 and 1", r.names(2, 9))
+	want := append(r.names(2, 7), r.names(9, 9)...) // 8 is raGap's
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		sorted := slices.Sorted(slices.Values(got))
+		mu.Unlock()
+		if slices.Equal(sorted, want) {
+			return
+		}
+		if len(sorted) > len(want) || time.Now().After(deadline) {
+			t.Fatalf("sink got %v, want %v", sorted, want)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

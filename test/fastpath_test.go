@@ -222,3 +222,84 @@ func TestXattrs(t *testing.T) {
 		}
 	})
 }
+
+// TestReadAheadIntoPageCache: the bodies read-ahead fetches in front of a
+// traversal go to the kernel's page cache (fs/pagestore.go), so that the
+// program's reads of them send pugfs no READ. Bodies fetched before the
+// kernel knew their files (looked up one by one, their directory not
+// listed) wait for the directory's listing and go then. Every byte read
+// is the file's, and most reads after the listing cost no request.
+func TestReadAheadIntoPageCache(t *testing.T) {
+	eachBucket(t, func(t *testing.T, bk *Bucket) {
+		t.Parallel()
+		const n = 40
+		id := newSession(t, bk)
+		var ds []layout.Descriptor
+		bodies := map[string]string{}
+		for i := range n {
+			name := fmt.Sprintf("d/f%02d.txt", i)
+			bodies[name] = strings.Repeat(name+" ", 200) // above the inline limit
+			func() {
+				defer rdCatch(t)
+				ds = append(ds, rdPutDesc(t, bk.Store, name, "text/plain", "", []byte(bodies[name]), fixT1))
+			}()
+		}
+		if _, err := bk.Store.Commit(context.Background(), id, layout.CommitRequest{Descriptors: ds}); err != nil {
+			t.Fatal(err)
+		}
+		m := mount(t, bk, "--read-only")
+		sess := "sessions/" + id.String()
+		number := func(re string) int64 {
+			t.Helper()
+			got := regexp.MustCompile(re).FindStringSubmatch(sh(t, m.Dir, "cat .pugmark/stats"))
+			if got == nil {
+				t.Fatalf(".pugmark/stats has no %q", re)
+			}
+			v, _ := strconv.ParseInt(got[1], 10, 64)
+			return v
+		}
+		fetched := func() int64 { return number(`bodies fetched (\d+)`) }
+		stored := func() int64 { return number(`kernel's page cache (\d+)`) }
+		cat := func(from, to int) string {
+			var paths []string
+			for i := from; i < to; i++ {
+				paths = append(paths, fmt.Sprintf("%s/d/f%02d.txt", sess, i))
+			}
+			return sh(t, m.Dir, "for f in "+strings.Join(paths, " ")+"; do cat $f; echo; done")
+		}
+		want := func(from, to int) string {
+			var b strings.Builder
+			for i := from; i < to; i++ {
+				b.WriteString(bodies[fmt.Sprintf("d/f%02d.txt", i)] + "\n")
+			}
+			return b.String()
+		}
+
+		// Four files by path: a stream in order, whose read-ahead
+		// fetches the next files before the kernel knows them.
+		if got := cat(0, 4); got != want(0, 4) {
+			t.Fatalf("first files: %q", got)
+		}
+		waitFor(t, "bodies fetched ahead", func() bool { return fetched() >= 4 })
+		if s := stored(); s != 0 {
+			t.Fatalf("%d bodies stored before the kernel knew their files", s)
+		}
+		sh(t, m.Dir, "ls "+sess+"/d >/dev/null") // the kernel learns every file
+		waitFor(t, "bodies handed to the kernel after the listing", func() bool { return stored() > 0 })
+		var script strings.Builder
+		script.WriteString("cat")
+		for i := 4; i < n; i++ {
+			fmt.Fprintf(&script, " %s/d/f%02d.txt", sess, i)
+		}
+		got, cost := kernelCost(t, m.Dir, script.String(), "read")
+		if w := strings.ReplaceAll(want(4, n), "\n", ""); got != w {
+			t.Fatalf("reading the files handed over: wrong bytes (%d of %d)", len(got), len(w))
+		}
+		if cost["read"] >= n-4 {
+			t.Errorf("reading %d files, some handed to the kernel, sent %d READs (stats:\n%s)", n-4, cost["read"], sh(t, m.Dir, "cat .pugmark/stats"))
+		}
+		if got := cat(0, n); got != want(0, n) {
+			t.Fatalf("reading every file again: wrong bytes")
+		}
+	})
+}
