@@ -42,6 +42,7 @@ const pageStoreMax = 128 << 10
 type pageStores struct {
 	stored, failed atomic.Int64
 
+	// mu is a leaf: nothing is locked, and no I/O done, under it.
 	mu sync.Mutex
 	// waiting holds, per directory of a session view, the bodies fetched
 	// before the kernel knew their files; the least recently added
