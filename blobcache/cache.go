@@ -586,6 +586,11 @@ func (c *Cache) checkDescriptor(d *layout.Descriptor) error {
 	if d == nil {
 		return fmt.Errorf("cache: %w: nil descriptor", layout.ErrInvalid)
 	}
+	// A descriptor whose digest, size or encoding could not be read has
+	// no body to serve: damaged data (EIO, logged), never a guess.
+	if d.Damage != nil && d.Damage.Body {
+		return fmt.Errorf("cache: %w", d.Damage)
+	}
 	// A tombstone has no body to read (the caller's mistake); a live
 	// descriptor from the bucket that names no blob is damaged data (EIO,
 	// logged), not a bad argument.

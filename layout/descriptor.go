@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -40,6 +41,128 @@ type Descriptor struct {
 	Commit *MemoryCommit
 	// Extra holds unknown fields verbatim, by JSON key.
 	Extra map[string]json.RawMessage
+	// Damage is nil unless some field of the descriptor as stored could
+	// not be read; see [Damage].
+	Damage *Damage
+}
+
+// Damage is what a descriptor read from a bucket holds that pugfs cannot
+// read, in fields the log can do without: the descriptor keeps its place
+// (its name and sequence number), so one bad descriptor costs its own
+// file, never its whole snapshot (tree.md: EIO for what depends on it).
+// Fields that shape the log itself (name, sequence-number, deleted, fork,
+// target-session, source-session, fork-session-id, commit) are never
+// damage: a snapshot with one of them unreadable is corrupt as a whole.
+//
+// Each damaged field is zero in the Descriptor and kept here as stored,
+// so that writing the descriptor back (a rename, a memory merge) writes
+// what was there unless the writer sets the field anew: a reader loses
+// nothing it could not read. A Damage is immutable once decoded.
+type Damage struct {
+	// Name is the descriptor's name, for messages.
+	Name string
+	// Key is the object the descriptor was read from, when known.
+	Key string
+	// Fields are the JSON keys of the unreadable fields, in schema order.
+	Fields []string
+	// Raw holds each of those fields as stored (compact JSON).
+	Raw map[string]json.RawMessage
+	// Body reports that the body cannot be located or checked (digest,
+	// size or content-encoding unreadable): the file cannot be read.
+	// Other damage (created-at, content-type, cache-control, schema-url,
+	// metadata, data, source-version) leaves the body readable.
+	Body bool
+}
+
+// Error says which fields could not be read and what they hold.
+func (d *Damage) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v: descriptor %q", ErrCorrupt, truncate(d.Name))
+	if d.Key != "" {
+		fmt.Fprintf(&b, " in %s", d.Key)
+	}
+	b.WriteString(": unreadable")
+	for i, k := range d.Fields {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, " %s %s", k, truncate(string(d.Raw[k])))
+	}
+	return b.String()
+}
+
+// Unwrap makes a damaged descriptor's error an ErrCorrupt.
+func (d *Damage) Unwrap() error { return ErrCorrupt }
+
+// bodyFields are the fields without which a body cannot be served.
+var bodyFields = map[string]bool{"digest": true, "size": true, "content-encoding": true}
+
+// addDamage records field key of d as unreadable, holding raw as stored;
+// a later call for the same key replaces the value.
+func addDamage(d *Descriptor, key string, raw json.RawMessage) {
+	if d.Damage == nil {
+		d.Damage = &Damage{Raw: map[string]json.RawMessage{}}
+	}
+	if _, ok := d.Damage.Raw[key]; !ok {
+		d.Damage.Fields = append(d.Damage.Fields, key)
+	}
+	d.Damage.Raw[key] = raw
+	d.Damage.Body = d.Damage.Body || bodyFields[key]
+}
+
+// finishDamage orders the damaged fields and names the descriptor.
+func finishDamage(d *Descriptor) {
+	if d.Damage == nil {
+		return
+	}
+	d.Damage.Name = d.Name
+	sort.Slice(d.Damage.Fields, func(i, j int) bool {
+		return descFieldOf(d.Damage.Fields[i]) < descFieldOf(d.Damage.Fields[j])
+	})
+}
+
+// damagedIn names key as the object that damaged descriptors of ds were
+// read from, for their errors; ds was just decoded and is not shared.
+func damagedIn(ds []Descriptor, key string) {
+	for i := range ds {
+		if ds[i].Damage != nil {
+			ds[i].Damage.Key = key
+		}
+	}
+}
+
+// rawString is a string field's value as stored, for Damage.Raw.
+func rawString(s string) json.RawMessage {
+	b, _ := json.Marshal(s)
+	return b
+}
+
+// damagedStillZero reports whether the field key of d is still zero, so
+// that MarshalJSON writes its stored value back.
+func damagedStillZero(d *Descriptor, key string) bool {
+	switch key {
+	case "digest":
+		return d.Digest.IsZero()
+	case "size":
+		return d.Size == 0
+	case "created-at":
+		return d.CreatedAt.IsZero()
+	case "content-type":
+		return d.ContentType == ""
+	case "content-encoding":
+		return d.ContentEncoding == ""
+	case "cache-control":
+		return d.CacheControl == ""
+	case "schema-url":
+		return d.SchemaURL == ""
+	case "metadata":
+		return d.Metadata == nil
+	case "data":
+		return d.Data == nil
+	case "source-version":
+		return d.SourceVersion == 0
+	}
+	return false
 }
 
 // MemoryCommit identifies the session write that produced a memory record
@@ -157,8 +280,22 @@ func (d Descriptor) MarshalJSON() ([]byte, error) {
 		j.SourceSession = d.SourceSession.String()
 	}
 	b, err := json.Marshal(j)
-	if err != nil || len(d.Extra) == 0 {
+	if err != nil || (len(d.Extra) == 0 && d.Damage == nil) {
 		return b, err
+	}
+	// Then what could not be read, as it was stored (unless set anew),
+	// and the unknown fields sorted by key.
+	type field struct {
+		key string
+		val json.RawMessage
+	}
+	var extra []field
+	if d.Damage != nil {
+		for _, k := range d.Damage.Fields {
+			if damagedStillZero(&d, k) {
+				extra = append(extra, field{k, d.Damage.Raw[k]})
+			}
+		}
 	}
 	keys := make([]string, 0, len(d.Extra))
 	for k := range d.Extra {
@@ -167,18 +304,21 @@ func (d Descriptor) MarshalJSON() ([]byte, error) {
 		}
 	}
 	sort.Strings(keys)
+	for _, k := range keys {
+		extra = append(extra, field{k, d.Extra[k]})
+	}
 	var buf bytes.Buffer
 	buf.Write(b[:len(b)-1])
 	first := len(b) == 2 // "{}"
-	for _, k := range keys {
+	for _, kv := range extra {
 		if !first {
 			buf.WriteByte(',')
 		}
 		first = false
-		kb, _ := json.Marshal(k)
+		kb, _ := json.Marshal(kv.key)
 		buf.Write(kb)
 		buf.WriteByte(':')
-		buf.Write(d.Extra[k])
+		buf.Write(kv.val)
 	}
 	buf.WriteByte('}')
 	return buf.Bytes(), nil

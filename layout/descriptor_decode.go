@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -19,7 +20,9 @@ import (
 // the schema uses them, which FuzzDescriptorDecoderOracle checks against
 // encoding/json itself: keys match exactly, the last of duplicate keys
 // wins, null leaves a field zero, invalid UTF-8 becomes U+FFFD, unknown
-// keys are kept.
+// keys are kept. Where encoding/json would fail, a field the log can do
+// without becomes the descriptor's Damage instead (descriptor.go), and
+// a metadata value that is not a string becomes its JSON text.
 
 // jsonOptions are the tokenizer's rules made encoding/json's.
 var jsonOptions = []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}
@@ -126,9 +129,20 @@ func kindName(k jsontext.Kind) string {
 	return "nothing"
 }
 
+// damageable reports whether an unreadable value of field is damage to
+// the descriptor alone (Damage) rather than to its whole snapshot.
+func damageable(field descField) bool {
+	switch field {
+	case fDigest, fSize, fCreatedAt, fContentType, fContentEncoding, fCacheControl,
+		fSchemaURL, fMetadata, fData, fSourceVersion:
+		return true
+	}
+	return false
+}
+
 // descriptorFields is one descriptor object as read: the raw strings and
 // numbers of the last occurrence of each key, and that occurrence's type
-// error if it had one.
+// error if it had one, with its value as stored.
 type descriptorFields struct {
 	str      [nFields]string
 	num      [nFields]int64
@@ -137,6 +151,7 @@ type descriptorFields struct {
 	commit   *MemoryCommit
 	extra    map[string]json.RawMessage
 	errs     [nFields]error
+	raw      [nFields]json.RawMessage
 }
 
 // readDescriptor reads one descriptor object from dec into d. A syntax or
@@ -198,7 +213,7 @@ func readDescriptor(dec *jsontext.Decoder, d *Descriptor) error {
 // read reads the value of field, replacing what an earlier occurrence of
 // the key left (the last one wins, errors included).
 func (f *descriptorFields) read(dec *jsontext.Decoder, field descField) error {
-	f.errs[field] = nil
+	f.errs[field], f.raw[field] = nil, nil
 	f.str[field], f.num[field], f.flag[field] = "", 0, false
 	k := dec.PeekKind()
 	if k == 'n' {
@@ -225,10 +240,15 @@ func (f *descriptorFields) read(dec *jsontext.Decoder, field descField) error {
 				v, err := tok.Uint()
 				if err != nil || v > math.MaxUint32 {
 					f.errs[field] = fmt.Errorf("%s is not a uint32", truncate(tok.String()))
+					v = 0
 				}
 				f.num[field] = int64(v)
 			} else if f.num[field], err = tok.Int(); err != nil {
 				f.errs[field] = fmt.Errorf("%s is not an int64", truncate(tok.String()))
+				f.num[field] = 0
+			}
+			if f.errs[field] != nil {
+				f.raw[field] = json.RawMessage(tok.String())
 			}
 			return nil
 		}
@@ -267,10 +287,17 @@ func (f *descriptorFields) read(dec *jsontext.Decoder, field descField) error {
 		}
 	}
 	f.errs[field] = &errWrongType{want: want, got: kindName(k)}
-	return dec.SkipValue()
+	v, err := dec.ReadValue()
+	if err != nil {
+		return err
+	}
+	f.raw[field] = canonicalRaw(json.RawMessage(v))
+	return nil
 }
 
-// readMetadata reads the metadata object: string values, null as "".
+// readMetadata reads the metadata object: string values, null as "", and
+// any other value as its JSON text (the schema says strings; a number or
+// an object from another writer is shown rather than lost).
 func (f *descriptorFields) readMetadata(dec *jsontext.Decoder) error {
 	if _, err := dec.ReadToken(); err != nil {
 		return err
@@ -294,12 +321,11 @@ func (f *descriptorFields) readMetadata(dec *jsontext.Decoder) error {
 				m[key] = v.String()
 			}
 		default:
-			if f.errs[fMetadata] == nil {
-				f.errs[fMetadata] = fmt.Errorf("value of %q: %w", truncate(key), &errWrongType{want: "a string", got: kindName(k)})
-			}
-			if err := dec.SkipValue(); err != nil {
+			v, err := dec.ReadValue()
+			if err != nil {
 				return err
 			}
+			m[key] = string(canonicalRaw(json.RawMessage(v)))
 		}
 	}
 	if _, err := dec.ReadToken(); err != nil {
@@ -320,39 +346,42 @@ func (f *descriptorFields) descriptor() (Descriptor, error) {
 	}
 	var out Descriptor
 	for field, err := range f.errs {
-		if err != nil {
+		if err != nil && !damageable(descField(field)) {
 			return out, bad(descField(field), err)
+		}
+	}
+	for field, err := range f.errs {
+		if err != nil {
+			addDamage(&out, descFieldKeys[field], f.raw[field])
 		}
 	}
 	out.Size, out.SequenceNumber = f.num[fSize], f.num[fSequenceNumber]
 	out.SourceVersion = uint32(f.num[fSourceVersion])
 	var err error
 	if out.Digest, err = parseDescriptorDigest(f.str[fDigest]); err != nil {
-		return out, fmt.Errorf("%w: descriptor %q: %v", ErrCorrupt, truncate(name), err)
+		addDamage(&out, "digest", rawString(f.str[fDigest]))
 	}
 	if out.Size < 0 {
-		return out, fmt.Errorf("%w: descriptor %q: negative size", ErrCorrupt, truncate(name))
+		addDamage(&out, "size", json.RawMessage(strconv.FormatInt(out.Size, 10)))
+		out.Size = 0
 	}
 	if s := f.str[fCreatedAt]; s != "" {
-		if out.CreatedAt, err = time.Parse(time.RFC3339Nano, s); err != nil {
-			return out, bad(fCreatedAt, err)
-		}
-		out.CreatedAt = out.CreatedAt.UTC()
-		if y := out.CreatedAt.Year(); y < 0 || y > 9999 {
-			// An offset can push the UTC form out of RFC 3339's range;
-			// such a time could not be written back.
-			return out, fmt.Errorf("%w: descriptor %q: created-at %q is outside years 0000-9999 in UTC", ErrCorrupt, truncate(name), truncate(s))
+		if out.CreatedAt, err = parseCreatedAt(s); err != nil {
+			addDamage(&out, "created-at", rawString(s))
 		}
 	}
 	out.Name = name
 	out.ContentType, out.ContentEncoding = f.str[fContentType], f.str[fContentEncoding]
 	out.CacheControl, out.SchemaURL = f.str[fCacheControl], f.str[fSchemaURL]
-	if len(f.metadata) > 0 {
+	if f.errs[fMetadata] == nil && len(f.metadata) > 0 {
 		out.Metadata = f.metadata
 	}
 	if s := f.str[fData]; s != "" {
 		if out.Data, err = base64.StdEncoding.DecodeString(s); err != nil {
-			return out, bad(fData, err)
+			// Inline data only spares a fetch (§7.1): the body is
+			// still in objects/.
+			out.Data = nil
+			addDamage(&out, "data", rawString(s))
 		}
 	}
 	if out.TargetSession, err = parseOptionalID(f.str[fTargetSession]); err != nil {
@@ -372,7 +401,23 @@ func (f *descriptorFields) descriptor() (Descriptor, error) {
 		out.Fork, out.TargetSession = true, id
 	}
 	out.Extra = f.extra
+	finishDamage(&out)
 	return out, nil
+}
+
+// parseCreatedAt reads an RFC 3339 time, in UTC; one whose UTC form falls
+// outside years 0000-9999 (an offset can push it there) could not be
+// written back, and is refused.
+func parseCreatedAt(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, err
+	}
+	t = t.UTC()
+	if y := t.Year(); y < 0 || y > 9999 {
+		return time.Time{}, fmt.Errorf("created-at %q is outside years 0000-9999 in UTC", truncate(s))
+	}
+	return t, nil
 }
 
 // isSyntax reports whether err is the tokenizer's own (malformed JSON or a

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,8 @@ import (
 // decoder: encoding/json into a map of raw values, then each known field
 // by encoding/json. It is kept as the oracle that the token decoder must
 // agree with (FuzzDescriptorDecoderOracle): same error or not, same
-// descriptor.
+// descriptor, same damage (an unreadable field that the log can do
+// without is Damage, not an error).
 type oracleDescriptor Descriptor
 
 func (d *oracleDescriptor) UnmarshalJSON(b []byte) error {
@@ -27,6 +29,7 @@ func (d *oracleDescriptor) UnmarshalJSON(b []byte) error {
 	}
 	var j descriptorJSON
 	var name string
+	var out Descriptor
 	if v, ok := raw["name"]; ok {
 		// Decoded first so that the other errors can name the descriptor.
 		if err := json.Unmarshal(v, &name); err != nil {
@@ -40,7 +43,7 @@ func (d *oracleDescriptor) UnmarshalJSON(b []byte) error {
 		{"digest", &j.Digest}, {"size", &j.Size}, {"created-at", &j.CreatedAt},
 		{"content-type", &j.ContentType}, {"content-encoding", &j.ContentEncoding},
 		{"cache-control", &j.CacheControl}, {"schema-url", &j.SchemaURL},
-		{"metadata", &j.Metadata}, {"sequence-number", &j.SequenceNumber}, {"data", &j.Data},
+		{"sequence-number", &j.SequenceNumber}, {"data", &j.Data},
 		{"target-session", &j.TargetSession}, {"source-session", &j.SourceSession},
 		{"source-version", &j.SourceVersion}, {"fork", &j.Fork}, {"deleted", &j.Deleted},
 		{"commit", &j.Commit},
@@ -50,28 +53,52 @@ func (d *oracleDescriptor) UnmarshalJSON(b []byte) error {
 			continue
 		}
 		if err := json.Unmarshal(v, f.dst); err != nil {
-			return fmt.Errorf("%w: descriptor %q: %s: %v", ErrCorrupt, truncate(name), f.key, err)
+			if !oracleDamageable[f.key] {
+				return fmt.Errorf("%w: descriptor %q: %s: %v", ErrCorrupt, truncate(name), f.key, err)
+			}
+			addDamage(&out, f.key, canonicalRaw(v))
+		}
+	}
+	// metadata: string values, null as "", anything else as its JSON
+	// text; not an object is damage.
+	if v, ok := raw["metadata"]; ok {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(v, &m); err != nil {
+			addDamage(&out, "metadata", canonicalRaw(v))
+		} else if len(m) > 0 {
+			j.Metadata = map[string]string{}
+			for k, mv := range m {
+				var s *string
+				if json.Unmarshal(mv, &s) == nil {
+					if s != nil {
+						j.Metadata[k] = *s
+					} else {
+						j.Metadata[k] = ""
+					}
+				} else {
+					j.Metadata[k] = string(canonicalRaw(mv))
+				}
+			}
 		}
 	}
 	j.Name = name
-	var out Descriptor
 	var err error
 	if out.Digest, err = parseDescriptorDigest(j.Digest); err != nil {
-		return fmt.Errorf("%w: descriptor %q: %v", ErrCorrupt, truncate(j.Name), err)
+		addDamage(&out, "digest", rawString(j.Digest))
 	}
 	if j.Size < 0 {
-		return fmt.Errorf("%w: descriptor %q: negative size", ErrCorrupt, truncate(j.Name))
+		addDamage(&out, "size", json.RawMessage(strconv.FormatInt(j.Size, 10)))
+		j.Size = 0
 	}
 	out.Size = j.Size
 	if j.CreatedAt != "" {
 		if out.CreatedAt, err = time.Parse(time.RFC3339Nano, j.CreatedAt); err != nil {
-			return fmt.Errorf("%w: descriptor %q: created-at: %v", ErrCorrupt, truncate(j.Name), err)
-		}
-		out.CreatedAt = out.CreatedAt.UTC()
-		if y := out.CreatedAt.Year(); y < 0 || y > 9999 {
+			addDamage(&out, "created-at", rawString(j.CreatedAt))
+		} else if out.CreatedAt = out.CreatedAt.UTC(); out.CreatedAt.Year() < 0 || out.CreatedAt.Year() > 9999 {
 			// An offset can push the UTC form out of RFC 3339's range;
 			// such a time could not be written back.
-			return fmt.Errorf("%w: descriptor %q: created-at %q is outside years 0000-9999 in UTC", ErrCorrupt, truncate(j.Name), truncate(j.CreatedAt))
+			out.CreatedAt = time.Time{}
+			addDamage(&out, "created-at", rawString(j.CreatedAt))
 		}
 	}
 	out.ContentType, out.ContentEncoding, out.CacheControl = j.ContentType, j.ContentEncoding, j.CacheControl
@@ -81,7 +108,8 @@ func (d *oracleDescriptor) UnmarshalJSON(b []byte) error {
 	}
 	if j.Data != "" {
 		if out.Data, err = base64.StdEncoding.DecodeString(j.Data); err != nil {
-			return fmt.Errorf("%w: descriptor %q: data: %v", ErrCorrupt, truncate(j.Name), err)
+			out.Data = nil
+			addDamage(&out, "data", rawString(j.Data))
 		}
 	}
 	if out.TargetSession, err = parseOptionalID(j.TargetSession); err != nil {
@@ -113,8 +141,16 @@ func (d *oracleDescriptor) UnmarshalJSON(b []byte) error {
 			out.Extra[k] = canonicalRaw(v)
 		}
 	}
+	finishDamage(&out)
 	*d = oracleDescriptor(out)
 	return nil
+}
+
+// oracleDamageable are the keys whose unreadable value is Damage.
+var oracleDamageable = map[string]bool{
+	"digest": true, "size": true, "created-at": true, "content-type": true,
+	"content-encoding": true, "cache-control": true, "schema-url": true,
+	"data": true, "source-version": true,
 }
 
 // descriptorOracleCases are objects where encoding/json's rules are easy
@@ -137,6 +173,15 @@ var descriptorOracleCases = []string{
 	`{"digest":"sha256:` + strings.Repeat("0", 64) + `"}`, `{"digest":"sha256:abc"}`,
 	`{"digest":"sha256:` + strings.Repeat("Ab", 32) + `"}`,
 	`{"target-session":"` + strings.Repeat("A", 32) + `"}`, `{"source-session":"abc"}`,
+	// Damage: each unreadable field alone, several, and a damaged field
+	// that a later duplicate makes good.
+	`{"name":"a","digest":"sha256:zz"}`, `{"name":"a","digest":5}`, `{"name":"a","size":"12"}`,
+	`{"name":"a","size":-3}`, `{"name":"a","created-at":"yesterday"}`, `{"name":"a","created-at":5}`,
+	`{"name":"a","content-type":[1]}`, `{"name":"a","content-encoding":{}}`, `{"name":"a","cache-control":true}`,
+	`{"name":"a","schema-url":1}`, `{"name":"a","metadata":"x"}`, `{"name":"a","metadata":{"n":3,"o":{"p":[1,"<"]},"s":"t"}}`,
+	`{"name":"a","data":5}`, `{"name":"a","source-version":-1}`, `{"name":"a","source-version":"1"}`,
+	`{"name":"a","digest":"x","size":"y","created-at":"z","sequence-number":4}`, `{"size":"x","size":3}`,
+	`{"digest":"bad","deleted":"yes"}`, `{"size":"x","sequence-number":"y"}`,
 	// Past both decoders' nesting limit (10,000): an error, not a crash.
 	`{"x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`,
 	`{"x":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"runtime"
 	"strings"
@@ -225,16 +226,16 @@ func TestSection7_DescriptorUpperCaseDigest(t *testing.T) {
 	}
 }
 
+// §7: a descriptor whose object, name or log-shaping fields cannot be
+// read makes its snapshot corrupt as a whole.
 func TestSection7_DescriptorCorrupt(t *testing.T) {
 	for _, in := range []string{
-		`null`, `[]`, `1`, `"x"`, `{`, `{"size":-1}`, `{"size":"1"}`, `{"digest":"sha256:abc"}`,
-		`{"digest":"SHA256:` + strings.Repeat("a", 64) + `"}`,
-		`{"created-at":"yesterday"}`, `{"created-at":"2024-01-01"}`,
-		`{"created-at":"9999-12-31T23:59:59-01:00"}`, // year 10000 in UTC: not writable as RFC 3339
-		`{"data":"***"}`, `{"target-session":"abc"}`, `{"source-session":"` + strings.Repeat("g", 32) + `"}`,
-		`{"source-version":-1}`, `{"source-version":4294967296}`, `{"source-version":1.5}`,
-		`{"fork":"yes"}`, `{"deleted":1}`, `{"metadata":{"a":1}}`, `{"sequence-number":"1"}`,
-		`{"commit":{"session":"zz"}}`, `{"name":5}`,
+		`null`, `[]`, `1`, `"x"`, `{`, `{"target-session":"abc"}`,
+		`{"source-session":"` + strings.Repeat("g", 32) + `"}`,
+		`{"fork":"yes"}`, `{"deleted":1}`, `{"sequence-number":"1"}`,
+		`{"commit":{"session":"zz"}}`, `{"name":5}`, `{"fork-session-id":"zz"}`,
+		// Damage elsewhere does not hide a corrupt log field.
+		`{"digest":"bad","deleted":"yes"}`,
 	} {
 		var d Descriptor
 		err := json.Unmarshal([]byte(in), &d)
@@ -245,6 +246,88 @@ func TestSection7_DescriptorCorrupt(t *testing.T) {
 		// Through DecodeDescriptors the error is ErrCorrupt.
 		_, err = DecodeDescriptors([]byte("["+in+"]"), "", 1<<20)
 		wantErrIs(t, err, ErrCorrupt)
+	}
+}
+
+// A field the log can do without that cannot be read is the descriptor's
+// Damage: the descriptor decodes (its snapshot with it), the field is
+// zero, its stored value is kept and written back, and only damage to
+// digest, size or content-encoding makes the body unreadable.
+func TestDescriptorDamage(t *testing.T) {
+	for _, c := range []struct {
+		in     string
+		fields []string
+		body   bool
+		check  func(d Descriptor) bool
+	}{
+		{`{"name":"f","size":-1}`, []string{"size"}, true, nil},
+		{`{"name":"f","size":"1"}`, []string{"size"}, true, nil},
+		{`{"name":"f","digest":"sha256:abc"}`, []string{"digest"}, true, nil},
+		{`{"name":"f","digest":"SHA256:` + strings.Repeat("a", 64) + `"}`, []string{"digest"}, true, nil},
+		{`{"name":"f","content-encoding":7}`, []string{"content-encoding"}, true, nil},
+		{`{"name":"f","size":3,"created-at":"yesterday"}`, []string{"created-at"}, false,
+			func(d Descriptor) bool { return d.Size == 3 && d.CreatedAt.IsZero() }},
+		{`{"name":"f","created-at":"2024-01-01"}`, []string{"created-at"}, false, nil},
+		// Year 10000 in UTC: not writable as RFC 3339.
+		{`{"name":"f","created-at":"9999-12-31T23:59:59-01:00"}`, []string{"created-at"}, false, nil},
+		{`{"name":"f","data":"***","size":3}`, []string{"data"}, false,
+			func(d Descriptor) bool { return d.Data == nil && d.Size == 3 }},
+		{`{"name":"f","source-version":-1}`, []string{"source-version"}, false, nil},
+		{`{"name":"f","source-version":4294967296}`, []string{"source-version"}, false, nil},
+		{`{"name":"f","source-version":1.5}`, []string{"source-version"}, false, nil},
+		{`{"name":"f","metadata":[1]}`, []string{"metadata"}, false,
+			func(d Descriptor) bool { return d.Metadata == nil }},
+		{`{"name":"f","content-type":1,"schema-url":{},"cache-control":[]}`, []string{"content-type", "cache-control", "schema-url"}, false, nil},
+		{`{"name":"f","created-at":"x","digest":"y","sequence-number":7}`, []string{"digest", "created-at"}, true,
+			func(d Descriptor) bool { return d.SequenceNumber == 7 && d.Name == "f" }},
+	} {
+		var d Descriptor
+		if err := json.Unmarshal([]byte(c.in), &d); err != nil {
+			t.Errorf("Unmarshal(%s): %v", c.in, err)
+			continue
+		}
+		if d.Damage == nil || !reflect.DeepEqual(d.Damage.Fields, c.fields) || d.Damage.Body != c.body || d.Damage.Name != "f" {
+			t.Errorf("Unmarshal(%s): damage %+v, want fields %q body %v", c.in, d.Damage, c.fields, c.body)
+			continue
+		}
+		if c.check != nil && !c.check(d) {
+			t.Errorf("Unmarshal(%s) = %+v", c.in, d)
+		}
+		if !errors.Is(d.Damage, ErrCorrupt) || !strings.Contains(d.Damage.Error(), `"f"`) {
+			t.Errorf("Unmarshal(%s): damage error %q", c.in, d.Damage)
+		}
+		// In a snapshot, the descriptor keeps its place.
+		ds, err := DecodeDescriptors([]byte(`[{"name":"ok"},`+c.in+`]`), "", 1<<20)
+		if err != nil || len(ds) != 2 || ds[1].Damage == nil || ds[0].Damage != nil {
+			t.Errorf("DecodeDescriptors(%s) = %+v, %v", c.in, ds, err)
+		}
+		// Written back, the stored values come back as they were.
+		b, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var again Descriptor
+		if err := json.Unmarshal(b, &again); err != nil || !reflect.DeepEqual(again, d) {
+			t.Errorf("%s written back as %s, read as %+v (%v)", c.in, b, again, err)
+		}
+	}
+	// A field set anew replaces the stored value.
+	var d Descriptor
+	if err := json.Unmarshal([]byte(`{"name":"f","created-at":"yesterday","metadata":"x"}`), &d); err != nil {
+		t.Fatal(err)
+	}
+	d.CreatedAt = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	d.Metadata = map[string]string{"posix-mode": "0600"}
+	b, _ := json.Marshal(d)
+	if want := `{"created-at":"2026-01-02T03:04:05Z","name":"f","metadata":{"posix-mode":"0600"}}`; string(b) != want {
+		t.Errorf("set anew: %s, want %s", b, want)
+	}
+	// Metadata values of another JSON type are shown as their JSON text.
+	if err := json.Unmarshal([]byte(`{"name":"f","metadata":{"n":3,"o":{"a":[true]},"s":"x","z":null}}`), &d); err != nil || d.Damage != nil {
+		t.Fatalf("%+v %v", d, err)
+	}
+	if want := map[string]string{"n": "3", "o": `{"a":[true]}`, "s": "x", "z": ""}; !reflect.DeepEqual(d.Metadata, want) {
+		t.Errorf("metadata %q, want %q", d.Metadata, want)
 	}
 }
 

@@ -202,11 +202,15 @@ func TestSection8_4_Discovery(t *testing.T) {
 	})
 }
 
-// decisions.md: unknown fields survive read-modify-write (memory merges).
+// decisions.md: unknown fields, and fields that could not be read,
+// survive read-modify-write (memory merges).
 func TestSection8_UnknownFieldsSurviveMerge(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
 		s := newStore(t, b, nil)
-		body := `[{"name":"kept","digest":"sha256:` + DigestOf([]byte("k")).Hex() + `","x-future":{"deep":[1,"two"]},"commit":{"session":"` + NewSessionID(testNow).String() + `","version":1,"transaction":5}}]`
+		// "odd" is damaged (Damage): its unreadable fields are written
+		// back as stored, not dropped.
+		body := `[{"name":"kept","digest":"sha256:` + DigestOf([]byte("k")).Hex() + `","x-future":{"deep":[1,"two"]},"commit":{"session":"` + NewSessionID(testNow).String() + `","version":1,"transaction":5}},` +
+			`{"name":"odd","digest":"sha256:nothex","size":"12","created-at":"yesterday"}]`
 		key, _ := MemoryKey("ns", 1)
 		putRaw(t, b, key, []byte(body), nil) // plain JSON: sniffed (§15)
 		writeMem(t, s, "ns", MemoryWrite{Put: descs("new")})
@@ -221,6 +225,11 @@ func TestSection8_UnknownFieldsSurviveMerge(t *testing.T) {
 		}
 		if !bytes.Contains(plain, []byte(`"x-future":{"deep":[1,"two"]}`)) || !bytes.Contains(plain, []byte(`"transaction":5`)) {
 			t.Fatalf("unknown field lost: %s", plain)
+		}
+		for _, f := range []string{`"digest":"sha256:nothex"`, `"size":"12"`, `"created-at":"yesterday"`} {
+			if !bytes.Contains(plain, []byte(f)) {
+				t.Fatalf("damaged field %s lost: %s", f, plain)
+			}
 		}
 	})
 }

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -64,6 +66,27 @@ func TestReadCorruptObjects(t *testing.T) {
 		if err := s.Bucket().Delete(ctx, lostKey); err != nil {
 			t.Fatal(err)
 		}
+		// dmg: snapshot 2, written by another implementation, holds one
+		// descriptor whose digest cannot be read (it replaces prev.txt
+		// of snapshot 1) and one whose created-at and metadata cannot;
+		// the rest of the snapshot is sound.
+		dmg := newSess(file("prev.txt", "old\n"), file("ok.txt", "ok\n"))
+		v1, err := s.ReadSnapshot(ctx, dmg, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq := v1[1].SequenceNumber
+		snap2, _ := layout.SnapshotKey(dmg, 2)
+		when := file("when.txt", "when\n")
+		also := file("also.txt", "also\n")
+		func() {
+			defer rdCatch(t)
+			rdPutRawSnapshot(t, s.Bucket(), dmg, 2, "provisional", 7, []json.RawMessage{
+				json.RawMessage(fmt.Sprintf(`{"name":"prev.txt","digest":"sha256:zz","size":4,"sequence-number":%d}`, seq+1)),
+				json.RawMessage(fmt.Sprintf(`{"name":"when.txt","digest":%q,"size":5,"created-at":"yesterday","metadata":{"n":3},"sequence-number":%d}`, when.Digest, seq+2)),
+				json.RawMessage(fmt.Sprintf(`{"name":"also.txt","digest":%q,"size":5,"created-at":"2026-01-01T00:00:00Z","sequence-number":%d}`, also.Digest, seq+3)),
+			})
+		}()
 		// Stray keys: not a snapshot file, not a session path, not a
 		// memory file.
 		sp, _ := layout.SnapshotsPrefix(good)
@@ -126,6 +149,32 @@ func TestReadCorruptObjects(t *testing.T) {
 				t.Errorf("ls sessions lacks %s:\n%s", id, listed)
 			}
 		}
+		// One damaged descriptor costs its own file, not its snapshot:
+		// every name is listed, the sound files read, the damaged one
+		// is EIO (never the content it replaced), and the one whose
+		// created-at and metadata could not be read keeps its body.
+		r.eq("damaged descriptor's session", r.sh("ls "+sess(dmg)), "also.txt\nok.txt\nprev.txt\nwhen.txt\n")
+		r.eq("beside a damaged descriptor", r.sh("cat "+sess(dmg)+"/ok.txt "+sess(dmg)+"/also.txt"), "ok\nalso\n")
+		r.fails("cat "+sess(dmg)+"/prev.txt", eio)
+		waitFor(t, "a log line naming the damaged descriptor", func() bool {
+			return strings.Contains(m.Log(), `\"prev.txt\" in `+snap2+`: unreadable digest \"sha256:zz\"`)
+		})
+		r.eq("unreadable created-at and metadata", r.sh("cat "+sess(dmg)+"/when.txt"), "when\n")
+		r.eq("metadata of another JSON type", r.sh("getfattr --only-values -n user.pugmark.meta.n "+sess(dmg)+"/when.txt"), "3")
+		r.eq("its version", r.sh("cat "+meta(dmg)+"/version"), "2\n")
+		// log.jsonl shows the fields as stored.
+		r.eq("log.jsonl", r.sh("grep -c -e '\"digest\":\"sha256:zz\"' -e '\"created-at\":\"yesterday\"' "+meta(dmg)+"/log.jsonl"), "2\n")
+		r.eq("history before the damage", r.sh("cat "+meta(dmg)+"/at/1/prev.txt"), "old\n")
+		// A rename commits a sound descriptor for the same blob, with
+		// the metadata as read.
+		r.sh("mv " + sess(dmg) + "/when.txt " + sess(dmg) + "/moved.txt")
+		last, err := s.ReadSnapshot(ctx, dmg, 3)
+		if err != nil {
+			t.Fatal(err)
+		} else if d := last[len(last)-1]; d.Name != "moved.txt" || d.Damage != nil || d.Digest != when.Digest || d.Metadata["n"] != "3" {
+			t.Errorf("renamed descriptor %+v", d)
+		}
+		r.eq("renamed", r.sh("cat "+sess(dmg)+"/moved.txt"), "when\n")
 		r.eq("fork of the good part", r.sh("cat "+sess(child)+"/p.txt "+sess(child)+"/forked.txt"), "p at 1\nchild\n")
 		r.eq("inner namespace", r.sh("cat memories/broken/inner/x.md"), "inner\n")
 		r.eq("other namespace", r.sh("cat memories/fine/y.md"), "fine\n")

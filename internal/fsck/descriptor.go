@@ -38,9 +38,14 @@ func (c *checker) decodeArray(o *object, rule, kind string) (elems []json.RawMes
 
 // decodeDescriptor decodes one element. When the descriptor is malformed
 // it still tries to recover the sequence number, so one bad field does not
-// also break the §7.3 continuity check.
+// also break the §7.3 continuity check. A descriptor that decodes with
+// damage (layout.Damage: the mount serves the rest of its snapshot) is
+// malformed all the same.
 func decodeDescriptor(raw json.RawMessage) (d layout.Descriptor, seq int64, seqOK bool, err error) {
 	if err = json.Unmarshal(raw, &d); err == nil {
+		if d.Damage != nil {
+			return d, d.SequenceNumber, true, d.Damage
+		}
 		return d, d.SequenceNumber, true, nil
 	}
 	var s struct {
