@@ -407,10 +407,22 @@ func TestSection5_ManifestCodec(t *testing.T) {
 	if _, err := EncodeManifest(&Manifest{}); err == nil {
 		t.Fatal("encoded a manifest without a session")
 	}
+	// What describes the session without shaping its log is read
+	// leniently: another JSON type is left out, metadata values that
+	// are not strings read as their JSON text.
+	back, err = DecodeManifest([]byte(`{"session":"` + m.Session.String() + `","agent":5,"handler":{"x":1},"metadata":{"n":3,"s":"t","z":null,"o":[true]},"first-sequence-number":4}`))
+	if err != nil || back.Agent != "" || back.Handler != "" || back.FirstSequenceNumber != 4 ||
+		!reflect.DeepEqual(back.Metadata, map[string]string{"n": "3", "s": "t", "z": "", "o": "[true]"}) {
+		t.Fatalf("lenient fields: %+v %v", back, err)
+	}
+	if back, err = DecodeManifest([]byte(`{"session":"` + m.Session.String() + `","metadata":"x","agent":"a"}`)); err != nil || back.Metadata != nil || back.Agent != "a" {
+		t.Fatalf("metadata not an object: %+v %v", back, err)
+	}
 	for _, in := range []string{``, `null`, `[]`, `{}`, `{"session":""}`, `{"session":"xyz"}`,
 		`{"session":"00000000000000000000000000000000"}`,
 		`{"session":"` + m.Session.String() + `","parent":{"session":"` + m.Session.String() + `","version":1}}`,
 		`{"session":"` + m.Session.String() + `","first-sequence-number":"1"}`,
+		`{"session":"` + m.Session.String() + `","name":5}`,
 		`{"session":"` + m.Session.String() + `","parent":{"session":"` + m.Parent.Session.String() + `","version":-1}}`,
 	} {
 		_, err := DecodeManifest([]byte(in))

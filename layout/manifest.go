@@ -36,11 +36,29 @@ func EncodeManifest(m *Manifest) ([]byte, error) {
 
 // DecodeManifest parses a manifest body. A parent of all zeros is read as
 // no parent. The caller checks the ID against the key (DecodeManifestAt).
+//
+// The fields that describe the session without shaping its log (agent,
+// handler, metadata) are read leniently, as a descriptor's are: one of
+// another JSON type is left out (a metadata value that is not a string
+// reads as its JSON text), so a foreign writer's odd annotation does not
+// make its whole session unreadable; the document as stored stays in
+// Stored. The session, parent, name and first-sequence-number must read.
 func DecodeManifest(body []byte) (*Manifest, error) {
 	var m Manifest
-	if err := json.Unmarshal(body, &m); err != nil {
+	// The loose fields, one level up, shadow the Manifest's own: they
+	// are taken as raw values and read below.
+	var doc struct {
+		*Manifest
+		Agent    json.RawMessage `json:"agent"`
+		Handler  json.RawMessage `json:"handler"`
+		Metadata json.RawMessage `json:"metadata"`
+	}
+	doc.Manifest = &m
+	if err := json.Unmarshal(body, &doc); err != nil {
 		return nil, fmt.Errorf("%w: manifest: %v", ErrCorrupt, err)
 	}
+	m.Agent, m.Handler = looseString(doc.Agent), looseString(doc.Handler)
+	m.Metadata = looseMetadata(doc.Metadata)
 	if m.Session.IsZero() {
 		return nil, fmt.Errorf("%w: manifest has no session ID", ErrCorrupt)
 	}
@@ -54,4 +72,35 @@ func DecodeManifest(body []byte) (*Manifest, error) {
 		return nil, fmt.Errorf("%w: manifest of %s names itself as parent", ErrCorrupt, m.Session)
 	}
 	return &m, nil
+}
+
+// looseString is a JSON string's value, or "" for any other value.
+func looseString(v json.RawMessage) string {
+	var s string
+	if json.Unmarshal(v, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// looseMetadata reads an object's values as strings: null as "", any
+// other non-string as its JSON text; not an object reads as none.
+func looseMetadata(v json.RawMessage) map[string]string {
+	var raw map[string]json.RawMessage
+	if json.Unmarshal(v, &raw) != nil || len(raw) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(raw))
+	for k, mv := range raw {
+		var s *string
+		switch {
+		case json.Unmarshal(mv, &s) != nil:
+			m[k] = string(canonicalRaw(mv))
+		case s != nil:
+			m[k] = *s
+		default:
+			m[k] = ""
+		}
+	}
+	return m
 }
