@@ -100,8 +100,12 @@ type Cache struct {
 	trees         *simplelru.LRU[ancestorKey, *Dir]
 	// partial holds, per damaged session, the largest state of its
 	// versions before the damage that StateUpTo built (damaged.go).
-	partial   *simplelru.LRU[layout.SessionID, *State]
-	recent    recentSnaps // recent.go
+	partial *simplelru.LRU[layout.SessionID, *State]
+	recent  recentSnaps // recent.go
+	// early are the reads of first versions a first lookup started
+	// before it knew the latest version (early.go), by session and
+	// version; the lookup removes its own when it ends.
+	early     map[ancestorKey]*flight[[]layout.Descriptor]
 	list      sessionList
 	hourLists hourLists
 	hours     hourChecks // hourcheck.go

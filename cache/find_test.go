@@ -2,13 +2,17 @@ package cache
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
 	"gocloud.dev/blob"
+	"gocloud.dev/blob/memblob"
 )
 
 // TestFindLoadsFirstContact: a lookup of a session this cache has never
@@ -74,4 +78,92 @@ func TestFindAfterListingReadsNoManifest(t *testing.T) {
 			t.Errorf("a listed session's lookup read its manifest %d times, want 0", m)
 		}
 	})
+}
+
+// TestFindReadsFirstVersionsBesideTheList: a first lookup reads the first
+// versions of the session while the LIST that gives its latest version
+// is still out (the LIST here answers only once versions 1 and 2 are
+// being read), so a short session is loaded after one round trip; a
+// version read early is not read again, and a longer session reads the
+// rest of its versions in one range once the LIST has answered.
+func TestFindReadsFirstVersionsBesideTheList(t *testing.T) {
+	for _, n := range []uint32{2, earlyVersions + 2} {
+		t.Run(fmt.Sprint(n, " versions"), func(t *testing.T) {
+			w := newWorld(t, memblob.OpenBucket(nil))
+			cs := newCountingStore(w.store)
+			gs := &listGate{countingStore: cs, want: 2, seen: map[uint32]bool{}, open: make(chan struct{})}
+			c := newCache(t, gs, Options{MetadataTTL: time.Hour, Now: newClock().Now})
+			s := w.session()
+			for v := uint32(1); v <= n; v++ {
+				w.commit(s, textDesc(fmt.Sprint("f", v), fmt.Sprint("v", v), epoch))
+			}
+			cs.mu.Lock()
+			cs.beforeRange = gs.started
+			cs.mu.Unlock()
+			if _, _, err := c.Find(bg, s); err != nil {
+				t.Fatal(err)
+			}
+			if gs.waited.Load() {
+				t.Error("the LIST answered before the first versions were being read")
+			}
+			st := mustState(t, c, s)
+			if st.Version != n || body(st, "f1") != "v1" || body(st, fmt.Sprint("f", n)) != fmt.Sprint("v", n) {
+				t.Fatalf("state after Find: version %d, f1 %q", st.Version, body(st, "f1"))
+			}
+			want := []string{"1-1", "2-2", "3-3", "4-4"}
+			if n > earlyVersions {
+				want = append(want, fmt.Sprintf("%d-%d", earlyVersions+1, n))
+			}
+			cs.mu.Lock()
+			spans := slices.Clone(cs.spans)
+			cs.mu.Unlock()
+			slices.Sort(spans)
+			if !slices.Equal(spans, want) {
+				t.Errorf("snapshot reads %q, want %q", spans, want)
+			}
+		})
+	}
+}
+
+// listGate holds the hour's LIST until versions 1..want of a session are
+// being read (30 s at most, then answers and says so in waited).
+type listGate struct {
+	*countingStore
+	want   uint32
+	mu     sync.Mutex
+	seen   map[uint32]bool
+	open   chan struct{}
+	waited atomic.Bool
+}
+
+func (g *listGate) started(_ context.Context, _ layout.SessionID) {
+	g.countingStore.mu.Lock()
+	last := g.countingStore.spans[len(g.countingStore.spans)-1]
+	g.countingStore.mu.Unlock()
+	var from, to uint32
+	fmt.Sscanf(last, "%d-%d", &from, &to)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for v := from; v <= to; v++ {
+		g.seen[v] = true
+	}
+	for v := uint32(1); v <= g.want; v++ {
+		if !g.seen[v] {
+			return
+		}
+	}
+	select {
+	case <-g.open:
+	default:
+		close(g.open)
+	}
+}
+
+func (g *listGate) ListHourVersions(ctx context.Context, hour uint32, maxPages int, bad func(key string, err error), shown func([]layout.ListedSession)) ([]layout.ListedSession, error) {
+	select {
+	case <-g.open:
+	case <-time.After(30 * time.Second):
+		g.waited.Store(true)
+	}
+	return g.countingStore.ListHourVersions(ctx, hour, maxPages, bad, shown)
 }

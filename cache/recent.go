@@ -66,11 +66,15 @@ func (r *recentSnaps) addLocked(id layout.SessionID, v uint32, ds []layout.Descr
 	}
 }
 
-// readSnaps returns versions from..to of id. The newest of them that are
-// among the recent snapshots (the latest, when a summary just read it)
-// are taken from there and only the rest is read from the store; a
+// readSnaps returns versions from..to of id. The first of them that a
+// lookup is reading early (early.go) come from those reads; the newest
+// that are among the recent snapshots (the latest, when a summary just
+// read it) are taken from there; only the rest is read from the store. A
 // single version read is kept.
 func (c *Cache) readSnaps(ctx context.Context, id layout.SessionID, from, to uint32) ([][]layout.Descriptor, error) {
+	if early := c.earlyFrom(id, from, to); len(early) > 0 {
+		return c.readSnapsEarly(ctx, id, from, to, early)
+	}
 	var tail [][]layout.Descriptor // newest first
 	c.mu.Lock()
 	for from > 0 && to >= from {

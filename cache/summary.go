@@ -86,10 +86,11 @@ const FirstLoadMax = 64
 // Find is Summary for a path walk (a lookup of sessions/<id>). A session
 // that no listing and no summary of this mount has shown is most likely
 // about to be read (cd, find, cat of a path into it), so Find reads its
-// manifest, whose key follows from the ID, beside the freshness LIST;
-// and when the LIST shows at most FirstLoadMax versions, Find loads the
-// state (the manifest and every snapshot at once) where Summary would
-// read the latest snapshot: the same two round trips, after which the
+// manifest and its first snapshots (early.go), whose keys follow from
+// the ID, beside the freshness LIST; and when the LIST shows at most
+// FirstLoadMax versions, Find loads the state (the manifest and every
+// snapshot at once) where Summary would read the latest snapshot: one
+// round trip for a short session, two for a longer one, after which the
 // walk's first readdir waits for none. A session a listing showed gets
 // none of this: `ls -l sessions/` looks entries up again once their
 // entry TTL has passed, and would load every session for nothing. A
@@ -102,6 +103,8 @@ func (c *Cache) Find(ctx context.Context, id layout.SessionID) (version uint32, 
 			// such session) is the lookup's to report.
 			_, _ = c.manifest(context.WithoutCancel(ctx), id)
 		}()
+		stop := c.readEarly(ctx, id)
+		defer stop()
 		if v, _, err := c.freshVersion(ctx, id); err == nil && v > 0 && v <= FirstLoadMax {
 			if st, err := c.State(ctx, id); err == nil {
 				return st.Version, st.UpdatedAt, nil
