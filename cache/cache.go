@@ -105,7 +105,7 @@ type Cache struct {
 	// early are the reads of first versions a first lookup started
 	// before it knew the latest version (early.go), by session and
 	// version; the lookup removes its own when it ends.
-	early     map[ancestorKey]*flight[[]layout.Descriptor]
+	early     map[ancestorKey]*earlyRead
 	list      sessionList
 	hourLists hourLists
 	hours     hourChecks // hourcheck.go
@@ -139,6 +139,7 @@ type sessionList struct {
 
 type counters struct {
 	loads, refreshes, hits, checks, hourChecks, evictions, snapshotsRead atomic.Int64
+	earlyReads, earlyMisses                                              atomic.Int64
 }
 
 // Stats are the session cache's counters.
@@ -149,6 +150,10 @@ type Stats struct {
 	// many sessions' latest versions at once (hourcheck.go); Checks are
 	// the LISTs of one session's snapshots.
 	HourChecks int64
+	// EarlyReads are the snapshot reads a first lookup started before
+	// it knew the session's latest version (early.go); EarlyMisses
+	// those of them that found no such version or were not used.
+	EarlyReads, EarlyMisses int64
 }
 
 // New returns a Cache over store.
@@ -220,7 +225,8 @@ func (c *Cache) Stats() Stats {
 	c.mu.Unlock()
 	return Stats{Sessions: n, Loads: c.stats.loads.Load(), Refreshes: c.stats.refreshes.Load(),
 		Hits: c.stats.hits.Load(), Checks: c.stats.checks.Load(), Evictions: c.stats.evictions.Load(),
-		Snaps: c.stats.snapshotsRead.Load(), HourChecks: c.stats.hourChecks.Load()}
+		Snaps: c.stats.snapshotsRead.Load(), HourChecks: c.stats.hourChecks.Load(),
+		EarlyReads: c.stats.earlyReads.Load(), EarlyMisses: c.stats.earlyMisses.Load()}
 }
 
 // TTL returns the metadata TTL.

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/pugmark/pugfs/layout"
 )
@@ -22,12 +23,20 @@ import (
 // answers.
 const earlyVersions = 4
 
+// earlyRead is one early snapshot read; used is set when a load took its
+// result.
+type earlyRead struct {
+	flight[[]layout.Descriptor]
+	used atomic.Bool
+}
+
 // readEarly starts the reads of id's first versions and returns the
 // function that ends them: it drops the reads from Cache.early, so that
 // they live as long as the lookup that started them, and cancels those
 // still running. A load that took a read before then keeps it.
 func (c *Cache) readEarly(ctx context.Context, id layout.SessionID) (stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var mine []*earlyRead
 	var keys []ancestorKey
 	c.mu.Lock()
 	for v := uint32(1); v <= earlyVersions; v++ {
@@ -35,12 +44,13 @@ func (c *Cache) readEarly(ctx context.Context, id layout.SessionID) (stop func()
 		if _, ok := c.early[k]; ok {
 			continue // another lookup's
 		}
-		fl := &flight[[]layout.Descriptor]{done: make(chan struct{})}
+		fl := &earlyRead{flight: flight[[]layout.Descriptor]{done: make(chan struct{})}}
 		if c.early == nil {
-			c.early = map[ancestorKey]*flight[[]layout.Descriptor]{}
+			c.early = map[ancestorKey]*earlyRead{}
 		}
 		c.early[k] = fl
-		keys = append(keys, k)
+		keys, mine = append(keys, k), append(mine, fl)
+		c.stats.earlyReads.Add(1)
 		go func() {
 			defer close(fl.done)
 			snaps, err := c.store.ReadSnapshotRange(ctx, id, k.v, k.v, 1)
@@ -60,15 +70,20 @@ func (c *Cache) readEarly(ctx context.Context, id layout.SessionID) (stop func()
 		}
 		c.mu.Unlock()
 		cancel()
+		for _, fl := range mine {
+			if !fl.used.Load() {
+				c.stats.earlyMisses.Add(1)
+			}
+		}
 	}
 }
 
 // earlyFrom returns the early reads of id's versions from, from+1, ...
 // up to to, in order, stopping at the first version without one.
-func (c *Cache) earlyFrom(id layout.SessionID, from, to uint32) []*flight[[]layout.Descriptor] {
+func (c *Cache) earlyFrom(id layout.SessionID, from, to uint32) []*earlyRead {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []*flight[[]layout.Descriptor]
+	var out []*earlyRead
 	for v := from; v <= to && v != 0; v++ {
 		fl, ok := c.early[ancestorKey{id, v}]
 		if !ok {
@@ -83,7 +98,7 @@ func (c *Cache) earlyFrom(id layout.SessionID, from, to uint32) []*flight[[]layo
 // early reads: it reads the versions after them meanwhile, and reads
 // again any early one that failed (cancelled with its lookup, or read
 // before it existed).
-func (c *Cache) readSnapsEarly(ctx context.Context, id layout.SessionID, from, to uint32, early []*flight[[]layout.Descriptor]) ([][]layout.Descriptor, error) {
+func (c *Cache) readSnapsEarly(ctx context.Context, id layout.SessionID, from, to uint32, early []*earlyRead) ([][]layout.Descriptor, error) {
 	type read struct {
 		snaps [][]layout.Descriptor
 		err   error
@@ -106,7 +121,9 @@ func (c *Cache) readSnapsEarly(ctx context.Context, id layout.SessionID, from, t
 			return nil, ctx.Err()
 		}
 		ds := fl.v
-		if fl.err != nil {
+		if fl.err == nil {
+			fl.used.Store(true)
+		} else {
 			v := from + uint32(i)
 			snaps, err := c.store.ReadSnapshotRange(ctx, id, v, v, 1)
 			if err != nil {

@@ -121,6 +121,10 @@ func TestFindReadsFirstVersionsBesideTheList(t *testing.T) {
 			if !slices.Equal(spans, want) {
 				t.Errorf("snapshot reads %q, want %q", spans, want)
 			}
+			// The versions a short session lacks are read for nothing.
+			if st, miss := c.Stats(), int64(earlyVersions-min(n, earlyVersions)); st.EarlyReads != earlyVersions || st.EarlyMisses != miss {
+				t.Errorf("early reads %d, not used %d; want %d, %d", st.EarlyReads, st.EarlyMisses, earlyVersions, miss)
+			}
 		})
 	}
 }

@@ -122,11 +122,13 @@ func finishDamage(d *Descriptor) {
 }
 
 // damagedIn names key as the object that damaged descriptors of ds were
-// read from, for their errors; ds was just decoded and is not shared.
-func damagedIn(ds []Descriptor, key string) {
+// read from, for their errors, and counts them; ds was just decoded and
+// is not shared.
+func (s *Store) damagedIn(ds []Descriptor, key string) {
 	for i := range ds {
 		if ds[i].Damage != nil {
 			ds[i].Damage.Key = key
+			s.st.damaged.Add(1)
 		}
 	}
 }

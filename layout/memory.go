@@ -96,7 +96,7 @@ func (s *Store) ReadMemory(ctx context.Context, ns string, v uint32) ([]Descript
 	if err != nil {
 		return nil, fmt.Errorf("load memory %s (%s): %w", ns, key, err)
 	}
-	damagedIn(ds, key)
+	s.damagedIn(ds, key)
 	return ds, nil
 }
 

@@ -280,7 +280,7 @@ func (s *Store) ReadSnapshot(ctx context.Context, id SessionID, v uint32) ([]Des
 	if err != nil {
 		return nil, fmt.Errorf("load snapshot %d of %s (%s): %w", v, id, key, err)
 	}
-	damagedIn(ds, key)
+	s.damagedIn(ds, key)
 	// §12.3: a cross-session write aimed at its own session is a local
 	// write; a writer that kept the field made a named slot all the same.
 	for i := range ds {

@@ -77,6 +77,9 @@ type Stats struct {
 	// BlobsLinked counts blobs stored by publishing the caller's file
 	// itself (PutBlobFile, BlobInfo.Linked): uploads that copied nothing.
 	BlobsLinked int64
+	// Damaged counts the descriptors read with fields that could not be
+	// read (Descriptor.Damage), each time their file was read.
+	Damaged int64
 }
 
 type counters struct {
@@ -85,6 +88,7 @@ type counters struct {
 	retries, errors                   atomic.Int64
 	inFlight, peakInFlight            atomic.Int64
 	blobsLinked                       atomic.Int64
+	damaged                           atomic.Int64
 }
 
 // enter counts a request in flight and returns its leave.
@@ -106,7 +110,7 @@ func (s *Store) Stats() Stats {
 		Lists: s.st.lists.Load(), Deletes: s.st.deletes.Load(),
 		BytesRead: s.st.bytesRead.Load(), BytesWritten: s.st.bytesWritten.Load(), BlobsLinked: s.st.blobsLinked.Load(),
 		Retries: s.st.retries.Load(), Errors: s.st.errors.Load(),
-		PeakInFlight: s.st.peakInFlight.Load(),
+		PeakInFlight: s.st.peakInFlight.Load(), Damaged: s.st.damaged.Load(),
 	}
 }
 

@@ -159,6 +159,7 @@ func TestReadCorruptObjects(t *testing.T) {
 		waitFor(t, "a log line naming the damaged descriptor", func() bool {
 			return strings.Contains(m.Log(), `\"prev.txt\" in `+snap2+`: unreadable digest \"sha256:zz\"`)
 		})
+		r.eq("counted", r.sh("grep -c 'descriptors read with unreadable fields [1-9]' .pugmark/stats"), "1\n")
 		r.eq("unreadable created-at and metadata", r.sh("cat "+sess(dmg)+"/when.txt"), "when\n")
 		r.eq("metadata of another JSON type", r.sh("getfattr --only-values -n user.pugmark.meta.n "+sess(dmg)+"/when.txt"), "3")
 		r.eq("its version", r.sh("cat "+meta(dmg)+"/version"), "2\n")
