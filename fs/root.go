@@ -57,7 +57,8 @@ func (f *FS) statsText() string {
 	fmt.Fprintf(&b, "backend requests: get %d, head %d, put %d, list %d, delete %d\n",
 		ls.Gets, ls.Heads, ls.Puts, ls.Lists, ls.Deletes)
 	fmt.Fprintf(&b, "backend bytes: read %d, written %d; blobs stored by linking the staged file (no copy) %d\n", ls.BytesRead, ls.BytesWritten, ls.BlobsLinked)
-	fmt.Fprintf(&b, "backend retries %d, errors %d; descriptors read with unreadable fields %d\n", ls.Retries, ls.Errors, ls.Damaged)
+	fmt.Fprintf(&b, "backend retries %d, errors %d\n", ls.Retries, ls.Errors)
+	fmt.Fprintf(&b, "descriptors read with unreadable fields %d\n", ls.Damaged)
 	fmt.Fprintf(&b, "backend requests in flight: peak %d\n", ls.PeakInFlight)
 	fmt.Fprintf(&b, "%s\n", f.cache.Stats())
 	fmt.Fprintf(&b, "%s\n", f.blobs.Stats()) // "blob cache <part>: ..." lines

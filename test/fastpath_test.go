@@ -281,8 +281,11 @@ func TestReadAheadIntoPageCache(t *testing.T) {
 			t.Fatalf("first files: %q", got)
 		}
 		waitFor(t, "bodies fetched ahead", func() bool { return fetched() >= 4 })
-		if s := stored(); s != 0 {
-			t.Fatalf("%d bodies stored before the kernel knew their files", s)
+		// A body of f01-f03 may arrive after cat has looked its file up
+		// (the next cat's lookup can win the race with the fetch): the
+		// kernel knows those. The files after them must wait.
+		if s := stored(); s > 3 {
+			t.Fatalf("%d bodies stored before the kernel knew their files (at most f01-f03 may be)", s)
 		}
 		sh(t, m.Dir, "ls "+sess+"/d >/dev/null") // the kernel learns every file
 		waitFor(t, "bodies handed to the kernel after the listing", func() bool { return stored() > 0 })
