@@ -110,7 +110,12 @@ func TestFindReadsFirstVersionsBesideTheList(t *testing.T) {
 			if st.Version != n || body(st, "f1") != "v1" || body(st, fmt.Sprint("f", n)) != fmt.Sprint("v", n) {
 				t.Fatalf("state after Find: version %d, f1 %q", st.Version, body(st, "f1"))
 			}
-			want := []string{"1-1", "2-2", "3-3", "4-4"}
+			// Each version the session has is read once; the early reads
+			// of versions it lacks may be cancelled before they are sent.
+			var want []string
+			for v := uint32(1); v <= earlyVersions; v++ {
+				want = append(want, fmt.Sprintf("%d-%d", v, v))
+			}
 			if n > earlyVersions {
 				want = append(want, fmt.Sprintf("%d-%d", earlyVersions+1, n))
 			}
@@ -118,8 +123,8 @@ func TestFindReadsFirstVersionsBesideTheList(t *testing.T) {
 			spans := slices.Clone(cs.spans)
 			cs.mu.Unlock()
 			slices.Sort(spans)
-			if !slices.Equal(spans, want) {
-				t.Errorf("snapshot reads %q, want %q", spans, want)
+			if !slices.Equal(spans, want) && (n >= earlyVersions || !readOnceEach(want[:n], spans, want)) {
+				t.Errorf("snapshot reads %q, want %q (or at least the first %d)", spans, want, min(n, earlyVersions))
 			}
 			// The versions a short session lacks are read for nothing.
 			if st, miss := c.Stats(), int64(earlyVersions-min(n, earlyVersions)); st.EarlyReads != earlyVersions || st.EarlyMisses != miss {
@@ -127,6 +132,24 @@ func TestFindReadsFirstVersionsBesideTheList(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readOnceEach reports whether got holds every span of need
+// and otherwise only spans of all, each at most once.
+func readOnceEach(need, got, all []string) bool {
+	seen := map[string]bool{}
+	for _, g := range got {
+		if seen[g] || !slices.Contains(all, g) {
+			return false
+		}
+		seen[g] = true
+	}
+	for _, n := range need {
+		if !seen[n] {
+			return false
+		}
+	}
+	return true
 }
 
 // listGate holds the hour's LIST until versions 1..want of a session are
@@ -141,15 +164,19 @@ type listGate struct {
 }
 
 func (g *listGate) started(_ context.Context, _ layout.SessionID) {
+	// Every span so far, not the last one: the early reads run
+	// concurrently, and another may have been recorded after this one.
 	g.countingStore.mu.Lock()
-	last := g.countingStore.spans[len(g.countingStore.spans)-1]
+	spans := slices.Clone(g.countingStore.spans)
 	g.countingStore.mu.Unlock()
-	var from, to uint32
-	fmt.Sscanf(last, "%d-%d", &from, &to)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for v := from; v <= to; v++ {
-		g.seen[v] = true
+	for _, span := range spans {
+		var from, to uint32
+		fmt.Sscanf(span, "%d-%d", &from, &to)
+		for v := from; v <= to; v++ {
+			g.seen[v] = true
+		}
 	}
 	for v := uint32(1); v <= g.want; v++ {
 		if !g.seen[v] {
