@@ -105,19 +105,22 @@ func (s *Store) PutBlobFile(ctx context.Context, f *os.File, d Digest, size int6
 	return info, err
 }
 
-// putBlob skips the upload when the blob exists, otherwise writes it with
-// the immutable Cache-Control and, where the backend takes one, a
+// putBlob skips the upload when the blob exists (asked for blobs of at
+// least Options.PutBlindBelow bytes), otherwise writes it with the
+// immutable Cache-Control and, where the backend takes one, a
 // backend-side check of the body: SHA-256 (S3, local) or the MD5 that md5
 // computes (GCS, Azure). It never uses If-None-Match (§3).
 func (s *Store) putBlob(ctx context.Context, d Digest, c Conditions, write func(context.Context, *blob.WriterOptions) error, o BlobOptions) (BlobInfo, error) {
 	size := c.Size
 	info := BlobInfo{Digest: d, Size: size}
 	key := BlobKey(d)
-	if a, err := s.head(ctx, key); err == nil && a.Size == size {
-		info.Existed = true
-		return info, nil
-	} else if err != nil && !errors.Is(err, ErrNotFound) {
-		return info, fmt.Errorf("store blob %s: %w", d, err)
+	if size >= s.opts.PutBlindBelow {
+		if a, err := s.head(ctx, key); err == nil && a.Size == size {
+			info.Existed = true
+			return info, nil
+		} else if err != nil && !errors.Is(err, ErrNotFound) {
+			return info, fmt.Errorf("store blob %s: %w", d, err)
+		}
 	}
 	ct := o.ContentType
 	if ct == "" {

@@ -100,6 +100,41 @@ func TestSection3_BlobWrites(t *testing.T) {
 	})
 }
 
+// TestPutBlindBelow: a blob smaller than Options.PutBlindBelow is written
+// without a HEAD (on a remote bucket the HEAD is a round trip as dear as
+// the upload), again when written again; a larger one is asked about
+// first and not sent again. The PUT that replaces a stored body is still
+// checked by the backend where it checks bodies.
+func TestPutBlindBelow(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, &Options{PutBlindBelow: 64})
+		small, large := []byte("a small body"), bytes.Repeat([]byte("large "), 20)
+		for i, tc := range []struct {
+			body        []byte
+			heads, puts int64
+			existed     bool
+		}{
+			{small, 0, 1, false},
+			{small, 0, 1, false},
+			{large, 1, 1, false},
+			{large, 1, 0, true},
+		} {
+			before := s.Stats()
+			bi, err := s.PutBlobBytes(bg, tc.body, BlobOptions{})
+			after := s.Stats()
+			if err != nil || bi.Existed != tc.existed {
+				t.Fatalf("put %d: %+v %v", i, bi, err)
+			}
+			if h, p := after.Heads-before.Heads, after.Puts-before.Puts; h != tc.heads || p != tc.puts {
+				t.Errorf("put %d (%d bytes): %d HEADs and %d PUTs, want %d and %d", i, len(tc.body), h, p, tc.heads, tc.puts)
+			}
+			if raw, err := b.ReadAll(bg, BlobKey(DigestOf(tc.body))); err != nil || !bytes.Equal(raw, tc.body) {
+				t.Fatalf("put %d stored %q %v", i, raw, err)
+			}
+		}
+	})
+}
+
 // §3.2: remote-URI ingestion stores the body as a local blob and returns
 // the descriptor (inline data when at most 1024 bytes, §3.1).
 func TestSection3_2_Ingest(t *testing.T) {

@@ -48,6 +48,7 @@ func newStore(t *testing.T, b *blob.Bucket, opts *Options) *Store {
 		if opts.Now != nil {
 			o.Now = opts.Now
 		}
+		o.PutBlindBelow = opts.PutBlindBelow
 	}
 	return New(b, &o)
 }

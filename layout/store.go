@@ -27,6 +27,15 @@ type Options struct {
 	CommitRetries int
 	// Now returns the current time (default time.Now); tests pin it.
 	Now func() time.Time
+	// PutBlindBelow: a blob of fewer bytes than this is uploaded without
+	// first asking (HEAD) whether the bucket holds it. Writing a blob
+	// again is harmless (§3: the key names the content), and on a
+	// remote bucket the HEAD is a round trip that costs about what
+	// sending a small body does, so asking pays only for bodies large
+	// enough that not sending them saves more. 0 (the default) always
+	// asks: on a local disk asking is a stat, far cheaper than the
+	// write and fsyncs it can save.
+	PutBlindBelow int64
 }
 
 // Store is the pugmark layout over one bucket. It is safe for concurrent

@@ -154,3 +154,46 @@ func TestRemoteBudgetExploreSession(t *testing.T) {
 	}
 	// Without it (the first mounts), the same file showed the stored gzip.
 }
+
+var budgetBlobWrites = regexp.MustCompile(`(?m)^faults counted objects/: get \d+, head (\d+), put (\d+),`)
+
+// TestRemoteBudgetSmallWrite: on a bucket that is not a local directory,
+// a small file closed after writing costs its blob PUT and its snapshot
+// PUT, not a HEAD first (tar and cp of small files paid three round trips
+// a file); a large one asks first, and is not uploaded again when the
+// bucket has it.
+func TestRemoteBudgetSmallWrite(t *testing.T) {
+	t.Parallel()
+	bk := relLocalBucket(t)
+	id := relSession(t, bk)
+	fb := relWithFaults(bk, map[string]string{"fault_count_prefix": "objects/"})
+	m := relMountOn(t, fb, t.TempDir(), "--cache-dir", t.TempDir())
+	blobs := func() (head, put int64) {
+		g := budgetBlobWrites.FindStringSubmatch(relReadStats(t, m).raw)
+		if g == nil {
+			t.Fatalf("no count of objects/ requests in .pugmark/stats")
+		}
+		head, _ = strconv.ParseInt(g[1], 10, 64)
+		put, _ = strconv.ParseInt(g[2], 10, 64)
+		return head, put
+	}
+	for _, step := range []struct {
+		what, script string
+		head, put    int64
+	}{
+		{"a small file", "printf 'small body' > s1", 0, 1},
+		{"the same small body again", "printf 'small body' > s2", 0, 1},
+		{"a 1 MiB file", "head -c 1048576 /dev/zero > l1", 1, 1},
+		{"the same 1 MiB body again", "head -c 1048576 /dev/zero > l2", 1, 0},
+	} {
+		h0, p0 := blobs()
+		sh(t, m.Dir, "cd "+sess(id)+" && "+step.script)
+		h1, p1 := blobs()
+		if h1-h0 != step.head || p1-p0 != step.put {
+			t.Errorf("%s: %d HEADs and %d PUTs under objects/, want %d and %d", step.what, h1-h0, p1-p0, step.head, step.put)
+		}
+	}
+	if got := sh(t, m.Dir, "cd "+sess(id)+" && cat s1 s2 && cmp l1 l2 && stat -c %s l2"); got != "small bodysmall body1048576\n" {
+		t.Errorf("read back %q", got)
+	}
+}
