@@ -49,6 +49,7 @@ func newStore(t *testing.T, b *blob.Bucket, opts *Options) *Store {
 			o.Now = opts.Now
 		}
 		o.PutBlindBelow = opts.PutBlindBelow
+		o.Keeper = opts.Keeper
 	}
 	return New(b, &o)
 }

@@ -452,9 +452,13 @@ func (s *Store) listPartition(ctx context.Context, w *partitionWalk, prefix stri
 			switch {
 			case rest == manifestName:
 				cur.Manifest = true
-			case cur.Version == 0 && strings.HasPrefix(rest, snapshotsDir):
+				s.noteStamp(cur.ID, 0, o)
+			case (cur.Version == 0 || s.opts.Keeper != nil) && strings.HasPrefix(rest, snapshotsDir):
 				if v, err := ParseVersionFileName(strings.TrimPrefix(rest, snapshotsDir)); err == nil {
-					cur.Version = v
+					if cur.Version == 0 {
+						cur.Version = v
+					}
+					s.noteStamp(cur.ID, v, o)
 				}
 			}
 		}

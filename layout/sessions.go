@@ -30,14 +30,18 @@ func (s *Store) LoadManifest(ctx context.Context, id SessionID) (*Manifest, erro
 	if err != nil {
 		return nil, err
 	}
-	body, err := s.getAll(ctx, key, maxManifest)
+	body, keep, err := s.readOnce(ctx, key, id, 0, maxManifest)
 	if errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("load manifest of %s: %w", id, ErrSessionNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load manifest of %s: %w", id, err)
 	}
-	return decodeManifestAt(key, id, body)
+	m, err := decodeManifestAt(key, id, body)
+	if err == nil {
+		keep()
+	}
+	return m, err
 }
 
 // decodeManifestAt decodes the manifest body stored at key, which must be
@@ -192,6 +196,7 @@ func (s *Store) LatestVersion(ctx context.Context, id SessionID) (uint32, error)
 			return true
 		}
 		latest = v
+		s.noteStamp(id, v, o)
 		return false
 	})
 	if err != nil {
@@ -272,7 +277,7 @@ func (s *Store) ReadSnapshot(ctx context.Context, id SessionID, v uint32) ([]Des
 	if err != nil {
 		return nil, err
 	}
-	body, err := s.getAll(ctx, key, s.opts.MaxDecoded)
+	body, keep, err := s.readOnce(ctx, key, id, v, s.opts.MaxDecoded)
 	if err != nil {
 		return nil, fmt.Errorf("load snapshot %d of %s: %w", v, id, err)
 	}
@@ -280,6 +285,7 @@ func (s *Store) ReadSnapshot(ctx context.Context, id SessionID, v uint32) ([]Des
 	if err != nil {
 		return nil, fmt.Errorf("load snapshot %d of %s (%s): %w", v, id, key, err)
 	}
+	keep()
 	s.damagedIn(ds, key)
 	// §12.3: a cross-session write aimed at its own session is a local
 	// write; a writer that kept the field made a named slot all the same.

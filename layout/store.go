@@ -36,15 +36,20 @@ type Options struct {
 	// asks: on a local disk asking is a stat, far cheaper than the
 	// write and fsyncs it can save.
 	PutBlindBelow int64
+	// Keeper, if set, keeps the bodies of snapshots and manifests read
+	// from the bucket and gives them back when a listing shows the same
+	// object unchanged (kept.go).
+	Keeper Keeper
 }
 
 // Store is the pugmark layout over one bucket. It is safe for concurrent
 // use and holds no cache: every call goes to the bucket (cache/ sits on
 // top).
 type Store struct {
-	b    *blob.Bucket
-	opts Options
-	st   counters
+	b      *blob.Bucket
+	opts   Options
+	st     counters
+	stamps stamps
 }
 
 // New returns a Store over b.
@@ -89,6 +94,9 @@ type Stats struct {
 	// Damaged counts the descriptors read with fields that could not be
 	// read (Descriptor.Damage), each time their file was read.
 	Damaged int64
+	// Kept counts the snapshots and manifests read from Options.Keeper
+	// instead of the bucket.
+	Kept int64
 }
 
 type counters struct {
@@ -98,6 +106,7 @@ type counters struct {
 	inFlight, peakInFlight            atomic.Int64
 	blobsLinked                       atomic.Int64
 	damaged                           atomic.Int64
+	kept                              atomic.Int64
 }
 
 // enter counts a request in flight and returns its leave.
@@ -120,6 +129,7 @@ func (s *Store) Stats() Stats {
 		BytesRead: s.st.bytesRead.Load(), BytesWritten: s.st.bytesWritten.Load(), BlobsLinked: s.st.blobsLinked.Load(),
 		Retries: s.st.retries.Load(), Errors: s.st.errors.Load(),
 		PeakInFlight: s.st.peakInFlight.Load(), Damaged: s.st.damaged.Load(),
+		Kept: s.st.kept.Load(),
 	}
 }
 
@@ -155,7 +165,14 @@ func (s *Store) retry(ctx context.Context, fn func() error) error {
 
 // getAll reads a whole object, at most max bytes.
 func (s *Store) getAll(ctx context.Context, key string, max int64) ([]byte, error) {
+	body, _, err := s.getStamped(ctx, key, max)
+	return body, err
+}
+
+// getStamped is getAll that also returns the stamp of what it read.
+func (s *Store) getStamped(ctx context.Context, key string, max int64) ([]byte, Stamp, error) {
 	var body []byte
+	var st Stamp
 	err := s.retry(ctx, func() error {
 		s.st.gets.Add(1)
 		r, err := s.b.NewReader(ctx, key, nil)
@@ -177,15 +194,16 @@ func (s *Store) getAll(ctx context.Context, key string, max int64) ([]byte, erro
 			return fmt.Errorf("%w: %s grew past %d bytes", ErrTooLarge, key, max)
 		}
 		body = buf.Bytes()
+		st = stampOf(r.Size(), r.ModTime())
 		return nil
 	})
 	if err != nil {
 		if isNotFound(err) {
-			return nil, fmt.Errorf("get %s: %w", key, ErrNotFound)
+			return nil, st, fmt.Errorf("get %s: %w", key, ErrNotFound)
 		}
-		return nil, fmt.Errorf("get %s: %w", key, err)
+		return nil, st, fmt.Errorf("get %s: %w", key, err)
 	}
-	return body, nil
+	return body, st, nil
 }
 
 // head returns an object's attributes.

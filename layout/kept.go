@@ -1,0 +1,107 @@
+package layout
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"gocloud.dev/blob"
+)
+
+// Kept objects. Snapshots and manifests are written once, with
+// If-None-Match (§13.1), and never change, so a body read once could
+// serve every later mount of the bucket. What keeps that safe is the
+// listing: a kept body is used only when a listing of this Store showed
+// the object with the stamp (size and modification time) it was kept
+// with. The freshness pass of a mount lists every hour partition anyway,
+// and one such LIST names each session's manifest and snapshots with
+// their stamps, so a fresh mount with the cache directory of an earlier
+// one loads the sessions it lists without a GET; a bucket emptied and
+// written again (the same session IDs, other content) shows other stamps,
+// and its objects are read again.
+
+// Stamp identifies one stored state of an object as both a listing and a
+// read report it: its size and its modification time in whole seconds (S3
+// gives a read's time to the second and a listing's to the millisecond).
+type Stamp struct {
+	Size int64
+	Mod  int64 // Unix seconds
+}
+
+// stampOf returns the stamp of an object of size bytes modified at mod.
+func stampOf(size int64, mod time.Time) Stamp { return Stamp{Size: size, Mod: mod.Unix()} }
+
+// Keeper keeps the bodies of write-once objects (Options.Keeper). Both
+// methods are best effort: a body not kept is read from the bucket.
+type Keeper interface {
+	// Kept returns the body kept for key under stamp st.
+	Kept(key string, st Stamp) ([]byte, bool)
+	// Keep offers a body just read from key, stored with stamp st.
+	Keep(key string, st Stamp, body []byte)
+}
+
+// maxStamps bounds the stamps a Store remembers from its listings (some
+// 50 bytes each: 12 MiB at the bound, two per session of a bucket of
+// 100,000 one-snapshot sessions). Past it they are forgotten, and the
+// objects they vouched for are read from the bucket again until the next
+// listing.
+const maxStamps = 1 << 18
+
+// stampKey names a write-once object of a session: snapshot v, or the
+// manifest (v 0; versions start at 1).
+type stampKey struct {
+	id SessionID
+	v  uint32
+}
+
+// stamps is what this Store's listings showed of write-once objects.
+type stamps struct {
+	mu sync.Mutex
+	m  map[stampKey]Stamp // GUARDED_BY(mu)
+}
+
+// note records the stamp a listing showed for object o of session id
+// (version v; 0 for the manifest). A no-op without a Keeper.
+func (s *Store) noteStamp(id SessionID, v uint32, o *blob.ListObject) {
+	if s.opts.Keeper == nil {
+		return
+	}
+	s.stamps.mu.Lock()
+	defer s.stamps.mu.Unlock()
+	if s.stamps.m == nil || len(s.stamps.m) >= maxStamps {
+		s.stamps.m = make(map[stampKey]Stamp)
+	}
+	s.stamps.m[stampKey{id, v}] = stampOf(o.Size, o.ModTime)
+}
+
+// listedStamp returns the stamp a listing showed for the object.
+func (s *Store) listedStamp(id SessionID, v uint32) (Stamp, bool) {
+	s.stamps.mu.Lock()
+	defer s.stamps.mu.Unlock()
+	st, ok := s.stamps.m[stampKey{id, v}]
+	return st, ok
+}
+
+// readOnce returns the body of the write-once object key (session id's
+// snapshot v, or its manifest for v 0): the Keeper's copy when a listing
+// vouched for it, else a GET. keep, called once the body decoded, offers
+// a body read from the bucket to the Keeper (a body that does not decode
+// is not kept: it may be read again after a repair).
+func (s *Store) readOnce(ctx context.Context, key string, id SessionID, v uint32, max int64) (body []byte, keep func(), err error) {
+	k := s.opts.Keeper
+	if k == nil {
+		body, err = s.getAll(ctx, key, max)
+		return body, func() {}, err
+	}
+	if st, ok := s.listedStamp(id, v); ok {
+		if body, ok := k.Kept(key, st); ok {
+			s.st.kept.Add(1)
+			return body, func() {}, nil
+		}
+	}
+	body, st, err := s.getStamped(ctx, key, max)
+	if err != nil {
+		return nil, nil, err
+	}
+	return body, func() { k.Keep(key, st, body) }, nil
+}

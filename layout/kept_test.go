@@ -1,0 +1,154 @@
+package layout
+
+import (
+	"slices"
+	"sync"
+	"testing"
+
+	"gocloud.dev/blob"
+)
+
+// mapKeeper is a Keeper in memory (the mount's is blobcache's disk tier).
+type mapKeeper struct {
+	mu sync.Mutex
+	m  map[string]keptBody
+}
+
+type keptBody struct {
+	st   Stamp
+	body []byte
+}
+
+func (k *mapKeeper) Kept(key string, st Stamp) ([]byte, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	e, ok := k.m[key]
+	return e.body, ok && e.st == st
+}
+
+func (k *mapKeeper) Keep(key string, st Stamp, body []byte) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil {
+		k.m = map[string]keptBody{}
+	}
+	k.m[key] = keptBody{st, slices.Clone(body)}
+}
+
+func (k *mapKeeper) keys() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []string
+	for key := range k.m {
+		out = append(out, key)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestKeptObjects: a Store with a Keeper offers it the snapshots and
+// manifests it reads, and reads them back from it, with no GET, once a
+// listing has shown each object with the stamp it was kept with; never
+// before a listing vouched for it, and never once the object was written
+// anew (a bucket emptied and filled again with the same session IDs).
+func TestKeptObjects(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		w := newStore(t, b, nil) // another writer
+		id := newSession(t, w)
+		for _, names := range [][]string{{"a"}, {"bb", "ccc"}} {
+			if _, err := w.Commit(bg, id, CommitRequest{Descriptors: descs(names...)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		k := &mapKeeper{}
+		s := newStore(t, b, &Options{Keeper: k})
+		readAll := func() (m *Manifest, snaps [][]Descriptor) {
+			t.Helper()
+			m, err := s.LoadManifest(bg, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for v := uint32(1); v <= 2; v++ {
+				ds, err := s.ReadSnapshot(bg, id, v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				snaps = append(snaps, ds)
+			}
+			return m, snaps
+		}
+		gets := func() int64 { return s.Stats().Gets }
+
+		g0 := gets()
+		m0, snaps0 := readAll()
+		if n := gets() - g0; n != 3 {
+			t.Fatalf("first reads: %d GETs, want 3 (kept %d, keeper holds %q)", n, s.Stats().Kept, k.keys())
+		}
+		mk, _ := ManifestKey(id)
+		k1, _ := SnapshotKey(id, 1)
+		k2, _ := SnapshotKey(id, 2)
+		if got, want := k.keys(), []string{mk, k1, k2}; !slices.Equal(got, sortedCopy(want)) {
+			t.Fatalf("kept %q, want %q", got, want)
+		}
+		// Kept, but no listing has vouched for them: read again.
+		g0 = gets()
+		readAll()
+		if n := gets() - g0; n != 3 || s.Stats().Kept != 0 {
+			t.Fatalf("reads before a listing: %d GETs, %d kept, want 3 and 0", n, s.Stats().Kept)
+		}
+		if _, err := s.ListHourVersions(bg, id.Hour(), 0, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		g0 = gets()
+		m1, snaps1 := readAll()
+		if n := gets() - g0; n != 0 || s.Stats().Kept != 3 {
+			t.Errorf("reads after a listing: %d GETs, %d kept, want 0 and 3", n, s.Stats().Kept)
+		}
+		if m1.Session != m0.Session || !equalDescs(snaps0, snaps1) {
+			t.Errorf("kept bodies decode differently: %+v %+v", snaps0, snaps1)
+		}
+
+		// Snapshot 1 written anew with other content (what a bucket
+		// emptied and generated again holds): its stamp differs, so it is
+		// read, and the new content is what the Store returns.
+		raw2, err := b.ReadAll(bg, k2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		putRaw(t, b, k1, raw2, nil)
+		if _, err := s.ListHourVersions(bg, id.Hour(), 0, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		g0 = gets()
+		ds, err := s.ReadSnapshot(bg, id, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := gets() - g0; n != 1 || len(ds) != 2 || ds[0].Name != "bb" {
+			t.Errorf("snapshot 1 written anew: %d GETs, read %+v; want 1 GET and the new descriptors", n, ds)
+		}
+	})
+}
+
+func sortedCopy(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+func equalDescs(a, b [][]Descriptor) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if len(a[i]) != len(b[i]) {
+			return false
+		}
+		for j := range a[i] {
+			if a[i][j].Name != b[i][j].Name || a[i][j].Digest != b[i][j].Digest || a[i][j].SequenceNumber != b[i][j].SequenceNumber {
+				return false
+			}
+		}
+	}
+	return true
+}
