@@ -168,6 +168,9 @@ type Stats struct {
 	// of; DiskEnabled reports whether the disk tier is in use.
 	DiskBytes   int64
 	DiskEnabled bool
+	// KeptWrites counts the snapshot and manifest bodies written to the
+	// disk tier (kept.go), KeptHits those read back from it.
+	KeptWrites, KeptHits int64
 }
 
 // Cache serves blob content to the mounted tree: verified against the
@@ -266,6 +269,7 @@ type blobCounters struct {
 	passes, verifyFailures, readAheads atomic.Int64
 	evictions, inFlight                atomic.Int64
 	memPeak, fileReads, hashed         atomic.Int64
+	keptHits, keptWrites               atomic.Int64
 }
 
 // blobSpace names a key space of chunks: the stored bytes, or the body
@@ -457,6 +461,7 @@ func (c *Cache) Stats() Stats {
 		VerifyPasses: c.st.passes.Load(), VerifyFailures: c.st.verifyFailures.Load(), BytesHashed: c.st.hashed.Load(),
 		ReadAheads: c.st.readAheads.Load(), Evictions: c.st.evictions.Load(),
 		InFlight: c.st.inFlight.Load(), MemBytes: mem, MemPeak: c.st.memPeak.Load(),
+		KeptWrites: c.st.keptWrites.Load(), KeptHits: c.st.keptHits.Load(),
 	}
 	if c.disk != nil {
 		s.DiskBytes, s.DiskEvictions = c.disk.usage()

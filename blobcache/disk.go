@@ -29,6 +29,8 @@ import (
 //	                         a verified stored blob, or a large decoded body
 //	info/<2 hex>/<64 hex>    what is known of the blob with that digest
 //	                         (sniff result, decoded sizes and digests), small
+//	kept/<2 hex>/<64 hex>    a snapshot or manifest body, named by the
+//	                         SHA-256 of its key (kept.go)
 //	<sub>/<2 hex>/.w-<rand>  an entry being written (its name known)
 //	tmp/.w-<rand>            a decoded body being written (its name not)
 //
@@ -88,6 +90,7 @@ const (
 	diskSubdir      = "blobs"
 	diskData        = "sha256"
 	diskInfo        = "info"
+	diskKept        = "kept"
 	diskTmp         = "tmp"
 	diskTmpMaxAge   = time.Hour // older temp files are leftovers of a crash
 	diskTempPrefix  = ".w-"     // a temp file's name, in tmp/ or a shard
@@ -131,7 +134,7 @@ func newDiskCache(dir string, max int64, log *slog.Logger, now func() time.Time)
 	dc.createFn = func(name string) (*os.File, error) {
 		return root.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	}
-	for _, sub := range []string{diskData, diskInfo, diskTmp} {
+	for _, sub := range []string{diskData, diskInfo, diskKept, diskTmp} {
 		if err := dc.realDir(sub, true); err != nil {
 			root.Close()
 			return nil, err
@@ -523,7 +526,7 @@ func (dc *diskCache) scan() {
 	start := dc.now()
 	fresh := make(map[string]*diskEntry)
 	var total int64
-	for _, sub := range []string{diskData, diskInfo} {
+	for _, sub := range []string{diskData, diskInfo, diskKept} {
 		shards, err := dc.readDir(sub)
 		if err != nil {
 			dc.warn("scan", sub, err)
@@ -610,7 +613,7 @@ func (dc *diskCache) cleanTemp(rel string, de fs.DirEntry) {
 // clear removes every entry, temp files included.
 func (dc *diskCache) clear() error {
 	var errs []error
-	for _, sub := range []string{diskData, diskInfo, diskTmp} {
+	for _, sub := range []string{diskData, diskInfo, diskKept, diskTmp} {
 		ents, err := dc.readDir(sub)
 		if err != nil {
 			errs = append(errs, err)

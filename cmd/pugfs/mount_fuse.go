@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -184,6 +185,10 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	if !onLocalDisk(cfg.BucketURL) {
 		sopts.PutBlindBelow = remotePutBlindBelow
 	}
+	keeper := &keeperSlot{}
+	if keepsObjects(cfg) {
+		sopts.Keeper = keeper
+	}
 	store := layout.New(b, &sopts)
 	env.store = store
 	if err := probe(ctx, b); err != nil {
@@ -269,6 +274,7 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 		return nil, err
 	}
 	env.closers = append(env.closers, func() { bc.Close() })
+	keeper.bc.Store(bc)
 	mode := pfs.CommitOnClose
 	if cfg.Commit == commitOnFsync {
 		mode = pfs.CommitOnFsync
@@ -287,6 +293,38 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	env.fs = f
 	env.closers = append(env.closers, f.Close)
 	return env, nil
+}
+
+// keepsObjects reports whether the mount keeps the snapshots and
+// manifests it reads in the cache directory (layout.Keeper), for the
+// next mount: on a remote bucket with a cache directory. A local bucket's
+// files are as near as a copy, and a mem:// bucket starts empty every
+// time while the cache directory of its URL would outlive it.
+func keepsObjects(cfg mountConfig) bool {
+	return cfg.CacheDir != cacheDirOff && !onLocalDisk(cfg.BucketURL) &&
+		!strings.HasPrefix(cfg.BucketURL, "mem:") && !strings.Contains(cfg.BucketURL, "+mem:")
+}
+
+// keeperSlot is the store's layout.Keeper: the blob cache's disk tier,
+// which is made after the store it reads through (until then, and
+// without a disk tier, nothing is kept).
+type keeperSlot struct {
+	bc atomic.Pointer[blobcache.Cache]
+}
+
+// Kept implements layout.Keeper.
+func (k *keeperSlot) Kept(key string, st layout.Stamp) ([]byte, bool) {
+	if bc := k.bc.Load(); bc != nil {
+		return bc.Kept(key, st)
+	}
+	return nil, false
+}
+
+// Keep implements layout.Keeper.
+func (k *keeperSlot) Keep(key string, st layout.Stamp, body []byte) {
+	if bc := k.bc.Load(); bc != nil {
+		bc.Keep(key, st, body)
+	}
 }
 
 // remotePutBlindBelow: on a bucket that is not a local directory, a

@@ -1,0 +1,116 @@
+package blobcache
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// keptPath is where the disk tier keeps key.
+func keptPath(dir, key string) string {
+	h := layout.DigestOf([]byte(key)).Hex()
+	return filepath.Join(dir, diskSubdir, diskKept, h[:2], h)
+}
+
+// TestKeptObjects: the disk tier keeps snapshot and manifest bodies for
+// layout.Store: given back under the stamp they were kept with and no
+// other, across instances sharing the directory; a damaged or foreign
+// file is removed, never believed; a body past keptMax and a cache
+// without a disk tier keep nothing.
+func TestKeptObjects(t *testing.T) {
+	dir := t.TempDir()
+	src := newFakeBlobSource()
+	c1 := newTestBlobCache(t, src, diskOpts(dir))
+	const key, other = "sessions/x/snapshots/FFFFFFFE.json", "sessions/x/manifest.json"
+	st := layout.Stamp{Size: 9, Mod: 1700000000}
+	body := []byte(`{"a": 1}` + "\n")
+	c1.Keep(key, st, body)
+	for _, tc := range []struct {
+		what string
+		key  string
+		st   layout.Stamp
+		ok   bool
+	}{
+		{"the stamp kept", key, st, true},
+		{"another modification time", key, layout.Stamp{Size: 9, Mod: st.Mod + 1}, false},
+		{"another size", key, layout.Stamp{Size: 10, Mod: st.Mod}, false},
+		{"another key", other, st, false},
+	} {
+		got, ok := c1.Kept(tc.key, tc.st)
+		if ok != tc.ok || (ok && !bytes.Equal(got, body)) {
+			t.Errorf("%s: Kept = %q, %v; want %v", tc.what, got, ok, tc.ok)
+		}
+	}
+	if s := c1.Stats(); s.KeptWrites != 1 || s.KeptHits != 1 || s.DiskBytes == 0 {
+		t.Errorf("stats: kept %d, read back %d, disk bytes %d; want 1, 1, > 0", s.KeptWrites, s.KeptHits, s.DiskBytes)
+	}
+	c1.Close()
+
+	// Another instance on the directory (a remount) has it.
+	c2 := newTestBlobCache(t, src, diskOpts(dir))
+	if got, ok := c2.Kept(key, st); !ok || !bytes.Equal(got, body) {
+		t.Fatalf("after a restart: Kept = %q, %v", got, ok)
+	}
+
+	// A flipped byte of the body, or a record of another key under this
+	// key's name: removed, not believed.
+	p := keptPath(dir, key)
+	for _, damage := range []func(data []byte) []byte{
+		func(data []byte) []byte { data[len(data)-2] ^= 1; return data },
+		func([]byte) []byte { return keptEncode(other, st, body) },
+		func(data []byte) []byte { return data[:len(data)/2] },
+	} {
+		c2.Keep(key, st, body)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, damage(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := c2.Kept(key, st); ok {
+			t.Errorf("a damaged file was believed: %q", got)
+		}
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("a damaged file was left in place: %v", err)
+		}
+	}
+
+	// Too large to keep.
+	big := bytes.Repeat([]byte("x"), keptMax+1)
+	c2.Keep(other, st, big)
+	if _, ok := c2.Kept(other, st); ok {
+		t.Error("a body past keptMax was kept")
+	}
+
+	// No disk tier: nothing kept, nothing found.
+	o := diskOpts("")
+	c3 := newTestBlobCache(t, src, o)
+	c3.Keep(key, st, body)
+	if _, ok := c3.Kept(key, st); ok {
+		t.Error("a cache without a disk tier gave a body back")
+	}
+}
+
+// TestKeptDecode: the record format round-trips and refuses what is not
+// one of its records.
+func TestKeptDecode(t *testing.T) {
+	st := layout.Stamp{Size: 3, Mod: -5}
+	rec := keptEncode("k", st, []byte("a\nb"))
+	if k, got, body, ok := keptDecode(rec); !ok || k != "k" || got != st || string(body) != "a\nb" {
+		t.Fatalf("round trip: %q %+v %q %v", k, got, body, ok)
+	}
+	for _, bad := range []string{"", "pugfs-kept 1\nk\n", strings.Replace(string(rec), "pugfs-kept 1", "pugfs-kept 2", 1),
+		strings.Replace(string(rec), "3 -5", "3-5", 1), strings.Replace(string(rec), "3 -5", "x -5", 1)} {
+		if _, _, _, ok := keptDecode([]byte(bad)); ok {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}
