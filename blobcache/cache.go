@@ -259,6 +259,12 @@ type Cache struct {
 	fetches    map[blobChunkKey]*blobCall[[]byte]
 
 	st blobCounters
+	// kept holds the snapshot and manifest copies not yet on disk
+	// (kept.go); it has locks of its own, never held with mu.
+	kept keptQueue
+	// active is when the cache last served something (Unix nanoseconds;
+	// busy), which holds the kept copies back.
+	active atomic.Int64
 }
 
 // blobCounters are the cumulative counters behind Stats; atomics, so no
@@ -444,6 +450,7 @@ func (c *Cache) Close() error {
 	c.memBytes = 0
 	c.unlock()
 	if c.disk != nil {
+		c.closeKept()
 		c.disk.root.Close()
 	}
 	return nil
@@ -498,6 +505,7 @@ func (c *Cache) ClearDisk() error {
 // single-frame body from a multi-frame one, so a header-derived size
 // would be a guess; see README, "What things cost".
 func (c *Cache) Size(ctx context.Context, d *layout.Descriptor) (int64, error) {
+	c.busy()
 	if err := c.checkDescriptor(d); err != nil {
 		return 0, err
 	}
@@ -533,6 +541,7 @@ func (c *Cache) Size(ctx context.Context, d *layout.Descriptor) (int64, error) {
 // off, with io.ReaderAt semantics: fewer than len(p) bytes only with an
 // error, io.EOF at the end.
 func (c *Cache) ReadAt(ctx context.Context, d *layout.Descriptor, p []byte, off int64) (int, error) {
+	c.busy()
 	if err := c.checkDescriptor(d); err != nil {
 		return 0, err
 	}
@@ -566,6 +575,7 @@ func (c *Cache) ReadAt(ctx context.Context, d *layout.Descriptor, p []byte, off 
 // ReadRawAt reads the stored bytes of a blob (the objects/ view): verified
 // against the digest, never decoded. size is the blob's stored size.
 func (c *Cache) ReadRawAt(ctx context.Context, digest layout.Digest, size int64, p []byte, off int64) (int, error) {
+	c.busy()
 	if c.isClosed() {
 		return 0, errBlobClosed
 	}

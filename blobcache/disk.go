@@ -272,6 +272,15 @@ func (dc *diskCache) openFile(sub string, sum layout.Digest, size int64) (*os.Fi
 	return f, true
 }
 
+// known reports whether the index has the entry of sum in sub.
+func (dc *diskCache) known(sub string, sum layout.Digest) bool {
+	h := sum.Hex()
+	rel := path.Join(sub, h[:2], h)
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	return dc.index[rel] != nil
+}
+
 // touch records a use of rel; the mtime carries it to other processes and
 // the next startup (at most once a minute per entry).
 func (dc *diskCache) touch(rel string, size int64) {

@@ -22,6 +22,7 @@
 //	flight.go  cancellable single flights shared by concurrent callers
 //	prefetch.go  Prefetch, Warm: the entry points of read-ahead across files
 //	disk.go    the on-disk tier: verified bodies, large decoded bodies, info records
+//	kept.go    snapshot and manifest copies for layout.Store (layout.Keeper), written when idle
 //	stats.go   Stats for people (.pugmark/stats)
 //
 // # Locks
@@ -32,7 +33,10 @@
 // accounting (memBytes, reserved, spillBytes, closeQ), the pins of the
 // verified files, the bad-blob map and the flight maps, including each
 // flight's waiters count. diskCache.mu guards the disk
-// index and its totals. Counters are atomics and need no lock. Files that
+// index and its totals. keptQueue.flushMu is taken before keptQueue.mu
+// and before diskCache.mu (a flush writes entries); keptQueue.mu is never
+// held across I/O nor with another lock. Counters are atomics and need
+// no lock. Files that
 // evictions close are queued under Cache.mu and closed by Cache.unlock
 // after it is released.
 package blobcache

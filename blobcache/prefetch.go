@@ -69,6 +69,7 @@ func (c *Cache) PrefetchLimits() (bytes int64, inFlight int) {
 // Prefetchable, and reports whether it did. ctx should be speculative
 // (schedblob.Speculative); a context without a mark gets one.
 func (c *Cache) Prefetch(ctx context.Context, d *layout.Descriptor) (bool, error) {
+	c.busy()
 	if !c.Prefetchable(d) {
 		return false, nil
 	}
