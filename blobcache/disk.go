@@ -69,6 +69,9 @@ type diskCache struct {
 
 	disabled  atomic.Bool
 	evictions atomic.Int64
+	// keptSeen is set once the directory is known to hold kept copies
+	// (kept.go): a scan found one or this process wrote one.
+	keptSeen atomic.Bool
 
 	// mu guards the fields below (GUARDED_BY(mu)). It is never held
 	// across I/O, nor together with Cache.mu (see the package doc).
@@ -270,15 +273,6 @@ func (dc *diskCache) openFile(sub string, sum layout.Digest, size int64) (*os.Fi
 	}
 	dc.touch(rel, fi.Size())
 	return f, true
-}
-
-// known reports whether the index has the entry of sum in sub.
-func (dc *diskCache) known(sub string, sum layout.Digest) bool {
-	h := sum.Hex()
-	rel := path.Join(sub, h[:2], h)
-	dc.mu.Lock()
-	defer dc.mu.Unlock()
-	return dc.index[rel] != nil
 }
 
 // touch records a use of rel; the mtime carries it to other processes and
@@ -565,6 +559,9 @@ func (dc *diskCache) scan() {
 				}
 				fresh[path.Join(dir, de.Name())] = &diskEntry{size: fi.Size(), used: fi.ModTime(), touched: fi.ModTime()}
 				total += fi.Size()
+				if sub == diskKept {
+					dc.keptSeen.Store(true)
+				}
 			}
 		}
 	}

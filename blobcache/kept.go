@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,11 +50,12 @@ func (c *Cache) Kept(key string, st layout.Stamp) ([]byte, bool) {
 		return it.body, true
 	}
 	name := layout.DigestOf([]byte(key))
-	if !dc.known(diskKept, name) {
-		// Not in the index of the startup scan and this process's
-		// writes: asked on a cold cache directory for every snapshot a
-		// mount reads, an open that fails would cost more than the
-		// lookup (a copy another mount wrote since is read again).
+	if !dc.keptSeen.Load() {
+		// A cache directory with no copies (a first mount): asked for
+		// every snapshot the mount reads, an open that fails would
+		// cost more than the lookup. Once there are copies, any may be
+		// there (another mount sharing the directory may have written
+		// it since this one's scan).
 		return nil, false
 	}
 	f, ok := dc.openFile(diskKept, name, -1)
@@ -76,6 +78,24 @@ func (c *Cache) Kept(key string, st layout.Stamp) ([]byte, bool) {
 	}
 	c.st.keptHits.Add(1)
 	return body, true
+}
+
+// Has reports whether a copy of key is kept, whatever its stamp
+// (layout.Keeper): one lookup in the queue or one stat.
+func (c *Cache) Has(key string) bool {
+	dc := c.disk
+	if dc == nil {
+		return false
+	}
+	if _, ok := c.pendingKept(key); ok {
+		return true
+	}
+	if !dc.keptSeen.Load() {
+		return false
+	}
+	h := layout.DigestOf([]byte(key)).Hex()
+	fi, err := dc.root.Lstat(path.Join(diskKept, h[:2], h))
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // keptQueue holds the copies offered to Keep until the cache has been
@@ -230,6 +250,7 @@ func (c *Cache) writeKept(key string, st layout.Stamp, body []byte) {
 		return
 	}
 	dc.added(rel, t.n)
+	dc.keptSeen.Store(true)
 	c.st.keptWrites.Add(1)
 }
 

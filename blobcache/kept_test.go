@@ -46,6 +46,9 @@ func TestKeptObjects(t *testing.T) {
 			t.Errorf("%s: Kept = %q, %v; want %v", tc.what, got, ok, tc.ok)
 		}
 	}
+	if !c1.Has(key) || c1.Has(other) {
+		t.Errorf("Has(kept) = %v, Has(not kept) = %v", c1.Has(key), c1.Has(other))
+	}
 	// Held in memory for a moment, then written: the same answers from
 	// the disk.
 	if _, err := os.Lstat(keptPath(dir, key)); !os.IsNotExist(err) {
@@ -67,9 +70,12 @@ func TestKeptObjects(t *testing.T) {
 	// Another instance on the directory (a remount) has it.
 	c2 := newTestBlobCache(t, src, diskOpts(dir))
 	for _, k := range []string{key, other} {
-		if got, ok := c2.Kept(k, st); !ok || !bytes.Equal(got, body) {
-			t.Fatalf("after a restart: Kept(%s) = %q, %v", k, got, ok)
+		if got, ok := c2.Kept(k, st); !ok || !bytes.Equal(got, body) || !c2.Has(k) {
+			t.Fatalf("after a restart: Kept(%s) = %q, %v; Has %v", k, got, ok, c2.Has(k))
 		}
+	}
+	if c2.Has("sessions/z/manifest.json") {
+		t.Error("after a restart: Has of a key never kept")
 	}
 
 	// A flipped byte of the body, or a record of another key under this

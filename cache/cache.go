@@ -53,6 +53,7 @@ type Store interface {
 	ListSessionVersions(ctx context.Context, known []uint32, full func(hour uint32, partitions int) bool, bad func(key string, err error)) ([]layout.ListedSession, error)
 	ListHours(ctx context.Context, par int, known []uint32, bad func(key string, err error)) ([]uint32, error)
 	ListHour(ctx context.Context, hour uint32, bad func(key string, err error)) ([]layout.SessionID, error)
+	KeptSession(id layout.SessionID) bool
 }
 
 var _ Store = (*layout.Store)(nil)

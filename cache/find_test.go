@@ -134,6 +134,37 @@ func TestFindReadsFirstVersionsBesideTheList(t *testing.T) {
 	}
 }
 
+// keptStore is a store whose Keeper holds every session's copies.
+type keptStore struct{ *countingStore }
+
+func (keptStore) KeptSession(layout.SessionID) bool { return true }
+
+// TestFindKeptSessionWaitsForTheList: a first lookup of a session whose
+// copies an earlier mount kept reads nothing beside the LIST (the LIST
+// vouches for the copies, and the load after it reads them): no early
+// reads, no manifest read ahead; the load reads the manifest once and
+// the versions in one range.
+func TestFindKeptSessionWaitsForTheList(t *testing.T) {
+	w := newWorld(t, memblob.OpenBucket(nil))
+	cs := newCountingStore(w.store)
+	c := newCache(t, keptStore{cs}, Options{MetadataTTL: time.Hour, Now: newClock().Now})
+	s := w.session()
+	w.commit(s, textDesc("f", "v1", epoch))
+	w.commit(s, textDesc("g", "v2", epoch))
+	if _, _, err := c.Find(bg, s); err != nil {
+		t.Fatal(err)
+	}
+	if st := mustState(t, c, s); body(st, "g") != "v2" {
+		t.Fatalf("state after Find: %q", body(st, "g"))
+	}
+	cs.mu.Lock()
+	spans := slices.Clone(cs.spans)
+	cs.mu.Unlock()
+	if _, _, m := cs.counts(s); m != 1 || !slices.Equal(spans, []string{"1-2"}) || c.Stats().EarlyReads != 0 {
+		t.Errorf("%d manifest reads, snapshot reads %q, %d early reads; want 1, [1-2], 0", m, spans, c.Stats().EarlyReads)
+	}
+}
+
 // readOnceEach reports whether got holds every span of need
 // and otherwise only spans of all, each at most once.
 func readOnceEach(need, got, all []string) bool {

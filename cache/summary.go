@@ -95,16 +95,24 @@ const FirstLoadMax = 64
 // none of this: `ls -l sessions/` looks entries up again once their
 // entry TTL has passed, and would load every session for nothing. A
 // state that fails to load leaves the lookup to Summary, so a damaged
-// session is still found and its readdir says what is wrong.
+// session is still found and its readdir says what is wrong. Nor does a
+// session whose copies an earlier mount kept (Store.KeptSession): the
+// LIST vouches for them, and the load after it reads none.
 func (c *Cache) Find(ctx context.Context, id layout.SessionID) (version uint32, updatedAt time.Time, err error) {
 	if c.firstContact(id) {
-		go func() {
-			// Its result lands in the manifest cache; a failure (no
-			// such session) is the lookup's to report.
-			_, _ = c.manifest(context.WithoutCancel(ctx), id)
-		}()
-		stop := c.readEarly(ctx, id)
-		defer stop()
+		// A session an earlier mount read has its manifest and
+		// snapshots kept in the cache directory, which the hour's LIST
+		// vouches for (layout.Keeper): reading them beside the LIST
+		// would only cost GETs.
+		if !c.store.KeptSession(id) {
+			go func() {
+				// Its result lands in the manifest cache; a failure (no
+				// such session) is the lookup's to report.
+				_, _ = c.manifest(context.WithoutCancel(ctx), id)
+			}()
+			stop := c.readEarly(ctx, id)
+			defer stop()
+		}
 		if v, _, err := c.freshVersion(ctx, id); err == nil && v > 0 && v <= FirstLoadMax {
 			if st, err := c.State(ctx, id); err == nil {
 				return st.Version, st.UpdatedAt, nil

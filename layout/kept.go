@@ -2,6 +2,7 @@ package layout
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +20,11 @@ import (
 // one loads the sessions it lists without a GET; a bucket emptied and
 // written again (the same session IDs, other content) shows other stamps,
 // and its objects are read again.
+
+// keptListMin is the longest range of snapshots ReadSnapshotRange reads
+// without listing their stamps first (a session of up to 64 versions is
+// loaded in one round trip of GETs; the LIST would add one).
+const keptListMin = 64
 
 // Stamp identifies one stored state of an object as both a listing and a
 // read report it: its size and its modification time in whole seconds (S3
@@ -38,6 +44,9 @@ type Keeper interface {
 	Kept(key string, st Stamp) ([]byte, bool)
 	// Keep offers a body just read from key, stored with stamp st.
 	Keep(key string, st Stamp, body []byte)
+	// Has reports whether a copy of key is kept, whatever its stamp: a
+	// hint that listing the stamps of a session's snapshots pays.
+	Has(key string) bool
 }
 
 // maxStamps bounds the stamps a Store remembers from its listings (some
@@ -104,4 +113,111 @@ func (s *Store) readOnce(ctx context.Context, key string, id SessionID, v uint32
 		return nil, nil, err
 	}
 	return body, func() { k.Keep(key, st, body) }, nil
+}
+
+// KeptSession reports whether the Keeper holds a copy of id's manifest:
+// an earlier mount read the session, so that the listing that vouches
+// for the copies is worth waiting for before reading anything of it.
+func (s *Store) KeptSession(id SessionID) bool {
+	key, err := ManifestKey(id)
+	return err == nil && s.opts.Keeper != nil && s.opts.Keeper.Has(key)
+}
+
+// stampListing is the progress of listSnapshotStamps for one range of
+// reads: the listing goes from the newest version down.
+type stampListing struct {
+	mu      sync.Mutex
+	low     uint64        // GUARDED_BY(mu): versions >= low are listed
+	done    bool          // GUARDED_BY(mu): the listing ended (done, failed, cancelled)
+	changed chan struct{} // GUARDED_BY(mu): closed (and replaced) when low or done moves
+}
+
+// keptListing starts listing the stamps of id's snapshots from..to when
+// the range is long and the Keeper holds copies of its ends (an earlier
+// mount read the session), and returns its progress; nil otherwise, when
+// the LIST would only add requests to the reads.
+func (s *Store) keptListing(ctx context.Context, id SessionID, from, to uint32) *stampListing {
+	k := s.opts.Keeper
+	if k == nil || uint64(to)-uint64(from)+1 <= keptListMin {
+		return nil
+	}
+	kf, err1 := SnapshotKey(id, from)
+	kt, err2 := SnapshotKey(id, to)
+	if err1 != nil || err2 != nil || (!k.Has(kf) && !k.Has(kt)) {
+		return nil
+	}
+	lst := &stampListing{low: uint64(to) + 1, changed: make(chan struct{})}
+	go s.listSnapshotStamps(ctx, id, from, lst)
+	return lst
+}
+
+// advance records that versions >= low are listed, or that the listing
+// ended.
+func (l *stampListing) advance(low uint64, done bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if low < l.low {
+		l.low = low
+	}
+	l.done = l.done || done
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// wait returns once version v is listed or the listing ended; a nil
+// listing never waits.
+func (l *stampListing) wait(ctx context.Context, v uint32) error {
+	if l == nil {
+		return nil
+	}
+	for {
+		l.mu.Lock()
+		ok, ch := l.done || l.low <= uint64(v), l.changed
+		l.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// listSnapshotStamps lists the snapshots of id, newest first, noting
+// their stamps, down to version from (or until ctx ends), and reports its
+// progress to lst. A failed page ends it: the reads it would have
+// vouched for go to the bucket.
+func (s *Store) listSnapshotStamps(ctx context.Context, id SessionID, from uint32, lst *stampListing) {
+	defer lst.advance(0, true)
+	prefix, err := SnapshotsPrefix(id)
+	if err != nil {
+		return
+	}
+	token := blob.FirstPageToken
+	for len(token) > 0 && ctx.Err() == nil {
+		page, next, err := s.listPage(ctx, nil, prefix, "", token)
+		if err != nil {
+			return
+		}
+		low := uint64(0)
+		for _, o := range page {
+			v, err := ParseVersionFileName(strings.TrimPrefix(o.Key, prefix))
+			if err != nil {
+				continue
+			}
+			if v < from {
+				return
+			}
+			s.noteStamp(id, v, o)
+			low = uint64(v)
+		}
+		if len(next) > 0 && low > 0 {
+			// The next page starts below the last version of this
+			// one: everything from there up is listed.
+			lst.advance(low, false)
+		}
+		token = next
+	}
 }

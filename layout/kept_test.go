@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -33,6 +34,13 @@ func (k *mapKeeper) Keep(key string, st Stamp, body []byte) {
 		k.m = map[string]keptBody{}
 	}
 	k.m[key] = keptBody{st, slices.Clone(body)}
+}
+
+func (k *mapKeeper) Has(key string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.m[key]
+	return ok
 }
 
 func (k *mapKeeper) keys() []string {
@@ -151,4 +159,52 @@ func equalDescs(a, b [][]Descriptor) bool {
 		}
 	}
 	return true
+}
+
+// TestKeptLongRange: a range of more than keptListMin versions whose
+// copies the Keeper holds lists the session's snapshots beside its reads,
+// newest first as the listing names them, each read waiting for the
+// listing to pass its version: a fresh Store reads them all back with no
+// GET, in version order. With a Keeper that holds none of them (a first
+// mount), or a shorter range, nothing is listed.
+func TestKeptLongRange(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		w := newStore(t, b, nil)
+		id := newSession(t, w)
+		const n = keptListMin + 36
+		for i := range n {
+			if _, err := w.Commit(bg, id, CommitRequest{Descriptors: descs(fmt.Sprint("f", i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		k := &mapKeeper{}
+		first := newStore(t, b, &Options{Keeper: k})
+		want, err := first.ReadSnapshotRange(bg, id, 1, n, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, st := len(k.keys()), first.Stats(); got != n || st.Lists != 0 || st.Gets != n {
+			t.Fatalf("first read: kept %d snapshots with %d LISTs and %d GETs, want %d, none and %d", got, st.Lists, st.Gets, n, n)
+		}
+		for _, par := range []int{1, 8, 64} {
+			fresh := newStore(t, b, &Options{Keeper: k})
+			got, err := fresh.ReadSnapshotRange(bg, id, 1, n, par)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equalDescs(want, got) || got[0][0].Name != "f0" || got[n-1][0].Name != fmt.Sprint("f", n-1) {
+				t.Fatalf("par %d: read back %d versions, not those read first (or out of order)", par, len(got))
+			}
+			if st := fresh.Stats(); st.Gets != 0 || st.Kept != n || st.Lists < 1 {
+				t.Errorf("par %d: %d versions on a fresh Store: %d GETs, %d kept, %d LISTs; want none, %d, at least 1", par, n, st.Gets, st.Kept, st.Lists, n)
+			}
+		}
+		short := newStore(t, b, &Options{Keeper: k})
+		if _, err := short.ReadSnapshotRange(bg, id, 1, keptListMin, 8); err != nil {
+			t.Fatal(err)
+		}
+		if st := short.Stats(); st.Lists != 0 || st.Gets != keptListMin {
+			t.Errorf("%d versions: %d LISTs and %d GETs, want none and %d", keptListMin, st.Lists, st.Gets, keptListMin)
+		}
+	})
 }

@@ -273,9 +273,18 @@ func (s *Store) SnapshotVersions(ctx context.Context, id SessionID) ([]uint32, e
 // ReadSnapshot returns the descriptors committed at version v (the delta,
 // §6.5). One GET; the encoding is sniffed, which is exact for JSON bodies.
 func (s *Store) ReadSnapshot(ctx context.Context, id SessionID, v uint32) ([]Descriptor, error) {
+	return s.readSnapshot(ctx, id, v, nil)
+}
+
+// readSnapshot is ReadSnapshot within a range whose snapshots lst lists
+// (nil: none): the read waits for the listing to vouch for a kept copy.
+func (s *Store) readSnapshot(ctx context.Context, id SessionID, v uint32, lst *stampListing) ([]Descriptor, error) {
 	key, err := SnapshotKey(id, v)
 	if err != nil {
 		return nil, err
+	}
+	if err := lst.wait(ctx, v); err != nil {
+		return nil, fmt.Errorf("load snapshot %d of %s: %w", v, id, err)
 	}
 	body, keep, err := s.readOnce(ctx, key, id, v, s.opts.MaxDecoded)
 	if err != nil {

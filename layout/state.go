@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -79,6 +80,14 @@ func (s *Store) ReadSnapshotRange(ctx context.Context, id SessionID, from, to ui
 	n := uint64(to) - uint64(from) + 1
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A long range whose copies an earlier mount kept: list the
+	// session's snapshots beside the reads, so that the copies are
+	// vouched for (kept.go) by one LIST per 1,000 versions instead of
+	// read again one GET each. The listing names the newest versions
+	// first (reverse-hex names), so the reads go newest first too, each
+	// waiting for the listing to pass its version.
+	lst := s.keptListing(ctx, id, from, to)
+	down := lst != nil
 	// A fixed set of workers, not a goroutine per version: each worker's
 	// stack grows once to what the backend's client needs, where a fresh
 	// goroutine per request grows it again every time (measured: about a
@@ -125,7 +134,10 @@ func (s *Store) ReadSnapshotRange(ctx context.Context, id SessionID, from, to ui
 					return
 				}
 				v := uint32(uint64(from) + i)
-				d, err := s.ReadSnapshot(ctx, id, v)
+				if down {
+					v = uint32(uint64(to) - i)
+				}
+				d, err := s.readSnapshot(ctx, id, v, lst)
 				if err != nil {
 					fail(v, err)
 					return
@@ -144,6 +156,9 @@ func (s *Store) ReadSnapshotRange(ctx context.Context, id SessionID, from, to ui
 	out := make([][]Descriptor, 0, n)
 	for _, p := range parts {
 		out = append(out, p...)
+	}
+	if down {
+		slices.Reverse(out)
 	}
 	return out, nil
 }

@@ -320,6 +320,14 @@ func (k *keeperSlot) Kept(key string, st layout.Stamp) ([]byte, bool) {
 	return nil, false
 }
 
+// Has implements layout.Keeper.
+func (k *keeperSlot) Has(key string) bool {
+	if bc := k.bc.Load(); bc != nil {
+		return bc.Has(key)
+	}
+	return false
+}
+
 // Keep implements layout.Keeper.
 func (k *keeperSlot) Keep(key string, st layout.Stamp, body []byte) {
 	if bc := k.bc.Load(); bc != nil {
