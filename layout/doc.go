@@ -29,6 +29,16 @@
 // target as provisional snapshots keyed by (source-session, source-version)
 // (DeliverCrossSession).
 //
+// # Reading less
+//
+// Store holds no cache, but a Keeper (Options.Keeper, kept.go) may keep
+// the bodies of the write-once objects it reads, snapshots and
+// manifests, for later Stores: a kept body is used only when a listing of
+// this Store has shown the object with the size and modification time it
+// was kept with, and a long range of snapshots lists their stamps beside
+// its reads when the copies are there. Options.PutBlindBelow spares small
+// blob writes the HEAD that asks whether the blob is already stored.
+//
 // # Errors
 //
 // Errors wrap ErrInvalid, ErrNotFound (and ErrSessionNotFound), ErrCorrupt,

@@ -59,11 +59,14 @@ func fillManySessions(ctx context.Context, store *layout.Store, d *dataset) erro
 	})
 }
 
+// hsessionBodySize is the size of each session's b.txt.
+const hsessionBodySize = 2048
+
 // hsessionBody is the b.txt of session i: 2 KiB, too large to be inline,
 // so that reading it is a blob GET.
 func hsessionBody(i int) []byte {
 	line := fmt.Sprintf("session %06d of the hour-spread set\n", i)
-	return []byte(strings.Repeat(line, 2048/len(line)+1)[:2048])
+	return []byte(strings.Repeat(line, hsessionBodySize/len(line)+1)[:hsessionBodySize])
 }
 
 // hsessionID is session i of a set spread over hours partitions.
@@ -444,6 +447,17 @@ func (b *bench) buildRemoteRows(ds sets, vers []*dataset, many *dataset, plain m
 		// directory the timed fresh mounts start from.
 		check:  func(root string) (string, string) { return root, "ls -l sessions | wc -l" },
 		expect: fmt.Sprint(ds.sessions.N + 1)}, remoteGoal{secs: 0.5})
+	// The blobs, manifests and snapshots an earlier mount read are in
+	// the cache directory, and the listing vouches for the copies
+	// (layout.Keeper): what is left is the walk's LISTs. No goal in the
+	// issue; measured to show what a second look at a bucket costs.
+	cdCat := pair(gc, ds.sessions, far, "--cache-dir", cacheDir)
+	delete(cdCat, colRclone)
+	add(&row{name: "`cat sessions/*/b.txt`, fresh mount with the cache directory of an earlier mount", group: gc, mode: modeFresh,
+		cells: cdCat, na: map[string]string{colNative: na[colNative], colLoopback: na[colLoopback], colRclone: "rclone keeps no cache across mounts here (--vfs-cache-mode off)"},
+		job:    job(at, sh("cat sessions/*/b.txt >/dev/null")...),
+		check:  func(root string) (string, string) { return root, "cat sessions/*/b.txt | wc -c" },
+		expect: fmt.Sprint(ds.sessions.N * hsessionBodySize)}, remoteGoal{})
 
 	if many != nil {
 		gm := "many"
@@ -479,6 +493,18 @@ func (b *bench) buildRemoteRows(ds sets, vers []*dataset, many *dataset, plain m
 				cacheDir: freshCacheDir(fmt.Sprintf("%s-pugfs-%d", g, d.N))}},
 			na: naNoPeer, job: job(at, "ls", d.sessionPath()),
 			ideal: float64(d.N) * l.Seconds() / fetchParallel}, remoteGoal{secs: goal})
+		if d.N > 2000 {
+			// The snapshots an earlier mount read are kept in the cache
+			// directory; a listing of the session's snapshots (one LIST
+			// per 1,000) vouches for them.
+			key := fmt.Sprintf("%s-pugfs-%d-kept", g, d.N)
+			hd := filepath.Join(b.scratch, "pugfs-cache-dir-"+key)
+			path := d.sessionPath()
+			add(&row{name: fmt.Sprintf("first `ls` of a session with %s snapshots, %v per request, fresh mount with the cache directory of an earlier mount", thousands(d.N), l), group: g, mode: modeFresh,
+				cells: map[string]*target{colPugfs: {key: key, col: colPugfs, src: p.s3URL(b.s3, d.Name), env: b.s3.Env(), args: append(append([]string{}, ro...), "--cache-dir", hd)}},
+				na:    naNoPeer, job: job(at, "ls", path),
+				check: func(root string) (string, string) { return root, "ls " + path + " | wc -l" }}, remoteGoal{})
+		}
 	}
 	b.notes = append(b.notes, "Every request goes through a proxy that holds it "+lat+" (5 ms for the 2,000-snapshot row) before versitygw on 127.0.0.1 answers.")
 }
