@@ -10,8 +10,10 @@ import (
 
 // mountReadAheadKB is the kernel read-ahead pugfs wants for its files: the
 // MaxReadAhead it asks for in FUSE_INIT, so that a sequential reader's
-// READs are 1 MiB, one round trip to pugfs each.
-const mountReadAheadKB = 1 << 10
+// READs are as large as the mount takes (maxRead, 1016 KiB), one round
+// trip to pugfs each; a window of 1 MiB came as one READ of 1016 KiB and
+// one of 8 KiB.
+const mountReadAheadKB = maxRead >> 10
 
 // raiseReadAhead sets the kernel's read-ahead for the mount at dir to
 // kb KiB. Asking in FUSE_INIT is not enough: the kernel takes the smaller

@@ -270,7 +270,7 @@ func Mount(dir string, f *FS, mo MountOptions) (*fuse.Server, error) {
 			// /proc/self/mountinfo and the kernel refuses every write.
 			DirectMountFlags: directMountFlags(f.cfg.ReadOnly),
 			MaxWrite:         1 << 20,
-			MaxReadAhead:     1 << 20,
+			MaxReadAhead:     maxRead,
 			// The kernel otherwise asks for security.capability before
 			// every write(2) (file_remove_privs: a GETXATTR round trip a
 			// MiB, which the kernel never remembers). With KILLPRIV_V2 the
@@ -366,7 +366,7 @@ func directMountFlags(ro bool) uintptr {
 }
 
 func mountFlags(ro, allowOther bool) []string {
-	var o []string
+	o := []string{fmt.Sprintf("max_read=%d", maxRead)}
 	if ro {
 		o = append(o, "ro")
 	}
@@ -422,3 +422,16 @@ func (r *rootDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 	setTimes(out, r.f.start)
 	return nil
 }
+
+// maxRead caps the kernel's READ requests below the 1 MiB of MaxWrite.
+// A READ that a verified disk copy answers is spliced from the file into
+// /dev/fuse through a pipe, which must hold the reply and a page more;
+// pipes grow to /proc/sys/fs/pipe-max-size at most, 1 MiB by default, so
+// a 1 MiB READ could never be spliced: go-fuse copied it instead and
+// logged a line for every MiB read. Writes stay 1 MiB requests. (go-fuse
+// passes max_read=MaxWrite first; on a direct mount the options given
+// here come after it and win. The fusermount path puts its own last, but
+// an unprivileged mount also keeps the kernel's 128 KiB read-ahead.)
+// Serving a verified 256 MiB copy after the page cache was dropped:
+// 0.08-0.12 s with 1 MiB READs copied, 0.06-0.08 s spliced.
+const maxRead = 1<<20 - 8<<10

@@ -109,6 +109,36 @@ func TestPassthroughReads(t *testing.T) {
 	})
 }
 
+// TestLargeReadsSpliced: READs of a large file that a verified disk copy
+// answers are spliced from the copy, read-write and read-only mounts
+// alike: the kernel's READs are capped (max_read) so that a reply and the
+// page more a pipe needs fit the default pipe-max-size. With 1 MiB
+// READs every splice failed, go-fuse copied the reply instead and logged
+// a line for every MiB read.
+func TestLargeReadsSpliced(t *testing.T) {
+	eachBucket(t, func(t *testing.T, bk *Bucket) {
+		t.Parallel()
+		body := largeBody(2)
+		id, _ := largeSession(t, bk, body)
+		live := "sessions/" + id.String() + "/big.bin"
+		for _, args := range [][]string{nil, {"--read-only"}} {
+			m := mount(t, bk, append([]string{"--cache-dir", t.TempDir()}, args...)...)
+			// The verify pass of the first READ fills the verified
+			// copy, which answers the READs.
+			if _, cost := kernelCost(t, m.Dir, "cat "+live+" > /dev/null", "read"); cost["read"] < 3 {
+				t.Fatalf("%v: cat sent %d READs: the check below proves nothing", args, cost["read"])
+			}
+			if got := sh(t, m.Dir, "sha256sum < "+live+" | cut -d' ' -f1"); got != hexSum(body)+"\n" {
+				t.Errorf("%v: sum %q", args, got)
+			}
+			if log := m.Log(); strings.Contains(log, "trySplice") {
+				t.Errorf("%v: a READ from the verified copy was not spliced:\n%s", args, log)
+			}
+			m.Stop(t)
+		}
+	})
+}
+
 // TestCorruptBlobEveryPath: one byte changed in a blob, in the bucket or
 // in the disk cache's verified copy, before a mount opens it. Nothing
 // shows a wrong byte on any path, read-only (no OPEN), read-write and
