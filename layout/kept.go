@@ -129,8 +129,14 @@ type stampListing struct {
 	mu      sync.Mutex
 	low     uint64        // GUARDED_BY(mu): versions >= low are listed
 	done    bool          // GUARDED_BY(mu): the listing ended (done, failed, cancelled)
+	last    time.Time     // GUARDED_BY(mu): when it started or last moved
 	changed chan struct{} // GUARDED_BY(mu): closed (and replaced) when low or done moves
 }
+
+// keptListPatience is how long a read waits for a listing that does not
+// move before it reads from the bucket without it: a LIST that hangs or
+// retries must not hold up reads that need no LIST. A var for tests.
+var keptListPatience = 2 * time.Second
 
 // keptListing starts listing the stamps of id's snapshots from..to when
 // the range is long and the Keeper holds copies of its ends (an earlier
@@ -146,7 +152,7 @@ func (s *Store) keptListing(ctx context.Context, id SessionID, from, to uint32) 
 	if err1 != nil || err2 != nil || (!k.Has(kf) && !k.Has(kt)) {
 		return nil
 	}
-	lst := &stampListing{low: uint64(to) + 1, changed: make(chan struct{})}
+	lst := &stampListing{low: uint64(to) + 1, last: time.Now(), changed: make(chan struct{})}
 	go s.listSnapshotStamps(ctx, id, from, lst)
 	return lst
 }
@@ -160,28 +166,33 @@ func (l *stampListing) advance(low uint64, done bool) {
 		l.low = low
 	}
 	l.done = l.done || done
+	l.last = time.Now()
 	close(l.changed)
 	l.changed = make(chan struct{})
 }
 
-// wait returns once version v is listed or the listing ended; a nil
-// listing never waits.
+// wait returns once version v is listed, the listing ended, or it has
+// not moved for keptListPatience; a nil listing never waits.
 func (l *stampListing) wait(ctx context.Context, v uint32) error {
 	if l == nil {
 		return nil
 	}
 	for {
 		l.mu.Lock()
-		ok, ch := l.done || l.low <= uint64(v), l.changed
+		ok, ch, idle := l.done || l.low <= uint64(v), l.changed, time.Since(l.last)
 		l.mu.Unlock()
-		if ok {
+		if ok || idle >= keptListPatience {
 			return nil
 		}
+		t := time.NewTimer(keptListPatience - idle)
 		select {
 		case <-ch:
+		case <-t.C:
 		case <-ctx.Done():
+			t.Stop()
 			return ctx.Err()
 		}
+		t.Stop()
 	}
 }
 

@@ -5,8 +5,12 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/pugmark/pugfs/layout/faultblob"
 	"gocloud.dev/blob"
+	"gocloud.dev/blob/memblob"
+	"gocloud.dev/gcerrors"
 )
 
 // mapKeeper is a Keeper in memory (the mount's is blobcache's disk tier).
@@ -207,4 +211,60 @@ func TestKeptLongRange(t *testing.T) {
 			t.Errorf("%d versions: %d LISTs and %d GETs, want none and %d", keptListMin, st.Lists, st.Gets, keptListMin)
 		}
 	})
+}
+
+// TestKeptLongRangeWithoutTheListing: the listing that vouches for kept
+// copies is a help, never a condition: when its LIST fails, the reads go
+// to the bucket at once; when it hangs, they wait keptListPatience for it
+// to move and then go to the bucket, and the range ends (the stalled
+// LIST with it).
+func TestKeptLongRangeWithoutTheListing(t *testing.T) {
+	old := keptListPatience
+	keptListPatience = 100 * time.Millisecond
+	t.Cleanup(func() { keptListPatience = old })
+	b := memblob.OpenBucket(nil)
+	w := newStore(t, b, nil)
+	id := newSession(t, w)
+	const n = keptListMin + 10
+	for i := range n {
+		if _, err := w.Commit(bg, id, CommitRequest{Descriptors: descs(fmt.Sprint("f", i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := &mapKeeper{}
+	want, err := newStore(t, b, &Options{Keeper: k}).ReadSnapshotRange(bg, id, 1, n, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		rule faultblob.Rule
+	}{
+		{"the LIST fails", faultblob.Rule{Ops: faultblob.OpList, FailProb: 1, Err: faultblob.PermanentError(gcerrors.Internal)}},
+		{"the LIST hangs", faultblob.Rule{Ops: faultblob.OpList, Stall: faultblob.NewGate()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inj := faultblob.NewInjector(faultblob.Options{Seed: 1})
+			inj.Add(tc.rule)
+			s := newStore(t, faultblob.Wrap(b, inj), &Options{Keeper: k, Retries: -1})
+			done := make(chan struct{})
+			var got [][]Descriptor
+			var err error
+			go func() {
+				defer close(done)
+				got, err = s.ReadSnapshotRange(bg, id, 1, n, 8)
+			}()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the range waits for the listing")
+			}
+			if err != nil || !equalDescs(want, got) {
+				t.Fatalf("read %d versions, %v", len(got), err)
+			}
+			if st := s.Stats(); st.Gets != n || st.Lists != 1 {
+				t.Errorf("%d GETs and %d LISTs, want %d and 1", st.Gets, st.Lists, n)
+			}
+		})
+	}
 }
