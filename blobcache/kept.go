@@ -15,8 +15,8 @@ import (
 	"github.com/pugmark/pugfs/layout"
 )
 
-// Kept objects: the disk tier also keeps the bodies of snapshots and
-// manifests for layout.Store (layout.Keeper), which uses one only when a
+// Kept objects: the disk tier also keeps the bodies of snapshots,
+// manifests and memory versions for layout.Store (layout.Keeper), which uses one only when a
 // listing has shown the object with the stamp it was kept with. They live
 // under kept/<2 hex>/<64 hex>, named by the SHA-256 of the object key,
 // beside the blobs and within the same bound; each file is

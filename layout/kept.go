@@ -9,8 +9,8 @@ import (
 	"gocloud.dev/blob"
 )
 
-// Kept objects. Snapshots and manifests are written once, with
-// If-None-Match (§13.1), and never change, so a body read once could
+// Kept objects. Snapshots, manifests and memory versions are written
+// once, with If-None-Match (§13.1), and never change, so a body read once could
 // serve every later mount of the bucket. What keeps that safe is the
 // listing: a kept body is used only when a listing of this Store showed
 // the object with the stamp (size and modification time) it was kept
@@ -67,6 +67,9 @@ type stampKey struct {
 type stamps struct {
 	mu sync.Mutex
 	m  map[stampKey]Stamp // GUARDED_BY(mu)
+	// mem holds the memory namespace versions, by key (GUARDED_BY(mu)):
+	// only the latest of each namespace is noted, so there are few.
+	mem map[string]Stamp
 }
 
 // note records the stamp a listing showed for object o of session id
@@ -83,6 +86,29 @@ func (s *Store) noteStamp(id SessionID, v uint32, o *blob.ListObject) {
 	s.stamps.m[stampKey{id, v}] = stampOf(o.Size, o.ModTime)
 }
 
+// noteMemoryStamp records the stamp a listing showed for the memory
+// version file o. A no-op without a Keeper.
+func (s *Store) noteMemoryStamp(o *blob.ListObject) {
+	if s.opts.Keeper == nil {
+		return
+	}
+	s.stamps.mu.Lock()
+	defer s.stamps.mu.Unlock()
+	if s.stamps.mem == nil || len(s.stamps.mem) >= maxStamps {
+		s.stamps.mem = make(map[string]Stamp)
+	}
+	s.stamps.mem[o.Key] = stampOf(o.Size, o.ModTime)
+}
+
+// listedMemoryStamp returns the stamp a listing showed for the memory
+// version file key.
+func (s *Store) listedMemoryStamp(key string) (Stamp, bool) {
+	s.stamps.mu.Lock()
+	defer s.stamps.mu.Unlock()
+	st, ok := s.stamps.mem[key]
+	return st, ok
+}
+
 // listedStamp returns the stamp a listing showed for the object.
 func (s *Store) listedStamp(id SessionID, v uint32) (Stamp, bool) {
 	s.stamps.mu.Lock()
@@ -91,18 +117,18 @@ func (s *Store) listedStamp(id SessionID, v uint32) (Stamp, bool) {
 	return st, ok
 }
 
-// readOnce returns the body of the write-once object key (session id's
-// snapshot v, or its manifest for v 0): the Keeper's copy when a listing
-// vouched for it, else a GET. keep, called once the body decoded, offers
+// readOnce returns the body of the write-once object key: the Keeper's
+// copy when a listing vouched for it (listed returns the stamp the
+// listing showed), else a GET. keep, called once the body decoded, offers
 // a body read from the bucket to the Keeper (a body that does not decode
 // is not kept: it may be read again after a repair).
-func (s *Store) readOnce(ctx context.Context, key string, id SessionID, v uint32, max int64) (body []byte, keep func(), err error) {
+func (s *Store) readOnce(ctx context.Context, key string, listed func() (Stamp, bool), max int64) (body []byte, keep func(), err error) {
 	k := s.opts.Keeper
 	if k == nil {
 		body, err = s.getAll(ctx, key, max)
 		return body, func() {}, err
 	}
-	if st, ok := s.listedStamp(id, v); ok {
+	if st, ok := listed(); ok {
 		if body, ok := k.Kept(key, st); ok {
 			s.st.kept.Add(1)
 			return body, func() {}, nil
@@ -194,6 +220,12 @@ func (l *stampListing) wait(ctx context.Context, v uint32) error {
 		}
 		t.Stop()
 	}
+}
+
+// sessionObject returns the listed stamp of session id's snapshot v (the
+// manifest for v 0), for readOnce.
+func (s *Store) sessionObject(id SessionID, v uint32) func() (Stamp, bool) {
+	return func() (Stamp, bool) { return s.listedStamp(id, v) }
 }
 
 // listSnapshotStamps lists the snapshots of id, newest first, noting

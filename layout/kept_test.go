@@ -268,3 +268,50 @@ func TestKeptLongRangeWithoutTheListing(t *testing.T) {
 		})
 	}
 }
+
+// TestKeptMemory: memory namespace versions are kept like snapshots: a
+// fresh Store reads the latest version of a namespace from the Keeper
+// once a listing (ListNamespaces, or LatestMemoryVersion's LIST) showed it
+// unchanged, and reads a version written since from the bucket.
+func TestKeptMemory(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		w := newStore(t, b, nil)
+		const ns = "team/notes"
+		writeMem(t, w, ns, MemoryWrite{Put: descs("a")})
+		r := writeMem(t, w, ns, MemoryWrite{Put: descs("b")})
+		k := &mapKeeper{}
+		first := newStore(t, b, &Options{Keeper: k})
+		want, err := first.ReadMemory(bg, ns, r.Version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, list := range []func(s *Store) error{
+			func(s *Store) error { _, err := s.ListNamespaces(bg, nil); return err },
+			func(s *Store) error { _, err := s.LatestMemoryVersion(bg, ns); return err },
+		} {
+			fresh := newStore(t, b, &Options{Keeper: k})
+			if _, err := fresh.ReadMemory(bg, ns, r.Version); err != nil {
+				t.Fatal(err)
+			}
+			if err := list(fresh); err != nil {
+				t.Fatal(err)
+			}
+			g0 := fresh.Stats().Gets
+			got, err := fresh.ReadMemory(bg, ns, r.Version)
+			if err != nil || !equalDescs([][]Descriptor{want}, [][]Descriptor{got}) {
+				t.Fatalf("read back %+v, %v", got, err)
+			}
+			if n := fresh.Stats().Gets - g0; n != 0 || fresh.Stats().Kept != 1 {
+				t.Errorf("after a listing: %d GETs, %d kept; want 0 and 1", n, fresh.Stats().Kept)
+			}
+		}
+		r3 := writeMem(t, w, ns, MemoryWrite{Put: descs("c")})
+		fresh := newStore(t, b, &Options{Keeper: k})
+		if _, err := fresh.ListNamespaces(bg, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := fresh.ReadMemory(bg, ns, r3.Version); err != nil || len(got) != 3 || fresh.Stats().Gets != 1 {
+			t.Errorf("a version written since: %d records, %d GETs, %v; want 3 and 1", len(got), fresh.Stats().Gets, err)
+		}
+	})
+}

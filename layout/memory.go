@@ -35,6 +35,7 @@ type Namespace struct {
 // are passed to bad, if set.
 func (s *Store) ListNamespaces(ctx context.Context, bad func(key string, err error)) ([]Namespace, error) {
 	latest := map[string]uint32{}
+	newest := map[string]*blob.ListObject{} // the latest version's file, for its stamp
 	err := s.walk(ctx, MemoriesPrefix, "", func(o *blob.ListObject) (bool, error) {
 		ns, v, err := ParseMemoryKey(o.Key)
 		if err != nil {
@@ -45,11 +46,15 @@ func (s *Store) ListNamespaces(ctx context.Context, bad func(key string, err err
 		}
 		if v > latest[ns] {
 			latest[ns] = v
+			newest[ns] = o
 		}
 		return true, nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	for _, o := range newest {
+		s.noteMemoryStamp(o)
 	}
 	out := make([]Namespace, 0, len(latest))
 	for ns, v := range latest {
@@ -74,6 +79,7 @@ func (s *Store) LatestMemoryVersion(ctx context.Context, ns string) (uint32, err
 			return true
 		}
 		latest = v
+		s.noteMemoryStamp(o)
 		return false
 	})
 	if err != nil {
@@ -88,7 +94,7 @@ func (s *Store) ReadMemory(ctx context.Context, ns string, v uint32) ([]Descript
 	if err != nil {
 		return nil, err
 	}
-	body, err := s.getAll(ctx, key, s.opts.MaxDecoded)
+	body, keep, err := s.readOnce(ctx, key, func() (Stamp, bool) { return s.listedMemoryStamp(key) }, s.opts.MaxDecoded)
 	if err != nil {
 		return nil, fmt.Errorf("load memory %s version %d: %w", ns, v, err)
 	}
@@ -96,6 +102,7 @@ func (s *Store) ReadMemory(ctx context.Context, ns string, v uint32) ([]Descript
 	if err != nil {
 		return nil, fmt.Errorf("load memory %s (%s): %w", ns, key, err)
 	}
+	keep()
 	s.damagedIn(ds, key)
 	return ds, nil
 }

@@ -30,7 +30,7 @@ func (s *Store) LoadManifest(ctx context.Context, id SessionID) (*Manifest, erro
 	if err != nil {
 		return nil, err
 	}
-	body, keep, err := s.readOnce(ctx, key, id, 0, maxManifest)
+	body, keep, err := s.readOnce(ctx, key, s.sessionObject(id, 0), maxManifest)
 	if errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("load manifest of %s: %w", id, ErrSessionNotFound)
 	}
@@ -286,7 +286,7 @@ func (s *Store) readSnapshot(ctx context.Context, id SessionID, v uint32, lst *s
 	if err := lst.wait(ctx, v); err != nil {
 		return nil, fmt.Errorf("load snapshot %d of %s: %w", v, id, err)
 	}
-	body, keep, err := s.readOnce(ctx, key, id, v, s.opts.MaxDecoded)
+	body, keep, err := s.readOnce(ctx, key, s.sessionObject(id, v), s.opts.MaxDecoded)
 	if err != nil {
 		return nil, fmt.Errorf("load snapshot %d of %s: %w", v, id, err)
 	}
