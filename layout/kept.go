@@ -72,32 +72,31 @@ type stamps struct {
 	mem map[string]Stamp
 }
 
-// note records the stamp a listing showed for object o of session id
-// (version v; 0 for the manifest). A no-op without a Keeper.
+// noteStamp records the stamp a listing showed for object o of session
+// id (version v; 0 for the manifest). A no-op without a Keeper.
 func (s *Store) noteStamp(id SessionID, v uint32, o *blob.ListObject) {
-	if s.opts.Keeper == nil {
-		return
+	if s.opts.Keeper != nil {
+		noteIn(&s.stamps.mu, &s.stamps.m, stampKey{id, v}, o)
 	}
-	s.stamps.mu.Lock()
-	defer s.stamps.mu.Unlock()
-	if s.stamps.m == nil || len(s.stamps.m) >= maxStamps {
-		s.stamps.m = make(map[stampKey]Stamp)
-	}
-	s.stamps.m[stampKey{id, v}] = stampOf(o.Size, o.ModTime)
 }
 
 // noteMemoryStamp records the stamp a listing showed for the memory
 // version file o. A no-op without a Keeper.
 func (s *Store) noteMemoryStamp(o *blob.ListObject) {
-	if s.opts.Keeper == nil {
-		return
+	if s.opts.Keeper != nil {
+		noteIn(&s.stamps.mu, &s.stamps.mem, o.Key, o)
 	}
-	s.stamps.mu.Lock()
-	defer s.stamps.mu.Unlock()
-	if s.stamps.mem == nil || len(s.stamps.mem) >= maxStamps {
-		s.stamps.mem = make(map[string]Stamp)
+}
+
+// noteIn sets (*m)[k] to o's stamp under mu, starting the map afresh
+// when it is missing or holds maxStamps.
+func noteIn[K comparable](mu *sync.Mutex, m *map[K]Stamp, k K, o *blob.ListObject) {
+	mu.Lock()
+	defer mu.Unlock()
+	if *m == nil || len(*m) >= maxStamps {
+		*m = make(map[K]Stamp)
 	}
-	s.stamps.mem[o.Key] = stampOf(o.Size, o.ModTime)
+	(*m)[k] = stampOf(o.Size, o.ModTime)
 }
 
 // listedMemoryStamp returns the stamp a listing showed for the memory

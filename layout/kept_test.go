@@ -165,6 +165,31 @@ func equalDescs(a, b [][]Descriptor) bool {
 	return true
 }
 
+// longKeptSession commits a session of n versions (file f<i> in version
+// i+1) and reads them with a fresh Store whose Keeper keeps them: the
+// session, what was read, and the Keeper. That first read lists nothing
+// (the Keeper had no copies) and GETs every version.
+func longKeptSession(t *testing.T, b *blob.Bucket, n int) (SessionID, [][]Descriptor, *mapKeeper) {
+	t.Helper()
+	w := newStore(t, b, nil)
+	id := newSession(t, w)
+	for i := range n {
+		if _, err := w.Commit(bg, id, CommitRequest{Descriptors: descs(fmt.Sprint("f", i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := &mapKeeper{}
+	first := newStore(t, b, &Options{Keeper: k})
+	want, err := first.ReadSnapshotRange(bg, id, 1, uint32(n), 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, st := len(k.keys()), first.Stats(); got != n || st.Lists != 0 || st.Gets != int64(n) {
+		t.Fatalf("first read: kept %d snapshots with %d LISTs and %d GETs, want %d, none and %d", got, st.Lists, st.Gets, n, n)
+	}
+	return id, want, k
+}
+
 // TestKeptLongRange: a range of more than keptListMin versions whose
 // copies the Keeper holds lists the session's snapshots beside its reads,
 // newest first as the listing names them, each read waiting for the
@@ -173,23 +198,8 @@ func equalDescs(a, b [][]Descriptor) bool {
 // mount), or a shorter range, nothing is listed.
 func TestKeptLongRange(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
-		w := newStore(t, b, nil)
-		id := newSession(t, w)
 		const n = keptListMin + 36
-		for i := range n {
-			if _, err := w.Commit(bg, id, CommitRequest{Descriptors: descs(fmt.Sprint("f", i))}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		k := &mapKeeper{}
-		first := newStore(t, b, &Options{Keeper: k})
-		want, err := first.ReadSnapshotRange(bg, id, 1, n, 8)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, st := len(k.keys()), first.Stats(); got != n || st.Lists != 0 || st.Gets != n {
-			t.Fatalf("first read: kept %d snapshots with %d LISTs and %d GETs, want %d, none and %d", got, st.Lists, st.Gets, n, n)
-		}
+		id, want, k := longKeptSession(t, b, n)
 		for _, par := range []int{1, 8, 64} {
 			fresh := newStore(t, b, &Options{Keeper: k})
 			got, err := fresh.ReadSnapshotRange(bg, id, 1, n, par)
@@ -223,19 +233,8 @@ func TestKeptLongRangeWithoutTheListing(t *testing.T) {
 	keptListPatience = 100 * time.Millisecond
 	t.Cleanup(func() { keptListPatience = old })
 	b := memblob.OpenBucket(nil)
-	w := newStore(t, b, nil)
-	id := newSession(t, w)
 	const n = keptListMin + 10
-	for i := range n {
-		if _, err := w.Commit(bg, id, CommitRequest{Descriptors: descs(fmt.Sprint("f", i))}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	k := &mapKeeper{}
-	want, err := newStore(t, b, &Options{Keeper: k}).ReadSnapshotRange(bg, id, 1, n, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, want, k := longKeptSession(t, b, n)
 	for _, tc := range []struct {
 		name string
 		rule faultblob.Rule
