@@ -272,7 +272,7 @@ func DecodeDescriptors(body []byte, enc string, max int64) ([]Descriptor, error)
 	if _, err := dec.ReadToken(); err != nil {
 		return nil, fail(err)
 	}
-	ds := []Descriptor{}
+	ds := make([]Descriptor, 0, descriptorsHint(body, enc, limit))
 	for dec.PeekKind() != ']' {
 		if int64(len(ds)) >= limit {
 			return nil, fmt.Errorf("%w: more than %d descriptors (limit %d bytes decoded)", ErrTooLarge, limit, max)
@@ -291,7 +291,44 @@ func DecodeDescriptors(body []byte, enc string, max int64) ([]Descriptor, error)
 		}
 		return nil, fail(err)
 	}
+	if cap(ds)-len(ds) > len(ds)/2+8 {
+		// The hint was high (large descriptors): the slice lives as
+		// long as the session state does, so it is not kept oversized.
+		ds = append([]Descriptor(nil), ds...)
+	}
 	return ds, nil
+}
+
+// jsonPerDescriptor is about the JSON text of a descriptor with a name,
+// digest, size, time, content type and sequence number: what
+// descriptorsHint divides a decoded size by.
+const jsonPerDescriptor = 192
+
+// descriptorsHint guesses how many descriptors body holds, so that the
+// slice they are decoded into is allocated once instead of doubling its
+// way up (half the bytes a snapshot's decoding allocated went to the
+// copies). The decoded size comes from a zstd frame's header when it
+// says, else from the body's length. The guess never passes limit, nor
+// 16 times the body's length: a header is the writer's word, and a few
+// bytes declaring 60 MiB must not buy a 30 MiB slice.
+func descriptorsHint(body []byte, enc string, limit int64) int {
+	size := int64(len(body))
+	if enc == EncodingNone {
+		enc = Sniff(body)
+	}
+	switch enc {
+	case EncodingNone, "identity":
+	case EncodingZstd:
+		var h zstd.Header
+		if h.Decode(body) == nil && h.HasFCS {
+			size = int64(min(h.FrameContentSize, uint64(16*len(body))))
+		} else {
+			size *= 4
+		}
+	default:
+		size *= 4
+	}
+	return int(min(size/jsonPerDescriptor, limit))
 }
 
 // errReader remembers the first error other than EOF of its reader.

@@ -3,12 +3,16 @@ package layout
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -122,5 +126,51 @@ func TestReliabilityDecodeLinear(t *testing.T) {
 	}
 	if len(ds[0].Name) != n || strings.Trim(ds[0].Name, `\`) != "" {
 		t.Errorf("name of %d bytes, want %d backslashes", len(ds[0].Name), n)
+	}
+}
+
+// A snapshot's descriptors are decoded into a slice sized once from the
+// body's decoded size (it used to double its way up: half of all the
+// bytes decoding allocated), and a frame header that overstates that
+// size buys no larger a slice than the body's own length does.
+func TestDecodeSizesItsSliceOnce(t *testing.T) {
+	ds := make([]Descriptor, 1000)
+	for i := range ds {
+		ds[i] = Descriptor{Name: fmt.Sprintf("d%02d/file-%04d.txt", i/100, i), Digest: DigestOf([]byte{byte(i)}),
+			Size: int64(i), CreatedAt: time.Unix(1767225600+int64(i), 0).UTC(), ContentType: "text/plain", SequenceNumber: int64(i + 1)}
+	}
+	body, err := EncodeDescriptors(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Once before measuring, so that a pooled zstd decoder exists.
+	if _, err := DecodeDescriptors(body, EncodingZstd, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got, err := DecodeDescriptors(body, EncodingZstd, 64<<20)
+	runtime.ReadMemStats(&after)
+	if err != nil || len(got) != len(ds) {
+		t.Fatalf("%d descriptors, %v", len(got), err)
+	}
+	if cap(got) > len(got)*3/2+8 {
+		t.Errorf("a slice of capacity %d kept for %d descriptors", cap(got), len(got))
+	}
+	// Doubling allocated about twice the final slice; a descriptor's
+	// strings take 150 bytes more.
+	per := int(unsafe.Sizeof(Descriptor{}))
+	if alloc, want := after.TotalAlloc-before.TotalAlloc, uint64(len(ds)*(per*3/2+300)); alloc > want {
+		t.Errorf("decoding %d descriptors allocated %d KiB, want <= %d KiB", len(ds), alloc>>10, want>>10)
+	}
+
+	// A frame that declares 60 MiB of content and holds "[]".
+	lying := binary.LittleEndian.AppendUint64([]byte{0x28, 0xb5, 0x2f, 0xfd, 0xe0}, 60<<20)
+	lying = append(lying, 0x11, 0, 0, '[', ']')
+	if n := descriptorsHint(lying, EncodingZstd, 1<<20); n > 16*len(lying)/jsonPerDescriptor {
+		t.Errorf("a %d-byte body declaring 60 MiB: room for %d descriptors", len(lying), n)
+	}
+	if _, err := DecodeDescriptors(lying, EncodingZstd, 64<<20); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("a frame that holds less than it declares: %v, want ErrCorrupt", err)
 	}
 }
