@@ -72,18 +72,47 @@ func (v *Views) SnapshotMeta(ctx context.Context, id layout.SessionID, ver uint3
 // LatestCheckpoint returns the newest checkpoint of id at or below
 // version. It reads snapshot metadata alone, so it answers for a session
 // whose snapshot bodies are damaged.
+//
+// The metadata is read newest first in windows that double (1, 2, 4, ...
+// checkpointWindow versions at once): the latest snapshot is a checkpoint
+// for one request, and a handler's inputs (the provisional snapshots
+// above its last checkpoint) cost a round trip per doubling, not one per
+// snapshot.
 func (v *Views) LatestCheckpoint(ctx context.Context, id layout.SessionID, version uint32) (uint32, bool, error) {
-	for ver := version; ver > 0; ver-- {
-		m, err := v.SnapshotMeta(ctx, id, ver)
-		if err != nil {
-			return 0, false, err
+	type read struct {
+		m   layout.SnapshotMeta
+		err error
+	}
+	window := uint32(1)
+	for top := version; top > 0; {
+		n := min(window, top)
+		got := make([]read, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				got[i].m, got[i].err = v.SnapshotMeta(ctx, id, top-i)
+			})
 		}
-		if m.Type == layout.Checkpoint {
-			return ver, true, nil
+		wg.Wait()
+		// In order, newest first: an error above the checkpoint is the
+		// answer, as it was when they were read one by one.
+		for i, r := range got {
+			if r.err != nil {
+				return 0, false, r.err
+			}
+			if r.m.Type == layout.Checkpoint {
+				return top - uint32(i), true, nil
+			}
 		}
+		top -= n
+		window = min(2*window, checkpointWindow)
 	}
 	return 0, false, nil
 }
+
+// checkpointWindow is the most snapshot metadata LatestCheckpoint reads
+// at once.
+const checkpointWindow = 32
 
 // Refs lists ref names, re-listed at most once per TTL.
 func (v *Views) Refs(ctx context.Context) ([]string, error) {
