@@ -38,6 +38,10 @@ type Config struct {
 	Store *layout.Store
 	Cache *cache.Cache
 	Blobs *blobcache.Cache
+	// Views are the bucket-wide views over Store (Cache.NewViews); nil
+	// makes the filesystem its own. pugfs exec passes the ones it read
+	// the session's checkpoints through, so the mount reads them no more.
+	Views *cache.Views
 	// BucketURL is shown in .pugmark/bucket, with credentials removed.
 	BucketURL string
 	// Flags is shown in .pugmark/flags.
@@ -178,7 +182,10 @@ func New(cfg Config) (*FS, error) {
 	}
 	f := &FS{cfg: cfg, store: cfg.Store, cache: cfg.Cache, blobs: cfg.Blobs, log: cfg.Logger,
 		ttl: cfg.Cache.TTL(), start: cfg.Now()}
-	f.views = cfg.Cache.NewViews(cfg.Store)
+	f.views = cfg.Views
+	if f.views == nil {
+		f.views = cfg.Cache.NewViews(cfg.Store)
+	}
 	f.mem.dirs = map[string]bool{}
 	f.recs = staging.NewRecords(cfg.Store, staging.RecordCaches{InvalidateMemories: f.views.InvalidateMemories,
 		InvalidateRefs: f.views.InvalidateRefs, SessionCreated: cfg.Cache.SessionCreated, InvalidateSession: cfg.Cache.Invalidate},

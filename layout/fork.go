@@ -106,6 +106,12 @@ func (s *Store) PendingForks(ctx context.Context, parent SessionID, v uint32) ([
 	if err != nil {
 		return nil, err
 	}
+	return s.PendingForksIn(ctx, parent, v, ds)
+}
+
+// PendingForksIn is PendingForks for a caller that has read snapshot v
+// already (ds): it reads nothing of parent.
+func (s *Store) PendingForksIn(ctx context.Context, parent SessionID, v uint32, ds []Descriptor) ([]PendingFork, error) {
 	var out []PendingFork
 	for _, d := range ds {
 		if !d.Fork || d.TargetSession.IsZero() {

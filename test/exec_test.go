@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -773,5 +774,48 @@ func TestExecSIGINT(t *testing.T) {
 	}
 	if v := latest(t, bk, id); v != 0 {
 		t.Fatalf("version %d after SIGINT, want 0", v)
+	}
+}
+
+var (
+	execRequestsLine = regexp.MustCompile(`(?m)^backend requests: get (\d+), head (\d+), put (\d+), list (\d+),`)
+	execPeakLine     = regexp.MustCompile(`(?m)^backend requests in flight: peak (\d+)$`)
+)
+
+// TestExecRequestBudget: what a handler starts from is read through the
+// mount's own cache, once, with the first requests sent together. Before
+// the handler runs, a session of five snapshots (the last a provisional
+// input above a checkpoint) costs its hour's LIST, its manifest, each
+// snapshot once and the metadata of the snapshots down to the checkpoint
+// (windows of 1, then 2), with the LIST, the manifest and the first
+// snapshots in flight at once behind a bucket 20 ms away. It used to be
+// seven round trips in a row (the latest snapshot read three times, its
+// listing twice), then the mount's own lookup listed the hour again.
+func TestExecRequestBudget(t *testing.T) {
+	t.Parallel()
+	bk := relLocalBucket(t)
+	id := newSession(t, bk)
+	for i := range 3 {
+		commitDescs(t, bk, id, layout.Provisional, map[string]string{fmt.Sprintf("in/%d.txt", i): "input\n"})
+	}
+	commitDescs(t, bk, id, layout.Checkpoint, map[string]string{"out.txt": "done\n"})
+	commitDescs(t, bk, id, layout.Provisional, map[string]string{"in/new.txt": "new input\n"})
+	fb := relWithFaults(bk, map[string]string{"fault_latency": "20ms"})
+	out, errOut, code := runExec(t, fb, t.TempDir(), id.String(), "sh", "-c", `cat "$PUGMARK_ROOT/.pugmark/stats" && cat in/new.txt`)
+	if code != 0 || !strings.HasSuffix(out, "new input\n") {
+		t.Fatalf("exit %d, handler printed %q\n%s", code, out, errOut)
+	}
+	g, p := execRequestsLine.FindStringSubmatch(out), execPeakLine.FindStringSubmatch(out)
+	if g == nil || p == nil {
+		t.Fatalf("no request counts in .pugmark/stats:\n%s", out)
+	}
+	n := func(s string) int { v, _ := strconv.Atoi(s); return v }
+	gets, heads, puts, lists, peak := n(g[1]), n(g[2]), n(g[3]), n(g[4]), n(p[1])
+	t.Logf("before the handler: %d GET, %d HEAD, %d PUT, %d LIST, peak %d in flight", gets, heads, puts, lists, peak)
+	if gets > 6 || heads > 3 || puts != 0 || lists > 1 {
+		t.Errorf("before the handler: %d GET, %d HEAD, %d PUT, %d LIST; want at most 6 (the manifest and 5 snapshots), 3, 0 and 1 (the hour)", gets, heads, puts, lists)
+	}
+	if peak < 4 {
+		t.Errorf("at most %d requests in flight at once before the handler, want the LIST, the manifest and the first snapshots together", peak)
 	}
 }

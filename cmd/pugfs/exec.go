@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pugmark/pugfs/cache"
 	pfs "github.com/pugmark/pugfs/fs"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/deadlineblob"
@@ -251,17 +252,14 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	}
 	defer env.close()
 	store := env.store
-	id, err := resolveSession(ctx, store, cfg.session)
+	id, st, err := handlerBase(ctx, sio.err, env, cfg.session)
+	if perr := env.probed(); perr != nil {
+		return perr
+	}
 	if err != nil {
 		return err
 	}
-	if err := deliverSends(ctx, sio.err, store, id); err != nil {
-		return err
-	}
-	base, man, err := execBase(ctx, store, id)
-	if err != nil {
-		return err
-	}
+	base, man := st.Position(), st.Manifest
 	// §9.1: the name the session was given by, and its manifest's, must
 	// still be this session's when the run ends.
 	var names []string
@@ -383,53 +381,80 @@ func reportNoTarget(w io.Writer, id layout.SessionID, version uint32, dls []layo
 	}
 }
 
-// deliverSends delivers the cross-session writes recorded in the latest
-// checkpoint of a session (§12.2), for a run that committed them and
-// ended before delivering. The (source-session, source-version) key makes
-// a delivery that did happen a no-op.
-func deliverSends(ctx context.Context, w io.Writer, store *layout.Store, id layout.SessionID) error {
-	cp, ok, err := store.LatestCheckpoint(ctx, id)
-	if err != nil || !ok {
-		return err
-	}
-	ds, err := store.ReadSnapshot(ctx, id, cp)
+// handlerBase finds the session an invocation runs in (by ID or by name)
+// and returns its state at the base version, read through the mount's
+// own cache: the handler's first look at its directory then sends
+// nothing, and the requests go out together (the hour's LIST, the
+// manifest and the first snapshots in one round trip, the rest of a long
+// history 64 at a time), where the steps before the handler used to be
+// seven round trips in a row. On the way it delivers what the latest
+// checkpoint recorded for other sessions and materialises the pending
+// forks of the latest snapshot (§12.2, §11.2).
+func handlerBase(ctx context.Context, w io.Writer, env *mountEnv, arg string) (layout.SessionID, *cache.State, error) {
+	id, st, err := sessionState(ctx, env, arg)
 	if err != nil {
-		return err
+		return id, nil, err
 	}
-	dls, err := store.DeliverCrossSession(ctx, id, cp, ds)
+	cp, ok, err := env.views.LatestCheckpoint(ctx, id, st.Version)
 	if err != nil {
-		return fmt.Errorf("deliver the cross-session writes of %s@%d: %w", id, cp, err)
+		return id, nil, fmt.Errorf("latest checkpoint of %s: %w", id, err)
 	}
-	reportNoTarget(w, id, cp, dls)
-	return nil
-}
-
-// execBase materialises the pending forks of the session's latest
-// snapshot (§11.2) and returns the position the invocation starts from
-// and the session's manifest.
-func execBase(ctx context.Context, store *layout.Store, id layout.SessionID) (layout.Position, *layout.Manifest, error) {
-	v, err := store.LatestVersion(ctx, id)
-	if err != nil {
-		return layout.Position{}, nil, err
+	if ok {
+		// A run that committed and ended before delivering: the
+		// (source-session, source-version) key makes a delivery that
+		// did happen a no-op.
+		ds, _ := st.Snapshot(cp)
+		dls, err := env.store.DeliverCrossSession(ctx, id, cp, ds)
+		if err != nil {
+			return id, nil, fmt.Errorf("deliver the cross-session writes of %s@%d: %w", id, cp, err)
+		}
+		reportNoTarget(w, id, cp, dls)
 	}
-	forks, err := store.PendingForks(ctx, id, v)
-	if err != nil {
-		return layout.Position{}, nil, fmt.Errorf("pending forks of %s: %w", id, err)
-	}
-	for _, f := range forks {
-		if _, err := store.MaterializeFork(ctx, f); err != nil {
-			return layout.Position{}, nil, err
+	if latest, ok := st.Snapshot(st.Version); ok {
+		forks, err := env.store.PendingForksIn(ctx, id, st.Version, latest)
+		if err != nil {
+			return id, nil, fmt.Errorf("pending forks of %s: %w", id, err)
+		}
+		for _, f := range forks {
+			if _, err := env.store.MaterializeFork(ctx, f); err != nil {
+				return id, nil, err
+			}
 		}
 	}
-	base, err := store.PositionAt(ctx, id, v)
-	if err != nil {
-		return layout.Position{}, nil, err
+	return id, st, nil
+}
+
+// sessionState resolves arg (a session ID, else a name from
+// refs/sessions/) and loads that session's state through the mount's
+// cache, as the lookup of its directory does.
+func sessionState(ctx context.Context, env *mountEnv, arg string) (layout.SessionID, *cache.State, error) {
+	load := func(id layout.SessionID) (*cache.State, error) {
+		if _, _, err := env.cache.Find(ctx, id); err != nil {
+			return nil, err
+		}
+		return env.cache.State(ctx, id)
 	}
-	m, err := store.LoadManifest(ctx, id)
-	if err != nil {
-		return layout.Position{}, nil, err
+	if id, err := layout.ParseSessionID(arg); err == nil {
+		st, err := load(id)
+		if !errors.Is(err, layout.ErrSessionNotFound) {
+			return id, st, err
+		}
+		// A 32-hex name is possible; fall through to the name lookup.
 	}
-	return base, m, nil
+	id, err := env.store.ResolveSessionName(ctx, arg)
+	switch {
+	case errors.Is(err, layout.ErrInvalid):
+		return id, nil, fmt.Errorf("session %q: not a session ID and not a valid session name", arg)
+	case errors.Is(err, layout.ErrNotFound):
+		return id, nil, fmt.Errorf("session %q does not exist (no such ID, and no refs/sessions/%s)", arg, arg)
+	case err != nil:
+		return id, nil, err
+	}
+	st, err := load(id)
+	if errors.Is(err, layout.ErrSessionNotFound) {
+		return id, nil, fmt.Errorf("refs/sessions/%s points at session %s, which has no manifest (run pugfs fsck)", arg, id)
+	}
+	return id, st, err
 }
 
 // execMountpoint makes the invocation's private mountpoint,

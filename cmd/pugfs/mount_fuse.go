@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -49,6 +50,9 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 		return err
 	}
 	defer env.close()
+	if err := env.probed(); err != nil {
+		return err
+	}
 	log, f := env.log, env.fs
 	srv, err := pfs.Mount(cfg.Mountpoint, f, pfs.MountOptions{AllowOther: cfg.AllowOther, Debug: cfg.Debug, FsName: env.shownURL})
 	if err != nil {
@@ -141,7 +145,12 @@ func mountLogger(cfg mountConfig, level slog.Level) *slog.Logger {
 type mountEnv struct {
 	log   *slog.Logger
 	store *layout.Store
+	cache *cache.Cache
+	views *cache.Views
 	fs    *pfs.FS
+	// probed waits for the check that the bucket answers (probe), which
+	// runs while the rest is made: call it before anything is served.
+	probed func() error
 	// shownURL is the bucket URL without credentials.
 	shownURL string
 	// stateDir holds staging/ and failed/.
@@ -191,9 +200,24 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	}
 	store := layout.New(b, &sopts)
 	env.store = store
-	if err := probe(ctx, b); err != nil {
-		return nil, fmt.Errorf("bucket %s is not usable: %v", redact.URL(u), err)
-	}
+	// The probe's round trip overlaps the local work below (and pugfs
+	// exec's first requests); a failed probe is the error the caller
+	// sees, whatever else failed after it.
+	probeErr := make(chan error, 1)
+	go func() { probeErr <- probe(ctx, b) }()
+	env.probed = sync.OnceValue(func() error {
+		if err := <-probeErr; err != nil {
+			return fmt.Errorf("bucket %s is not usable: %v", redact.URL(u), err)
+		}
+		return nil
+	})
+	defer func() {
+		if err != nil {
+			if perr := env.probed(); perr != nil {
+				err = perr
+			}
+		}
+	}()
 	stateDir, err := stateDirFor(cfg, u)
 	if err == nil {
 		err = writableDir(stateDir)
@@ -269,6 +293,7 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 		return nil, err
 	}
 	env.closers = append(env.closers, func() { c.Close() })
+	env.cache, env.views = c, c.NewViews(store)
 	bc, err := blobcache.New(store, bopts)
 	if err != nil {
 		return nil, err
@@ -280,7 +305,7 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 		mode = pfs.CommitOnFsync
 	}
 	f, err := pfs.New(pfs.Config{
-		Store: store, Cache: c, Blobs: bc,
+		Store: store, Cache: c, Blobs: bc, Views: env.views,
 		BucketURL: redact.URL(u), Flags: shownFlags(os.Args[1:], secrets),
 		ReadOnly: cfg.ReadOnly, NoOpen: cfg.FastPath == fastNoOpen, Passthrough: cfg.FastPath == fastPassthrough, NoXattrs: cfg.NoXattrs, Commit: mode, SnapshotType: cfg.SnapshotType, Hold: hold, Sends: hold,
 		StagingDir: staging, FailedDir: failed, UID: cfg.UID, GID: cfg.GID, Umask: cfg.Umask, Logger: log,
