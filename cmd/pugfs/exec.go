@@ -530,6 +530,39 @@ func execTrampoline() {
 	os.Exit(127)
 }
 
+// trampolineShell changes into the directory $0 and executes "$@": the
+// handler, started by /bin/sh, not by pugfs itself (execTrampoline),
+// when there is a /bin/sh: a shell starts in a millisecond, and pugfs in
+// some 40 ms (the cloud SDKs' package initialisation), which was a tenth
+// of a run against a remote bucket. A shell is single-threaded, so the
+// parent-death signal set when it was forked holds through its execve of
+// the handler. 126 is the status execTrampoline gives a directory it
+// cannot enter.
+const trampolineShell = `cd -P -- "$0" || exit 126; exec "$@"`
+
+// shell is the shell handlerCommand uses; a variable for the test of the
+// trampoline without one.
+var shell = "/bin/sh"
+
+// handlerCommand returns the command that starts prog (argv's program,
+// resolved) with argv's arguments in dir. A chdir into the mount cannot
+// happen between fork and exec (see execTrampoline), so the child
+// changes directory itself: /bin/sh, else pugfs as the trampoline, with
+// what that needs in Env (the caller adds the handler's environment).
+func handlerCommand(dir, prog string, argv []string) (*exec.Cmd, error) {
+	if fi, err := os.Stat(shell); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return exec.Command(shell, append([]string{"-c", trampolineShell, dir, prog}, argv[1:]...)...), nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, append([]string{prog}, argv[1:]...)...)
+	cmd.Args[0] = argv[0]
+	cmd.Env = []string{execChdirEnv + "=" + dir}
+	return cmd, nil
+}
+
 // handlerPath resolves the handler's program as a shell would, from the
 // directory pugfs exec was started in: ./handler.py is the caller's file,
 // not one of the session's.
@@ -548,17 +581,14 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 		fmt.Fprintf(sio.err, "pugfs exec: %v (nothing committed)\n", err)
 		return 127, nil
 	}
-	self, err := os.Executable()
+	cmd, err := handlerCommand(filepath.Join(mnt, "sessions", id.String()), prog, cfg.argv)
 	if err != nil {
 		return 0, err
 	}
-	cmd := exec.Command(self, append([]string{prog}, cfg.argv[1:]...)...)
-	cmd.Args[0] = cfg.argv[0]
-	cmd.Env = handlerEnv(os.Environ(), cfg.passCredentials,
+	cmd.Env = append(handlerEnv(os.Environ(), cfg.passCredentials,
 		"PUGMARK_SESSION="+id.String(),
 		"PUGMARK_VERSION="+strconv.FormatUint(uint64(version), 10),
-		"PUGMARK_ROOT="+mnt,
-		execChdirEnv+"="+filepath.Join(mnt, "sessions", id.String()))
+		"PUGMARK_ROOT="+mnt), cmd.Env...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, sio.out, sio.err
 	// The handler must not outlive pugfs exec: nothing it wrote could
 	// land, and it would hold the mount.

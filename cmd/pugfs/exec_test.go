@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -59,31 +60,62 @@ func printPdeathsig() {
 		fmt.Println("prctl:", e)
 		os.Exit(1)
 	}
-	fmt.Println(sig)
+	wd, _ := os.Getwd()
+	fmt.Println(sig, wd)
 	os.Exit(0)
 }
 
 // TestTrampolineKeepsPdeathsig: the handler that the trampoline executes
-// still dies with its pugfs exec (SIGKILL on parent death), which an
+// still dies with its pugfs exec (SIGKILL on parent death), through
+// /bin/sh and through pugfs itself (where there is no shell), which an
 // execve from any thread but the trampoline's first would drop. The
-// scheduler decides where the trampoline's main goroutine runs, so the
-// bug this guards against showed on some runs only; each run here checks.
+// scheduler decides where the pugfs trampoline's main goroutine runs, so
+// the bug this guards against showed on some runs only; each run here
+// checks. Each run also checks that the handler starts in the directory.
 func TestTrampolineKeepsPdeathsig(t *testing.T) {
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 20 {
-		cmd := exec.Command(bin, self)
-		cmd.Env = append(os.Environ(), execChdirEnv+"="+t.TempDir(), printPdeathsigEnv+"=1")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		out, err := func() ([]byte, error) {
-			runtime.LockOSThread() // Pdeathsig is the forking thread's
-			defer runtime.UnlockOSThread()
-			return cmd.CombinedOutput()
-		}()
-		if err != nil || strings.TrimSpace(string(out)) != "9" {
-			t.Fatalf("run %d: handler's parent-death signal %q, %v; want 9 (SIGKILL)", i, out, err)
-		}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		cmd  func() *exec.Cmd
+	}{
+		{"shell", func() *exec.Cmd {
+			cmd, err := handlerCommand(dir, self, []string{"handler"})
+			if err != nil || cmd.Path != shell {
+				t.Fatalf("handlerCommand: %v, %v; want %s", cmd, err, shell)
+			}
+			return cmd
+		}},
+		{"pugfs", func() *exec.Cmd {
+			// What handlerCommand returns without a shell, with the
+			// pugfs binary in place of the test's.
+			defer func(s string) { shell = s }(shell)
+			shell = filepath.Join(dir, "no-shell")
+			cmd, err := handlerCommand(dir, self, []string{"handler"})
+			if err != nil || len(cmd.Env) != 1 {
+				t.Fatalf("handlerCommand without a shell: %v, %v", cmd, err)
+			}
+			cmd.Path = bin
+			return cmd
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range 20 {
+				cmd := tc.cmd()
+				cmd.Env = append(os.Environ(), append(cmd.Env, printPdeathsigEnv+"=1")...)
+				cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+				out, err := func() ([]byte, error) {
+					runtime.LockOSThread() // Pdeathsig is the forking thread's
+					defer runtime.UnlockOSThread()
+					return cmd.CombinedOutput()
+				}()
+				if err != nil || strings.TrimSpace(string(out)) != "9 "+dir {
+					t.Fatalf("run %d: handler printed %q, %v; want 9 (SIGKILL) and %s", i, out, err, dir)
+				}
+			}
+		})
 	}
 }
