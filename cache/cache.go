@@ -102,7 +102,10 @@ type Cache struct {
 	// partial holds, per damaged session, the largest state of its
 	// versions before the damage that StateUpTo built (damaged.go).
 	partial *simplelru.LRU[layout.SessionID, *State]
-	recent  recentSnaps // recent.go
+	// readable holds, per damaged session, each snapshot read alone
+	// (damaged.go).
+	readable *simplelru.LRU[layout.SessionID, *readable]
+	recent   recentSnaps // recent.go
 	// early are the reads of first versions a first lookup started
 	// before it knew the latest version (early.go), by session and
 	// version; the lookup removes its own when it ends.
@@ -189,6 +192,7 @@ func New(store Store, opts Options) (*Cache, error) {
 	c.manifests, _ = simplelru.NewLRU[layout.SessionID, *layout.Manifest](16384, nil)
 	c.trees, _ = simplelru.NewLRU[ancestorKey, *Dir](256, nil)
 	c.partial, _ = simplelru.NewLRU[layout.SessionID, *State](partialMax, nil)
+	c.readable, _ = simplelru.NewLRU[layout.SessionID, *readable](partialMax, nil)
 	c.registry, err = newRegistry(opts.IndexPath, opts.FlushDelay, &c.mu, c.log)
 	if err != nil {
 		return nil, err

@@ -203,8 +203,8 @@ type snapshotsDir struct {
 }
 
 // child is <v>.json. st is the session's state, or nil for a damaged
-// session (latest): a version before the damage is then read from a
-// state of versions 1..v alone (cache.StateUpTo), and shows no time.
+// session (latest): the version is then read alone (cache.Snapshot), so
+// that only the damaged one fails, and shows no time.
 func (s *snapshotsDir) child(st *cache.State, v uint32) child {
 	f, id := s.f, s.id
 	var mt time.Time
@@ -213,14 +213,15 @@ func (s *snapshotsDir) child(st *cache.State, v uint32) child {
 	}
 	return f.genFile(fmt.Sprintf("%d.json", v), inoOf("snapjson", id.String(), strconv.Itoa(int(v))), mt, true,
 		onceBytes(func(ctx context.Context) ([]byte, error) {
-			st := st
-			if st == nil {
+			var ds []layout.Descriptor
+			if st != nil {
+				ds, _ = st.Snapshot(v)
+			} else {
 				var err error
-				if st, err = f.cache.StateUpTo(ctx, id, v); err != nil {
+				if ds, err = f.cache.Snapshot(ctx, id, v); err != nil {
 					return nil, err
 				}
 			}
-			ds, _ := st.Snapshot(v)
 			meta, err := f.views.SnapshotMeta(ctx, id, v)
 			if err != nil {
 				return nil, err
@@ -397,16 +398,17 @@ func (s *seqDir) list(ctx context.Context) ([]child, error) {
 	return out, nil
 }
 
+// find looks n up alone (cache.Seq): in a session with a damaged
+// snapshot, a descriptor of the others is still there.
 func (s *seqDir) find(ctx context.Context, name string) (child, error) {
-	st, err := s.f.cache.State(ctx, s.id)
-	if err != nil {
-		return child{}, err
-	}
 	n, err := strconv.ParseInt(name, 10, 64)
 	if err != nil || strconv.FormatInt(n, 10) != name {
 		return child{}, syscall.ENOENT
 	}
-	e, ok := st.Seq(n)
+	e, ok, err := s.f.cache.Seq(ctx, s.id, n)
+	if err != nil {
+		return child{}, err
+	}
 	if !ok || e.Digest.IsZero() {
 		return child{}, syscall.ENOENT
 	}

@@ -87,6 +87,20 @@ func TestReadCorruptObjects(t *testing.T) {
 				json.RawMessage(fmt.Sprintf(`{"name":"also.txt","digest":%q,"size":5,"created-at":"2026-01-01T00:00:00Z","sequence-number":%d}`, also.Digest, seq+3)),
 			})
 		}()
+		// mid: snapshot 2 of 3 garbage. Snapshots 1 and 3 do not depend
+		// on it, nor do the bodies of their descriptors (seq/<n>).
+		mid := newSess(file("a.txt", "a\n"))
+		var midSeq []int64
+		for _, f := range []layout.Descriptor{file("b.txt", "b\n"), file("c.txt", "c\n")} {
+			res, err := s.Commit(ctx, mid, layout.CommitRequest{Descriptors: []layout.Descriptor{f}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			midSeq = append(midSeq, res.Descriptors[0].SequenceNumber)
+		}
+		midSnap2, _ := layout.SnapshotKey(mid, 2)
+		raw(midSnap2, []byte("this is not zstd json"), &blob.WriterOptions{ContentType: "application/json", ContentEncoding: "zstd",
+			Metadata: map[string]string{layout.MetaSnapshotType: "provisional"}})
 		// Stray keys: not a snapshot file, not a session path, not a
 		// memory file.
 		sp, _ := layout.SnapshotsPrefix(good)
@@ -139,6 +153,16 @@ func TestReadCorruptObjects(t *testing.T) {
 		r.eq("its snapshots", r.sh("ls "+meta(p)+"/snapshots"), "1.json\n2.json\n3.json\n")
 		r.eq("snapshot 1", r.sh("grep -c '\"p.txt\"' "+meta(p)+"/snapshots/1.json"), "1\n")
 		r.fails("cat "+meta(p)+"/snapshots/3.json", eio)
+		// A damaged snapshot in the middle costs its own version and
+		// what depends on it, not the versions beside it.
+		r.fails("ls "+sess(mid), eio)
+		r.fails("cat "+meta(mid)+"/snapshots/2.json", eio)
+		r.eq("the snapshot after the damaged one", r.sh("grep -c '\"c.txt\"' "+meta(mid)+"/snapshots/3.json"), "1\n")
+		r.eq("a body of the snapshot before it", r.sh(fmt.Sprintf("cat %s/seq/%d", meta(mid), midSeq[0]-1)), "a\n")
+		r.eq("a body of the snapshot after it", r.sh(fmt.Sprintf("cat %s/seq/%d", meta(mid), midSeq[1])), "c\n")
+		r.fails(fmt.Sprintf("cat %s/seq/%d", meta(mid), midSeq[0]), eio) // in the damaged one
+		r.fails(fmt.Sprintf("cat %s/seq/%d", meta(mid), midSeq[1]+1), eio)
+		r.fails("cat "+meta(mid)+"/log.jsonl", eio)
 		r.eq("good", r.sh("cat "+sess(good)+"/ok.txt"), "fine\n")
 		r.eq("beside the lost blob", r.sh("cat "+sess(gone)+"/kept.txt"), "kept\n")
 		r.eq("the lost file is listed", r.sh("ls "+sess(gone)), "kept.txt\nlost.txt\n")
