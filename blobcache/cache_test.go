@@ -323,6 +323,9 @@ func TestBlobCorrupt(t *testing.T) {
 		{"stored body shorter", body[:len(body)-1], nil, int64(len(body))},
 		{"stored body longer", append(bytes.Clone(body), 'x'), nil, int64(len(body))},
 		{"descriptor size too small", body, nil, int64(len(body)) - 1},
+		// A state a chunk allocated up front for the claimed size was
+		// 32 PiB here: the mount died of it.
+		{"descriptor size absurd", body, nil, 1 << 60},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

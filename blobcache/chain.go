@@ -45,8 +45,14 @@ type blobChain struct {
 	hashed *atomic.Int64 // Stats.BytesHashed, if set
 }
 
+// chainPrealloc is the most chunk states newBlobChain allocates before
+// the chunks come (a 4 GiB body of 1 MiB chunks): the count comes from a
+// descriptor's size, which a bucket may claim to be anything, and the
+// states of a larger body are appended as it is read.
+const chainPrealloc = 4096
+
 func newBlobChain(cs, chunks int64) *blobChain {
-	return &blobChain{h: sha256.New(), cs: cs, cvs: make([][32]byte, 0, max(chunks-1, 0))}
+	return &blobChain{h: sha256.New(), cs: cs, cvs: make([][32]byte, 0, min(max(chunks-1, 0), chainPrealloc))}
 }
 
 // newChain returns a chain of the cache's chunk size that counts what it
