@@ -312,6 +312,11 @@ func (s *Session) build(ctx context.Context, fp uint32) (*State, error) {
 		got <- read{snaps, err}
 	}()
 	m, err := c.manifest(ctx, s.id)
+	if fp > 0 && errors.Is(err, layout.ErrNotFound) {
+		// Snapshots are written after the manifest (§5.1): snapshots
+		// without one are a damaged session, not a missing one.
+		err = fmt.Errorf("load session %s: %w: it has snapshots up to version %d and no manifest (%v)", s.id, layout.ErrCorrupt, fp, err)
+	}
 	var anc []layout.Entry
 	if err == nil {
 		anc, err = c.ancestorLog(ctx, s.id, m)
@@ -324,7 +329,7 @@ func (s *Session) build(ctx context.Context, fp uint32) (*State, error) {
 	r := <-got
 	snaps := r.snaps
 	if r.err != nil {
-		return nil, fmt.Errorf("load session %s: %w", s.id, r.err)
+		return nil, fmt.Errorf("load session %s: %w", s.id, gapIsDamage(r.err, fp))
 	}
 	c.stats.snapshotsRead.Add(int64(len(snaps)))
 	slots := make(map[string]layout.Entry)
@@ -346,10 +351,22 @@ func (s *Session) extend(ctx context.Context, prev *State, fp uint32) (*State, e
 	c := s.c
 	snaps, err := c.readSnaps(ctx, s.id, prev.Version+1, fp)
 	if err != nil {
-		return nil, fmt.Errorf("refresh session %s: %w", s.id, err)
+		return nil, fmt.Errorf("refresh session %s: %w", s.id, gapIsDamage(err, fp))
 	}
 	c.stats.snapshotsRead.Add(int64(len(snaps)))
 	return prev.with(prev.Version+1, snaps), nil
+}
+
+// gapIsDamage turns a snapshot that is not found, at or below the latest
+// version fp a listing showed, into damage: versions are consecutive and
+// never deleted (§7.3), so a missing one is a gap in the session's
+// history. Left a "not found", it made the session look absent: an
+// empty directory, with no error and no log line.
+func gapIsDamage(err error, fp uint32) error {
+	if !errors.Is(err, layout.ErrNotFound) {
+		return err
+	}
+	return fmt.Errorf("%w: a snapshot at or below the latest version %d is missing (%v)", layout.ErrCorrupt, fp, err)
 }
 
 // with returns a new state with snaps appended starting at version from.

@@ -101,6 +101,22 @@ func TestReadCorruptObjects(t *testing.T) {
 		midSnap2, _ := layout.SnapshotKey(mid, 2)
 		raw(midSnap2, []byte("this is not zstd json"), &blob.WriterOptions{ContentType: "application/json", ContentEncoding: "zstd",
 			Metadata: map[string]string{layout.MetaSnapshotType: "provisional"}})
+		// gap: snapshot 2 of 3 deleted; bare: snapshots, manifest
+		// deleted. Both are damage, not sessions that do not exist.
+		gap := newSess(file("a.txt", "a\n"))
+		for _, f := range []layout.Descriptor{file("b.txt", "b\n"), file("c.txt", "c\n")} {
+			if _, err := s.Commit(ctx, gap, layout.CommitRequest{Descriptors: []layout.Descriptor{f}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		gapSnap2, _ := layout.SnapshotKey(gap, 2)
+		bare := newSess(file("a.txt", "a\n"))
+		bareManifest, _ := layout.ManifestKey(bare)
+		for _, k := range []string{gapSnap2, bareManifest} {
+			if err := s.Bucket().Delete(ctx, k); err != nil {
+				t.Fatal(err)
+			}
+		}
 		// Stray keys: not a snapshot file, not a session path, not a
 		// memory file.
 		sp, _ := layout.SnapshotsPrefix(good)
@@ -163,6 +179,16 @@ func TestReadCorruptObjects(t *testing.T) {
 		r.fails(fmt.Sprintf("cat %s/seq/%d", meta(mid), midSeq[0]), eio) // in the damaged one
 		r.fails(fmt.Sprintf("cat %s/seq/%d", meta(mid), midSeq[1]+1), eio)
 		r.fails("cat "+meta(mid)+"/log.jsonl", eio)
+		// A gap in a history, or snapshots without a manifest, used to
+		// show an empty directory with no error and no log line.
+		r.fails("ls "+sess(gap), eio)
+		r.fails("cat "+sess(gap)+"/a.txt", eio)
+		r.eq("the version of a session with a gap", r.sh("cat "+meta(gap)+"/version"), "3\n")
+		r.eq("the history before the gap", r.sh("cat "+meta(gap)+"/at/1/a.txt"), "a\n")
+		r.fails("ls "+sess(bare), eio)
+		for _, what := range []string{"version 3 is missing", "no manifest"} {
+			waitFor(t, "a log line saying "+what, func() bool { return strings.Contains(m.Log(), what) })
+		}
 		r.eq("good", r.sh("cat "+sess(good)+"/ok.txt"), "fine\n")
 		r.eq("beside the lost blob", r.sh("cat "+sess(gone)+"/kept.txt"), "kept\n")
 		r.eq("the lost file is listed", r.sh("ls "+sess(gone)), "kept.txt\nlost.txt\n")
