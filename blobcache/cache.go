@@ -594,6 +594,9 @@ func (c *Cache) isClosed() bool {
 	return c.closed
 }
 
+// emptyDigest is the digest of the empty body.
+var emptyDigest = layout.DigestOf(nil)
+
 func (c *Cache) checkDescriptor(d *layout.Descriptor) error {
 	if c.isClosed() {
 		return errBlobClosed
@@ -617,6 +620,12 @@ func (c *Cache) checkDescriptor(d *layout.Descriptor) error {
 	}
 	if d.Size < 0 {
 		return fmt.Errorf("cache: descriptor %q: %w: negative size", d.Name, layout.ErrCorrupt)
+	}
+	// An empty file is never fetched (the kernel reads nothing past a
+	// size of 0), so its digest is the only check there is: a size left
+	// out of a descriptor of a longer body would read as an empty file.
+	if d.Size == 0 && d.Digest != emptyDigest {
+		return fmt.Errorf("cache: descriptor %q: %w: size 0, but %s is not the digest of an empty body", d.Name, layout.ErrCorrupt, d.Digest)
 	}
 	return nil
 }

@@ -728,3 +728,30 @@ func TestBlobInFlightBound(t *testing.T) {
 		t.Fatalf("stats after the storm: %+v", st)
 	}
 }
+
+// An empty file is never fetched, so a descriptor of size 0 must name the
+// empty body: one that left its size out for a longer body is damaged,
+// not an empty file.
+func TestBlobSizeZero(t *testing.T) {
+	ctx := context.Background()
+	src := newFakeBlobSource()
+	body := []byte("fourteen bytes")
+	c := newTestBlobCache(t, src, Options{})
+	for _, tc := range []struct {
+		name string
+		d    layout.Descriptor
+		ok   bool
+	}{
+		{"the empty body", layout.Descriptor{Digest: src.put(nil)}, true},
+		{"a 14-byte body", layout.Descriptor{Digest: src.put(body)}, false},
+	} {
+		size, err := c.Size(ctx, &tc.d)
+		n, rerr := c.ReadAt(ctx, &tc.d, make([]byte, 16), 0)
+		if tc.ok && (err != nil || size != 0 || n != 0 || rerr != io.EOF) {
+			t.Errorf("%s: size %d, %v; read %d, %v; want 0 bytes and EOF", tc.name, size, err, n, rerr)
+		}
+		if !tc.ok && (!errors.Is(err, layout.ErrCorrupt) || !errors.Is(rerr, layout.ErrCorrupt)) {
+			t.Errorf("%s: size %d, %v; read %d, %v; want ErrCorrupt from both", tc.name, size, err, n, rerr)
+		}
+	}
+}

@@ -112,6 +112,12 @@ func TestReadCorruptObjects(t *testing.T) {
 		gapSnap2, _ := layout.SnapshotKey(gap, 2)
 		bare := newSess(file("a.txt", "a\n"))
 		bareManifest, _ := layout.ManifestKey(bare)
+		// nosize: a descriptor that left its size out (0) for a body
+		// of 14 bytes. It read as an empty file: the kernel reads
+		// nothing of a file of size 0.
+		nosizeDesc := file("nosize.txt", "fourteen bytes")
+		nosizeDesc.Size, nosizeDesc.Data = 0, nil
+		nosize := newSess(nosizeDesc, file("sized.txt", "sized\n"))
 		for _, k := range []string{gapSnap2, bareManifest} {
 			if err := s.Bucket().Delete(ctx, k); err != nil {
 				t.Fatal(err)
@@ -186,6 +192,8 @@ func TestReadCorruptObjects(t *testing.T) {
 		r.eq("the version of a session with a gap", r.sh("cat "+meta(gap)+"/version"), "3\n")
 		r.eq("the history before the gap", r.sh("cat "+meta(gap)+"/at/1/a.txt"), "a\n")
 		r.fails("ls "+sess(bare), eio)
+		r.fails("cat "+sess(nosize)+"/nosize.txt", eio)
+		r.eq("beside a size left out", r.sh("cat "+sess(nosize)+"/sized.txt"), "sized\n")
 		for _, what := range []string{"version 3 is missing", "no manifest"} {
 			waitFor(t, "a log line saying "+what, func() bool { return strings.Contains(m.Log(), what) })
 		}
