@@ -3,6 +3,7 @@ package fs
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"syscall"
@@ -180,7 +181,8 @@ func FuzzLogJSONL(f *testing.F) {
 // listxattr gives is non-empty, at most 255 bytes, free of NUL (the
 // list's separator), found by getxattr, with a value of at most 64 KiB;
 // the list itself fits in 64 KiB; small buffers get ERANGE, not a short
-// copy.
+// copy. Every metadata key the kernel can name is found by name, listed
+// or not: its value, or E2BIG for one over 64 KiB.
 func FuzzXattrs(f *testing.F) {
 	f.Add("k", "v", "k2", "v2", 4)
 	f.Add("a\x00b", "v", "", "x", 0)
@@ -189,6 +191,19 @@ func FuzzXattrs(f *testing.F) {
 		e := layout.Entry{Descriptor: layout.Descriptor{Name: "f", SequenceNumber: 1,
 			Metadata: map[string]string{k1: v1, k2: v2}}}
 		x := descXattrs(e)
+		for k, v := range e.Metadata {
+			name := "user.pugmark.meta." + k
+			if len(name) > 255 || strings.IndexByte(name, 0) >= 0 {
+				continue
+			}
+			size, errno := getxattr(x, name, nil)
+			if want := syscall.E2BIG; len(v) > 64<<10 && errno != want {
+				t.Fatalf("%q, a value of %d bytes: %v, want %v", name, len(v), errno, want)
+			}
+			if len(v) <= 64<<10 && (errno != 0 || int(size) != len(v)) {
+				t.Fatalf("%q by name: %d, %v; want %d bytes", name, size, errno, len(v))
+			}
+		}
 		n, errno := listxattr(x, nil)
 		if errno != 0 {
 			t.Fatalf("listxattr size: %v", errno)
@@ -226,4 +241,32 @@ func FuzzXattrs(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestXattrsManyKeys: a descriptor from the bucket with 10,000 metadata
+// keys lists what fits in the kernel's 64 KiB, pugfs's own attributes
+// first, and every key reads by name, listed or not (the last one did
+// not: the attributes past the list's bound were dropped altogether).
+func TestXattrsManyKeys(t *testing.T) {
+	meta := map[string]string{}
+	for i := range 10000 {
+		meta[fmt.Sprintf("key%05d", i)] = fmt.Sprint(i)
+	}
+	x := descXattrs(layout.Entry{Descriptor: layout.Descriptor{Name: "f", SequenceNumber: 1, ContentType: "text/plain", Metadata: meta}})
+	n, errno := listxattr(x, nil)
+	if errno != 0 || n > 64<<10 || n < 60<<10 {
+		t.Fatalf("listxattr: %d bytes, %v; want a list filled up to 64 KiB", n, errno)
+	}
+	buf := make([]byte, n)
+	listxattr(x, buf)
+	if !strings.Contains(string(buf), "user.pugmark.content-type\x00") {
+		t.Errorf("the list lacks pugfs's own attributes")
+	}
+	for _, k := range []string{"key00000", "key09999"} {
+		v := make([]byte, 16)
+		got, errno := getxattr(x, "user.pugmark.meta."+k, v)
+		if errno != 0 || string(v[:got]) != meta[k] {
+			t.Errorf("%s by name: %q, %v; want %q", k, v[:got], errno, meta[k])
+		}
+	}
 }

@@ -521,6 +521,12 @@ func getxattr(x xattrs, attr string, dest []byte) (uint32, syscall.Errno) {
 	if !ok {
 		return 0, syscall.ENODATA
 	}
+	if len(v) > xattrSizeMax {
+		// What getxattr(2) says of a value past XATTR_SIZE_MAX: the
+		// kernel could not carry it, and "no such attribute" would hide
+		// that the bucket has one.
+		return 0, syscall.E2BIG
+	}
 	if len(dest) == 0 {
 		return uint32(len(v)), 0
 	}
@@ -534,14 +540,8 @@ func listxattr(x xattrs, dest []byte) (uint32, syscall.Errno) {
 	if x == nil {
 		return 0, 0
 	}
-	m := x()
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	sort.Strings(names)
 	var buf []byte
-	for _, k := range names {
+	for _, k := range xattrNames(x()) {
 		buf = append(buf, k...)
 		buf = append(buf, 0)
 	}
@@ -552,6 +552,36 @@ func listxattr(x xattrs, dest []byte) (uint32, syscall.Errno) {
 		return uint32(len(buf)), syscall.ERANGE
 	}
 	return uint32(copy(dest, buf)), 0
+}
+
+// xattrNames returns the names listxattr lists: pugfs's own attributes,
+// then the user.pugmark.meta.* keys, each in name order, as many as fit
+// in the kernel's 64 KiB (XATTR_LIST_MAX), past which no tool could list
+// any, and none whose value is over 64 KiB (getxattr says E2BIG of it: a
+// listed name reads). A file whose metadata does not fit (thousands of
+// keys, from the bucket) lists what fits, and getxattr still reads each
+// key by name.
+func xattrNames(m map[string]string) []string {
+	names := make([]string, 0, len(m))
+	for k, v := range m {
+		if len(v) <= xattrSizeMax {
+			names = append(names, k)
+		}
+	}
+	sort.Slice(names, func(i, j int) bool {
+		mi, mj := strings.HasPrefix(names[i], "user.pugmark.meta."), strings.HasPrefix(names[j], "user.pugmark.meta.")
+		if mi != mj {
+			return mj
+		}
+		return names[i] < names[j]
+	})
+	total := 0
+	for i, k := range names {
+		if total += len(k) + 1; total > xattrListMax {
+			return names[:i]
+		}
+	}
+	return names
 }
 
 // linkNode is a symbolic link.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -497,32 +496,17 @@ const (
 	xattrListMax = 64 << 10
 )
 
-// kernelXattrs drops what the kernel cannot carry: names that are empty,
-// hold a NUL (listxattr's separator: "a\x00b" would list as two names,
-// neither found) or are longer than 255 bytes, values over 64 KiB, and,
-// past a list of 64 KiB, the remaining metadata keys (in name order, after
-// the descriptor's own attributes). Metadata comes from the bucket: what
-// is dropped here stays in log.jsonl.
+// kernelXattrs drops the names the kernel cannot carry: empty, holding a
+// NUL (listxattr's separator: "a\x00b" would list as two names, neither
+// found) or longer than 255 bytes. A value over 64 KiB stays, for getxattr
+// to say E2BIG about, and listxattr lists what fits in 64 KiB (xattrNames);
+// every attribute is still there by name. Metadata comes from the bucket:
+// what is dropped here stays in log.jsonl.
 func kernelXattrs(m map[string]string) map[string]string {
-	names := make([]string, 0, len(m))
 	for k := range m {
-		names = append(names, k)
-	}
-	sort.Slice(names, func(i, j int) bool {
-		mi, mj := strings.HasPrefix(names[i], "user.pugmark.meta."), strings.HasPrefix(names[j], "user.pugmark.meta.")
-		if mi != mj {
-			return mj
-		}
-		return names[i] < names[j]
-	})
-	total := 0
-	for _, k := range names {
-		if k == "" || len(k) > xattrNameMax || strings.IndexByte(k, 0) >= 0 ||
-			len(m[k]) > xattrSizeMax || total+len(k)+1 > xattrListMax {
+		if k == "" || len(k) > xattrNameMax || strings.IndexByte(k, 0) >= 0 {
 			delete(m, k)
-			continue
 		}
-		total += len(k) + 1
 	}
 	return m
 }
