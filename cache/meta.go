@@ -65,7 +65,12 @@ func (v *Views) fresh(at time.Time) bool {
 // SnapshotMeta returns snapshot metadata; immutable, cached forever.
 func (v *Views) SnapshotMeta(ctx context.Context, id layout.SessionID, ver uint32) (layout.SnapshotMeta, error) {
 	return readThrough(&v.mu, v.metas, metaKey{id, ver}, func() (layout.SnapshotMeta, error) {
-		return v.store.ReadSnapshotMeta(ctx, id, ver)
+		m, err := v.store.ReadSnapshotMeta(ctx, id, ver)
+		if err == nil && m.TypeInvalid != "" {
+			v.log("snapshot type is none of checkpoint, provisional and queueing; counted as a checkpoint, as a missing one is",
+				"session", id.String(), "version", ver, "type", m.TypeInvalid)
+		}
+		return m, err
 	})
 }
 

@@ -231,9 +231,10 @@ func (s *snapshotsDir) child(st *cache.State, v uint32) child {
 				Version       uint32              `json:"version"`
 				Type          layout.SnapshotType `json:"type"`
 				TypeMissing   bool                `json:"type-missing,omitempty"`
+				TypeInvalid   string              `json:"type-invalid,omitempty"`
 				TransactionID string              `json:"transaction-id"`
 				Descriptors   []layout.Descriptor `json:"descriptors"`
-			}{id.String(), v, meta.Type, meta.TypeMissing, strconv.FormatUint(meta.TransactionID, 10), ds}
+			}{id.String(), v, meta.Type, meta.TypeMissing, meta.TypeInvalid, strconv.FormatUint(meta.TransactionID, 10), ds}
 			b, err := json.MarshalIndent(out, "", "  ")
 			return append(b, '\n'), err
 		}))

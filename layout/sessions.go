@@ -154,7 +154,11 @@ type SnapshotMeta struct {
 	Type SnapshotType
 	// TypeMissing is set when the object carries no type key; Type is then
 	// checkpoint (§6.2 backward compatibility).
-	TypeMissing   bool
+	TypeMissing bool
+	// TypeInvalid is the type key's value when it is none of the three
+	// (§18: the set is closed); Type is then checkpoint, as for a missing
+	// key, and a reader says so rather than pass it off as one.
+	TypeInvalid   string
 	TransactionID uint64
 	Session       string
 	Version       string
@@ -167,6 +171,8 @@ func parseSnapshotMeta(md map[string]string) SnapshotMeta {
 	if t, ok := md[MetaSnapshotType]; ok {
 		if st, err := ParseSnapshotType(t); err == nil {
 			m.Type = st
+		} else {
+			m.TypeInvalid = t
 		}
 	} else {
 		m.TypeMissing = true

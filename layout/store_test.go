@@ -212,4 +212,20 @@ func TestSection6_2_MetaParsing(t *testing.T) {
 	if _, err := ParseSnapshotType("draft"); err == nil {
 		t.Error("accepted an unknown snapshot type")
 	}
+	// A type outside the closed set counts as a checkpoint, as a missing
+	// one does, and says what it was.
+	for _, tc := range []struct {
+		md      map[string]string
+		typ     SnapshotType
+		missing bool
+		invalid string
+	}{
+		{map[string]string{MetaSnapshotType: "weird"}, Checkpoint, false, "weird"},
+		{map[string]string{MetaSnapshotType: "Provisional"}, Provisional, false, ""},
+		{map[string]string{}, Checkpoint, true, ""},
+	} {
+		if m := parseSnapshotMeta(tc.md); m.Type != tc.typ || m.TypeMissing != tc.missing || m.TypeInvalid != tc.invalid {
+			t.Errorf("%v: %+v, want type %s, missing %v, invalid %q", tc.md, m, tc.typ, tc.missing, tc.invalid)
+		}
+	}
 }

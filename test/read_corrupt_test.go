@@ -123,6 +123,14 @@ func TestReadCorruptObjects(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// weird: a snapshot type outside the closed set.
+		weird := newSess()
+		func() {
+			defer rdCatch(t)
+			rdPutRawSnapshot(t, s.Bucket(), weird, 1, "weird", 9, []json.RawMessage{
+				json.RawMessage(fmt.Sprintf(`{"name":"w.txt","digest":%q,"size":5,"sequence-number":1}`, also.Digest)),
+			})
+		}()
 		// Stray keys: not a snapshot file, not a session path, not a
 		// memory file.
 		sp, _ := layout.SnapshotsPrefix(good)
@@ -192,6 +200,8 @@ func TestReadCorruptObjects(t *testing.T) {
 		r.eq("the version of a session with a gap", r.sh("cat "+meta(gap)+"/version"), "3\n")
 		r.eq("the history before the gap", r.sh("cat "+meta(gap)+"/at/1/a.txt"), "a\n")
 		r.fails("ls "+sess(bare), eio)
+		r.eq("an invalid snapshot type", r.sh("grep -c '\"type-invalid\": \"weird\"' "+meta(weird)+"/snapshots/1.json"), "1\n")
+		waitFor(t, "a log line about the invalid type", func() bool { return strings.Contains(m.Log(), `type=weird`) })
 		r.fails("cat "+sess(nosize)+"/nosize.txt", eio)
 		r.eq("beside a size left out", r.sh("cat "+sess(nosize)+"/sized.txt"), "sized\n")
 		for _, what := range []string{"version 3 is missing", "no manifest"} {
