@@ -696,6 +696,16 @@ func TestLegacyForkForm(t *testing.T) {
 	if len(rep.Findings) != 1 {
 		t.Errorf("the legacy form is still a valid fork record: %v", rep.Findings)
 	}
+	// An ID of zeros makes no fork record (§7.2: a non-zero one does).
+	zeros := strings.Replace(js, f.child.String(), strings.Repeat("0", 32), 1)
+	f.plantSnapshot(f.root, 4, zstdOf([]byte(zeros)), snapMeta(f.root, 4, "checkpoint"))
+	rep = f.check(fsck.Options{})
+	want(t, rep, fsck.Info, "§7.2", snapKey(f.root, 4), "of zeros (read as no fork record)")
+	for _, fd := range rep.Findings {
+		if strings.Contains(fd.Message, "read as fork = true") {
+			t.Errorf("a fork-session-id of zeros: %v", fd)
+		}
+	}
 }
 
 func TestForkChildSnapshotOne(t *testing.T) {

@@ -213,7 +213,11 @@ func (c *checker) checkSessionSnapshots(ctx context.Context, se *sessionEntry) {
 			}
 			where := descWhere("descriptor", i, &d)
 			if bytes.Contains(raw, []byte(`"fork-session-id"`)) {
-				c.infof("§7.2", key, "%s: legacy fork-session-id form (read as fork = true); new writes use fork and target-session", where)
+				if d.Fork {
+					c.infof("§7.2", key, "%s: legacy fork-session-id form (read as fork = true); new writes use fork and target-session", where)
+				} else {
+					c.infof("§7.2", key, "%s: fork-session-id of zeros (read as no fork record)", where)
+				}
 			}
 			c.checkDescriptor(key, where, &d, raw)
 			c.collect(se, v, key, where, &d)
