@@ -3,6 +3,7 @@ package fs
 import (
 	"sync"
 
+	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -68,7 +69,7 @@ func (n *notifier) send(nt notice) {
 		return
 	}
 	for _, name := range nt.names {
-		parts, ok := layout.NamePath(name)
+		parts, ok := cache.SlotPath(name)
 		if !ok {
 			continue
 		}

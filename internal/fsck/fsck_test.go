@@ -562,6 +562,13 @@ func TestHostileNames(t *testing.T) {
 			}
 		})
 	}
+	// A name under the session root's .pugmark/ is a path, but one the
+	// tree keeps for its own files.
+	for _, name := range []string{".pugmark", ".pugmark/manifest.json"} {
+		f := newFixture(t)
+		f.commit(layout.Checkpoint, f.desc(name, []byte("mine\n")))
+		want(t, f.check(fsck.Options{}), fsck.Warning, "tree.md", snapKey(f.root, 5), "keeps .pugmark/")
+	}
 }
 
 func TestFileAndDirectoryName(t *testing.T) {

@@ -307,8 +307,8 @@ func (c *checker) collect(se *sessionEntry, v uint32, key, where string, d *layo
 // not its parent chain.
 func (c *checker) checkNamePrefixes(key string, slots map[string]bool) {
 	for name, live := range slots {
-		if !live {
-			continue
+		if first, _, _ := strings.Cut(name, "/"); !live || first == ".pugmark" {
+			continue // not shown at all (checkDescriptor says so)
 		}
 		for i := 0; i < len(name); i++ {
 			if name[i] == '/' && slots[name[:i]] {
