@@ -59,7 +59,10 @@ func (f *FS) statsText() string {
 	fmt.Fprintf(&b, "backend bytes: read %d, written %d; blobs stored by linking the staged file (no copy) %d\n", ls.BytesRead, ls.BytesWritten, ls.BlobsLinked)
 	fmt.Fprintf(&b, "backend retries %d, errors %d\n", ls.Retries, ls.Errors)
 	fmt.Fprintf(&b, "descriptors read with unreadable fields %d\n", ls.Damaged)
-	fmt.Fprintf(&b, "backend requests in flight: peak %d\n", ls.PeakInFlight)
+	// Counted where the store asks, before the mount's scheduler lets a
+	// request go: what waited for it counts too (its own line says what
+	// it let through at once).
+	fmt.Fprintf(&b, "backend requests in flight or waiting for the scheduler: peak %d\n", ls.PeakInFlight)
 	fmt.Fprintf(&b, "%s\n", f.cache.Stats())
 	fmt.Fprintf(&b, "%s\n", f.blobs.Stats()) // "blob cache <part>: ..." lines
 	fmt.Fprintf(&b, "%s\n", f.ra.Stats())

@@ -779,7 +779,7 @@ func TestExecSIGINT(t *testing.T) {
 
 var (
 	execRequestsLine = regexp.MustCompile(`(?m)^backend requests: get (\d+), head (\d+), put (\d+), list (\d+),`)
-	execPeakLine     = regexp.MustCompile(`(?m)^backend requests in flight: peak (\d+)$`)
+	execPeakLine     = regexp.MustCompile(`(?m)^backend requests in flight or waiting for the scheduler: peak (\d+)$`)
 )
 
 // TestExecRequestBudget: what a handler starts from is read through the

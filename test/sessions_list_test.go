@@ -45,7 +45,7 @@ func listSessions(t *testing.T, bk *Bucket, hours []uint32, n int) map[uint32][]
 
 var (
 	listReqLine  = regexp.MustCompile(`(?m)^backend requests: get (\d+), head (\d+), put (\d+), list (\d+), delete (\d+)$`)
-	listPeakLine = regexp.MustCompile(`(?m)^backend requests in flight: peak (\d+)$`)
+	listPeakLine = regexp.MustCompile(`(?m)^backend requests in flight or waiting for the scheduler: peak (\d+)$`)
 )
 
 // listCounts are the mount's own backend request counters.
