@@ -54,6 +54,7 @@ type Store interface {
 	ListHours(ctx context.Context, par int, known []uint32, bad func(key string, err error)) ([]uint32, error)
 	ListHour(ctx context.Context, hour uint32, bad func(key string, err error)) ([]layout.SessionID, error)
 	KeptSession(id layout.SessionID) bool
+	ListedStamp(id layout.SessionID, v uint32) (layout.Stamp, bool)
 }
 
 var _ Store = (*layout.Store)(nil)

@@ -34,6 +34,21 @@ type summary struct {
 	updatedAt time.Time
 	// checked is the time taken before the LIST that gave version.
 	checked time.Time
+	// stamp is what a listing showed of snapshot version when the
+	// summary was learnt (zero: unknown); another stamp for it means
+	// another snapshot under the same key (staleStamp).
+	stamp layout.Stamp
+}
+
+// staleStamp reports whether the last listing shows snapshot sum.version
+// of id with another stamp than the one sum was learnt from: the bucket
+// was written again, and sum speaks of a snapshot that is gone.
+func (c *Cache) staleStamp(id layout.SessionID, sum summary) bool {
+	if sum.stamp == (layout.Stamp{}) || sum.version == 0 {
+		return false
+	}
+	st, ok := c.store.ListedStamp(id, sum.version)
+	return ok && st != sum.stamp
 }
 
 // sumFlight is one computation of a session's summary, shared by every
@@ -227,21 +242,24 @@ func (c *Cache) computeSummary(ctx context.Context, id layout.SessionID, fp uint
 			return summary{}, err
 		}
 	}
+	// The stamp the listing that gave fp showed, taken before anything
+	// is read: what the summary learnt below is then of that snapshot.
+	stamp, _ := c.store.ListedStamp(id, fp)
 	c.mu.Lock()
 	s, loaded := c.sessions.Peek(id)
 	prev, ok := c.summaries[id]
 	c.mu.Unlock()
 	if loaded {
 		if st := s.st.Load(); st != nil && st.Version == fp {
-			return summary{version: fp, updatedAt: st.UpdatedAt, checked: checked}, nil
+			return summary{version: fp, updatedAt: st.UpdatedAt, checked: checked, stamp: stamp}, nil
 		}
 	}
-	if ok && prev.version == fp {
+	if ok && prev.version == fp && !c.staleStamp(id, prev) {
 		prev.checked = checked
 		return prev, nil
 	}
 	sum, err := c.summarise(ctx, id, fp)
-	sum.checked = checked
+	sum.checked, sum.stamp = checked, stamp
 	return sum, err
 }
 
@@ -313,7 +331,7 @@ func (c *Cache) ListSessions(ctx context.Context) ([]Listed, error) {
 		// manifest (no snapshot: version 0).
 		known := l.Version > 0 || l.Manifest
 		switch {
-		case ok && known && sum.version == l.Version:
+		case ok && known && sum.version == l.Version && !c.staleStamp(l.ID, sum):
 			if sum.checked.Before(since) {
 				sum.checked = since // confirmed by this pass's LIST
 				c.summaries[l.ID] = sum

@@ -21,11 +21,17 @@ import (
 // LIST per hour partition) instead of reading a snapshot per session. A
 // summary is a fact about immutable snapshots: the same (session,
 // version) always has the same last append, so a record never goes stale,
-// it only stops being the latest.
+// it only stops being the latest. Unless the bucket was emptied and
+// written again with the same session IDs: so a record keeps the stamp
+// (size and modification time) of the snapshot it came from, and a
+// listing that shows that snapshot with another stamp has it computed
+// again.
 //
-// The file is "pugfs-summaries 1\n", then one 28-byte record per session
-// (16 bytes of ID, the version and the time in Unix nanoseconds,
-// big-endian), then the SHA-256 of everything before it. It is replaced
+// The file is "pugfs-summaries 2\n", then one 44-byte record per session
+// (16 bytes of ID, the version, the time in Unix nanoseconds, the
+// snapshot's size and modification time in Unix seconds, big-endian),
+// then the SHA-256 of everything before it. A file of an older format is
+// read as empty. It is replaced
 // whole (temp file and rename) by a deferred flush, merged with what is on
 // disk at that moment so that two mounts sharing the directory both keep
 // what they learnt (the newer version of a session wins); it holds at most
@@ -42,8 +48,8 @@ type summaryFile struct {
 }
 
 const (
-	summaryMagic      = "pugfs-summaries 1\n"
-	summaryRecord     = 16 + 4 + 8
+	summaryMagic      = "pugfs-summaries 2\n"
+	summaryRecord     = 16 + 4 + 8 + 8 + 8
 	maxSummaryRecords = 1 << 19
 )
 
@@ -143,6 +149,8 @@ func encodeSummaries(rows map[layout.SessionID]summary) []byte {
 		copy(rec[:16], id[:])
 		binary.BigEndian.PutUint32(rec[16:], s.version)
 		binary.BigEndian.PutUint64(rec[20:], uint64(s.updatedAt.UnixNano()))
+		binary.BigEndian.PutUint64(rec[28:], uint64(s.stamp.Size))
+		binary.BigEndian.PutUint64(rec[36:], uint64(s.stamp.Mod))
 		b.Write(rec[:])
 	}
 	sum := sha256.Sum256(b.Bytes())
@@ -165,6 +173,9 @@ func readSummaryFile(path string) (map[layout.SessionID]summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	if bytes.HasPrefix(data, []byte("pugfs-summaries ")) && !bytes.HasPrefix(data, []byte(summaryMagic)) {
+		return nil, nil // an older format: learnt again, then replaced
+	}
 	body := len(data) - sha256.Size
 	if int64(len(data)) > limit || body < len(summaryMagic) || !bytes.HasPrefix(data, []byte(summaryMagic)) ||
 		(body-len(summaryMagic))%summaryRecord != 0 {
@@ -180,6 +191,8 @@ func readSummaryFile(path string) (map[layout.SessionID]summary, error) {
 		rows[id] = summary{
 			version:   binary.BigEndian.Uint32(data[p+16:]),
 			updatedAt: time.Unix(0, int64(binary.BigEndian.Uint64(data[p+20:]))).UTC(),
+			stamp: layout.Stamp{Size: int64(binary.BigEndian.Uint64(data[p+28:])),
+				Mod: int64(binary.BigEndian.Uint64(data[p+36:]))},
 		}
 	}
 	return rows, nil

@@ -74,3 +74,40 @@ func TestSummaryFile(t *testing.T) {
 		t.Fatalf("with a damaged summary file: %d GETs, want 2 (nothing believed)", gets)
 	}
 }
+
+// TestSummaryFileBucketWrittenAgain: a summary holds while the listings
+// show the snapshot it came from with the stamp it was learnt with. A
+// bucket emptied and written again with the same session ID and version
+// shows another stamp, and the session's last append is read again (it
+// showed the old time until the session was loaded and the TTL passed).
+func TestSummaryFileBucketWrittenAgain(t *testing.T) {
+	w := newWorld(t, testbucket.Open(t, testbucket.Mem))
+	a := w.session()
+	w.commit(a, textDesc("first.txt", "first", epoch))
+	path := filepath.Join(t.TempDir(), "summaries")
+	c1 := newCache(t, w.store, Options{SummaryPath: path, MetadataTTL: time.Minute})
+	if _, err := c1.ListSessions(bg); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first listing's summary", func() bool {
+		ls, err := c1.ListSessions(bg)
+		return err == nil && len(ls) == 1 && ls[0].Known
+	})
+	if err := c1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.raw.Delete(bg, snapshotKey(t, a, 1)); err != nil {
+		t.Fatal(err)
+	}
+	later := epoch.Add(75 * time.Minute)
+	w.commit(a, textDesc("second, longer name.txt", "second", later)) // version 1 again
+	c2 := newCache(t, w.reopen().store, Options{SummaryPath: path, MetadataTTL: time.Minute})
+	waitFor(t, "a listing of the session written again", func() bool {
+		ls, err := c2.ListSessions(bg)
+		return err == nil && len(ls) == 1 && ls[0].Known
+	})
+	ls, _ := c2.ListSessions(bg)
+	if ls[0].Version != 1 || !ls[0].UpdatedAt.Equal(later) {
+		t.Errorf("listed version %d, last append %v; want 1 and %v (the snapshot now under that key)", ls[0].Version, ls[0].UpdatedAt, later)
+	}
+}

@@ -73,11 +73,20 @@ type stamps struct {
 }
 
 // noteStamp records the stamp a listing showed for object o of session
-// id (version v; 0 for the manifest). A no-op without a Keeper.
+// id (version v; 0 for the manifest): what vouches for a Keeper's copy,
+// and for what a cache learnt from that object before (ListedStamp).
 func (s *Store) noteStamp(id SessionID, v uint32, o *blob.ListObject) {
-	if s.opts.Keeper != nil {
-		noteIn(&s.stamps.mu, &s.stamps.m, stampKey{id, v}, o)
-	}
+	noteIn(&s.stamps.mu, &s.stamps.m, stampKey{id, v}, o)
+}
+
+// ListedStamp returns the stamp the last listing of this Store that
+// showed snapshot v of session id (0: its manifest) gave it. A fact
+// learnt from an object, kept with its stamp, holds while the listings
+// show the same stamp: a bucket emptied and written again with the same
+// session IDs shows others. ok is false when no listing showed it (or
+// its stamp was dropped with the bound, maxStamps).
+func (s *Store) ListedStamp(id SessionID, v uint32) (Stamp, bool) {
+	return s.listedStamp(id, v)
 }
 
 // noteMemoryStamp records the stamp a listing showed for the memory
