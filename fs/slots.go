@@ -178,11 +178,22 @@ func (n *sessDirNode) Create(ctx context.Context, name string, flags uint32, mod
 	f := n.f
 	full := n.full(name)
 	existed := f.w.Staged(n.sd.id, full) != nil
-	s, err := f.w.Open(ctx, n.sd.id, full, nil, true)
+	// The kernel sends CREATE for a name it does not know (it looked it
+	// up, or holds a negative entry): with O_CREAT alone (>>, O_RDWR)
+	// the file keeps what another mount may have committed under the
+	// name meanwhile (OpenFresh checks); with O_TRUNC or O_EXCL it starts
+	// empty.
+	var s *staging.File
+	var err error
+	if flags&(syscall.O_TRUNC|syscall.O_EXCL) == 0 {
+		s, err = f.w.OpenFresh(ctx, n.sd.id, full, func() *layout.Entry { return nil }, false)
+	} else {
+		s, err = f.w.Open(ctx, n.sd.id, full, nil, true)
+	}
 	if err != nil {
 		return nil, nil, 0, f.errnoOf("create "+full, err)
 	}
-	if !existed {
+	if !existed && !s.Rebased() {
 		// The create mode is kept; an O_CREAT open of a file another
 		// open is staging already does not change its mode.
 		s.SetCreateMode(mode)

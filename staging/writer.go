@@ -2,6 +2,7 @@ package staging
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -372,6 +373,15 @@ func (w *Writer) OpenFrom(ctx context.Context, id layout.SessionID, name string,
 // to one file in a loop changed it again in between (1 or 2 opens in 40
 // failed with ESTALE). Opening what the bucket holds now is what that
 // retry would have done.
+//
+// A create that keeps content (no base: the front end found no file, no
+// truncation: O_CREAT without O_TRUNC) is checked too: when another
+// mount committed the name within the TTL, the file is staged from its
+// content (Rebased), or `>>` through this mount replaced it. A create
+// with O_TRUNC replaces whatever is there anyway, and one with O_EXCL
+// (tar x, cp, rsync's temporary files) is not checked: it would cost
+// every new file a round trip, so O_EXCL is exclusive on one mount, and
+// across mounts once the TTL has passed.
 func (w *Writer) OpenFresh(ctx context.Context, id layout.SessionID, name string, baseOf func() *layout.Entry, truncate bool) (*File, error) {
 	return w.openFrom(ctx, id, name, baseOf, truncate, true)
 }
@@ -406,6 +416,16 @@ func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string,
 			if base, rebased, err = w.checkBase(ctx, id, name, base); err != nil {
 				return nil, err
 			}
+		} else if fresh && base == nil && !truncate {
+			// A create that keeps content (O_CREAT without O_TRUNC: >>,
+			// O_RDWR) of a name the front end found absent: another
+			// mount may have committed it within the TTL, and staging
+			// from nothing would replace what it committed.
+			var err error
+			if base, err = w.checkAbsent(ctx, id, name); err != nil {
+				return nil, err
+			}
+			rebased = base != nil
 		}
 		s, err := w.newStaged(ctx, name, base, truncate)
 		if err != nil {
@@ -483,6 +503,32 @@ func (w *Writer) checkBase(ctx context.Context, id layout.SessionID, name string
 		return nil, false, fmt.Errorf("open %s: %w: removed", name, ErrChanged)
 	}
 	return &now, now.Digest != base.Digest || now.Size != base.Size, nil
+}
+
+// checkAbsent returns the entry name has in the bucket now, or nil, for
+// a create that keeps content (OpenFresh with no base and no truncation):
+// one LIST, as checkBase, and none for a session holding pending
+// --commit=fsync changes, whose local view is newer than the bucket's.
+func (w *Writer) checkAbsent(ctx context.Context, id layout.SessionID, name string) (*layout.Entry, error) {
+	w.mu.Lock()
+	ws := w.ss[id]
+	pending := ws != nil && len(ws.pending) > 0
+	w.mu.Unlock()
+	if pending {
+		return nil, nil
+	}
+	w.cache.Invalidate(id)
+	st, err := w.cache.State(ctx, id)
+	if errors.Is(err, layout.ErrSessionNotFound) {
+		return nil, nil // the create fails, or makes the session, as before
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create %s: check the session: %w", name, err)
+	}
+	if now, ok := st.Slots()[name]; ok {
+		return &now, nil
+	}
+	return nil, nil
 }
 
 // liveView is the live state of a session as this mount shows it: the

@@ -711,6 +711,16 @@ func TestWriterOpenFreshSeesOtherWriters(t *testing.T) {
 	if err := b.Release(ctx, r.Session, s); err != nil {
 		t.Fatal(err)
 	}
+	// A create that keeps content (>>, O_RDWR|O_CREAT) through b of a
+	// name b has no entry of, which a committed: staged from a's bytes.
+	commit(a, "new-by-a", "from-a\n", nil)
+	s, err = b.OpenFresh(ctx, r.Session, "new-by-a", func() *layout.Entry { return nil }, false)
+	if err != nil || !s.Rebased() || s.Stat().Size != int64(len("from-a\n")) {
+		t.Fatalf("OpenFresh without a base of a name a created: %v; want it staged from a's content", err)
+	}
+	if err := b.Release(ctx, r.Session, s); err != nil {
+		t.Fatal(err)
+	}
 	// A chmod through b of a file a rewrote keeps a's bytes.
 	commit(a, "same", "changed\n", nil)
 	mode := uint32(0o755)

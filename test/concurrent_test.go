@@ -271,8 +271,9 @@ func TestTwoMountsConcurrentWriters(t *testing.T) {
 // changed the file; b's metadata TTL (1h) still trusts what it loaded.
 // What b does next starts from the bucket: an append lands after a's,
 // >> of a file a removed creates it anew, touch and chmod keep a's
-// rewrite, truncate and setfattr of a path apply to a's content, and mv
-// moves a's content. Before,
+// rewrite, truncate and setfattr of a path apply to a's content, mv
+// moves a's content, and >> or an O_RDWR open of a name a created keeps
+// what a wrote. Before,
 // each of them built on what b had loaded and replaced a's change. Each
 // case has a session of its own: a check refreshes the whole session.
 func TestTwoMountsWithinTTLStartFromTheBucket(t *testing.T) {
@@ -285,6 +286,12 @@ func TestTwoMountsWithinTTLStartFromTheBucket(t *testing.T) {
 	}{
 		{name: "append", a: "echo from-a >> f", b: "echo from-b >> f", want: files{"f": "old\nfrom-a\nfrom-b\n"}},
 		{name: "append to removed", a: "rm f", b: "echo new >> f", want: files{"f": "new\n"}},
+		// A name b's listing does not have: the kernel sends CREATE,
+		// which started an empty file and replaced a's.
+		{name: "append to created", seed: files{"x": "x\n"}, a: "echo from-a > f", b: "echo from-b >> f",
+			want: files{"x": "x\n", "f": "from-a\nfrom-b\n"}},
+		{name: "read-write create", seed: files{"x": "x\n"}, a: "echo from-a > f", b: "exec 3<>f; cat <&3 > seen",
+			want: files{"x": "x\n", "f": "from-a\n", "seen": "from-a\n"}},
 		// b's kernel still has f's old size (4 bytes): a read through a
 		// descriptor opened for writing must not stop there.
 		{name: "read-write open", a: "echo much-longer-content > f", b: "exec 3<>f; cat <&3 > seen",
