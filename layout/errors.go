@@ -28,6 +28,9 @@ var (
 	// ErrConflict: a checkpoint lost to a foreign checkpoint (decisions.md
 	// §13.3); nothing was written.
 	ErrConflict = errors.New("conflict: a foreign checkpoint landed first")
+	// ErrRefChanged: a ref's compare-and-swap (§9 Rename) found another
+	// value than the one its writer read. It also matches ErrConflict.
+	ErrRefChanged = &conflictError{"conflict: the ref changed since it was read"}
 	// ErrRetriesExhausted: a commit could not make progress within the retry
 	// budget (§13.3).
 	ErrRetriesExhausted = errors.New("commit retries exhausted")
@@ -38,6 +41,13 @@ var (
 )
 
 type notFoundError struct{ msg string }
+
+// conflictError is a conflict other than a commit's (ErrConflict's own
+// text speaks of checkpoints).
+type conflictError struct{ msg string }
+
+func (e *conflictError) Error() string        { return e.msg }
+func (e *conflictError) Is(target error) bool { return target == ErrConflict }
 
 func (e *notFoundError) Error() string        { return e.msg }
 func (e *notFoundError) Is(target error) bool { return target == ErrNotFound }

@@ -101,7 +101,7 @@ var ErrWeakCAS = errors.New("backend has no If-Match: ref replaced by PUT and re
 // as prev (§9 Rename: If-Match on the prior version). On backends without
 // If-Match it falls back to re-read + PUT + re-read and returns ErrWeakCAS
 // with the write done, so callers can report the weaker guarantee. A
-// mismatch is ErrConflict, unless the ref already holds target: that is
+// mismatch is ErrRefChanged (an ErrConflict), unless the ref already holds target: that is
 // how a retry meets its own earlier attempt whose response was lost.
 func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target string) error {
 	key, err := RefKey(name)
@@ -128,7 +128,7 @@ func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target str
 			// indistinguishable, and leaves the ref as this write would.
 			return nil
 		case isPrecondition(err):
-			return fmt.Errorf("rename ref %s: %w: it changed since it was read", name, ErrConflict)
+			return fmt.Errorf("rename ref %s: %w", name, ErrRefChanged)
 		default:
 			return fmt.Errorf("rename ref %s: %w", name, err)
 		}
@@ -141,7 +141,7 @@ func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target str
 		return ErrWeakCAS // already there: as in the If-Match case above
 	}
 	if cur.Target != prev.Target {
-		return fmt.Errorf("rename ref %s: %w: it changed since it was read", name, ErrConflict)
+		return fmt.Errorf("rename ref %s: %w", name, ErrRefChanged)
 	}
 	if err := s.Link(ctx, name, target); err != nil && !s.refLanded(ctx, name, target) {
 		return err
@@ -151,7 +151,7 @@ func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target str
 		return fmt.Errorf("rename ref %s: read back: %w", name, err)
 	}
 	if back.Target != target {
-		return fmt.Errorf("rename ref %s: %w: another writer replaced it", name, ErrConflict)
+		return fmt.Errorf("rename ref %s: %w: another writer replaced it", name, ErrRefChanged)
 	}
 	return ErrWeakCAS
 }

@@ -230,8 +230,14 @@ func TestSection9_RenameRefCAS(t *testing.T) {
 		if r, _ := s.ReadRef(bg, "r"); r.Target != "two" {
 			t.Fatalf("target %q after rename", r.Target)
 		}
-		// prev is stale now.
-		wantErrIs(t, s.RenameRef(bg, "r", prev, "three"), ErrConflict)
+		// prev is stale now: a conflict that says what changed (not the
+		// checkpoint a commit's conflict speaks of).
+		err = s.RenameRef(bg, "r", prev, "three")
+		wantErrIs(t, err, ErrConflict)
+		wantErrIs(t, err, ErrRefChanged)
+		if strings.Contains(err.Error(), "checkpoint") {
+			t.Errorf("a ref's conflict reads %q", err)
+		}
 		if r, _ := s.ReadRef(bg, "r"); r.Target != "two" {
 			t.Fatalf("a stale rename changed the ref to %q", r.Target)
 		}
