@@ -17,7 +17,9 @@ import (
 )
 
 // <mnt>/.pugmark/failed/<session-id>/<name>.<time> shows what the mount
-// kept of commits that failed for good (staging.Writer.salvageLocked), so that a
+// kept of commits that failed for good (staging.Writer.salvageLocked), and
+// failed/memories/<ns>%2F<name>.<time> and failed/refs/<name>.<time> the
+// memory and ref writes that failed (staging.Records.keep), so that a
 // user whose shell never saw close(2)'s error finds the data without
 // reading logs (tree.md). The files are read-only; rm deletes them and
 // rmdir an emptied session directory. They are the mount owner's: 0400
@@ -89,12 +91,13 @@ func (d *failedDir) find(ctx context.Context, name string) (child, error) {
 	return c, nil
 }
 
-// child shows session directories at the top and regular files below;
-// nothing else the directory may hold.
+// child shows session directories at the top (and memories/ and refs/,
+// for memory and ref writes that failed: staging.Records.keep) and
+// regular files below; nothing else the directory may hold.
 func (d *failedDir) child(name string, isDir bool) (child, bool) {
 	f := d.f
 	if d.sub == "" {
-		if _, err := layout.ParseSessionID(name); err != nil || !isDir {
+		if _, err := layout.ParseSessionID(name); (err != nil && name != "memories" && name != "refs") || !isDir {
 			return child{}, false
 		}
 		return child{name: name, mode: syscall.S_IFDIR, ino: inoOf("failed", name), ttl: f.ttl, node: func() gofsNode {

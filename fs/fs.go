@@ -189,7 +189,7 @@ func New(cfg Config) (*FS, error) {
 	f.mem.dirs = map[string]bool{}
 	f.recs = staging.NewRecords(cfg.Store, staging.RecordCaches{InvalidateMemories: f.views.InvalidateMemories,
 		InvalidateRefs: f.views.InvalidateRefs, SessionCreated: cfg.Cache.SessionCreated, InvalidateSession: cfg.Cache.Invalidate},
-		cfg.Now, cfg.Logger)
+		staging.RecordOptions{Now: cfg.Now, Log: cfg.Logger, FailedDir: cfg.FailedDir})
 	f.w = staging.New(staging.Config{Commit: cfg.Commit, SnapshotType: cfg.SnapshotType, Hold: cfg.Hold, GroupWindow: cfg.GroupWindow,
 		StagingDir: cfg.StagingDir, FailedDir: cfg.FailedDir, Now: cfg.Now, Log: cfg.Logger},
 		cfg.Store, cfg.Cache, cfg.Blobs, f.notifyChanged)

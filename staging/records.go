@@ -3,8 +3,11 @@ package staging
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +27,7 @@ type RecordStore interface {
 	Link(ctx context.Context, name, target string) error
 	RenameRef(ctx context.Context, name string, prev layout.Ref, target string) error
 	DeleteRef(ctx context.Context, name string) error
+	SessionExists(ctx context.Context, id layout.SessionID) (bool, error)
 }
 
 // RecordCaches are the caches a record write makes stale: the memory
@@ -53,11 +57,27 @@ type Records struct {
 	// the writer of its memory records (§8.2), on the first memory write.
 	idMu sync.Mutex
 	id   layout.SessionID // GUARDED_BY(idMu)
+
+	failedDir string
 }
 
-// NewRecords returns the record writer of a mount. now and log may be
-// nil (time.Now, slog.Default); so may any of the caches' functions.
-func NewRecords(store RecordStore, caches RecordCaches, now func() time.Time, log *slog.Logger) *Records {
+// RecordOptions configure Records; each may be left zero.
+type RecordOptions struct {
+	// Now is the clock (time.Now).
+	Now func() time.Time
+	// Log gets the record writes that failed (slog.Default).
+	Log *slog.Logger
+	// FailedDir is where the data of a memory or ref write that failed
+	// is kept (memories/ and refs/ in it), as a session commit's is
+	// (Writer's failed directory): a shell redirection never sees
+	// close(2)'s error. Empty keeps nothing.
+	FailedDir string
+}
+
+// NewRecords returns the record writer of a mount. Any of the caches'
+// functions may be nil.
+func NewRecords(store RecordStore, caches RecordCaches, opts RecordOptions) *Records {
+	now, log := opts.Now, opts.Log
 	if now == nil {
 		now = time.Now
 	}
@@ -77,7 +97,28 @@ func NewRecords(store RecordStore, caches RecordCaches, now func() time.Time, lo
 	if caches.InvalidateSession == nil {
 		caches.InvalidateSession = func(layout.SessionID) {}
 	}
-	return &Records{store: store, caches: caches, now: now, log: log}
+	return &Records{store: store, caches: caches, now: now, log: log, failedDir: opts.FailedDir}
+}
+
+// keep keeps body, the data of a write of name (kind "memories" or
+// "refs") that failed with err, under the failed directory, and says so
+// in the log: nothing a user wrote is dropped silently.
+func (r *Records) keep(kind, name string, body []byte, err error) {
+	if r.failedDir == "" {
+		r.log.Error("write failed", "kind", kind, "name", name, "err", err)
+		return
+	}
+	dir := filepath.Join(r.failedDir, kind)
+	dst := filepath.Join(dir, strings.ReplaceAll(name, "/", "%2F")+"."+r.now().UTC().Format("20060102T150405.000000000"))
+	werr := os.MkdirAll(dir, 0o700)
+	if werr == nil {
+		werr = os.WriteFile(dst, body, 0o600)
+	}
+	if werr != nil {
+		r.log.Error("write failed, and its data could not be kept", "kind", kind, "name", name, "err", err, "keep", werr)
+		return
+	}
+	r.log.Error("write failed; its data is kept", "kind", kind, "name", name, "path", dst, "err", err)
 }
 
 // commit returns the commit envelope of this mount's memory writes
@@ -103,6 +144,14 @@ func (r *Records) commit(ctx context.Context) (layout.MemoryCommit, error) {
 // metadata and schema, merged into the namespace (§8.3), and returns the
 // record as committed.
 func (r *Records) PutMemory(ctx context.Context, ns string, e layout.Descriptor, body []byte) (layout.Descriptor, error) {
+	d, err := r.putMemory(ctx, ns, e, body)
+	if err != nil {
+		r.keep("memories", ns+"/"+e.Name, body, err)
+	}
+	return d, err
+}
+
+func (r *Records) putMemory(ctx context.Context, ns string, e layout.Descriptor, body []byte) (layout.Descriptor, error) {
 	cm, err := r.commit(ctx)
 	if err != nil {
 		return layout.Descriptor{}, err
@@ -189,9 +238,32 @@ var ErrBadRef = errors.New("a ref is one line holding its target")
 // a compare-and-swap against it, or a create. It returns the ref as it
 // is after the write, for the writer's next one.
 func (r *Records) WriteRef(ctx context.Context, name string, prev layout.Ref, existed bool, body []byte) (now layout.Ref, nowExists bool, err error) {
+	now, nowExists, err = r.writeRef(ctx, name, prev, existed, body)
+	if err != nil {
+		r.keep("refs", name, body, err)
+	}
+	return now, nowExists, err
+}
+
+func (r *Records) writeRef(ctx context.Context, name string, prev layout.Ref, existed bool, body []byte) (now layout.Ref, nowExists bool, err error) {
 	target := strings.TrimRight(string(body), "\r\n")
 	if strings.ContainsAny(target, "\r\n") || target == "" {
 		return prev, existed, ErrBadRef
+	}
+	if strings.HasPrefix(name, layout.SessionRefName("")) {
+		// §9.1: a session ref's body is exactly a manifest's storage
+		// path; anything else is a name no reader can resolve.
+		id, perr := layout.ParseManifestKey(target)
+		if key, _ := layout.ManifestKey(id); perr != nil || key != target {
+			return prev, existed, fmt.Errorf("%w: refs/%s must hold a session's manifest path (sessions/year=.../manifest.json), not %q", ErrBadRef, name, target)
+		}
+		ok, serr := r.store.SessionExists(ctx, id)
+		if serr != nil {
+			return prev, existed, serr
+		}
+		if !ok {
+			return prev, existed, fmt.Errorf("refs/%s: %w: %s", name, layout.ErrSessionNotFound, target)
+		}
 	}
 	if existed {
 		err = r.store.RenameRef(ctx, name, prev, target)

@@ -3,7 +3,11 @@ package staging
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/pugmark/pugfs/layout"
 	"gocloud.dev/blob/memblob"
@@ -21,7 +25,7 @@ func TestRecords(t *testing.T) {
 		InvalidateMemories: func() { memDrops++ },
 		InvalidateRefs:     func() { refDrops++ },
 		SessionCreated:     func(id layout.SessionID) { made = append(made, id) },
-	}, nil, nil)
+	}, RecordOptions{})
 
 	for _, body := range []string{"one", "two"} {
 		d, err := r.PutMemory(ctx, "notes", layout.Descriptor{Name: "a", Metadata: map[string]string{"k": "v"}}, []byte(body))
@@ -75,5 +79,62 @@ func TestRecords(t *testing.T) {
 	}
 	if refDrops != 3 {
 		t.Fatalf("ref view dropped %d times for 3 writes", refDrops)
+	}
+}
+
+// failingPuts is a RecordStore whose memory and ref writes fail.
+type failingPuts struct{ RecordStore }
+
+var errPutFails = errors.New("the bucket refuses")
+
+func (failingPuts) WriteMemory(context.Context, string, layout.MemoryWrite) (layout.MemoryResult, error) {
+	return layout.MemoryResult{}, errPutFails
+}
+func (failingPuts) Link(context.Context, string, string) error { return errPutFails }
+
+// TestRecordsKeepFailedWrites: a memory or ref write that fails keeps
+// what was written under the failed directory (a shell redirection never
+// sees close's error), and a session ref holds a manifest path of a
+// session that exists (§9.1) or is refused.
+func TestRecordsKeepFailedWrites(t *testing.T) {
+	ctx := context.Background()
+	store := layout.New(memblob.OpenBucket(nil), nil)
+	failed := t.TempDir()
+	r := NewRecords(failingPuts{store}, RecordCaches{}, RecordOptions{FailedDir: failed})
+	if _, err := r.PutMemory(ctx, "team/notes", layout.Descriptor{Name: "standup.md"}, []byte("memory body\n")); !errors.Is(err, errPutFails) {
+		t.Fatalf("memory write: %v", err)
+	}
+	if _, _, err := r.WriteRef(ctx, "tags/x", layout.Ref{}, false, []byte("objects/one\n")); !errors.Is(err, errPutFails) {
+		t.Fatalf("ref write: %v", err)
+	}
+	for dir, want := range map[string]string{"memories": "memory body\n", "refs": "objects/one\n"} {
+		ents, err := os.ReadDir(filepath.Join(failed, dir))
+		if err != nil || len(ents) != 1 {
+			t.Fatalf("failed/%s: %v, %v; want the one write kept", dir, ents, err)
+		}
+		if got, _ := os.ReadFile(filepath.Join(failed, dir, ents[0].Name())); string(got) != want {
+			t.Errorf("failed/%s/%s holds %q, want %q", dir, ents[0].Name(), got, want)
+		}
+	}
+
+	r = NewRecords(store, RecordCaches{}, RecordOptions{FailedDir: t.TempDir()})
+	m := store.NewRootManifest()
+	if _, _, err := store.CreateSession(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := layout.ManifestKey(m.Session)
+	absent, _ := layout.ManifestKey(layout.NewSessionID(time.Now()))
+	for _, tc := range []struct {
+		body string
+		want error
+	}{
+		{"not a manifest path", ErrBadRef},
+		{strings.ToUpper(key), ErrBadRef},
+		{absent, layout.ErrSessionNotFound},
+		{key, nil},
+	} {
+		if _, _, err := r.WriteRef(ctx, layout.SessionRefName("nm"), layout.Ref{}, false, []byte(tc.body+"\n")); !errors.Is(err, tc.want) {
+			t.Errorf("refs/sessions/nm = %q: %v, want %v", tc.body, err, tc.want)
+		}
 	}
 }

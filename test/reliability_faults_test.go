@@ -270,6 +270,36 @@ func TestReliabilityPermanentFaultIsEIOForThatCallOnly(t *testing.T) {
 	}
 }
 
+// TestReliabilityFailedRecordWritesKept: a memory record or a ref whose
+// write fails for good is kept under .pugmark/failed/memories/ and
+// failed/refs/, as a session file's is (the write audit found them
+// dropped, with only a log line), and the close says EIO.
+func TestReliabilityFailedRecordWritesKept(t *testing.T) {
+	t.Parallel()
+	bk := relLocalBucket(t)
+	fb := relWithFaults(bk, map[string]string{"fault_error_rate": "1", "fault_error_code": "InvalidArgument", "fault_ops": "put"})
+	mnt := mount(t, fb, "--cache-dir", t.TempDir())
+	for _, tc := range []struct{ path, body, kept string }{
+		{"memories/team/notes/standup.md", "memory body\n", "memories/team%2Fnotes%2Fstandup.md.*"},
+		{"refs/myref", "objects/one\n", "refs/myref.*"},
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(mnt.Dir, tc.path)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(mnt.Dir, tc.path), []byte(tc.body), 0o644); !errors.Is(err, syscall.EIO) {
+			t.Errorf("write %s with failing PUTs: %v, want EIO from close", tc.path, err)
+		}
+		shown, _ := filepath.Glob(filepath.Join(mnt.Dir, ".pugmark", "failed", tc.kept))
+		if len(shown) != 1 {
+			t.Errorf(".pugmark/failed/%s: %v, want the one failed write", tc.kept, shown)
+			continue
+		}
+		if b, err := os.ReadFile(shown[0]); err != nil || string(b) != tc.body {
+			t.Errorf("%s holds %q, %v; want %q", shown[0], b, err, tc.body)
+		}
+	}
+}
+
 // TestReliabilityStaleListings: two mounts whose listings are 2 s stale
 // (fault_stale: keys PUT through a mount stay out of its own LISTs, and
 // the other mount's versions show at once) write 20 files each into one
