@@ -21,7 +21,13 @@ type AttrChange struct {
 // change of committed content must not move it (chmod does not change
 // mtime), so it is kept as posix-mtime when the new descriptor's
 // created-at would otherwise replace it; zero when content changes too.
+//
+// A chmod to the mode the file has already (editors chmod after every
+// save) changes nothing, so that it commits nothing.
 func (c AttrChange) Apply(meta map[string]string, keep time.Time) map[string]string {
+	if c.Mode != nil && c.Mtime == nil && !c.MtimeNow && layout.PosixMode(meta, layout.DefaultFileMode) == *c.Mode&layout.KeptModeBits {
+		return meta
+	}
 	if meta == nil {
 		meta = map[string]string{}
 	}

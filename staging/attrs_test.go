@@ -11,7 +11,7 @@ import (
 // TestAttrChangeApply: what chmod and utimes write, and that a
 // metadata-only change keeps the mtime the file showed.
 func TestAttrChangeApply(t *testing.T) {
-	mode := uint32(0o750)
+	mode, defMode := uint32(0o750), uint32(layout.DefaultFileMode)
 	at := time.Date(2020, 1, 2, 3, 4, 5, 6, time.FixedZone("x", 3600))
 	shown := time.Date(2025, 5, 5, 5, 5, 5, 5, time.UTC)
 	for _, c := range []struct {
@@ -32,6 +32,11 @@ func TestAttrChangeApply(t *testing.T) {
 		{"utimes to now drops posix-mtime", AttrChange{MtimeNow: true}, map[string]string{layout.MetaPosixMode: "0600", layout.MetaPosixMtime: "2001-01-01T00:00:00Z"}, shown,
 			map[string]string{layout.MetaPosixMode: "0600"}},
 		{"nothing left is nil", AttrChange{MtimeNow: true}, map[string]string{layout.MetaPosixMtime: "x"}, shown, nil},
+		// Editors chmod after every save: to the mode the file has, it
+		// changes nothing (and commits nothing).
+		{"chmod to the default mode", AttrChange{Mode: &defMode}, nil, shown, nil},
+		{"chmod to the mode set", AttrChange{Mode: &mode}, map[string]string{layout.MetaPosixMode: "0750"}, shown,
+			map[string]string{layout.MetaPosixMode: "0750"}},
 	} {
 		got := c.c.Apply(maps.Clone(c.in), c.keep)
 		if len(got) != len(c.want) {
