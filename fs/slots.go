@@ -770,7 +770,11 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 	key, isMeta := strings.CutPrefix(attr, "user.pugmark.meta.")
 	if !isMeta && attr != "user.pugmark.content-type" && attr != "user.pugmark.schema-url" {
 		if strings.HasPrefix(attr, "user.pugmark.") {
-			return syscall.EPERM // derived from the descriptor
+			// Derived from the descriptor: not an attribute that can
+			// be set. ENOTSUP, not EPERM: cp -a and mv from another
+			// session (whose digest, version... they copy) pass over
+			// it quietly, where EPERM was a warning per attribute.
+			return syscall.ENOTSUP
 		}
 		return syscall.ENOTSUP
 	}
