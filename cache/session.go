@@ -495,7 +495,7 @@ func BuildTree(slots map[string]layout.Entry) *Dir {
 	sort.Strings(names)
 	for _, n := range names {
 		e := slots[n]
-		parts, ok := SlotPath(n)
+		parts, ok := layout.NamePath(n)
 		if !ok {
 			root.Hidden++
 			continue

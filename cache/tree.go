@@ -2,22 +2,6 @@ package cache
 
 import "github.com/pugmark/pugfs/layout"
 
-// ReservedName is the directory every session directory has of its own
-// (tree.md: .pugmark/, not listed, reachable by path).
-const ReservedName = ".pugmark"
-
-// SlotPath maps a slot's name to its path in a session's tree: the path
-// of layout.NamePath, except under .pugmark/, which the tree keeps for
-// its own files. Such a name has no path: counted as hidden (Dir.Hidden),
-// in log.jsonl and reported by fsck, as the names NamePath refuses are.
-func SlotPath(name string) ([]string, bool) {
-	parts, ok := layout.NamePath(name)
-	if !ok || parts[0] == ReservedName {
-		return nil, false
-	}
-	return parts, true
-}
-
 // treeDelta is how a state's tree can be derived from its predecessor's
 // instead of built from scratch: every commit makes a new state, and
 // rebuilding the tree of a session of n files for each (sorting every
@@ -35,7 +19,7 @@ func (d *treeDelta) apply(slots map[string]layout.Entry) *Dir {
 	root := d.base.clone()
 	fresh := map[*Dir]bool{root: true}
 	for _, name := range d.changed {
-		parts, ok := SlotPath(name)
+		parts, ok := layout.NamePath(name)
 		_, was := d.prevSlots[name]
 		e, is := slots[name]
 		if !ok {

@@ -38,7 +38,7 @@ func treeString(d *Dir) string {
 // names with no path; and the predecessor's tree is left as it was.
 func TestTreeDeltaMatchesBuild(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	names := []string{"a", "b", "a/b", "a/c", "a/b/c", "d/e/f", "d/e/g", "d/h", "x/../y", "", "z/", "z/z", "q/r/s/t", ".pugmark", ".pugmark/send/x", "a/.pugmark"}
+	names := []string{"a", "b", "a/b", "a/c", "a/b/c", "d/e/f", "d/e/g", "d/h", "x/../y", "", "z/", "z/z", "q/r/s/t"}
 	for i := 0; i < 40; i++ {
 		names = append(names, fmt.Sprintf("flat%d", i), fmt.Sprintf("n%d/m%d", i%5, i))
 	}
@@ -69,21 +69,5 @@ func TestTreeDeltaMatchesBuild(t *testing.T) {
 		}
 		st = next
 		st.Tree()
-	}
-}
-
-// TestTreeReservesPugmark: a slot named .pugmark, or under it, has no path
-// in a session's tree (tree.md keeps .pugmark/ at the root for pugfs's
-// own files) and counts as hidden; one deeper down is an ordinary file.
-func TestTreeReservesPugmark(t *testing.T) {
-	slots := map[string]layout.Entry{}
-	for _, n := range []string{".pugmark", ".pugmark/manifest.json", "notes/.pugmark", "ok.txt"} {
-		slots[n] = layout.Entry{Descriptor: layout.Descriptor{Name: n, Digest: layout.DigestOf([]byte(n))}}
-	}
-	got := treeString(BuildTree(slots))
-	want := treeString(&Dir{Hidden: 2, Files: map[string]*layout.Entry{"ok.txt": {Descriptor: slots["ok.txt"].Descriptor}},
-		Dirs: map[string]*Dir{"notes": {Files: map[string]*layout.Entry{".pugmark": {Descriptor: slots["notes/.pugmark"].Descriptor}}}}})
-	if got != want {
-		t.Errorf("tree\n%s\nwant\n%s", got, want)
 	}
 }

@@ -3,7 +3,6 @@ package fs
 import (
 	"sync"
 
-	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -69,7 +68,7 @@ func (n *notifier) send(nt notice) {
 		return
 	}
 	for _, name := range nt.names {
-		parts, ok := cache.SlotPath(name)
+		parts, ok := layout.NamePath(name)
 		if !ok {
 			continue
 		}

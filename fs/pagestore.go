@@ -10,7 +10,6 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
-	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/readahead"
 )
@@ -156,7 +155,7 @@ func (f *FS) storeBody(pos readahead.Pos, d *layout.Descriptor, wait bool) {
 // kernelInode returns the inode of the file at pos if the kernel knows
 // it (go-fuse keeps the inodes the kernel holds), else nil.
 func (f *FS) kernelInode(pos readahead.Pos) *gofs.Inode {
-	parts, ok := cache.SlotPath(pos.Name)
+	parts, ok := layout.NamePath(pos.Name)
 	if !ok || f.root == nil {
 		return nil
 	}

@@ -106,7 +106,7 @@ func (c *checker) checkDescriptor(key, where string, d *layout.Descriptor, raw j
 		if !NameIsPath(d.Name) {
 			c.warnf("decisions/names", key, "%s: the name has an empty, \".\" or \"..\" component, a NUL byte or a component over %d bytes; it cannot be a path and the tree does not show it", where, MaxNameComponent)
 		} else if first, _, _ := strings.Cut(d.Name, "/"); first == ".pugmark" && strings.HasPrefix(key, layout.SessionsPrefix) {
-			c.warnf("tree.md", key, "%s: the tree keeps .pugmark/ at a session's root for its own files; this name is not shown there, only in log.jsonl", where)
+			c.warnf("tree.md", key, "%s: the tree keeps .pugmark/ at a session's root for its own files; the live directory does not show this name, its history (.pugmark/at/<N>/) and log.jsonl do", where)
 		}
 	}
 	if d.Deleted {

@@ -308,7 +308,7 @@ func (c *checker) collect(se *sessionEntry, v uint32, key, where string, d *layo
 func (c *checker) checkNamePrefixes(key string, slots map[string]bool) {
 	for name, live := range slots {
 		if first, _, _ := strings.Cut(name, "/"); !live || first == ".pugmark" {
-			continue // not shown at all (checkDescriptor says so)
+			continue // not shown live (checkDescriptor says so)
 		}
 		for i := 0; i < len(name); i++ {
 			if name[i] == '/' && slots[name[:i]] {
