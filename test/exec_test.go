@@ -451,6 +451,39 @@ func TestExecRace(t *testing.T) {
 	})
 }
 
+// TestExecSharedStateDir: two runs at once on two sessions with one state
+// directory (what the default cache directory of a bucket is) both land.
+// Every run's inner process is PID 1 of a namespace of its own, and both
+// took staging/1 and exec/1: the second one's clean-up removed the
+// first's staged files, and its mount landed on the first's mountpoint
+// (the exec audit).
+//
+// The first run ends while the second still runs: its removal of the
+// mountpoint they shared took the second's mount away, whose unmount then
+// failed (exit 1, nothing committed, nothing kept).
+func TestExecSharedStateDir(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	state := t.TempDir()
+	var gates []gate
+	var runs []*execRun
+	var ids []layout.SessionID
+	for i := range 2 {
+		id := newSession(t, bk)
+		g := newGate(t)
+		ids, gates = append(ids, id), append(gates, g)
+		runs = append(runs, startExec(t, bk, state, id.String(), "sh", "-c",
+			fmt.Sprintf(`echo run%d > out.txt; `, i)+g.wait("x")))
+		g.ready(t, 1, runs[i])
+	}
+	for i, r := range runs {
+		gates[i].open(t)
+		if c := r.wait(t); c != 0 {
+			t.Fatalf("run %d exited %d\n%s", i, c, r.stderr.String())
+		}
+		wantSlots(t, bk, ids[i], map[string]string{"out.txt": fmt.Sprintf("run%d\n", i)})
+	}
+}
+
 // TestExecSIGKILL: SIGKILL of pugfs exec mid-run takes the handler with
 // it, leaves no mount behind (the mount lived in the run's own mount
 // namespace) and commits nothing.

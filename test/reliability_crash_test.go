@@ -171,8 +171,10 @@ func TestReliabilityCrashDuringWriteStorm(t *testing.T) {
 			t.Logf("%s: killed pid %d with %d writes acknowledged so far", p.name, pid, len(want))
 
 			m = relMountOn(t, bk, dir, "--cache-dir", cache)
-			if _, err := os.Stat(filepath.Join(cache, "staging", fmt.Sprint(pid))); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("the dead mount's staging directory is still there: %v", err)
+			// The new mount's staging directory is the only one left
+			// (with its lock file): the dead mount's was removed.
+			if ents, _ := os.ReadDir(filepath.Join(cache, "staging")); len(ents) != 2 {
+				t.Errorf("the staging directories after a remount: %v, want the new mount's alone", ents)
 			}
 			relFsckClean(t, bk)
 			slots := relLiveSlots(t, bk, id)

@@ -270,11 +270,11 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 		names = append(names, cfg.session)
 	}
 
-	mnt, err := execMountpoint(env.stateDir)
+	mnt, release, err := execMountpoint(env.stateDir)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(mnt)
+	defer func() { os.Remove(mnt); release() }()
 	// The invocation is one checkpoint of this session: nothing else
 	// (another session, memories, refs, a new session) may land while
 	// the handler runs, nor at all if it fails; cross-session output
@@ -457,23 +457,17 @@ func sessionState(ctx context.Context, env *mountEnv, arg string) (layout.Sessio
 	return id, st, err
 }
 
-// execMountpoint makes the invocation's private mountpoint,
-// stateDir/exec/<pid>, after removing those of runs that are gone (a
-// SIGKILLed run cannot remove its own; rmdir leaves anything in use or
-// not empty alone).
-func execMountpoint(stateDir string) (string, error) {
+// execMountpoint makes the invocation's private mountpoint in
+// stateDir/exec/, held until release (ownDir), after removing those of
+// runs that are gone (a SIGKILLed run cannot remove its own; rmdir
+// leaves anything in use or not empty alone).
+func execMountpoint(stateDir string) (dir string, release func(), err error) {
 	root := filepath.Join(stateDir, "exec")
-	ents, _ := os.ReadDir(root)
-	for _, e := range ents {
-		if pid, err := strconv.Atoi(e.Name()); err == nil && pid != os.Getpid() && !pugfsRunning(pid) {
-			os.Remove(filepath.Join(root, e.Name()))
-		}
+	orphans(root, func(dir string) { os.Remove(dir) })
+	if dir, release, err = ownDir(root); err != nil {
+		return "", nil, fmt.Errorf("mountpoint in %s: %w", root, err)
 	}
-	dir := filepath.Join(root, strconv.Itoa(os.Getpid()))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("mountpoint %s: %w", dir, err)
-	}
-	return dir, nil
+	return dir, release, nil
 }
 
 // execChdirEnv hands the trampoline (execTrampoline) the directory to

@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -237,11 +236,11 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	failed := filepath.Join(stateDir, "failed")
 	env.stateDir, env.failedDir = stateDir, failed
 	cleanStaging(stateDir, failed, log)
-	staging := filepath.Join(stateDir, "staging", fmt.Sprint(os.Getpid()))
-	if err := os.MkdirAll(staging, 0o700); err != nil {
-		return nil, fmt.Errorf("staging directory %s: %w", staging, err)
+	staging, release, err := ownDir(filepath.Join(stateDir, "staging"))
+	if err != nil {
+		return nil, fmt.Errorf("staging directory in %s: %w", stateDir, err)
 	}
-	env.closers = append(env.closers, func() { os.RemoveAll(staging) })
+	env.closers = append(env.closers, func() { os.RemoveAll(staging); release() })
 	if os.Getenv("GOMEMLIMIT") == "" {
 		// The blob cache holds up to --cache-size of chunks; without a
 		// limit Go's collector lets the heap grow to about twice that
@@ -456,24 +455,14 @@ func stateDirFor(cfg mountConfig, u string) (string, error) {
 // of failed commits inside them are moved to failedDir first, and the
 // files kept there are reported.
 func cleanStaging(stateDir, failedDir string, log *slog.Logger) {
-	root := filepath.Join(stateDir, "staging")
-	ents, _ := os.ReadDir(root)
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid <= 0 || !e.IsDir() {
-			continue // not a staging directory
-		}
-		if pid != os.Getpid() && pugfsRunning(pid) {
-			continue // another live mount's
-		}
-		dir := filepath.Join(root, e.Name())
+	orphans(filepath.Join(stateDir, "staging"), func(dir string) {
 		keepFailed(filepath.Join(dir, "failed"), failedDir, log)
 		if err := os.RemoveAll(dir); err != nil {
 			log.Warn("could not remove the staging directory of a mount that is gone", "dir", dir, "err", err)
-			continue
+			return
 		}
-		log.Info("removed the staging directory of a mount that is gone", "dir", dir, "pid", pid)
-	}
+		log.Info("removed the staging directory of a mount that is gone", "dir", dir)
+	})
 	n := 0
 	filepath.WalkDir(failedDir, func(_ string, d os.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {

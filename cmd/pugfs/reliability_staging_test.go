@@ -43,7 +43,27 @@ func TestReliabilityCleanStaging(t *testing.T) {
 	mk(deadDir+"/failed/sess/a.txt.20260101T000000", "kept bytes")
 	mk(otherDir+"/spill-2", "x")
 	mk("notapid/keep", "y")
+	// Today's directories: one whose owner holds its lock (this test,
+	// as a live mount or pugfs exec does: every exec's inner process is
+	// PID 1 of its own namespace, so PIDs cannot tell), one whose owner
+	// is gone (its lock file there, unlocked).
+	live, release, err := ownDir(filepath.Join(state, "staging"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	mk(filepath.Base(live)+"/spill-3", "staged by a live mount")
+	mk("p0123456789abcdef/spill-4", "left by a dead one")
+	mk("p0123456789abcdef.lock", "")
 	cleanStaging(state, failed, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if b, err := os.ReadFile(filepath.Join(live, "spill-3")); err != nil || string(b) != "staged by a live mount" {
+		t.Errorf("a live owner's staging directory was touched: %q, %v", b, err)
+	}
+	for _, gone := range []string{"p0123456789abcdef", "p0123456789abcdef.lock"} {
+		if _, err := os.Stat(filepath.Join(state, "staging", gone)); !os.IsNotExist(err) {
+			t.Errorf("staging/%s of a dead owner is still there: %v", gone, err)
+		}
+	}
 	for _, gone := range []string{deadDir, otherDir} {
 		if _, err := os.Stat(filepath.Join(state, "staging", gone)); !os.IsNotExist(err) {
 			t.Errorf("staging/%s is still there: %v", gone, err)

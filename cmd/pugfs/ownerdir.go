@@ -1,0 +1,128 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Directories owned by a live process. The staging directory of a mount
+// and the private mountpoint of a pugfs exec live in a state directory
+// that several pugfs processes share (every mount and exec of a bucket,
+// by default), and one that starts removes those whose owner is gone (a
+// SIGKILL, a crash). A PID cannot tell: the inner process of every pugfs
+// exec is PID 1 of a PID namespace of its own, so two runs at once took
+// the same staging/1 and exec/1, and the second one's clean-up removed the
+// first one's staged files; nor can it see or signal a host PID. So each
+// such directory <root>/<name> has a lock file <root>/<name>.lock on which
+// its owner holds an flock while it lives: locks are per open file, work
+// across namespaces, and the kernel drops them when their owner dies,
+// however it dies.
+
+// lockSuffix ends the name of a directory's lock file.
+const lockSuffix = ".lock"
+
+// ownDir makes a new directory under root, held by this process until
+// release (which the caller calls once it has removed dir, or not: an
+// unlocked directory is the next sweep's). The lock file comes first, so
+// a sweep never sees the directory without it.
+func ownDir(root string) (dir string, release func(), err error) {
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return "", nil, err
+	}
+	var lock *os.File
+	for range 8 {
+		var b [8]byte
+		rand.Read(b[:])
+		dir = filepath.Join(root, "p"+hex.EncodeToString(b[:])) // never a PID: see orphans
+		if lock, err = os.OpenFile(dir+lockSuffix, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600); !errors.Is(err, os.ErrExist) {
+			break
+		}
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		os.Remove(dir + lockSuffix)
+		return "", nil, fmt.Errorf("lock %s: %w", dir+lockSuffix, err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		lock.Close()
+		os.Remove(dir + lockSuffix)
+		return "", nil, err
+	}
+	return dir, func() {
+		os.Remove(dir + lockSuffix)
+		lock.Close()
+	}, nil
+}
+
+// orphans calls gone for each directory under root whose owner is gone,
+// with the owner's lock held (so no other sweep takes it too), and then
+// removes its lock file. A directory is an orphan when its lock file can
+// be locked, or when it has none: a name that is a number is an older
+// pugfs's, named by its PID, and an orphan when no pugfs runs under that
+// PID; a name of ownDir's lost its lock file with its owner's release.
+// Anything else is left alone.
+func orphans(root string, gone func(dir string)) {
+	ents, _ := os.ReadDir(root)
+	names := map[string]bool{}
+	for _, e := range ents {
+		names[e.Name()] = true
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if base, ok := strings.CutSuffix(name, lockSuffix); ok {
+			sweepLocked(filepath.Join(root, base), names[base], gone)
+			continue
+		}
+		if !e.IsDir() || names[name+lockSuffix] {
+			continue
+		}
+		if pid, err := strconv.Atoi(name); err == nil {
+			if pid > 0 && !pugfsRunning(pid) {
+				gone(filepath.Join(root, name)) // an older pugfs's, gone
+			}
+			continue
+		}
+		if ownName(name) {
+			gone(filepath.Join(root, name))
+		}
+	}
+}
+
+// ownName reports whether name is one ownDir makes: "p" and 16 hex
+// digits. Nothing else in root is touched.
+func ownName(name string) bool {
+	if len(name) != 17 || name[0] != 'p' {
+		return false
+	}
+	_, err := hex.DecodeString(name[1:])
+	return err == nil
+}
+
+// sweepLocked hands dir to gone if its lock can be taken.
+func sweepLocked(dir string, exists bool, gone func(string)) {
+	lock, err := os.OpenFile(dir+lockSuffix, os.O_RDWR, 0)
+	if err != nil {
+		return
+	}
+	defer lock.Close()
+	if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return // its owner lives
+	}
+	if exists {
+		gone(dir)
+	}
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		os.Remove(dir + lockSuffix)
+	}
+}
