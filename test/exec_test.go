@@ -810,6 +810,41 @@ func TestExecSIGINT(t *testing.T) {
 	}
 }
 
+// TestExecSignalAnyTime: SIGTERM at any point of a run's start-up ends it
+// with 143 and lands nothing, and a second SIGINT to a run whose handler
+// ignores the first is 130 too. A signal in the first 50-90 ms reached
+// the inner process (PID 1 of its namespace) before it caught signals,
+// and the kernel dropped it: the handler ran and its checkpoint landed,
+// with exit 0; a second one made the Go runtime exit 2 (the exec audit).
+// The delays are points in the start-up, not a synchronisation: every
+// one must give the same answer.
+func TestExecSignalAnyTime(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	state := t.TempDir()
+	for _, ms := range []int{0, 15, 30, 45, 60, 75, 90, 120, 150, 200} {
+		r := startExec(t, bk, state, id.String(), "sh", "-c", `echo out > out.txt; sleep 5`)
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+		r.cmd.Process.Signal(syscall.SIGTERM)
+		if code := r.wait(t); code != 128+int(syscall.SIGTERM) {
+			t.Errorf("SIGTERM after %d ms: exit %d, want %d\n%s", ms, code, 128+int(syscall.SIGTERM), r.stderr.String())
+		}
+	}
+	g := newGate(t)
+	r := startExec(t, bk, state, id.String(), "sh", "-c",
+		`trap "" INT; echo out > out.txt; echo $$ > `+g.marker()+`; for i in 1 2 3 4 5 6; do sleep 0.5; done`)
+	g.ready(t, 1, r)
+	r.cmd.Process.Signal(syscall.SIGINT)
+	time.Sleep(300 * time.Millisecond) // a second Ctrl-C while the handler runs on
+	r.cmd.Process.Signal(syscall.SIGINT)
+	if code := r.wait(t); code != 128+int(syscall.SIGINT) {
+		t.Errorf("two SIGINTs: exit %d, want %d\n%s", code, 128+int(syscall.SIGINT), r.stderr.String())
+	}
+	if v := latest(t, bk, id); v != 0 {
+		t.Fatalf("version %d after the signals, want 0: a run landed", v)
+	}
+}
+
 var (
 	execRequestsLine = regexp.MustCompile(`(?m)^backend requests: get (\d+), head (\d+), put (\d+), list (\d+),`)
 	execPeakLine     = regexp.MustCompile(`(?m)^backend requests in flight or waiting for the scheduler: peak (\d+)$`)

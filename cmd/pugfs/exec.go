@@ -134,11 +134,19 @@ for a usage error.`,
 				cfg.mount.Commit, cfg.mount.SnapshotType = commitOnFsync, layout.Checkpoint
 				cfg.mount.FastPath = fastAuto.resolve(false)
 				if os.Getenv(execInnerEnv) == "" {
-					if code, ok := runExecOuter(sio); ok {
+					if code, ok := runExecOuter(ctx, sio); ok {
 						return exitCode(code)
 					}
 				}
-				return runExec(ctx, sio, cfg)
+				err = runExec(ctx, sio, cfg)
+				var ee *exitError
+				if err != nil && ctx.Err() != nil && !errors.As(err, &ee) {
+					// Interrupted before the handler ran (or while it was
+					// committed): the status a shell shows for a signal.
+					fmt.Fprintf(sio.err, "pugfs exec: interrupted: %v (nothing committed)\n", oneLine(err))
+					return exitCode(128 + int(signalOf(ctx)))
+				}
+				return err
 			}
 		},
 	}
@@ -166,16 +174,35 @@ func exitCode(code int) error {
 // with the PID namespace's first process; that one gets SIGKILL when this
 // process dies. A watchdog process would need cleaning up itself, and
 // could be killed too.
-func runExecOuter(sio *stdio) (code int, ok bool) {
+func runExecOuter(ctx context.Context, sio *stdio) (code int, ok bool) {
 	self, err := os.Executable()
 	if err != nil {
 		return 0, false
+	}
+	// SIGINT and SIGTERM go to the child, which passes them to the
+	// handler and commits nothing. They are caught from here on, and
+	// one that came before (main caught it) means no run at all.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	if ctx.Err() != nil {
+		return 128 + int(signalOf(ctx)), true
 	}
 	alive, aliveW, err := os.Pipe()
 	if err != nil {
 		return 0, false
 	}
 	defer aliveW.Close()
+	// The child says on this pipe when it catches signals itself: until
+	// then, as PID 1 of its namespace, it would lose one (the kernel
+	// drops a signal from outside to a namespace's first process that has
+	// no handler for it, and the Go runtime's default action is such a
+	// drop), so what comes before is held and sent then.
+	ready, readyW, err := os.Pipe()
+	if err != nil {
+		return 0, false
+	}
+	defer ready.Close()
 	// The parent-death signal fires when the thread that forked the
 	// child ends: keep this goroutine on its thread until the child is
 	// gone.
@@ -189,13 +216,14 @@ func runExecOuter(sio *stdio) (code int, ok bool) {
 		cmd = exec.Command(self, os.Args[1:]...)
 		cmd.Env = append(os.Environ(), execInnerEnv+"="+strconv.Itoa(execAliveFD))
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, sio.out, sio.err
-		cmd.ExtraFiles = []*os.File{alive}
+		cmd.ExtraFiles = []*os.File{alive, readyW}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: clone, Unshareflags: syscall.CLONE_NEWNS}
 		if err = cmd.Start(); err == nil || !(errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL)) {
 			break
 		}
 	}
 	alive.Close()
+	readyW.Close()
 	if err != nil {
 		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) {
 			return 0, false
@@ -203,17 +231,28 @@ func runExecOuter(sio *stdio) (code int, ok bool) {
 		fmt.Fprintf(sio.err, "pugfs exec: start: %v\n", err)
 		return 1, true
 	}
-	// SIGINT and SIGTERM go to the child, which passes them to the
-	// handler and commits nothing; this process waits for its status.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	armed := make(chan struct{})
+	go func() {
+		var b [1]byte
+		ready.Read(b[:]) // a byte, or EOF: the child is gone
+		close(armed)
+	}()
 	done := make(chan struct{})
 	go func() {
+		var held []os.Signal
 		for {
 			select {
 			case s := <-sigs:
-				cmd.Process.Signal(s)
+				if armed == nil {
+					cmd.Process.Signal(s)
+				} else {
+					held = append(held, s)
+				}
+			case <-armed:
+				for _, s := range held {
+					cmd.Process.Signal(s)
+				}
+				held, armed = nil, nil // armed: the case is done with
 			case <-done:
 				return
 			}

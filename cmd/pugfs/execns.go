@@ -29,6 +29,27 @@ import (
 // of exec.Cmd.ExtraFiles). execInnerEnv's value is its number.
 const execAliveFD = 3
 
+// execReadyFD is the inner process's end of a second pipe, on which it
+// tells the outer one that it catches SIGINT and SIGTERM (signalsCaught).
+const execReadyFD = 4
+
+// signalsCaught tells the outer process, in the inner one, that signals
+// are caught from now on: main calls it once its handlers are in place.
+// Until then the outer process holds the signals it gets, since the
+// kernel drops a signal sent from outside to a PID namespace's first
+// process that has no handler for it (and the Go runtime's default action
+// is such a drop): a SIGTERM in the inner process's first 50 ms used to
+// be lost, and its handler ran and committed.
+// It reports whether this is the inner process.
+func signalsCaught() bool {
+	if os.Getenv(execInnerEnv) == "" {
+		return false
+	}
+	unix.Write(execReadyFD, []byte{1})
+	unix.Close(execReadyFD)
+	return true
+}
+
 // init arms the inner process's parent-death signal. It runs on the main
 // thread (the Go runtime runs init there), which is the one whose setting
 // counts: the kernel signals the thread-group leader.

@@ -46,12 +46,18 @@ var version = "dev"
 func main() {
 	execTrampoline()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() {
-		// After the first signal, restore the default handlers so that a
-		// second Ctrl-C kills a command (an unmount, say) that is stuck.
-		<-ctx.Done()
-		stop()
-	}()
+	if !signalsCaught() {
+		go func() {
+			// After the first signal, restore the default handlers so
+			// that a second Ctrl-C kills a command (an unmount, say)
+			// that is stuck. Not in a pugfs exec's inner process: PID 1
+			// of its namespace cannot be killed by a signal, and the Go
+			// runtime, finding itself alive after one, exits with status
+			// 2, committing nothing and saying nothing.
+			<-ctx.Done()
+			stop()
+		}()
+	}
 	stopProfile := startProfile()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stopProfile()
