@@ -109,7 +109,7 @@ func (r *Records) keep(kind, name string, body []byte, err error) {
 		return
 	}
 	dir := filepath.Join(r.failedDir, kind)
-	dst := filepath.Join(dir, strings.ReplaceAll(name, "/", "%2F")+"."+r.now().UTC().Format("20060102T150405.000000000"))
+	dst := filepath.Join(dir, failedName(name)+"."+r.now().UTC().Format("20060102T150405.000000000"))
 	werr := os.MkdirAll(dir, 0o700)
 	if werr == nil {
 		werr = os.WriteFile(dst, body, 0o600)

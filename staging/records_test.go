@@ -138,3 +138,12 @@ func TestRecordsKeepFailedWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedName: kept files of a/b and a%2Fb do not share a name.
+func TestFailedName(t *testing.T) {
+	for in, want := range map[string]string{"a/b": "a%2Fb", "a%2Fb": "a%252Fb", "plain.txt": "plain.txt"} {
+		if got := failedName(in); got != want {
+			t.Errorf("failedName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -46,7 +46,7 @@ func (w *Writer) salvageLocked(id layout.SessionID, s *File, msg string) {
 		w.log.Error("could not keep the data of a failed commit", "session", id, "name", s.name, "err", err)
 		return
 	}
-	dst := filepath.Join(dir, strings.ReplaceAll(s.name, "/", "%2F")+"."+time.Now().UTC().Format("20060102T150405.000000000"))
+	dst := filepath.Join(dir, failedName(s.name)+"."+time.Now().UTC().Format("20060102T150405.000000000"))
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
@@ -71,4 +71,10 @@ func (w *Writer) salvageLocked(id layout.SessionID, s *File, msg string) {
 		return
 	}
 	w.log.Error(msg, "session", id, "name", s.name, "path", dst)
+}
+
+// failedName is a name as the file of its kept data is named: "/" as
+// %2F, and "%" as %25, so that a/b and a%2Fb keep apart.
+func failedName(name string) string {
+	return strings.NewReplacer("%", "%25", "/", "%2F").Replace(name)
 }

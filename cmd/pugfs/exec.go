@@ -91,7 +91,7 @@ when nothing landed but a retry may succeed, 1 when pugfs exec failed, 2
 for a usage error.`,
 		examples: `  pugfs exec ./bucket demo -- sh -c 'wc -l notes/*.md > summary.txt'
   pugfs exec s3://bucket?region=eu-west-1 0190a1b2c3d4e5f60718293a4b5c6d7e -- ./handler.py
-  pugfs exec --cache-dir=/var/cache/pugfs ./bucket inbox -- python3 triage.py`,
+  pugfs exec --cache-dir=/var/cache/pugfs ./bucket inbox -- ./triage.py`,
 		setup: func(fs *flag.FlagSet) func(context.Context, *stdio, []string) error {
 			var cfg execConfig
 			var uid, gid int
@@ -313,6 +313,9 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	if err != nil {
 		return err
 	}
+	if abs, err := filepath.Abs(mnt); err == nil {
+		mnt = abs // PUGMARK_ROOT, for a handler that is elsewhere (--cache-dir=relative)
+	}
 	defer func() { os.Remove(mnt); release() }()
 	// The invocation is one checkpoint of this session: nothing else
 	// (another session, memories, refs, a new session) may land while
@@ -387,7 +390,11 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	// the latest checkpoint recorded (deliverSends), once.
 	dls, err := store.DeliverCrossSession(cctx, id, res.Version, res.Descriptors)
 	if err != nil {
-		return fmt.Errorf("checkpoint %d of %s landed, but delivering its cross-session writes failed (the next run delivers them): %w", res.Version, id, err)
+		// The checkpoint landed: the run's input is consumed, and a
+		// supervisor must not run it again (exit 0). The next run
+		// delivers what this one recorded.
+		fmt.Fprintf(sio.err, "pugfs exec: checkpoint %d of %s landed, but delivering its cross-session writes failed (the next run delivers them): %v\n", res.Version, id, oneLine(err))
+		return nil
 	}
 	reportNoTarget(sio.err, id, res.Version, dls)
 	return nil
