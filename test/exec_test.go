@@ -414,6 +414,35 @@ func TestExecMaterialisesForks(t *testing.T) {
 	})
 }
 
+// TestExecMaterialisesForksBelowTheLatest: a fork whose record is not in
+// the latest snapshot (an input landed on top of it) is materialised by
+// the next run too (§11.2). Only the latest snapshot's were, and such a
+// fork stayed pending for good (the exec audit).
+func TestExecMaterialisesForksBelowTheLatest(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	ctx := context.Background()
+	id := newSession(t, bk)
+	seed(t, bk, id, map[string]string{"a.txt": "a\n"})
+	body := []byte("fork note\n")
+	bi, err := bk.Store.PutBlobBytes(ctx, body, layout.BlobOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, _, err := bk.Store.RecordFork(ctx, id, layout.ForkRequest{Type: layout.Provisional,
+		Descriptor: layout.Descriptor{Name: "note.txt", Digest: bi.Digest, Size: bi.Size, Data: body, CreatedAt: time.Now().UTC()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitDescs(t, bk, id, layout.Provisional, map[string]string{"input.txt": "on top of the fork record\n"})
+	if _, errOut, code := runExec(t, bk, t.TempDir(), id.String(), "true"); code != 0 {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	if v := latest(t, bk, child); v != 1 {
+		t.Fatalf("child version %d after the run, want 1 (materialised)", v)
+	}
+	checkBucket(t, bk)
+}
+
 // TestExecRace: two runs on one session at once: exactly one lands, the
 // other exits 75 with nothing committed, and the bucket is clean.
 func TestExecRace(t *testing.T) {

@@ -435,7 +435,7 @@ func reportNoTarget(w io.Writer, id layout.SessionID, version uint32, dls []layo
 // history 64 at a time), where the steps before the handler used to be
 // seven round trips in a row. On the way it delivers what the latest
 // checkpoint recorded for other sessions and materialises the pending
-// forks of the latest snapshot (§12.2, §11.2).
+// forks recorded since that checkpoint (§12.2, §11.2).
 func handlerBase(ctx context.Context, w io.Writer, env *mountEnv, arg string) (layout.SessionID, *cache.State, error) {
 	id, st, err := sessionState(ctx, env, arg)
 	if err != nil {
@@ -456,8 +456,18 @@ func handlerBase(ctx context.Context, w io.Writer, env *mountEnv, arg string) (l
 		}
 		reportNoTarget(w, id, cp, dls)
 	}
-	if latest, ok := st.Snapshot(st.Version); ok {
-		forks, err := env.store.PendingForksIn(ctx, id, st.Version, latest)
+	// §11.2: the next invocation completes every fork recorded since
+	// the last one, not only those of the latest snapshot: a provisional
+	// snapshot that lands on top of a fork record (a cross-session write)
+	// stranded its fork for good. The last invocation made the latest
+	// checkpoint, so what it did not see starts there.
+	from := uint32(1)
+	if ok {
+		from = cp
+	}
+	for v := from; v <= st.Version; v++ {
+		ds, _ := st.Snapshot(v)
+		forks, err := env.store.PendingForksIn(ctx, id, v, ds)
 		if err != nil {
 			return id, nil, fmt.Errorf("pending forks of %s: %w", id, err)
 		}
