@@ -371,6 +371,16 @@ func TestExecNameMoved(t *testing.T) {
 		if kept := execFailed(cache, id); len(kept) != 1 || !strings.HasPrefix(kept[0], "out.txt.") {
 			t.Fatalf("failed/ holds %v, want out.txt", kept)
 		}
+		// Run by ID now that its name is another's: no run could land,
+		// so the handler does not run and the status is not "retry"
+		// (it ran every time, then 75: the exec audit).
+		ran := filepath.Join(t.TempDir(), "ran")
+		if _, errOut, code := runExec(t, bk, cache, id.String(), "touch", ran); code != 1 || !strings.Contains(errOut, "does not point at it") {
+			t.Fatalf("a run by ID of a session whose name moved: exit %d, want 1\n%s", code, errOut)
+		}
+		if _, err := os.Stat(ran); err == nil {
+			t.Fatal("the handler ran although no run could land")
+		}
 	})
 }
 

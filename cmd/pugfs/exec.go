@@ -308,6 +308,15 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	if _, perr := layout.ParseSessionID(cfg.session); perr != nil && cfg.session != man.Name {
 		names = append(names, cfg.session)
 	}
+	if man.Name != "" && man.Name != cfg.session {
+		// Run by ID (or another name): the manifest's name may belong
+		// to another session already, and then no run can ever land
+		// (75 "retry", again and again, each after a whole handler run).
+		// Said now, before the handler runs, and not as a retry.
+		if err := store.CheckSessionRef(ctx, man.Name, id); errors.Is(err, layout.ErrRefMoved) || errors.Is(err, layout.ErrNotFound) {
+			return fmt.Errorf("session %s is named %q, but refs/sessions/%s does not point at it (§9.1): %v; nothing run", id, man.Name, man.Name, oneLine(err))
+		}
+	}
 
 	mnt, release, err := execMountpoint(env.stateDir)
 	if err != nil {
