@@ -164,9 +164,33 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 		}
 		if guarded || retry {
 			// Every version above our base must be inspected for a
-			// foreign checkpoint (or our own earlier attempt), so step
-			// one at a time.
-			if pos, err = s.positionAt(ctx, id, v); err != nil {
+			// foreign checkpoint (or our own earlier attempt): those
+			// up to the latest are, by their metadata, and the next try
+			// goes above them. Stepping one version a try counted each
+			// as an attempt, and a handler that 150 inputs arrived for
+			// while it ran exhausted the retries with nobody contending.
+			latest, err := s.LatestVersion(ctx, id)
+			if err != nil {
+				return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
+			}
+			for w := v + 1; w <= latest; w++ {
+				meta, err := s.ReadSnapshotMeta(ctx, id, w)
+				if err != nil {
+					return CommitResult{}, fmt.Errorf("commit to %s: inspect version %d: %w", id, w, err)
+				}
+				if meta.TransactionID == txn {
+					r, err := s.ownCommit(ctx, id, w, txn)
+					if err != nil {
+						return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
+					}
+					r.Attempts = attempt
+					return r, nil
+				}
+				if guarded && meta.Type == Checkpoint {
+					return CommitResult{}, fmt.Errorf("commit checkpoint to %s at version %d: %w", id, w, ErrConflict)
+				}
+			}
+			if pos, err = s.positionAt(ctx, id, max(latest, v)); err != nil {
 				return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
 			}
 			continue

@@ -260,8 +260,10 @@ func TestSection13_3_ConflictTable(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				// One try at base+1, then one above every version
+				// the listing shows, each of them inspected.
 				want := uint32(2 + len(above))
-				if r.Version != want || r.Attempts != len(above)+1 {
+				if r.Version != want || r.Attempts != 2 {
 					t.Fatalf("landed at %d after %d attempts, want %d", r.Version, r.Attempts, want)
 				}
 				checkSeqs(t, r.Descriptors, int64(2+len(above)))
@@ -272,6 +274,18 @@ func TestSection13_3_ConflictTable(t *testing.T) {
 				}
 			})
 		}
+		// More inputs above the base than the commit has retries: they
+		// are inspected, not retried through (150 inputs arriving while
+		// a handler ran exhausted its 100 retries: the exec audit).
+		t.Run("checkpoint/more-provisional-than-retries", func(t *testing.T) {
+			few := newStore(t, b, &Options{CommitRetries: 3})
+			id, base := setup(t, Provisional, Provisional, Provisional, Provisional, Provisional, Queueing, Provisional)
+			r, err := few.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("mine"), Base: &base})
+			if err != nil || r.Version != 9 {
+				t.Fatalf("landed at %d, %v; want 9", r.Version, err)
+			}
+			checkSeqs(t, allDescs(t, s, id), 1)
+		})
 		// ... but a foreign checkpoint anywhere above the base is a conflict.
 		t.Run("checkpoint/provisional-then-checkpoint", func(t *testing.T) {
 			id, base := setup(t, Provisional, Checkpoint, Provisional)
@@ -302,10 +316,12 @@ func TestSection13_3_ConflictTable(t *testing.T) {
 }
 
 // §13.3: a writer that cannot make progress within the retry budget
-// surfaces ErrRetriesExhausted.
+// surfaces ErrRetriesExhausted. A try that finds its version taken costs
+// one retry, whatever it inspects above it: with a budget of one, the
+// versions landed since the base exhaust it.
 func TestSection13_3_RetryCap(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
-		s := newStore(t, b, &Options{CommitRetries: 3})
+		s := newStore(t, b, &Options{CommitRetries: 1})
 		id := newSession(t, s)
 		for i := range 5 {
 			commit(t, s, id, Provisional, desc("p"+strconv.Itoa(i), "x"))
