@@ -110,8 +110,11 @@ type Cache struct {
 	// early are the reads of first versions a first lookup started
 	// before it knew the latest version (early.go), by session and
 	// version; the lookup removes its own when it ends.
-	early     map[ancestorKey]*earlyRead
-	list      sessionList
+	early map[ancestorKey]*earlyRead
+	list  sessionList
+	// created are the sessions this mount made, and when, until a
+	// listing pass begun after that shows them (withCreatedLocked).
+	created   map[layout.SessionID]time.Time
 	hourLists hourLists
 	hours     hourChecks // hourcheck.go
 	// summaries are Summary's light rows, by session; sumFlights the
@@ -454,9 +457,38 @@ func (c *Cache) listed(ctx context.Context) ([]layout.ListedSession, time.Time, 
 		return nil, time.Time{}, err
 	}
 	c.mu.Lock()
+	found = c.withCreatedLocked(found, now)
 	c.list = sessionList{found: found, checked: now, valid: true}
 	c.mu.Unlock()
 	return found, now, nil
+}
+
+// createdKeep bounds how long a session this mount created is added to
+// listings that do not show it yet.
+const createdKeep = time.Minute
+
+// withCreatedLocked returns found with the sessions this mount created
+// that it lacks: a pass whose LIST began before a mkdir missed that
+// session, and it replaced the listing SessionCreated had added it to,
+// so the mount's own new session was missing from its ls sessions/ until
+// the next pass (the remote audit). A session stays in c.created until a
+// pass that began after its creation shows it. c.mu is held; found is
+// not changed.
+func (c *Cache) withCreatedLocked(found []layout.ListedSession, began time.Time) []layout.ListedSession {
+	cmp := func(l layout.ListedSession, id layout.SessionID) int { return l.ID.Compare(id) }
+	for id, at := range c.created {
+		i, ok := slices.BinarySearchFunc(found, id, cmp)
+		switch {
+		case ok && at.Before(began):
+			delete(c.created, id)
+		case ok:
+		case began.Sub(at) > createdKeep:
+			delete(c.created, id)
+		default:
+			found = slices.Insert(slices.Clip(found), i, layout.ListedSession{ID: id})
+		}
+	}
+	return found
 }
 
 // MaxFullPartitions is the most hour partitions a freshness pass lists in
@@ -489,6 +521,10 @@ func (c *Cache) fullPartitions() func(hour uint32, partitions int) bool {
 func (c *Cache) SessionCreated(id layout.SessionID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.created == nil {
+		c.created = map[layout.SessionID]time.Time{}
+	}
+	c.created[id] = c.opts.Now()
 	c.hourCreatedLocked(id)
 	if !c.list.valid {
 		return
