@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -228,4 +229,32 @@ func (g *listGate) ListHourVersions(ctx context.Context, hour uint32, maxPages i
 		g.waited.Store(true)
 	}
 	return g.countingStore.ListHourVersions(ctx, hour, maxPages, bad, shown)
+}
+
+// stalledHours is a Store whose hour LISTs time out, counted.
+type stalledHours struct {
+	Store
+	lists atomic.Int64
+}
+
+func (s *stalledHours) ListHourVersions(ctx context.Context, hour uint32, maxPages int, bad func(string, error), shown func([]layout.ListedSession)) ([]layout.ListedSession, error) {
+	s.lists.Add(1)
+	return nil, fmt.Errorf("list hour: %w", context.DeadlineExceeded)
+}
+
+// TestFindGivesUpOnce: a lookup whose hour LIST does not answer fails
+// after that LIST's retries, once: it fell back to Summary, which asked
+// the same again, and a stalled bucket failed a lookup after 10x
+// --request-timeout instead of 5x (the remote audit).
+func TestFindGivesUpOnce(t *testing.T) {
+	w := newWorld(t, testbucket.Open(t, testbucket.Mem))
+	id := w.session()
+	s := &stalledHours{Store: w.store}
+	c := newCache(t, s, Options{MetadataTTL: time.Hour})
+	if _, _, err := c.Find(bg, id); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Find: %v, want the LIST's deadline", err)
+	}
+	if n := s.lists.Load(); n != 1 {
+		t.Errorf("%d hour LISTs for one lookup, want 1", n)
+	}
 }

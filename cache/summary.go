@@ -128,7 +128,14 @@ func (c *Cache) Find(ctx context.Context, id layout.SessionID) (version uint32, 
 			stop := c.readEarly(ctx, id)
 			defer stop()
 		}
-		if v, _, err := c.freshVersion(ctx, id); err == nil && v > 0 && v <= FirstLoadMax {
+		v, _, err := c.freshVersion(ctx, id)
+		if err != nil {
+			// Summary would ask the same, and wait out the same retries
+			// again: a stalled hour LIST made a lookup fail after 10x
+			// --request-timeout, not 5x (the remote audit).
+			return 0, time.Time{}, err
+		}
+		if v > 0 && v <= FirstLoadMax {
 			if st, err := c.State(ctx, id); err == nil {
 				return st.Version, st.UpdatedAt, nil
 			}
