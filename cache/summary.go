@@ -115,6 +115,10 @@ const FirstLoadMax = 64
 // LIST vouches for them, and the load after it reads none.
 func (c *Cache) Find(ctx context.Context, id layout.SessionID) (version uint32, updatedAt time.Time, err error) {
 	if c.firstContact(id) {
+		// A session of an hour by-hour/ listed: its link was followed
+		// (ls -lL, find -L), and so will the others' be, one after
+		// another. Their summaries are fetched ahead, together.
+		c.WarmSummaries(c.listedHour(id))
 		// A session an earlier mount read has its manifest and
 		// snapshots kept in the cache directory, which the hour's LIST
 		// vouches for (layout.Keeper): reading them beside the LIST
@@ -144,12 +148,67 @@ func (c *Cache) Find(ctx context.Context, id layout.SessionID) (version uint32, 
 	return c.Summary(ctx, id)
 }
 
+// listedHour returns the other sessions of id's hour when that hour was
+// listed on its own (HourSessions: by-hour/<hour>/) within the TTL.
+func (c *Cache) listedHour(id layout.SessionID) []layout.SessionID {
+	now := c.opts.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.hourLists.of[id.Hour()]
+	if !ok || !c.freshAt(now, l.checked) {
+		return nil
+	}
+	out := make([]layout.SessionID, 0, len(l.ids))
+	for _, o := range l.ids {
+		if o != id {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// WarmSummaries starts computing, in the background and DefaultSummaryParallel
+// at a time, the summaries of ids that the cache has none of (at most
+// MaxSummaryBatch): a listing of by-hour/<hour>/ followed by a stat of
+// each link's session (ls -lL, find -L) went one session after another,
+// each lookup a round trip or two and five GETs (the remote audit). The
+// sessions of one hour share that hour's LIST, and each reads its latest
+// snapshot, wide in parallel. A plain listing of the links costs
+// nothing: the first link followed starts it (Find).
+func (c *Cache) WarmSummaries(ids []layout.SessionID) {
+	now := c.opts.Now()
+	var todo []layout.SessionID
+	for _, id := range ids {
+		if _, ok := c.knownSummary(id, now, time.Time{}); !ok {
+			todo = append(todo, id)
+		}
+	}
+	if len(todo) == 0 || len(todo) > MaxSummaryBatch {
+		return
+	}
+	go func() {
+		sem := make(chan struct{}, DefaultSummaryParallel)
+		for _, id := range todo {
+			sem <- struct{}{}
+			f := c.summaryFlight(id, 0, false, time.Time{})
+			go func() {
+				<-f.done
+				<-sem
+			}()
+		}
+	}()
+}
+
 // firstContact reports whether the cache knows nothing of id: no state,
-// no summary, no place in the last listing, no manifest.
+// no summary (nor one being computed), no place in the last listing, no
+// manifest.
 func (c *Cache) firstContact(id layout.SessionID) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.sessions.Contains(id) || c.manifests.Contains(id) {
+		return false
+	}
+	if _, ok := c.sumFlights[id]; ok {
 		return false
 	}
 	if _, ok := c.summaries[id]; ok {
