@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/pugmark/pugfs/layout"
@@ -392,21 +393,30 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 			w.mu.Unlock()
 		}
 	}()
-	descs := make([]layout.Descriptor, 0, len(ops))
-	var files []*File
-	for _, op := range ops {
+	// The blobs go up together, commitUploads at a time: one after
+	// another, an fsync of 300 staged files was 300 round trips (7.4 s
+	// at 20 ms a request: the remote audit), and pugfs exec commits so.
+	descs := make([]layout.Descriptor, len(ops))
+	files := make([]*File, len(ops))
+	errs := make([]error, len(ops))
+	sem := make(chan struct{}, commitUploads)
+	var wg sync.WaitGroup
+	for i, op := range ops {
 		if op.desc != nil {
-			descs = append(descs, *op.desc)
-			files = append(files, nil)
+			descs[i] = *op.desc
 			continue
 		}
-		d, err := w.upload(ctx, op.file)
-		if err != nil {
-			w.st.errors.Add(1)
-			return layout.CommitResult{}, err
-		}
-		descs = append(descs, d)
-		files = append(files, op.file)
+		files[i] = op.file
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			descs[i], errs[i] = w.upload(ctx, op.file)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		w.st.errors.Add(1)
+		return layout.CommitResult{}, err
 	}
 	w.mu.Lock()
 	ws.uploading--
@@ -459,6 +469,10 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 	close(b.done)
 	return b.res, b.err
 }
+
+// commitUploads bounds the blob uploads of one commit in flight at once
+// (the mount's request scheduler bounds all of them).
+const commitUploads = 16
 
 // upload stores a staged file's blob and returns its descriptor. The
 // staged file is no longer dirty once its descriptor is built; if the
