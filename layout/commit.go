@@ -151,12 +151,7 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 			return CommitResult{}, fmt.Errorf("commit to %s: inspect version %d: %w", id, v, err)
 		}
 		if meta.TransactionID == txn {
-			r, err := s.ownCommit(ctx, id, v, txn)
-			if err != nil {
-				return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
-			}
-			r.Attempts = attempt
-			return r, nil
+			return s.ownCommitAt(ctx, id, v, txn, attempt)
 		}
 		guarded := req.Type == Checkpoint && req.Base != nil
 		if guarded && meta.Type == Checkpoint {
@@ -179,12 +174,7 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 					return CommitResult{}, fmt.Errorf("commit to %s: inspect version %d: %w", id, w, err)
 				}
 				if meta.TransactionID == txn {
-					r, err := s.ownCommit(ctx, id, w, txn)
-					if err != nil {
-						return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
-					}
-					r.Attempts = attempt
-					return r, nil
+					return s.ownCommitAt(ctx, id, w, txn, attempt)
 				}
 				if guarded && meta.Type == Checkpoint {
 					return CommitResult{}, fmt.Errorf("commit checkpoint to %s at version %d: %w", id, w, ErrConflict)
@@ -209,6 +199,17 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 		}
 	}
 	return CommitResult{}, fmt.Errorf("commit to %s: %w after %d attempts", id, ErrRetriesExhausted, s.opts.CommitRetries)
+}
+
+// ownCommitAt is the result of a commit found landed at version v (its
+// own earlier attempt, §13.2), after attempt tries.
+func (s *Store) ownCommitAt(ctx context.Context, id SessionID, v uint32, txn uint64, attempt int) (CommitResult, error) {
+	r, err := s.ownCommit(ctx, id, v, txn)
+	if err != nil {
+		return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
+	}
+	r.Attempts = attempt
+	return r, nil
 }
 
 // findOwnCommit looks for transaction txn at versions latest, latest-1, ...

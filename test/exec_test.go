@@ -384,24 +384,34 @@ func TestExecNameMoved(t *testing.T) {
 	})
 }
 
+// execPendingFork makes a session with a.txt and a fork of it recorded
+// in a snapshot of type typ (phase 1 only, §11.1: the child has no
+// snapshot yet), and returns both IDs.
+func execPendingFork(t *testing.T, bk *Bucket, typ layout.SnapshotType) (id, child layout.SessionID) {
+	t.Helper()
+	ctx := context.Background()
+	id = newSession(t, bk)
+	seed(t, bk, id, map[string]string{"a.txt": "a\n"})
+	body := []byte("fork note\n")
+	bi, err := bk.Store.PutBlobBytes(ctx, body, layout.BlobOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, _, err = bk.Store.RecordFork(ctx, id, layout.ForkRequest{Type: typ,
+		Descriptor: layout.Descriptor{Name: "note.txt", Digest: bi.Digest, Size: bi.Size, Data: body, CreatedAt: time.Now().UTC()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, child
+}
+
 // TestExecMaterialisesForks: a pending fork (phase 1 only) in the
 // session's latest snapshot has its child materialised, manifest and
 // snapshot 1, before the handler starts (§11.2).
 func TestExecMaterialisesForks(t *testing.T) {
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
 		ctx := context.Background()
-		id := newSession(t, bk)
-		seed(t, bk, id, map[string]string{"a.txt": "a\n"})
-		body := []byte("fork note\n")
-		bi, err := bk.Store.PutBlobBytes(ctx, body, layout.BlobOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		child, _, err := bk.Store.RecordFork(ctx, id, layout.ForkRequest{Type: layout.Checkpoint,
-			Descriptor: layout.Descriptor{Name: "note.txt", Digest: bi.Digest, Size: bi.Size, Data: body, CreatedAt: time.Now().UTC()}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		id, child := execPendingFork(t, bk, layout.Checkpoint)
 		if ok, _ := bk.Store.SessionExists(ctx, child); ok {
 			t.Fatal("the child exists before the run")
 		}
@@ -430,19 +440,7 @@ func TestExecMaterialisesForks(t *testing.T) {
 // fork stayed pending for good (the exec audit).
 func TestExecMaterialisesForksBelowTheLatest(t *testing.T) {
 	bk := openBucket(t, testbucket.Local)
-	ctx := context.Background()
-	id := newSession(t, bk)
-	seed(t, bk, id, map[string]string{"a.txt": "a\n"})
-	body := []byte("fork note\n")
-	bi, err := bk.Store.PutBlobBytes(ctx, body, layout.BlobOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	child, _, err := bk.Store.RecordFork(ctx, id, layout.ForkRequest{Type: layout.Provisional,
-		Descriptor: layout.Descriptor{Name: "note.txt", Digest: bi.Digest, Size: bi.Size, Data: body, CreatedAt: time.Now().UTC()}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, child := execPendingFork(t, bk, layout.Provisional)
 	commitDescs(t, bk, id, layout.Provisional, map[string]string{"input.txt": "on top of the fork record\n"})
 	if _, errOut, code := runExec(t, bk, t.TempDir(), id.String(), "true"); code != 0 {
 		t.Fatalf("exit %d\n%s", code, errOut)
