@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"os"
@@ -97,6 +98,9 @@ type mountConfig struct {
 	FastPath fastPath
 	// NoXattrs turns extended attributes off (--xattrs=off).
 	NoXattrs bool
+	// AllowNonEmpty mounts over a directory that has entries (hiding
+	// them), or over another mount, instead of refusing.
+	AllowNonEmpty bool
 }
 
 // fastPath is --fast-path: which of the kernel's fast paths for reads the
@@ -179,6 +183,7 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 			fs.IntVar(&cfg.MaxRequests, "max-requests", schedblob.DefaultMaxRequests, "at most `N` bucket requests in flight at once (fewer while the bucket answers 503 SlowDown); when all are taken, requests someone waits for go before speculative ones (read-ahead)")
 			fastPathArg := string(fastAuto)
 			fs.StringVar(&fastPathArg, "fast-path", fastPathArg, "`MODE` of the kernel fast path for reads: no-open (read-only mounts: no OPEN/RELEASE round trip per file, pages kept across opens), passthrough (files of 1 MiB and more read by the kernel from their verified disk copy; a file being read that way refuses opens for writing, ETXTBSY), off, or auto (no-open on --read-only mounts, else off)")
+			fs.BoolVar(&cfg.AllowNonEmpty, "allow-non-empty", false, "mount on a directory that is not empty, hiding its entries until unmounted, or over another mount (default: off, refused)")
 			xattrs := "on"
 			fs.StringVar(&xattrs, "xattrs", xattrs, "on, or off: answer every extended attribute request with ENOSYS, so that ls -l costs no getxattr round trips; user.pugmark.* are then not shown or settable")
 			return func(ctx context.Context, sio *stdio, args []string) error {
@@ -246,6 +251,11 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 					cfg.NoXattrs = true
 				default:
 					return usagef("--xattrs=%s: want on or off", xattrs)
+				}
+				if !cfg.AllowNonEmpty {
+					if err := checkEmpty(cfg.Mountpoint); err != nil {
+						return err
+					}
 				}
 				return runMount(ctx, cfg)
 			}
@@ -316,6 +326,72 @@ func checkMountpoint(arg string) (string, error) {
 	return abs, nil
 }
 
+// checkEmpty refuses a mountpoint that has entries, as rclone mount does:
+// the mount would hide them (a user who mounts on the wrong directory sees
+// their files vanish), and a mountpoint where pugfs is already mounted
+// would get a second mount stacked over the first, which then serves
+// nobody until both are unmounted. statMountpoint has made sure whatever
+// is mounted there answers.
+func checkEmpty(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("mountpoint %s: %w", dir, err)
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("mountpoint %s: %w", dir, err)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	if fstype, _ := topMount(dir); fstype != "" {
+		return fmt.Errorf("mountpoint %s is already a mount (%s); unmount it first (fusermount3 -u %s), or pass --allow-non-empty to mount over it", dir, fstype, dir)
+	}
+	return fmt.Errorf("mountpoint %s is not empty (it holds %q, ...): the mount would hide its entries; use an empty directory, or pass --allow-non-empty", dir, names[0])
+}
+
+// topMount describes the filesystem mounted on dir last (the one seen):
+// its type and device ("0:53"), both "" when dir is not a mount point.
+func topMount(dir string) (fstype, dev string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 9 || unescapeMountinfo(f[4]) != dir {
+			continue
+		}
+		for i, x := range f {
+			if x == "-" && i+1 < len(f) {
+				fstype, dev = f[i+1], f[2]
+			}
+		}
+	}
+	return fstype, dev
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space, \011,
+// \012, \134) the kernel writes in /proc/self/mountinfo's paths.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
 // mountpointTimeout bounds how long checkMountpoint waits for the
 // filesystem already mounted on the mountpoint, if any, to answer.
 var mountpointTimeout = 5 * time.Second
@@ -352,25 +428,12 @@ func statMountpoint(dir string, timeout time.Duration) (st os.FileInfo, err erro
 // fuseConnection returns the number of the FUSE connection mounted at dir
 // (its device minor, as in /sys/fs/fuse/connections/), or "".
 func fuseConnection(dir string) string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
+	fstype, dev := topMount(dir)
+	if !strings.HasPrefix(fstype, "fuse") {
 		return ""
 	}
-	conn := ""
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 9 || f[4] != dir {
-			continue
-		}
-		for i, x := range f {
-			if x == "-" && i+1 < len(f) && strings.HasPrefix(f[i+1], "fuse") {
-				if _, minor, ok := strings.Cut(f[2], ":"); ok {
-					conn = minor // the last mount on dir is the one seen
-				}
-			}
-		}
-	}
-	return conn
+	_, minor, _ := strings.Cut(dev, ":")
+	return minor
 }
 
 func idFlag(name string, v, def int) (uint32, error) {

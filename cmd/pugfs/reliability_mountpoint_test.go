@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -56,5 +58,68 @@ func TestReliabilityHungMountpoint(t *testing.T) {
 	}
 	if msg := err.Error(); !strings.Contains(msg, "does not answer") || !strings.Contains(msg, "/sys/fs/fuse/connections/") {
 		t.Errorf("message %q does not say what is wrong and how to end it", msg)
+	}
+}
+
+// TestMountRefusesNonEmpty: a mountpoint with entries, or with a
+// filesystem already mounted on it, is refused in one line naming the
+// way out, before anything is mounted; --allow-non-empty mounts anyway.
+// Without checkEmpty the first two mount (and hide the entries).
+func TestMountRefusesNonEmpty(t *testing.T) {
+	bucket := t.TempDir()
+	full := t.TempDir()
+	if err := os.WriteFile(filepath.Join(full, "notes.txt"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, dir string
+		want      []string
+	}{
+		{"a directory with a file", full, []string{"not empty", `"notes.txt"`, "--allow-non-empty"}},
+	}
+	if syscall.Getuid() == 0 {
+		mounted := t.TempDir()
+		if err := syscall.Mount("tmpfs", mounted, "tmpfs", 0, "size=1m"); err != nil {
+			t.Fatalf("mount tmpfs: %v", err)
+		}
+		t.Cleanup(func() { syscall.Unmount(mounted, syscall.MNT_DETACH) })
+		if err := os.WriteFile(filepath.Join(mounted, "x"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, struct {
+			name, dir string
+			want      []string
+		}{"a mount point", mounted, []string{"already a mount (tmpfs)", "fusermount3 -u " + mounted}})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := pugfs(t, "mount", bucket, tc.dir)
+			if r.code != 1 || strings.Count(r.err, "\n") != 1 {
+				t.Fatalf("want exit 1 and one line: %s", r)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.err, w) {
+					t.Errorf("message lacks %q: %s", w, r.err)
+				}
+			}
+		})
+	}
+	if err := checkEmpty(t.TempDir()); err != nil {
+		t.Errorf("an empty directory is refused: %v", err)
+	}
+}
+
+// TestUnescapeMountinfo: mountinfo writes spaces and the like in paths as
+// octal escapes; a mountpoint with a space in its name is found.
+func TestUnescapeMountinfo(t *testing.T) {
+	for in, want := range map[string]string{
+		`/mnt/plain`:            "/mnt/plain",
+		`/mnt/my\040bucket`:     "/mnt/my bucket",
+		`/mnt/a\134b\011c\012d`: "/mnt/a\\b\tc\nd",
+		`/mnt/trailing\04`:      `/mnt/trailing\04`,
+	} {
+		if got := unescapeMountinfo(in); got != want {
+			t.Errorf("%q: got %q, want %q", in, got, want)
+		}
 	}
 }
