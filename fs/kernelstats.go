@@ -15,6 +15,7 @@ type KernelStats struct {
 	Lookups, Getattrs, Opens, Releases, Flushes, Reads, Getxattrs, Listxattrs int64
 }
 
+// String is one line naming each count.
 func (k KernelStats) String() string {
 	return fmt.Sprintf("kernel requests: lookup %d, getattr %d, open %d, release %d, flush %d, read %d, getxattr %d, listxattr %d",
 		k.Lookups, k.Getattrs, k.Opens, k.Releases, k.Flushes, k.Reads, k.Getxattrs, k.Listxattrs)

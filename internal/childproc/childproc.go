@@ -84,6 +84,7 @@ type Tail struct {
 	cut bool
 }
 
+// Write keeps b, dropping the oldest bytes past the tail's size.
 func (t *Tail) Write(b []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -82,6 +82,8 @@ type TimeoutError struct {
 	Err error
 }
 
+// Error says how long the request waited, or that the caller's deadline
+// came first, and for which key.
 func (e *TimeoutError) Error() string {
 	who := fmt.Sprintf("no answer within the request timeout of %v", e.Timeout)
 	if e.Timeout == 0 {
