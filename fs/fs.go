@@ -228,8 +228,8 @@ func (f *FS) Close() {
 // CommitSession): the end of a handler invocation. On error nothing
 // landed and the changes stay staged; Close keeps them in the failed
 // directory.
-func (f *FS) CommitSession(ctx context.Context, id layout.SessionID, base layout.Position) (layout.CommitResult, error) {
-	return f.w.CommitSession(ctx, id, base)
+func (f *FS) CommitSession(ctx context.Context, id layout.SessionID, base layout.Position, late staging.LateInput) (layout.CommitResult, error) {
+	return f.w.CommitSession(ctx, id, base, late)
 }
 
 // DiscardSession drops everything staged in session id without keeping

@@ -49,6 +49,12 @@ type CommitRequest struct {
 	// own snapshot; without a Base it inspects the latest versions down
 	// to and including the newest checkpoint.
 	TransactionID uint64
+	// Exact lands the snapshot at Base.Version+1 or not at all: a
+	// snapshot of any type found above Base is ErrLateInput instead of
+	// being merged under this one (§13.3 lets a checkpoint subsume them;
+	// a writer that must have seen every input before it is subsumed
+	// asks for this and runs again). Needs a Base.
+	Exact bool
 }
 
 // CommitResult describes a landed snapshot.
@@ -90,6 +96,9 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 	}
 	if _, err := ParseSnapshotType(string(req.Type)); err != nil {
 		return CommitResult{}, err
+	}
+	if req.Exact && req.Base == nil {
+		return CommitResult{}, fmt.Errorf("commit to %s: %w: an exact commit needs a base", id, ErrInvalid)
 	}
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
@@ -152,6 +161,11 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 		}
 		if meta.TransactionID == txn {
 			return s.ownCommitAt(ctx, id, v, txn, attempt)
+		}
+		if req.Exact {
+			// Only Base.Version+1 was ever tried: no earlier attempt
+			// of ours can be above it.
+			return CommitResult{}, fmt.Errorf("commit to %s at version %d: %w", id, v, ErrLateInput)
 		}
 		guarded := req.Type == Checkpoint && req.Base != nil
 		if guarded && meta.Type == Checkpoint {

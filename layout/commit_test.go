@@ -295,6 +295,31 @@ func TestSection13_3_ConflictTable(t *testing.T) {
 				t.Fatalf("latest %d", v)
 			}
 		})
+		// An exact commit merges nothing: any snapshot above the base is
+		// ErrLateInput (an ErrConflict), and nothing is written.
+		for _, above := range [][]SnapshotType{{Provisional}, {Queueing}, {Checkpoint}} {
+			t.Run("exact/"+string(above[0]), func(t *testing.T) {
+				id, base := setup(t, above...)
+				_, err := s.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("mine"), Base: &base, Exact: true})
+				wantErrIs(t, err, ErrLateInput)
+				wantErrIs(t, err, ErrConflict)
+				if v, _ := s.LatestVersion(bg, id); v != 2 {
+					t.Fatalf("late input wrote something: latest %d", v)
+				}
+			})
+		}
+		t.Run("exact/nothing-above", func(t *testing.T) {
+			id, base := setup(t)
+			r, err := s.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("mine"), Base: &base, Exact: true})
+			if err != nil || r.Version != 2 {
+				t.Fatalf("landed at %d, %v; want 2", r.Version, err)
+			}
+		})
+		t.Run("exact/no-base", func(t *testing.T) {
+			id, _ := setup(t)
+			_, err := s.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("mine"), Exact: true})
+			wantErrIs(t, err, ErrInvalid)
+		})
 		// Row 4: provisional / queueing vs anything: next free version,
 		// renumbered.
 		for _, typ := range []SnapshotType{Provisional, Queueing} {

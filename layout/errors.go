@@ -31,6 +31,10 @@ var (
 	// ErrRefChanged: a ref's compare-and-swap (§9 Rename) found another
 	// value than the one its writer read. It also matches ErrConflict.
 	ErrRefChanged = &conflictError{"conflict: the ref changed since it was read"}
+	// ErrLateInput: an exact commit (CommitRequest.Exact) found snapshots
+	// above its base, which it would have had to merge. It also matches
+	// ErrConflict.
+	ErrLateInput = &conflictError{"conflict: snapshots landed above the base while the writer worked"}
 	// ErrRetriesExhausted: a commit could not make progress within the retry
 	// budget (§13.3).
 	ErrRetriesExhausted = errors.New("commit retries exhausted")

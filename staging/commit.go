@@ -201,14 +201,35 @@ func (w *Writer) FsyncSession(ctx context.Context, id layout.SessionID) error {
 // it landed. It is how pugfs exec ends a handler invocation: base is the
 // version the invocation started from, not whatever the session cache
 // shows by now, so that a foreign checkpoint that landed meanwhile is a
-// conflict (layout.ErrConflict) and never silently built upon. Unlike
-// FsyncSession it commits even when nothing is staged: an invocation is
-// one checkpoint, also when its handler wrote nothing, because the
-// checkpoint is what marks its input as consumed. On error nothing was
-// committed and everything stays staged (and is kept in the failed
-// directory at Shutdown unless Discard drops it).
-func (w *Writer) CommitSession(ctx context.Context, id layout.SessionID, base layout.Position) (layout.CommitResult, error) {
-	return w.commitStaged(ctx, id, &base, true)
+// conflict (layout.ErrConflict) and never silently built upon; late says
+// what snapshots of other types above base do. Unlike FsyncSession it
+// commits even when nothing is staged: an invocation is one checkpoint,
+// also when its handler wrote nothing, because the checkpoint is what
+// marks its input as consumed. On error nothing was committed and
+// everything stays staged (and is kept in the failed directory at
+// Shutdown unless Discard drops it).
+func (w *Writer) CommitSession(ctx context.Context, id layout.SessionID, base layout.Position, late LateInput) (layout.CommitResult, error) {
+	return w.commitStaged(ctx, id, &sessionBase{pos: base, exact: late == RefuseLateInput}, true)
+}
+
+// LateInput is what a commit on a base (CommitSession) does with
+// provisional and queueing snapshots that landed above the base while its
+// writer worked.
+type LateInput int
+
+const (
+	// MergeLateInput lands the snapshot above them (§13.3: a checkpoint
+	// subsumes them).
+	MergeLateInput LateInput = iota
+	// RefuseLateInput lands nothing and fails with layout.ErrLateInput
+	// (layout.CommitRequest.Exact).
+	RefuseLateInput
+)
+
+// sessionBase is where a CommitSession snapshot must be written.
+type sessionBase struct {
+	pos   layout.Position
+	exact bool // at pos.Version+1 or not at all
 }
 
 // Discard drops everything staged in a session without committing or
@@ -240,7 +261,7 @@ func (w *Writer) Discard(id layout.SessionID) {
 // commitStaged commits the pending ops and dirty files of a session as
 // one snapshot, on base if set; empty commits an empty snapshot when
 // nothing is staged instead of doing nothing.
-func (w *Writer) commitStaged(ctx context.Context, id layout.SessionID, base *layout.Position, empty bool) (layout.CommitResult, error) {
+func (w *Writer) commitStaged(ctx context.Context, id layout.SessionID, base *sessionBase, empty bool) (layout.CommitResult, error) {
 	ws := w.session(id)
 	ws.fsyncMu.Lock()
 	defer ws.fsyncMu.Unlock()
@@ -368,7 +389,7 @@ type batch struct {
 	res     layout.CommitResult
 	// base, if set, is the position the snapshot must be written on
 	// (CommitSession) instead of the cached state's.
-	base *layout.Position
+	base *sessionBase
 }
 
 // commit uploads the blobs of ops, then commits their descriptors,
@@ -376,7 +397,7 @@ type batch struct {
 // the group window. It returns once this call's descriptors are durable.
 // A commit with a base never shares its snapshot: it is written on that
 // base or not at all.
-func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingOp, base *layout.Position) (layout.CommitResult, error) {
+func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingOp, base *sessionBase) (layout.CommitResult, error) {
 	// Uploads and commits outlive an interrupted syscall: tying them to
 	// the request context would abandon half-done work.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
@@ -524,11 +545,13 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 		w.failBatch(b)
 		return layout.CommitResult{}, err
 	}
+	req := layout.CommitRequest{Type: w.cfg.SnapshotType, Descriptors: b.descs}
 	base := st.Position()
 	if b.base != nil {
-		base = *b.base
+		base, req.Exact = b.base.pos, b.base.exact
 	}
-	res, err := w.store.Commit(ctx, id, layout.CommitRequest{Type: w.cfg.SnapshotType, Descriptors: b.descs, Base: &base})
+	req.Base = &base
+	res, err := w.store.Commit(ctx, id, req)
 	if err != nil {
 		w.failBatch(b)
 		w.st.errors.Add(1)

@@ -60,7 +60,7 @@ func TestWriterHoldFsyncCommitsNothing(t *testing.T) {
 	if err := r.w.Unlink(ctx, r.id, []string{"a"}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := r.w.CommitSession(ctx, r.id, layout.Position{Version: 0, LastSeq: 0})
+	res, err := r.w.CommitSession(ctx, r.id, layout.Position{Version: 0, LastSeq: 0}, MergeLateInput)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestWriterHoldFsyncCommitsNothing(t *testing.T) {
 // commits one (empty) snapshot, the invocation's checkpoint.
 func TestWriterCommitSessionEmpty(t *testing.T) {
 	r := holdRig(t)
-	res, err := r.w.CommitSession(context.Background(), r.id, layout.Position{})
+	res, err := r.w.CommitSession(context.Background(), r.id, layout.Position{}, MergeLateInput)
 	if err != nil || res.Version != 1 || len(res.Descriptors) != 0 {
 		t.Fatalf("empty CommitSession = %+v, %v; want an empty snapshot at 1", res, err)
 	}
@@ -104,7 +104,7 @@ func TestWriterCommitSessionConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.cache.Invalidate(r.id)
-	_, err := r.w.CommitSession(ctx, r.id, layout.Position{})
+	_, err := r.w.CommitSession(ctx, r.id, layout.Position{}, MergeLateInput)
 	if !errors.Is(err, layout.ErrConflict) {
 		t.Fatalf("CommitSession over a foreign checkpoint = %v, want ErrConflict", err)
 	}
@@ -127,7 +127,7 @@ func TestWriterCommitSessionMergesProvisional(t *testing.T) {
 	if _, err := r.store.Commit(ctx, r.id, layout.CommitRequest{Type: layout.Provisional, Descriptors: []layout.Descriptor{{Name: "in", CreatedAt: time.Now().UTC(), Deleted: true}}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := r.w.CommitSession(ctx, r.id, layout.Position{})
+	res, err := r.w.CommitSession(ctx, r.id, layout.Position{}, MergeLateInput)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestWriterDiscard(t *testing.T) {
 	if _, ok := r.w.Lookup(r.id, "dir"); ok {
 		t.Fatal("dir is still local after Discard")
 	}
-	res, err := r.w.CommitSession(ctx, r.id, layout.Position{})
+	res, err := r.w.CommitSession(ctx, r.id, layout.Position{}, MergeLateInput)
 	if err != nil || len(res.Descriptors) != 0 {
 		t.Fatalf("commit after Discard = %+v, %v; want an empty snapshot", res.Descriptors, err)
 	}
@@ -189,7 +189,7 @@ func TestWriterSendCommit(t *testing.T) {
 	r := holdRig(t)
 	target := layout.NewSessionID(time.Now())
 	r.write(t, SendDir+"/"+target.String()+"/msg", "hi")
-	res, err := r.w.CommitSession(context.Background(), r.id, layout.Position{})
+	res, err := r.w.CommitSession(context.Background(), r.id, layout.Position{}, MergeLateInput)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,14 @@ type execRun struct {
 // (so failed/ is the test's) and the handler argv.
 func startExec(t *testing.T, bk *Bucket, cacheDir, session string, argv ...string) *execRun {
 	t.Helper()
-	args := append([]string{"exec", "--cache-size", "64MiB", "--cache-dir", cacheDir, bk.URL, session, "--"}, argv...)
+	return startExecFlags(t, bk, cacheDir, nil, session, argv...)
+}
+
+// startExecFlags is startExec with more pugfs exec flags.
+func startExecFlags(t *testing.T, bk *Bucket, cacheDir string, flags []string, session string, argv ...string) *execRun {
+	t.Helper()
+	args := append([]string{"exec", "--cache-size", "64MiB", "--cache-dir", cacheDir}, flags...)
+	args = append(append(args, bk.URL, session, "--"), argv...)
 	r := &execRun{cmd: exec.Command(pugfsBinary(t), args...), done: make(chan struct{})}
 	r.cmd.Env = append(os.Environ(), append(bk.Env, "GOTRACEBACK=all")...)
 	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr
@@ -621,6 +628,59 @@ func TestExecSinceCheckpoint(t *testing.T) {
 		wantTree(t, filepath.Join(sessDir(m, id), ".pugmark", "since-checkpoint"), map[string]string{})
 		if err := os.WriteFile(filepath.Join(sessDir(m, id), ".pugmark", "since-checkpoint", "x"), []byte("x"), 0o644); err == nil {
 			t.Fatal("since-checkpoint/ is writable")
+		}
+	})
+}
+
+// TestExecLateInput: an input that lands while the handler runs is
+// merged under its checkpoint by default (§13.3), and pugfs exec says so,
+// since the handler never saw it and no later run will; with
+// --late-input=abort nothing lands (exit 75, outputs kept), and the next
+// run sees it in since-checkpoint/ with the input from before.
+func TestExecLateInput(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		for _, tc := range []struct {
+			mode string
+			code int
+		}{{"merge", 0}, {"abort", 75}} {
+			t.Run(tc.mode, func(t *testing.T) {
+				id := newSession(t, bk)
+				seed(t, bk, id, map[string]string{"a.txt": "a\n"})
+				commitDescs(t, bk, id, layout.Provisional, map[string]string{"in/early.txt": "early\n"})
+				g := newGate(t)
+				cache := t.TempDir()
+				handler := `ls .pugmark/since-checkpoint/in > seen.txt; ` + g.wait("x")
+				r := startExecFlags(t, bk, cache, []string{"--late-input=" + tc.mode}, id.String(), "sh", "-c", handler)
+				g.ready(t, 1, r)
+				commitDescs(t, bk, id, layout.Provisional, map[string]string{"in/late.txt": "late\n"}) // version 3
+				g.open(t)
+				code := r.wait(t)
+				errOut := r.stderr.String()
+				if code != tc.code {
+					t.Fatalf("exit %d, want %d\n%s", code, tc.code, errOut)
+				}
+				if tc.mode == "merge" {
+					if !strings.Contains(errOut, "1 input snapshot(s) landed while the handler ran (versions 3-3); checkpoint 4 merged them") {
+						t.Errorf("the merge is not reported: %s", errOut)
+					}
+					if typ := snapType(t, bk, id, 4); typ != layout.Checkpoint {
+						t.Fatalf("version 4 is %s", typ)
+					}
+					wantSlots(t, bk, id, map[string]string{"a.txt": "a\n", "in/early.txt": "early\n", "in/late.txt": "late\n", "seen.txt": "early.txt\n"})
+					return
+				}
+				if v := latest(t, bk, id); v != 3 {
+					t.Fatalf("version %d after an aborted run, want 3", v)
+				}
+				if !strings.Contains(errOut, "input arrived while the handler ran") || len(execFailed(cache, id)) == 0 {
+					t.Fatalf("stderr does not say why, or nothing kept (%v): %s", execFailed(cache, id), errOut)
+				}
+				out, errOut, code := runExec(t, bk, t.TempDir(), id.String(), "ls", ".pugmark/since-checkpoint/in")
+				if code != 0 || out != "early.txt\nlate.txt\n" {
+					t.Fatalf("the next run: exit %d, saw %q\n%s", code, out, errOut)
+				}
+				wantOneCheckpoint(t, bk, id, 3)
+			})
 		}
 	})
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/deadlineblob"
 	"github.com/pugmark/pugfs/layout/schedblob"
+	"github.com/pugmark/pugfs/staging"
 	"gocloud.dev/gcerrors"
 	"golang.org/x/sys/unix"
 )
@@ -54,6 +55,9 @@ type execConfig struct {
 	// passCredentials keeps the cloud credentials in the handler's
 	// environment.
 	passCredentials bool
+	// late is what the checkpoint does with inputs that landed while the
+	// handler ran (--late-input).
+	late staging.LateInput
 }
 
 func execCommand() *command {
@@ -107,6 +111,8 @@ for a usage error.`,
 			fs.DurationVar(&cfg.mount.RequestTimeout, "request-timeout", deadlineblob.DefaultTimeout, "give up on a bucket request after this `DURATION`")
 			fs.IntVar(&cfg.mount.MaxRequests, "max-requests", schedblob.DefaultMaxRequests, "at most `N` bucket requests in flight at once")
 			fs.BoolVar(&cfg.passCredentials, "pass-credentials", false, "keep the cloud credentials in COMMAND's environment")
+			late := "merge"
+			fs.StringVar(&late, "late-input", late, "what the checkpoint does with inputs (provisional or queueing snapshots) that arrive while COMMAND runs, `MODE`: merge (land above them; they count as consumed though COMMAND never saw them, §13.3) or abort (nothing lands, exit 75, so that the next run sees them with the rest)")
 			return func(ctx context.Context, sio *stdio, args []string) error {
 				if len(args) < 3 {
 					return usagef("want BUCKET-URL, SESSION, -- and a COMMAND")
@@ -128,6 +134,14 @@ for a usage error.`,
 				}
 				if cfg.mount.GID, err = idFlag("gid", gid, os.Getgid()); err != nil {
 					return err
+				}
+				switch late {
+				case "merge":
+					cfg.late = staging.MergeLateInput
+				case "abort":
+					cfg.late = staging.RefuseLateInput
+				default:
+					return usagef("--late-input=%s: want merge or abort", late)
 				}
 				// A handler's mount: everything staged until the command
 				// exits, committed as the session's own checkpoint.
@@ -386,13 +400,22 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 			return fmt.Errorf("re-check refs/sessions/%s: %w (nothing committed)", n, err)
 		}
 	}
-	res, err := env.fs.CommitSession(cctx, id, base)
+	res, err := env.fs.CommitSession(cctx, id, base, cfg.late)
 	if err != nil {
+		if errors.Is(err, layout.ErrLateInput) {
+			fmt.Fprintf(sio.err, "pugfs exec: nothing committed: input arrived while the handler ran (--late-input=abort; the next run sees it): %v; staged files are kept under %s\n", err, kept)
+			return exitCode(exitTempFail)
+		}
 		if errors.Is(err, layout.ErrConflict) || errors.Is(err, layout.ErrRetriesExhausted) || transient(err) {
 			fmt.Fprintf(sio.err, "pugfs exec: nothing committed: %v; staged files are kept under %s\n", err, kept)
 			return exitCode(exitTempFail)
 		}
 		return err
+	}
+	if late := res.Version - base.Version - 1; late > 0 {
+		// §13.3: the checkpoint subsumes them. Said, because the
+		// handler never saw them and no later run will.
+		fmt.Fprintf(sio.err, "pugfs exec: %d input snapshot(s) landed while the handler ran (versions %d-%d); checkpoint %d merged them unseen by the handler (--late-input=abort refuses instead)\n", late, base.Version+1, res.Version-1, res.Version)
 	}
 	// §12.2: the checkpoint holds the records; now the targets get their
 	// copies. A failure here loses nothing: the next run delivers what
