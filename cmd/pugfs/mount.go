@@ -185,7 +185,7 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 			fs.StringVar(&fastPathArg, "fast-path", fastPathArg, "`MODE` of the kernel fast path for reads: no-open (read-only mounts: no OPEN/RELEASE round trip per file, pages kept across opens), passthrough (files of 1 MiB and more read by the kernel from their verified disk copy; a file being read that way refuses opens for writing, ETXTBSY), off, or auto (no-open on --read-only mounts, else off)")
 			fs.BoolVar(&cfg.AllowNonEmpty, "allow-non-empty", false, "mount on a directory that is not empty, hiding its entries until unmounted, or over another mount (default: off, refused)")
 			xattrs := "on"
-			fs.StringVar(&xattrs, "xattrs", xattrs, "on, or off: answer every extended attribute request with ENOSYS, so that ls -l costs no getxattr round trips; user.pugmark.* are then not shown or settable")
+			fs.StringVar(&xattrs, "xattrs", xattrs, "`MODE`: on, or off: answer every extended attribute request with ENOSYS, so that ls -l costs no getxattr round trips; user.pugmark.* are then not shown or settable")
 			return func(ctx context.Context, sio *stdio, args []string) error {
 				if len(args) != 2 {
 					return usagef("want BUCKET-URL and MOUNTPOINT, got %d argument(s)", len(args))
