@@ -62,9 +62,10 @@ type execConfig struct {
 
 func execCommand() *command {
 	return &command{
-		name:     "exec",
-		synopsis: "pugfs exec [flags] BUCKET-URL SESSION -- COMMAND [ARGS...]",
-		short:    "run a handler in a session; its changes land as one checkpoint, or not at all",
+		name:      "exec",
+		synopsis:  "pugfs exec [flags] BUCKET-URL SESSION -- COMMAND [ARGS...]",
+		dashAfter: 2,
+		short:     "run a handler in a session; its changes land as one checkpoint, or not at all",
 		long: `
 Runs COMMAND as one handler invocation of SESSION (a 32-hex ID, or a name
 from refs/sessions/<name>), per tree.md "Running a handler":

@@ -29,11 +29,23 @@ func TestHandlerEnv(t *testing.T) {
 	}
 }
 
-// TestExecUsage: exec wants a bucket, a session and a command.
+// TestExecUsage: exec wants a bucket, a session, -- and a command. A
+// command without -- before it is refused: its flags (./handler --debug)
+// would have been taken for pugfs's own.
 func TestExecUsage(t *testing.T) {
-	var out, errOut bytes.Buffer
-	if code := run(t.Context(), []string{"exec", "./b", "s"}, &out, &errOut); code != 2 {
-		t.Fatalf("exit %d, want 2: %s", code, errOut.String())
+	for _, args := range [][]string{
+		{"exec", "./b", "s"},
+		{"exec", "./b", "s", "--"},
+		{"exec", "./b", "s", "./handler", "--debug"},
+		{"exec", "./b", "s", "./handler", "--", "x"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(t.Context(), args, &out, &errOut); code != 2 || strings.Count(errOut.String(), "\n") != 1 {
+			t.Errorf("%q: exit %d, want 2 and one line: %s", args, code, errOut.String())
+		}
+		if len(args) > 4 && !strings.Contains(errOut.String(), "want --") {
+			t.Errorf("%q: the message does not ask for --: %s", args, errOut.String())
+		}
 	}
 }
 

@@ -76,6 +76,11 @@ type command struct {
 	// that runs it with the positional arguments.
 	setup func(fs *flag.FlagSet) func(ctx context.Context, io *stdio, args []string) error
 	subs  []*command
+	// dashAfter, when > 0, is the number of positional arguments that
+	// come before a required "--" (pugfs exec: BUCKET-URL SESSION --
+	// COMMAND...): without it, flags meant for COMMAND would be taken for
+	// pugfs's own.
+	dashAfter int
 }
 
 // stdio is where a command writes.
@@ -179,7 +184,10 @@ func runCommand(ctx context.Context, sio *stdio, c *command, args []string) int 
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	exec := c.setup(fs)
-	pos, err := parseInterspersed(fs, args)
+	pos, dash, err := parseInterspersed(fs, args)
+	if err == nil && c.dashAfter > 0 && len(pos) > c.dashAfter && dash != c.dashAfter {
+		err = fmt.Errorf("want -- after the first %d arguments (%s), so that the command's own flags are not taken for pugfs's", c.dashAfter, c.synopsis)
+	}
 	if errors.Is(err, flag.ErrHelp) {
 		printHelp(sio.out, c)
 		return 0
@@ -212,20 +220,20 @@ func isHelp(a string) bool { return a == "-h" || a == "-help" || a == "--help" |
 
 // parseInterspersed parses flags anywhere on the command line (the flag
 // package stops at the first positional argument, which would make
-// `pugfs fsck ./bucket --json` ignore --json). A "--" ends the flags.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
+// `pugfs fsck ./bucket --json` ignore --json). A "--" ends the flags;
+// dash is the number of positional arguments before it, -1 without one.
+func parseInterspersed(fs *flag.FlagSet, args []string) (pos []string, dash int, err error) {
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			return nil, -1, err
 		}
 		consumed := len(args) - fs.NArg()
 		rest := fs.Args()
 		if consumed > 0 && args[consumed-1] == "--" {
-			return append(pos, rest...), nil
+			return append(pos, rest...), len(pos), nil
 		}
 		if len(rest) == 0 {
-			return pos, nil
+			return pos, -1, nil
 		}
 		pos = append(pos, rest[0])
 		args = rest[1:]

@@ -364,8 +364,11 @@ func TestInterspersedFlags(t *testing.T) {
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	j := fs.Bool("json", false, "")
 	n := fs.String("name", "", "")
-	pos, err := parseInterspersed(fs, []string{"a", "--json", "b", "--name", "v", "--", "--c"})
-	if err != nil || !*j || *n != "v" || strings.Join(pos, ",") != "a,b,--c" {
-		t.Errorf("got %v %v %v %q", pos, err, *j, *n)
+	pos, dash, err := parseInterspersed(fs, []string{"a", "--json", "b", "--name", "v", "--", "--c"})
+	if err != nil || !*j || *n != "v" || strings.Join(pos, ",") != "a,b,--c" || dash != 2 {
+		t.Errorf("got %v %d %v %v %q", pos, dash, err, *j, *n)
+	}
+	if _, dash, _ := parseInterspersed(fs, []string{"a", "b"}); dash != -1 {
+		t.Errorf("no --: dash %d", dash)
 	}
 }
