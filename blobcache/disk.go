@@ -66,6 +66,9 @@ type diskCache struct {
 	// file, so that tests can fake failures that root cannot trigger.
 	removeFn func(name string) error
 	createFn func(name string) (*os.File, error)
+	// spaceFn reports the space available to the cache and the size of
+	// its file system, in bytes (diskSpace; a test hook).
+	spaceFn func() (avail, size int64, err error)
 
 	disabled  atomic.Bool
 	evictions atomic.Int64
@@ -81,6 +84,9 @@ type diskCache struct {
 	evicting bool
 	lastScan time.Time
 	shards   map[string]bool // shard directories checked to be real directories
+	// sinceSpace counts the bytes added since the free space was last
+	// checked (diskSpaceEvery).
+	sinceSpace int64
 }
 
 type diskEntry struct {
@@ -101,6 +107,15 @@ const (
 	diskTouchEvery  = time.Minute
 	diskInfoMax     = 4096
 	diskInfoMagic   = "pugfs-blob-info 1"
+	// diskFreePercent of the cache directory's file system is left free,
+	// as mountpoint-s3's cache does: the bound (10 GiB at least) would
+	// otherwise fill a nearly full disk, and the staged writes of the
+	// mount, in the same directory, would fail with ENOSPC because of
+	// copies that can be fetched again.
+	diskFreePercent = 5
+	// diskSpaceEvery is how many bytes are added between checks of the
+	// free space.
+	diskSpaceEvery = 64 << 20
 )
 
 // newDiskCache opens (creating) the cache under dir. An error means the
@@ -134,6 +149,7 @@ func newDiskCache(dir string, max int64, log *slog.Logger, now func() time.Time)
 		index: make(map[string]*diskEntry), shards: make(map[string]bool),
 	}
 	dc.removeFn = root.Remove
+	dc.spaceFn = func() (int64, int64, error) { return diskSpaceOf(top) }
 	dc.createFn = func(name string) (*os.File, error) {
 		return root.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	}
@@ -155,6 +171,9 @@ func newDiskCache(dir string, max int64, log *slog.Logger, now func() time.Time)
 	_ = root.Remove(probe)
 	dc.cleanTmp()
 	dc.scan()
+	if short := dc.shortfall(); short > 0 {
+		dc.evict(short)
+	}
 	return dc, nil
 }
 
@@ -421,7 +440,12 @@ func (t *diskTemp) abort() {
 	_ = t.dc.root.Remove(t.rel)
 }
 
-// added records a new entry and evicts if the bound is exceeded.
+// diskSpaceOf is diskSpace; tests replace it to fake a nearly full disk
+// before a cache opens.
+var diskSpaceOf = diskSpace
+
+// added records a new entry and evicts if the bound is exceeded, or the
+// file system's free space fell below its floor (diskFreePercent).
 func (dc *diskCache) added(rel string, size int64) {
 	now := dc.now()
 	dc.mu.Lock()
@@ -431,15 +455,40 @@ func (dc *diskCache) added(rel string, size int64) {
 	dc.index[rel] = &diskEntry{size: size, used: now, touched: now}
 	dc.total += size
 	over := dc.total > dc.max
+	dc.sinceSpace += size
+	check := dc.sinceSpace >= diskSpaceEvery || over
+	if check {
+		dc.sinceSpace = 0
+	}
 	dc.mu.Unlock()
-	if over {
-		dc.evict()
+	var short int64
+	if check {
+		short = dc.shortfall()
+	}
+	if over || short > 0 {
+		dc.evict(short)
 	}
 }
 
+// shortfall is how many bytes the cache should give back so that
+// diskFreePercent of its file system is free, plus one percent more so
+// that evictions stay rare; 0 when enough is free or the space cannot be
+// known.
+func (dc *diskCache) shortfall() int64 {
+	avail, size, err := dc.spaceFn()
+	if err != nil || size <= 0 {
+		return 0
+	}
+	if floor := size / 100 * diskFreePercent; avail < floor {
+		return floor - avail + size/100
+	}
+	return 0
+}
+
 // evict removes least recently used entries until the cache is at 90% of
-// its bound (hysteresis: evictions, and the rescans before them, are rare).
-func (dc *diskCache) evict() {
+// its bound (hysteresis: evictions, and the rescans before them, are rare)
+// and at least short bytes smaller than it was.
+func (dc *diskCache) evict(short int64) {
 	dc.mu.Lock()
 	if dc.evicting {
 		dc.mu.Unlock()
@@ -468,7 +517,7 @@ func (dc *diskCache) evict() {
 	total := dc.total
 	dc.mu.Unlock()
 	slices.SortFunc(all, func(a, b victim) int { return a.e.used.Compare(b.e.used) })
-	target := dc.max / 10 * 9
+	target := min(dc.max/10*9, total-short)
 	for _, v := range all {
 		if total <= target {
 			break

@@ -693,3 +693,87 @@ func TestDiskTempLeftovers(t *testing.T) {
 		t.Error("the entries beside the leftovers were not used")
 	}
 }
+
+// TestDiskFreeSpaceFloor: the disk tier gives space back, least recently
+// used first, when its file system has less than diskFreePercent free,
+// whatever its own bound says: at startup, and as entries are added. The
+// entries are sparse files, so their sizes cost no disk.
+func TestDiskFreeSpaceFloor(t *testing.T) {
+	const mib = 1 << 20
+	const fsSize = 10 << 30 // floor: 512 MiB free, and 1% (~102 MiB) more when short
+	var avail int64 = 4 << 30
+	defer func(f func(string) (int64, int64, error)) { diskSpaceOf = f }(diskSpaceOf)
+	diskSpaceOf = func(string) (int64, int64, error) { return avail, fsSize, nil }
+
+	dir := t.TempDir()
+	entry := func(i int) string {
+		h := fmt.Sprintf("%02x%062x", i, i)
+		return filepath.Join(dir, diskSubdir, diskData, h[:2], h)
+	}
+	base := time.Now().Add(-time.Hour)
+	for i := range 10 {
+		p := entry(i)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, 100*mib); err != nil {
+			t.Fatal(err)
+		}
+		used := base.Add(time.Duration(i) * time.Minute) // entry 0 is the least recently used
+		if err := os.Chtimes(p, used, used); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left := func() (n []int) {
+		for i := range 11 {
+			if _, err := os.Stat(entry(i)); err == nil {
+				n = append(n, i)
+			}
+		}
+		return n
+	}
+	var log syncbuf.Buffer
+	open := func() *diskCache {
+		dc, err := newDiskCache(dir, 1<<40, log.Logger(slog.LevelWarn), time.Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { dc.root.Close() })
+		return dc
+	}
+	open() // plenty free: nothing goes
+	if got := left(); len(got) != 10 {
+		t.Fatalf("with 4 GiB of 10 free, entries %v were left, want all ten", got)
+	}
+	// 412 MiB free: 100 + 102 MiB short of the floor and its margin, so
+	// the three least recently used entries go when a cache opens.
+	avail = 412 * mib
+	dc := open()
+	if got := fmt.Sprint(left()); got != "[3 4 5 6 7 8 9]" {
+		t.Fatalf("at startup with 412 MiB free, entries %s were left, want [3 ... 9]", got)
+	}
+	// An entry added past the check interval is checked too: 300 MiB
+	// short now, with the 102 MiB margin four more go, never the new one.
+	avail = 312 * mib
+	p := entry(10)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, diskSpaceEvery); err != nil {
+		t.Fatal(err)
+	}
+	rel, _ := filepath.Rel(filepath.Join(dir, diskSubdir), p)
+	dc.added(filepath.ToSlash(rel), diskSpaceEvery)
+	if got := fmt.Sprint(left()); got != "[7 8 9 10]" {
+		t.Fatalf("after an add with 312 MiB free, entries %s were left, want [7 8 9 10]", got)
+	}
+	if log.String() != "" {
+		t.Errorf("warnings: %s", log.String())
+	}
+}

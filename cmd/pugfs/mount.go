@@ -164,7 +164,7 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 			fs.BoolVar(&cfg.ReadOnly, "read-only", false, "refuse every write (EROFS) (default: off)")
 			fs.DurationVar(&cfg.MetadataTTL, "metadata-ttl", time.Second, "how long listings and latest versions are trusted, a `DURATION` such as 500ms or 2s (0: ask the bucket on every lookup)")
 			fs.StringVar(&cfg.CacheDir, "cache-dir", "", "`DIR` keeping what never changes (verified blobs, decoded sizes, session summaries) across mounts, and staged writes; off keeps no cache on disk (default: $XDG_CACHE_HOME/pugfs/<bucket>, else ~/.cache/pugfs/<bucket>)")
-			fs.Var(&cacheSize, "cache-size", "memory budget of the blob cache, a `SIZE` in bytes with an optional KiB, MiB, GiB suffix (or K, M, G); the disk cache under --cache-dir may use 4x (at least 10 GiB), and the mount sets a soft Go memory limit of this plus 48 MiB unless GOMEMLIMIT is set")
+			fs.Var(&cacheSize, "cache-size", "memory budget of the blob cache, a `SIZE` in bytes with an optional KiB, MiB, GiB suffix (or K, M, G); the disk cache under --cache-dir may use 4x (at least 10 GiB, but leaves 5% of its file system free), and the mount sets a soft Go memory limit of this plus 48 MiB unless GOMEMLIMIT is set")
 			fs.BoolVar(&cfg.Debug, "debug", false, "log every FUSE request and bucket call to stderr (default: off)")
 			fs.BoolVar(&cfg.AllowOther, "allow-other", false, "let other users access the mount (needs user_allow_other in /etc/fuse.conf) (default: off)")
 			fs.IntVar(&uid, "uid", -1, "owner `UID` of every file (default: the user running pugfs)")
