@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -139,6 +140,47 @@ func TestCloudRefCompareAndSwap(t *testing.T) {
 				t.Fatalf("a ref write fell back to a weak swap:\n%s", log)
 			}
 		}
+		checkBucket(t, bk)
+	})
+}
+
+// TestCloudExec: pugfs exec on GCS and Azure, by name: a handler's
+// changes land as one checkpoint; of two runs at once, one lands and the
+// other exits 75 with its outputs kept (the checkpoint's conditional
+// create is the backend's); a send is delivered to its target; the
+// bucket is clean for fsck.
+func TestCloudExec(t *testing.T) {
+	eachCloud(t, func(t *testing.T, bk *Bucket) {
+		id := namedSession(t, bk, "inbox")
+		target := newSession(t, bk)
+		_, errOut, code := runExec(t, bk, t.TempDir(), "inbox", "sh", "-c",
+			"echo one > a.txt && mkdir -p .pugmark/send/"+target.String()+" && echo hi > .pugmark/send/"+target.String()+"/note.txt")
+		if code != 0 {
+			t.Fatalf("exit %d\n%s", code, errOut)
+		}
+		wantOneCheckpoint(t, bk, id, 0)
+		wantSlots(t, bk, target, map[string]string{"note.txt": "hi\n"})
+
+		g := newGate(t)
+		caches := []string{t.TempDir(), t.TempDir()}
+		var runs []*execRun
+		for i := range 2 {
+			runs = append(runs, startExec(t, bk, caches[i], "inbox", "sh", "-c",
+				fmt.Sprintf("echo run%d >> a.txt; ", i)+g.wait("x")))
+		}
+		g.ready(t, 2, runs...)
+		g.open(t)
+		codes := []int{runs[0].wait(t), runs[1].wait(t)}
+		winner := slices.Index(codes, 0)
+		loser := slices.Index(codes, 75)
+		if winner < 0 || loser < 0 {
+			t.Fatalf("exit statuses %v, want one 0 and one 75\n%s\n%s", codes, runs[0].stderr.String(), runs[1].stderr.String())
+		}
+		if len(execFailed(caches[loser], id)) == 0 {
+			t.Errorf("the losing run kept nothing: %s", runs[loser].stderr.String())
+		}
+		wantOneCheckpoint(t, bk, id, 1)
+		wantSlots(t, bk, id, map[string]string{"a.txt": fmt.Sprintf("one\nrun%d\n", winner)})
 		checkBucket(t, bk)
 	})
 }
