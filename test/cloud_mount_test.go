@@ -1,8 +1,12 @@
 package e2e
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/pugmark/pugfs/internal/testbucket"
+	"github.com/pugmark/pugfs/layout"
 )
 
 // cloudKinds are the emulated clouds the end-to-end cloud tests mount
@@ -183,4 +188,43 @@ func TestCloudExec(t *testing.T) {
 		wantSlots(t, bk, id, map[string]string{"a.txt": fmt.Sprintf("one\nrun%d\n", winner)})
 		checkBucket(t, bk)
 	})
+}
+
+// TestCloudGzipStored: a body stored gzip with Content-Encoding: gzip
+// (§15 asks for the header) reads through a GCS mount decoded, and its
+// raw bytes under objects/; GCS decompresses such an object on the way
+// out unless asked for the stored bytes, which then never matched the
+// blob's digest: every read was EIO and fsck called the blob corrupt.
+func TestCloudGzipStored(t *testing.T) {
+	t.Parallel()
+	bk := openBucket(t, testbucket.GCS)
+	ctx := context.Background()
+	id := newSession(t, bk)
+	raw := make([]byte, 10000)
+	rand.NewChaCha8([32]byte{1}).Read(raw)
+	text := hex.EncodeToString(raw) + "\n"
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(text))
+	zw.Close()
+	d, err := bk.Store.PutBody(ctx, "report.csv", gz.Bytes(), layout.BlobOptions{ContentType: "text/csv", ContentEncoding: "gzip"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Data != nil {
+		t.Fatal("the body is inline: the test would not read the blob")
+	}
+	if _, err := bk.Store.Commit(ctx, id, layout.CommitRequest{Type: layout.Checkpoint, Descriptors: []layout.Descriptor{d}}); err != nil {
+		t.Fatal(err)
+	}
+	m := mount(t, bk, "--read-only")
+	got, err := os.ReadFile(filepath.Join(sessDir(m, id), "report.csv"))
+	if err != nil || string(got) != text {
+		t.Fatalf("report.csv: %d bytes, %v; want the %d decoded bytes\n%s", len(got), err, len(text), m.Log())
+	}
+	stored, err := os.ReadFile(filepath.Join(m.Dir, "objects", d.Digest.String()))
+	if err != nil || !bytes.Equal(stored, gz.Bytes()) {
+		t.Fatalf("objects/%s: %d bytes, %v; want the %d stored bytes", d.Digest, len(stored), err, gz.Len())
+	}
+	checkBucket(t, bk)
 }

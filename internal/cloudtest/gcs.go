@@ -10,6 +10,7 @@ import (
 
 	"cloud.google.com/go/storage"
 	"github.com/pugmark/pugfs/internal/testproc"
+	"github.com/pugmark/pugfs/layout/drivers/gcsfix"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/gcsblob"
 	"google.golang.org/api/option"
@@ -134,5 +135,9 @@ func OpenGCSBucket(ctx context.Context, host, name string) (*blob.Bucket, error)
 	if err != nil {
 		return nil, err
 	}
-	return gcsblob.OpenBucket(ctx, nil, name, &gcsblob.Options{Client: c})
+	b, err := gcsblob.OpenBucket(ctx, nil, name, &gcsblob.Options{Client: c})
+	if err != nil {
+		return nil, err
+	}
+	return gcsfix.Wrap(b), nil
 }

@@ -30,7 +30,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
 	tmtypes "github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager/types"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/drivers/gcsfix"
 	"github.com/pugmark/pugfs/layout/localblob"
+	"gocloud.dev/blob"
 
 	// The URL schemes: s3://, gs://, azblob://, mem://, file:// (the
 	// project's own local driver) and fault+<scheme>://.
@@ -52,6 +54,11 @@ func init() {
 	layout.RegisterWriteHook(azureHook)
 	layout.RegisterTokenHook(gcsToken)
 }
+
+// Adapt returns a bucket opened by a driver's own opener as pugfs needs
+// it, as OpenURL does: a GCS bucket through gcsfix. Any other bucket is
+// returned as it is.
+func Adapt(b *blob.Bucket) *blob.Bucket { return gcsfix.Wrap(b) }
 
 // gcsToken makes a GCS object's generation its compare-and-swap token:
 // the JSON API conditions uploads on generations, not ETags.

@@ -52,7 +52,11 @@ func OpenURL(ctx context.Context, rawURL string) (*blob.Bucket, error) {
 		}
 		return faultblob.Wrap(b, p.NewInjector()), nil
 	}
-	return blob.OpenBucket(ctx, rawURL)
+	b, err := blob.OpenBucket(ctx, rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return Adapt(b), nil
 }
 
 // OpenS3 opens an s3:// URL as gocloud's s3blob URL opener does (the same
