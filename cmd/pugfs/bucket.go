@@ -9,11 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"gocloud.dev/blob"
 
 	"github.com/pugmark/pugfs/internal/redact"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/deadlineblob"
 	"github.com/pugmark/pugfs/layout/drivers"
 	"github.com/pugmark/pugfs/layout/drivers/azurefix"
 )
@@ -61,8 +63,9 @@ func onLocalDisk(arg string) bool {
 
 // openBucket opens a bucket argument. With create, a missing local
 // directory is created (pugfs demo); otherwise it is an error that says
-// so, rather than the driver's ENOENT.
-func openBucket(ctx context.Context, arg string, create bool) (*blob.Bucket, string, error) {
+// so, rather than the driver's ENOENT. timeout bounds the one request
+// that checks a cloud bucket exists.
+func openBucket(ctx context.Context, arg string, create bool, timeout time.Duration) (*blob.Bucket, string, error) {
 	u, local, err := bucketURL(arg)
 	if err != nil {
 		return nil, "", err
@@ -90,7 +93,7 @@ func openBucket(ctx context.Context, arg string, create bool) (*blob.Bucket, str
 	// gocloud's azureblob panics on a failed conditional write (see
 	// azurefix); every Azure bucket pugfs opens writes around it.
 	b = azurefix.Wrap(b)
-	if err := checkBucketExists(ctx, b, u); err != nil {
+	if err := checkBucketExists(ctx, b, u, timeout); err != nil {
 		b.Close()
 		return nil, u, err
 	}
@@ -101,8 +104,9 @@ func openBucket(ctx context.Context, arg string, create bool) (*blob.Bucket, str
 // exist into one line saying what to create with which tool; opening one
 // succeeds on every driver, and the first request would otherwise fail
 // with a NotFound that names a key. Other failures (credentials, network)
-// are left to the first real request, which reports them as they are.
-func checkBucketExists(ctx context.Context, b *blob.Bucket, u string) error {
+// are left to the first real request, which reports them as they are;
+// so is a bucket that does not answer within timeout.
+func checkBucketExists(ctx context.Context, b *blob.Bucket, u string, timeout time.Duration) error {
 	p, err := url.Parse(u)
 	if err != nil {
 		return nil
@@ -118,6 +122,8 @@ func checkBucketExists(ctx context.Context, b *blob.Bucket, u string) error {
 	default:
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	ok, err := b.IsAccessible(ctx)
 	if err != nil || ok {
 		return nil
@@ -126,12 +132,15 @@ func checkBucketExists(ctx context.Context, b *blob.Bucket, u string) error {
 }
 
 // openStore opens a bucket argument as a layout store; create as for
-// openBucket. The caller closes the bucket.
+// openBucket. Every request gets deadlineblob's default deadline, so a
+// command on a bucket that stops answering fails (after the store's
+// retries) instead of waiting forever. The caller closes the bucket.
 func openStore(ctx context.Context, arg string, create bool) (*layout.Store, *blob.Bucket, error) {
-	b, _, err := openBucket(ctx, arg, create)
+	b, _, err := openBucket(ctx, arg, create, deadlineblob.DefaultTimeout)
 	if err != nil {
 		return nil, nil, err
 	}
+	b = deadlineblob.Wrap(b, deadlineblob.DefaultTimeout)
 	return layout.New(b, nil), b, nil
 }
 

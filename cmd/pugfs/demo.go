@@ -8,6 +8,7 @@ import (
 	"github.com/pugmark/pugfs/internal/demo"
 	"github.com/pugmark/pugfs/internal/redact"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/deadlineblob"
 )
 
 func demoCommand() *command {
@@ -37,7 +38,7 @@ DIR must be empty or absent, so that a demo never mixes into real data;
 				if len(args) != 1 {
 					return usagef("want one DIR, got %d argument(s)", len(args))
 				}
-				b, u, err := openBucket(ctx, args[0], true)
+				b, u, err := openBucket(ctx, args[0], true, deadlineblob.DefaultTimeout)
 				if err != nil {
 					return err
 				}

@@ -177,7 +177,7 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 		}
 	}()
 	secrets := redact.Secrets(cfg.BucketURL)
-	b, u, err := openBucket(ctx, cfg.BucketURL, false)
+	b, u, err := openBucket(ctx, cfg.BucketURL, false, cfg.RequestTimeout)
 	if err != nil {
 		return nil, err
 	}
