@@ -61,3 +61,27 @@ func (g stored) NewRangeReader(ctx context.Context, key string, offset, length i
 	}
 	return g.Bucket.NewRangeReader(ctx, key, offset, length, &o)
 }
+
+// NewTypedWriter implements driver.Bucket: the upload is never retried
+// by the storage client, which ignores attempts for uploads and retried a
+// conditional one (every commit and blob PUT) until its context ended;
+// the layout store retries it. The handle is replaced before the
+// caller's BeforeWrite, which may ask for the writer made from it.
+func (g stored) NewTypedWriter(ctx context.Context, key, contentType string, opts *driver.WriterOptions) (driver.Writer, error) {
+	o := driver.WriterOptions{}
+	if opts != nil {
+		o = *opts
+	}
+	before := o.BeforeWrite
+	o.BeforeWrite = func(as func(any) bool) error {
+		var objp **storage.ObjectHandle
+		if as(&objp) && objp != nil && *objp != nil {
+			*objp = (*objp).Retryer(storage.WithPolicy(storage.RetryNever))
+		}
+		if before != nil {
+			return before(as)
+		}
+		return nil
+	}
+	return g.Bucket.NewTypedWriter(ctx, key, contentType, &o)
+}
