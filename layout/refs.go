@@ -111,6 +111,24 @@ func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target str
 	if err := validateTarget(target); err != nil {
 		return err
 	}
+	if prev.ETag == "" && prev.Target == "" {
+		// Absent when its writer looked: create it only if it still is
+		// (§9's compare-and-swap against "absent"). A plain PUT let two
+		// mounts creating one ref both succeed, the first's value lost.
+		wo := refOptions()
+		wo.IfNotExist = true
+		err := s.put(ctx, key, []byte(target), &wo)
+		switch {
+		case err == nil:
+			return nil
+		case s.refLanded(ctx, name, target):
+			return nil // our own lost response, or the very same value
+		case isPrecondition(err):
+			return fmt.Errorf("rename ref %s: %w: it was created meanwhile", name, ErrRefChanged)
+		default:
+			return fmt.Errorf("rename ref %s: %w", name, err)
+		}
+	}
 	if prev.ETag != "" {
 		var ap applied
 		wo := conditionalOptions(refOptions(), Conditions{IfMatch: prev.ETag, Size: int64(len(target))}, &ap)

@@ -256,6 +256,13 @@ func TestSection9_RenameRefCAS(t *testing.T) {
 		if r, _ := s.ReadRef(bg, "fresh"); r.Target != "v" {
 			t.Fatalf("fresh %q", r.Target)
 		}
+		// A second writer that also saw it absent loses: two mounts
+		// creating one ref both succeeded, the first's value gone (the
+		// cloud audit).
+		wantErrIs(t, s.RenameRef(bg, "fresh", Ref{}, "w"), ErrRefChanged)
+		if r, _ := s.ReadRef(bg, "fresh"); r.Target != "v" {
+			t.Fatalf("a second create replaced the ref: %q", r.Target)
+		}
 		wantErrIs(t, s.RenameRef(bg, "r", prev, ""), ErrInvalid)
 		wantErrIs(t, s.RenameRef(bg, "a/b/c", prev, "x"), ErrInvalid)
 	})

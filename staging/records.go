@@ -24,7 +24,6 @@ type RecordStore interface {
 	NewRootManifest() *layout.Manifest
 	CreateSession(ctx context.Context, m *layout.Manifest) (*layout.Manifest, bool, error)
 	ReadRef(ctx context.Context, name string) (layout.Ref, error)
-	Link(ctx context.Context, name, target string) error
 	RenameRef(ctx context.Context, name string, prev layout.Ref, target string) error
 	DeleteRef(ctx context.Context, name string) error
 	SessionExists(ctx context.Context, id layout.SessionID) (bool, error)
@@ -265,14 +264,16 @@ func (r *Records) writeRef(ctx context.Context, name string, prev layout.Ref, ex
 			return prev, existed, fmt.Errorf("refs/%s: %w: %s", name, layout.ErrSessionNotFound, target)
 		}
 	}
-	if existed {
-		err = r.store.RenameRef(ctx, name, prev, target)
-		if errors.Is(err, layout.ErrWeakCAS) {
-			r.log.Warn("ref replaced without compare-and-swap: the backend has no If-Match", "ref", name)
-			err = nil
-		}
-	} else {
-		err = r.store.Link(ctx, name, target)
+	// A ref absent at open is created only if it still is (RenameRef
+	// with no prior value): a plain Link let two mounts creating one ref
+	// both succeed, the first one's value lost.
+	if !existed {
+		prev = layout.Ref{}
+	}
+	err = r.store.RenameRef(ctx, name, prev, target)
+	if errors.Is(err, layout.ErrWeakCAS) {
+		r.log.Warn("ref replaced without compare-and-swap: the backend has no If-Match", "ref", name)
+		err = nil
 	}
 	r.caches.InvalidateRefs()
 	if err != nil {

@@ -231,5 +231,27 @@ func TestWriteRefsCompareAndSwap(t *testing.T) {
 		if r, _ := bk.Store.ReadRef(context.Background(), "race"); r.Target != "from-b" {
 			t.Fatalf("ref race = %q after a fresh write", r.Target)
 		}
+		// Two mounts creating one ref, absent when both opened it: the
+		// second close is ESTALE too (both succeeded, the first value
+		// lost: the cloud audit).
+		ca, err := os.OpenFile(filepath.Join(a.Dir, "refs", "fresh"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cb, err := os.OpenFile(filepath.Join(b.Dir, "refs", "fresh"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ca.Write([]byte("from-a\n"))
+		if err := ca.Close(); err != nil {
+			t.Fatalf("first create's close: %v", err)
+		}
+		cb.Write([]byte("from-b\n"))
+		if err := cb.Close(); errnoOf(err) != syscall.ESTALE {
+			t.Fatalf("second create's close = %v, want ESTALE", err)
+		}
+		if r, err := bk.Store.ReadRef(context.Background(), "fresh"); err != nil || r.Target != "from-a" {
+			t.Fatalf("ref fresh = %+v, %v; want from-a", r, err)
+		}
 	})
 }
