@@ -90,7 +90,9 @@ var errPutFails = errors.New("the bucket refuses")
 func (failingPuts) WriteMemory(context.Context, string, layout.MemoryWrite) (layout.MemoryResult, error) {
 	return layout.MemoryResult{}, errPutFails
 }
-func (failingPuts) Link(context.Context, string, string) error { return errPutFails }
+func (failingPuts) RenameRef(context.Context, string, layout.Ref, string) error {
+	return errPutFails
+}
 
 // TestRecordsKeepFailedWrites: a memory or ref write that fails keeps
 // what was written under the failed directory (a shell redirection never
