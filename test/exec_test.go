@@ -887,6 +887,30 @@ func TestExecTransientCommitFailure(t *testing.T) {
 	wantSlots(t, bk, id, map[string]string{"f.txt": "important\n"})
 }
 
+// TestExecTransientRefCheckFailure: a named session whose §9.1 re-check
+// of the name fails for the backend (here every ref read fails once the
+// handler ran) exits 75 with the outputs kept, as a failed commit does;
+// it exited 1, and a supervisor that retries on 75 gave up on a passing
+// outage (the cloud audit).
+func TestExecTransientRefCheckFailure(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := namedSession(t, bk, "flaky")
+	sw, _, _ := relSwitchFile(t)
+	fb := relWithFaults(bk, map[string]string{"fault_error_rate": "1", "fault_ops": "get",
+		"fault_prefix": "refs/", "fault_active_file": sw})
+	cache := t.TempDir()
+	_, errOut, code := runExec(t, fb, cache, "flaky", "sh", "-c", "echo important > f.txt; touch "+sw)
+	if code != 75 || !strings.Contains(errOut, "re-check refs/sessions/flaky") {
+		t.Fatalf("exit %d, want 75 naming the re-check\n%s", code, errOut)
+	}
+	if kept := execFailed(cache, id); len(kept) == 0 {
+		t.Errorf("the staged output was not kept:\n%s", errOut)
+	}
+	if v := latest(t, bk, id); v != 0 {
+		t.Fatalf("version %d: something landed", v)
+	}
+}
+
 // TestExecSIGINT: SIGINT to pugfs exec reaches the handler as SIGINT, and
 // the processes under it too (a shell waiting for its child would wait it
 // out otherwise); the status is 130, as a shell shows for Ctrl-C, and

@@ -398,6 +398,12 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 				fmt.Fprintf(sio.err, "pugfs exec: nothing committed: the session's name moved (§9.1): %v; staged files are kept under %s\n", err, kept)
 				return exitCode(exitTempFail)
 			}
+			if transient(err) {
+				// The bucket failed or did not answer: a retry may
+				// succeed, as for a commit the backend failed.
+				fmt.Fprintf(sio.err, "pugfs exec: nothing committed: re-check refs/sessions/%s: %v; staged files are kept under %s\n", n, oneLine(err), kept)
+				return exitCode(exitTempFail)
+			}
 			return fmt.Errorf("re-check refs/sessions/%s: %w (nothing committed)", n, err)
 		}
 	}
