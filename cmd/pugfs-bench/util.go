@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/pugmark/pugfs/internal/mountinfo"
 )
 
 // mountPoints returns the mount points of /proc/self/mountinfo.
@@ -29,30 +31,10 @@ func mountPoints() map[string]bool {
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
 		if len(fs) > 4 {
-			out[unescapeMountinfo(fs[4])] = true
+			out[mountinfo.Unescape(fs[4])] = true
 		}
 	}
 	return out
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for a space) of
-// mountinfo paths.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func isMounted(dir string) bool { return mountPoints()[dir] }

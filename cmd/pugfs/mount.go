@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pugmark/pugfs/ingest"
+	"github.com/pugmark/pugfs/internal/mountinfo"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/deadlineblob"
 	"github.com/pugmark/pugfs/layout/schedblob"
@@ -360,7 +361,7 @@ func topMount(dir string) (fstype, dev string) {
 	}
 	for _, l := range strings.Split(string(b), "\n") {
 		f := strings.Fields(l)
-		if len(f) < 9 || unescapeMountinfo(f[4]) != dir {
+		if len(f) < 9 || mountinfo.Unescape(f[4]) != dir {
 			continue
 		}
 		for i, x := range f {
@@ -370,26 +371,6 @@ func topMount(dir string) (fstype, dev string) {
 		}
 	}
 	return fstype, dev
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for a space, \011,
-// \012, \134) the kernel writes in /proc/self/mountinfo's paths.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, "\\") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // mountpointTimeout bounds how long checkMountpoint waits for the

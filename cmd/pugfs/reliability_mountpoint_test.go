@@ -108,18 +108,3 @@ func TestMountRefusesNonEmpty(t *testing.T) {
 		t.Errorf("an empty directory is refused: %v", err)
 	}
 }
-
-// TestUnescapeMountinfo: mountinfo writes spaces and the like in paths as
-// octal escapes; a mountpoint with a space in its name is found.
-func TestUnescapeMountinfo(t *testing.T) {
-	for in, want := range map[string]string{
-		`/mnt/plain`:            "/mnt/plain",
-		`/mnt/my\040bucket`:     "/mnt/my bucket",
-		`/mnt/a\134b\011c\012d`: "/mnt/a\\b\tc\nd",
-		`/mnt/trailing\04`:      `/mnt/trailing\04`,
-	} {
-		if got := unescapeMountinfo(in); got != want {
-			t.Errorf("%q: got %q, want %q", in, got, want)
-		}
-	}
-}
