@@ -1,12 +1,15 @@
 package staging
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/pugmark/pugfs/layout"
+	"golang.org/x/sys/unix"
 )
 
 // Shutdown runs when the mount stops. What it still holds uncommitted is
@@ -49,6 +52,10 @@ func (w *Writer) salvageLocked(id layout.SessionID, s *File, msg string) {
 	dst := filepath.Join(dir, failedName(s.name)+"."+time.Now().UTC().Format("20060102T150405.000000000"))
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	if linkSpill(s, dst) == nil {
+		w.log.Error(msg, "session", id, "name", s.name, "path", dst)
+		return
+	}
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err == nil {
 		buf := make([]byte, 1<<20)
@@ -67,10 +74,40 @@ func (w *Writer) salvageLocked(id layout.SessionID, s *File, msg string) {
 		}
 	}
 	if err != nil {
+		// A cut copy would read as the data: nothing is better.
+		os.Remove(dst)
 		w.log.Error("could not keep the data of a failed commit", "session", id, "name", s.name, "err", err)
 		return
 	}
 	w.log.Error(msg, "session", id, "name", s.name, "path", dst)
+}
+
+// linkSpill gives s's spill file the name dst, without a copy: the
+// spill file is released after salvage, so nothing writes it again. A
+// copy needed as much space again on the disk that had just run out of
+// it (a commit failing for a full staging disk lost the write, and left
+// a cut copy in its place: the fault audit). It fails for a spill file
+// that is not an O_TMPFILE, one the backend published as the blob (the
+// bucket's object, shared), one a write failed for, one longer than the
+// file, or another file system; the caller copies then.
+func linkSpill(s *File, dst string) error {
+	if s.linked.Load() {
+		return errors.New("the spill file is the bucket's object")
+	}
+	if s.werr != nil {
+		// A write failed (a full disk, most often): the bytes are not
+		// the file, and keeping them must not hold the space the
+		// mount's next writes need. They are kept if a copy fits.
+		return errors.New("a write of the file failed")
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(s.file.Fd()), &st); err != nil {
+		return err
+	}
+	if st.Size != s.size {
+		return errors.New("the spill file is longer than the file")
+	}
+	return unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", s.file.Fd()), unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW)
 }
 
 // failedName is a name as the file of its kept data is named: "/" as

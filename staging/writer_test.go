@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -844,5 +845,37 @@ func TestWriterRenameRetypes(t *testing.T) {
 				t.Fatalf("%s: type %q (%v), want %q", c.to, e.ContentType, ok, c.want)
 			}
 		})
+	}
+}
+
+// TestWriterFailedCommitFullDisk: the staged data of a failed commit is
+// kept whole when the disk holds it once but not twice: the spill file
+// is given its name under failed/, not copied. The copy stopped where
+// the disk ran out, the staged file was released, and the write was
+// lost behind a cut copy that read as the data (the fault audit).
+func TestWriterFailedCommitFullDisk(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=8m"); err != nil {
+		t.Skipf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	r := newWriterRigCfg(t, func(c *Config) {
+		c.StagingDir, c.FailedDir = dir, filepath.Join(dir, "failed")
+	})
+	r.failBlobPuts()
+	body := strings.Repeat("0123456789abcdef", 5<<20/16) // 5 MiB of the 8
+	if err := r.w.Release(context.Background(), r.id, r.written(t, "big.bin", body)); err == nil {
+		t.Fatal("release of a file whose upload failed returned no error")
+	}
+	kept := r.failedFiles(t)
+	if len(kept) != 1 {
+		t.Fatalf("failed/ holds %v, want the file", kept)
+	}
+	b, err := os.ReadFile(filepath.Join(r.cfg.FailedDir, r.id.String(), kept[0]))
+	if err != nil || string(b) != body {
+		t.Fatalf("kept %d of %d bytes, %v", len(b), len(body), err)
 	}
 }
