@@ -17,10 +17,6 @@ const (
 	// AlreadyDelivered: the (source-session, source-version) key was
 	// already in the target (§12.2 step 2).
 	AlreadyDelivered
-	// Raced: another writer took the target's next version; per §12.2
-	// step 4 this is success, and a later delivery of the same source
-	// version is made idempotent by the key.
-	Raced
 	// NoTarget: the target is no session (never created, or an ID with
 	// no partition): the writes stay recorded in the writer's snapshot
 	// (fsck reports them), and nothing can receive them. Failing the
@@ -67,6 +63,17 @@ func (s *Store) DeliverCrossSession(ctx context.Context, writer SessionID, versi
 	return out, nil
 }
 
+// deliver commits the copies of ds as a provisional snapshot of target,
+// unless the (writer, version) key is already there.
+//
+// A version taken under us is retried at the next free one, after the
+// key is checked again in the snapshots that took it (decisions.md §13.3:
+// a provisional commit moves on). §12.2 step 4 calls the refused create
+// a success instead, which holds when the winner is this batch's own
+// retry, but another sender's batch or a checkpoint of the target took
+// the version as often: the copies were then never delivered, and the
+// sender never learned it (§13.5, §14.2: concurrent senders each land).
+// The key check before each try keeps a retry from landing twice.
 func (s *Store) deliver(ctx context.Context, writer SessionID, version uint32, target SessionID, ds []Descriptor) (Delivery, error) {
 	latest, err := s.LatestVersion(ctx, target)
 	if err != nil {
@@ -76,33 +83,55 @@ func (s *Store) deliver(ctx context.Context, writer SessionID, version uint32, t
 	if err != nil {
 		return Delivery{}, err
 	}
+	txn := NewTransactionID()
+	for attempt := 1; attempt <= s.opts.CommitRetries; attempt++ {
+		if v, ok := deliveredIn(snaps, writer, version); ok {
+			return Delivery{Target: target, Outcome: AlreadyDelivered, Version: v}, nil
+		}
+		pos, err := s.positionFromSnaps(ctx, target, snaps)
+		if err != nil {
+			return Delivery{}, err
+		}
+		copies := make([]Descriptor, len(ds))
+		for i, d := range ds {
+			c := d.Clone()
+			c.TargetSession, c.SourceSession, c.SourceVersion = SessionID{}, writer, version
+			c.SequenceNumber = pos.LastSeq + 1 + int64(i)
+			copies[i] = c
+		}
+		v := pos.Version + 1
+		landed, err := s.commitAt(ctx, target, v, Provisional, txn, copies)
+		if err != nil {
+			return Delivery{}, err
+		}
+		if landed {
+			return Delivery{Target: target, Outcome: Delivered, Version: v}, nil
+		}
+		// Read what took v (and whatever landed above it) before the
+		// next try.
+		if latest, err = s.LatestVersion(ctx, target); err != nil {
+			return Delivery{}, err
+		}
+		more, err := s.ReadSnapshotRange(ctx, target, v, max(latest, v), 8)
+		if err != nil {
+			return Delivery{}, err
+		}
+		snaps = append(snaps, more...)
+	}
+	return Delivery{}, fmt.Errorf("deliver to %s: %w after %d attempts", target, ErrRetriesExhausted, s.opts.CommitRetries)
+}
+
+// deliveredIn returns the version of snaps (snapshot 1 first) holding a
+// copy delivered from writer@version (§12.2 step 2).
+func deliveredIn(snaps [][]Descriptor, writer SessionID, version uint32) (uint32, bool) {
 	for i, snap := range snaps {
 		for _, d := range snap {
 			if d.SourceSession == writer && d.SourceVersion == version {
-				return Delivery{Target: target, Outcome: AlreadyDelivered, Version: uint32(i) + 1}, nil
+				return uint32(i) + 1, true
 			}
 		}
 	}
-	pos, err := s.positionFromSnaps(ctx, target, snaps)
-	if err != nil {
-		return Delivery{}, err
-	}
-	copies := make([]Descriptor, len(ds))
-	for i, d := range ds {
-		c := d.Clone()
-		c.TargetSession, c.SourceSession, c.SourceVersion = SessionID{}, writer, version
-		c.SequenceNumber = pos.LastSeq + 1 + int64(i)
-		copies[i] = c
-	}
-	v := latest + 1
-	landed, err := s.commitAt(ctx, target, v, Provisional, NewTransactionID(), copies)
-	if err != nil {
-		return Delivery{}, err
-	}
-	if !landed {
-		return Delivery{Target: target, Outcome: Raced}, nil
-	}
-	return Delivery{Target: target, Outcome: Delivered, Version: v}, nil
+	return 0, false
 }
 
 // positionFromSnaps is positionAt for snapshots 1..len(snaps) already read.

@@ -2,8 +2,11 @@ package layout
 
 import (
 	"testing"
+	"time"
 
 	"gocloud.dev/blob"
+
+	"github.com/pugmark/pugfs/layout/faultblob"
 )
 
 // §12.2: the target receives a provisional snapshot of copies with
@@ -97,5 +100,66 @@ func TestSection12_2_DeliverCrossSession(t *testing.T) {
 		if err != nil || len(dl) != 1 || dl[0].Outcome != NoTarget || dl[0].Target != lost.TargetSession {
 			t.Fatalf("%+v %v", dl, err)
 		}
+	})
+}
+
+// §13.5, §14.2: senders delivering to one target at once each land, at
+// their own versions, and a batch delivered twice at once lands once. All
+// three deliveries are held at their first PUT of the target's next
+// version until each has reached it, so two of them are refused there.
+func TestSection12_2_ConcurrentDeliveries(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		fb, inj, _ := faulty(t, b)
+		s := newStore(t, fb, nil)
+		target, w1, w2 := newSession(t, s), newSession(t, s), newSession(t, s)
+		commit(t, s, target, Checkpoint, descs("existing")...)
+		send := func(w SessionID, name string) CommitResult {
+			d := desc(name, name)
+			d.TargetSession = target
+			return commit(t, s, w, Checkpoint, d)
+		}
+		r1, r2 := send(w1, "from-1"), send(w2, "from-2")
+		prefix, _ := SnapshotsPrefix(target)
+		gate := faultblob.NewGate()
+		inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: prefix}, Stall: gate})
+		type result struct {
+			dl  []Delivery
+			err error
+		}
+		runs := []struct {
+			w SessionID
+			r CommitResult
+		}{{w1, r1}, {w1, r1}, {w2, r2}}
+		results := make(chan result, len(runs))
+		for _, run := range runs {
+			go func() {
+				dl, err := s.DeliverCrossSession(bg, run.w, run.r.Version, run.r.Descriptors)
+				results <- result{dl, err}
+			}()
+		}
+		for gate.Waiting() < len(runs) {
+			time.Sleep(time.Millisecond)
+		}
+		gate.Release()
+		outcomes := map[DeliveryOutcome]int{}
+		for range runs {
+			res := <-results
+			if res.err != nil || len(res.dl) != 1 {
+				t.Fatalf("delivery %+v %v", res.dl, res.err)
+			}
+			outcomes[res.dl[0].Outcome]++
+		}
+		if outcomes[Delivered] != 2 || outcomes[AlreadyDelivered] != 1 {
+			t.Fatalf("outcomes %v, want 2 delivered and 1 already delivered", outcomes)
+		}
+		all := allDescs(t, s, target)
+		got := map[string]int{}
+		for _, d := range all {
+			got[d.Name]++
+		}
+		if got["from-1"] != 1 || got["from-2"] != 1 || len(all) != 3 {
+			t.Fatalf("target holds %v", got)
+		}
+		checkSeqs(t, all, 1)
 	})
 }
