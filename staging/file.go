@@ -110,6 +110,10 @@ func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 		if truncate {
 			e := *base
 			s.replaced = &e
+			// Cut: the content changed at the open, so a time set on
+			// the old content is not the file's (open(O_TRUNC) and
+			// truncate(2) set mtime, even to an empty file's size).
+			s.contentChangedLocked()
 		} else {
 			n, err := w.copyIn(ctx, f, base)
 			if err != nil {

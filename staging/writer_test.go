@@ -879,3 +879,47 @@ func TestWriterFailedCommitFullDisk(t *testing.T) {
 		t.Fatalf("kept %d of %d bytes, %v", len(b), len(body), err)
 	}
 }
+
+// TestWriterCutDropsSetMtime: open(O_TRUNC) and truncate(2) of a path
+// change the content, so a time utimes set on the old content (touch -d,
+// tar x) is not the file's mtime any more; the mode stays. Before, a cut
+// to size 0 that wrote nothing kept it (`: > f` showed 2000-01-01).
+func TestWriterCutDropsSetMtime(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		what string
+		cut  func(r *writerRig, base *layout.Entry) error
+	}{
+		{"open(O_TRUNC)", func(r *writerRig, base *layout.Entry) error {
+			s, err := r.w.Open(ctx, r.id, "f", base, true)
+			if err != nil {
+				return err
+			}
+			return r.w.Release(ctx, r.id, s)
+		}},
+		{"truncate(2) to 0", func(r *writerRig, base *layout.Entry) error {
+			_, err := r.w.TruncateName(ctx, r.id, "f", func() *layout.Entry { return base }, 0, true)
+			return err
+		}},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			r := newWriterRig(t)
+			meta := map[string]string{layout.MetaPosixMtime: layout.FormatPosixMtime(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)), layout.MetaPosixMode: "0600"}
+			d := layout.Descriptor{Name: "f", Data: []byte("data"), Digest: layout.DigestOf([]byte("data")), Size: 4, CreatedAt: time.Now().UTC(), Metadata: meta}
+			if _, err := r.store.Commit(ctx, r.id, layout.CommitRequest{Descriptors: []layout.Descriptor{d}}); err != nil {
+				t.Fatal(err)
+			}
+			base, _ := r.slot(t, "f")
+			if err := c.cut(r, &base); err != nil {
+				t.Fatal(err)
+			}
+			e, ok := r.slot(t, "f")
+			if !ok || e.Size != 0 || e.Version != 2 {
+				t.Fatalf("after the cut: %+v %v", e, ok)
+			}
+			if _, set := e.Metadata[layout.MetaPosixMtime]; set || e.Metadata[layout.MetaPosixMode] != "0600" {
+				t.Fatalf("metadata after the cut %v, want the mode and no posix-mtime", e.Metadata)
+			}
+		})
+	}
+}
