@@ -435,13 +435,8 @@ func (n *slotFile) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) 
 	if h, ok := fh.(*whandle); ok {
 		return h.Fsync(ctx, flags)
 	}
-	var err error
-	if n.f.cfg.Commit == CommitOnFsync {
-		err = n.f.w.FsyncSession(ctx, n.id)
-	} else if s, _ := n.current(); s != nil {
-		err = n.f.w.Flush(ctx, n.id, s, true)
-	}
-	if err != nil {
+	s, _ := n.current()
+	if err := n.f.w.Sync(ctx, n.id, s); err != nil {
 		return n.f.errnoOf("fsync "+n.slot(), err)
 	}
 	return 0
@@ -888,13 +883,11 @@ func (h *whandle) Flush(ctx context.Context) syscall.Errno {
 }
 
 func (h *whandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	var err error
-	if h.f.cfg.Commit == CommitOnFsync {
-		err = h.f.w.FsyncSession(ctx, h.id)
-	} else if !h.readOnly {
-		err = h.f.w.Flush(ctx, h.id, h.s, true)
+	s := h.s
+	if h.readOnly {
+		s = nil // nothing of it to commit (a close of it commits nothing either)
 	}
-	if err != nil {
+	if err := h.f.w.Sync(ctx, h.id, s); err != nil {
 		return h.f.errnoOf("fsync "+h.s.Name(), err)
 	}
 	return 0

@@ -43,7 +43,7 @@ func (w *Writer) Release(ctx context.Context, id layout.SessionID, s *File) erro
 		dirty, failed := s.dirty && !s.unlinked, s.failed != nil
 		s.mu.RUnlock()
 		mine := ws.files[s.name] == s
-		if dirty && mine && w.cfg.Commit == CommitOnFsync {
+		if dirty && !failed && mine && w.cfg.Commit == CommitOnFsync {
 			s.opens--
 			w.mu.Unlock()
 			return err // kept until the session is fsynced
@@ -196,6 +196,33 @@ func (w *Writer) FsyncSession(ctx context.Context, id layout.SessionID) error {
 	return err
 }
 
+// Sync is fsync(2) of a descriptor of s (nil when nothing is staged for
+// it): with --commit=fsync every staged change of the session is
+// committed, else s alone. Either way a content of s whose commit failed
+// and went back to the caller is that error again, until s is written
+// again: the fsync of a checkpoint that lost its race must not succeed
+// the second time it is asked.
+func (w *Writer) Sync(ctx context.Context, id layout.SessionID, s *File) error {
+	if w.cfg.Commit == CommitOnFsync {
+		if err := w.FsyncSession(ctx, id); err != nil {
+			return err
+		}
+		if s == nil {
+			return nil
+		}
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		if err := s.failed; err != nil && s.dirty && !s.unlinked {
+			return fmt.Errorf("%s not committed: its commit failed and it has not changed since: %w", s.name, err)
+		}
+		return nil
+	}
+	if s == nil {
+		return nil
+	}
+	return w.Flush(ctx, id, s, true)
+}
+
 // CommitSession commits everything staged in a session as ONE snapshot
 // of the Writer's snapshot type written on top of base, and returns where
 // it landed. It is how pugfs exec ends a handler invocation: base is the
@@ -291,11 +318,23 @@ func (w *Writer) commitStaged(ctx context.Context, id layout.SessionID, base *se
 			}
 		}
 	}
+	gens := make([]uint64, len(ops))
+	for i, op := range ops {
+		if op.file != nil {
+			op.file.mu.RLock()
+			gens[i] = op.file.gen
+			op.file.mu.RUnlock()
+		}
+	}
 	w.mu.Unlock()
 	if len(ops) == 0 && !empty {
 		return layout.CommitResult{}, nil
 	}
 	res, err := w.commit(ctx, id, ops, base)
+	if errors.Is(err, layout.ErrConflict) {
+		w.refuse(ws, ops, gens, taken, err)
+		return res, err
+	}
 	if err != nil {
 		// The pending ops stay for the next fsync: nothing is dropped.
 		return res, err
@@ -312,6 +351,42 @@ func (w *Writer) commitStaged(ctx context.Context, id layout.SessionID, base *se
 	}
 	w.mu.Unlock()
 	return res, nil
+}
+
+// refuse settles the ops of a checkpoint that lost to another one
+// (layout.ErrConflict): they were changes to a state that is no longer
+// the session's, and committed at the next fsync they would land on the
+// winner's. Files are marked failed as a failed close marks them (their
+// content is kept in the failed directory, now if nobody holds them,
+// else at their release); removals and renames are dropped with a log
+// line, and the names show the winner's state again. A file written
+// again since the commit took it keeps its new content staged.
+func (w *Writer) refuse(ws *session, ops []pendingOp, gens []uint64, taken int, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ws.pending = append([]pendingOp(nil), ws.pending[taken:]...)
+	ws.gen++
+	for i, op := range ops {
+		if d := op.desc; d != nil {
+			w.log.Error("checkpoint lost to another one: change dropped", "session", ws.id, "name", d.Name, "removal", d.Deleted, "err", err)
+			if d.Deleted {
+				delete(ws.gone, d.Name)
+			}
+			continue
+		}
+		s := op.file
+		s.mu.Lock()
+		lost := s.gen == gens[i] && s.dirty && !s.unlinked
+		if lost {
+			s.failed = err
+		}
+		s.mu.Unlock()
+		if lost && s.opens <= 0 && ws.files[s.name] == s {
+			w.salvageLocked(ws.id, s, "checkpoint lost to another one; staged data kept")
+			delete(ws.files, s.name)
+			s.close()
+		}
+	}
 }
 
 // Queue adds ready descriptors (tombstones, renames) as one change: in

@@ -628,6 +628,78 @@ func TestWriterLostCheckpointStaysLost(t *testing.T) {
 	}
 }
 
+// TestWriterLostFsyncCheckpointStaysLost is TestWriterLostCheckpointStaysLost
+// for --commit=fsync: the fsync that lost its checkpoint to a foreign one
+// is ESTALE, and what it took never lands later. Before, every change
+// stayed staged, and the next fsync of the session directory committed
+// the loser's files and removal on top of the winner's checkpoint.
+func TestWriterLostFsyncCheckpointStaysLost(t *testing.T) {
+	r := newWriterRigTTL(t, time.Hour, func(c *Config) {
+		c.SnapshotType, c.Commit = layout.Checkpoint, CommitOnFsync
+	})
+	ctx := context.Background()
+	old := layout.Descriptor{Name: "old", Data: []byte("old"), Digest: layout.DigestOf([]byte("old")), Size: 3, CreatedAt: time.Now().UTC()}
+	if _, err := r.store.Commit(ctx, r.id, layout.CommitRequest{Type: layout.Checkpoint, Descriptors: []layout.Descriptor{old}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.cache.State(ctx, r.id); err != nil { // the loser's view, kept: version 1
+		t.Fatal(err)
+	}
+	if err := r.w.Unlink(ctx, r.id, []string{"old"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.w.Release(ctx, r.id, r.written(t, "lost", "mine")); err != nil {
+		t.Fatal(err)
+	}
+	held := r.written(t, "held", "mine too")
+	if _, err := r.store.Commit(ctx, r.id, layout.CommitRequest{Type: layout.Checkpoint, Base: &layout.Position{Version: 1, LastSeq: 1},
+		Descriptors: []layout.Descriptor{{Name: "theirs", CreatedAt: time.Now().UTC(), Deleted: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what string
+		call func() error
+		want error
+	}{
+		{"fsync of the session directory", func() error { return r.w.FsyncSession(ctx, r.id) }, layout.ErrConflict},
+		{"fsync of the held file", func() error { return r.w.Sync(ctx, r.id, held) }, layout.ErrConflict},
+		{"a second fsync of the session directory", func() error { return r.w.FsyncSession(ctx, r.id) }, nil},
+	} {
+		if err := c.call(); !errors.Is(err, c.want) || (c.want == nil && err != nil) {
+			t.Fatalf("%s after the lost checkpoint = %v, want %v", c.what, err, c.want)
+		}
+		if v := r.latest(t); v != 2 {
+			t.Fatalf("after %s: latest %d, want the foreign 2 only", c.what, v)
+		}
+	}
+	if kept := r.failedFiles(t); len(kept) != 1 || !strings.HasPrefix(kept[0], "lost.") {
+		t.Fatalf("failed/ holds %v, want the released lost file", kept)
+	}
+	if err := r.w.Release(ctx, r.id, held); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if kept := r.failedFiles(t); len(kept) != 2 {
+		t.Fatalf("failed/ holds %v, want both lost files", kept)
+	}
+	if r.w.Hidden(r.id, "old") {
+		t.Fatal("the lost removal of old still hides it")
+	}
+	// A new change is a new commit, on the session as it is now.
+	if err := r.w.Release(ctx, r.id, r.written(t, "again", "retry")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.w.FsyncSession(ctx, r.id); err != nil {
+		t.Fatalf("a new file after the conflict: %v", err)
+	}
+	ds, err := r.store.ReadSnapshot(ctx, r.id, 3)
+	if err != nil || len(ds) != 1 || ds[0].Name != "again" {
+		t.Fatalf("snapshot 3 = %+v, %v; want the new file alone", ds, err)
+	}
+	if _, ok := r.slot(t, "old"); !ok {
+		t.Fatal("old removed although its removal lost")
+	}
+}
+
 // TestWriterOpenFreshSeesOtherWriters: two writers (two mounts) over one
 // bucket, each trusting its session cache for an hour. Once one has
 // changed a file, the other's OpenFresh of the entry it loaded opens the
