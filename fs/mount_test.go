@@ -225,3 +225,36 @@ func TestMountMtimeWithoutCreatedAt(t *testing.T) {
 		}
 	}
 }
+
+// TestMountStatfs: a mount that writes reports its staging directory's
+// space (df and shutil.disk_usage read 0 free before, and programs that
+// check before writing refused to); a read-only one reports none; both
+// give the name length limit.
+func TestMountStatfs(t *testing.T) {
+	store := layout.New(memblob.OpenBucket(nil), &layout.Options{Now: time.Now})
+	for _, readOnly := range []bool{false, true} {
+		staging := t.TempDir()
+		mnt := testMount(t, store, func(c *Config, _ *cache.Options) { c.StagingDir, c.ReadOnly = staging, readOnly })
+		var got, disk unix.Statfs_t
+		if err := unix.Statfs(mnt, &got); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Statfs(staging, &disk); err != nil {
+			t.Fatal(err)
+		}
+		if got.Namelen != layout.MaxNameComponent {
+			t.Fatalf("read-only=%v: name length %d", readOnly, got.Namelen)
+		}
+		if readOnly {
+			if got.Blocks != 0 || got.Bavail != 0 {
+				t.Fatalf("read-only mount reports %d blocks, %d available", got.Blocks, got.Bavail)
+			}
+			continue
+		}
+		size, want := got.Blocks*uint64(got.Frsize), disk.Blocks*uint64(disk.Frsize)
+		avail := got.Bavail * uint64(got.Frsize)
+		if size != want/4096*4096 || avail == 0 || avail > size {
+			t.Fatalf("mount reports %d bytes, %d available; its staging disk has %d", size, avail, want)
+		}
+	}
+}

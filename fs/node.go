@@ -10,6 +10,8 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 )
@@ -309,27 +311,53 @@ func (f *FS) fillDirAttr(a *fuse.Attr, fill func(a *fuse.Attr) error) error {
 }
 
 // Statfs reports what statvfs(2) and pathconf(3) callers need: the name
-// length limit (decisions.md "Names as paths": 255) and a block size. A
-// bucket has no capacity to report, so the counts stay 0. go-fuse answers
-// zeros for nodes without Statfs, so every node kind has one.
-func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno { return statfs(out) }
+// length limit (decisions.md "Names as paths": 255), a block size and,
+// on a mount that writes, the space writes have: the staging directory
+// holds every written byte until its commit, so its free space is what
+// a program checking before it writes (df, shutil.disk_usage, an
+// installer) must see; zeros said the disk was full. A bucket has no
+// capacity of its own, so a read-only mount reports none. go-fuse
+// answers zeros for nodes without Statfs, so every node kind has one.
+func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	return d.f.statfs(out)
+}
 
 // Statfs: see dirNode.Statfs.
-func (n *fileNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno { return statfs(out) }
+func (n *fileNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	return n.f.statfs(out)
+}
 
 // Statfs: see dirNode.Statfs.
-func (l *linkNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno { return statfs(out) }
+func (l *linkNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	return l.f.statfs(out)
+}
 
 // Statfs: see dirNode.Statfs.
-func (n *slotFile) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno { return statfs(out) }
+func (n *slotFile) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	return n.f.statfs(out)
+}
 
 // Statfs: see dirNode.Statfs.
-func (n *memFile) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno { return statfs(out) }
+func (n *memFile) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	return n.f.statfs(out)
+}
 
-func statfs(out *fuse.StatfsOut) syscall.Errno {
-	out.Bsize = 4096
-	out.Frsize = 4096
+func (f *FS) statfs(out *fuse.StatfsOut) syscall.Errno {
+	const bsize = 4096
+	out.Bsize = bsize
+	out.Frsize = bsize
 	out.NameLen = layout.MaxNameComponent
+	if f.cfg.ReadOnly {
+		return 0
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(f.cfg.StagingDir, &st); err != nil {
+		f.log.Warn("statfs of the staging directory", "dir", f.cfg.StagingDir, "err", err)
+		return 0
+	}
+	blocks := func(n uint64) uint64 { return n * uint64(st.Frsize) / bsize }
+	out.Blocks, out.Bfree, out.Bavail = blocks(st.Blocks), blocks(st.Bfree), blocks(st.Bavail)
+	out.Files, out.Ffree = st.Files, st.Ffree
 	return 0
 }
 
