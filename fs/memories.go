@@ -292,10 +292,24 @@ var (
 	_ = (gofs.NodeOpener)((*memFile)(nil))
 	_ = (gofs.NodeSetattrer)((*memFile)(nil))
 	_ = (gofs.NodeStatfser)((*memFile)(nil))
+	_ = (gofs.NodeSetxattrer)((*memFile)(nil))
+	_ = (gofs.NodeRemovexattrer)((*memFile)(nil))
 )
 
+// Setxattr refuses: a memory record has no descriptor metadata to keep
+// attributes in (§8). ENOTSUP, not go-fuse's default ENODATA ("no such
+// attribute"), which cp -a and rsync -X report as a failure.
+func (n *memFile) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return syscall.ENOTSUP
+}
+
+// Removexattr refuses, as Setxattr does.
+func (n *memFile) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return syscall.ENOTSUP
+}
+
 func (n *memFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	out.Mode = syscall.S_IFREG | 0o644
+	out.Mode = syscall.S_IFREG | recordMode
 	out.Nlink = 1
 	n.f.owner(&out.Attr)
 	if h, ok := fh.(*memHandle); ok {
@@ -341,6 +355,9 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 }
 
 func (n *memFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if e := n.f.recordAttrErrno(in); e != 0 {
+		return e
+	}
 	if sz, ok := in.GetSize(); ok {
 		if h, ok := fh.(*memHandle); ok {
 			h.truncate(sz, true)

@@ -2,11 +2,14 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -255,6 +258,43 @@ func TestMountStatfs(t *testing.T) {
 		avail := got.Bavail * uint64(got.Frsize)
 		if size != want/4096*4096 || avail == 0 || avail > size {
 			t.Fatalf("mount reports %d bytes, %d available; its staging disk has %d", size, avail, want)
+		}
+	}
+}
+
+// TestMountRecordAttrs: memory records and refs keep no mode, owner,
+// times or attributes (§8, §9): a chmod, chown or utimes that would change
+// one is EPERM, setxattr ENOTSUP, and what changes nothing succeeds.
+// Before, every change succeeded and changed nothing, and setxattr of a
+// record answered ENODATA.
+func TestMountRecordAttrs(t *testing.T) {
+	store := layout.New(memblob.OpenBucket(nil), &layout.Options{Now: time.Now})
+	mnt := testMount(t, store, nil)
+	sh(t, mnt, "mkdir -p memories/ns && echo rec > memories/ns/r && echo 0123456789abcdef0123456789abcdef > refs/r")
+	for _, p := range []string{"memories/ns/r", "refs/r"} {
+		path := filepath.Join(mnt, p)
+		uid, gid := os.Getuid(), os.Getgid()
+		for _, c := range []struct {
+			what string
+			call func() error
+			want error
+		}{
+			{"chmod 600", func() error { return os.Chmod(path, 0o600) }, syscall.EPERM},
+			{"chmod 644", func() error { return os.Chmod(path, 0o644) }, nil},
+			{"touch -d", func() error { return os.Chtimes(path, time.Unix(1e9, 0), time.Unix(1e9, 0)) }, syscall.EPERM},
+			{"touch", func() error { return unix.UtimesNanoAt(unix.AT_FDCWD, path, nil, 0) }, nil},
+			{"chown to another user", func() error { return os.Chown(path, uid+1234, gid) }, syscall.EPERM},
+			{"chown to the mount's owner", func() error { return os.Chown(path, uid, gid) }, nil},
+			{"setxattr", func() error { return unix.Setxattr(path, "user.pugmark.meta.k", []byte("v"), 0) }, syscall.ENOTSUP},
+			{"removexattr", func() error { return unix.Removexattr(path, "user.pugmark.meta.k") }, syscall.ENOTSUP},
+		} {
+			if err := c.call(); !errors.Is(err, c.want) || (c.want == nil && err != nil) {
+				t.Errorf("%s of %s = %v, want %v", c.what, p, err, c.want)
+			}
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil || st.Mode&0o7777 != 0o644 {
+			t.Errorf("%s after the refusals: mode %o, %v", p, st.Mode&0o7777, err)
 		}
 	}
 }

@@ -56,3 +56,28 @@ func (f *FS) chownErrno(in *fuse.SetAttrIn) syscall.Errno {
 	}
 	return 0
 }
+
+// recordMode is the mode memory records and writable refs show.
+const recordMode = 0o644
+
+// recordAttrErrno decides a chmod, chown or utimes of a memory record
+// or a ref: the layout keeps no mode, owner or time for either (§8, §9),
+// so a change is EPERM, as vfat answers a mode it cannot store, where it
+// used to succeed and change nothing. What changes nothing succeeds: the
+// mode they show, the mount's own owner, a touch to now (touch(1) of a
+// new record sets the times it was just created with).
+func (f *FS) recordAttrErrno(in *fuse.SetAttrIn) syscall.Errno {
+	if e := f.chownErrno(in); e != 0 {
+		return e
+	}
+	if m, ok := in.GetMode(); ok && m&0o7777 != recordMode {
+		return syscall.EPERM
+	}
+	if _, ok := in.GetMTime(); ok && in.Valid&fuse.FATTR_MTIME_NOW == 0 {
+		return syscall.EPERM
+	}
+	if _, ok := in.GetATime(); ok && in.Valid&fuse.FATTR_ATIME_NOW == 0 {
+		return syscall.EPERM
+	}
+	return 0
+}

@@ -121,7 +121,20 @@ type refFile struct {
 var (
 	_ = (gofs.NodeOpener)((*refFile)(nil))
 	_ = (gofs.NodeSetattrer)((*refFile)(nil))
+	_ = (gofs.NodeSetxattrer)((*refFile)(nil))
+	_ = (gofs.NodeRemovexattrer)((*refFile)(nil))
 )
+
+// Setxattr refuses: a ref is a target and nothing else (§9); ENOTSUP,
+// as on a memory record.
+func (r *refFile) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return syscall.ENOTSUP
+}
+
+// Removexattr refuses, as Setxattr does.
+func (r *refFile) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return syscall.ENOTSUP
+}
 
 func (r *refFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR) == 0 {
@@ -140,6 +153,9 @@ func (r *refFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 }
 
 func (r *refFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if e := r.f.recordAttrErrno(in); e != 0 {
+		return e
+	}
 	if sz, ok := in.GetSize(); ok {
 		if h, ok := fh.(*refHandle); ok {
 			h.truncate(sz, true)
