@@ -46,6 +46,14 @@ func bucketURL(arg string) (u, local string, err error) {
 			local = strings.TrimPrefix(local, "/")
 		}
 	}
+	if q := p.Query(); q.Has("prefix") && !strings.HasSuffix(q.Get("prefix"), "/") && q.Get("prefix") != "" {
+		// gocloud roots the bucket at the prefix as a string, so
+		// prefix=team wrote teamsessions/...: beside the directory
+		// meant, where no other tool looks. A prefix is a directory.
+		q.Set("prefix", q.Get("prefix")+"/")
+		p.RawQuery = q.Encode()
+		arg = p.String()
+	}
 	return arg, local, nil
 }
 

@@ -305,6 +305,10 @@ func TestBucketURL(t *testing.T) {
 		{"s3://b?region=x", "s3://b?region=x", "", false},
 		{"file:///x/y", "file:///x/y", "/x/y", true},
 		{"fault+file:///x?fault_latency=1ms", "fault+file:///x?fault_latency=1ms", "/x", false},
+		// A prefix is a directory: prefix=team wrote teamsessions/...
+		{"s3://b?prefix=team&region=x", "s3://b?prefix=team%2F&region=x", "", false},
+		{"s3://b?prefix=team/", "s3://b?prefix=team/", "", false},
+		{"s3://b?prefix=", "s3://b?prefix=", "", false},
 	} {
 		u, local, err := bucketURL(tc.in)
 		if err != nil || u != tc.url || local != tc.local {
