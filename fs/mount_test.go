@@ -298,3 +298,71 @@ func TestMountRecordAttrs(t *testing.T) {
 		}
 	}
 }
+
+// TestMountInodeOutlivesRewrites: a file rewritten, appended to or cut
+// through the mount is the same inode afterwards (as on any disk file
+// system), so locks and open descriptors keep meaning the file: a
+// descriptor's fstat follows the appends, and a lock taken before the
+// rewrites excludes a lock taken on the path after them. Every commit
+// used to give the file a new inode: flock read-modify-write loops lost
+// updates, and SQLite's second connection took the database for moved.
+func TestMountInodeOutlivesRewrites(t *testing.T) {
+	store := layout.New(memblob.OpenBucket(nil), &layout.Options{Now: time.Now})
+	mnt := testMount(t, store, nil)
+	m := store.NewRootManifest()
+	if _, _, err := store.CreateSession(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(mnt, "sessions", m.Session.String(), "f")
+	if err := os.WriteFile(path, []byte("v1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := unix.Flock(int(held.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what  string
+		write func() error
+		size  int64
+	}{
+		{"rewrite", func() error { return os.WriteFile(path, []byte("v2 longer\n"), 0o644) }, 10},
+		{"append", func() error {
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				return err
+			}
+			_, err = f.WriteString("more\n")
+			return errors.Join(err, f.Close())
+		}, 15},
+		{"truncate", func() error { return os.Truncate(path, 3) }, 3},
+	} {
+		if err := c.write(); err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		var byPath, byFd unix.Stat_t
+		if err := unix.Stat(path, &byPath); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Fstat(int(held.Fd()), &byFd); err != nil {
+			t.Fatal(err)
+		}
+		if byPath.Ino != byFd.Ino || byFd.Size != c.size {
+			t.Fatalf("after the %s: the path is inode %d, the held descriptor %d of size %d (want the same inode, size %d)",
+				c.what, byPath.Ino, byFd.Ino, byFd.Size, c.size)
+		}
+		other, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = unix.Flock(int(other.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		other.Close()
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			t.Fatalf("after the %s: a second lock of the path = %v, want EWOULDBLOCK", c.what, err)
+		}
+	}
+}

@@ -487,6 +487,22 @@ func (n *slotFile) current() (*staging.File, *layout.Entry) {
 	return nil, n.ent.Load()
 }
 
+// writesThrough makes s, staged by a write through this inode (an open
+// for writing, a truncate), what the inode shows, and keeps the inode's
+// number for whatever s is committed as: the file written through an
+// inode is the same file after its commit. A new number per commit (the
+// number names the content) broke what holds a file across another
+// process's rewrite of it: flock and fcntl locks locked the old inode
+// (read-modify-write loops under flock lost updates), SQLite's second
+// connection took the database for moved (SQLITE_READONLY_DBMOVED), and
+// tail -f stopped at the first append. The kernel's pages of the inode
+// are the written bytes, so keeping them stays right; content another
+// mount commits still comes under a new number.
+func (n *slotFile) writesThrough(s *staging.File) {
+	n.st.Store(s)
+	n.f.inos.created(n.id, n.slot(), n.StableAttr().Ino, s)
+}
+
 // keepIno makes ino the kept number of the file this inode shows at name,
 // unless one is kept already.
 func (n *slotFile) keepIno(name string, ino uint64) {
@@ -589,7 +605,7 @@ func (n *slotFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if err != nil {
 		return nil, 0, n.f.errnoOf("open "+n.slot(), err)
 	}
-	n.st.Store(s)
+	n.writesThrough(s)
 	h := &whandle{f: n.f, id: n.id, s: s, n: n, counted: true, append: flags&syscall.O_APPEND != 0}
 	if s.Rebased() {
 		// The kernel's size of the file is older than the file. Its
@@ -686,7 +702,7 @@ func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 			// would, and undone if that fails (staging.Writer.TruncateName).
 			s, err := n.f.w.TruncateName(ctx, n.id, n.slot(), n.base, int64(sz), fh == nil)
 			if s != nil {
-				n.st.Store(s)
+				n.writesThrough(s)
 			}
 			if err != nil {
 				return n.f.errnoOf("truncate "+n.slot(), err)
