@@ -320,6 +320,7 @@ func Mount(dir string, f *FS, mo MountOptions) (*fuse.Server, error) {
 	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
+	go f.endLingering(srv, dir)
 	if err := raiseReadAhead(dir, mountReadAheadKB); err != nil {
 		// Not root: reads still work, in smaller requests.
 		f.log.Debug("kernel read-ahead left at its default", "err", err)

@@ -23,7 +23,14 @@ func (k KernelStats) String() string {
 
 type kernelCounts struct {
 	lookups, getattrs, opens, releases, flushes, reads, getxattrs, listxattrs atomic.Int64
+	// handles counts the files and directories the kernel holds open:
+	// opens, creates and opendirs that succeeded, less their releases.
+	handles atomic.Int64
 }
+
+// OpenHandles returns how many files and directories the kernel holds
+// open on the mount now (each open file description once).
+func (f *FS) OpenHandles() int64 { return f.kreq.handles.Load() }
 
 // KernelStats returns the request counts so far.
 func (f *FS) KernelStats() KernelStats {
@@ -52,12 +59,38 @@ func (w counted) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.A
 
 func (w counted) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	w.c.opens.Add(1)
-	return w.RawFileSystem.Open(cancel, in, out)
+	st := w.RawFileSystem.Open(cancel, in, out)
+	if st.Ok() {
+		w.c.handles.Add(1) // a RELEASE follows, handle or not
+	}
+	return st
+}
+
+func (w counted) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	st := w.RawFileSystem.Create(cancel, in, name, out)
+	if st.Ok() {
+		w.c.handles.Add(1)
+	}
+	return st
+}
+
+func (w counted) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	st := w.RawFileSystem.OpenDir(cancel, in, out)
+	if st.Ok() {
+		w.c.handles.Add(1)
+	}
+	return st
 }
 
 func (w counted) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	w.c.releases.Add(1)
 	w.RawFileSystem.Release(cancel, in)
+	w.c.handles.Add(-1)
+}
+
+func (w counted) ReleaseDir(in *fuse.ReleaseIn) {
+	w.RawFileSystem.ReleaseDir(in)
+	w.c.handles.Add(-1)
 }
 
 func (w counted) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
