@@ -530,10 +530,12 @@ type sessionsNode struct{ dirNode }
 
 var _ = (gofs.NodeMkdirer)((*sessionsNode)(nil))
 
-// Mkdir creates the session with that ID (idempotent, §5.1).
+// Mkdir creates the session with that ID (idempotent, §5.1). An ID in
+// upper case is that ID (§4.1: parsers take either case), as a lookup
+// takes it; the listing shows the canonical lower case.
 func (n *sessionsNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	id, err := layout.ParseSessionID(name)
-	if err != nil || id.IsZero() || name != id.String() {
+	if err != nil || id.IsZero() {
 		return nil, syscall.EINVAL
 	}
 	if err := n.f.recs.CreateSession(context.WithoutCancel(ctx), id); err != nil {

@@ -41,7 +41,8 @@ func parseID(t testing.TB, s string) layout.SessionID {
 
 // TestSessionMkdir: mkdir sessions/<32-hex> creates that session
 // (idempotent, §5.1: a second mkdir is EEXIST and leaves the manifest as
-// it is); names that are not a lowercase 32-hex ID are EINVAL.
+// it is); an ID in upper case creates that ID; names that are not a
+// 32-hex ID are EINVAL.
 func TestSessionMkdir(t *testing.T) {
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
 		m := mount(t, bk)
@@ -76,8 +77,18 @@ func TestSessionMkdir(t *testing.T) {
 		if err := os.Mkdir(filepath.Join(m.Dir, "sessions", other.String()), 0o755); errnoOf(err) != syscall.EEXIST {
 			t.Fatalf("mkdir of an existing session = %v, want EEXIST", err)
 		}
+		// An ID in upper case is that ID (§4.1), as a lookup takes it.
+		upper := layout.NewSessionID(time.Now())
+		if err := os.Mkdir(filepath.Join(m.Dir, "sessions", strings.ToUpper(upper.String())), 0o755); err != nil {
+			t.Fatalf("mkdir of an upper-case ID: %v", err)
+		}
+		if _, err := bk.Store.LoadManifest(ctx, upper); err != nil {
+			t.Fatalf("no manifest after mkdir of an upper-case ID: %v", err)
+		}
+		if got := shE(t, m.Dir, `ls sessions`); !strings.Contains(got, upper.String()+"\n") {
+			t.Fatalf("ls sessions after mkdir of %s in upper case: %q", upper, got)
+		}
 		for _, bad := range []string{
-			strings.ToUpper(layout.NewSessionID(time.Now()).String()),
 			"0123456789abcdef",
 			"not-a-session-id-at-all-xxxxxxxx",
 			layout.NewSessionID(time.Now()).String() + "00",
