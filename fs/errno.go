@@ -109,6 +109,7 @@ var errnoRules = []errnoRule{
 	{name: "not a directory", match: isErr(staging.ErrNotDir), errno: syscall.ENOTDIR},
 	{name: "directory not empty", match: isErr(staging.ErrNotEmpty), errno: syscall.ENOTEMPTY},
 	{name: "rename into itself", match: isErr(staging.ErrIntoItself), errno: syscall.EINVAL},
+	{name: "rename across a send directory", match: isErr(staging.ErrCrossSend), errno: syscall.EXDEV},
 	{name: "bad ref body", match: isErr(staging.ErrBadRef), errno: syscall.EINVAL},
 	{name: "changed since lookup", match: isErr(staging.ErrChanged), errno: syscall.ESTALE, quiet: true},
 

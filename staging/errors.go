@@ -20,6 +20,12 @@ var (
 	ErrNotEmpty = errors.New("directory not empty")
 	// ErrIntoItself: a rename of a directory to below itself.
 	ErrIntoItself = errors.New("rename of a directory into itself")
+	// ErrCrossSend: a rename into or out of a SendDir/<target>/ of a
+	// session. What goes there is a cross-session write, made by
+	// writing the file there: mv then copies (EXDEV), as between file
+	// systems, where a rename moved the descriptor as a plain file of
+	// the session, delivered to nobody.
+	ErrCrossSend = errors.New("rename into or out of a cross-session send directory")
 	// ErrClosed is a read of a staged file after its last release
 	// closed the spill file: the reader looks again (the committed
 	// entry answers now).

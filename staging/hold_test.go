@@ -183,6 +183,42 @@ func TestSendName(t *testing.T) {
 	}
 }
 
+// TestWriterRenameAcrossSend: a rename into or out of a send directory
+// (or between two) is ErrCrossSend, so mv copies, which writes the file
+// there and makes it a cross-session write. Before, mv of a committed
+// file into send/<target>/ committed a slot named
+// ".pugmark/send/<target>/..." of the sender, delivered to nobody.
+func TestWriterRenameAcrossSend(t *testing.T) {
+	ctx := context.Background()
+	t1, t2 := layout.NewSessionID(time.Now()).String(), layout.NewSessionID(time.Now()).String()
+	into, other := SendDir+"/"+t1, SendDir+"/"+t2
+	for _, c := range []struct {
+		from, to string
+		want     error
+	}{
+		{"committed", into + "/x", ErrCrossSend},
+		{"staged", into + "/x", ErrCrossSend},
+		{"dir", into + "/dir", ErrCrossSend},
+		{into + "/sent", "out", ErrCrossSend},
+		{into + "/sent", other + "/sent", ErrCrossSend},
+		{into, "gone", ErrCrossSend},
+		{into + "/sent", into + "/renamed", nil},
+		{"committed", "plain", nil},
+	} {
+		r := holdRig(t)
+		if _, err := r.store.Commit(ctx, r.id, layout.CommitRequest{Descriptors: []layout.Descriptor{{
+			Name: "committed", Data: []byte("c"), Digest: layout.DigestOf([]byte("c")), Size: 1, CreatedAt: time.Now().UTC()}}}); err != nil {
+			t.Fatal(err)
+		}
+		r.write(t, "staged", "s")
+		r.write(t, "dir/f", "f")
+		r.write(t, into+"/sent", "m")
+		if err := r.w.Rename(ctx, r.id, c.from, c.to, false); !errors.Is(err, c.want) {
+			t.Errorf("rename %s to %s = %v, want %v", c.from, c.to, err, c.want)
+		}
+	}
+}
+
 // TestWriterSendCommit: a staged file under SendDir commits as a record
 // of a cross-session write, not as a slot of the session.
 func TestWriterSendCommit(t *testing.T) {

@@ -142,6 +142,9 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 	if strings.HasPrefix(to, from+"/") {
 		return ErrIntoItself // a directory into itself
 	}
+	if sendArea(from) != sendArea(to) {
+		return ErrCrossSend
+	}
 	// A commit in flight of what is renamed or replaced (a release
 	// committing a just-created file, say) has taken its name already:
 	// let it land, then look where things are. Renaming under it moved a
@@ -317,6 +320,20 @@ func (w *Writer) waitCommits(id layout.SessionID, names ...string) {
 // as a descriptor named name with target-session target (§12.1). It is
 // below the hidden .pugmark/, so no committed slot can be in the way.
 const SendDir = ".pugmark/send"
+
+// sendArea is the SendDir/<target> directory name is in, SendDir for
+// SendDir itself, or "" for a name outside SendDir.
+func sendArea(name string) string {
+	rest, ok := strings.CutPrefix(name, SendDir+"/")
+	if !ok {
+		if name == SendDir {
+			return SendDir
+		}
+		return ""
+	}
+	t, _, _ := strings.Cut(rest, "/")
+	return SendDir + "/" + t
+}
 
 // SendName splits a staged slot name under SendDir into the target
 // session and the name the target gets; ok is false for any other name.
