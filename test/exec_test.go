@@ -932,8 +932,9 @@ func TestExecSIGINT(t *testing.T) {
 }
 
 // TestExecSignalAnyTime: SIGTERM at any point of a run's start-up ends it
-// with 143 and lands nothing, and a second SIGINT to a run whose handler
-// ignores the first is 130 too. A signal in the first 50-90 ms reached
+// with 143 and lands nothing, a second SIGINT to a run whose handler
+// ignores the first kills it (130 too), and a handler that catches the
+// signal and exits 3 makes 143 as well. A signal in the first 50-90 ms reached
 // the inner process (PID 1 of its namespace) before it caught signals,
 // and the kernel dropped it: the handler ran and its checkpoint landed,
 // with exit 0; a second one made the Go runtime exit 2 (the exec audit).
@@ -951,15 +952,27 @@ func TestExecSignalAnyTime(t *testing.T) {
 			t.Errorf("SIGTERM after %d ms: exit %d, want %d\n%s", ms, code, 128+int(syscall.SIGTERM), r.stderr.String())
 		}
 	}
+	// A handler that ignores the first signal is killed by the second
+	// (it ran until a SIGKILL of pugfs exec: the exec audit).
 	g := newGate(t)
 	r := startExec(t, bk, state, id.String(), "sh", "-c",
-		`trap "" INT; echo out > out.txt; echo $$ > `+g.marker()+`; for i in 1 2 3 4 5 6; do sleep 0.5; done`)
+		`trap "" INT; echo out > out.txt; echo $$ > `+g.marker()+`; while :; do sleep 0.5; done`)
 	g.ready(t, 1, r)
 	r.cmd.Process.Signal(syscall.SIGINT)
-	time.Sleep(300 * time.Millisecond) // a second Ctrl-C while the handler runs on
+	waitFor(t, "the first SIGINT passed on", func() bool { return strings.Contains(r.stderr.String(), "a second one kills it") })
 	r.cmd.Process.Signal(syscall.SIGINT)
-	if code := r.wait(t); code != 128+int(syscall.SIGINT) {
-		t.Errorf("two SIGINTs: exit %d, want %d\n%s", code, 128+int(syscall.SIGINT), r.stderr.String())
+	if code := r.wait(t); code != 128+int(syscall.SIGINT) || !strings.Contains(r.stderr.String(), "killed") {
+		t.Errorf("two SIGINTs: exit %d, want %d, and the kill said\n%s", code, 128+int(syscall.SIGINT), r.stderr.String())
+	}
+	// A handler that catches the signal and exits with a status of its
+	// own was interrupted all the same: 128 + the signal (README).
+	g = newGate(t)
+	r = startExec(t, bk, state, id.String(), "sh", "-c",
+		`trap "exit 3" TERM; echo out > out.txt; echo $$ > `+g.marker()+`; while :; do sleep 0.1; done`)
+	g.ready(t, 1, r)
+	r.cmd.Process.Signal(syscall.SIGTERM)
+	if code := r.wait(t); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("SIGTERM caught by the handler: exit %d, want %d\n%s", code, 128+int(syscall.SIGTERM), r.stderr.String())
 	}
 	if v := latest(t, bk, id); v != 0 {
 		t.Fatalf("version %d after the signals, want 0: a run landed", v)

@@ -690,21 +690,40 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 	// SIGINT and SIGTERM (they cancel ctx) go to the handler and to every
 	// process under it, as a terminal's Ctrl-C reaches a whole foreground
 	// job: a shell handler waiting for its child would otherwise wait it
-	// out.
+	// out. A second one kills them: a handler that ignores the first
+	// (trap '' TERM) kept pugfs exec running until a SIGKILL, which
+	// leaves a supervisor nothing to clean up with.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	done := make(chan struct{})
 	go func() {
 		select {
 		case <-ctx.Done():
 			signalTree(cmd.Process.Pid, signalOf(ctx))
+			fmt.Fprintf(sio.err, "pugfs exec: %s passed to the command; nothing will be committed; a second one kills it\n", unix.SignalName(signalOf(ctx)))
 		case <-done:
+			return
+		}
+		for n := 0; ; {
+			select {
+			case <-sigs:
+				if n++; n >= 2 { // the first is the one that cancelled ctx
+					signalTree(cmd.Process.Pid, syscall.SIGKILL)
+					fmt.Fprintf(sio.err, "pugfs exec: second signal: the command and its processes are killed\n")
+				}
+			case <-done:
+				return
+			}
 		}
 	}()
 	err = cmd.Wait()
 	close(done)
 	code := statusOf(cmd.ProcessState, err)
-	if ctx.Err() != nil && code == 0 {
-		// Interrupted, and the handler exited 0 all the same: nothing
-		// lands, and the status says which signal.
+	if ctx.Err() != nil {
+		// Interrupted: nothing lands, whatever the handler exited with,
+		// and the status says which signal (a supervisor tells an
+		// interrupted run from a failed one by it).
 		code = 128 + int(signalOf(ctx))
 	}
 	return code, nil
