@@ -649,10 +649,12 @@ func TestExecLateInput(t *testing.T) {
 				commitDescs(t, bk, id, layout.Provisional, map[string]string{"in/early.txt": "early\n"})
 				g := newGate(t)
 				cache := t.TempDir()
-				handler := `ls .pugmark/since-checkpoint/in > seen.txt; ` + g.wait("x")
+				handler := `ls .pugmark/since-checkpoint/in > seen.txt; mkdir out && echo y > out/y.txt; ` + g.wait("x")
 				r := startExecFlags(t, bk, cache, []string{"--late-input=" + tc.mode}, id.String(), "sh", "-c", handler)
 				g.ready(t, 1, r)
-				commitDescs(t, bk, id, layout.Provisional, map[string]string{"in/late.txt": "late\n"}) // version 3
+				// The input also makes "out" a file, which hides the
+				// handler's out/y.txt (decisions.md "Names as paths").
+				commitDescs(t, bk, id, layout.Provisional, map[string]string{"in/late.txt": "late\n", "out": "file\n"}) // version 3
 				g.open(t)
 				code := r.wait(t)
 				errOut := r.stderr.String()
@@ -663,10 +665,13 @@ func TestExecLateInput(t *testing.T) {
 					if !strings.Contains(errOut, "1 input snapshot(s) landed while the handler ran (versions 3-3); checkpoint 4 merged them") {
 						t.Errorf("the merge is not reported: %s", errOut)
 					}
+					if !strings.Contains(errOut, "out/y.txt, written by the handler, does not show: an input made out a file") {
+						t.Errorf("the hidden output is not reported: %s", errOut)
+					}
 					if typ := snapType(t, bk, id, 4); typ != layout.Checkpoint {
 						t.Fatalf("version 4 is %s", typ)
 					}
-					wantSlots(t, bk, id, map[string]string{"a.txt": "a\n", "in/early.txt": "early\n", "in/late.txt": "late\n", "seen.txt": "early.txt\n"})
+					wantSlots(t, bk, id, map[string]string{"a.txt": "a\n", "in/early.txt": "early\n", "in/late.txt": "late\n", "seen.txt": "early.txt\n", "out": "file\n", "out/y.txt": "y\n"})
 					return
 				}
 				if v := latest(t, bk, id); v != 3 {
@@ -952,10 +957,23 @@ func TestExecSignalAnyTime(t *testing.T) {
 			t.Errorf("SIGTERM after %d ms: exit %d, want %d\n%s", ms, code, 128+int(syscall.SIGTERM), r.stderr.String())
 		}
 	}
+	// SIGQUIT (Ctrl-\\) is the handler's: it dies of it (131, as a shell
+	// shows) and nothing lands. It was a goroutine dump and exit 2
+	// ("usage error") (the handler audit). (In the first tens of
+	// milliseconds of a process, before main runs, Go's own answer
+	// stands: nothing catches a signal before the runtime's packages are
+	// initialised.)
+	g := newGate(t)
+	r := startExec(t, bk, state, id.String(), "sh", "-c", `echo out > out.txt; echo $$ > `+g.marker()+`; sleep 600`)
+	g.ready(t, 1, r)
+	r.cmd.Process.Signal(syscall.SIGQUIT)
+	if code := r.wait(t); code != 128+int(syscall.SIGQUIT) || strings.Contains(r.stderr.String(), "goroutine") {
+		t.Errorf("SIGQUIT: exit %d, want %d\n%s", code, 128+int(syscall.SIGQUIT), r.stderr.String())
+	}
 	// A handler that ignores the first signal is killed by the second
 	// (it ran until a SIGKILL of pugfs exec: the exec audit).
-	g := newGate(t)
-	r := startExec(t, bk, state, id.String(), "sh", "-c",
+	g = newGate(t)
+	r = startExec(t, bk, state, id.String(), "sh", "-c",
 		`trap "" INT; echo out > out.txt; echo $$ > `+g.marker()+`; while :; do sleep 0.5; done`)
 	g.ready(t, 1, r)
 	r.cmd.Process.Signal(syscall.SIGINT)

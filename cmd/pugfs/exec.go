@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -58,6 +59,8 @@ type execConfig struct {
 	// late is what the checkpoint does with inputs that landed while the
 	// handler ran (--late-input).
 	late staging.LateInput
+	// quits receives the SIGQUITs the handler is to get (runExec).
+	quits <-chan os.Signal
 }
 
 func execCommand() *command {
@@ -195,10 +198,10 @@ func runExecOuter(ctx context.Context, sio *stdio) (code int, ok bool) {
 		return 0, false
 	}
 	// SIGINT and SIGTERM go to the child, which passes them to the
-	// handler and commits nothing. They are caught from here on, and
+	// handler and commits nothing; SIGQUIT goes too (quitTo). They are caught from here on, and
 	// one that came before (main caught it) means no run at all.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 	if ctx.Err() != nil {
 		return 128 + int(signalOf(ctx)), true
@@ -295,6 +298,7 @@ func statusOf(ps *os.ProcessState, err error) int {
 
 // runExec is one handler invocation: forks, mount, command, commit.
 func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
+	cfg.quits = catchQuit()
 	level := slog.LevelWarn // stderr belongs to the handler
 	if cfg.mount.Debug {
 		level = slog.LevelDebug
@@ -423,6 +427,11 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 		// §13.3: the checkpoint subsumes them. Said, because the
 		// handler never saw them and no later run will.
 		fmt.Fprintf(sio.err, "pugfs exec: %d input snapshot(s) landed while the handler ran (versions %d-%d); checkpoint %d merged them unseen by the handler (--late-input=abort refuses instead)\n", late, base.Version+1, res.Version-1, res.Version)
+		if st, err := env.cache.State(cctx, id); err == nil {
+			for _, h := range shadowed(res.Descriptors, st.Slots()) {
+				fmt.Fprintf(sio.err, "pugfs exec: %s, written by the handler, does not show: an input made %s a file (a name both a file and a directory shows the file, decisions.md \"Names as paths\"); it is in .pugmark/log.jsonl\n", h[0], h[1])
+			}
+		}
 	}
 	// §12.2: the checkpoint holds the records; now the targets get their
 	// copies. A failure here loses nothing: the next run delivers what
@@ -453,6 +462,35 @@ func transient(err error) bool {
 		return true
 	}
 	return false
+}
+
+// shadowed returns, for each name of ds that a file of live hides (a
+// file named as one of its directories), the name and that file: a
+// handler can only have made such a pair with an input that landed
+// while it ran.
+func shadowed(ds []layout.Descriptor, live map[string]layout.Entry) [][2]string {
+	var out [][2]string
+	for _, d := range ds {
+		if d.Deleted || d.Fork || !d.TargetSession.IsZero() {
+			continue
+		}
+		for i := strings.IndexByte(d.Name, '/'); i >= 0; i = next(d.Name, i) {
+			if _, ok := live[d.Name[:i]]; ok {
+				out = append(out, [2]string{d.Name, d.Name[:i]})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// next is the index of the '/' after index i of name, or -1.
+func next(name string, i int) int {
+	j := strings.IndexByte(name[i+1:], '/')
+	if j < 0 {
+		return -1
+	}
+	return i + 1 + j
 }
 
 // reportNoTarget says which cross-session writes of id@version had no
@@ -697,6 +735,7 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	done := make(chan struct{})
+	go quitTo(cmd.Process.Pid, cfg.quits, done)
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -727,6 +766,33 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 		code = 128 + int(signalOf(ctx))
 	}
 	return code, nil
+}
+
+// catchQuit makes SIGQUIT (Ctrl-\\) the handler's, as a terminal's is
+// the foreground job's: pugfs exec passes it on (quitTo) and does not die
+// of it. Go's own answer, a dump of every goroutine and exit status 2,
+// said "usage error" to a supervisor, and in the inner process (PID 1 of
+// its namespace) a SIGQUIT was lost and the run committed. It returns
+// the channel the signals arrive on; main calls it in the inner process
+// before it tells the outer one that signals are caught.
+var catchQuit = sync.OnceValue(func() <-chan os.Signal {
+	quits := make(chan os.Signal, 1)
+	signal.Notify(quits, syscall.SIGQUIT)
+	return quits
+})
+
+// quitTo passes each SIGQUIT from quits to process pid and every process
+// under it until done is closed. The status is the handler's (131 when
+// it dies of it), and a run that does not exit 0 lands nothing.
+func quitTo(pid int, quits <-chan os.Signal, done <-chan struct{}) {
+	for {
+		select {
+		case <-quits:
+			signalTree(pid, syscall.SIGQUIT)
+		case <-done:
+			return
+		}
+	}
 }
 
 // signalOf is the signal that cancelled ctx: signal.NotifyContext's

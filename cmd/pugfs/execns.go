@@ -30,7 +30,8 @@ import (
 const execAliveFD = 3
 
 // execReadyFD is the inner process's end of a second pipe, on which it
-// tells the outer one that it catches SIGINT and SIGTERM (signalsCaught).
+// tells the outer one that it catches SIGINT, SIGTERM and SIGQUIT
+// (signalsCaught).
 const execReadyFD = 4
 
 // signalsCaught tells the outer process, in the inner one, that signals
@@ -45,6 +46,7 @@ func signalsCaught() bool {
 	if os.Getenv(execInnerEnv) == "" {
 		return false
 	}
+	catchQuit()
 	unix.Write(execReadyFD, []byte{1})
 	unix.Close(execReadyFD)
 	return true

@@ -46,6 +46,9 @@ var version = "dev"
 func main() {
 	execTrampoline()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if len(os.Args) > 1 && os.Args[1] == "exec" {
+		catchQuit() // from the start: a SIGQUIT is the handler's
+	}
 	if !signalsCaught() {
 		go func() {
 			// After the first signal, restore the default handlers so
