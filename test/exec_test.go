@@ -916,6 +916,20 @@ func TestExecTransientRefCheckFailure(t *testing.T) {
 	}
 }
 
+// TestExecHandlerDetachesItsMount: a handler that detaches its own mount
+// (umount -l $PUGMARK_ROOT) and exits 0 lands what it wrote. pugfs exec
+// failed to unmount what was gone already, exited 1, and dropped the
+// output without a word (the handler audit).
+func TestExecHandlerDetachesItsMount(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	_, errOut, code := runExec(t, bk, t.TempDir(), id.String(), "sh", "-c", `echo e > e.txt && cd / && umount -l "$PUGMARK_ROOT"`)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\n%s", code, errOut)
+	}
+	wantSlots(t, bk, id, map[string]string{"e.txt": "e\n"})
+}
+
 // TestExecSIGINT: SIGINT to pugfs exec reaches the handler as SIGINT, and
 // the processes under it too (a shell waiting for its child would wait it
 // out otherwise); the status is 130, as a shell shows for Ctrl-C, and

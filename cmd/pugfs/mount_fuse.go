@@ -106,6 +106,16 @@ func unmountServer(srv *fuse.Server, dir string, log *slog.Logger) error {
 		if err == nil {
 			return nil
 		}
+		if fstype, _ := topMount(dir); !strings.HasPrefix(fstype, "fuse") {
+			// Detached already (umount -l; a handler that unmounted
+			// its own mount): the connection ends once nothing uses
+			// it (the FS ends it then, endLingering), and what it
+			// served until then is all there is. Failing here lost a
+			// handler's output (the handler audit).
+			log.Warn("the mount was detached by someone else; waiting for its last user", "mountpoint", dir)
+			srv.Wait()
+			return nil
+		}
 		if i == 0 {
 			log.Warn("mountpoint busy; retrying, and detaching it if it stays busy", "err", err)
 		}
