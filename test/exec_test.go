@@ -930,6 +930,39 @@ func TestExecHandlerDetachesItsMount(t *testing.T) {
 	wantSlots(t, bk, id, map[string]string{"e.txt": "e\n"})
 }
 
+// TestExecSweepsDeadMount: the mountpoint of a run that died with its
+// mount still attached (a run without namespaces, not root, SIGKILLed:
+// here a pugfs mount killed on such a mountpoint) is detached and removed
+// by the next run. It was only rmdir'ed, which a mount refuses, and
+// stayed mounted and dead for good (the handler audit, as nobody).
+func TestExecSweepsDeadMount(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	state := t.TempDir()
+	dead := filepath.Join(state, "exec", "p0123456789abcdef")
+	if err := os.MkdirAll(dead, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dead+".lock", nil, 0o600); err != nil { // its owner gone: unlocked
+		t.Fatal(err)
+	}
+	m := startMount(t, bk, dead)
+	m.KillHard() // SIGKILL: the mount stays, served by nobody
+	t.Cleanup(func() { syscall.Unmount(dead, syscall.MNT_DETACH) })
+	if !isMounted(dead) {
+		t.Fatal("the killed mount is not attached: nothing to sweep")
+	}
+	if _, errOut, code := runExec(t, bk, state, id.String(), "true"); code != 0 {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	if isMounted(dead) {
+		t.Fatal("the dead mount is still attached after the next run")
+	}
+	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the dead run's mountpoint is still there: %v", err)
+	}
+}
+
 // TestExecSIGINT: SIGINT to pugfs exec reaches the handler as SIGINT, and
 // the processes under it too (a shell waiting for its child would wait it
 // out otherwise); the status is 130, as a shell shows for Ctrl-C, and

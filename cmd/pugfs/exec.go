@@ -596,7 +596,14 @@ func sessionState(ctx context.Context, env *mountEnv, arg string) (layout.Sessio
 // leaves anything in use or not empty alone).
 func execMountpoint(stateDir string) (dir string, release func(), err error) {
 	root := filepath.Join(stateDir, "exec")
-	orphans(root, func(dir string) { os.Remove(dir) })
+	orphans(root, func(dir string) {
+		if fstype, _ := topMount(dir); strings.HasPrefix(fstype, "fuse") {
+			// A run that died without namespaces (not root) left its
+			// mount: nothing serves it any more.
+			detachMount(dir)
+		}
+		os.Remove(dir)
+	})
 	if dir, release, err = ownDir(root); err != nil {
 		return "", nil, fmt.Errorf("mountpoint in %s: %w", root, err)
 	}

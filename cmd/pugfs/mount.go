@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -310,7 +311,7 @@ func checkMountpoint(arg string) (string, error) {
 		// A pugfs that died left its mount behind: detach it so the
 		// mountpoint can be used again.
 		fmt.Fprintf(os.Stderr, "pugfs: %s is a stale mount (its filesystem died); unmounting it\n", abs)
-		if uerr := syscall.Unmount(abs, syscall.MNT_DETACH); uerr != nil {
+		if uerr := detachMount(abs); uerr != nil {
 			return "", fmt.Errorf("mountpoint %s is a stale mount and unmounting it failed: %v (try fusermount3 -u %s)", abs, uerr, abs)
 		}
 		st, err = os.Stat(abs)
@@ -487,5 +488,20 @@ func (o *octalFlag) Set(v string) error {
 		return fmt.Errorf("umask %q: want octal permission bits, 000 to 777", v)
 	}
 	*o = octalFlag(n)
+	return nil
+}
+
+// detachMount detaches the mount on dir (a lazy unmount): with umount2
+// as root, else through fusermount3 -uz, which lets the user who mounted
+// a FUSE file system unmount it. Not root, umount2 is EPERM, and a dead
+// mount of a SIGKILLed pugfs exec stayed for good.
+func detachMount(dir string) error {
+	err := syscall.Unmount(dir, syscall.MNT_DETACH)
+	if err == nil || !errors.Is(err, syscall.EPERM) {
+		return err
+	}
+	if out, ferr := exec.Command("fusermount3", "-u", "-z", dir).CombinedOutput(); ferr != nil {
+		return fmt.Errorf("%w; fusermount3 -uz: %v: %s", err, ferr, strings.TrimSpace(string(out)))
+	}
 	return nil
 }
