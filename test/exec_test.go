@@ -343,6 +343,15 @@ func TestExecFailingHandler(t *testing.T) {
 			t.Fatalf("a failed handler's output was kept: %v", kept)
 		}
 		wantSlots(t, bk, id, map[string]string{"a.txt": "a\n"})
+		// A command that does not exist is 127, and named as given: a
+		// path was reported by the starting shell, under the private
+		// mountpoint's name.
+		for _, missing := range []string{"./no-such-handler", "no-such-handler-on-path"} {
+			_, errOut, code := runExec(t, bk, cache, id.String(), missing)
+			if code != 127 || !strings.Contains(errOut, missing) || strings.Contains(errOut, "/exec/p") {
+				t.Errorf("%s: exit %d, want 127 naming it\n%s", missing, code, errOut)
+			}
+		}
 	})
 }
 

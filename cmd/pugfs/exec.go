@@ -702,7 +702,16 @@ func handlerCommand(dir, prog string, argv []string) (*exec.Cmd, error) {
 // not one of the session's.
 func handlerPath(name string) (string, error) {
 	if strings.Contains(name, "/") {
-		return filepath.Abs(name)
+		p, err := filepath.Abs(name)
+		if err != nil {
+			return "", err
+		}
+		// Checked here, or the shell that starts it reports a missing
+		// one under the private mountpoint's name.
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s: %w", name, errors.Unwrap(err))
+		}
+		return p, nil
 	}
 	return exec.LookPath(name)
 }
