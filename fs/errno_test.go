@@ -108,6 +108,7 @@ func TestErrnoOf(t *testing.T) {
 		{"not a directory", func(*testing.T) error { return staging.ErrNotDir }, syscall.ENOTDIR, false},
 		{"directory not empty", func(*testing.T) error { return staging.ErrNotEmpty }, syscall.ENOTEMPTY, false},
 		{"rename into itself", func(*testing.T) error { return staging.ErrIntoItself }, syscall.EINVAL, false},
+		{"rename across a send directory", func(*testing.T) error { return fmt.Errorf("rename x: %w", staging.ErrCrossSend) }, syscall.EXDEV, false},
 		{"bad ref body", func(*testing.T) error { return staging.ErrBadRef }, syscall.EINVAL, false},
 		// The kernel looks the name up again on it: no log line.
 		{"changed since lookup", func(*testing.T) error { return fmt.Errorf("open f: %w", staging.ErrChanged) }, syscall.ESTALE, false},
