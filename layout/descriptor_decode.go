@@ -409,13 +409,45 @@ func (f *descriptorFields) descriptor() (Descriptor, error) {
 // outside years 0000-9999 (an offset can push it there) could not be
 // written back, and is refused.
 func parseCreatedAt(s string) (time.Time, error) {
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := ParseRFC3339(s)
 	if err != nil {
 		return time.Time{}, err
 	}
 	t = t.UTC()
 	if y := t.Year(); y < 0 || y > 9999 {
 		return time.Time{}, fmt.Errorf("created-at %q is outside years 0000-9999 in UTC", truncate(s))
+	}
+	return t, nil
+}
+
+// ParseRFC3339 parses an RFC 3339 timestamp (§7 created-at, posix-mtime)
+// as the RFC has it, which Go's time.RFC3339 layout is stricter than:
+// the 't' and 'z' may be lower case (RFC 3339 §5.6), and a leap second
+// (:60) is the second after :59. Another writer may write either; both
+// were refused, and the file showed its session's hour.
+func ParseRFC3339(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err == nil || len(s) < 20 {
+		return t, err
+	}
+	b := []byte(s)
+	if b[10] == 't' {
+		b[10] = 'T'
+	}
+	if b[len(b)-1] == 'z' {
+		b[len(b)-1] = 'Z'
+	}
+	leap := b[17] == '6' && b[18] == '0'
+	if leap {
+		b[18] = '9'
+		b[17] = '5'
+	}
+	t, err2 := time.Parse(time.RFC3339Nano, string(b))
+	if err2 != nil {
+		return time.Time{}, err // the original error names the input
+	}
+	if leap {
+		t = t.Add(time.Second)
 	}
 	return t, nil
 }

@@ -48,7 +48,7 @@ func PosixMode(meta map[string]string, def uint32) uint32 {
 // else created, the time the content was written.
 func PosixMtime(meta map[string]string, created time.Time) time.Time {
 	if v, ok := meta[MetaPosixMtime]; ok {
-		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		if t, err := ParseRFC3339(v); err == nil {
 			return t.UTC()
 		}
 	}

@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -82,5 +83,36 @@ func TestFormatPosixMtime(t *testing.T) {
 		if back := PosixMtime(map[string]string{MetaPosixMtime: got}, time.Time{}); !back.Equal(c.in) {
 			t.Errorf("%s reads back as %v, want %v", got, back, c.in)
 		}
+	}
+}
+
+// TestParseRFC3339: the timestamps RFC 3339 allows that Go's layout
+// refuses (lower-case t and z, a leap second) parse; what the RFC does
+// not allow stays refused. Another writer's created-at of that form made
+// the file show its session's hour, and fsck call the descriptor
+// unreadable (the conformance audit).
+func TestParseRFC3339(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want time.Time
+		ok   bool
+	}{
+		{"2026-01-02T03:04:05Z", time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), true},
+		{"2026-01-02t03:04:05z", time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), true},
+		{"2026-01-02t03:04:05.25+01:00", time.Date(2026, 1, 2, 2, 4, 5, 250e6, time.UTC), true},
+		{"2016-12-31T23:59:60Z", time.Date(2017, 1, 1, 0, 0, 0, 0, time.UTC), true},
+		{"2016-12-31T23:59:61Z", time.Time{}, false},
+		{"2026-01-02 03:04:05Z", time.Time{}, false},
+		{"yesterday", time.Time{}, false},
+	} {
+		got, err := ParseRFC3339(c.in)
+		if (err == nil) != c.ok || (c.ok && !got.Equal(c.want)) {
+			t.Errorf("ParseRFC3339(%q) = %v, %v; want %v (ok %v)", c.in, got, err, c.want, c.ok)
+		}
+	}
+	d := `{"digest":"sha256:` + strings.Repeat("0", 64) + `","size":0,"name":"f","created-at":"2026-01-02t03:04:05z","sequence-number":1}`
+	ds, err := DecodeDescriptors([]byte("["+d+"]"), EncodingNone, 1<<20)
+	if err != nil || len(ds) != 1 || !ds[0].CreatedAt.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Fatalf("descriptor with a lower-case created-at: %+v, %v", ds, err)
 	}
 }
