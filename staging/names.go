@@ -3,6 +3,7 @@ package staging
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
@@ -228,9 +229,7 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 		if !ok {
 			return ErrNotExist
 		}
-		moved := e.Descriptor.Clone()
-		moved.Name = to
-		moved.CreatedAt = now
+		moved := movedTo(e, id, to, now)
 		retype(&moved, from, to)
 		if err := w.Queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}, moved}); err != nil {
 			return err
@@ -257,9 +256,7 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 	}
 	var ds []layout.Descriptor
 	for _, e := range src.files {
-		moved := e.Descriptor.Clone()
-		moved.Name = to + strings.TrimPrefix(e.Name, from)
-		moved.CreatedAt = now
+		moved := movedTo(e, id, to+strings.TrimPrefix(e.Name, from), now)
 		retype(&moved, e.Name, moved.Name) // a directory's files keep their leaf names
 		ds = append(ds, layout.Descriptor{Name: e.Name, Deleted: true, CreatedAt: now}, moved)
 	}
@@ -320,6 +317,22 @@ func (w *Writer) waitCommits(id layout.SessionID, names ...string) {
 // as a descriptor named name with target-session target (§12.1). It is
 // below the hidden .pugmark/, so no committed slot can be in the way.
 const SendDir = ".pugmark/send"
+
+// movedTo is e's descriptor under the name to, committed at now. A
+// rename does not change a file's mtime (POSIX), so the time e showed
+// is kept as posix-mtime when it has none, as a chmod keeps it
+// (attrs.go); mv used to make the file's mtime the time of the mv.
+func movedTo(e layout.Entry, id layout.SessionID, to string, now time.Time) layout.Descriptor {
+	moved := e.Descriptor.Clone()
+	moved.Name, moved.CreatedAt = to, now
+	if _, set := moved.Metadata[layout.MetaPosixMtime]; !set {
+		if moved.Metadata == nil {
+			moved.Metadata = map[string]string{}
+		}
+		moved.Metadata[layout.MetaPosixMtime] = layout.FormatPosixMtime(layout.ShownMtime(e.Metadata, e.CreatedAt, id.Time()))
+	}
+	return moved
+}
 
 // sendArea is the SendDir/<target> directory name is in, SendDir for
 // SendDir itself, or "" for a name outside SendDir.

@@ -995,3 +995,31 @@ func TestWriterCutDropsSetMtime(t *testing.T) {
 		})
 	}
 }
+
+// TestWriterRenameKeepsMtime: a renamed file (alone, or in a renamed
+// directory) shows the mtime it had, as rename(2) leaves it; it showed
+// the time of the mv (the conformance audit).
+func TestWriterRenameKeepsMtime(t *testing.T) {
+	ctx := context.Background()
+	old := time.Date(2020, 5, 6, 7, 8, 9, 0, time.UTC)
+	for _, c := range []struct{ from, to, name, moved string }{
+		{"f", "g", "f", "g"},
+		{"d", "e", "d/f", "e/f"},
+	} {
+		r := newWriterRig(t)
+		d := layout.Descriptor{Name: c.name, Data: []byte("x"), Digest: layout.DigestOf([]byte("x")), Size: 1, CreatedAt: old}
+		if _, err := r.store.Commit(ctx, r.id, layout.CommitRequest{Descriptors: []layout.Descriptor{d}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.w.Rename(ctx, r.id, c.from, c.to, false); err != nil {
+			t.Fatal(err)
+		}
+		e, ok := r.slot(t, c.moved)
+		if !ok {
+			t.Fatalf("%s not there after mv %s %s", c.moved, c.from, c.to)
+		}
+		if got := layout.ShownMtime(e.Metadata, e.CreatedAt, r.id.Time()); !got.Equal(old) {
+			t.Errorf("mv %s %s: %s shows mtime %v, want %v", c.from, c.to, c.moved, got, old)
+		}
+	}
+}
