@@ -43,10 +43,13 @@ type File struct {
 	// writing, and committing that empty file would add a version.
 	touched bool
 	meta    map[string]string // user.pugmark.meta.<k>
-	ctype   string            // set by setxattr user.pugmark.content-type
-	schema  string
-	created time.Time
-	opens   int
+	// cacheControl is the base descriptor's, kept in what the file is
+	// committed as.
+	cacheControl string
+	ctype        string // set by setxattr user.pugmark.content-type
+	schema       string
+	created      time.Time
+	opens        int
 	// committing is closed when the commit in flight for this file ends.
 	committing chan struct{}
 	// failed is the error of a commit of the current content that failed
@@ -107,6 +110,9 @@ func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 	if base != nil {
 		s.meta = cloneMap(base.Metadata)
 		s.schema = base.SchemaURL
+		// Another writer's cache-control stays through an edit: a
+		// touch, which opens the file for writing, dropped it.
+		s.cacheControl = base.CacheControl
 		if truncate {
 			e := *base
 			s.replaced = &e
@@ -389,6 +395,12 @@ func (s *File) describeLocked(now time.Time) (layout.Descriptor, error) {
 	}
 	d.Metadata = cloneMap(s.meta)
 	d.SchemaURL = s.schema
+	d.CacheControl = s.cacheControl
+	if c := s.committed; c != nil && c.Digest == d.Digest {
+		// Same bytes (a touch, a chmod through a descriptor): the
+		// fields of a later spec (§18) still describe them.
+		d.Extra = c.Clone().Extra
+	}
 	var head [512]byte
 	n, _ := s.file.ReadAt(head[:], 0)
 	d.ContentType = s.ctype

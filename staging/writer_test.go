@@ -2,6 +2,7 @@ package staging
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -1020,6 +1021,48 @@ func TestWriterRenameKeepsMtime(t *testing.T) {
 		}
 		if got := layout.ShownMtime(e.Metadata, e.CreatedAt, r.id.Time()); !got.Equal(old) {
 			t.Errorf("mv %s %s: %s shows mtime %v, want %v", c.from, c.to, c.moved, got, old)
+		}
+	}
+}
+
+// TestWriterEditKeepsDescriptorFields: a file staged from another
+// writer's descriptor keeps its cache-control, and, while its bytes are
+// the same (a touch opens the file for writing), the fields pugfs does
+// not know (§18). touch -d dropped the cache-control (the conformance
+// audit).
+func TestWriterEditKeepsDescriptorFields(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		what      string
+		write     string
+		wantExtra bool
+	}{{"touch", "", true}, {"append", "more", false}} {
+		r := newWriterRig(t)
+		d := layout.Descriptor{Name: "f", Data: []byte("x"), Digest: layout.DigestOf([]byte("x")), Size: 1,
+			CreatedAt: time.Now().UTC(), CacheControl: "no-store", Extra: map[string]json.RawMessage{"x-future": json.RawMessage(`1`)}}
+		if _, err := r.store.Commit(ctx, r.id, layout.CommitRequest{Descriptors: []layout.Descriptor{d}}); err != nil {
+			t.Fatal(err)
+		}
+		base, _ := r.slot(t, "f")
+		s, err := r.w.Open(ctx, r.id, "f", &base, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mt := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC) // touch -d, through the open file
+		if _, err := r.w.SetAttrs(ctx, r.id, "f", AttrChange{Mtime: &mt}, func() *layout.Entry { return &base }, &base); err != nil {
+			t.Fatal(err)
+		}
+		if c.write != "" {
+			if _, err := s.WriteAt([]byte(c.write), 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := r.w.Release(ctx, r.id, s); err != nil {
+			t.Fatal(err)
+		}
+		e, _ := r.slot(t, "f")
+		if e.Version != 2 || e.CacheControl != "no-store" || (e.Extra["x-future"] != nil) != c.wantExtra {
+			t.Errorf("%s: version %d, cache-control %q, extra %v (want extra %v)", c.what, e.Version, e.CacheControl, e.Extra, c.wantExtra)
 		}
 	}
 }
