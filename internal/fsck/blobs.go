@@ -55,6 +55,7 @@ func (c *checker) checkBlob(ctx context.Context, d layout.Digest, be *blobEntry)
 	}
 	var head [4]byte
 	var n int64
+	var decErr error
 	h := sha256.New()
 	err = retry(ctx, func() error {
 		h.Reset()
@@ -64,17 +65,28 @@ func (c *checker) checkBlob(ctx context.Context, d layout.Digest, be *blobEntry)
 			return err
 		}
 		defer r.Close()
+		// A declared encoding is decoded in the same pass: a body cut
+		// short still matches its digest (the digest names the stored
+		// bytes) and no reader can decode it.
+		var w io.Writer = h
+		var dc *decodeCheck
+		if attrs.enc == layout.EncodingGzip || attrs.enc == layout.EncodingZstd {
+			dc = newDecodeCheck(attrs.enc)
+			w = io.MultiWriter(h, dc)
+		}
 		m, err := io.ReadFull(r, head[:])
 		n += int64(m)
-		h.Write(head[:m])
+		w.Write(head[:m])
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return nil
+			err = nil // shorter than the head: all of it
+		} else if err == nil {
+			var k int64
+			k, err = io.Copy(w, r)
+			n += k
 		}
-		if err != nil {
-			return err
+		if dc != nil {
+			decErr = dc.Close()
 		}
-		k, err := io.Copy(h, r)
-		n += k
 		return err
 	})
 	c.nByte.Add(n)
@@ -99,6 +111,8 @@ func (c *checker) checkBlob(ctx context.Context, d layout.Digest, be *blobEntry)
 	case layout.EncodingGzip, layout.EncodingZstd:
 		if be.sniff != attrs.enc {
 			c.errorf("§15", key, "blob has Content-Encoding %s but its body does not start with the %s magic", attrs.enc, attrs.enc)
+		} else if decErr != nil && got == d {
+			c.errorf("§15", key, "blob has Content-Encoding %s but its body does not decode (cut short?): %v", attrs.enc, decErr)
 		}
 	default:
 		c.errorf("§15", key, "blob has Content-Encoding %q; want empty, gzip or zstd", attrs.enc)
@@ -147,4 +161,34 @@ func (c *checker) checkOrphanBlobs() {
 	if n > 0 {
 		c.infof("§3", first, "%d blob(s) are referenced by no descriptor or memory record (this is the first); harmless, pugmark never deletes blobs", n)
 	}
+}
+
+// decodeCheck decodes what is written to it as a body of one encoding,
+// on a goroutine, and says at Close whether it decoded to its end.
+type decodeCheck struct {
+	pw   *io.PipeWriter
+	done chan error
+}
+
+func newDecodeCheck(enc string) *decodeCheck {
+	pr, pw := io.Pipe()
+	d := &decodeCheck{pw: pw, done: make(chan error, 1)}
+	go func() {
+		dec, err := layout.NewDecoder(pr, enc)
+		if err == nil {
+			_, err = io.Copy(io.Discard, dec)
+			dec.Close()
+		}
+		io.Copy(io.Discard, pr) // what the decoder left: writes never block
+		d.done <- err
+	}()
+	return d
+}
+
+func (d *decodeCheck) Write(p []byte) (int, error) { return d.pw.Write(p) }
+
+// Close ends the body and returns the decoder's error, if any.
+func (d *decodeCheck) Close() error {
+	d.pw.Close()
+	return <-d.done
 }

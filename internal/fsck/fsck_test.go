@@ -2,6 +2,7 @@ package fsck_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -450,6 +451,47 @@ func TestBlobContentEncodingMismatch(t *testing.T) {
 	})
 	rep := f.check(fsck.Options{})
 	want(t, rep, fsck.Error, "§15", snapKey(f.root, 1), "gzip magic")
+}
+
+// TestBlobCutShort: a body with a declared encoding that stops short
+// matches its digest (the key names the stored bytes) but no reader can
+// decode it; fsck said clean while the mount said EIO (the conformance
+// audit). A whole one is clean.
+func TestBlobCutShort(t *testing.T) {
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(bytes.Repeat([]byte("pugmark "), 4096))
+	zw.Close()
+	enc, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zs := enc.EncodeAll(bytes.Repeat([]byte("pugmark "), 4096), nil)
+	enc.Close()
+	for _, c := range []struct {
+		enc  string
+		body []byte
+		bad  bool
+	}{
+		{layout.EncodingGzip, gz.Bytes(), false},
+		{layout.EncodingGzip, gz.Bytes()[:gz.Len()-12], true},
+		{layout.EncodingZstd, zs, false},
+		{layout.EncodingZstd, zs[:len(zs)-5], true},
+	} {
+		f := newFixture(t)
+		key := layout.BlobKey(layout.DigestOf(c.body))
+		f.put(key, c.body, &blob.WriterOptions{CacheControl: layout.CacheImmutable, ContentEncoding: c.enc})
+		rep := f.check(fsck.Options{})
+		if c.bad {
+			want(t, rep, fsck.Error, "§15", key, "does not decode")
+			continue
+		}
+		for _, fd := range rep.Findings {
+			if strings.Contains(fd.Message, "does not decode") {
+				t.Errorf("a whole %s body: %v", c.enc, fd)
+			}
+		}
+	}
 }
 
 func TestUnknownContentEncoding(t *testing.T) {
