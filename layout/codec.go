@@ -38,12 +38,16 @@ func encoder() *zstd.Encoder {
 }
 
 // Sniff returns the encoding that body's first bytes announce (§15): gzip
-// (1F 8B) or zstd (28 B5 2F FD), else EncodingNone.
+// (1F 8B) or zstd (28 B5 2F FD, or a skippable frame's 5? 2A 4D 18,
+// which a conformant zstd stream may start with, RFC 8878 §3.1.2), else
+// EncodingNone. No JSON text starts with either.
 func Sniff(head []byte) string {
 	switch {
 	case len(head) >= 2 && head[0] == 0x1f && head[1] == 0x8b:
 		return EncodingGzip
 	case len(head) >= 4 && head[0] == 0x28 && head[1] == 0xb5 && head[2] == 0x2f && head[3] == 0xfd:
+		return EncodingZstd
+	case len(head) >= 4 && head[0]&0xf0 == 0x50 && head[1] == 0x2a && head[2] == 0x4d && head[3] == 0x18:
 		return EncodingZstd
 	}
 	return EncodingNone

@@ -60,3 +60,26 @@ func TestZstdDecoderPoolReuse(t *testing.T) {
 		t.Error("read after Close succeeded")
 	}
 }
+
+// TestSkippableFrameFirst: a zstd stream may start with a skippable frame
+// (RFC 8878 §3.1.2), and §6.2 has any conformant stream accepted; a
+// snapshot so encoded decoded as raw JSON ("invalid character 'P'") and
+// its session was EIO (the conformance audit).
+func TestSkippableFrameFirst(t *testing.T) {
+	ds := []Descriptor{desc("a", "x")}
+	body, err := EncodeDescriptors(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skip := []byte{0x50, 0x2a, 0x4d, 0x18, 4, 0, 0, 0, 'p', 'u', 'g', '!'}
+	withSkip := append(append([]byte(nil), skip...), body...)
+	if got := Sniff(withSkip); got != EncodingZstd {
+		t.Fatalf("Sniff = %q, want zstd", got)
+	}
+	for _, enc := range []string{EncodingNone, EncodingZstd} {
+		got, err := DecodeDescriptors(withSkip, enc, 1<<20)
+		if err != nil || len(got) != 1 || got[0].Name != "a" {
+			t.Errorf("declared %q: %+v, %v", enc, got, err)
+		}
+	}
+}
