@@ -38,8 +38,16 @@ func (m *memDir) entries(ctx context.Context) (out []child, recErr error, err er
 				recErr = err
 				continue
 			}
-			for _, d := range recs {
-				if layout.ValidateMemoryName(d.Name) != nil || d.Deleted || files[d.Name] {
+			// A name held twice is its last record (§8.3: a write
+			// replaces earlier entries), as in a session (§10); a name
+			// that is no path (over 255 bytes) is not shown, as there.
+			last := make(map[string]int, len(recs))
+			for i, d := range recs {
+				last[d.Name] = i
+			}
+			for i, d := range recs {
+				if _, isPath := layout.NamePath(d.Name); layout.ValidateMemoryName(d.Name) != nil || !isPath ||
+					d.Deleted || last[d.Name] != i || files[d.Name] {
 					continue
 				}
 				files[d.Name] = true

@@ -15,6 +15,7 @@ import (
 	"github.com/pugmark/pugfs/internal/testrig"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/faultblob"
+	"gocloud.dev/blob"
 )
 
 // Kernel-free tests of the fs nodes: they call what the kernel would, in
@@ -147,5 +148,45 @@ func TestMemoryNamespaceShadowedByRecord(t *testing.T) {
 	}
 	if n := log.Count("memory namespace hidden"); n != 1 || !strings.Contains(log.String(), "namespace=a/b") {
 		t.Fatalf("want one warning naming a/b, got %d:\n%s", n, log.String())
+	}
+}
+
+// TestMemoryDuplicateAndLongNames: a memory file another writer made
+// with one name twice shows the last record (§8.3: a write replaces
+// earlier entries, as the last descriptor of a name wins in a session);
+// a record name over 255 bytes has no path and is not shown, as a
+// session slot's is not. Both showed otherwise (the conformance audit).
+func TestMemoryDuplicateAndLongNames(t *testing.T) {
+	r := testrig.New(t, 0)
+	staging := t.TempDir()
+	f, err := New(Config{Store: r.Store, Cache: r.Cache, Blobs: r.Blobs, StagingDir: staging, FailedDir: staging + "/failed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx := context.Background()
+	rec := func(name, body string) layout.Descriptor {
+		return layout.Descriptor{Name: name, Data: []byte(body), Digest: layout.DigestOf([]byte(body)), Size: int64(len(body)), CreatedAt: time.Now().UTC()}
+	}
+	long := strings.Repeat("n", 300)
+	body, err := layout.EncodeDescriptors([]layout.Descriptor{rec("dup", "first"), rec(long, "x"), rec("dup", "last")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := layout.MemoryKey("ns", 1)
+	if err := r.Store.Bucket().WriteAll(ctx, key, body, &blob.WriterOptions{ContentType: "application/json", ContentEncoding: layout.EncodingZstd,
+		CacheControl: layout.CacheImmutable, Metadata: map[string]string{layout.MetaTransactionID: "7"}}); err != nil {
+		t.Fatal(err)
+	}
+	cs, recErr, err := (&memDir{f: f, prefix: "ns"}).entries(ctx)
+	if err != nil || recErr != nil {
+		t.Fatal(err, recErr)
+	}
+	if len(cs) != 1 || cs[0].name != "dup" {
+		t.Fatalf("entries %v, want dup alone", cs)
+	}
+	n := cs[0].node().(*memFile)
+	if got := string(n.e.Data); got != "last" {
+		t.Fatalf("dup shows %q, want the last record", got)
 	}
 }
