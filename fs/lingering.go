@@ -29,6 +29,12 @@ import (
 // copy did not exist. Whoever reaches the copy afterwards gets ENOTCONN,
 // as after any unmount of a FUSE file system they were still on.
 func (f *FS) endLingering(srv *fuse.Server, dir string) {
+	if f.cfg.NoOpen {
+		// The kernel never OPENs this mount's files, so the handle
+		// count cannot say a copy is unused, and the fdinfo scan
+		// alone missed a reader once: never cut one off.
+		return
+	}
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
 		f.log.Debug("cannot watch for lingering copies of the mount", "err", err)
