@@ -38,7 +38,7 @@ func (m *sessionMetaDir) entries(ctx context.Context) ([]child, error) {
 	sid := id.String()
 	out := []child{
 		f.genFile("manifest.json", inoOf("manifest", sid), id.Time(), true, func(ctx context.Context) ([]byte, error) {
-			return manifestJSON(man)
+			return man.Document()
 		}),
 		// The latest version and checkpoint come from the listing and
 		// the snapshots' metadata: a damaged snapshot body does not hide
@@ -82,18 +82,6 @@ func (m *sessionMetaDir) entries(ctx context.Context) ([]child, error) {
 		out = append(out, f.symlink("parent", inoOf("parent", sid), target, id.Time(), historyTTL))
 	}
 	return out, nil
-}
-
-// manifestJSON renders .pugmark/manifest.json: the stored document
-// indented, so fields newer writers add (§18: the schema is open) show
-// too; a manifest that did not come from the bucket is encoded.
-func manifestJSON(m *layout.Manifest) ([]byte, error) {
-	var buf bytes.Buffer
-	if m.Stored != nil && json.Indent(&buf, m.Stored, "", "  ") == nil {
-		return append(buf.Bytes(), '\n'), nil
-	}
-	b, err := json.MarshalIndent(m, "", "  ")
-	return append(b, '\n'), err
 }
 
 func (m *sessionMetaDir) list(ctx context.Context) ([]child, error) { return m.entries(ctx) }

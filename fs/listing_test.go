@@ -3,7 +3,6 @@ package fs
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -59,22 +58,5 @@ func TestReadOnlyListingFollowsCommits(t *testing.T) {
 	}
 	if got := sh(t, mnt, "ls "+s+"e; ls "+s+".pugmark/at/1/d; ls "+s+".pugmark/at/1/d"); got != "x\na\nb\na\nb\n" {
 		t.Fatalf("unchanged directory and history: %q", got)
-	}
-}
-
-// TestManifestJSONKeepsStoredFields: .pugmark/manifest.json shows the
-// stored document, indented, fields this version does not know included
-// (§18: manifests are open for additive fields); a manifest built in
-// memory is encoded.
-func TestManifestJSONKeepsStoredFields(t *testing.T) {
-	id := layout.NewSessionID(time.Now())
-	stored := `{"session":"` + id.String() + `","first-sequence-number":1,"x-future":{"a":[1,2]}}`
-	got, err := manifestJSON(&layout.Manifest{Session: id, FirstSequenceNumber: 1, Stored: []byte(stored)})
-	if err != nil || !strings.Contains(string(got), `"x-future": {`) || !strings.HasPrefix(string(got), "{\n  \"session\"") {
-		t.Fatalf("%s %v", got, err)
-	}
-	got, err = manifestJSON(&layout.Manifest{Session: id, FirstSequenceNumber: 1})
-	if err != nil || !strings.Contains(string(got), "\n  \"first-sequence-number\": 1") {
-		t.Fatalf("%s %v", got, err)
 	}
 }

@@ -1,8 +1,13 @@
 package layout
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Manifest is a session's manifest (§5).
@@ -32,6 +37,58 @@ func EncodeManifest(m *Manifest) ([]byte, error) {
 		return nil, fmt.Errorf("%w: manifest without a session ID", ErrInvalid)
 	}
 	return json.MarshalIndent(m, "", "  ")
+}
+
+// Document returns the manifest for display, indented and ending in a
+// newline: the document as the bucket holds it when it was loaded from
+// the bucket (fields this version does not know included, §18), with its
+// session IDs ("session", "parent"."session") in lower case, as §4.1
+// wants every emitted ID whatever case its writer stored; a manifest
+// built in memory, or a stored one that does not read as a token stream,
+// is encoded from its fields.
+func (m *Manifest) Document() ([]byte, error) {
+	if m.Stored != nil {
+		if b, err := m.storedDocument(); err == nil {
+			return b, nil
+		}
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	return append(b, '\n'), err
+}
+
+// storedDocument re-indents m.Stored token by token, its strings as they
+// are written, lower-casing the session IDs.
+func (m *Manifest) storedDocument() ([]byte, error) {
+	var out bytes.Buffer
+	dec := jsontext.NewDecoder(bytes.NewReader(m.Stored), jsonOptions...)
+	enc := jsontext.NewEncoder(&out, append(jsonOptions, jsontext.WithIndent("  "), jsontext.PreserveRawStrings(true))...)
+	for {
+		tok, err := dec.ReadToken()
+		if errors.Is(err, io.EOF) {
+			return out.Bytes(), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if tok.Kind() == '"' && objectValue(dec) {
+			switch dec.StackPointer() {
+			case "/session", "/parent/session":
+				if id, err := ParseSessionID(tok.String()); err == nil {
+					tok = jsontext.String(id.String())
+				}
+			}
+		}
+		if err := enc.WriteToken(tok); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// objectValue reports whether the token dec read last is a member's value
+// (not its name): an object's members are read name, value, name, ...
+func objectValue(dec *jsontext.Decoder) bool {
+	kind, n := dec.StackIndex(dec.StackDepth())
+	return kind == '{' && n%2 == 0
 }
 
 // DecodeManifest parses a manifest body. A parent of all zeros is read as
