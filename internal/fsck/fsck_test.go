@@ -801,22 +801,38 @@ func TestCrossSessionToMissingSession(t *testing.T) {
 	want(t, rep, fsck.Warning, "§12", snapKey(f.root, res.Version), "does not exist")
 }
 
+// TestMemoryRecordName: §8.3's MUSTs (non-empty, no /) are errors; a
+// name §8.3 allows but no path can show is a warning (the mount hides it),
+// as is a name held twice (readers take the last record).
 func TestMemoryRecordName(t *testing.T) {
-	f := newFixture(t)
-	d := f.desc("a/b", []byte("x"))
-	d.Commit = &layout.MemoryCommit{Session: f.root, Version: 1, Transaction: 9}
-	f.putMemory("team/notes", 3, []layout.Descriptor{d})
-	rep := f.check(fsck.Options{})
-	want(t, rep, fsck.Error, "§8.3", "memories/team/notes/FFFFFFFD.json", "no /")
-}
-
-func TestMemoryDuplicateName(t *testing.T) {
-	f := newFixture(t)
-	d := f.desc("x.md", []byte("x"))
-	d.Commit = &layout.MemoryCommit{Session: f.root, Version: 1, Transaction: 9}
-	f.putMemory("team/notes", 3, []layout.Descriptor{d, d})
-	rep := f.check(fsck.Options{})
-	want(t, rep, fsck.Error, "§8.3", "memories/team/notes/", "same name")
+	for _, c := range []struct {
+		names []string
+		sev   fsck.Severity
+		msg   string
+	}{
+		{[]string{"a/b"}, fsck.Error, "no /"},
+		{[]string{""}, fsck.Error, "non-empty"},
+		{[]string{"."}, fsck.Warning, "no path can show"},
+		{[]string{".."}, fsck.Warning, "no path can show"},
+		{[]string{"a\x00b"}, fsck.Warning, "no path can show"},
+		{[]string{"x.md", "x.md"}, fsck.Warning, "same name as record 0"},
+	} {
+		t.Run(fmt.Sprintf("%q", c.names), func(t *testing.T) {
+			f := newFixture(t)
+			var ds []layout.Descriptor
+			for _, n := range c.names {
+				d := f.desc(n, []byte("x"))
+				d.Commit = &layout.MemoryCommit{Session: f.root, Version: 1, Transaction: 9}
+				ds = append(ds, d)
+			}
+			f.putMemory("team/notes", 3, ds)
+			rep := f.check(fsck.Options{})
+			want(t, rep, c.sev, "§8.3", "memories/team/notes/FFFFFFFD.json", c.msg)
+			if c.sev == fsck.Warning && rep.Errors != 0 {
+				t.Errorf("%d error(s), want none: %+v", rep.Errors, rep.Findings)
+			}
+		})
+	}
 }
 
 func TestMemoryEnvelope(t *testing.T) {
@@ -914,6 +930,15 @@ func TestRootFirstSequenceNumber(t *testing.T) {
 	f.putManifest(m, m.Session)
 	rep := f.check(fsck.Options{})
 	want(t, rep, fsck.Warning, "decisions/first-seq", manifestKey(m.Session), "starts at 1")
+
+	// Any int64 starts a sequence (§7.3 has no sign): the same warning.
+	m.FirstSequenceNumber = -5
+	f.putManifest(m, m.Session)
+	rep = f.check(fsck.Options{})
+	want(t, rep, fsck.Warning, "decisions/first-seq", manifestKey(m.Session), "at first-sequence-number -5")
+	if rep.Errors != 0 {
+		t.Errorf("%d error(s), want none: %+v", rep.Errors, rep.Findings)
+	}
 }
 
 func TestOrphanBlob(t *testing.T) {

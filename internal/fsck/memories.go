@@ -78,11 +78,18 @@ func (c *checker) checkNamespace(ctx context.Context, ns *nsEntry) {
 				continue
 			}
 			where := descWhere("record", i, &d)
-			if err := layout.ValidateMemoryName(d.Name); err != nil {
-				c.errorf("§8.3", key, "%s: record names must be non-empty and contain no / (%v)", where, err)
-			} else if j, dup := seen[d.Name]; dup {
-				c.errorf("§8.3", key, "%s: same name as record %d; a merge replaces records of one name, so a file holds each name once", where, j)
-			} else {
+			switch j, dup := seen[d.Name]; {
+			case d.Name == "" || strings.Contains(d.Name, "/"):
+				c.errorf("§8.3", key, "%s: record names must be non-empty and contain no /", where)
+			case layout.ValidateMemoryName(d.Name) != nil:
+				// §8.3 allows it; no path can show it (".", "..",
+				// NUL, not UTF-8), so the mount leaves it out.
+				c.warnf("§8.3", key, "%s: a name no path can show; the mount does not list it", where)
+			case dup:
+				// §8.3's merge keeps one record a name; a reader takes
+				// the last, as a merge that appended it would have.
+				c.warnf("§8.3", key, "%s: same name as record %d; a merge replaces records of one name, so readers take the last", where, j)
+			default:
 				seen[d.Name] = i
 				names = append(names, d.Name)
 			}

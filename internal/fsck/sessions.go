@@ -63,10 +63,9 @@ func (c *checker) checkManifest(ctx context.Context, se *sessionEntry) {
 	if _, ok := raw["first-sequence-number"]; !ok {
 		c.warnf("§5", o.key, "manifest has no first-sequence-number (read as 0)")
 	}
-	switch {
-	case m.FirstSequenceNumber < 0:
-		c.errorf("§7.3", o.key, "first-sequence-number %d is negative", m.FirstSequenceNumber)
-	case m.Parent == nil && m.FirstSequenceNumber != 1:
+	// Any int64 starts a sequence (§7.3); a fork's is checked against its
+	// parent below.
+	if m.Parent == nil && m.FirstSequenceNumber != 1 {
 		c.warnf("decisions/first-seq", o.key, "root session starts at first-sequence-number %d; decisions.md: a new root session starts at 1", m.FirstSequenceNumber)
 	}
 	if m.Name != "" {
