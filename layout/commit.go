@@ -50,10 +50,12 @@ type CommitRequest struct {
 	// to and including the newest checkpoint.
 	TransactionID uint64
 	// Exact lands the snapshot at Base.Version+1 or not at all: a
-	// snapshot of any type found above Base is ErrLateInput instead of
-	// being merged under this one (§13.3 lets a checkpoint subsume them;
-	// a writer that must have seen every input before it is subsumed
-	// asks for this and runs again). Needs a Base.
+	// snapshot found above Base is ErrLateInput instead of being merged
+	// under this one (§13.3 lets a checkpoint subsume them; a writer
+	// that must have seen every input before it is subsumed asks for
+	// this and runs again), unless it is no input (NotInput: fork
+	// records only, not a checkpoint), which the snapshot lands above.
+	// Needs a Base.
 	Exact bool
 }
 
@@ -163,9 +165,29 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 			return s.ownCommitAt(ctx, id, v, txn, attempt)
 		}
 		if req.Exact {
-			// Only Base.Version+1 was ever tried: no earlier attempt
-			// of ours can be above it.
-			return CommitResult{}, fmt.Errorf("commit to %s at version %d: %w", id, v, ErrLateInput)
+			// Every version from Base.Version+1 to v was tried in
+			// turn and checked for our transaction: no earlier
+			// attempt of ours can be above v. What holds v is input,
+			// unless it holds fork records only (§11.2 step 4: they
+			// are not input; a handler that forks its own session
+			// makes one), which the snapshot goes above; a
+			// foreign checkpoint never is.
+			if meta.Type == Checkpoint {
+				return CommitResult{}, fmt.Errorf("commit to %s at version %d: %w", id, v, ErrLateInput)
+			}
+			ds, err := s.ReadSnapshot(ctx, id, v)
+			if err != nil {
+				return CommitResult{}, fmt.Errorf("commit to %s: inspect version %d: %w", id, v, err)
+			}
+			if !NotInput(ds) {
+				return CommitResult{}, fmt.Errorf("commit to %s at version %d: %w", id, v, ErrLateInput)
+			}
+			if n := len(ds); n > 0 {
+				pos = Position{Version: v, LastSeq: ds[n-1].SequenceNumber}
+			} else {
+				pos.Version = v
+			}
+			continue
 		}
 		guarded := req.Type == Checkpoint && req.Base != nil
 		if guarded && meta.Type == Checkpoint {
@@ -337,6 +359,18 @@ func (s *Store) positionAt(ctx context.Context, id SessionID, v uint32) (Positio
 		return Position{}, err
 	}
 	return Position{Version: v, LastSeq: m.FirstSequenceNumber - 1}, nil
+}
+
+// NotInput reports whether a snapshot's descriptors are nothing a handler
+// takes as input: fork records only (§11.2 step 4 filters them out of the
+// parent's input stream), or none.
+func NotInput(ds []Descriptor) bool {
+	for _, d := range ds {
+		if !d.Fork {
+			return false
+		}
+	}
+	return true
 }
 
 // PositionAt is positionAt for callers without a cache.

@@ -308,6 +308,47 @@ func TestSection13_3_ConflictTable(t *testing.T) {
 				}
 			})
 		}
+		// Fork records are no input (§11.2 step 4): an exact commit lands
+		// above snapshots holding only them (a handler that forked its
+		// own session), renumbered after them, and still refuses input
+		// above them, or a checkpoint of fork records.
+		fork := func(t *testing.T, id SessionID, typ SnapshotType) {
+			t.Helper()
+			d := desc("fork.json", "{}")
+			d.Fork, d.TargetSession = true, NewSessionID(testNow)
+			commit(t, s, id, typ, d)
+		}
+		t.Run("exact/fork-records", func(t *testing.T) {
+			id, base := setup(t)
+			fork(t, id, Provisional)
+			fork(t, id, Queueing)
+			r, err := s.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("mine"), Base: &base, Exact: true})
+			if err != nil || r.Version != 4 {
+				t.Fatalf("landed at %d, %v; want 4", r.Version, err)
+			}
+			checkSeqs(t, allDescs(t, s, id), 1)
+		})
+		for _, c := range []struct {
+			name  string
+			above func(t *testing.T, id SessionID)
+		}{
+			{"fork-then-input", func(t *testing.T, id SessionID) {
+				fork(t, id, Provisional)
+				commit(t, s, id, Provisional, desc("input", "x"))
+			}},
+			{"fork-checkpoint", func(t *testing.T, id SessionID) { fork(t, id, Checkpoint) }},
+		} {
+			t.Run("exact/"+c.name, func(t *testing.T) {
+				id, base := setup(t)
+				c.above(t, id)
+				latest, _ := s.LatestVersion(bg, id)
+				_, err := s.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("mine"), Base: &base, Exact: true})
+				wantErrIs(t, err, ErrLateInput)
+				if v, _ := s.LatestVersion(bg, id); v != latest {
+					t.Fatalf("late input wrote something: latest %d, was %d", v, latest)
+				}
+			})
+		}
 		t.Run("exact/nothing-above", func(t *testing.T) {
 			id, base := setup(t)
 			r, err := s.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("mine"), Base: &base, Exact: true})

@@ -671,7 +671,7 @@ func TestExecLateInput(t *testing.T) {
 					t.Fatalf("exit %d, want %d\n%s", code, tc.code, errOut)
 				}
 				if tc.mode == "merge" {
-					if !strings.Contains(errOut, "1 input snapshot(s) landed while the handler ran (versions 3-3); checkpoint 4 merged them") {
+					if !strings.Contains(errOut, "1 input snapshot(s) landed while the handler ran (versions 3); checkpoint 4 merged them") {
 						t.Errorf("the merge is not reported: %s", errOut)
 					}
 					if !strings.Contains(errOut, "out/y.txt, written by the handler, does not show: an input made out a file") {
@@ -694,6 +694,63 @@ func TestExecLateInput(t *testing.T) {
 					t.Fatalf("the next run: exit %d, saw %q\n%s", code, out, errOut)
 				}
 				wantOneCheckpoint(t, bk, id, 3)
+			})
+		}
+	})
+}
+
+// TestExecHandlerForksItsSession: fork records are not input (§11.2 step
+// 4). A handler that forks its own session (pugfs fork, both phases)
+// lands its output above the fork record, with --late-input=abort too,
+// and no input is said to be merged; a fork recorded (phase 1 only) while
+// the handler ran is materialised once the run's checkpoint lands above
+// it, where no later run looks. The record was late input before: abort
+// exited 75 and merge reported the handler's own fork as unseen input.
+func TestExecHandlerForksItsSession(t *testing.T) {
+	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
+		for _, mode := range []string{"merge", "abort"} {
+			t.Run(mode, func(t *testing.T) {
+				id := newSession(t, bk)
+				seed(t, bk, id, map[string]string{"a.txt": "a\n"})
+				g := newGate(t)
+				handler := fmt.Sprintf(`%s fork --name fork.json '%s' %s > child.txt && echo out > out.txt; %s`, pugfsBinary(t), bk.URL, id, g.wait("x"))
+				r := startExecFlags(t, bk, t.TempDir(), []string{"--late-input=" + mode, "--pass-credentials"}, id.String(), "sh", "-c", handler)
+				g.ready(t, 1, r)
+				note := []byte("phase 1 only\n")
+				bi, err := bk.Store.PutBlobBytes(context.Background(), note, layout.BlobOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, _, err := bk.Store.RecordFork(context.Background(), id, layout.ForkRequest{Type: layout.Provisional,
+					Descriptor: layout.Descriptor{Name: "note.txt", Digest: bi.Digest, Size: bi.Size, CreatedAt: time.Now().UTC()}}); err != nil {
+					t.Fatal(err)
+				}
+				g.open(t)
+				code := r.wait(t)
+				errOut := r.stderr.String()
+				if code != 0 || strings.Contains(errOut, "input") {
+					t.Fatalf("exit %d, want 0 and no input merged\n%s", code, errOut)
+				}
+				if v := latest(t, bk, id); v != 4 || snapType(t, bk, id, 4) != layout.Checkpoint {
+					t.Fatalf("latest version %d, want the checkpoint at 4 above two fork records\n%s", v, errOut)
+				}
+				got := slots(t, bk, id)
+				if out := string(body(t, bk, got["out.txt"].Descriptor)); out != "out\n" || got["child.txt"].Size != 33 {
+					t.Fatalf("the handler's output: out.txt %q, child.txt of %d bytes (want a session ID)", out, got["child.txt"].Size)
+				}
+				var forks int
+				for _, e := range fullLog(t, bk, id) {
+					if e.Fork {
+						forks++
+						if v := latest(t, bk, e.TargetSession); v != 1 {
+							t.Errorf("child %s of the fork record at version %d: version %d, want 1 (materialised)", e.TargetSession, e.Version, v)
+						}
+					}
+				}
+				if forks != 2 {
+					t.Fatalf("%d fork records, want 2", forks)
+				}
+				checkBucket(t, bk)
 			})
 		}
 	})

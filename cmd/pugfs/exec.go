@@ -423,15 +423,8 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 		}
 		return err
 	}
-	if late := res.Version - base.Version - 1; late > 0 {
-		// §13.3: the checkpoint subsumes them. Said, because the
-		// handler never saw them and no later run will.
-		fmt.Fprintf(sio.err, "pugfs exec: %d input snapshot(s) landed while the handler ran (versions %d-%d); checkpoint %d merged them unseen by the handler (--late-input=abort refuses instead)\n", late, base.Version+1, res.Version-1, res.Version)
-		if st, err := env.cache.State(cctx, id); err == nil {
-			for _, h := range shadowed(res.Descriptors, st.Slots()) {
-				fmt.Fprintf(sio.err, "pugfs exec: %s, written by the handler, does not show: an input made %s a file (a name both a file and a directory shows the file, decisions.md \"Names as paths\"); it is in .pugmark/log.jsonl\n", h[0], h[1])
-			}
-		}
+	if res.Version > base.Version+1 {
+		mergedUnder(cctx, sio.err, env, id, base.Version, res)
 	}
 	// §12.2: the checkpoint holds the records; now the targets get their
 	// copies. A failure here loses nothing: the next run delivers what
@@ -502,6 +495,63 @@ func reportNoTarget(w io.Writer, id layout.SessionID, version uint32, dls []layo
 			fmt.Fprintf(w, "pugfs exec: the writes of %s@%d to %s are not delivered: there is no such session\n", id, version, dl.Target)
 		}
 	}
+}
+
+// mergedUnder says what landed while the handler ran, between base and
+// the checkpoint res merged it under (§13.3), because the handler never
+// saw it and no later run will, and materialises the forks recorded
+// there: the next run completes those recorded since the latest
+// checkpoint (handlerBase), which these are below. Fork records are not
+// input (§11.2 step 4; a handler forking its own session makes them).
+func mergedUnder(ctx context.Context, w io.Writer, env *mountEnv, id layout.SessionID, base uint32, res layout.CommitResult) {
+	st, err := env.cache.State(ctx, id)
+	if err != nil {
+		fmt.Fprintf(w, "pugfs exec: versions %d-%d landed while the handler ran; checkpoint %d merged them (reading them: %v)\n", base+1, res.Version-1, res.Version, oneLine(err))
+		return
+	}
+	var inputs []uint32
+	for v := base + 1; v < res.Version; v++ {
+		ds, _ := st.Snapshot(v)
+		if !layout.NotInput(ds) {
+			inputs = append(inputs, v)
+		}
+		forks, err := env.store.PendingForksIn(ctx, id, v, ds)
+		if err == nil {
+			for _, f := range forks {
+				_, err = env.store.MaterializeFork(ctx, f)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(w, "pugfs exec: the forks recorded in version %d are not materialised: %v\n", v, oneLine(err))
+		}
+	}
+	if len(inputs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "pugfs exec: %d input snapshot(s) landed while the handler ran (versions %s); checkpoint %d merged them unseen by the handler (--late-input=abort refuses instead)\n", len(inputs), versionList(inputs), res.Version)
+	for _, h := range shadowed(res.Descriptors, st.Slots()) {
+		fmt.Fprintf(w, "pugfs exec: %s, written by the handler, does not show: an input made %s a file (a name both a file and a directory shows the file, decisions.md \"Names as paths\"); it is in .pugmark/log.jsonl\n", h[0], h[1])
+	}
+}
+
+// versionList writes ascending versions as ranges: 3-5, 8.
+func versionList(vs []uint32) string {
+	var b strings.Builder
+	for i := 0; i < len(vs); {
+		j := i
+		for j+1 < len(vs) && vs[j+1] == vs[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%d", vs[i])
+		if j > i {
+			fmt.Fprintf(&b, "-%d", vs[j])
+		}
+		i = j + 1
+	}
+	return b.String()
 }
 
 // handlerBase finds the session an invocation runs in (by ID or by name)
