@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -233,6 +234,12 @@ func parseInterspersed(fs *flag.FlagSet, args []string) (pos []string, dash int,
 		consumed := len(args) - fs.NArg()
 		rest := fs.Args()
 		if consumed > 0 && args[consumed-1] == "--" {
+			if i := slices.Index(rest, "--"); len(pos) == 0 && i >= 0 {
+				// A "--" before every positional argument ends the
+				// flags, as getopt has it, and a second one is the
+				// separator (pugfs exec -- BUCKET SESSION -- COMMAND).
+				return slices.Delete(slices.Clone(rest), i, i+1), i, nil
+			}
 			return append(pos, rest...), len(pos), nil
 		}
 		if len(rest) == 0 {

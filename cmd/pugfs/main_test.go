@@ -372,7 +372,20 @@ func TestInterspersedFlags(t *testing.T) {
 	if err != nil || !*j || *n != "v" || strings.Join(pos, ",") != "a,b,--c" || dash != 2 {
 		t.Errorf("got %v %d %v %v %q", pos, dash, err, *j, *n)
 	}
-	if _, dash, _ := parseInterspersed(fs, []string{"a", "b"}); dash != -1 {
-		t.Errorf("no --: dash %d", dash)
+	for _, c := range []struct {
+		args []string
+		pos  string
+		dash int
+	}{
+		{[]string{"a", "b"}, "a,b", -1},
+		{[]string{"--", "a", "b"}, "a,b", 0},
+		// "--" first ends the flags; a second is the separator.
+		{[]string{"--json", "--", "a", "b", "--", "c", "--d"}, "a,b,c,--d", 2},
+		{[]string{"a", "b", "--", "c", "--", "d"}, "a,b,c,--,d", 2},
+	} {
+		pos, dash, err := parseInterspersed(fs, c.args)
+		if err != nil || strings.Join(pos, ",") != c.pos || dash != c.dash {
+			t.Errorf("%q: %q, dash %d, %v; want %q, dash %d", c.args, pos, dash, err, c.pos, c.dash)
+		}
 	}
 }
