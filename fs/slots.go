@@ -102,6 +102,7 @@ var (
 	_ = (gofs.NodeUnlinker)((*sessDirNode)(nil))
 	_ = (gofs.NodeRmdirer)((*sessDirNode)(nil))
 	_ = (gofs.NodeRenamer)((*sessDirNode)(nil))
+	_ = (gofs.NodeLinker)((*sessDirNode)(nil))
 	_ = (gofs.NodeSymlinker)((*sessDirNode)(nil))
 	_ = (gofs.NodeFsyncer)((*sessDirNode)(nil))
 )
@@ -294,6 +295,30 @@ func (n *sessDirNode) Rename(ctx context.Context, name string, newParent gofs.In
 	markGone(victim)
 	n.f.inos.renamed(n.sd.id, from, to)
 	return 0
+}
+
+// Link is link(2) of a file of this session (staging.Writer.Link): the
+// new name is a file of its own that shares the content, with an inode
+// number of its own and one link, so tar's and rsync -H's hard links
+// extract as copies. A file of another session, or of no session (a
+// history file, a memory), is EXDEV, as for rename.
+func (n *sessDirNode) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	src, ok := target.(*slotFile)
+	if !ok || src.id != n.sd.id {
+		return nil, syscall.EXDEV
+	}
+	if e := validLeaf(name); e != 0 {
+		return nil, e
+	}
+	parts, ok := livePath(src.EmbeddedInode())
+	if !ok {
+		return nil, syscall.ENOENT // unlinked since the kernel looked it up
+	}
+	from, to := cache.JoinName(parts), n.full(name)
+	if err := n.f.w.Link(ctx, n.sd.id, from, to); err != nil {
+		return nil, n.f.errnoOf("link "+from, err)
+	}
+	return n.Lookup(ctx, name, out)
 }
 
 func (n *sessDirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

@@ -31,7 +31,7 @@ type File struct {
 	// its blob is stored, writes wait.
 	mu sync.RWMutex
 	// name is the slot name. Written under both writer.mu and mu (a
-	// rename), so either lock is enough to read it; use slot() when
+	// rename), so either lock is enough to read it; use Name() when
 	// holding neither.
 	name  string
 	file  *os.File

@@ -2,6 +2,9 @@ package staging
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -165,23 +168,7 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 		return err
 	}
 	slots, tree := w.Live(st)
-	exists := func(name string) (file, dir bool) {
-		if _, ok := slots[name]; ok && !w.Hidden(id, name) {
-			file = true
-		}
-		if w.Staged(id, name) != nil {
-			file = true
-		}
-		if d, ok := tree.Walk(strings.Split(name, "/")); ok && d != nil && len(d.Names()) > 0 {
-			dir = true
-		}
-		w.mu.Lock()
-		if ws.dirs[name] {
-			dir = true
-		}
-		w.mu.Unlock()
-		return
-	}
+	exists := func(name string) (file, dir bool) { return w.kindOf(ws, slots, tree, name) }
 	srcFile, srcDir := exists(from)
 	if !srcFile && !srcDir {
 		return ErrNotExist
@@ -287,6 +274,127 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 	}
 	w.keepParents(id, from)
 	return nil
+}
+
+// kindOf reports whether name is a file and whether it is a directory in
+// the live view of ws (slots and tree, from Live), staged files and local
+// directories included.
+func (w *Writer) kindOf(ws *session, slots map[string]layout.Entry, tree *cache.Dir, name string) (file, dir bool) {
+	if _, ok := slots[name]; ok && !w.Hidden(ws.id, name) {
+		file = true
+	}
+	if w.Staged(ws.id, name) != nil {
+		file = true
+	}
+	if d, ok := tree.Walk(strings.Split(name, "/")); ok && d != nil && len(d.Names()) > 0 {
+		dir = true
+	}
+	w.mu.Lock()
+	if ws.dirs[name] {
+		dir = true
+	}
+	w.mu.Unlock()
+	return
+}
+
+// Link gives the file at from a second name, to, for link(2): tar and
+// rsync -H make the members of an archive that are hard links with it.
+// The layout has no inodes, so to becomes a file of its own with from's
+// content, shared (a descriptor for the same blob, no upload), and its
+// attributes (posix-mode, posix-mtime, metadata); the names are separate
+// files from then on, as after cp --reflink. A file still staged
+// (written, not committed yet: --commit=fsync, or open for writing) is
+// copied as it is now into a staged file of its own, which commits as
+// any written file does. to must not exist: link(2) never replaces.
+func (w *Writer) Link(ctx context.Context, id layout.SessionID, from, to string) error {
+	if sendArea(from) != sendArea(to) {
+		return ErrCrossSend
+	}
+	c, err := w.link(ctx, id, from, to)
+	if err != nil || c == nil {
+		return err
+	}
+	// The copy is held as by an open: its release commits it in close
+	// mode and leaves it staged until fsync in fsync mode.
+	return w.Release(ctx, id, c)
+}
+
+// link does Link's work under the session's nsMu; it returns the staged
+// copy of a staged file, held once, for the caller to release.
+func (w *Writer) link(ctx context.Context, id layout.SessionID, from, to string) (*File, error) {
+	ws := w.session(id)
+	ws.nsMu.Lock()
+	defer ws.nsMu.Unlock()
+	w.waitCommits(id, from, to)
+	// The new descriptor copies the digest read here: from the bucket,
+	// not a state trusted for the metadata TTL (as for Rename).
+	w.cache.Invalidate(id)
+	st, err := w.cache.State(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	slots, tree := w.Live(st)
+	if file, dir := w.kindOf(ws, slots, tree, to); file || dir {
+		return nil, ErrExist
+	}
+	if file, _ := w.kindOf(ws, slots, tree, from); !file {
+		return nil, ErrNotExist
+	}
+	e, ok := slots[from]
+	if s := w.stagedIdle(ws, from); s != nil {
+		// nsMu keeps s staged and its spill file open: only a last
+		// release, a rename or an unlink forgets it, and they take
+		// nsMu.
+		dirty := s.dirty && !s.unlinked
+		if !dirty && s.committed != nil {
+			e, ok = *s.committed, true
+		}
+		s.mu.Unlock()
+		w.mu.Unlock()
+		if dirty {
+			return w.stageCopy(ws, s, to)
+		}
+	}
+	if !ok {
+		return nil, ErrNotExist
+	}
+	d := movedTo(e, id, to, w.cfg.Now().UTC())
+	retype(&d, from, to)
+	return nil, w.Queue(ctx, id, []layout.Descriptor{d})
+}
+
+// stageCopy stages a copy of s's content and attributes under to, held
+// once (opens 1). The caller holds ws.nsMu, not w.mu or s.mu.
+func (w *Writer) stageCopy(ws *session, s *File, to string) (*File, error) {
+	nf, err := createSpill(w.cfg.StagingDir)
+	if err != nil {
+		return nil, fmt.Errorf("stage %s: %w", to, err)
+	}
+	s.mu.Lock()
+	c := &File{name: to, file: nf, dir: w.cfg.StagingDir, created: w.cfg.Now(), sum: sha256.New(),
+		size: s.size, dirty: true, touched: true, meta: cloneMap(s.meta), ctype: s.ctype,
+		schema: s.schema, cacheControl: s.cacheControl}
+	// copy_file_range where the file system has it (an io.LimitedReader
+	// of an *os.File): no copy through here.
+	_, err = s.file.Seek(0, io.SeekStart)
+	if err == nil {
+		_, err = io.Copy(nf, io.LimitReader(s.file, s.size))
+	}
+	s.mu.Unlock()
+	if err != nil {
+		nf.Close()
+		return nil, fmt.Errorf("stage %s: copy %s: %w", to, s.Name(), err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ws.files[to] != nil {
+		nf.Close()
+		return nil, ErrExist
+	}
+	c.opens = 1
+	ws.files[to] = c
+	delete(ws.gone, to)
+	return c, nil
 }
 
 // waitCommits waits until no staged file named one of names, or under one

@@ -1066,3 +1066,105 @@ func TestWriterEditKeepsDescriptorFields(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterLink: link(2) gives a file a second name that shares its
+// content: a descriptor for the same blob (no upload) with the same mode
+// and mtime when the file is committed, a staged copy when it is not
+// (--commit=fsync, or still open for writing), committed as any written
+// file. The names are separate files afterwards. tar x and rsync -H of
+// hard links failed with EPERM before.
+func TestWriterLink(t *testing.T) {
+	ctx := context.Background()
+	old := time.Date(2020, 5, 6, 7, 8, 9, 0, time.UTC)
+	for _, c := range []struct {
+		name    string
+		mode    CommitMode
+		release bool // close the source before the link
+	}{
+		{"close/committed", CommitOnClose, true},
+		{"close/open-for-writing", CommitOnClose, false},
+		{"fsync/staged", CommitOnFsync, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newWriterRig(t, c.mode)
+			body := big("linked ")
+			s := r.written(t, "d/f", body)
+			if _, err := r.w.SetAttrs(ctx, r.id, "d/f", AttrChange{Mode: ptr(uint32(0o751)), Mtime: &old}, func() *layout.Entry { return nil }, nil); err != nil {
+				t.Fatal(err)
+			}
+			if c.release {
+				if err := r.w.Release(ctx, r.id, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := r.state(t).Version
+			if c.mode == CommitOnClose && c.release {
+				r.failBlobPuts() // the committed blob is shared, not stored again
+			}
+			if err := r.w.Link(ctx, r.id, "d/f", "e/g"); err != nil {
+				t.Fatal(err)
+			}
+			if c.mode == CommitOnFsync {
+				if v := r.state(t).Version; v != before {
+					t.Fatalf("version %d -> %d before fsync: want nothing committed", before, v)
+				}
+				if err := r.w.FsyncSession(ctx, r.id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !c.release {
+				if err := r.w.Release(ctx, r.id, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f, okf := r.slot(t, "d/f")
+			g, okg := r.slot(t, "e/g")
+			if !okf || !okg || g.Digest != f.Digest || g.Digest != layout.DigestOf([]byte(body)) {
+				t.Fatalf("d/f %v %v, e/g %v %v: want both, one digest", okf, f.Digest, okg, g.Digest)
+			}
+			if g.Metadata[layout.MetaPosixMode] != f.Metadata[layout.MetaPosixMode] || layout.ShownMtime(g.Metadata, g.CreatedAt, r.id.Time()) != layout.ShownMtime(f.Metadata, f.CreatedAt, r.id.Time()) {
+				t.Fatalf("attributes: d/f %v, e/g %v", f.Metadata, g.Metadata)
+			}
+			// Separate files from now on.
+			r.inj.Reset()
+			s2, err := r.w.Open(ctx, r.id, "e/g", &g, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s2.WriteAt([]byte("other"), 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.w.Release(ctx, r.id, s2); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.w.FsyncSession(ctx, r.id); err != nil {
+				t.Fatal(err)
+			}
+			if f2, _ := r.slot(t, "d/f"); f2.Digest != f.Digest {
+				t.Fatalf("writing e/g changed d/f")
+			}
+		})
+	}
+	t.Run("refusals", func(t *testing.T) {
+		r := newWriterRig(t)
+		for _, name := range []string{"f", "g"} {
+			if err := r.w.Release(ctx, r.id, r.written(t, name, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, c := range []struct {
+			from, to string
+			want     error
+		}{
+			{"f", "g", ErrExist},
+			{"missing", "h", ErrNotExist},
+			{"f", SendDir + "/" + layout.NewSessionID(time.Now()).String() + "/f", ErrCrossSend},
+		} {
+			if err := r.w.Link(ctx, r.id, c.from, c.to); !errors.Is(err, c.want) {
+				t.Errorf("link %s %s: %v, want %v", c.from, c.to, err, c.want)
+			}
+		}
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
