@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 
@@ -57,6 +58,28 @@ type CommitRequest struct {
 	// records only, not a checkpoint), which the snapshot lands above.
 	// Needs a Base.
 	Exact bool
+	// Unchanged guards against lost updates: name -> the file the
+	// writer's new content of it was built on (an append, an edit in
+	// place). Every snapshot the commit lands above, other than Base's,
+	// is read, and one above that file's version that gives the name
+	// other bytes refuses the commit with a *StaleError
+	// (ErrChangedUnder); a removal does not (the file is written again,
+	// as after a remove on another mount). The caller checks the
+	// versions up to Base itself. Needs a Base.
+	Unchanged map[string]FileBase
+}
+
+// FileBase is the file a writer read and built its new content on: the
+// digest of its bytes and the version whose snapshot holds it.
+type FileBase struct {
+	Digest  Digest
+	Version uint32
+}
+
+// ChangedSince reports whether d, at version v, gives the file b is the
+// base of other bytes than b's: a later write of the name, not a removal.
+func (b FileBase) ChangedSince(d *Descriptor, v uint32) bool {
+	return v > b.Version && d.IsSlot() && !d.Deleted && d.Digest != b.Digest
 }
 
 // CommitResult describes a landed snapshot.
@@ -99,8 +122,8 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 	if _, err := ParseSnapshotType(string(req.Type)); err != nil {
 		return CommitResult{}, err
 	}
-	if req.Exact && req.Base == nil {
-		return CommitResult{}, fmt.Errorf("commit to %s: %w: an exact commit needs a base", id, ErrInvalid)
+	if (req.Exact || len(req.Unchanged) > 0) && req.Base == nil {
+		return CommitResult{}, fmt.Errorf("commit to %s: %w: an exact or guarded commit needs a base", id, ErrInvalid)
 	}
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
@@ -204,6 +227,9 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 			if err != nil {
 				return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
 			}
+			if err := s.checkUnchanged(ctx, id, v, max(latest, v), req.Unchanged); err != nil {
+				return CommitResult{}, err
+			}
 			for w := v + 1; w <= latest; w++ {
 				meta, err := s.ReadSnapshotMeta(ctx, id, w)
 				if err != nil {
@@ -229,6 +255,9 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 		}
 		if latest < v {
 			latest = v // stale listing (§14.3): at least v exists
+		}
+		if err := s.checkUnchanged(ctx, id, v, latest, req.Unchanged); err != nil {
+			return CommitResult{}, err
 		}
 		if pos, err = s.positionAt(ctx, id, latest); err != nil {
 			return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
@@ -359,6 +388,31 @@ func (s *Store) positionAt(ctx context.Context, id SessionID, v uint32) (Positio
 		return Position{}, err
 	}
 	return Position{Version: v, LastSeq: m.FirstSequenceNumber - 1}, nil
+}
+
+// checkUnchanged reads versions from..to, which a commit is about to land
+// above, for a new digest of a name in unchanged (CommitRequest.Unchanged).
+func (s *Store) checkUnchanged(ctx context.Context, id SessionID, from, to uint32, unchanged map[string]FileBase) error {
+	if len(unchanged) == 0 {
+		return nil
+	}
+	stale := &StaleError{Session: id}
+	for v := from; v <= to; v++ {
+		ds, err := s.ReadSnapshot(ctx, id, v)
+		if err != nil {
+			return fmt.Errorf("commit to %s: inspect version %d: %w", id, v, err)
+		}
+		for _, d := range ds {
+			if b, ok := unchanged[d.Name]; ok && b.ChangedSince(&d, v) && !slices.Contains(stale.Names, d.Name) {
+				stale.Names = append(stale.Names, d.Name)
+				stale.Versions = append(stale.Versions, v)
+			}
+		}
+	}
+	if len(stale.Names) > 0 {
+		return stale
+	}
+	return nil
 }
 
 // NotInput reports whether a snapshot's descriptors are nothing a handler

@@ -1,6 +1,8 @@
 package layout
 
 import (
+	"errors"
+	"reflect"
 	"strconv"
 	"testing"
 
@@ -429,4 +431,78 @@ func TestSection6_1_VersionSpaceExhausted(t *testing.T) {
 	self.Fork, self.TargetSession = true, id
 	_, err = s.Commit(bg, id, CommitRequest{Descriptors: []Descriptor{self}})
 	wantErrIs(t, err, ErrInvalid)
+}
+
+// TestCommitUnchanged: a commit that replaces a file it built on (an
+// append, an edit in place) is refused with a *StaleError when a snapshot
+// it would land above gives that file other bytes: the other writer's
+// bytes would be lost under it (two mounts appending to one file kept
+// one line). A removal, other files, or the same bytes with other
+// metadata (a chmod) do not refuse it.
+func TestCommitUnchanged(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		orig := desc("f", "line 1\n")
+		for _, c := range []struct {
+			name  string
+			other []Descriptor // what another writer commits meanwhile
+			stale bool
+		}{
+			{"rewritten", []Descriptor{desc("f", "line 1\nline 2\n")}, true},
+			{"rewritten-among-others", []Descriptor{desc("a", "x"), desc("f", "other\n"), desc("z", "y")}, true},
+			{"other-files", []Descriptor{desc("g", "x")}, false},
+			{"removed", []Descriptor{{Name: "f", Deleted: true, CreatedAt: testNow}}, false},
+			{"same-bytes", []Descriptor{func() Descriptor {
+				d := desc("f", "line 1\n")
+				d.Metadata = map[string]string{MetaPosixMode: "0600"}
+				return d
+			}()}, false},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				id := newSession(t, s)
+				commit(t, s, id, Provisional, orig)
+				base, _ := s.PositionAt(bg, id, 1)
+				commit(t, s, id, Provisional, c.other...)
+				commit(t, s, id, Provisional, desc("unrelated", "u")) // version 3
+				mine := desc("f", "line 1\nmine\n")
+				r, err := s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: []Descriptor{mine}, Base: &base,
+					Unchanged: map[string]FileBase{"f": {Digest: orig.Digest, Version: 1}}})
+				if !c.stale {
+					if err != nil || r.Version != 4 {
+						t.Fatalf("landed at %d, %v; want 4", r.Version, err)
+					}
+					return
+				}
+				var se *StaleError
+				if !errors.As(err, &se) || !errors.Is(err, ErrChangedUnder) || !errors.Is(err, ErrConflict) {
+					t.Fatalf("err %v, want a StaleError", err)
+				}
+				if !reflect.DeepEqual(se.Names, []string{"f"}) || !reflect.DeepEqual(se.Versions, []uint32{2}) {
+					t.Fatalf("stale %v at %v, want f at 2", se.Names, se.Versions)
+				}
+				if v, _ := s.LatestVersion(bg, id); v != 3 {
+					t.Fatalf("a refused commit wrote something: latest %d", v)
+				}
+			})
+		}
+		// What is at or below the file's own version is its history, not
+		// a change under the writer, also when the commit's Base is older.
+		t.Run("base-file-above-base", func(t *testing.T) {
+			id := newSession(t, s)
+			commit(t, s, id, Provisional, orig)
+			base, _ := s.PositionAt(bg, id, 1)
+			rewrite := desc("f", "rewritten\n")
+			commit(t, s, id, Provisional, rewrite)
+			r, err := s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("f"), Base: &base,
+				Unchanged: map[string]FileBase{"f": {Digest: rewrite.Digest, Version: 2}}})
+			if err != nil || r.Version != 3 {
+				t.Fatalf("landed at %d, %v; want 3", r.Version, err)
+			}
+		})
+		t.Run("needs-a-base", func(t *testing.T) {
+			id := newSession(t, s)
+			_, err := s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("f"), Unchanged: map[string]FileBase{"f": {Digest: orig.Digest}}})
+			wantErrIs(t, err, ErrInvalid)
+		})
+	})
 }

@@ -2,6 +2,7 @@ package layout
 
 import (
 	"errors"
+	"fmt"
 
 	"gocloud.dev/gcerrors"
 )
@@ -35,6 +36,10 @@ var (
 	// above its base, which it would have had to merge. It also matches
 	// ErrConflict.
 	ErrLateInput = &conflictError{"conflict: snapshots landed above the base while the writer worked"}
+	// ErrChangedUnder: a commit would replace a file (CommitRequest.Unchanged)
+	// that another writer changed since the committing writer read it: a
+	// lost update. It also matches ErrConflict; a *StaleError says which.
+	ErrChangedUnder = &conflictError{"conflict: another writer changed the file since it was read"}
 	// ErrRetriesExhausted: a commit could not make progress within the retry
 	// budget (§13.3).
 	ErrRetriesExhausted = errors.New("commit retries exhausted")
@@ -48,6 +53,22 @@ type notFoundError struct{ msg string }
 
 // conflictError is a conflict other than a commit's (ErrConflict's own
 // text speaks of checkpoints).
+// StaleError is a commit refused because files it would replace were
+// changed by other writers (ErrChangedUnder): Names are those files, each
+// changed at Versions[i]. Nothing was written.
+type StaleError struct {
+	Session  SessionID
+	Names    []string
+	Versions []uint32
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("commit to %s: %s changed at version %d by another writer since it was read: %v", e.Session, e.Names[0], e.Versions[0], ErrChangedUnder)
+}
+
+// Unwrap makes a StaleError match ErrChangedUnder and ErrConflict.
+func (e *StaleError) Unwrap() error { return ErrChangedUnder }
+
 type conflictError struct{ msg string }
 
 func (e *conflictError) Error() string        { return e.msg }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -454,14 +455,21 @@ func namedNowLocked(descs []layout.Descriptor, files []*File) ([]layout.Descript
 // batch is a group commit: descriptors from concurrent closes in one
 // session that share one snapshot.
 type batch struct {
-	descs  []layout.Descriptor
-	files  []*File
+	descs []layout.Descriptor
+	files []*File
+	// owner is the member (the commit call, in the order they joined)
+	// each descriptor came from.
+	owner  []int
 	sealed bool
 	// members counts the commits that joined.
 	members int
-	done    chan struct{}
-	err     error
-	res     layout.CommitResult
+	// stale holds the members refused because a file of theirs was
+	// changed by another writer since they read it (a lost update,
+	// layout.StaleError): the rest of the batch commits without them.
+	stale map[int]error
+	done  chan struct{}
+	err   error
+	res   layout.CommitResult
 	// base, if set, is the position the snapshot must be written on
 	// (CommitSession) instead of the cached state's.
 	base *sessionBase
@@ -532,13 +540,17 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 		ws.batch = b
 		leader = true
 	}
+	member := b.members
 	b.descs = append(b.descs, descs...)
 	b.files = append(b.files, files...)
+	for range descs {
+		b.owner = append(b.owner, member)
+	}
 	b.members++
 	w.mu.Unlock()
 	if !leader {
 		<-b.done
-		return b.res, b.err
+		return b.resultOf(member)
 	}
 	// Gather: when other commits of the session are under way, or the
 	// last batch was shared, wait the group window for more to join. A
@@ -563,6 +575,14 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 	b.res, b.err = w.commitBatch(ctx, ws, b)
 	ws.commitMu.Unlock()
 	close(b.done)
+	return b.resultOf(member)
+}
+
+// resultOf is what the commit call that joined b as member gets.
+func (b *batch) resultOf(member int) (layout.CommitResult, error) {
+	if err := b.stale[member]; err != nil {
+		return layout.CommitResult{}, err
+	}
 	return b.res, b.err
 }
 
@@ -613,6 +633,16 @@ func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error)
 }
 
 // commitBatch commits b as one snapshot; the caller holds ws.commitMu.
+//
+// A file whose new content was built on what it held (an append, an edit
+// in place: the staged file's committed entry) is guarded against a lost
+// update: when another writer gave it other bytes since, up to the state
+// here or in a snapshot the commit lands above, the member that brought
+// it is refused (ESTALE on its close or fsync, its data kept as a failed
+// commit's) and the rest of the batch commits. Without the guard, two
+// mounts appending to one file kept the lines of the last to close.
+// pugfs exec's checkpoint (a batch with a base) is not guarded: its
+// --late-input decides what becomes of what landed meanwhile.
 func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout.CommitResult, error) {
 	id := ws.id
 	st, err := w.cache.State(ctx, id)
@@ -624,9 +654,27 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 	base := st.Position()
 	if b.base != nil {
 		base, req.Exact = b.base.pos, b.base.exact
+	} else {
+		w.refuseStale(b, id, st, b.guards(id), nil)
+		if req, err = b.request(id, w.cfg.SnapshotType); err != nil {
+			return layout.CommitResult{}, err // every member refused
+		}
 	}
-	req.Base = &base
-	res, err := w.store.Commit(ctx, id, req)
+	var res layout.CommitResult
+	var se *layout.StaleError
+	for {
+		req.Base = &base
+		res, err = w.store.Commit(ctx, id, req)
+		if b.base != nil || !errors.As(err, &se) {
+			break
+		}
+		// Changed by another writer in a snapshot the commit was to
+		// land above: without the members that read it, again.
+		w.refuseStale(b, id, nil, b.guards(id), se)
+		if req, err = b.request(id, w.cfg.SnapshotType); err != nil {
+			return layout.CommitResult{}, err
+		}
+	}
 	if err != nil {
 		w.failBatch(b)
 		w.st.errors.Add(1)
@@ -641,12 +689,13 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 	w.st.descriptors.Add(int64(len(res.Descriptors)))
 	w.cache.Committed(id, res)
 	w.cache.SetName(id, st.Manifest.Name)
+	files := b.live(b.files)
 	w.mu.Lock()
 	for i, d := range res.Descriptors {
 		if d.Deleted {
 			delete(ws.gone, d.Name)
 		}
-		if s := b.files[i]; s != nil {
+		if s := files[i]; s != nil {
 			e := layout.Entry{Descriptor: d, Session: id, Version: res.Version}
 			s.mu.Lock()
 			s.committed = &e
@@ -656,6 +705,116 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 	w.mu.Unlock()
 	w.onCommit(id, res.Descriptors)
 	return res, nil
+}
+
+// guards returns the files of b's members not refused yet whose new
+// content was built on what they held: by name, that entry's digest and
+// version (layout.CommitRequest.Unchanged), and the member.
+func (b *batch) guards(id layout.SessionID) map[string]guard {
+	out := map[string]guard{}
+	for i, s := range b.files {
+		if s == nil || b.stale[b.owner[i]] != nil {
+			continue
+		}
+		s.mu.RLock()
+		if e := s.committed; e != nil && e.Name == b.descs[i].Name {
+			fb := layout.FileBase{Digest: e.Digest, Version: e.Version}
+			if e.Session != id {
+				// Inherited from an ancestor (§11.3): its version is
+				// the ancestor's; any write of the name in this
+				// session came after it.
+				fb.Version = 0
+			}
+			out[e.Name] = guard{base: fb, member: b.owner[i]}
+		}
+		s.mu.RUnlock()
+	}
+	return out
+}
+
+// guard is a file of a batch built on what it held (batch.guards).
+type guard struct {
+	base   layout.FileBase
+	member int
+}
+
+// refuseStale refuses the members of b with a guarded file that another
+// writer changed: in st (up to its version, when st is set) or as se says
+// (a snapshot the commit was to land above).
+func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs map[string]guard, se *layout.StaleError) {
+	refuse := func(name string, v uint32, member int) {
+		if b.stale == nil {
+			b.stale = map[int]error{}
+		}
+		if b.stale[member] == nil {
+			err := &layout.StaleError{Session: id, Names: []string{name}, Versions: []uint32{v}}
+			w.log.Error("commit refused: another writer changed the file since it was read; data kept", "session", err.Session, "name", name, "version", v)
+			b.stale[member] = err
+		}
+	}
+	for name, g := range gs {
+		if st != nil && st.Version >= g.base.Version {
+			if e, ok := st.Slots()[name]; ok && g.base.ChangedSince(&e.Descriptor, e.Version) {
+				refuse(name, e.Version, g.member)
+			}
+		}
+	}
+	if se != nil {
+		for i, name := range se.Names {
+			if g, ok := gs[name]; ok {
+				refuse(name, se.Versions[i], g.member)
+			}
+		}
+	}
+	for _, s := range b.refusedFiles() {
+		s.mu.Lock()
+		s.dirty = true // not committed: the release keeps it as failed
+		s.mu.Unlock()
+	}
+}
+
+// refusedFiles are the staged files of b's refused members.
+func (b *batch) refusedFiles() []*File {
+	var out []*File
+	for i, s := range b.files {
+		if s != nil && b.stale[b.owner[i]] != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// live returns the elements of xs (one per descriptor of b) of members
+// not refused, in order.
+func (b *batch) live(xs []*File) []*File {
+	var out []*File
+	for i, x := range xs {
+		if b.stale[b.owner[i]] == nil {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// request is the commit of b's members not refused, guarded; an error
+// when every member was refused (nothing to commit).
+func (b *batch) request(id layout.SessionID, typ layout.SnapshotType) (layout.CommitRequest, error) {
+	req := layout.CommitRequest{Type: typ}
+	for i, d := range b.descs {
+		if b.stale[b.owner[i]] == nil {
+			req.Descriptors = append(req.Descriptors, d)
+		}
+	}
+	for name, g := range b.guards(id) {
+		if req.Unchanged == nil {
+			req.Unchanged = map[string]layout.FileBase{}
+		}
+		req.Unchanged[name] = g.base
+	}
+	if len(req.Descriptors) == 0 && len(b.descs) > 0 {
+		return req, layout.ErrChangedUnder
+	}
+	return req, nil
 }
 
 func (w *Writer) failBatch(b *batch) {

@@ -1,0 +1,193 @@
+package staging
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// otherWriter commits name with body as another mount would: straight to
+// the bucket, unseen by the rig's cache until it looks again.
+func (r *writerRig) otherWriter(t *testing.T, name, body string) {
+	t.Helper()
+	d := layout.Descriptor{Name: name, Data: []byte(body), Digest: layout.DigestOf([]byte(body)), Size: int64(len(body)), CreatedAt: time.Now().UTC()}
+	if _, err := r.store.Commit(context.Background(), r.id, layout.CommitRequest{Type: layout.Provisional, Descriptors: []layout.Descriptor{d}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// slotBody is the content the committed slot name holds.
+func (r *writerRig) slotBody(t *testing.T, name string) string {
+	t.Helper()
+	e, ok := r.slot(t, name)
+	if !ok {
+		return "(none)"
+	}
+	return string(e.Data)
+}
+
+// appendTo opens name for writing without truncating (>>, an edit in
+// place) and appends line, not released.
+func (r *writerRig) appendTo(t *testing.T, name, line string) *File {
+	t.Helper()
+	base, ok := r.slot(t, name)
+	if !ok {
+		t.Fatalf("%s is not committed", name)
+	}
+	s, err := r.w.Open(context.Background(), r.id, name, &base, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append([]byte(line)); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestWriterLostUpdate: a file written on what it held (an append, an edit
+// in place) is not committed over bytes another writer committed since:
+// the close (or fsync) fails with ESTALE (layout.ErrChangedUnder), the
+// data is kept in the failed directory, and the other writer's bytes stay.
+// Two mounts appending a line each to one file kept only the last line to
+// close, with both closes succeeding. A write that replaces the file
+// (O_TRUNC) is not guarded: the last one wins, as on any file system.
+func TestWriterLostUpdate(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		ttl  time.Duration // the cache's: stale, the commit itself finds the change
+	}{{"fresh-state", 0}, {"stale-state", time.Hour}} {
+		t.Run(c.name+"/append", func(t *testing.T) {
+			r := newWriterRigTTL(t, c.ttl, nil)
+			r.write(t, "f", "base\n")
+			s := r.appendTo(t, "f", "mine\n")
+			r.otherWriter(t, "f", "base\nother\n")
+			err := r.w.Release(ctx, r.id, s)
+			var se *layout.StaleError
+			if !errors.As(err, &se) || !errors.Is(err, layout.ErrConflict) || se.Names[0] != "f" {
+				t.Fatalf("close: %v, want a StaleError of f", err)
+			}
+			if got := r.slotBody(t, "f"); got != "base\nother\n" {
+				t.Fatalf("f = %q, want the other writer's", got)
+			}
+			if len(r.failedFiles(t)) != 1 {
+				t.Fatalf("failed directory %v, want the refused content", r.failedFiles(t))
+			}
+		})
+	}
+	t.Run("truncate-replaces", func(t *testing.T) {
+		r := newWriterRig(t)
+		r.write(t, "f", "base\n")
+		r.otherWriter(t, "f", "other\n")
+		r.write(t, "f", "mine\n")
+		if got := r.slotBody(t, "f"); got != "mine\n" {
+			t.Fatalf("f = %q", got)
+		}
+	})
+	t.Run("removed-elsewhere", func(t *testing.T) {
+		r := newWriterRig(t)
+		r.write(t, "f", "base\n")
+		s := r.appendTo(t, "f", "mine\n")
+		if _, err := r.store.Commit(ctx, r.id, layout.CommitRequest{Type: layout.Provisional, Descriptors: []layout.Descriptor{{Name: "f", Deleted: true, CreatedAt: time.Now().UTC()}}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.w.Release(ctx, r.id, s); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.slotBody(t, "f"); got != "base\nmine\n" {
+			t.Fatalf("f = %q", got)
+		}
+	})
+	// A group commit refuses the close that would lose an update, and
+	// lands the others it gathered.
+	t.Run("batch", func(t *testing.T) {
+		r := newWriterRig(t)
+		r.write(t, "f", "base\n")
+		r.write(t, "x", "x\n")
+		g := r.stallSnapshots()
+		hold := r.written(t, "held", "held\n") // its commit holds the session's commit turn
+		done := make(chan error, 3)
+		go func() { done <- r.w.Release(ctx, r.id, hold) }()
+		waitStalled(t, g, 1)
+		stale := r.appendTo(t, "f", "mine\n")
+		fine := r.appendTo(t, "x", "more\n")
+		r.inj.Reset() // the other writer's commit goes through
+		r.otherWriter(t, "f", "base\nother\n")
+		g2 := r.stallSnapshots()
+		var wg sync.WaitGroup
+		var staleErr, fineErr error
+		// close(2) is FLUSH, then RELEASE: closes share a snapshot at
+		// the flush.
+		wg.Go(func() { staleErr = r.w.Flush(ctx, r.id, stale, true) })
+		wg.Go(func() { fineErr = r.w.Flush(ctx, r.id, fine, true) })
+		waitBatch(t, r, 2)
+		g.Release()
+		g2.Release()
+		wg.Wait()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(staleErr, layout.ErrChangedUnder) || fineErr != nil {
+			t.Fatalf("stale close %v, other close %v", staleErr, fineErr)
+		}
+		if err := r.w.Release(ctx, r.id, fine); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.w.Release(ctx, r.id, stale); err != nil || len(r.failedFiles(t)) != 1 {
+			t.Fatalf("release of the refused file: %v, failed directory %v", err, r.failedFiles(t))
+		}
+		if f, x := r.slotBody(t, "f"), r.slotBody(t, "x"); f != "base\nother\n" || x != "x\nmore\n" {
+			t.Fatalf("f = %q, x = %q", f, x)
+		}
+	})
+	// --commit=fsync: one snapshot or none.
+	t.Run("fsync", func(t *testing.T) {
+		r := newWriterRig(t, CommitOnFsync)
+		for _, n := range []string{"f", "x"} {
+			r.write(t, n, n+"\n")
+		}
+		if err := r.w.FsyncSession(ctx, r.id); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"f", "x"} {
+			if err := r.w.Release(ctx, r.id, r.appendTo(t, n, "more\n")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.otherWriter(t, "f", "other\n")
+		v := r.latest(t)
+		if err := r.w.FsyncSession(ctx, r.id); !errors.Is(err, layout.ErrChangedUnder) {
+			t.Fatalf("fsync: %v, want ErrChangedUnder", err)
+		}
+		if r.latest(t) != v || r.slotBody(t, "x") != "x\n" || r.slotBody(t, "f") != "other\n" {
+			t.Fatalf("a refused fsync committed something")
+		}
+	})
+}
+
+// waitBatch polls until the gathering batch of r's session has n members.
+func waitBatch(t *testing.T, r *writerRig, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	ws := r.w.session(r.id)
+	for {
+		r.w.mu.Lock()
+		b := ws.batch
+		got := 0
+		if b != nil {
+			got = b.members
+		}
+		r.w.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("batch has %d members, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
