@@ -352,6 +352,9 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 			return nil, 0, n.f.errnoOf("open memory", err)
 		}
 		h.buf = body
+		if h.write {
+			h.base = &e.Digest
+		}
 	}
 	if flags&syscall.O_TRUNC != 0 {
 		h.dirty = true
@@ -408,6 +411,11 @@ type memHandle struct {
 	bufHandle
 	n     *memFile
 	write bool
+	// base is the digest of the record the content was built on: the
+	// one read at open (without O_TRUNC), then each one this handle
+	// committed. Guarded by commitMu. A commit over a record another
+	// writer changed since is refused (Records.PutMemory).
+	base *layout.Digest
 }
 
 var (
@@ -450,11 +458,12 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 	n.mu.Lock()
 	e := n.e
 	n.mu.Unlock()
-	d, err := f.recs.PutMemory(context.WithoutCancel(ctx), n.ns, e.Descriptor, body)
+	d, err := f.recs.PutMemory(context.WithoutCancel(ctx), n.ns, e.Descriptor, body, h.base)
 	if err != nil {
 		h.settle(gen, err)
 		return f.errnoOf("write memory "+n.ns+"/"+e.Name, err)
 	}
+	h.base = &d.Digest
 	n.mu.Lock()
 	n.e, n.has = layout.Entry{Descriptor: d}, true
 	n.mu.Unlock()

@@ -116,6 +116,12 @@ type MemoryWrite struct {
 	// Commit is stamped on the Put records; a zero Transaction gets a
 	// fresh ID.
 	Commit MemoryCommit
+	// Unchanged guards against lost updates: name -> the digest of the
+	// record a Put was built on (an append to it, an edit in place). A
+	// merge that finds another digest under the name refuses the write
+	// (ErrChangedUnder): the other writer's record would be lost under
+	// it. A name with no record is written (it was removed meanwhile).
+	Unchanged map[string]Digest
 }
 
 // MemoryResult reports a memory merge.
@@ -163,6 +169,11 @@ func (s *Store) WriteMemory(ctx context.Context, ns string, w MemoryWrite) (Memo
 		if v > 0 {
 			if cur, err = s.ReadMemory(ctx, ns, v); err != nil {
 				return MemoryResult{}, err
+			}
+		}
+		for _, d := range cur {
+			if want, ok := w.Unchanged[d.Name]; ok && d.Digest != want {
+				return MemoryResult{}, fmt.Errorf("write memory %s: record %q changed in version %d since it was read: %w", ns, d.Name, v, ErrChangedUnder)
 			}
 		}
 		merged, changed := MergeMemory(cur, w)

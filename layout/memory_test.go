@@ -268,3 +268,34 @@ func TestSection8_5_LongestPrefix(t *testing.T) {
 		t.Fatalf("got %q", ns)
 	}
 }
+
+// TestMemoryWriteUnchanged: a record written on the one it read (an
+// append) is not merged over another writer's newer record of the name:
+// ErrChangedUnder, nothing written. The same record, or none (removed
+// meanwhile), lets it through.
+func TestMemoryWriteUnchanged(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		const ns = "team/log"
+		orig := desc("log.md", "line 1\n")
+		writeMem(t, s, ns, MemoryWrite{Put: []Descriptor{orig}})
+		mine := desc("log.md", "line 1\nmine\n")
+		guard := map[string]Digest{"log.md": orig.Digest}
+		// Nothing changed: it lands.
+		if r := writeMem(t, s, ns, MemoryWrite{Put: []Descriptor{mine}, Unchanged: guard}); r.Version != 2 {
+			t.Fatalf("unchanged base: version %d", r.Version)
+		}
+		// Another writer's record since: refused.
+		_, err := s.WriteMemory(bg, ns, MemoryWrite{Put: []Descriptor{desc("log.md", "line 1\nother\n")}, Unchanged: guard})
+		wantErrIs(t, err, ErrChangedUnder)
+		wantErrIs(t, err, ErrConflict)
+		if v, _ := s.LatestMemoryVersion(bg, ns); v != 2 {
+			t.Fatalf("a refused write made version %d", v)
+		}
+		// Removed meanwhile: written anew.
+		writeMem(t, s, ns, MemoryWrite{Remove: []string{"log.md"}})
+		if r := writeMem(t, s, ns, MemoryWrite{Put: []Descriptor{mine}, Unchanged: guard}); r.Version != 4 {
+			t.Fatalf("removed base: version %d", r.Version)
+		}
+	})
+}

@@ -141,16 +141,19 @@ func (r *Records) commit(ctx context.Context) (layout.MemoryCommit, error) {
 
 // PutMemory stores body as record e.Name of namespace ns, keeping e's
 // metadata and schema, merged into the namespace (§8.3), and returns the
-// record as committed.
-func (r *Records) PutMemory(ctx context.Context, ns string, e layout.Descriptor, body []byte) (layout.Descriptor, error) {
-	d, err := r.putMemory(ctx, ns, e, body)
+// record as committed. base, if set, is the digest of the record body was
+// built on (an append, an edit in place): when another writer changed the
+// record since, nothing is written (layout.ErrChangedUnder, a lost update
+// otherwise) and body is kept as a failed write's.
+func (r *Records) PutMemory(ctx context.Context, ns string, e layout.Descriptor, body []byte, base *layout.Digest) (layout.Descriptor, error) {
+	d, err := r.putMemory(ctx, ns, e, body, base)
 	if err != nil {
 		r.keep("memories", ns+"/"+e.Name, body, err)
 	}
 	return d, err
 }
 
-func (r *Records) putMemory(ctx context.Context, ns string, e layout.Descriptor, body []byte) (layout.Descriptor, error) {
+func (r *Records) putMemory(ctx context.Context, ns string, e layout.Descriptor, body []byte, base *layout.Digest) (layout.Descriptor, error) {
 	cm, err := r.commit(ctx)
 	if err != nil {
 		return layout.Descriptor{}, err
@@ -161,7 +164,11 @@ func (r *Records) putMemory(ctx context.Context, ns string, e layout.Descriptor,
 	}
 	d.CreatedAt = r.now().UTC()
 	d.Metadata, d.SchemaURL = maps.Clone(e.Metadata), e.SchemaURL
-	res, err := r.store.WriteMemory(ctx, ns, layout.MemoryWrite{Put: []layout.Descriptor{d}, Commit: cm})
+	mw := layout.MemoryWrite{Put: []layout.Descriptor{d}, Commit: cm}
+	if base != nil {
+		mw.Unchanged = map[string]layout.Digest{e.Name: *base}
+	}
+	res, err := r.store.WriteMemory(ctx, ns, mw)
 	r.caches.InvalidateMemories()
 	if err != nil {
 		return layout.Descriptor{}, err

@@ -28,7 +28,7 @@ func TestRecords(t *testing.T) {
 	}, RecordOptions{})
 
 	for _, body := range []string{"one", "two"} {
-		d, err := r.PutMemory(ctx, "notes", layout.Descriptor{Name: "a", Metadata: map[string]string{"k": "v"}}, []byte(body))
+		d, err := r.PutMemory(ctx, "notes", layout.Descriptor{Name: "a", Metadata: map[string]string{"k": "v"}}, []byte(body), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +39,7 @@ func TestRecords(t *testing.T) {
 	if len(made) != 1 {
 		t.Fatalf("%d writer sessions made for two memory writes, want one", len(made))
 	}
-	if _, err := r.PutMemory(ctx, "notes", layout.Descriptor{Name: "b"}, []byte("x")); err != nil {
+	if _, err := r.PutMemory(ctx, "notes", layout.Descriptor{Name: "b"}, []byte("x"), nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.RenameMemory(ctx, "notes", "a", "b", true); !errors.Is(err, ErrExist) {
@@ -103,7 +103,7 @@ func TestRecordsKeepFailedWrites(t *testing.T) {
 	store := layout.New(memblob.OpenBucket(nil), nil)
 	failed := t.TempDir()
 	r := NewRecords(failingPuts{store}, RecordCaches{}, RecordOptions{FailedDir: failed})
-	if _, err := r.PutMemory(ctx, "team/notes", layout.Descriptor{Name: "standup.md"}, []byte("memory body\n")); !errors.Is(err, errPutFails) {
+	if _, err := r.PutMemory(ctx, "team/notes", layout.Descriptor{Name: "standup.md"}, []byte("memory body\n"), nil); !errors.Is(err, errPutFails) {
 		t.Fatalf("memory write: %v", err)
 	}
 	if _, _, err := r.WriteRef(ctx, "tags/x", layout.Ref{}, false, []byte("objects/one\n")); !errors.Is(err, errPutFails) {

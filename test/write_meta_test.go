@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
 
+	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -254,4 +256,39 @@ func TestWriteRefsCompareAndSwap(t *testing.T) {
 			t.Fatalf("ref fresh = %+v, %v; want from-a", r, err)
 		}
 	})
+}
+
+// TestWriteMemoryNoLostUpdate: two mounts append to one memory record
+// with their opens overlapping: the first close lands, the second is
+// ESTALE (its record was built on the one the first replaced) and lands
+// nothing, and its body is kept in the failed directory. Both closes
+// succeeded before and the record held the second mount's line only.
+func TestWriteMemoryNoLostUpdate(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	a, b := mount(t, bk), mount(t, bk)
+	shE(t, a.Dir, `mkdir memories/team && echo base > memories/team/log.md`)
+	rec := "memories/team/log.md"
+	waitFor(t, "b sees the record", func() bool { return shE(t, b.Dir, "cat "+rec) == "base\n" })
+	const overlap = `
+import errno, sys
+a = open(sys.argv[1], "a"); b = open(sys.argv[2], "a")
+a.write("from a\n"); b.write("from b\n")
+a.close()
+try:
+    b.close()
+    print("b closed")
+except OSError as e:
+    print("b:", errno.errorcode[e.errno])
+`
+	out, err := exec.Command("python3", "-c", overlap, filepath.Join(a.Dir, rec), filepath.Join(b.Dir, rec)).CombinedOutput()
+	if err != nil || string(out) != "b: ESTALE\n" {
+		t.Fatalf("python: %v\n%s", err, out)
+	}
+	got, v := memRecords(t, bk, "team")
+	if got["log.md"] != "base\nfrom a\n" || v != 2 {
+		t.Fatalf("log.md = %q at version %d, want a's append at 2", got["log.md"], v)
+	}
+	if kept := shE(t, b.Dir, "cat .pugmark/failed/memories/team%2Flog.md.*"); kept != "base\nfrom b\n" {
+		t.Fatalf("b's refused record in the failed directory: %q", kept)
+	}
 }
