@@ -149,25 +149,13 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 	if sendArea(from) != sendArea(to) {
 		return ErrCrossSend
 	}
-	// A commit in flight of what is renamed or replaced (a release
-	// committing a just-created file, say) has taken its name already:
-	// let it land, then look where things are. Renaming under it moved a
-	// file whose descriptor still had the old name, and the file ended at
-	// the old name, or the rename found it neither staged nor committed.
 	ws := w.session(id)
 	ws.nsMu.Lock()
 	defer ws.nsMu.Unlock()
-	w.waitCommits(id, from, to)
-	// The moved descriptors copy the digests of the entries read here:
-	// read from the bucket (one LIST), not from a state trusted for the
-	// metadata TTL, or mv of a file another mount rewrote within the TTL
-	// moved the old bytes and the rewrite was lost (as for chmod, attrs.go).
-	w.cache.Invalidate(id)
-	st, err := w.cache.State(ctx, id)
+	slots, tree, err := w.liveNow(ctx, id, from, to)
 	if err != nil {
 		return err
 	}
-	slots, tree := w.Live(st)
 	exists := func(name string) (file, dir bool) { return w.kindOf(ws, slots, tree, name) }
 	srcFile, srcDir := exists(from)
 	if !srcFile && !srcDir {
@@ -276,6 +264,28 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 	return nil
 }
 
+// liveNow is the live view of session id for a change of names from and
+// to (a rename, a link), taken under the session's nsMu. A commit in
+// flight of either name (a release committing a just-created file, say)
+// has taken its name already: it lands first, then the view is read.
+// Renaming under it moved a file whose descriptor still had the old
+// name, and the file ended at the old name, or the rename found it
+// neither staged nor committed. The state is read from the bucket (one
+// LIST), not trusted for the metadata TTL: the descriptors the change
+// writes copy the digests read here, and mv of a file another mount
+// rewrote within the TTL moved the old bytes, losing the rewrite (as for
+// chmod, attrs.go).
+func (w *Writer) liveNow(ctx context.Context, id layout.SessionID, from, to string) (map[string]layout.Entry, *cache.Dir, error) {
+	w.waitCommits(id, from, to)
+	w.cache.Invalidate(id)
+	st, err := w.cache.State(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	slots, tree := w.Live(st)
+	return slots, tree, nil
+}
+
 // kindOf reports whether name is a file and whether it is a directory in
 // the live view of ws (slots and tree, from Live), staged files and local
 // directories included.
@@ -325,15 +335,10 @@ func (w *Writer) link(ctx context.Context, id layout.SessionID, from, to string)
 	ws := w.session(id)
 	ws.nsMu.Lock()
 	defer ws.nsMu.Unlock()
-	w.waitCommits(id, from, to)
-	// The new descriptor copies the digest read here: from the bucket,
-	// not a state trusted for the metadata TTL (as for Rename).
-	w.cache.Invalidate(id)
-	st, err := w.cache.State(ctx, id)
+	slots, tree, err := w.liveNow(ctx, id, from, to)
 	if err != nil {
 		return nil, err
 	}
-	slots, tree := w.Live(st)
 	if file, dir := w.kindOf(ws, slots, tree, to); file || dir {
 		return nil, ErrExist
 	}
