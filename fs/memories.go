@@ -346,6 +346,22 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 	n.mu.Lock()
 	e, has := n.e, n.has
 	n.mu.Unlock()
+	if h.write && flags&syscall.O_TRUNC == 0 {
+		// Built on what the record holds now (one LIST of the namespace),
+		// not on what a lookup within the metadata TTL saw: another
+		// mount's write of it since would refuse the commit (a lost
+		// update otherwise), so >> appends to it, as for session files.
+		cur, ok, err := n.f.latestRecord(ctx, n.ns, e.Name)
+		if err != nil {
+			return nil, 0, n.f.errnoOf("open memory", err)
+		}
+		if ok != has || (ok && cur.Digest != e.Digest) {
+			e, has = cur, ok
+			n.mu.Lock()
+			n.e, n.has = e, has
+			n.mu.Unlock()
+		}
+	}
 	if has && flags&syscall.O_TRUNC == 0 {
 		body, err := readAll(ctx, n.f, &e.Descriptor)
 		if err != nil {
@@ -389,6 +405,26 @@ func (n *memFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetA
 		}
 	}
 	return n.Getattr(ctx, fh, out)
+}
+
+// latestRecord returns record name of namespace ns as the bucket holds
+// it now: its last record of the name in the latest version (§8.3), or
+// ok false when it has none.
+func (f *FS) latestRecord(ctx context.Context, ns, name string) (e layout.Entry, ok bool, err error) {
+	v, err := f.store.LatestMemoryVersion(ctx, ns)
+	if err != nil || v == 0 {
+		return e, false, err
+	}
+	recs, err := f.views.Memory(ctx, ns, v)
+	if err != nil {
+		return e, false, err
+	}
+	for _, d := range recs {
+		if d.Name == name && !d.Deleted {
+			e, ok = layout.Entry{Descriptor: d}, true
+		}
+	}
+	return e, ok, nil
 }
 
 func readAll(ctx context.Context, f *FS, d *layout.Descriptor) ([]byte, error) {

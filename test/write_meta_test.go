@@ -263,9 +263,11 @@ func TestWriteRefsCompareAndSwap(t *testing.T) {
 // ESTALE (its record was built on the one the first replaced) and lands
 // nothing, and its body is kept in the failed directory. Both closes
 // succeeded before and the record held the second mount's line only.
+// An append that opens after the other mount's write appends to it,
+// though its mount looked the record up before (an hour's TTL).
 func TestWriteMemoryNoLostUpdate(t *testing.T) {
 	bk := openBucket(t, testbucket.Local)
-	a, b := mount(t, bk), mount(t, bk)
+	a, b := mount(t, bk, "--metadata-ttl", "1h"), mount(t, bk, "--metadata-ttl", "1h")
 	shE(t, a.Dir, `mkdir memories/team && echo base > memories/team/log.md`)
 	rec := "memories/team/log.md"
 	waitFor(t, "b sees the record", func() bool { return shE(t, b.Dir, "cat "+rec) == "base\n" })
@@ -290,5 +292,17 @@ except OSError as e:
 	}
 	if kept := shE(t, b.Dir, "cat .pugmark/failed/memories/team%2Flog.md.*"); kept != "base\nfrom b\n" {
 		t.Fatalf("b's refused record in the failed directory: %q", kept)
+	}
+	shE(t, a.Dir, "echo a2 >> "+rec)
+	const appendChecked = `
+import sys
+with open(sys.argv[1], "a") as f:
+    f.write("b2\n")
+`
+	if out, err := exec.Command("python3", "-c", appendChecked, filepath.Join(b.Dir, rec)).CombinedOutput(); err != nil {
+		t.Fatalf("b's append after a's: %v\n%s", err, out)
+	}
+	if got, _ := memRecords(t, bk, "team"); got["log.md"] != "base\nfrom a\na2\nb2\n" {
+		t.Fatalf("log.md = %q after appends in turn", got["log.md"])
 	}
 }
