@@ -684,7 +684,7 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 		w.cache.Invalidate(id)
 		return res, fmt.Errorf("commit to session %s: %w", id, err)
 	}
-	w.st.commits.Add(int64(len(b.descs)))
+	w.st.commits.Add(int64(len(req.Descriptors)))
 	w.st.snapshots.Add(1)
 	w.st.descriptors.Add(int64(len(res.Descriptors)))
 	w.cache.Committed(id, res)
