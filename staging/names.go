@@ -236,8 +236,48 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 		ds = append(ds, layout.Descriptor{Name: e.Name, Deleted: true, CreatedAt: now}, moved)
 	}
 	w.mu.Lock()
-	for _, name := range src.staged {
-		s := ws.files[name] // still there: releases wait for nsMu
+	var dirs []string
+	for d := range ws.dirs {
+		if d == from || strings.HasPrefix(d, from+"/") {
+			dirs = append(dirs, d)
+		}
+	}
+	w.moveLocalLocked(ws, from, to, src.staged, dirs)
+	if len(ds) == 0 {
+		ws.dirs[to] = true
+	}
+	w.mu.Unlock()
+	if len(ds) > 0 {
+		if err := w.Queue(ctx, id, ds); err != nil {
+			// Nothing moved in the bucket: neither does anything here.
+			// Left moved, the local directories showed the target as an
+			// empty directory beside the source, and the mv tried again
+			// moved the source into it.
+			w.mu.Lock()
+			var back []string
+			for _, name := range src.staged {
+				back = append(back, to+strings.TrimPrefix(name, from))
+			}
+			var backDirs []string
+			for _, d := range dirs {
+				backDirs = append(backDirs, to+strings.TrimPrefix(d, from))
+			}
+			w.moveLocalLocked(ws, to, from, back, backDirs)
+			w.mu.Unlock()
+			return err
+		}
+	}
+	w.keepParents(id, from)
+	return nil
+}
+
+// moveLocalLocked renames the staged files named staged and the local
+// directories dirs, all under from, to the same places under to. The
+// caller holds ws.nsMu (releases wait for it, so every staged file is
+// still there) and w.mu.
+func (w *Writer) moveLocalLocked(ws *session, from, to string, staged, dirs []string) {
+	for _, name := range staged {
+		s := ws.files[name]
 		delete(ws.files, name)
 		nn := to + strings.TrimPrefix(name, from)
 		s.mu.Lock()
@@ -245,23 +285,12 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 		s.mu.Unlock()
 		ws.files[nn] = s
 	}
-	for d := range ws.dirs {
-		if d == from || strings.HasPrefix(d, from+"/") {
-			delete(ws.dirs, d)
-			ws.dirs[to+strings.TrimPrefix(d, from)] = true
-		}
+	for _, d := range dirs {
+		delete(ws.dirs, d)
 	}
-	if len(ds) == 0 {
-		ws.dirs[to] = true
+	for _, d := range dirs {
+		ws.dirs[to+strings.TrimPrefix(d, from)] = true
 	}
-	w.mu.Unlock()
-	if len(ds) > 0 {
-		if err := w.Queue(ctx, id, ds); err != nil {
-			return err
-		}
-	}
-	w.keepParents(id, from)
-	return nil
 }
 
 // liveNow is the live view of session id for a change of names from and

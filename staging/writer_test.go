@@ -1168,3 +1168,45 @@ func TestWriterLink(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestWriterRenameDirFailsWhole: a directory rename whose commit fails
+// moves nothing, here either: the target is not left as an empty local
+// directory (the fault audit: an mv tried again then moved the source
+// into it, d2/d/x), and staged files and local subdirectories keep their
+// names.
+func TestWriterRenameDirFailsWhole(t *testing.T) {
+	ctx := context.Background()
+	r := newWriterRig(t)
+	r.write(t, "d/x", "x\n")
+	r.w.Mkdir(r.id, "d/sub")
+	s := r.written(t, "d/y", "y\n") // staged, open
+	r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Regexp: regexp.MustCompile(`/snapshots/`)}, FailProb: 1,
+		Err: faultblob.PermanentError(gcerrors.PermissionDenied)})
+	if err := r.w.Rename(ctx, r.id, "d", "d2", false); err == nil {
+		t.Fatal("rename committed with every snapshot PUT failing")
+	}
+	r.inj.Reset()
+	if st := r.w.Staged(r.id, "d/y"); st != s || s.Name() != "d/y" {
+		t.Fatalf("staged d/y after the failed rename: %v %q", st, s.Name())
+	}
+	st := r.state(t)
+	slots, tree := r.w.Live(st)
+	if file, dir := r.w.kindOf(r.w.session(r.id), slots, tree, "d2"); file || dir {
+		t.Fatalf("d2 is left after the failed rename (file %v, dir %v)", file, dir)
+	}
+	if _, dir := r.w.kindOf(r.w.session(r.id), slots, tree, "d/sub"); !dir {
+		t.Fatal("d/sub lost its name")
+	}
+	// Tried again, it moves d to d2 (not into it).
+	if err := r.w.Rename(ctx, r.id, "d", "d2", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.w.Release(ctx, r.id, s); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"d2/x", "d2/y"} {
+		if _, ok := r.slot(t, n); !ok {
+			t.Errorf("%s missing after the second rename", n)
+		}
+	}
+}
