@@ -170,7 +170,21 @@ func (d *sessionDir) list(ctx context.Context) ([]child, error) {
 		}
 	}
 	if local != nil {
-		out = append(out, local(seen)...)
+		at := make(map[string]int, len(out))
+		for i, c := range out {
+			at[c.name] = i
+		}
+		for _, c := range local(seen) {
+			// A staged file shadows the committed entry of its name:
+			// a node made from that entry (READDIRPLUS answers from
+			// this listing) showed the bytes the staged file's commit
+			// replaces once the staged file was forgotten.
+			if i, ok := at[c.name]; ok {
+				out[i] = c
+			} else {
+				out = append(out, c)
+			}
+		}
 	}
 	return out, nil
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/staging"
 )
 
 // TestCreatedFileReopenedUnchanged: a file made by create(2), committed
@@ -55,5 +57,85 @@ func TestCreatedFileReopenedUnchanged(t *testing.T) {
 	}
 	if b, _ := res.Bytes(buf); string(b) != "hello" {
 		t.Fatalf("read after the reopen: %q, want %q", b, "hello")
+	}
+}
+
+// TestListingShowsStagedFile: a directory listing taken while a file is
+// staged over its committed entry (an append not committed yet) gives the
+// staged file, as a lookup does, and the node it makes shows the appended
+// bytes after the commit too. The listing gave the committed entry, and
+// READDIRPLUS answers from the listing: a node made there (the kernel had
+// forgotten the file's inode, as it may under memory pressure) showed the
+// bytes the commit replaced once the staged file was forgotten, for as
+// long as the kernel kept the node (TestWriteFsyncMode, under load: "c\n"
+// read back after `echo more >> d/c.txt; mv d e; sync`).
+func TestListingShowsStagedFile(t *testing.T) {
+	r := newFSRig(t)
+	ctx := context.Background()
+	write := func(s *staging.File, data string, off int64) {
+		t.Helper()
+		h := &whandle{f: r.f, id: r.id, s: s, n: &slotFile{f: r.f, id: r.id, name: "x"}, counted: true}
+		if _, errno := h.Write(ctx, []byte(data), off); errno != 0 {
+			t.Fatal(errno)
+		}
+		if errno := h.Flush(ctx); errno != 0 {
+			t.Fatalf("close: %v", errno)
+		}
+		h.Release(ctx)
+	}
+	s, err := r.f.w.Open(ctx, r.id, "x", nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(s, "a\n", 0)
+
+	// Staged again from the committed entry: an append in progress.
+	base := func() *layout.Entry {
+		st, err := r.f.cache.State(ctx, r.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := st.Slots()["x"]
+		return &e
+	}
+	s, err = r.f.w.OpenFresh(ctx, r.id, "x", base, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteAt([]byte("b\n"), 2); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := (&sessionDir{f: r.f, id: r.id}).list(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var node *slotFile
+	for _, c := range cs {
+		if c.name == "x" {
+			if node != nil {
+				t.Fatal("x listed twice")
+			}
+			node = c.node().(*slotFile)
+		}
+	}
+	if node == nil {
+		t.Fatalf("x not listed: %v", cs)
+	}
+	// The append commits, and the staged file is forgotten.
+	h := &whandle{f: r.f, id: r.id, s: s, n: node, counted: true}
+	if errno := h.Flush(ctx); errno != 0 {
+		t.Fatalf("close: %v", errno)
+	}
+	h.Release(ctx)
+	if r.f.w.Staged(r.id, "x") != nil {
+		t.Fatal("x still staged after its last release")
+	}
+	buf := make([]byte, 16)
+	res, errno := node.Read(ctx, nil, buf, 0)
+	if errno != 0 {
+		t.Fatalf("read: %v", errno)
+	}
+	if b, _ := res.Bytes(buf); string(b) != "a\nb\n" {
+		t.Fatalf("the listed node reads %q after the commit, want %q", b, "a\nb\n")
 	}
 }

@@ -238,11 +238,15 @@ type Local struct {
 
 // Overlay returns the local entries of directory prefix (a full slot
 // name, "" for the session root) of a session, in two steps: Overlay
-// notes them now, and the function it returns gives those not seen in
-// the committed tree. A listing must note them before it reads the
-// committed state: a commit moves a file from the staged set into the
-// state, so a file is in the staged set noted first or in the state read
-// after, and never in neither (a just-created file missing from ls).
+// notes them now, and the function it returns gives every staged file
+// noted and the local directories not seen in the committed tree. A
+// listing must note them before it reads the committed state: a commit
+// moves a file from the staged set into the state, so a file is in the
+// staged set noted first or in the state read after, and never in
+// neither (a just-created file missing from ls). A staged file shadows a
+// committed entry of its name (an append, a file a directory rename
+// carried), as in Lookup: the listing shows the staged file, not the
+// entry its commit replaces.
 func (w *Writer) Overlay(id layout.SessionID, prefix string) func(seen map[string]bool) []Local {
 	w.mu.Lock()
 	ws := w.ss[id]
@@ -276,12 +280,7 @@ func (w *Writer) Overlay(id layout.SessionID, prefix string) func(seen map[strin
 	}
 	w.mu.Unlock()
 	return func(seen map[string]bool) []Local {
-		var out []Local
-		for _, l := range files {
-			if !seen[l.Name] {
-				out = append(out, l)
-			}
-		}
+		out := append([]Local(nil), files...)
 		for name := range dirs {
 			if !seen[name] {
 				out = append(out, Local{Name: name})
