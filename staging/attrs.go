@@ -2,6 +2,7 @@ package staging
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"time"
 
@@ -70,7 +71,17 @@ type AttrResult struct {
 // (OpenFrom), and the entry the file shows now, whose mtime a metadata
 // change of clean content keeps.
 func (w *Writer) SetAttrs(ctx context.Context, id layout.SessionID, name string, c AttrChange, baseOf func() *layout.Entry, shown *layout.Entry) (AttrResult, error) {
-	e, staged, err := w.setCommittedAttrs(ctx, id, name, c)
+	var e *layout.Entry
+	var staged bool
+	var err error
+	for attempt := 1; ; attempt++ {
+		// A refused commit (another mount rewrote the file after it
+		// was read) looks again: see setCommittedAttrs.
+		e, staged, err = w.setCommittedAttrs(ctx, id, name, c)
+		if !errors.Is(err, layout.ErrChangedUnder) || attempt == lookAgain {
+			break
+		}
+	}
 	if err != nil || !staged {
 		return AttrResult{Entry: e}, err
 	}
@@ -119,6 +130,8 @@ func (w *Writer) setCommittedAttrs(ctx context.Context, id layout.SessionID, nam
 	// from the bucket, not from a state trusted for the metadata TTL (one
 	// LIST). Otherwise a touch or chmod within the TTL of another mount's
 	// rewrite committed the old bytes again, and the rewrite was lost.
+	// A rewrite that lands after this read refuses the commit (the
+	// descriptor is guarded by the entry it copies).
 	w.cache.Invalidate(id)
 	st, err := w.cache.State(ctx, id)
 	if err != nil {
@@ -135,7 +148,7 @@ func (w *Writer) setCommittedAttrs(ctx context.Context, id layout.SessionID, nam
 		return &cur, false, nil // nothing changes: no new version
 	}
 	d.CreatedAt = w.cfg.Now().UTC()
-	if err := w.Queue(ctx, id, []layout.Descriptor{d}); err != nil {
+	if err := w.queue(ctx, id, []pendingOp{{desc: &d, base: fileBase(id, &cur)}}); err != nil {
 		return nil, false, err
 	}
 	// An open that staged the name meanwhile (it read the old entry as

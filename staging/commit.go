@@ -394,11 +394,23 @@ func (w *Writer) refuse(ws *session, ops []pendingOp, gens []uint64, taken int, 
 // close mode they are committed now as one snapshot; in fsync mode they
 // wait for fsync.
 func (w *Writer) Queue(ctx context.Context, id layout.SessionID, ds []layout.Descriptor) error {
+	ops := make([]pendingOp, len(ds))
+	for i := range ds {
+		ops[i] = pendingOp{desc: &ds[i]}
+	}
+	return w.queue(ctx, id, ops)
+}
+
+// queue is Queue of descriptor ops, some guarded (pendingOp.base). With
+// --commit=fsync the guards are dropped: the change has shown as made
+// since the call, and only the fsync that commits it could refuse it,
+// over and over, for a name the writer no longer looks at.
+func (w *Writer) queue(ctx context.Context, id layout.SessionID, ops []pendingOp) error {
 	if w.cfg.Commit == CommitOnFsync {
 		ws := w.session(id)
 		w.mu.Lock()
-		for i := range ds {
-			d := ds[i]
+		for _, op := range ops {
+			d := *op.desc
 			ws.pending = append(ws.pending, pendingOp{desc: &d})
 			if d.Deleted {
 				ws.gone[d.Name] = true
@@ -409,11 +421,6 @@ func (w *Writer) Queue(ctx context.Context, id layout.SessionID, ds []layout.Des
 		ws.gen++
 		w.mu.Unlock()
 		return nil
-	}
-	ops := make([]pendingOp, len(ds))
-	for i := range ds {
-		d := ds[i]
-		ops[i] = pendingOp{desc: &d}
 	}
 	_, err := w.commit(ctx, id, ops, nil)
 	return err
@@ -431,7 +438,7 @@ func (w *Writer) Queue(ctx context.Context, id layout.SessionID, ds []layout.Des
 // .pugmark/send/<target>/ become cross-session writes (§12.1), recorded
 // here and delivered by the caller. files[i] is nil for a descriptor
 // that is not a file's. Caller holds w.mu.
-func namedNowLocked(descs []layout.Descriptor, files []*File) ([]layout.Descriptor, []*File) {
+func namedNowLocked(descs []layout.Descriptor, files []*File, bases []*layout.FileBase) ([]layout.Descriptor, []*File, []*layout.FileBase) {
 	keep := 0
 	for i, d := range descs {
 		if s := files[i]; s != nil {
@@ -446,10 +453,10 @@ func namedNowLocked(descs []layout.Descriptor, files []*File) ([]layout.Descript
 				d.Name, d.TargetSession = rel, target
 			}
 		}
-		descs[keep], files[keep] = d, files[i]
+		descs[keep], files[keep], bases[keep] = d, files[i], bases[i]
 		keep++
 	}
-	return descs[:keep], files[:keep]
+	return descs[:keep], files[:keep], bases[:keep]
 }
 
 // batch is a group commit: descriptors from concurrent closes in one
@@ -457,6 +464,9 @@ func namedNowLocked(descs []layout.Descriptor, files []*File) ([]layout.Descript
 type batch struct {
 	descs []layout.Descriptor
 	files []*File
+	// bases are the guards of descriptors made from a committed file
+	// (pendingOp.base), nil for the others.
+	bases []*layout.FileBase
 	// owner is the member (the commit call, in the order they joined)
 	// each descriptor came from.
 	owner  []int
@@ -502,12 +512,13 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 	// at 20 ms a request: the remote audit), and pugfs exec commits so.
 	descs := make([]layout.Descriptor, len(ops))
 	files := make([]*File, len(ops))
+	bases := make([]*layout.FileBase, len(ops))
 	errs := make([]error, len(ops))
 	sem := make(chan struct{}, commitUploads)
 	var wg sync.WaitGroup
 	for i, op := range ops {
 		if op.desc != nil {
-			descs[i] = *op.desc
+			descs[i], bases[i] = *op.desc, op.base
 			continue
 		}
 		files[i] = op.file
@@ -525,7 +536,7 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 	w.mu.Lock()
 	ws.uploading--
 	joined = true
-	if descs, files = namedNowLocked(descs, files); len(descs) == 0 && len(ops) > 0 {
+	if descs, files, bases = namedNowLocked(descs, files, bases); len(descs) == 0 && len(ops) > 0 {
 		w.mu.Unlock()
 		return layout.CommitResult{}, nil // every file was removed meanwhile
 	}
@@ -543,6 +554,7 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 	member := b.members
 	b.descs = append(b.descs, descs...)
 	b.files = append(b.files, files...)
+	b.bases = append(b.bases, bases...)
 	for range descs {
 		b.owner = append(b.owner, member)
 	}
@@ -707,25 +719,26 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 	return res, nil
 }
 
-// guards returns the files of b's members not refused yet whose new
-// content was built on what they held: by name, that entry's digest and
-// version (layout.CommitRequest.Unchanged), and the member.
+// guards returns what b's members not refused yet built on a committed
+// file: by name, that file's digest and version
+// (layout.CommitRequest.Unchanged), and the member. They are the files
+// whose new content was built on what they held, and the descriptors made
+// from a committed file (a rename's source, a chmod's).
 func (b *batch) guards(id layout.SessionID) map[string]guard {
 	out := map[string]guard{}
 	for i, s := range b.files {
-		if s == nil || b.stale[b.owner[i]] != nil {
+		if b.stale[b.owner[i]] != nil {
+			continue
+		}
+		if fb := b.bases[i]; fb != nil {
+			out[b.descs[i].Name] = guard{base: *fb, member: b.owner[i], moved: true}
+		}
+		if s == nil {
 			continue
 		}
 		s.mu.RLock()
 		if e := s.committed; e != nil && e.Name == b.descs[i].Name {
-			fb := layout.FileBase{Digest: e.Digest, Version: e.Version}
-			if e.Session != id {
-				// Inherited from an ancestor (§11.3): its version is
-				// the ancestor's; any write of the name in this
-				// session came after it.
-				fb.Version = 0
-			}
-			out[e.Name] = guard{base: fb, member: b.owner[i]}
+			out[e.Name] = guard{base: *fileBase(id, e), member: b.owner[i]}
 		}
 		s.mu.RUnlock()
 	}
@@ -736,33 +749,41 @@ func (b *batch) guards(id layout.SessionID) map[string]guard {
 type guard struct {
 	base   layout.FileBase
 	member int
+	// moved marks a descriptor made from the file (a rename, a chmod),
+	// which its caller makes again from what is there now; else the
+	// file's new content, kept as a failed commit's.
+	moved bool
 }
 
 // refuseStale refuses the members of b with a guarded file that another
 // writer changed: in st (up to its version, when st is set) or as se says
 // (a snapshot the commit was to land above).
 func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs map[string]guard, se *layout.StaleError) {
-	refuse := func(name string, v uint32, member int) {
+	refuse := func(name string, v uint32, g guard) {
 		if b.stale == nil {
 			b.stale = map[int]error{}
 		}
-		if b.stale[member] == nil {
+		if b.stale[g.member] == nil {
 			err := &layout.StaleError{Session: id, Names: []string{name}, Versions: []uint32{v}}
-			w.log.Error("commit refused: another writer changed the file since it was read; data kept", "session", err.Session, "name", name, "version", v)
-			b.stale[member] = err
+			if g.moved {
+				w.log.Info("change not committed: another writer changed the file since it was read; looking again", "session", err.Session, "name", name, "version", v)
+			} else {
+				w.log.Error("commit refused: another writer changed the file since it was read; data kept", "session", err.Session, "name", name, "version", v)
+			}
+			b.stale[g.member] = err
 		}
 	}
 	for name, g := range gs {
 		if st != nil && st.Version >= g.base.Version {
 			if e, ok := st.Slots()[name]; ok && g.base.ChangedSince(&e.Descriptor, e.Version) {
-				refuse(name, e.Version, g.member)
+				refuse(name, e.Version, g)
 			}
 		}
 	}
 	if se != nil {
 		for i, name := range se.Names {
 			if g, ok := gs[name]; ok {
-				refuse(name, se.Versions[i], g.member)
+				refuse(name, se.Versions[i], g)
 			}
 		}
 	}

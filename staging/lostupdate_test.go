@@ -3,11 +3,14 @@ package staging
 import (
 	"context"
 	"errors"
+	"regexp"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/faultblob"
 )
 
 // otherWriter commits name with body as another mount would: straight to
@@ -189,5 +192,63 @@ func waitBatch(t *testing.T, r *writerRig, n int) {
 			t.Fatalf("batch has %d members, want %d", got, n)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestWriterMoveLooksAgain: a rename or a chmod copies the digest of the
+// file it read from the bucket into its new descriptor; when another
+// mount rewrites the file between that read and the commit, the commit is
+// refused and the change made again from the rewrite. The rename moved
+// the old bytes and removed the rewrite with the old name; the chmod
+// committed the old bytes over it.
+func TestWriterMoveLooksAgain(t *testing.T) {
+	ctx := context.Background()
+	mode := uint32(0o600)
+	for _, c := range []struct {
+		name   string
+		file   string // what the other writer rewrites
+		change func(r *writerRig) error
+		at     string // where the file is after the change
+	}{
+		{"rename", "f", func(r *writerRig) error { return r.w.Rename(ctx, r.id, "f", "g", false) }, "g"},
+		{"rename-dir", "d/f", func(r *writerRig) error { return r.w.Rename(ctx, r.id, "d", "e", false) }, "e/f"},
+		{"chmod", "f", func(r *writerRig) error {
+			_, err := r.w.SetAttrs(ctx, r.id, "f", AttrChange{Mode: &mode}, func() *layout.Entry { return nil }, nil)
+			return err
+		}, "f"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newWriterRig(t)
+			r.write(t, c.file, "base\n")
+			// The change's snapshot waits; the other writer's lands
+			// meanwhile, at the version the change was going to take.
+			var armed atomic.Bool
+			armed.Store(true)
+			g := faultblob.NewGate()
+			r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Regexp: regexp.MustCompile(`/snapshots/`)}, Stall: g, While: armed.Load})
+			done := make(chan error, 1)
+			go func() { done <- c.change(r) }()
+			waitStalled(t, g, 1)
+			armed.Store(false)
+			r.otherWriter(t, c.file, "rewritten\n")
+			g.Release()
+			if err := <-done; err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if got := r.slotBody(t, c.at); got != "rewritten\n" {
+				t.Fatalf("%s = %q after the %s, want the other writer's rewrite", c.at, got, c.name)
+			}
+			if c.at != c.file {
+				if _, ok := r.slot(t, c.file); ok {
+					t.Fatalf("%s still there after the rename", c.file)
+				}
+			}
+			if c.name == "chmod" {
+				e, _ := r.slot(t, "f")
+				if m := layout.PosixMode(e.Metadata, 0); m != mode {
+					t.Fatalf("f's mode %o, want %o", m, mode)
+				}
+			}
+		})
 	}
 }

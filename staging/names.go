@@ -3,6 +3,7 @@ package staging
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -139,6 +140,13 @@ func (w *Writer) Rmdir(ctx context.Context, id layout.SessionID, full string) er
 
 // Rename moves a file or a directory inside one session as one snapshot
 // of tombstones and re-pointed descriptors; no blob is uploaded again.
+//
+// The descriptors copy the digests read from the bucket just before. When
+// another mount rewrites a file being moved in the window between that
+// read and the commit, the commit is refused (its removal of the old name
+// is guarded) and the rename looks again: it moves the file as it is
+// then, where it moved the old bytes and removed the rewrite with the old
+// name.
 func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to string, noReplace bool) error {
 	if from == to {
 		return nil
@@ -149,6 +157,20 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 	if sendArea(from) != sendArea(to) {
 		return ErrCrossSend
 	}
+	for attempt := 1; ; attempt++ {
+		err := w.rename(ctx, id, from, to, noReplace)
+		if !errors.Is(err, layout.ErrChangedUnder) || attempt == lookAgain {
+			return err
+		}
+	}
+}
+
+// lookAgain bounds the attempts of a change made from what the bucket
+// holds (a rename, a chmod) that another mount keeps changing under it.
+const lookAgain = 4
+
+// rename is one attempt of Rename; a refused commit moved nothing.
+func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to string, noReplace bool) error {
 	ws := w.session(id)
 	ws.nsMu.Lock()
 	defer ws.nsMu.Unlock()
@@ -206,7 +228,11 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 		}
 		moved := movedTo(e, id, to, now)
 		retype(&moved, from, to)
-		if err := w.Queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}, moved}); err != nil {
+		// Guarded: a rename moves the bytes read here, and another
+		// mount's rewrite of from that lands before the commit would be
+		// removed with the old name.
+		gone := layout.Descriptor{Name: from, Deleted: true, CreatedAt: now}
+		if err := w.queue(ctx, id, []pendingOp{{desc: &gone, base: fileBase(id, &e)}, {desc: &moved}}); err != nil {
 			return err
 		}
 		w.keepParents(id, from)
@@ -229,11 +255,12 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 	if err != nil {
 		return err
 	}
-	var ds []layout.Descriptor
+	var ops []pendingOp
 	for _, e := range src.files {
 		moved := movedTo(e, id, to+strings.TrimPrefix(e.Name, from), now)
 		retype(&moved, e.Name, moved.Name) // a directory's files keep their leaf names
-		ds = append(ds, layout.Descriptor{Name: e.Name, Deleted: true, CreatedAt: now}, moved)
+		ops = append(ops, pendingOp{desc: &layout.Descriptor{Name: e.Name, Deleted: true, CreatedAt: now}, base: fileBase(id, &e)},
+			pendingOp{desc: &moved})
 	}
 	w.mu.Lock()
 	var dirs []string
@@ -243,12 +270,12 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 		}
 	}
 	w.moveLocalLocked(ws, from, to, src.staged, dirs)
-	if len(ds) == 0 {
+	if len(ops) == 0 {
 		ws.dirs[to] = true
 	}
 	w.mu.Unlock()
-	if len(ds) > 0 {
-		if err := w.Queue(ctx, id, ds); err != nil {
+	if len(ops) > 0 {
+		if err := w.queue(ctx, id, ops); err != nil {
 			// Nothing moved in the bucket: neither does anything here.
 			// Left moved, the local directories showed the target as an
 			// empty directory beside the source, and the mv tried again

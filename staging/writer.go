@@ -160,6 +160,23 @@ type session struct {
 type pendingOp struct {
 	file *File              // a file to upload and describe at commit
 	desc *layout.Descriptor // a ready descriptor (tombstone, rename)
+	// base, for a desc made from a committed file (a rename's removal
+	// of its source, a chmod's new descriptor of the same blob), is that
+	// file: the commit is refused (layout.ErrChangedUnder) when another
+	// writer gave the name other bytes since, and the caller looks again.
+	base *layout.FileBase
+}
+
+// fileBase is e as the base of a change built on it (a guard of
+// layout.CommitRequest.Unchanged). An entry inherited from an ancestor
+// (§11.3) has the ancestor's version: any write of the name in session
+// id came after it.
+func fileBase(id layout.SessionID, e *layout.Entry) *layout.FileBase {
+	fb := &layout.FileBase{Digest: e.Digest, Version: e.Version}
+	if e.Session != id {
+		fb.Version = 0
+	}
+	return fb
 }
 
 // Stats counts what a Writer committed and what failed.
