@@ -182,13 +182,17 @@ func (n *sessDirNode) Create(ctx context.Context, name string, flags uint32, mod
 	// The kernel sends CREATE for a name it does not know (it looked it
 	// up, or holds a negative entry): with O_CREAT alone (>>, O_RDWR)
 	// the file keeps what another mount may have committed under the
-	// name meanwhile (OpenFresh checks); with O_TRUNC or O_EXCL it starts
-	// empty.
+	// name meanwhile (OpenFresh checks); with O_TRUNC it starts empty;
+	// with O_EXCL it starts empty and its commit is refused if another
+	// mount committed the name meanwhile (OpenExclusive).
 	var s *staging.File
 	var err error
-	if flags&(syscall.O_TRUNC|syscall.O_EXCL) == 0 {
+	switch {
+	case flags&syscall.O_EXCL != 0:
+		s, err = f.w.OpenExclusive(ctx, n.sd.id, full)
+	case flags&syscall.O_TRUNC == 0:
 		s, err = f.w.OpenFresh(ctx, n.sd.id, full, func() *layout.Entry { return nil }, false)
-	} else {
+	default:
 		s, err = f.w.Open(ctx, n.sd.id, full, nil, true)
 	}
 	if err != nil {

@@ -739,6 +739,8 @@ func (b *batch) guards(id layout.SessionID) map[string]guard {
 		s.mu.RLock()
 		if e := s.committed; e != nil && e.Name == b.descs[i].Name {
 			out[e.Name] = guard{base: *fileBase(id, e), member: b.owner[i]}
+		} else if e == nil && s.absent != nil && s.absentAs == b.descs[i].Name {
+			out[s.absentAs] = guard{base: *s.absent, member: b.owner[i]}
 		}
 		s.mu.RUnlock()
 	}
@@ -781,6 +783,9 @@ func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs 
 		}
 	}
 	if se != nil {
+		// The session moved past this mount's state: the next look at
+		// it (a retried create, the kernel's next lookup) reads it again.
+		w.cache.Invalidate(id)
 		for i, name := range se.Names {
 			if g, ok := gs[name]; ok {
 				refuse(name, se.Versions[i], g)

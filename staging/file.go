@@ -75,6 +75,14 @@ type File struct {
 	// committed is the descriptor this staged file last became; before
 	// its first commit, the entry it was filled from (if any).
 	committed *layout.Entry
+	// absent, for a file created with O_EXCL (OpenExclusive), is the
+	// name as found absent then: zero digest, the version of the state
+	// it was absent in, and the name (absentAs). Until the file's first
+	// commit it guards that commit as committed guards a file built on
+	// what it held: another writer's file committed under the name
+	// since refuses it.
+	absent   *layout.FileBase
+	absentAs string
 	// replaced is the entry an open(O_TRUNC) cut away (committed stays
 	// nil: nothing was filled from it). Until a commit lands, it is what
 	// the name shows if the commit is refused (Shows).

@@ -252,3 +252,81 @@ func TestWriterMoveLooksAgain(t *testing.T) {
 		})
 	}
 }
+
+// TestWriterExclusiveCreate: a file created with O_EXCL is not committed
+// over a file another writer committed under its name since the name was
+// found absent: the create is EEXIST when this mount's state has the name
+// already, and the close is ESTALE (content kept in the failed directory)
+// when only the commit finds it. The later commit replaced the other
+// mount's file, within the metadata TTL. Once the file has committed, the
+// guard is its committed entry, as for any file.
+func TestWriterExclusiveCreate(t *testing.T) {
+	ctx := context.Background()
+	excl := func(t *testing.T, r *writerRig, body string) (*File, error) {
+		t.Helper()
+		s, err := r.w.OpenExclusive(ctx, r.id, "n")
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.WriteAt([]byte(body), 0); err != nil {
+			t.Fatal(err)
+		}
+		return s, nil
+	}
+	t.Run("known-exists", func(t *testing.T) {
+		r := newWriterRig(t)
+		r.otherWriter(t, "n", "other\n")
+		if _, err := excl(t, r, "mine\n"); !errors.Is(err, ErrExist) {
+			t.Fatalf("create: %v, want ErrExist", err)
+		}
+		s := r.written(t, "m", "m\n") // staged on this mount
+		if _, err := r.w.OpenExclusive(ctx, r.id, "m"); !errors.Is(err, ErrExist) {
+			t.Fatalf("create of a staged name: %v, want ErrExist", err)
+		}
+		if err := r.w.Release(ctx, r.id, s); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, mode := range []CommitMode{CommitOnClose, CommitOnFsync} {
+		t.Run(map[CommitMode]string{CommitOnClose: "committed-meanwhile/close", CommitOnFsync: "committed-meanwhile/fsync"}[mode], func(t *testing.T) {
+			r := newWriterRigTTL(t, time.Hour, func(c *Config) { c.Commit = mode })
+			r.write(t, "x", "x\n") // the state is loaded, for an hour
+			if mode == CommitOnFsync {
+				if err := r.w.FsyncSession(ctx, r.id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.otherWriter(t, "n", "other\n")
+			s, err := excl(t, r, "mine\n")
+			if err != nil {
+				t.Fatalf("create: %v (the state is an hour old: it cannot know)", err)
+			}
+			err = r.w.Sync(ctx, r.id, s)
+			if !errors.Is(err, layout.ErrChangedUnder) {
+				t.Fatalf("commit: %v, want ErrChangedUnder", err)
+			}
+			if got := r.slotBody(t, "n"); got != "other\n" {
+				t.Fatalf("n = %q, want the other writer's", got)
+			}
+		})
+	}
+	t.Run("then-appended", func(t *testing.T) {
+		r := newWriterRig(t)
+		s, err := excl(t, r, "one\n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.w.Sync(ctx, r.id, s); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.WriteAt([]byte("two\n"), 4); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.w.Release(ctx, r.id, s); err != nil {
+			t.Fatalf("second commit refused by the create's guard: %v", err)
+		}
+		if got := r.slotBody(t, "n"); got != "one\ntwo\n" {
+			t.Fatalf("n = %q", got)
+		}
+	})
+}

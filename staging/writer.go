@@ -395,11 +395,43 @@ func (w *Writer) OpenFrom(ctx context.Context, id layout.SessionID, name string,
 // mount committed the name within the TTL, the file is staged from its
 // content (Rebased), or `>>` through this mount replaced it. A create
 // with O_TRUNC replaces whatever is there anyway, and one with O_EXCL
-// (tar x, cp, rsync's temporary files) is not checked: it would cost
-// every new file a round trip, so O_EXCL is exclusive on one mount, and
-// across mounts once the TTL has passed.
+// (tar x, cp, rsync's temporary files) is OpenExclusive's: checked at its
+// commit, not here, where it would cost every new file a round trip.
 func (w *Writer) OpenFresh(ctx context.Context, id layout.SessionID, name string, baseOf func() *layout.Entry, truncate bool) (*File, error) {
 	return w.openFrom(ctx, id, name, baseOf, truncate, true)
+}
+
+// OpenExclusive is open(2) with O_CREAT|O_EXCL of a name the front end
+// found absent: ErrExist when the session as this mount knows it has a
+// file or directory there (the kernel's negative entry can be older than
+// that), else a new empty staged file. Its first commit is refused
+// (layout.ErrChangedUnder, ESTALE at close) when another writer committed
+// the name after the state it was found absent in: O_EXCL across mounts
+// without a round trip per create (tar x, cp, mkstemp), where the later
+// commit replaced the other mount's file. Checking the bucket at the
+// create would cost every new file a LIST.
+func (w *Writer) OpenExclusive(ctx context.Context, id layout.SessionID, name string) (*File, error) {
+	ws := w.session(id)
+	st, err := w.cache.State(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	slots, tree := w.Live(st)
+	if file, dir := w.kindOf(ws, slots, tree, name); file || dir {
+		return nil, ErrExist
+	}
+	s, err := w.newStaged(ctx, name, nil, true)
+	if err != nil {
+		return nil, err
+	}
+	s.dirty = true
+	s.absent, s.absentAs = &layout.FileBase{Version: st.Version}, name
+	if other, ok := w.install(ws, name, s, nil, true); ok && other != s {
+		// Another open staged the name meanwhile: it exists now.
+		w.Release(ctx, id, other)
+		return nil, ErrExist
+	}
+	return s, nil
 }
 
 // share returns the file staged under name in ws with one more open, or

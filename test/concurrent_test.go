@@ -401,3 +401,60 @@ for i in range(1, 41):
 	}
 	t.Logf("%d appends landed, %d refused with ESTALE", len(ok), len(stale))
 }
+
+// TestTwoMountsExclusiveCreate: O_EXCL across mounts within the metadata
+// TTL. A mount that saw the name absent and creates it with O_EXCL after
+// another mount committed it gets ESTALE at close, the other mount's file
+// stays and the refused bytes are kept in .pugmark/failed/; the second
+// mount's commit replaced the first's file, both calls succeeding. Once
+// the mount knows the name (after the TTL, or another look), the create
+// is EEXIST.
+func TestTwoMountsExclusiveCreate(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	seed(t, bk, id, map[string]string{"f": "f\n"})
+	a, b := mount(t, bk, "--metadata-ttl", "1h"), mount(t, bk, "--metadata-ttl", "1h")
+	const create = `
+import errno, os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+except OSError as e:
+    print("open", errno.errorcode[e.errno]); sys.exit(0)
+os.write(fd, sys.argv[2].encode())
+try:
+    os.close(fd)
+except OSError as e:
+    print("close", errno.errorcode[e.errno]); sys.exit(0)
+print("ok")
+`
+	run := func(m *Mount, name, body string) string {
+		t.Helper()
+		cmd := exec.Command("python3", "-c", create, name, body)
+		cmd.Dir = sessDir(m, id)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	// b loads the session and finds n absent, for an hour.
+	if _, err := os.Stat(filepath.Join(sessDir(b, id), "n")); !os.IsNotExist(err) {
+		t.Fatalf("stat n on b: %v", err)
+	}
+	if got := run(a, "n", "from a\n"); got != "ok" {
+		t.Fatalf("create on a: %s", got)
+	}
+	if got := run(b, "n", "from b\n"); got != "close ESTALE" {
+		t.Fatalf("create on b of the name a committed: %s, want close ESTALE", got)
+	}
+	if got := string(body(t, bk, slots(t, bk, id)["n"].Descriptor)); got != "from a\n" {
+		t.Fatalf("n = %q, want a's", got)
+	}
+	failed, err := filepath.Glob(filepath.Join(b.Dir, ".pugmark", "failed", "*", "n.*"))
+	if err != nil || len(failed) != 1 {
+		t.Fatalf("failed copies on b: %v %v, want the refused create", failed, err)
+	}
+	if got := run(b, "n", "again\n"); got != "open EEXIST" {
+		t.Fatalf("create on b once it knows n: %s, want open EEXIST", got)
+	}
+}
