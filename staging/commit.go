@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -332,6 +333,16 @@ func (w *Writer) commitStaged(ctx context.Context, id layout.SessionID, base *se
 		return layout.CommitResult{}, nil
 	}
 	res, err := w.commit(ctx, id, ops, base)
+	var se *layout.StaleError
+	if errors.As(err, &se) {
+		// Files another writer changed since they were read: those are
+		// settled as failed commits, and the rest stays for the next
+		// fsync. Refusing everything the fsync held, as for a lost
+		// checkpoint, sent the other files to the failed directory too;
+		// leaving the stale file staged refused every later fsync.
+		w.refuseFiles(ws, ops, gens, se)
+		return res, err
+	}
 	if errors.Is(err, layout.ErrConflict) {
 		w.refuse(ws, ops, gens, taken, err)
 		return res, err
@@ -384,6 +395,32 @@ func (w *Writer) refuse(ws *session, ops []pendingOp, gens []uint64, taken int, 
 		s.mu.Unlock()
 		if lost && s.opens <= 0 && ws.files[s.name] == s {
 			w.salvageLocked(ws.id, s, "checkpoint lost to another one; staged data kept")
+			delete(ws.files, s.name)
+			s.close()
+		}
+	}
+}
+
+// refuseFiles settles the staged files of ops that se names as failed
+// commits (their content kept in the failed directory, now if nobody
+// holds them, else at their release), unless written again since the
+// commit took them.
+func (w *Writer) refuseFiles(ws *session, ops []pendingOp, gens []uint64, se *layout.StaleError) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, op := range ops {
+		s := op.file
+		if s == nil || !slices.Contains(se.Names, s.name) {
+			continue
+		}
+		s.mu.Lock()
+		lost := s.gen == gens[i] && s.dirty && !s.unlinked
+		if lost {
+			s.failed = se
+		}
+		s.mu.Unlock()
+		if lost && s.opens <= 0 && ws.files[s.name] == s {
+			w.salvageLocked(ws.id, s, "another writer changed the file since it was read; staged data kept")
 			delete(ws.files, s.name)
 			s.close()
 		}
@@ -765,14 +802,20 @@ func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs 
 		if b.stale == nil {
 			b.stale = map[int]error{}
 		}
-		if b.stale[g.member] == nil {
-			err := &layout.StaleError{Session: id, Names: []string{name}, Versions: []uint32{v}}
-			if g.moved {
-				w.log.Info("change not committed: another writer changed the file since it was read; looking again", "session", err.Session, "name", name, "version", v)
-			} else {
-				w.log.Error("commit refused: another writer changed the file since it was read; data kept", "session", err.Session, "name", name, "version", v)
-			}
+		err, _ := b.stale[g.member].(*layout.StaleError)
+		if err == nil {
+			err = &layout.StaleError{Session: id}
 			b.stale[g.member] = err
+		}
+		if slices.Contains(err.Names, name) {
+			return
+		}
+		// Every name, so that a refused fsync settles each file.
+		err.Names, err.Versions = append(err.Names, name), append(err.Versions, v)
+		if g.moved {
+			w.log.Info("change not committed: another writer changed the file since it was read; looking again", "session", err.Session, "name", name, "version", v)
+		} else {
+			w.log.Error("commit refused: another writer changed the file since it was read; data kept", "session", err.Session, "name", name, "version", v)
 		}
 	}
 	for name, g := range gs {

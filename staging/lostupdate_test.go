@@ -169,6 +169,19 @@ func TestWriterLostUpdate(t *testing.T) {
 		if r.latest(t) != v || r.slotBody(t, "x") != "x\n" || r.slotBody(t, "f") != "other\n" {
 			t.Fatalf("a refused fsync committed something")
 		}
+		// The refused file is settled as a failed commit (kept in the
+		// failed directory): the next fsync commits the rest. It was
+		// refused again at every fsync, and nothing of the session
+		// committed any more.
+		if err := r.w.FsyncSession(ctx, r.id); err != nil {
+			t.Fatalf("the fsync after a refused one: %v", err)
+		}
+		if r.slotBody(t, "x") != "x\nmore\n" || r.slotBody(t, "f") != "other\n" {
+			t.Fatalf("after the next fsync: x = %q, f = %q", r.slotBody(t, "x"), r.slotBody(t, "f"))
+		}
+		if len(r.failedFiles(t)) != 1 {
+			t.Fatalf("failed directory %v, want f's refused content", r.failedFiles(t))
+		}
 	})
 }
 
