@@ -16,6 +16,7 @@ import (
 	"github.com/pugmark/pugfs/layout/faultblob"
 	gcaws "gocloud.dev/aws"
 	"gocloud.dev/blob"
+	"gocloud.dev/blob/gcsblob"
 	"gocloud.dev/blob/s3blob"
 )
 
@@ -29,7 +30,9 @@ const S3IdleConns = 1024
 
 // OpenURL opens a bucket URL through gocloud's URL mux, except s3://
 // URLs, which OpenS3 opens with a client tuned for many small requests,
-// and fault+s3:// URLs, whose injector goes in front of that same client.
+// fault+s3:// URLs, whose injector goes in front of that same client,
+// and gs:// URLs, which OpenGCS opens with a client that reports upload
+// progress.
 func OpenURL(ctx context.Context, rawURL string) (*blob.Bucket, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -38,6 +41,8 @@ func OpenURL(ctx context.Context, rawURL string) (*blob.Bucket, error) {
 	switch u.Scheme {
 	case s3blob.Scheme:
 		return OpenS3(ctx, u)
+	case gcsblob.Scheme:
+		return OpenGCS(ctx, u)
 	case faultblob.SchemePrefix + s3blob.Scheme:
 		// Through the URL mux, the inner bucket got the SDK's defaults: 10
 		// idle connections (half the requests of a 64-wide mount dialled
