@@ -16,6 +16,7 @@ import (
 	"github.com/pugmark/pugfs/layout/faultblob"
 	gcaws "gocloud.dev/aws"
 	"gocloud.dev/blob"
+	"gocloud.dev/blob/azureblob"
 	"gocloud.dev/blob/gcsblob"
 	"gocloud.dev/blob/s3blob"
 )
@@ -31,8 +32,8 @@ const S3IdleConns = 1024
 // OpenURL opens a bucket URL through gocloud's URL mux, except s3://
 // URLs, which OpenS3 opens with a client tuned for many small requests,
 // fault+s3:// URLs, whose injector goes in front of that same client,
-// and gs:// URLs, which OpenGCS opens with a client that reports upload
-// progress.
+// and gs:// and azblob:// URLs, which OpenGCS and OpenAzure open with a
+// client that reports upload progress.
 func OpenURL(ctx context.Context, rawURL string) (*blob.Bucket, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -43,6 +44,8 @@ func OpenURL(ctx context.Context, rawURL string) (*blob.Bucket, error) {
 		return OpenS3(ctx, u)
 	case gcsblob.Scheme:
 		return OpenGCS(ctx, u)
+	case azureblob.Scheme:
+		return OpenAzure(ctx, u)
 	case faultblob.SchemePrefix + s3blob.Scheme:
 		// Through the URL mux, the inner bucket got the SDK's defaults: 10
 		// idle connections (half the requests of a 64-wide mount dialled
