@@ -94,7 +94,9 @@ func (b *progressBody) Read(p []byte) (int, error) {
 // sendQueue follows the kernel's queue of bytes sent on a request's
 // connection and not yet acknowledged by the peer. It is looked at, under
 // the watch's lock, at every read of the body (so that when the reads
-// stop, it knows how much was left) and when the countdown runs out.
+// stop, it knows how much was left) and when the countdown runs out. On
+// an HTTP/2 connection the queue is that of every request it carries:
+// the connection moving at all is taken as this request moving.
 type sendQueue struct {
 	conn syscall.RawConn // nil when the connection has no descriptor
 	left int             // the queue's length when last asked
