@@ -112,7 +112,7 @@ for a usage error.`,
 			fs.IntVar(&uid, "uid", -1, "owner `UID` of every file (default: the user running pugfs)")
 			fs.IntVar(&gid, "gid", -1, "group `GID` of every file (default: the user's group)")
 			fs.Var(&umask, "umask", "permission bits to clear, in `OCTAL`")
-			fs.DurationVar(&cfg.mount.RequestTimeout, "request-timeout", deadlineblob.DefaultTimeout, "give up on a bucket request after this `DURATION`")
+			fs.DurationVar(&cfg.mount.RequestTimeout, "request-timeout", deadlineblob.DefaultTimeout, "give up on a bucket request that has made no progress for this `DURATION`")
 			fs.IntVar(&cfg.mount.MaxRequests, "max-requests", schedblob.DefaultMaxRequests, "at most `N` bucket requests in flight at once")
 			fs.BoolVar(&cfg.passCredentials, "pass-credentials", false, "keep the cloud credentials in COMMAND's environment")
 			late := "merge"

@@ -89,8 +89,9 @@ type mountConfig struct {
 	// blob read per file on the stat path (blobcache.Options).
 	SniffEncoding bool
 	// RequestTimeout bounds every attempt of every bucket request (and
-	// each read of a body); one that passes it fails, and the FUSE call
-	// with EIO, instead of hanging.
+	// each read of a body, and an upload's silence while its bytes are
+	// being sent); one that passes it fails, and the FUSE call with EIO,
+	// instead of hanging.
 	RequestTimeout time.Duration
 	// MaxRequests bounds the bucket requests in flight at once, across
 	// everything the mount does (layout/schedblob).
@@ -181,7 +182,7 @@ For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
 				return nil
 			})
 			fs.BoolVar(&cfg.SniffEncoding, "sniff-encoding", false, "show a text file whose body is gzip or zstd without a declared content-encoding decoded (§15); costs a small read of every such file's head on stat (default: off)")
-			fs.DurationVar(&cfg.RequestTimeout, "request-timeout", deadlineblob.DefaultTimeout, "give up on a bucket request (each attempt, each read of a body) after this `DURATION` (such as 10s or 1m); the call then fails with EIO")
+			fs.DurationVar(&cfg.RequestTimeout, "request-timeout", deadlineblob.DefaultTimeout, "give up on a bucket request (each attempt) that has made no progress for this `DURATION` (such as 10s or 1m): no answer, no chunk of a body read, no bytes of an upload sent; the call then fails with EIO")
 			fs.IntVar(&cfg.MaxRequests, "max-requests", schedblob.DefaultMaxRequests, "at most `N` bucket requests in flight at once (fewer while the bucket answers 503 SlowDown); when all are taken, requests someone waits for go before speculative ones (read-ahead)")
 			fastPathArg := string(fastAuto)
 			fs.StringVar(&fastPathArg, "fast-path", fastPathArg, "`MODE` of the kernel fast path for reads: no-open (read-only mounts: no OPEN/RELEASE round trip per file, pages kept across opens), passthrough (files of 1 MiB and more read by the kernel from their verified disk copy; a file being read that way refuses opens for writing, ETXTBSY), off, or auto (no-open on --read-only mounts, else off)")

@@ -12,7 +12,15 @@
 //     that stops arriving half-way fails after the timeout, while a large
 //     body that keeps arriving may take as long as it needs.
 //   - Opening a writer, every Write (which blocks while the upload of a
-//     part is in flight) and the Close that commits the upload.
+//     part is in flight) and the Close that commits the upload (which
+//     sends the whole body of a small upload). While one of these waits,
+//     the upload's bytes leaving for the backend start the countdown
+//     again, when the driver's HTTP client was given Transport (or sends
+//     through WatchBody): a body that stops moving fails after the
+//     timeout, while a large body that keeps moving over a slow link may
+//     take as long as it needs, and once it has left, the response is
+//     due within the timeout. A driver whose client was not given
+//     Transport has each step bounded as a whole.
 //
 // A deadline is enforced by cancelling the context the inner request was
 // given, which is how every gocloud driver stops an HTTP request and its
@@ -38,7 +46,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync/atomic"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pugmark/pugfs/layout/blobwrap"
@@ -143,43 +152,119 @@ type hooks struct {
 
 // watch cancels a request's context when the timeout passes while it is
 // armed. A stream arms it around every step; a single request, once.
+// While armed, progress of an upload's body (see WatchBody) counts as
+// an answer: the context is cancelled only after the timeout has passed
+// with no step finishing and no byte moving.
 type watch struct {
 	cancel context.CancelFunc
 	d      time.Duration
-	t      *time.Timer
-	fired  atomic.Bool
+
+	// mu orders the timer's expiry against arm, disarm and progress, so
+	// that an expiry racing the end of a step either cut the step off
+	// (fired) or did nothing; it never fires later, between steps.
+	mu    sync.Mutex
+	t     *time.Timer
+	armed bool
+	fired bool
+	last  time.Time // the arming or the latest progress
+	// queues are the send queues of an upload's requests in flight
+	// (WatchBody): bytes leaving one of them is progress too.
+	queues map[*sendQueue]struct{}
 }
 
 // start returns an armed watch over a new context derived from ctx.
 func start(ctx context.Context, d time.Duration) (context.Context, *watch) {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &watch{cancel: cancel, d: d}
-	w.t = time.AfterFunc(d, func() {
-		w.fired.Store(true)
-		cancel()
-	})
+	w := &watch{cancel: cancel, d: d, armed: true, last: time.Now()}
+	w.mu.Lock()
+	w.t = time.AfterFunc(d, w.expire)
+	w.mu.Unlock()
 	return ctx, w
+}
+
+// expire runs when the timer goes off: it cancels the context, unless the
+// step ended meanwhile or bytes moved within the timeout, in which case
+// the countdown goes on from the latest progress.
+func (w *watch) expire() {
+	w.mu.Lock()
+	if !w.armed || w.fired {
+		w.mu.Unlock()
+		return
+	}
+	// Every queue is asked, so that each remembers its length from now.
+	for q := range w.queues {
+		if q.moved() {
+			w.last = time.Now()
+		}
+	}
+	if rest := w.d - time.Since(w.last); rest > 0 {
+		w.t.Reset(rest)
+		w.mu.Unlock()
+		return
+	}
+	w.fired = true
+	w.mu.Unlock()
+	w.cancel()
 }
 
 // arm restarts the countdown; it reports false when the watch has already
 // fired (the context is cancelled for good).
 func (w *watch) arm() bool {
-	if w.fired.Load() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.fired {
 		return false
 	}
+	w.armed, w.last = true, time.Now()
 	w.t.Reset(w.d)
 	return true
 }
 
+// progress notes that a request of the stream is moving: the HTTP client
+// read bytes of its body, to be queued on q. It takes effect only while
+// the watch is armed: between steps nobody waits, and the next step
+// restarts the countdown anyway.
+func (w *watch) progress(q *sendQueue) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.last = time.Now()
+	q.moved()
+}
+
+// follow adds q, the send queue of a request of the stream, on the
+// connection conn (nil if it has no descriptor), or moves it there when
+// the request is sent again on another connection.
+func (w *watch) follow(q *sendQueue, conn syscall.RawConn) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q.conn, q.left = conn, 0
+	q.moved()
+	if w.queues == nil {
+		w.queues = make(map[*sendQueue]struct{})
+	}
+	w.queues[q] = struct{}{}
+}
+
+// unfollow drops q: its request is answered, and its connection may carry
+// another's bytes.
+func (w *watch) unfollow(q *sendQueue) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.queues, q)
+}
+
 // disarm stops the countdown and reports whether it fired.
 func (w *watch) disarm() bool {
-	stopped := w.t.Stop()
-	return !stopped || w.fired.Load()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.armed = false
+	w.t.Stop()
+	return w.fired
 }
 
 // end disarms the watch and releases its context.
 func (w *watch) end() {
-	w.t.Stop()
+	w.disarm()
 	w.cancel()
 }
 
@@ -212,6 +297,11 @@ func (h *hooks) Request(ctx context.Context, op blobwrap.Op, key string, call fu
 // waits longer than the timeout.
 func (h *hooks) Stream(ctx context.Context, op blobwrap.Op, key string) (context.Context, blobwrap.Stream, error) {
 	sctx, w := start(ctx, h.timeout)
+	if op == blobwrap.OpPut {
+		// The driver sends the body under this context: the HTTP
+		// transport finds the watch there (Transport, WatchBody).
+		sctx = context.WithValue(sctx, uploadKey{}, w)
+	}
 	return sctx, &stream{h: h, ctx: ctx, op: op, key: key, w: w}, nil
 }
 

@@ -12,9 +12,12 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/pugmark/pugfs/layout/deadlineblob"
 	"github.com/pugmark/pugfs/layout/faultblob"
 	gcaws "gocloud.dev/aws"
 	"gocloud.dev/blob"
+	"gocloud.dev/blob/azureblob"
+	"gocloud.dev/blob/gcsblob"
 	"gocloud.dev/blob/s3blob"
 )
 
@@ -28,7 +31,9 @@ const S3IdleConns = 1024
 
 // OpenURL opens a bucket URL through gocloud's URL mux, except s3://
 // URLs, which OpenS3 opens with a client tuned for many small requests,
-// and fault+s3:// URLs, whose injector goes in front of that same client.
+// fault+s3:// URLs, whose injector goes in front of that same client,
+// and gs:// and azblob:// URLs, which OpenGCS and OpenAzure open with a
+// client that reports upload progress.
 func OpenURL(ctx context.Context, rawURL string) (*blob.Bucket, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -37,6 +42,10 @@ func OpenURL(ctx context.Context, rawURL string) (*blob.Bucket, error) {
 	switch u.Scheme {
 	case s3blob.Scheme:
 		return OpenS3(ctx, u)
+	case gcsblob.Scheme:
+		return OpenGCS(ctx, u)
+	case azureblob.Scheme:
+		return OpenAzure(ctx, u)
 	case faultblob.SchemePrefix + s3blob.Scheme:
 		// Through the URL mux, the inner bucket got the SDK's defaults: 10
 		// idle connections (half the requests of a 64-wide mount dialled
@@ -73,6 +82,10 @@ func OpenURL(ctx context.Context, rawURL string) (*blob.Bucket, error) {
 //     every byte;
 //   - reads are signed GETs sent without the SDK's per-request pipeline
 //     (directGet), unless the URL sets direct_get=false.
+//
+// Its HTTP client also reports the progress of upload bodies to
+// deadlineblob (watchedClient), so that a mount's request timeout bounds
+// an upload's silence, not its length.
 func OpenS3(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 	q := u.Query()
 	var bopts s3blob.Options
@@ -147,10 +160,28 @@ func OpenS3(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 		})
 	}
 	bopts.RequestChecksumCalculation = cfg.RequestChecksumCalculation
+	// After the SDK has built its client (an option runs after that): a
+	// client that is not its BuildableClient would not get its defaults.
+	copts = append(copts, func(o *s3.Options) { o.HTTPClient = watchedClient{next: o.HTTPClient} })
 	client := s3.NewFromConfig(cfg, copts...)
 	b, err := s3blob.OpenBucket(ctx, client, u.Host, &bopts)
 	if err != nil || !direct {
 		return b, err
 	}
 	return newDirectGet(ctx, b, client, u.Host, endpoint), nil
+}
+
+// watchedClient sends request bodies that tell deadlineblob they are
+// moving (deadlineblob.WatchBody): an upload's body is sent in one step
+// (S3 below its part size, in Close), and without this a mount's request
+// timeout cut off a large file on a slow link however steadily it went.
+type watchedClient struct {
+	next aws.HTTPClient
+}
+
+// Do implements aws.HTTPClient.
+func (c watchedClient) Do(req *http.Request) (*http.Response, error) {
+	r, done := deadlineblob.WatchBody(req)
+	defer done()
+	return c.next.Do(r)
 }
