@@ -33,6 +33,27 @@ func (o *openBufs) remove(h *bufHandle) {
 	delete(o.hs, h)
 }
 
+// size returns the length of the largest content of the open handles,
+// and false when there is none.
+func (o *openBufs) size() (uint64, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var n uint64
+	for h := range o.hs {
+		h.mu.Lock()
+		n = max(n, uint64(len(h.buf)))
+		h.mu.Unlock()
+	}
+	return n, len(o.hs) > 0
+}
+
+// empty reports whether no handle is open.
+func (o *openBufs) empty() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.hs) == 0
+}
+
 // truncate sets every open handle's content to sz bytes; it reports
 // whether there was any.
 func (o *openBufs) truncate(sz uint64) bool {

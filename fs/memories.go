@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/staging"
 )
 
 // memDir is memories/ (prefix "") or memories/<prefix>/: the records of
@@ -84,6 +86,7 @@ func (m *memDir) entries(ctx context.Context) (out []child, recErr error, err er
 		dirs[next] = true
 		out = append(out, m.f.memSubdir(next, sub))
 	}
+	out = append(out, m.f.memPending(m.prefix, files)...)
 	out = append(out, m.f.memOverlay(m.prefix, files, dirs)...)
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out, recErr, nil
@@ -167,9 +170,16 @@ func (n *memDirNode) Create(ctx context.Context, name string, flags uint32, mode
 		return nil, nil, 0, syscall.EINVAL
 	}
 	node := &memFile{f: n.f, ns: n.prefix, e: layout.Entry{Descriptor: layout.Descriptor{Name: name}}}
-	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: inoOf("mem-new", n.prefix, name)})
+	// A number of its own: a file of the name created again while the
+	// last one is still open after its unlink (vim's swap file) is
+	// another file.
+	ino := inoOf("mem-new", n.prefix, name, strconv.FormatUint(stagedSeq.Add(1), 10))
+	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
 	h := &memHandle{n: node, bufHandle: bufHandle{dirty: true}, write: true}
 	node.bufs.add(&h.bufHandle)
+	n.f.mem.mu.Lock()
+	n.f.mem.pending[memKey(n.prefix, name)] = node
+	n.f.mem.mu.Unlock()
 	out.Mode = syscall.S_IFREG | 0o644
 	n.f.owner(&out.Attr)
 	out.SetEntryTimeout(uncached)
@@ -191,11 +201,39 @@ func (n *memDirNode) Mkdir(ctx context.Context, name string, mode uint32, out *f
 	return n.f.materialise(ctx, &n.Inode, n.f.memSubdir(name, sub), out)
 }
 
+// Unlink removes a record in a new version of its namespace. A record
+// created here and still open, not committed yet (vim's swap file), is
+// dropped: what is written through its descriptors goes nowhere, as with
+// any unlinked file, and nothing is committed at its close.
 func (n *memDirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if n.prefix == "" {
 		return syscall.EPERM
 	}
-	return n.f.errnoOf("unlink memory "+n.prefix+"/"+name, n.f.recs.RemoveMemory(context.WithoutCancel(ctx), n.prefix, name))
+	dropped := n.f.dropPending(n.prefix, name)
+	err := n.f.recs.RemoveMemory(context.WithoutCancel(ctx), n.prefix, name)
+	if dropped && errors.Is(err, staging.ErrNotExist) {
+		err = nil // it was never committed
+	}
+	return n.f.errnoOf("unlink memory "+n.prefix+"/"+name, err)
+}
+
+// dropPending unlinks the open record name of namespace ns created here
+// (memWrites.pending), and reports whether there was one.
+func (f *FS) dropPending(ns, name string) bool {
+	f.mem.mu.Lock()
+	node := f.mem.pending[memKey(ns, name)]
+	delete(f.mem.pending, memKey(ns, name))
+	f.mem.mu.Unlock()
+	if node == nil {
+		return false
+	}
+	node.mu.Lock()
+	node.unlinked = true
+	node.mu.Unlock()
+	node.commits.Lock()
+	//lint:ignore SA2001 the lock is taken to wait for the commits in flight
+	node.commits.Unlock()
+	return true
 }
 
 var _ = (gofs.NodeRenamer)((*memDirNode)(nil))
@@ -219,8 +257,61 @@ func (n *memDirNode) Rename(ctx context.Context, name string, newParent gofs.Ino
 	if name == newName {
 		return 0
 	}
-	err := n.f.recs.RenameMemory(context.WithoutCancel(ctx), n.prefix, name, newName, flags&renameNoReplace != 0)
-	return n.f.errnoOf("rename memory "+n.prefix+"/"+name, err)
+	f := n.f
+	f.mem.mu.Lock()
+	src, over := f.mem.pending[memKey(n.prefix, name)], f.mem.pending[memKey(n.prefix, newName)]
+	f.mem.mu.Unlock()
+	if src != nil {
+		src.mu.Lock()
+		has := src.has
+		src.mu.Unlock()
+		if !has {
+			// Created here and not committed yet (a temporary file
+			// renamed over the record while still open): it commits
+			// under the new name at its close, replacing the record.
+			if flags&renameNoReplace != 0 {
+				if _, err := (&memDir{f: f, prefix: n.prefix}).find(ctx, newName); err == nil {
+					return syscall.EEXIST
+				}
+			}
+			if over != nil {
+				f.dropPending(n.prefix, newName)
+			}
+			f.mem.mu.Lock()
+			delete(f.mem.pending, memKey(n.prefix, name))
+			f.mem.pending[memKey(n.prefix, newName)] = src
+			f.mem.mu.Unlock()
+			src.rename(newName)
+			return 0
+		}
+	}
+	err := f.recs.RenameMemory(context.WithoutCancel(ctx), n.prefix, name, newName, flags&renameNoReplace != 0)
+	if err != nil {
+		return f.errnoOf("rename memory "+n.prefix+"/"+name, err)
+	}
+	if over != nil {
+		f.dropPending(n.prefix, newName)
+	}
+	// Descriptors still open on the record write to its new name.
+	if in := n.GetChild(name); in != nil {
+		if mf, ok := in.Operations().(*memFile); ok {
+			mf.rename(newName)
+		}
+	}
+	if src != nil {
+		f.mem.mu.Lock()
+		delete(f.mem.pending, memKey(n.prefix, name))
+		f.mem.pending[memKey(n.prefix, newName)] = src
+		f.mem.mu.Unlock()
+	}
+	return 0
+}
+
+// rename makes the record's later commits go to name.
+func (n *memFile) rename(name string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.e.Name = name
 }
 
 func (n *memDirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -244,6 +335,30 @@ func (n *memDirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	delete(n.f.mem.dirs, sub)
 	return 0
 }
+
+// memPending lists the records of namespace ns created here and still
+// open, not committed yet (and not among the records in files): a
+// program finds the file it created by its name (stat, unlink, rename)
+// before its close commits it.
+func (f *FS) memPending(ns string, files map[string]bool) []child {
+	f.mem.mu.Lock()
+	defer f.mem.mu.Unlock()
+	var out []child
+	for key, node := range f.mem.pending {
+		kns, name, _ := strings.Cut(key, "\x00")
+		if kns != ns || files[name] {
+			continue
+		}
+		files[name] = true
+		out = append(out, child{name: name, mode: syscall.S_IFREG, ttl: uncached,
+			ino:  node.StableAttr().Ino,
+			node: func() gofsNode { return node }})
+	}
+	return out
+}
+
+// memKey is the key of record name of namespace ns in memWrites.pending.
+func memKey(ns, name string) string { return ns + "\x00" + name }
 
 // memOverlay lists namespaces made by mkdir that have no record yet.
 func (f *FS) memOverlay(prefix string, files, dirs map[string]bool) []child {
@@ -280,6 +395,10 @@ type memWrites struct {
 	mu sync.Mutex
 	// dirs are namespaces made by mkdir that have no record yet.
 	dirs map[string]bool // GUARDED_BY(mu)
+	// pending are records created by this mount whose descriptors are
+	// still open, by memKey, until their last release (or an unlink):
+	// listed and found by name before their close commits them.
+	pending map[string]*memFile // GUARDED_BY(mu)
 }
 
 // memFile is a memory record. Writes are buffered whole (records are
@@ -289,10 +408,19 @@ type memFile struct {
 	f    *FS
 	ns   string
 	bufs openBufs
-	// mu guards e and has: the record as last read or committed.
-	mu  sync.Mutex
-	e   layout.Entry
-	has bool
+	// mu guards e, has and unlinked: the record as last read or
+	// committed, and whether its name was removed while it was open
+	// before any commit (what is written then goes nowhere).
+	mu       sync.Mutex
+	e        layout.Entry
+	has      bool
+	unlinked bool
+	// commits is held shared by every commit of a handle across its
+	// look at unlinked and its write; an unlink takes it whole after
+	// setting unlinked, so that a commit that started before it has
+	// landed (and is removed) when it looks for the record.
+	// LOCK ORDERING: bufHandle.commitMu, then commits, then mu.
+	commits sync.RWMutex
 }
 
 var (
@@ -330,6 +458,10 @@ func (n *memFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 	e, has := n.e, n.has
 	n.mu.Unlock()
 	if !has {
+		// Created and not committed yet: what its descriptors hold.
+		if sz, ok := n.bufs.size(); ok {
+			out.Size = sz
+		}
 		return 0
 	}
 	sz, err := n.f.blobs.Size(ctx, &e.Descriptor)
@@ -465,6 +597,7 @@ var _ = (gofs.FileReleaser)((*memHandle)(nil))
 // truncated by open(O_TRUNC), and never written.
 func (h *memHandle) Release(ctx context.Context) syscall.Errno {
 	h.n.bufs.remove(&h.bufHandle)
+	defer h.n.released()
 	h.mu.Lock()
 	pending := h.dirty && !h.failed
 	h.touched = true
@@ -480,8 +613,25 @@ func (h *memHandle) Release(ctx context.Context) syscall.Errno {
 	return 0
 }
 
+// released forgets a record created here once its last descriptor is
+// closed: committed or not, it is no longer pending.
+func (n *memFile) released() {
+	if !n.bufs.empty() {
+		return
+	}
+	n.f.mem.mu.Lock()
+	defer n.f.mem.mu.Unlock()
+	n.mu.Lock()
+	key := memKey(n.ns, n.e.Name)
+	n.mu.Unlock()
+	if n.f.mem.pending[key] == n {
+		delete(n.f.mem.pending, key)
+	}
+}
+
 // Flush commits the record: store the blob, merge it into the namespace.
-// A write that changes nothing writes no new version.
+// A write that changes nothing writes no new version. A record unlinked
+// while open before any commit commits nothing.
 func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 	h.commitMu.Lock()
 	defer h.commitMu.Unlock()
@@ -491,9 +641,15 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 	}
 	n := h.n
 	f := n.f
+	n.commits.RLock()
+	defer n.commits.RUnlock()
 	n.mu.Lock()
-	e := n.e
+	e, gone := n.e, n.unlinked
 	n.mu.Unlock()
+	if gone {
+		h.settle(gen, nil)
+		return 0
+	}
 	d, err := f.recs.PutMemory(context.WithoutCancel(ctx), n.ns, e.Descriptor, body, h.base)
 	if err != nil {
 		h.settle(gen, err)

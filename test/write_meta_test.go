@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -304,5 +306,60 @@ with open(sys.argv[1], "a") as f:
 	}
 	if got, _ := memRecords(t, bk, "team"); got["log.md"] != "base\nfrom a\na2\nb2\n" {
 		t.Fatalf("log.md = %q after appends in turn", got["log.md"])
+	}
+}
+
+// TestWriteMemoryEditors: the ways editors and careful programs write a
+// file work in memories/<ns>/ and leave exactly the records meant. A file
+// created there could not be found by its name until its close committed
+// it: stat and unlink of it while open were ENOENT, so vim's swap file
+// stayed behind as a record, and a temporary file renamed over the record
+// while still open (NamedTemporaryFile + os.replace) was refused and
+// stayed as a record of its own.
+func TestWriteMemoryEditors(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	m := mount(t, bk)
+	ns := filepath.Join(m.Dir, "memories", "notes")
+	shE(t, m.Dir, `mkdir memories/notes && echo v1 > memories/notes/rec.txt`)
+	const python = `
+import os, sys, tempfile
+d = sys.argv[1]
+# A swap file: created, written, found by name, removed while open.
+fd = os.open(d + "/.rec.txt.swp", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(fd, b"swap")
+if os.stat(d + "/.rec.txt.swp").st_size != 4:
+    sys.exit("stat of the open new file: size %d" % os.stat(d + "/.rec.txt.swp").st_size)
+os.unlink(d + "/.rec.txt.swp")
+os.write(fd, b"more")
+os.close(fd)
+# An atomic replace while the temporary file is open.
+with tempfile.NamedTemporaryFile("w", dir=d, prefix=".tmp", delete=False) as f:
+    f.write("v2\n"); f.flush()
+    os.replace(f.name, d + "/rec.txt")
+# And once it is closed.
+with tempfile.NamedTemporaryFile("w", dir=d, prefix=".tmp", delete=False) as f:
+    f.write("other\n")
+os.replace(f.name, d + "/other.txt")
+print(sorted(os.listdir(d)))
+`
+	out, err := exec.Command("python3", "-c", python, ns).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "['other.txt', 'rec.txt']" {
+		t.Fatalf("python: %v\n%s", err, out)
+	}
+	// vim with its swap file (on by default), editing the record.
+	if vim, err := exec.LookPath("vim"); err == nil {
+		cmd := exec.Command(vim, "-u", "NONE", "-i", "NONE", "-es", "-c", "%s/v2/v3/", "-c", "wq", "rec.txt")
+		cmd.Dir = ns
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("vim: %v\n%s", err, out)
+		}
+	}
+	want := map[string]string{"rec.txt": "v3\n", "other.txt": "other\n"}
+	if _, err := exec.LookPath("vim"); err != nil {
+		want["rec.txt"] = "v2\n"
+	}
+	got, _ := memRecords(t, bk, "notes")
+	if !maps.Equal(got, want) {
+		t.Fatalf("records %q, want %q", got, want)
 	}
 }
