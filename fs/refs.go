@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -108,18 +109,32 @@ func (f *FS) refNode(name string) gofsNode {
 	if !f.sharedWritable() {
 		return &fileNode{f: f, c: f.refContent(name)}
 	}
-	return &refFile{fileNode: fileNode{f: f, c: f.refContent(name), writable: true}, name: name}
+	return f.newRefFile(name)
 }
 
 // refFile is a writable ref.
 type refFile struct {
 	fileNode
-	name string
+	// ref is the ref's name: a rename inside refs/ moves the inode, and
+	// with it the name its reads and writes go to.
+	ref  atomic.Pointer[string]
 	bufs openBufs
 }
 
+// newRefFile returns the writable file of ref name.
+func (f *FS) newRefFile(name string) *refFile {
+	r := &refFile{fileNode: fileNode{f: f, writable: true}}
+	r.ref.Store(&name)
+	r.c = &bytesContent{gen: func(ctx context.Context) ([]byte, error) { return f.refGen(r.name())(ctx) }}
+	return r
+}
+
+// name is the ref's name now.
+func (r *refFile) name() string { return *r.ref.Load() }
+
 var (
 	_ = (gofs.NodeOpener)((*refFile)(nil))
+	_ = (gofs.NodeGetattrer)((*refFile)(nil))
 	_ = (gofs.NodeSetattrer)((*refFile)(nil))
 	_ = (gofs.NodeSetxattrer)((*refFile)(nil))
 	_ = (gofs.NodeRemovexattrer)((*refFile)(nil))
@@ -140,9 +155,9 @@ func (r *refFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR) == 0 {
 		return r.fileNode.Open(ctx, flags)
 	}
-	prev, err := r.f.store.ReadRef(ctx, r.name)
+	prev, err := r.f.store.ReadRef(ctx, r.name())
 	if err != nil && !errors.Is(err, layout.ErrNotFound) {
-		return nil, 0, r.f.errnoOf("open ref "+r.name, err)
+		return nil, 0, r.f.errnoOf("open ref "+r.name(), err)
 	}
 	h := &refHandle{r: r, prev: prev, existed: err == nil}
 	if err == nil && flags&syscall.O_TRUNC == 0 {
@@ -152,6 +167,28 @@ func (r *refFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 	return h, fuse.FOPEN_DIRECT_IO, 0
 }
 
+// Getattr answers for a ref created here and not written yet from what
+// its open descriptors hold: the bucket has no such ref, and sed -i's
+// fchmod and fchown of its new temporary file were ENOENT.
+func (r *refFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	errno := r.fileNode.Getattr(ctx, fh, out)
+	if errno != syscall.ENOENT {
+		return errno
+	}
+	sz, open := r.bufs.size()
+	if !open {
+		return errno
+	}
+	out.Mode = syscall.S_IFREG | 0o644
+	out.Size, out.Blocks = sz, (sz+511)/512
+	setTimes(&out.Attr, r.f.start)
+	r.f.owner(&out.Attr)
+	out.Nlink = 1
+	out.Blksize = ioBlockSize
+	out.SetTimeout(uncached)
+	return 0
+}
+
 func (r *refFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if e := r.f.recordAttrErrno(in); e != 0 {
 		return e
@@ -159,14 +196,14 @@ func (r *refFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetA
 	if sz, ok := in.GetSize(); ok {
 		if h, ok := fh.(*refHandle); ok {
 			h.truncate(sz, true)
-			return r.fileNode.Getattr(ctx, fh, out)
+			return r.Getattr(ctx, fh, out)
 		}
 		// The O_TRUNC follow-up reaches the handles open for writing;
 		// truncate(2) of a ref nobody has open would only make it empty,
 		// which no ref can be: nothing to do.
 		r.bufs.truncate(sz)
 	}
-	return r.fileNode.Getattr(ctx, fh, out)
+	return r.Getattr(ctx, fh, out)
 }
 
 type refHandle struct {
@@ -198,9 +235,10 @@ func (h *refHandle) Flush(ctx context.Context) syscall.Errno {
 		return 0
 	}
 	f := h.r.f
-	prev, existed, err := f.recs.WriteRef(context.WithoutCancel(ctx), h.r.name, h.prev, h.existed, body)
+	name := h.r.name()
+	prev, existed, err := f.recs.WriteRef(context.WithoutCancel(ctx), name, h.prev, h.existed, body)
 	if err != nil {
-		return f.errnoOf("write ref "+h.r.name, err)
+		return f.errnoOf("write ref "+name, err)
 	}
 	h.settle(gen, nil)
 	h.prev, h.existed = prev, existed
@@ -217,7 +255,67 @@ var (
 	_ = (gofs.NodeCreater)((*refsNode)(nil))
 	_ = (gofs.NodeMkdirer)((*refsNode)(nil))
 	_ = (gofs.NodeUnlinker)((*refsNode)(nil))
+	_ = (gofs.NodeRenamer)((*refsNode)(nil))
 )
+
+// full is the ref name of name in this directory.
+func (n *refsNode) full(name string) string {
+	if n.kind != "" {
+		return n.kind + "/" + name
+	}
+	return name
+}
+
+// Rename points the new name at the target the old one holds and removes
+// the old one, for editors' write-a-temporary-file-then-rename (sed -i).
+// It is two writes, not one: a ref is its own object (§9), and the link
+// of the new name is a compare-and-swap against its value now. Only
+// within one directory of refs/ (EXDEV across, as mv then copies).
+func (n *refsNode) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	dst, ok := newParent.(*refsNode)
+	if !ok || dst.kind != n.kind {
+		return syscall.EXDEV
+	}
+	const renameNoReplace = 1
+	if flags&^renameNoReplace != 0 {
+		return syscall.EINVAL
+	}
+	from, to := n.full(name), n.full(newName)
+	if layout.ValidateRefName(to) != nil {
+		return syscall.EINVAL
+	}
+	if from == to {
+		return 0
+	}
+	ctx = context.WithoutCancel(ctx)
+	f := n.f
+	src, err := f.store.ReadRef(ctx, from)
+	if err != nil {
+		return f.errnoOf("rename ref "+from, err)
+	}
+	prev, err := f.store.ReadRef(ctx, to)
+	existed := err == nil
+	if err != nil && !errors.Is(err, layout.ErrNotFound) {
+		return f.errnoOf("rename ref "+from, err)
+	}
+	if existed && flags&renameNoReplace != 0 {
+		return syscall.EEXIST
+	}
+	if _, _, err := f.recs.WriteRef(ctx, to, prev, existed, []byte(src.Target+"\n")); err != nil {
+		return f.errnoOf("rename ref "+from+" to "+to, err)
+	}
+	if err := f.recs.DeleteRef(ctx, from); err != nil {
+		return f.errnoOf("rename ref "+from, err)
+	}
+	// The kernel keeps the source's inode under the new name: it reads
+	// and writes the new name from now on.
+	if in := n.GetChild(name); in != nil {
+		if r, ok := in.Operations().(*refFile); ok {
+			r.ref.Store(&to)
+		}
+	}
+	return 0
+}
 
 func (n *refsNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	full := name
@@ -227,7 +325,7 @@ func (n *refsNode) Create(ctx context.Context, name string, flags uint32, mode u
 	if layout.ValidateRefName(full) != nil {
 		return nil, nil, 0, syscall.EINVAL
 	}
-	node := &refFile{fileNode: fileNode{f: n.f, c: n.f.refContent(full), writable: true}, name: full}
+	node := n.f.newRefFile(full)
 	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: inoOf("ref", full)})
 	out.Mode = syscall.S_IFREG | 0o644
 	n.f.owner(&out.Attr)
@@ -246,10 +344,7 @@ func (n *refsNode) Mkdir(ctx context.Context, name string, mode uint32, out *fus
 }
 
 func (n *refsNode) Unlink(ctx context.Context, name string) syscall.Errno {
-	full := name
-	if n.kind != "" {
-		full = n.kind + "/" + name
-	}
+	full := n.full(name)
 	return n.f.errnoOf("unlink ref "+full, n.f.recs.DeleteRef(context.WithoutCancel(ctx), full))
 }
 

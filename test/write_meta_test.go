@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -361,5 +362,33 @@ print(sorted(os.listdir(d)))
 	got, _ := memRecords(t, bk, "notes")
 	if !maps.Equal(got, want) {
 		t.Fatalf("records %q, want %q", got, want)
+	}
+}
+
+// TestWriteSedInPlace: sed -i edits a ref and a memory record. sed makes
+// a temporary file beside the one it edits, fchown and fchmod it, closes
+// it and renames it over the original: for a ref, fchown and fchmod of
+// the new file were ENOENT (the bucket had no such ref yet) and a rename
+// inside refs/ was EROFS, so sed failed and the ref kept its value.
+func TestWriteSedInPlace(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	m := mount(t, bk)
+	shE(t, m.Dir, `echo hello > refs/myref && mkdir memories/notes && echo hello > memories/notes/rec.txt`)
+	// Read back at once, through the inode the rename moved.
+	if got := shE(t, m.Dir, `sed -i s/hello/world/ refs/myref && cat refs/myref`); got != "world\n" {
+		t.Fatalf("refs/myref after sed -i: %q", got)
+	}
+	if got := shE(t, m.Dir, `sed -i s/hello/world/ memories/notes/rec.txt && cat memories/notes/rec.txt`); got != "world\n" {
+		t.Fatalf("memories/notes/rec.txt after sed -i: %q", got)
+	}
+	ctx := context.Background()
+	if r, err := bk.Store.ReadRef(ctx, "myref"); err != nil || r.Target != "world" {
+		t.Fatalf("ref myref = %+v, %v; want world", r, err)
+	}
+	if refs, err := bk.Store.ListRefs(ctx, nil); err != nil || !slices.Equal(refs, []string{"myref"}) {
+		t.Fatalf("refs %q, %v; want myref alone (sed's temporary ref removed)", refs, err)
+	}
+	if got, _ := memRecords(t, bk, "notes"); !maps.Equal(got, map[string]string{"rec.txt": "world\n"}) {
+		t.Fatalf("records %q", got)
 	}
 }
