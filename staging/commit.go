@@ -386,43 +386,36 @@ func (w *Writer) refuse(ws *session, ops []pendingOp, gens []uint64, taken int, 
 			}
 			continue
 		}
-		s := op.file
-		s.mu.Lock()
-		lost := s.gen == gens[i] && s.dirty && !s.unlinked
-		if lost {
-			s.failed = err
-		}
-		s.mu.Unlock()
-		if lost && s.opens <= 0 && ws.files[s.name] == s {
-			w.salvageLocked(ws.id, s, "checkpoint lost to another one; staged data kept")
-			delete(ws.files, s.name)
-			s.close()
-		}
+		w.refuseFileLocked(ws, op.file, gens[i], err, "checkpoint lost to another one; staged data kept")
+	}
+}
+
+// refuseFileLocked settles s, taken by a commit at generation gen that
+// was refused with err, as a failed commit: its content is kept in the
+// failed directory, now if nobody holds it, else at its release. A file
+// written again since keeps its new content staged. Caller holds w.mu.
+func (w *Writer) refuseFileLocked(ws *session, s *File, gen uint64, err error, why string) {
+	s.mu.Lock()
+	lost := s.gen == gen && s.dirty && !s.unlinked
+	if lost {
+		s.failed = err
+	}
+	s.mu.Unlock()
+	if lost && s.opens <= 0 && ws.files[s.name] == s {
+		w.salvageLocked(ws.id, s, why)
+		delete(ws.files, s.name)
+		s.close()
 	}
 }
 
 // refuseFiles settles the staged files of ops that se names as failed
-// commits (their content kept in the failed directory, now if nobody
-// holds them, else at their release), unless written again since the
-// commit took them.
+// commits (refuseFileLocked).
 func (w *Writer) refuseFiles(ws *session, ops []pendingOp, gens []uint64, se *layout.StaleError) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i, op := range ops {
-		s := op.file
-		if s == nil || !slices.Contains(se.Names, s.name) {
-			continue
-		}
-		s.mu.Lock()
-		lost := s.gen == gens[i] && s.dirty && !s.unlinked
-		if lost {
-			s.failed = se
-		}
-		s.mu.Unlock()
-		if lost && s.opens <= 0 && ws.files[s.name] == s {
-			w.salvageLocked(ws.id, s, "another writer changed the file since it was read; staged data kept")
-			delete(ws.files, s.name)
-			s.close()
+		if s := op.file; s != nil && slices.Contains(se.Names, s.name) {
+			w.refuseFileLocked(ws, s, gens[i], se, "another writer changed the file since it was read; staged data kept")
 		}
 	}
 }
