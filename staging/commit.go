@@ -378,15 +378,19 @@ func (w *Writer) refuse(ws *session, ops []pendingOp, gens []uint64, taken int, 
 	defer w.mu.Unlock()
 	ws.pending = append([]pendingOp(nil), ws.pending[taken:]...)
 	ws.gen++
+	why := "checkpoint lost to another one"
+	if errors.Is(err, layout.ErrLateInput) {
+		why = "input arrived while the handler ran (--late-input=abort)"
+	}
 	for i, op := range ops {
 		if d := op.desc; d != nil {
-			w.log.Error("checkpoint lost to another one: change dropped", "session", ws.id, "name", d.Name, "removal", d.Deleted, "err", err)
+			w.log.Error(why+": change dropped", "session", ws.id, "name", d.Name, "removal", d.Deleted, "err", err)
 			if d.Deleted {
 				delete(ws.gone, d.Name)
 			}
 			continue
 		}
-		w.refuseFileLocked(ws, op.file, gens[i], err, "checkpoint lost to another one; staged data kept")
+		w.refuseFileLocked(ws, op.file, gens[i], err, why+"; staged data kept")
 	}
 }
 

@@ -689,6 +689,9 @@ func TestExecLateInput(t *testing.T) {
 				if !strings.Contains(errOut, "input arrived while the handler ran") || len(execFailed(cache, id)) == 0 {
 					t.Fatalf("stderr does not say why, or nothing kept (%v): %s", execFailed(cache, id), errOut)
 				}
+				if strings.Contains(errOut, "checkpoint lost to another one") {
+					t.Fatalf("the log blames another checkpoint, where no other landed:\n%s", errOut)
+				}
 				out, errOut, code := runExec(t, bk, t.TempDir(), id.String(), "ls", ".pugmark/since-checkpoint/in")
 				if code != 0 || out != "early.txt\nlate.txt\n" {
 					t.Fatalf("the next run: exit %d, saw %q\n%s", code, out, errOut)
