@@ -113,6 +113,8 @@ type FS struct {
 	// inos keeps the inode numbers of live files across renames and
 	// new descriptors of the same bytes.
 	inos inoKeeper
+	// refDirs are the directories of refs/ made here (refs.go).
+	refDirs refDirs
 	// ra fetches ahead of traversals (readahead.go).
 	ra *readahead.ReadAhead
 	// kreq counts kernel requests (kernelstats.go).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -37,6 +38,9 @@ func (r *refsDir) entries(ctx context.Context) ([]child, error) {
 		} else if nested && kind == r.kind {
 			out = append(out, r.f.refChild(leaf, name))
 		}
+	}
+	if r.kind == "" {
+		r.f.refDirs.addTo(kinds)
 	}
 	files := map[string]bool{}
 	for _, c := range out {
@@ -340,7 +344,71 @@ func (n *refsNode) Mkdir(ctx context.Context, name string, mode uint32, out *fus
 	if n.kind != "" || layout.ValidateRefName(name) != nil {
 		return nil, syscall.EINVAL
 	}
-	return n.f.materialise(ctx, &n.Inode, n.f.refsKindChild(name), out)
+	in, errno := n.f.materialise(ctx, &n.Inode, n.f.refsKindChild(name), out)
+	if errno == 0 {
+		n.f.refDirs.set(name, true)
+	}
+	return in, errno
+}
+
+var _ = (gofs.NodeRmdirer)((*refsNode)(nil))
+
+// Rmdir removes a directory of refs/ that mkdir made and that holds no
+// ref; one that holds refs is ENOTEMPTY (unlink them first).
+func (n *refsNode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if n.kind != "" {
+		return syscall.ENOENT // refs/ is two levels deep
+	}
+	refs, err := n.f.views.Refs(ctx)
+	if err != nil {
+		return n.f.errnoOf("rmdir refs/"+name, err)
+	}
+	for _, r := range refs {
+		if strings.HasPrefix(r, name+"/") {
+			return syscall.ENOTEMPTY
+		}
+	}
+	if !n.f.refDirs.set(name, false) {
+		return syscall.ENOENT
+	}
+	return 0
+}
+
+// refDirs are the directories of refs/ made by mkdir on this mount: kept
+// for the mount's life (or until an rmdir), as memories/ keeps the
+// namespaces it made, so that a ref can still be written under one once
+// the TTL has passed (a directory of refs/ exists in the bucket only as
+// the prefix of its refs).
+//
+// LOCK ORDERING: mu is a leaf.
+type refDirs struct {
+	mu sync.Mutex
+	m  map[string]bool // GUARDED_BY(mu)
+}
+
+// set adds kind (on) or removes it, reporting whether it was there.
+func (d *refDirs) set(kind string, on bool) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	had := d.m[kind]
+	if on && d.m == nil {
+		d.m = map[string]bool{}
+	}
+	if on {
+		d.m[kind] = true
+	} else {
+		delete(d.m, kind)
+	}
+	return had
+}
+
+// addTo adds the directories made by mkdir to kinds.
+func (d *refDirs) addTo(kinds map[string]bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for k := range d.m {
+		kinds[k] = true
+	}
 }
 
 func (n *refsNode) Unlink(ctx context.Context, name string) syscall.Errno {

@@ -392,3 +392,24 @@ func TestWriteSedInPlace(t *testing.T) {
 		t.Fatalf("records %q", got)
 	}
 }
+
+// TestWriteRefDirs: a directory made in refs/ stays until rmdir, though
+// the bucket has no object for it until a ref is written under it (it
+// vanished once the TTL had passed, and a ref written under it then was
+// ENOENT); rmdir of one that holds refs is ENOTEMPTY.
+func TestWriteRefDirs(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	m := mount(t, bk, "--metadata-ttl=0")
+	if got := shE(t, m.Dir, `mkdir refs/k refs/e && echo t > refs/k/a && cat refs/k/a && ls refs`); got != "t\ne\nk\n" {
+		t.Fatalf("ref and refs/ listing: %q", got)
+	}
+	if err := syscall.Rmdir(filepath.Join(m.Dir, "refs/k")); err != syscall.ENOTEMPTY {
+		t.Fatalf("rmdir of a directory holding a ref: %v, want ENOTEMPTY", err)
+	}
+	if got := shE(t, m.Dir, `rm refs/k/a && rmdir refs/k refs/e && ls refs`); got != "" {
+		t.Fatalf("refs/ after rmdir: %q", got)
+	}
+	if err := syscall.Rmdir(filepath.Join(m.Dir, "refs/e")); err != syscall.ENOENT {
+		t.Fatalf("rmdir again: %v, want ENOENT", err)
+	}
+}
