@@ -115,6 +115,8 @@ type FS struct {
 	inos inoKeeper
 	// refDirs are the directories of refs/ made here (refs.go).
 	refDirs refDirs
+	// moved are the numbers of renamed memory records and refs (ino.go).
+	moved movedInos
 	// ra fetches ahead of traversals (readahead.go).
 	ra *readahead.ReadAhead
 	// kreq counts kernel requests (kernelstats.go).

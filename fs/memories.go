@@ -123,7 +123,7 @@ func (f *FS) memRecordChild(ns string, version uint32, d layout.Descriptor) chil
 	// Its user.pugmark.version is the namespace version it was read at.
 	e := layout.Entry{Descriptor: d, Version: version}
 	return child{name: d.Name, mode: syscall.S_IFREG, ttl: f.ttl,
-		ino:  inoOf("mem", ns, d.Name, d.Digest.String()),
+		ino:  f.moved.avoid(inoOf("mem", ns, d.Name, d.Digest.String())),
 		node: func() gofsNode { return f.memNode(ns, e) }}
 }
 
@@ -292,8 +292,10 @@ func (n *memDirNode) Rename(ctx context.Context, name string, newParent gofs.Ino
 	if over != nil {
 		f.dropPending(n.prefix, newName)
 	}
-	// Descriptors still open on the record write to its new name.
+	// Descriptors still open on the record write to its new name, and
+	// the old name's next lookup gets a node of its own.
 	if in := n.GetChild(name); in != nil {
+		f.moved.add(in.StableAttr().Ino)
 		if mf, ok := in.Operations().(*memFile); ok {
 			mf.rename(newName)
 		}

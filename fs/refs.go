@@ -87,7 +87,7 @@ func (r *refsDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 
 // refChild is a ref file: its target, one line.
 func (f *FS) refChild(leaf, name string) child {
-	return child{name: leaf, mode: syscall.S_IFREG, ino: inoOf("ref", name), ttl: f.ttl,
+	return child{name: leaf, mode: syscall.S_IFREG, ino: f.moved.avoid(inoOf("ref", name)), ttl: f.ttl,
 		node: func() gofsNode { return f.refNode(name) }}
 }
 
@@ -312,8 +312,10 @@ func (n *refsNode) Rename(ctx context.Context, name string, newParent gofs.Inode
 		return f.errnoOf("rename ref "+from, err)
 	}
 	// The kernel keeps the source's inode under the new name: it reads
-	// and writes the new name from now on.
+	// and writes the new name from now on, and the old name's next
+	// lookup gets a node of its own.
 	if in := n.GetChild(name); in != nil {
+		f.moved.add(in.StableAttr().Ino)
 		if r, ok := in.Operations().(*refFile); ok {
 			r.ref.Store(&to)
 		}
@@ -330,7 +332,7 @@ func (n *refsNode) Create(ctx context.Context, name string, flags uint32, mode u
 		return nil, nil, 0, syscall.EINVAL
 	}
 	node := n.f.newRefFile(full)
-	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: inoOf("ref", full)})
+	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: n.f.moved.avoid(inoOf("ref", full))})
 	out.Mode = syscall.S_IFREG | 0o644
 	n.f.owner(&out.Attr)
 	out.SetEntryTimeout(uncached)

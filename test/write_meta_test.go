@@ -393,6 +393,43 @@ func TestWriteSedInPlace(t *testing.T) {
 	}
 }
 
+// TestWriteRenameFreesOldName: after a record or ref is renamed while the
+// kernel keeps its inode (an open descriptor here), a file that comes to
+// the old name with the same derived identity (the same bytes for a
+// record, the name alone for a ref) is a file of its own: writing it
+// leaves the renamed one alone. A lookup of the old name gave the moved
+// inode, so "more" went to b and both names read it.
+func TestWriteRenameFreesOldName(t *testing.T) {
+	for _, tc := range []struct{ name, dir string }{
+		{"memory", "memories/notes"},
+		{"ref", "refs/heads"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bk := openBucket(t, testbucket.Local)
+			// TTL 0: every access looks the name up again, as any
+			// access does once the TTL has passed.
+			m := mount(t, bk, "--metadata-ttl=0")
+			got := shE(t, m.Dir, `D=`+tc.dir+`; mkdir -p $D && echo same > $D/a && exec 3<$D/a && mv $D/a $D/b &&
+				echo same > $D/c && mv $D/c $D/a && cat $D/a && echo more > $D/a && cat $D/a $D/b`)
+			if got != "same\nmore\nsame\n" {
+				t.Fatalf("a, a after the write, b: %q, want %q", got, "same\nmore\nsame\n")
+			}
+			ctx := context.Background()
+			if tc.name == "memory" {
+				if got, _ := memRecords(t, bk, "notes"); !maps.Equal(got, map[string]string{"a": "more\n", "b": "same\n"}) {
+					t.Fatalf("records %q", got)
+				}
+				return
+			}
+			for ref, want := range map[string]string{"heads/a": "more", "heads/b": "same"} {
+				if r, err := bk.Store.ReadRef(ctx, ref); err != nil || r.Target != want {
+					t.Errorf("ref %s = %+v, %v; want %s", ref, r, err, want)
+				}
+			}
+		})
+	}
+}
+
 // TestWriteRefDirs: a directory made in refs/ stays until rmdir, though
 // the bucket has no object for it until a ref is written under it (it
 // vanished once the TTL had passed, and a ref written under it then was
