@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -11,44 +12,92 @@ import (
 )
 
 // openBufs are the write handles open on a memory record or ref file: a
-// truncate(2) of the path must reach them. (open(O_TRUNC) comes as one
-// OPEN with O_TRUNC: the mount asks for ATOMIC_O_TRUNC.)
-type openBufs struct {
+// truncate(2) of the path must reach them (open(O_TRUNC) comes as one
+// OPEN with O_TRUNC: the mount asks for ATOMIC_O_TRUNC), and so must an
+// unlink or a rename over the name, which drop what they hold. H is the
+// handle type, so that a ref's rename can move its handles' compare-and-
+// swap base along.
+//
+// LOCK ORDERING: mu, then each handle's mu.
+type openBufs[H buffered] struct {
 	mu sync.Mutex
-	hs map[*bufHandle]bool
+	hs map[H]bool // GUARDED_BY(mu)
 }
 
-func (o *openBufs) add(h *bufHandle) {
+// buffered is a handle whose content is a bufHandle.
+type buffered interface {
+	comparable
+	buffer() *bufHandle
+}
+
+func (h *bufHandle) buffer() *bufHandle { return h }
+
+func (o *openBufs[H]) add(h H) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.hs == nil {
-		o.hs = map[*bufHandle]bool{}
+		o.hs = map[H]bool{}
 	}
 	o.hs[h] = true
 }
 
-func (o *openBufs) remove(h *bufHandle) {
+func (o *openBufs[H]) remove(h H) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.hs, h)
 }
 
-// size returns the length of the largest content of the open handles,
-// and false when there is none.
-func (o *openBufs) size() (uint64, bool) {
+// all returns the open handles.
+func (o *openBufs[H]) all() []H {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var n uint64
+	out := make([]H, 0, len(o.hs))
 	for h := range o.hs {
-		h.mu.Lock()
-		n = max(n, uint64(len(h.buf)))
-		h.mu.Unlock()
+		out = append(out, h)
 	}
-	return n, len(o.hs) > 0
+	return out
+}
+
+// content returns a copy of the content of the open handle written last
+// (of any, if none was written), and false when none is open or every
+// one was dropped: what a second descriptor opened on a file that exists
+// only in its creator's buffer reads.
+func (o *openBufs[H]) content() ([]byte, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []byte
+	var last uint64
+	found := false
+	for h := range o.hs {
+		b := h.buffer()
+		b.mu.Lock()
+		if !b.dropped && (!found || b.written > last) {
+			out, last, found = bytes.Clone(b.buf), b.written, true
+		}
+		b.mu.Unlock()
+	}
+	return out, found
+}
+
+// unsaved reports whether an open handle holds writes not committed yet
+// (and not dropped).
+func (o *openBufs[H]) unsaved() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for h := range o.hs {
+		b := h.buffer()
+		b.mu.Lock()
+		u := b.dirty && b.touched && !b.dropped
+		b.mu.Unlock()
+		if u {
+			return true
+		}
+	}
+	return false
 }
 
 // empty reports whether no handle is open.
-func (o *openBufs) empty() bool {
+func (o *openBufs[H]) empty() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return len(o.hs) == 0
@@ -56,14 +105,30 @@ func (o *openBufs) empty() bool {
 
 // truncate sets every open handle's content to sz bytes; it reports
 // whether there was any.
-func (o *openBufs) truncate(sz uint64) bool {
+func (o *openBufs[H]) truncate(sz uint64) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for h := range o.hs {
-		h.truncate(sz, false)
+		h.buffer().truncate(sz, false)
 	}
 	return len(o.hs) > 0
 }
+
+// drop marks every handle open now dropped (bufHandle.dropped): the
+// file's name was removed, or renamed over.
+func (o *openBufs[H]) drop() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for h := range o.hs {
+		b := h.buffer()
+		b.mu.Lock()
+		b.dropped = true
+		b.mu.Unlock()
+	}
+}
+
+// writeSeq orders the writes of all buffered handles (bufHandle.written).
+var writeSeq atomic.Uint64
 
 // bufHandle is an open handle whose content is held whole in memory:
 // memory records and refs, which are small. Embedders commit it on Flush.
@@ -92,6 +157,13 @@ type bufHandle struct {
 	// failed is set when the commit of the current content failed and
 	// the error went back to close(2); the release does not retry it.
 	failed bool
+	// dropped is set when the file's name was unlinked, or renamed over,
+	// while this handle was open: what it holds is committed nowhere, as
+	// the data of an unlinked file is. Per handle, not per file: a
+	// descriptor opened after the unlink (the name written again) is not.
+	dropped bool
+	// written is writeSeq at this handle's last write (openBufs.content).
+	written uint64
 }
 
 var (
@@ -104,7 +176,7 @@ var (
 func (h *bufHandle) take() (body []byte, gen uint64, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.dirty || !h.touched {
+	if !h.dirty || !h.touched || h.dropped {
 		return nil, 0, false
 	}
 	return bytes.Clone(h.buf), h.gen, true
@@ -136,6 +208,7 @@ func (h *bufHandle) truncate(sz uint64, touch bool) {
 	h.dirty, h.failed = true, false
 	h.gen++
 	h.touched = h.touched || touch
+	h.written = writeSeq.Add(1)
 }
 
 func (h *bufHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -156,5 +229,13 @@ func (h *bufHandle) Write(ctx context.Context, data []byte, off int64) (uint32, 
 	copy(h.buf[off:], data)
 	h.dirty, h.touched, h.failed = true, true, false
 	h.gen++
+	h.written = writeSeq.Add(1)
 	return uint32(len(data)), 0
+}
+
+// isDropped reports bufHandle.dropped.
+func (h *bufHandle) isDropped() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.dropped
 }

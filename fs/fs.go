@@ -113,8 +113,8 @@ type FS struct {
 	// inos keeps the inode numbers of live files across renames and
 	// new descriptors of the same bytes.
 	inos inoKeeper
-	// refDirs are the directories of refs/ made here (refs.go).
-	refDirs refDirs
+	// refs are the directories and open new refs of refs/ (refs.go).
+	refs refWrites
 	// moved are the numbers of renamed memory records and refs (ino.go).
 	moved movedInos
 	// ra fetches ahead of traversals (readahead.go).

@@ -57,6 +57,12 @@ func (m *memDir) entries(ctx context.Context) (out []child, recErr error, err er
 			}
 		}
 	}
+	// A record created here and still open shadows the bucket's of its
+	// name (it was renamed over it): its close commits that name.
+	for _, c := range m.f.memPending(m.prefix) {
+		out = shadow(out, c)
+		files[c.name] = true
+	}
 	dirs := map[string]bool{}
 	for _, ns := range nss {
 		rest := ns.Name
@@ -86,7 +92,6 @@ func (m *memDir) entries(ctx context.Context) (out []child, recErr error, err er
 		dirs[next] = true
 		out = append(out, m.f.memSubdir(next, sub))
 	}
-	out = append(out, m.f.memPending(m.prefix, files)...)
 	out = append(out, m.f.memOverlay(m.prefix, files, dirs)...)
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out, recErr, nil
@@ -176,7 +181,7 @@ func (n *memDirNode) Create(ctx context.Context, name string, flags uint32, mode
 	ino := inoOf("mem-new", n.prefix, name, strconv.FormatUint(stagedSeq.Add(1), 10))
 	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
 	h := &memHandle{n: node, bufHandle: bufHandle{dirty: true}, write: true}
-	node.bufs.add(&h.bufHandle)
+	node.bufs.add(h)
 	n.f.mem.mu.Lock()
 	n.f.mem.pending[memKey(n.prefix, name)] = node
 	n.f.mem.mu.Unlock()
@@ -214,6 +219,9 @@ func (n *memDirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if dropped && errors.Is(err, staging.ErrNotExist) {
 		err = nil // it was never committed
 	}
+	if err == nil {
+		n.dropOpen(name)
+	}
 	return n.f.errnoOf("unlink memory "+n.prefix+"/"+name, err)
 }
 
@@ -227,13 +235,28 @@ func (f *FS) dropPending(ns, name string) bool {
 	if node == nil {
 		return false
 	}
-	node.mu.Lock()
-	node.unlinked = true
-	node.mu.Unlock()
-	node.commits.Lock()
-	//lint:ignore SA2001 the lock is taken to wait for the commits in flight
-	node.commits.Unlock()
+	node.drop()
 	return true
+}
+
+// drop drops what the descriptors open on the record now hold (its name
+// is going) and waits for their commits in flight.
+func (n *memFile) drop() {
+	n.bufs.drop()
+	n.commits.Lock()
+	//lint:ignore SA2001 the lock is taken to wait for the commits in flight
+	n.commits.Unlock()
+}
+
+// dropOpen drops what the descriptors open on the record file name of
+// this directory hold, if the kernel has its node: the name is removed or
+// renamed over, and a write through them must not bring it back.
+func (n *memDirNode) dropOpen(name string) {
+	if in := n.GetChild(name); in != nil {
+		if mf, ok := in.Operations().(*memFile); ok {
+			mf.drop()
+		}
+	}
 }
 
 var _ = (gofs.NodeRenamer)((*memDirNode)(nil))
@@ -277,6 +300,7 @@ func (n *memDirNode) Rename(ctx context.Context, name string, newParent gofs.Ino
 			if over != nil {
 				f.dropPending(n.prefix, newName)
 			}
+			n.dropOpen(newName)
 			f.mem.mu.Lock()
 			delete(f.mem.pending, memKey(n.prefix, name))
 			f.mem.pending[memKey(n.prefix, newName)] = src
@@ -292,6 +316,7 @@ func (n *memDirNode) Rename(ctx context.Context, name string, newParent gofs.Ino
 	if over != nil {
 		f.dropPending(n.prefix, newName)
 	}
+	n.dropOpen(newName)
 	// Descriptors still open on the record write to its new name, and
 	// the old name's next lookup gets a node of its own.
 	if in := n.GetChild(name); in != nil {
@@ -339,19 +364,17 @@ func (n *memDirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 }
 
 // memPending lists the records of namespace ns created here and still
-// open, not committed yet (and not among the records in files): a
-// program finds the file it created by its name (stat, unlink, rename)
-// before its close commits it.
-func (f *FS) memPending(ns string, files map[string]bool) []child {
+// open: a program finds the file it created by its name (stat, unlink,
+// rename) before its close commits it.
+func (f *FS) memPending(ns string) []child {
 	f.mem.mu.Lock()
 	defer f.mem.mu.Unlock()
 	var out []child
 	for key, node := range f.mem.pending {
 		kns, name, _ := strings.Cut(key, "\x00")
-		if kns != ns || files[name] {
+		if kns != ns {
 			continue
 		}
-		files[name] = true
 		out = append(out, child{name: name, mode: syscall.S_IFREG, ttl: uncached,
 			ino:  node.StableAttr().Ino,
 			node: func() gofsNode { return node }})
@@ -409,18 +432,15 @@ type memFile struct {
 	gofs.Inode
 	f    *FS
 	ns   string
-	bufs openBufs
-	// mu guards e, has and unlinked: the record as last read or
-	// committed, and whether its name was removed while it was open
-	// before any commit (what is written then goes nowhere).
-	mu       sync.Mutex
-	e        layout.Entry
-	has      bool
-	unlinked bool
+	bufs openBufs[*memHandle]
+	// mu guards e and has: the record as last read or committed.
+	mu  sync.Mutex
+	e   layout.Entry
+	has bool
 	// commits is held shared by every commit of a handle across its
-	// look at unlinked and its write; an unlink takes it whole after
-	// setting unlinked, so that a commit that started before it has
-	// landed (and is removed) when it looks for the record.
+	// look at bufHandle.dropped and its write; an unlink takes it whole
+	// after dropping the handles, so that a commit that started before
+	// it has landed (and is removed) when it removes the record.
 	// LOCK ORDERING: bufHandle.commitMu, then commits, then mu.
 	commits sync.RWMutex
 }
@@ -459,10 +479,11 @@ func (n *memFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 	n.mu.Lock()
 	e, has := n.e, n.has
 	n.mu.Unlock()
-	if !has {
-		// Created and not committed yet: what its descriptors hold.
-		if sz, ok := n.bufs.size(); ok {
-			out.Size = sz
+	if !has || n.bufs.unsaved() {
+		// Created and not committed yet, or written and not closed:
+		// what its descriptors hold (what a read by name gets).
+		if body, ok := n.bufs.content(); ok {
+			out.Size = uint64(len(body))
 		}
 		return 0
 	}
@@ -496,6 +517,14 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 			n.mu.Unlock()
 		}
 	}
+	if (!has || (!h.write && n.bufs.unsaved())) && flags&syscall.O_TRUNC == 0 {
+		// Created here and not committed yet, or written through a
+		// descriptor still open (a temporary file renamed over this
+		// one before its close): what the descriptors hold, as on a
+		// local disk.
+		h.buf, _ = n.bufs.content()
+		has = false
+	}
 	if has && flags&syscall.O_TRUNC == 0 {
 		body, err := readAll(ctx, n.f, &e.Descriptor)
 		if err != nil {
@@ -510,7 +539,7 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 		h.dirty = true
 	}
 	if h.write {
-		n.bufs.add(&h.bufHandle)
+		n.bufs.add(h)
 	}
 	return h, fuse.FOPEN_DIRECT_IO, 0
 }
@@ -598,7 +627,7 @@ var _ = (gofs.FileReleaser)((*memHandle)(nil))
 // Release commits what no close has tried to: a record created, or
 // truncated by open(O_TRUNC), and never written.
 func (h *memHandle) Release(ctx context.Context) syscall.Errno {
-	h.n.bufs.remove(&h.bufHandle)
+	h.n.bufs.remove(h)
 	defer h.n.released()
 	h.mu.Lock()
 	pending := h.dirty && !h.failed
@@ -646,9 +675,9 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 	n.commits.RLock()
 	defer n.commits.RUnlock()
 	n.mu.Lock()
-	e, gone := n.e, n.unlinked
+	e := n.e
 	n.mu.Unlock()
-	if gone {
+	if h.isDropped() {
 		h.settle(gen, nil)
 		return 0
 	}

@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,7 +41,20 @@ func (r *refsDir) entries(ctx context.Context) ([]child, error) {
 		}
 	}
 	if r.kind == "" {
-		r.f.refDirs.addTo(kinds)
+		r.f.refs.addDirs(kinds)
+	}
+	// A ref created here and still open shadows the bucket's of its
+	// name (it was renamed over it): its close writes that name.
+	for name, node := range r.f.refs.pendingRefs() {
+		kind, leaf, nested := strings.Cut(name, "/")
+		switch {
+		case r.kind == "" && nested:
+			kinds[kind] = true
+		case r.kind == "":
+			out = shadow(out, pendingChild(name, node))
+		case nested && kind == r.kind:
+			out = shadow(out, pendingChild(leaf, node))
+		}
 	}
 	files := map[string]bool{}
 	for _, c := range out {
@@ -91,6 +105,25 @@ func (f *FS) refChild(leaf, name string) child {
 		node: func() gofsNode { return f.refNode(name) }}
 }
 
+// shadow returns cs with c in place of the entry of its name, if any.
+func shadow(cs []child, c child) []child {
+	for i := range cs {
+		if cs[i].name == c.name {
+			cs[i] = c
+			return cs
+		}
+	}
+	return append(cs, c)
+}
+
+// pendingChild is the entry of a ref created here and still open: the
+// inode the create made, never kept by the kernel, since its content
+// changes with every write.
+func pendingChild(leaf string, node *refFile) child {
+	return child{name: leaf, mode: syscall.S_IFREG, ino: node.StableAttr().Ino, ttl: uncached,
+		node: func() gofsNode { return node }}
+}
+
 func (f *FS) refContent(name string) content { return &bytesContent{gen: f.refGen(name)} }
 
 // refGen generates a ref file's content: its target, one line.
@@ -122,7 +155,7 @@ type refFile struct {
 	// ref is the ref's name: a rename inside refs/ moves the inode, and
 	// with it the name its reads and writes go to.
 	ref  atomic.Pointer[string]
-	bufs openBufs
+	bufs openBufs[*refHandle]
 }
 
 // newRefFile returns the writable file of ref name.
@@ -157,6 +190,18 @@ func (r *refFile) Removexattr(ctx context.Context, attr string) syscall.Errno {
 
 func (r *refFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR) == 0 {
+		if body, ok := r.bufs.content(); ok {
+			// Written through a descriptor still open (a temporary
+			// ref renamed over this one before its close, say), or
+			// created here and not written yet: what the descriptors
+			// hold, as on a local disk.
+			if r.bufs.unsaved() {
+				return &refHandle{r: r, bufHandle: bufHandle{buf: body}}, fuse.FOPEN_DIRECT_IO, 0
+			}
+			if _, err := r.f.store.ReadRef(ctx, r.name()); errors.Is(err, layout.ErrNotFound) {
+				return &refHandle{r: r, bufHandle: bufHandle{buf: body}}, fuse.FOPEN_DIRECT_IO, 0
+			}
+		}
 		return r.fileNode.Open(ctx, flags)
 	}
 	prev, err := r.f.store.ReadRef(ctx, r.name())
@@ -167,22 +212,39 @@ func (r *refFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 	if err == nil && flags&syscall.O_TRUNC == 0 {
 		h.buf = []byte(prev.Target + "\n")
 	}
-	r.bufs.add(&h.bufHandle)
+	r.bufs.add(h)
 	return h, fuse.FOPEN_DIRECT_IO, 0
+}
+
+var _ = (gofs.NodeReader)((*refFile)(nil))
+
+// Read reads a ref handle's buffer: what a descriptor open for writing
+// wrote, or a new ref's content (go-fuse asks the node before the
+// handle, and fileNode reads the bucket).
+func (r *refFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if h, ok := fh.(*refHandle); ok {
+		return h.bufHandle.Read(ctx, dest, off)
+	}
+	return r.fileNode.Read(ctx, fh, dest, off)
 }
 
 // Getattr answers for a ref created here and not written yet from what
 // its open descriptors hold: the bucket has no such ref, and sed -i's
 // fchmod and fchown of its new temporary file were ENOENT.
 func (r *refFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	errno := r.fileNode.Getattr(ctx, fh, out)
-	if errno != syscall.ENOENT {
-		return errno
+	errno := syscall.ENOENT
+	if !r.bufs.unsaved() {
+		if errno = r.fileNode.Getattr(ctx, fh, out); errno != syscall.ENOENT {
+			return errno
+		}
 	}
-	sz, open := r.bufs.size()
+	// Written and not closed, or created and not written: what its
+	// descriptors hold (what a read by name gets).
+	body, open := r.bufs.content()
 	if !open {
 		return errno
 	}
+	sz := uint64(len(body))
 	out.Mode = syscall.S_IFREG | 0o644
 	out.Size, out.Blocks = sz, (sz+511)/512
 	setTimes(&out.Attr, r.f.start)
@@ -226,7 +288,10 @@ var _ = (gofs.FileReleaser)((*refHandle)(nil))
 // Release forgets the handle. A ref that was never written through it
 // holds no target, so there is nothing to commit.
 func (h *refHandle) Release(ctx context.Context) syscall.Errno {
-	h.r.bufs.remove(&h.bufHandle)
+	h.r.bufs.remove(h)
+	if h.r.bufs.empty() {
+		h.r.f.refs.forget(h.r.name(), h.r)
+	}
 	return 0
 }
 
@@ -293,8 +358,16 @@ func (n *refsNode) Rename(ctx context.Context, name string, newParent gofs.Inode
 	}
 	ctx = context.WithoutCancel(ctx)
 	f := n.f
+	var node *refFile
+	if in := n.GetChild(name); in != nil {
+		node, _ = in.Operations().(*refFile)
+	}
 	src, err := f.store.ReadRef(ctx, from)
-	if err != nil {
+	// A ref created here and still open, not written yet (a temporary
+	// file renamed over the ref before its close, Python's
+	// NamedTemporaryFile + os.replace): its close writes the new name.
+	pending := errors.Is(err, layout.ErrNotFound) && node != nil && !node.bufs.empty()
+	if err != nil && !pending {
 		return f.errnoOf("rename ref "+from, err)
 	}
 	prev, err := f.store.ReadRef(ctx, to)
@@ -305,22 +378,42 @@ func (n *refsNode) Rename(ctx context.Context, name string, newParent gofs.Inode
 	if existed && flags&renameNoReplace != 0 {
 		return syscall.EEXIST
 	}
-	if _, _, err := f.recs.WriteRef(ctx, to, prev, existed, []byte(src.Target+"\n")); err != nil {
-		return f.errnoOf("rename ref "+from+" to "+to, err)
+	if !pending {
+		if prev, existed, err = f.recs.WriteRef(ctx, to, prev, existed, []byte(src.Target+"\n")); err != nil {
+			return f.errnoOf("rename ref "+from+" to "+to, err)
+		}
+		if err := f.recs.DeleteRef(ctx, from); err != nil {
+			return f.errnoOf("rename ref "+from, err)
+		}
 	}
-	if err := f.recs.DeleteRef(ctx, from); err != nil {
-		return f.errnoOf("rename ref "+from, err)
-	}
+	n.dropOpen(newName) // the ref renamed over
 	// The kernel keeps the source's inode under the new name: it reads
-	// and writes the new name from now on, and the old name's next
-	// lookup gets a node of its own.
-	if in := n.GetChild(name); in != nil {
-		f.moved.add(in.StableAttr().Ino)
-		if r, ok := in.Operations().(*refFile); ok {
-			r.ref.Store(&to)
+	// and writes the new name from now on, its descriptors' writes a
+	// compare-and-swap against the new name's value now, and the old
+	// name's next lookup gets a node of its own.
+	f.refs.forget(to, nil)
+	if node != nil {
+		f.moved.add(node.StableAttr().Ino)
+		f.refs.movePending(from, to, node)
+		node.ref.Store(&to)
+		for _, h := range node.bufs.all() {
+			h.commitMu.Lock()
+			h.prev, h.existed = prev, existed
+			h.commitMu.Unlock()
 		}
 	}
 	return 0
+}
+
+// dropOpen drops what the descriptors open on the ref file name of this
+// directory hold, if the kernel has its node: the name is removed or
+// renamed over, and a write through them must not bring it back.
+func (n *refsNode) dropOpen(name string) {
+	if in := n.GetChild(name); in != nil {
+		if r, ok := in.Operations().(*refFile); ok {
+			r.bufs.drop()
+		}
+	}
 }
 
 func (n *refsNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
@@ -333,12 +426,13 @@ func (n *refsNode) Create(ctx context.Context, name string, flags uint32, mode u
 	}
 	node := n.f.newRefFile(full)
 	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: n.f.moved.avoid(inoOf("ref", full))})
+	n.f.refs.setPending(full, node)
 	out.Mode = syscall.S_IFREG | 0o644
 	n.f.owner(&out.Attr)
 	out.SetEntryTimeout(uncached)
 	out.SetAttrTimeout(uncached)
 	h := &refHandle{r: node, bufHandle: bufHandle{dirty: true}}
-	node.bufs.add(&h.bufHandle)
+	node.bufs.add(h)
 	return in, h, fuse.FOPEN_DIRECT_IO, 0
 }
 
@@ -348,7 +442,7 @@ func (n *refsNode) Mkdir(ctx context.Context, name string, mode uint32, out *fus
 	}
 	in, errno := n.f.materialise(ctx, &n.Inode, n.f.refsKindChild(name), out)
 	if errno == 0 {
-		n.f.refDirs.set(name, true)
+		n.f.refs.setDir(name, true)
 	}
 	return in, errno
 }
@@ -370,52 +464,105 @@ func (n *refsNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 			return syscall.ENOTEMPTY
 		}
 	}
-	if !n.f.refDirs.set(name, false) {
+	if !n.f.refs.setDir(name, false) {
 		return syscall.ENOENT
 	}
 	return 0
 }
 
-// refDirs are the directories of refs/ made by mkdir on this mount: kept
-// for the mount's life (or until an rmdir), as memories/ keeps the
-// namespaces it made, so that a ref can still be written under one once
-// the TTL has passed (a directory of refs/ exists in the bucket only as
-// the prefix of its refs).
+// refWrites is what a mount keeps of refs/ beyond the bucket: the
+// directories it made by mkdir, kept for the mount's life (or until an
+// rmdir), as memories/ keeps the namespaces it made, so that a ref can
+// still be written under one once the TTL has passed (a directory of
+// refs/ exists in the bucket only as the prefix of its refs); and the
+// refs it created that are still open, found by name before their first
+// write reaches the bucket (sed -i's and Python's temporary files).
 //
 // LOCK ORDERING: mu is a leaf.
-type refDirs struct {
-	mu sync.Mutex
-	m  map[string]bool // GUARDED_BY(mu)
+type refWrites struct {
+	mu      sync.Mutex
+	dirs    map[string]bool     // GUARDED_BY(mu)
+	pending map[string]*refFile // GUARDED_BY(mu); by ref name
 }
 
-// set adds kind (on) or removes it, reporting whether it was there.
-func (d *refDirs) set(kind string, on bool) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	had := d.m[kind]
-	if on && d.m == nil {
-		d.m = map[string]bool{}
+// setDir adds directory kind (on) or removes it, reporting whether it
+// was there.
+func (w *refWrites) setDir(kind string, on bool) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	had := w.dirs[kind]
+	if on && w.dirs == nil {
+		w.dirs = map[string]bool{}
 	}
 	if on {
-		d.m[kind] = true
+		w.dirs[kind] = true
 	} else {
-		delete(d.m, kind)
+		delete(w.dirs, kind)
 	}
 	return had
 }
 
-// addTo adds the directories made by mkdir to kinds.
-func (d *refDirs) addTo(kinds map[string]bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for k := range d.m {
+// addDirs adds the directories made by mkdir to kinds.
+func (w *refWrites) addDirs(kinds map[string]bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k := range w.dirs {
 		kinds[k] = true
 	}
 }
 
+// setPending notes r, created here and open, as ref name.
+func (w *refWrites) setPending(name string, r *refFile) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pending == nil {
+		w.pending = map[string]*refFile{}
+	}
+	w.pending[name] = r
+}
+
+// movePending moves r from name from to name to, if it is pending.
+func (w *refWrites) movePending(from, to string, r *refFile) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pending[from] == r {
+		delete(w.pending, from)
+		w.pending[to] = r
+	}
+}
+
+// forget drops ref name from the pending refs if it is r (nil: any).
+func (w *refWrites) forget(name string, r *refFile) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if got := w.pending[name]; got != nil && (r == nil || got == r) {
+		delete(w.pending, name)
+	}
+}
+
+// pendingRefs returns the pending refs by name.
+func (w *refWrites) pendingRefs() map[string]*refFile {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.pending)
+}
+
 func (n *refsNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	full := n.full(name)
-	return n.f.errnoOf("unlink ref "+full, n.f.recs.DeleteRef(context.WithoutCancel(ctx), full))
+	err := n.f.recs.DeleteRef(context.WithoutCancel(ctx), full)
+	if errors.Is(err, layout.ErrNotFound) {
+		// Created here and not written yet: nothing to remove.
+		if in := n.GetChild(name); in != nil {
+			if r, ok := in.Operations().(*refFile); ok && !r.bufs.empty() {
+				err = nil
+			}
+		}
+	}
+	if err == nil {
+		n.f.refs.forget(full, nil)
+		n.dropOpen(name)
+	}
+	return n.f.errnoOf("unlink ref "+full, err)
 }
 
 func (f *FS) refsKindChild(kind string) child {

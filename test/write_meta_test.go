@@ -450,3 +450,100 @@ func TestWriteRefDirs(t *testing.T) {
 		t.Fatalf("rmdir again: %v, want ENOENT", err)
 	}
 }
+
+// TestWriteRecordsOpenByName: memory records and refs open for writing
+// behave as files do when their names change under them. A ref created
+// and renamed over another before its close (Python's NamedTemporaryFile
+// + os.replace) writes the other at its close, no temporary ref left
+// (the rename was ENOENT); a second descriptor opened by name on a file
+// created and still open reads what the first wrote (it read nothing);
+// a record or ref written through a descriptor and unlinked before the
+// close stays removed (the close brought the record back).
+func TestWriteRecordsOpenByName(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	m := mount(t, bk)
+	shE(t, m.Dir, `mkdir memories/ns refs/heads && echo one > refs/heads/main && echo a > memories/ns/r`)
+	ns, heads := filepath.Join(m.Dir, "memories/ns"), filepath.Join(m.Dir, "refs/heads")
+	ctx := context.Background()
+	release := holdForks() // a child's exec would close (commit) a copy
+	defer release()
+	openAt := func(path string, flag int) *os.File {
+		t.Helper()
+		f, err := os.OpenFile(path, flag, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	mustDo := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	excl := os.O_RDWR | os.O_CREATE | os.O_EXCL
+
+	// The temporary ref renamed over main while open.
+	tmp := openAt(filepath.Join(heads, ".tmp1"), excl)
+	mustDo(writeString(tmp, "two\n"))
+	if got, err := os.ReadFile(filepath.Join(heads, ".tmp1")); err != nil || string(got) != "two\n" {
+		t.Fatalf("the new ref read by name while open: %q, %v", got, err)
+	}
+	mustDo(os.Rename(tmp.Name(), filepath.Join(heads, "main")))
+	if got, err := os.ReadFile(filepath.Join(heads, "main")); err != nil || string(got) != "two\n" {
+		t.Fatalf("main after the rename: %q, %v", got, err)
+	}
+	mustDo(tmp.Close())
+	if refs, err := bk.Store.ListRefs(ctx, nil); err != nil || !slices.Equal(refs, []string{"heads/main"}) {
+		t.Fatalf("refs %q, %v; want heads/main alone", refs, err)
+	}
+	if r, err := bk.Store.ReadRef(ctx, "heads/main"); err != nil || r.Target != "two" {
+		t.Fatalf("heads/main = %+v, %v; want two", r, err)
+	}
+
+	// The same with a record.
+	tmp = openAt(filepath.Join(ns, ".tmp1"), excl)
+	mustDo(writeString(tmp, "b\n"))
+	mustDo(os.Rename(tmp.Name(), filepath.Join(ns, "r")))
+	if got, err := os.ReadFile(filepath.Join(ns, "r")); err != nil || string(got) != "b\n" {
+		t.Fatalf("record r after the rename: %q, %v", got, err)
+	}
+	mustDo(tmp.Close())
+	if got, _ := memRecords(t, bk, "ns"); !maps.Equal(got, map[string]string{"r": "b\n"}) {
+		t.Fatalf("records %q; want r alone", got)
+	}
+
+	// A record created and open, read through a second descriptor.
+	rec := openAt(filepath.Join(ns, "new"), excl)
+	mustDo(writeString(rec, "pending\n"))
+	if got, err := os.ReadFile(filepath.Join(ns, "new")); err != nil || string(got) != "pending\n" {
+		t.Fatalf("the new record read by name while open: %q, %v", got, err)
+	}
+	mustDo(rec.Close())
+
+	// Written, then unlinked before the close: a record and a ref.
+	for _, path := range []string{filepath.Join(ns, "r"), filepath.Join(heads, "main")} {
+		f := openAt(path, os.O_WRONLY|os.O_TRUNC)
+		mustDo(writeString(f, "three\n"))
+		mustDo(os.Remove(path))
+		if err := f.Close(); err != nil {
+			t.Fatalf("close of %s after its unlink: %v", filepath.Base(path), err)
+		}
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s after the close: %v, want ENOENT", filepath.Base(path), err)
+		}
+	}
+	if got, _ := memRecords(t, bk, "ns"); !maps.Equal(got, map[string]string{"new": "pending\n"}) {
+		t.Fatalf("records %q; want new alone", got)
+	}
+	if refs, err := bk.Store.ListRefs(ctx, nil); err != nil || len(refs) != 0 {
+		t.Fatalf("refs %q, %v; want none", refs, err)
+	}
+}
+
+// writeString writes s to f.
+func writeString(f *os.File, s string) error {
+	_, err := f.WriteString(s)
+	return err
+}
