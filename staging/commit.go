@@ -436,16 +436,24 @@ func (w *Writer) Queue(ctx context.Context, id layout.SessionID, ds []layout.Des
 }
 
 // queue is Queue of descriptor ops, some guarded (pendingOp.base). With
-// --commit=fsync the guards are dropped: the change has shown as made
-// since the call, and only the fsync that commits it could refuse it,
-// over and over, for a name the writer no longer looks at.
+// --commit=fsync the guards are soft (pendingOp.soft): the change has
+// shown as made since the call, and only the fsync that commits it could
+// refuse it, over and over, for a name the writer no longer looks at; a
+// guarded descriptor whose file another writer changed before the fsync
+// is dropped instead, so that the rewrite is neither removed nor
+// replaced by the bytes the change read.
 func (w *Writer) queue(ctx context.Context, id layout.SessionID, ops []pendingOp) error {
 	if w.cfg.Commit == CommitOnFsync {
 		ws := w.session(id)
 		w.mu.Lock()
 		for _, op := range ops {
 			d := *op.desc
-			ws.pending = append(ws.pending, pendingOp{desc: &d})
+			var fb *layout.FileBase
+			if op.base != nil {
+				b := *op.base
+				fb = &b
+			}
+			ws.pending = append(ws.pending, pendingOp{desc: &d, base: fb, soft: fb != nil})
 			if d.Deleted {
 				ws.gone[d.Name] = true
 			} else {
@@ -511,9 +519,13 @@ type batch struct {
 	// changed by another writer since they read it (a lost update,
 	// layout.StaleError): the rest of the batch commits without them.
 	stale map[int]error
-	done  chan struct{}
-	err   error
-	res   layout.CommitResult
+	// soft are the bases of pendingOp.soft guards; dropped are the
+	// descriptors (by index) dropped because such a file changed.
+	soft    map[*layout.FileBase]bool
+	dropped map[int]bool
+	done    chan struct{}
+	err     error
+	res     layout.CommitResult
 	// base, if set, is the position the snapshot must be written on
 	// (CommitSession) instead of the cached state's.
 	base *sessionBase
@@ -586,6 +598,14 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 		leader = true
 	}
 	member := b.members
+	for _, op := range ops {
+		if op.soft {
+			if b.soft == nil {
+				b.soft = map[*layout.FileBase]bool{}
+			}
+			b.soft[op.base] = true
+		}
+	}
 	b.descs = append(b.descs, descs...)
 	b.files = append(b.files, files...)
 	b.bases = append(b.bases, bases...)
@@ -703,7 +723,7 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 	} else {
 		w.refuseStale(b, id, st, b.guards(id), nil)
 		if req, err = b.request(id, w.cfg.SnapshotType); err != nil {
-			return layout.CommitResult{}, err // every member refused
+			return layout.CommitResult{}, w.settleDropped(ws, b, err) // every member refused or dropped
 		}
 	}
 	var res layout.CommitResult
@@ -718,7 +738,7 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 		// land above: without the members that read it, again.
 		w.refuseStale(b, id, nil, b.guards(id), se)
 		if req, err = b.request(id, w.cfg.SnapshotType); err != nil {
-			return layout.CommitResult{}, err
+			return layout.CommitResult{}, w.settleDropped(ws, b, err)
 		}
 	}
 	if err != nil {
@@ -730,6 +750,7 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 		w.cache.Invalidate(id)
 		return res, fmt.Errorf("commit to session %s: %w", id, err)
 	}
+	w.settleDropped(ws, b, nil)
 	w.st.commits.Add(int64(len(req.Descriptors)))
 	w.st.snapshots.Add(1)
 	w.st.descriptors.Add(int64(len(res.Descriptors)))
@@ -761,11 +782,11 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 func (b *batch) guards(id layout.SessionID) map[string]guard {
 	out := map[string]guard{}
 	for i, s := range b.files {
-		if b.stale[b.owner[i]] != nil {
+		if b.stale[b.owner[i]] != nil || b.dropped[i] {
 			continue
 		}
 		if fb := b.bases[i]; fb != nil {
-			out[b.descs[i].Name] = guard{base: *fb, member: b.owner[i], moved: true}
+			out[b.descs[i].Name] = guard{base: *fb, member: b.owner[i], moved: true, soft: b.soft[fb], index: i}
 		}
 		if s == nil {
 			continue
@@ -789,6 +810,10 @@ type guard struct {
 	// which its caller makes again from what is there now; else the
 	// file's new content, kept as a failed commit's.
 	moved bool
+	// soft marks a guard whose descriptor (index) is dropped, not its
+	// member refused (pendingOp.soft).
+	soft  bool
+	index int
 }
 
 // refuseStale refuses the members of b with a guarded file that another
@@ -796,6 +821,17 @@ type guard struct {
 // (a snapshot the commit was to land above).
 func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs map[string]guard, se *layout.StaleError) {
 	refuse := func(name string, v uint32, g guard) {
+		if g.soft {
+			if b.dropped == nil {
+				b.dropped = map[int]bool{}
+			}
+			if !b.dropped[g.index] {
+				b.dropped[g.index] = true
+				w.log.Warn("change not committed: another writer changed the file before the fsync; its bytes are kept",
+					"session", id, "name", name, "version", v, "removal", b.descs[g.index].Deleted)
+			}
+			return
+		}
 		if b.stale == nil {
 			b.stale = map[int]error{}
 		}
@@ -855,7 +891,7 @@ func (b *batch) refusedFiles() []*File {
 func (b *batch) live(xs []*File) []*File {
 	var out []*File
 	for i, x := range xs {
-		if b.stale[b.owner[i]] == nil {
+		if b.stale[b.owner[i]] == nil && !b.dropped[i] {
 			out = append(out, x)
 		}
 	}
@@ -867,7 +903,7 @@ func (b *batch) live(xs []*File) []*File {
 func (b *batch) request(id layout.SessionID, typ layout.SnapshotType) (layout.CommitRequest, error) {
 	req := layout.CommitRequest{Type: typ}
 	for i, d := range b.descs {
-		if b.stale[b.owner[i]] == nil {
+		if b.stale[b.owner[i]] == nil && !b.dropped[i] {
 			req.Descriptors = append(req.Descriptors, d)
 		}
 	}
@@ -878,10 +914,34 @@ func (b *batch) request(id layout.SessionID, typ layout.SnapshotType) (layout.Co
 		req.Unchanged[name] = g.base
 	}
 	if len(req.Descriptors) == 0 && len(b.descs) > 0 {
+		if len(b.stale) == 0 {
+			return req, errAllDropped
+		}
 		return req, layout.ErrChangedUnder
 	}
 	return req, nil
 }
+
+// settleDropped shows again the names of the removals b dropped (the
+// other writer's file), and returns err, nil for errAllDropped.
+func (w *Writer) settleDropped(ws *session, b *batch, err error) error {
+	w.mu.Lock()
+	for i := range b.dropped {
+		if d := b.descs[i]; d.Deleted {
+			delete(ws.gone, d.Name)
+		}
+	}
+	w.mu.Unlock()
+	if errors.Is(err, errAllDropped) {
+		return nil
+	}
+	return err
+}
+
+// errAllDropped is batch.request's answer when every descriptor of the
+// batch was dropped (batch.dropped) and none refused: nothing to commit,
+// and nothing failed.
+var errAllDropped = errors.New("every change of the batch dropped")
 
 func (w *Writer) failBatch(b *batch) {
 	for _, s := range b.files {

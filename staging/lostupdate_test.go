@@ -266,6 +266,59 @@ func TestWriterMoveLooksAgain(t *testing.T) {
 	}
 }
 
+// TestWriterMoveFsyncKeepsRewrite: with --commit=fsync a rename or a
+// chmod waits for the fsync; another writer's rewrite of the file landing
+// before that fsync is kept. The rename moves the bytes it saw (the
+// rewrite stays under the old name: it was removed with it, the rename's
+// snapshot stepping over it), the chmod is not applied (it wrote the old
+// bytes back over the rewrite), and the fsync succeeds: a refusal would
+// come back at every fsync.
+func TestWriterMoveFsyncKeepsRewrite(t *testing.T) {
+	ctx := context.Background()
+	mode := uint32(0o600)
+	for _, c := range []struct {
+		name   string
+		change func(r *writerRig) error
+		want   map[string]string // bodies after the fsync; "" absent
+	}{
+		{"rename", func(r *writerRig) error { return r.w.Rename(ctx, r.id, "f", "g", false) },
+			map[string]string{"f": "rewritten\n", "g": "base\n"}},
+		{"chmod", func(r *writerRig) error {
+			_, err := r.w.SetAttrs(ctx, r.id, "f", AttrChange{Mode: &mode}, func() *layout.Entry { return nil }, nil)
+			return err
+		}, map[string]string{"f": "rewritten\n", "g": ""}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newWriterRigTTL(t, time.Hour, func(c *Config) { c.Commit = CommitOnFsync })
+			r.write(t, "f", "base\n")
+			if err := r.w.FsyncSession(ctx, r.id); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.change(r); err != nil {
+				t.Fatal(err)
+			}
+			r.otherWriter(t, "f", "rewritten\n")
+			if err := r.w.FsyncSession(ctx, r.id); err != nil {
+				t.Fatalf("fsync: %v", err)
+			}
+			for name, want := range c.want {
+				if _, ok := r.slot(t, name); !ok {
+					if want != "" {
+						t.Fatalf("%s gone, want %q", name, want)
+					}
+					continue
+				}
+				if got := r.slotBody(t, name); got != want {
+					t.Fatalf("%s = %q after the %s and the fsync, want %q", name, got, c.name, want)
+				}
+			}
+			if err := r.w.FsyncSession(ctx, r.id); err != nil {
+				t.Fatalf("next fsync: %v", err)
+			}
+		})
+	}
+}
+
 // TestWriterExclusiveCreate: a file created with O_EXCL is not committed
 // over a file another writer committed under its name since the name was
 // found absent: the create is EEXIST when this mount's state has the name

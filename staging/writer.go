@@ -165,6 +165,12 @@ type pendingOp struct {
 	// file: the commit is refused (layout.ErrChangedUnder) when another
 	// writer gave the name other bytes since, and the caller looks again.
 	base *layout.FileBase
+	// soft marks a guard of --commit=fsync: the change showed as made
+	// when it was queued, so a refusal at the fsync would refuse it
+	// over and over. The descriptor is dropped instead (batch.dropped):
+	// a rename's source rewritten since stays with the new bytes (the
+	// rename moved the bytes it saw), a chmod of it is not applied.
+	soft bool
 }
 
 // fileBase is e as the base of a change built on it (a guard of
