@@ -349,6 +349,11 @@ func (n *refsNode) Rename(ctx context.Context, name string, newParent gofs.Inode
 	if flags&^renameNoReplace != 0 {
 		return syscall.EINVAL
 	}
+	if in := n.GetChild(name); in != nil && in.IsDir() {
+		// A directory of refs/ is the prefix of its refs, not an
+		// object: mv copies and removes them one by one.
+		return syscall.EXDEV
+	}
 	from, to := n.full(name), n.full(newName)
 	if layout.ValidateRefName(to) != nil {
 		return syscall.EINVAL

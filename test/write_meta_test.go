@@ -443,7 +443,15 @@ func TestWriteRefDirs(t *testing.T) {
 	if err := syscall.Rmdir(filepath.Join(m.Dir, "refs/k")); err != syscall.ENOTEMPTY {
 		t.Fatalf("rmdir of a directory holding a ref: %v, want ENOTEMPTY", err)
 	}
-	if got := shE(t, m.Dir, `rm refs/k/a && rmdir refs/k refs/e && ls refs`); got != "" {
+	// A directory is no object: its rename is EXDEV, and mv copies.
+	if got := shE(t, m.Dir, `mv refs/k refs/j 2>/dev/null; ls refs/j refs`); got != "refs:\ne\nj\n\nrefs/j:\na\n" {
+		t.Fatalf("after mv refs/k refs/j: %q", got)
+	}
+	if refs, err := bk.Store.ListRefs(context.Background(), nil); err != nil || !slices.Equal(refs, []string{"j/a"}) {
+		t.Fatalf("refs %q, %v; want j/a alone", refs, err)
+	}
+	shE(t, m.Dir, `mkdir refs/k && echo t > refs/k/a`)
+	if got := shE(t, m.Dir, `rm refs/k/a refs/j/a && rmdir refs/k refs/e refs/j && ls refs`); got != "" {
 		t.Fatalf("refs/ after rmdir: %q", got)
 	}
 	if err := syscall.Rmdir(filepath.Join(m.Dir, "refs/e")); err != syscall.ENOENT {
