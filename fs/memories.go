@@ -695,3 +695,19 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 }
 
 func (h *memHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno { return h.Flush(ctx) }
+
+var (
+	_ = (gofs.NodeSetattrer)((*memDirNode)(nil))
+	_ = (gofs.NodeSetxattrer)((*memDirNode)(nil))
+)
+
+// Setxattr refuses, as on a record: ENOTSUP, which cp -a and mv take as
+// "no attributes here" (go-fuse's default ENODATA is reported).
+func (n *memDirNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return syscall.ENOTSUP
+}
+
+// Setattr keeps nothing: FS.metaDirSetattr.
+func (n *memDirNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	return n.f.metaDirSetattr(ctx, &n.dirNode, in, out)
+}

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"context"
 	"syscall"
 	"time"
 
@@ -67,10 +68,16 @@ const recordMode = 0o644
 // mode they show, the mount's own owner, a touch to now (touch(1) of a
 // new record sets the times it was just created with).
 func (f *FS) recordAttrErrno(in *fuse.SetAttrIn) syscall.Errno {
+	return f.keptNoAttrs(in, recordMode)
+}
+
+// keptNoAttrs decides a chmod, chown or utimes of a node whose mode is
+// always mode and that keeps no owner or time: recordAttrErrno.
+func (f *FS) keptNoAttrs(in *fuse.SetAttrIn, mode uint32) syscall.Errno {
 	if e := f.chownErrno(in); e != 0 {
 		return e
 	}
-	if m, ok := in.GetMode(); ok && m&0o7777 != recordMode {
+	if m, ok := in.GetMode(); ok && m&0o7777 != mode {
 		return syscall.EPERM
 	}
 	if _, ok := in.GetMTime(); ok && in.Valid&fuse.FATTR_MTIME_NOW == 0 {
@@ -80,4 +87,19 @@ func (f *FS) recordAttrErrno(in *fuse.SetAttrIn) syscall.Errno {
 		return syscall.EPERM
 	}
 	return 0
+}
+
+// metaDirSetattr is Setattr of a writable directory of memories/ or
+// refs/ (a namespace, a prefix of refs): it is no object and keeps no
+// mode, owner or times, so what would change one is EPERM, as for a
+// record, and what changes nothing succeeds. It was EROFS on a writable
+// mount, and mv of a directory of refs/ reported a read-only file system.
+func (f *FS) metaDirSetattr(ctx context.Context, d *dirNode, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if _, ok := in.GetSize(); ok {
+		return syscall.EISDIR
+	}
+	if e := f.keptNoAttrs(in, 0o755); e != 0 {
+		return e
+	}
+	return d.Getattr(ctx, nil, out)
 }

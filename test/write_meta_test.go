@@ -433,7 +433,7 @@ func TestWriteRenameFreesOldName(t *testing.T) {
 // TestWriteRefDirs: a directory made in refs/ stays until rmdir, though
 // the bucket has no object for it until a ref is written under it (it
 // vanished once the TTL had passed, and a ref written under it then was
-// ENOENT); rmdir of one that holds refs is ENOTEMPTY.
+// ENOENT); rmdir of one that holds refs is ENOTEMPTY, its rename EXDEV.
 func TestWriteRefDirs(t *testing.T) {
 	bk := openBucket(t, testbucket.Local)
 	m := mount(t, bk, "--metadata-ttl=0")
@@ -449,6 +449,17 @@ func TestWriteRefDirs(t *testing.T) {
 	}
 	if refs, err := bk.Store.ListRefs(context.Background(), nil); err != nil || !slices.Equal(refs, []string{"j/a"}) {
 		t.Fatalf("refs %q, %v; want j/a alone", refs, err)
+	}
+	// Directories of refs/ and memories/ keep no mode or times: what
+	// changes nothing succeeds (it was EROFS), a change is EPERM.
+	shE(t, m.Dir, `mkdir memories/ns && touch refs refs/j memories memories/ns && chmod 755 refs/j memories/ns`)
+	for _, dir := range []string{"refs/j", "memories/ns"} {
+		if err := syscall.Chmod(filepath.Join(m.Dir, dir), 0o700); err != syscall.EPERM {
+			t.Fatalf("chmod 700 %s: %v, want EPERM", dir, err)
+		}
+		if err := syscall.Setxattr(filepath.Join(m.Dir, dir), "user.x", []byte("v"), 0); err != syscall.ENOTSUP {
+			t.Fatalf("setxattr %s: %v, want ENOTSUP", dir, err)
+		}
 	}
 	shE(t, m.Dir, `mkdir refs/k && echo t > refs/k/a`)
 	if got := shE(t, m.Dir, `rm refs/k/a refs/j/a && rmdir refs/k refs/e refs/j && ls refs`); got != "" {
