@@ -281,7 +281,12 @@ type refHandle struct {
 
 var (
 	_ = (gofs.FileFlusher)((*refHandle)(nil))
+	_ = (gofs.FileFsyncer)((*refHandle)(nil))
 )
+
+// Fsync writes the ref now, as a close would (vim's :w fsyncs, and
+// reported the EOPNOTSUPP it got as a failed write).
+func (h *refHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno { return h.Flush(ctx) }
 
 var _ = (gofs.FileReleaser)((*refHandle)(nil))
 

@@ -559,6 +559,17 @@ func TestWriteRecordsOpenByName(t *testing.T) {
 	if refs, err := bk.Store.ListRefs(ctx, nil); err != nil || len(refs) != 0 {
 		t.Fatalf("refs %q, %v; want none", refs, err)
 	}
+
+	// fsync of a ref writes it (vim's :w; it was EOPNOTSUPP).
+	f := openAt(filepath.Join(heads, "synced"), excl)
+	mustDo(writeString(f, "s\n"))
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync of a ref: %v", err)
+	}
+	if r, err := bk.Store.ReadRef(ctx, "heads/synced"); err != nil || r.Target != "s" {
+		t.Fatalf("heads/synced after fsync = %+v, %v; want s", r, err)
+	}
+	mustDo(f.Close())
 }
 
 // writeString writes s to f.
