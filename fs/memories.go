@@ -148,7 +148,7 @@ func (f *FS) memNode(ns string, e layout.Entry) gofsNode {
 
 // memDirNode is a writable directory under memories/.
 type memDirNode struct {
-	dirNode
+	metaDir
 	prefix string
 }
 
@@ -164,7 +164,7 @@ func (f *FS) memDirChild(name, prefix string) gofsNode {
 	if !f.sharedWritable() {
 		return &dirNode{f: f, ls: md}
 	}
-	return &memDirNode{dirNode: dirNode{f: f, ls: md}, prefix: prefix}
+	return &memDirNode{metaDir: metaDir{dirNode{f: f, ls: md}}, prefix: prefix}
 }
 
 func (n *memDirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
@@ -695,19 +695,3 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 }
 
 func (h *memHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno { return h.Flush(ctx) }
-
-var (
-	_ = (gofs.NodeSetattrer)((*memDirNode)(nil))
-	_ = (gofs.NodeSetxattrer)((*memDirNode)(nil))
-)
-
-// Setxattr refuses, as on a record: ENOTSUP, which cp -a and mv take as
-// "no attributes here" (go-fuse's default ENODATA is reported).
-func (n *memDirNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return syscall.ENOTSUP
-}
-
-// Setattr keeps nothing: FS.metaDirSetattr.
-func (n *memDirNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	return n.f.metaDirSetattr(ctx, &n.dirNode, in, out)
-}

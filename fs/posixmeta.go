@@ -5,6 +5,7 @@ import (
 	"syscall"
 	"time"
 
+	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/staging"
@@ -89,17 +90,33 @@ func (f *FS) keptNoAttrs(in *fuse.SetAttrIn, mode uint32) syscall.Errno {
 	return 0
 }
 
-// metaDirSetattr is Setattr of a writable directory of memories/ or
-// refs/ (a namespace, a prefix of refs): it is no object and keeps no
-// mode, owner or times, so what would change one is EPERM, as for a
-// record, and what changes nothing succeeds. It was EROFS on a writable
+// metaDir is a writable directory of memories/ or refs/ (a namespace, a
+// prefix of refs): it is no object and keeps no mode, owner, times or
+// attributes.
+type metaDir struct {
+	dirNode
+}
+
+var (
+	_ = (gofs.NodeSetattrer)((*metaDir)(nil))
+	_ = (gofs.NodeSetxattrer)((*metaDir)(nil))
+)
+
+// Setattr refuses what would change the directory (EPERM, as for a
+// record) and takes what changes nothing. It was EROFS on a writable
 // mount, and mv of a directory of refs/ reported a read-only file system.
-func (f *FS) metaDirSetattr(ctx context.Context, d *dirNode, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+func (d *metaDir) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if _, ok := in.GetSize(); ok {
 		return syscall.EISDIR
 	}
-	if e := f.keptNoAttrs(in, 0o755); e != 0 {
+	if e := d.f.keptNoAttrs(in, 0o755); e != 0 {
 		return e
 	}
 	return d.Getattr(ctx, nil, out)
+}
+
+// Setxattr refuses, as on a record: ENOTSUP, which cp -a and mv take as
+// "no attributes here" (go-fuse's default ENODATA is reported).
+func (d *metaDir) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return syscall.ENOTSUP
 }

@@ -321,7 +321,7 @@ func (h *refHandle) Flush(ctx context.Context) syscall.Errno {
 
 // refsNode is a writable refs/ directory.
 type refsNode struct {
-	dirNode
+	metaDir
 	kind string
 }
 
@@ -581,22 +581,6 @@ func (f *FS) refsKindChild(kind string) child {
 		if !f.sharedWritable() {
 			return &dirNode{f: f, ls: rd}
 		}
-		return &refsNode{dirNode: dirNode{f: f, ls: rd}, kind: kind}
+		return &refsNode{metaDir: metaDir{dirNode{f: f, ls: rd}}, kind: kind}
 	}}
-}
-
-var (
-	_ = (gofs.NodeSetattrer)((*refsNode)(nil))
-	_ = (gofs.NodeSetxattrer)((*refsNode)(nil))
-)
-
-// Setxattr refuses, as on a record: ENOTSUP, which cp -a and mv take as
-// "no attributes here" (go-fuse's default ENODATA is reported).
-func (n *refsNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return syscall.ENOTSUP
-}
-
-// Setattr keeps nothing: FS.metaDirSetattr.
-func (n *refsNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	return n.f.metaDirSetattr(ctx, &n.dirNode, in, out)
 }
