@@ -34,6 +34,11 @@ func TestUnmountWithNamespaceCopy(t *testing.T) {
 		// holder once under CI's load (the connection ended under it).
 		t.Run(c.what, func(t *testing.T) {
 			mnt := mount(t, bk, c.args...)
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("log of the mount:\n%s", mnt.Log())
+				}
+			})
 			file := filepath.Join(mnt.Dir, ".pugmark", "bucket")
 			fifo := filepath.Join(t.TempDir(), "go")
 			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
