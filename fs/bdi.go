@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-
-	"golang.org/x/sys/unix"
 )
 
 // mountReadAheadKB is the kernel read-ahead pugfs wants for its files: the
@@ -15,19 +13,16 @@ import (
 // one of 8 KiB.
 const mountReadAheadKB = maxRead >> 10
 
-// raiseReadAhead sets the kernel's read-ahead for the mount at dir to
-// kb KiB. Asking in FUSE_INIT is not enough: the kernel takes the smaller
+// raiseReadAhead sets the kernel's read-ahead for the mount of device
+// dev ("major:minor", its backing device's name in sysfs) to kb KiB.
+// Asking in FUSE_INIT is not enough: the kernel takes the smaller
 // of that and the FUSE backing device's own setting, 128 KiB, so a cold
 // cat reached pugfs as 128 KiB READs. The device's setting is root's to
 // change, in sysfs (gcsfuse's max-read-ahead-kb does the same). Serving a
 // verified 512 MiB blob from its disk copy took 0.16-0.17 s at 128 KiB
 // and 0.13-0.14 s at 1 MiB; 8 MiB gained nothing more.
-func raiseReadAhead(dir string, kb int) error {
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
-		return err
-	}
-	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+func raiseReadAhead(dev string, kb int) error {
+	p := "/sys/class/bdi/" + dev + "/read_ahead_kb"
 	if err := os.WriteFile(p, []byte(strconv.Itoa(kb)), 0); err != nil {
 		return fmt.Errorf("set the kernel's read-ahead: %w", err)
 	}

@@ -253,6 +253,9 @@ type MountOptions struct {
 	Debug      bool
 	// FsName is shown in /proc/mounts (the bucket URL, redacted).
 	FsName string
+	// afterMount, if set (by tests), runs once the mount exists and
+	// before it serves anything.
+	afterMount func(dir string)
 }
 
 // Mount mounts f at dir with DirectMount (root) falling back to
@@ -321,14 +324,37 @@ func Mount(dir string, f *FS, mo MountOptions) (*fuse.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
+	// The mount exists once NewServer returns. Its device is read now,
+	// before anything is served: a script that waits for the mountpoint
+	// to appear may unmount it before WaitMount returns, and dir is then
+	// the directory under it (the watch for lingering copies took that
+	// directory's device and never ended the connection).
+	dev := mountDev(dir)
+	if mo.afterMount != nil {
+		mo.afterMount(dir)
+	}
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
-		return nil, fmt.Errorf("mount %s: %w", dir, err)
+		// On Linux WaitMount only runs go-fuse's poll hack, an open of
+		// a file in the mount, which fails once the mount is gone: a
+		// mount unmounted that early is served, as after any unmount,
+		// until its connection ends. Failing lost the connection of a
+		// process holding a copy of the mount (TestUnmountWithNamespaceCopy
+		// under load).
+		if dev == "" || mountedHere(dev) {
+			srv.Unmount()
+			return nil, fmt.Errorf("mount %s: %w", dir, err)
+		}
+		f.log.Info("unmounted before it was ready", "mountpoint", dir)
 	}
-	go f.endLingering(srv, dir)
-	if err := raiseReadAhead(dir, mountReadAheadKB); err != nil {
-		// Not root: reads still work, in smaller requests.
-		f.log.Debug("kernel read-ahead left at its default", "err", err)
+	if dev == "" {
+		f.log.Warn("cannot find the new mount in /proc/self/mountinfo: a copy of it in another mount namespace keeps it alive after an unmount, and the kernel's read-ahead stays at its default", "mountpoint", dir)
+	} else {
+		go f.endLingering(srv, dev)
+		if err := raiseReadAhead(dev, mountReadAheadKB); err != nil {
+			// Not root: reads still work, in smaller requests.
+			f.log.Debug("kernel read-ahead left at its default", "err", err)
+		}
 	}
 	if err := closeFuseOnExec(); err != nil {
 		f.log.Warn("cannot keep the FUSE device from processes this one starts", "err", err)

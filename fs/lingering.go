@@ -1,15 +1,16 @@
 package fs
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/pugmark/pugfs/internal/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,20 +29,19 @@ import (
 // connection is ended through fusectl, as unmounting would have if the
 // copy did not exist. Whoever reaches the copy afterwards gets ENOTCONN,
 // as after any unmount of a FUSE file system they were still on.
-func (f *FS) endLingering(srv *fuse.Server, dir string) {
+func (f *FS) endLingering(srv *fuse.Server, dev string) {
 	if f.cfg.NoOpen {
 		// The kernel never OPENs this mount's files, so the handle
 		// count cannot say a copy is unused, and the fdinfo scan
 		// alone missed a reader once: never cut one off.
 		return
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
-		f.log.Debug("cannot watch for lingering copies of the mount", "err", err)
+	_, minor, _ := strings.Cut(dev, ":")
+	conn, err := strconv.ParseUint(minor, 10, 32)
+	if err != nil {
+		f.log.Debug("cannot watch for lingering copies of the mount", "device", dev)
 		return
 	}
-	conn := unix.Minor(uint64(st.Dev))
-	dev := []byte(" " + strconv.FormatUint(uint64(unix.Major(uint64(st.Dev))), 10) + ":" + strconv.FormatUint(uint64(conn), 10) + " ")
 	mi, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		f.log.Debug("cannot watch for lingering copies of the mount", "err", err)
@@ -50,7 +50,13 @@ func (f *FS) endLingering(srv *fuse.Server, dir string) {
 	defer mi.Close()
 	stop := make(chan struct{})
 	go func() { srv.Wait(); close(stop) }()
-	for mountedHere(mi, dev) {
+	for {
+		if _, err := mi.Seek(0, io.SeekStart); err != nil {
+			return
+		}
+		if b, err := io.ReadAll(mi); err != nil || !mountsDev(b, dev) {
+			break
+		}
 		// The mount table changes (POLLPRI) are what to look at; the
 		// timeout only lets the loop see stop.
 		fds := []unix.PollFd{{Fd: int32(mi.Fd()), Events: unix.POLLPRI}}
@@ -80,28 +86,97 @@ func (f *FS) endLingering(srv *fuse.Server, dir string) {
 			idle++
 		}
 	}
-	f.log.Warn("unmounted, but another mount namespace (pugfs exec, unshare) still holds a copy of the mount that nobody uses: ending its FUSE connection", "mountpoint", dir, "connection", conn)
-	if err := abortConnection(conn); err != nil {
+	f.log.Warn("unmounted, but another mount namespace (pugfs exec, unshare) still holds a copy of the mount that nobody uses: ending its FUSE connection", "connection", conn)
+	if err := abortConnection(uint32(conn)); err != nil {
 		f.log.Warn("could not end the FUSE connection; the mount stops when that namespace ends", "err", err)
 	}
 }
 
-// mountedHere reports whether this mount namespace holds a mount of the
-// device dev (" major:minor ", as mountinfo's third field).
-func mountedHere(mi *os.File, dev []byte) bool {
-	if _, err := mi.Seek(0, io.SeekStart); err != nil {
-		return false
+// mountinfoEntry is one line of a mountinfo file: the fields pugfs reads.
+type mountinfoEntry struct {
+	id, dev, mountpoint, fstype string
+}
+
+// parseMountinfo returns the entries of a mountinfo file's content, in
+// its order (a mount on top of another comes after it).
+func parseMountinfo(b []byte) []mountinfoEntry {
+	var es []mountinfoEntry
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 7 {
+			continue
+		}
+		e := mountinfoEntry{id: f[0], dev: f[2], mountpoint: mountinfo.Unescape(f[4])}
+		// Optional fields end at "-", then the filesystem type.
+		for i := 6; i+1 < len(f); i++ {
+			if f[i] == "-" {
+				e.fstype = f[i+1]
+				break
+			}
+		}
+		es = append(es, e)
 	}
-	b, err := io.ReadAll(mi)
-	return err == nil && bytes.Contains(b, dev)
+	return es
+}
+
+// mountsDev reports whether the mountinfo content b holds a mount of the
+// device dev ("major:minor").
+func mountsDev(b []byte, dev string) bool {
+	for _, e := range parseMountinfo(b) {
+		if e.dev == dev {
+			return true
+		}
+	}
+	return false
+}
+
+// mountedHere reports whether this mount namespace holds a mount of the
+// device dev ("major:minor").
+func mountedHere(dev string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	return err == nil && mountsDev(b, dev)
+}
+
+// mountDev returns the device ("major:minor") of the FUSE mount on top
+// of dir in this mount namespace, or "" if there is none. It asks the
+// mount table, not stat, which would need the server to answer and, once
+// the mount is gone, gives the device of the directory under it.
+func mountDev(dir string) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	return fuseDevAt(b, dir)
+}
+
+// fuseDevAt returns the device of the topmost mount of the mountinfo
+// content b at dir (the kernel shows paths with symlinks resolved), if
+// it is a FUSE mount; else "". It touches nothing under dir.
+func fuseDevAt(b []byte, dir string) string {
+	// Only the parent is resolved: the mountpoint itself is the mount's
+	// root, and a stat of it waits for the server.
+	real := dir
+	if r, err := filepath.EvalSymlinks(filepath.Dir(dir)); err == nil {
+		real = filepath.Join(r, filepath.Base(dir))
+	}
+	dev := ""
+	for _, e := range parseMountinfo(b) {
+		if e.mountpoint == dir || e.mountpoint == real {
+			dev = ""
+			if e.fstype == "fuse" || strings.HasPrefix(e.fstype, "fuse.") {
+				dev = e.dev
+			}
+		}
+	}
+	return dev
 }
 
 // copyInUse reports whether some process has a file open through a
-// mount of dev (" major:minor ") in any mount namespace, by the mount IDs
+// mount of dev ("major:minor") in any mount namespace, by the mount IDs
 // of /proc/<pid>/fdinfo: the kernel's handle count misses the files of a
 // mount that answers no OPEN (a read-only one, noopen.go). What this
 // process may not read (another user's processes) is not seen.
-func copyInUse(dev []byte) bool {
+func copyInUse(dev string) bool {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return false
@@ -121,9 +196,9 @@ func copyInUse(dev []byte) bool {
 		}
 		namespaces[ns] = true
 		b, _ := os.ReadFile("/proc/" + pid + "/mountinfo")
-		for _, l := range bytes.Split(b, []byte("\n")) {
-			if id, _, ok := bytes.Cut(l, []byte(" ")); ok && bytes.Contains(l, dev) {
-				ids[string(id)] = true
+		for _, e := range parseMountinfo(b) {
+			if e.dev == dev {
+				ids[e.id] = true
 			}
 		}
 	}
@@ -134,9 +209,9 @@ func copyInUse(dev []byte) bool {
 		fds, _ := os.ReadDir("/proc/" + pid + "/fdinfo")
 		for _, fd := range fds {
 			b, _ := os.ReadFile("/proc/" + pid + "/fdinfo/" + fd.Name())
-			if _, rest, ok := bytes.Cut(b, []byte("mnt_id:")); ok {
-				id, _, _ := bytes.Cut(bytes.TrimLeft(rest, " \t"), []byte("\n"))
-				if ids[string(id)] {
+			if _, rest, ok := strings.Cut(string(b), "mnt_id:"); ok {
+				id, _, _ := strings.Cut(strings.TrimLeft(rest, " \t"), "\n")
+				if ids[id] {
 					return true
 				}
 			}

@@ -57,9 +57,6 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 	if err != nil {
 		return fmt.Errorf("mount %s: %v (is /dev/fuse there, and are you root or is fusermount3 installed?)", cfg.Mountpoint, err)
 	}
-	if err := srv.WaitMount(); err != nil {
-		return fmt.Errorf("mount %s: %v", cfg.Mountpoint, err)
-	}
 	log.Info("mounted", "bucket", env.shownURL, "mountpoint", cfg.Mountpoint, "read-only", cfg.ReadOnly)
 	if len(cfg.IngestFrom) > 0 {
 		shown := make([]string, len(cfg.IngestFrom))

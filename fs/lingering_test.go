@@ -1,0 +1,116 @@
+package fs
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/internal/syncbuf"
+	"github.com/pugmark/pugfs/internal/testrig"
+)
+
+// TestMountUnmountedBeforeReady: a script that waits for the mountpoint
+// to appear can unmount it before Mount returns, after another mount
+// namespace took a copy of it. Mount failed then (go-fuse's poll hack
+// found no file) and its watch for lingering copies took the device of
+// the directory under the mount: the process neither served the copy nor
+// ended its connection (TestUnmountWithNamespaceCopy under load). Now
+// the mount goes on, and its connection ends once nobody uses the copy.
+func TestMountUnmountedBeforeReady(t *testing.T) {
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Fatalf("unshare (util-linux) is needed: %v", err)
+	}
+	r := testrig.New(t, 0)
+	var log syncbuf.Buffer
+	staging := t.TempDir()
+	f, err := New(Config{Store: r.Store, Cache: r.Cache, Blobs: r.Blobs, StagingDir: staging, FailedDir: staging + "/failed",
+		UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Logger: log.Logger(slog.LevelInfo)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dir := t.TempDir()
+	var holder *exec.Cmd
+	t.Cleanup(func() {
+		if holder != nil {
+			holder.Process.Kill()
+			holder.Wait()
+		}
+	})
+	early := func(dir string) {
+		// A namespace holding a copy of the mount, and living on.
+		holder = exec.Command("unshare", "-m", "--propagation", "private", "sleep", "600")
+		if err := holder.Start(); err != nil {
+			t.Error(err)
+			return
+		}
+		comm := fmt.Sprintf("/proc/%d/comm", holder.Process.Pid)
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if b, _ := os.ReadFile(comm); strings.TrimSpace(string(b)) == "sleep" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Error("unshare did not start its namespace")
+				return
+			}
+		}
+		if err := syscall.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount before serving: %v", err)
+		}
+	}
+	srv, err := Mount(dir, f, MountOptions{afterMount: early})
+	if err != nil {
+		t.Fatalf("Mount of a mount unmounted before it was ready: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { srv.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		srv.Unmount()
+		t.Fatalf("the connection a namespace copy held was not ended; log:\n%s", log.String())
+	}
+	for _, want := range []string{"unmounted before it was ready", "ending its FUSE connection"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, log.String())
+		}
+	}
+}
+
+// TestFuseDevAt: the device of a mount is read from the mount table: the
+// topmost mount at the path wins, a path is unescaped, and anything but
+// FUSE on top gives none.
+func TestFuseDevAt(t *testing.T) {
+	const (
+		root  = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+		fuse1 = "40 22 0:51 / /mnt/a\\040b rw,nosuid,nodev,relatime shared:20 - fuse.pugfs file:///b rw,user_id=0,group_id=0\n"
+		fuse2 = "41 40 0:52 / /mnt/a\\040b rw,nosuid,nodev,relatime - fuse pugfs rw\n"
+		tmpfs = "42 41 0:53 / /mnt/a\\040b rw - tmpfs tmpfs rw\n"
+	)
+	for _, c := range []struct {
+		what, info, dir, want string
+	}{
+		{"a FUSE mount", root + fuse1, "/mnt/a b", "0:51"},
+		{"the topmost of two", root + fuse1 + fuse2, "/mnt/a b", "0:52"},
+		{"tmpfs on top", root + fuse1 + tmpfs, "/mnt/a b", ""},
+		{"another path", root + fuse1, "/mnt/a", ""},
+		{"not FUSE", root, "/", ""},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			if got := fuseDevAt([]byte(c.info), c.dir); got != c.want {
+				t.Errorf("fuseDevAt(%q) = %q, want %q", c.dir, got, c.want)
+			}
+			if c.want != "" && !mountsDev([]byte(c.info), c.want) {
+				t.Errorf("mountsDev(%q) = false", c.want)
+			}
+		})
+	}
+	if mountsDev([]byte(root+fuse1), "0:5") {
+		t.Error("mountsDev matched a prefix of a device")
+	}
+}
