@@ -2,6 +2,7 @@ package fs
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -23,19 +24,14 @@ import (
 // handler ended (a test's mount waited 30 s on another test's handler).
 //
 // endLingering watches for that: once the mount is gone from this
-// process's mount namespace and the kernel holds no file or directory of
-// it open and no process has a file open through a copy (a lazy unmount
-// with files in use is still being used), the
+// process's mount namespace, another namespace still holds a copy, the
+// kernel holds no file or directory of it open and no process uses a
+// file of it (devInUse: a lazy unmount with files in use is still being
+// used, and so is a copy someone reads through or works in), the
 // connection is ended through fusectl, as unmounting would have if the
 // copy did not exist. Whoever reaches the copy afterwards gets ENOTCONN,
 // as after any unmount of a FUSE file system they were still on.
 func (f *FS) endLingering(srv *fuse.Server, dev string) {
-	if f.cfg.NoOpen {
-		// The kernel never OPENs this mount's files, so the handle
-		// count cannot say a copy is unused, and the fdinfo scan
-		// alone missed a reader once: never cut one off.
-		return
-	}
 	_, minor, _ := strings.Cut(dev, ":")
 	conn, err := strconv.ParseUint(minor, 10, 32)
 	if err != nil {
@@ -57,32 +53,39 @@ func (f *FS) endLingering(srv *fuse.Server, dev string) {
 		if b, err := io.ReadAll(mi); err != nil || !mountsDev(b, dev) {
 			break
 		}
-		// The mount table changes (POLLPRI) are what to look at; the
-		// timeout only lets the loop see stop.
+		// A change of the mount table (POLLPRI) wakes the loop at once.
+		// The table is read again every second anyway: under load the
+		// unmount's wake-up was missed (the mount was gone from the
+		// table, and the loop still polled, 20 s later).
 		fds := []unix.PollFd{{Fd: int32(mi.Fd()), Events: unix.POLLPRI}}
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if n, err := unix.Poll(fds, 1000); err == nil && n > 0 {
-				break
-			} else if err != nil && !errors.Is(err, unix.EINTR) {
-				return
-			}
+		if _, err := unix.Poll(fds, 1000); err != nil && !errors.Is(err, unix.EINTR) {
+			return
+		}
+		select {
+		case <-stop:
+			return
+		default:
 		}
 	}
-	idle := 0
+	idle, said := 0, false
 	for idle < 2 {
 		select {
 		case <-stop:
 			return
 		case <-time.After(500 * time.Millisecond):
 		}
-		if f.OpenHandles() > 0 || copyInUse(dev) {
+		switch {
+		case !copiesLeft(dev):
+			// Not lingering: a lazily unmounted mount ends with its
+			// last user.
 			idle = 0
-		} else {
+		case f.OpenHandles() > 0 || devInUse(dev):
+			if !said {
+				f.log.Info("unmounted, but a copy of the mount in another mount namespace (pugfs exec, unshare) is in use: serving it until nobody uses it", "connection", conn)
+				said = true
+			}
+			idle = 0
+		default:
 			idle++
 		}
 	}
@@ -171,53 +174,72 @@ func fuseDevAt(b []byte, dir string) string {
 	return dev
 }
 
-// copyInUse reports whether some process has a file open through a
-// mount of dev ("major:minor") in any mount namespace, by the mount IDs
-// of /proc/<pid>/fdinfo: the kernel's handle count misses the files of a
-// mount that answers no OPEN (a read-only one, noopen.go). What this
-// process may not read (another user's processes) is not seen.
-func copyInUse(dev string) bool {
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		return false
+// copiesLeft reports whether some mount namespace holds a mount of dev
+// ("major:minor"), by the mount tables of every process.
+func copiesLeft(dev string) bool {
+	seen := map[string]bool{}
+	for _, pid := range processes() {
+		ns, err := os.Readlink("/proc/" + pid + "/ns/mnt")
+		if err != nil || seen[ns] {
+			continue
+		}
+		seen[ns] = true
+		if b, err := os.ReadFile("/proc/" + pid + "/mountinfo"); err == nil && mountsDev(b, dev) {
+			return true
+		}
 	}
+	return false
+}
+
+// devInUse reports whether some process uses a file of device dev
+// ("major:minor"), through any mount of it: holds it open, has it mapped,
+// or has its working or root directory there. The kernel's handle count
+// misses all of these on a mount that answers no OPEN (a read-only one,
+// noopen.go), and the last two on any mount: neither holds a handle.
+// Files are looked at with statx(AT_STATX_DONT_SYNC), which asks no
+// filesystem (this one, or a hung one elsewhere) for anything. What
+// this process may not read (another user's processes) is not seen.
+func devInUse(dev string) bool {
+	major, minor, _ := strings.Cut(dev, ":")
+	ma, err1 := strconv.ParseUint(major, 10, 32)
+	mi, err2 := strconv.ParseUint(minor, 10, 32)
+	if err1 != nil || err2 != nil {
+		return true // unknown: never cut anyone off
+	}
+	on := func(p string) bool {
+		var st unix.Statx_t
+		return unix.Statx(unix.AT_FDCWD, p, unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &st) == nil &&
+			uint64(st.Dev_major) == ma && uint64(st.Dev_minor) == mi
+	}
+	mapped := fmt.Sprintf(" %02x:%02x ", ma, mi)
+	for _, pid := range processes() {
+		dir := "/proc/" + pid + "/"
+		if on(dir+"cwd") || on(dir+"root") {
+			return true
+		}
+		if b, err := os.ReadFile(dir + "maps"); err == nil && strings.Contains(string(b), mapped) {
+			return true
+		}
+		fds, _ := os.ReadDir(dir + "fd")
+		for _, fd := range fds {
+			if on(dir + "fd/" + fd.Name()) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// processes returns the IDs of the processes in /proc.
+func processes() []string {
+	procs, _ := os.ReadDir("/proc")
 	var pids []string
 	for _, p := range procs {
 		if _, err := strconv.Atoi(p.Name()); err == nil {
 			pids = append(pids, p.Name())
 		}
 	}
-	ids := map[string]bool{}
-	namespaces := map[string]bool{}
-	for _, pid := range pids {
-		ns, err := os.Readlink("/proc/" + pid + "/ns/mnt")
-		if err != nil || namespaces[ns] {
-			continue
-		}
-		namespaces[ns] = true
-		b, _ := os.ReadFile("/proc/" + pid + "/mountinfo")
-		for _, e := range parseMountinfo(b) {
-			if e.dev == dev {
-				ids[e.id] = true
-			}
-		}
-	}
-	if len(ids) == 0 {
-		return false
-	}
-	for _, pid := range pids {
-		fds, _ := os.ReadDir("/proc/" + pid + "/fdinfo")
-		for _, fd := range fds {
-			b, _ := os.ReadFile("/proc/" + pid + "/fdinfo/" + fd.Name())
-			if _, rest, ok := strings.Cut(string(b), "mnt_id:"); ok {
-				id, _, _ := strings.Cut(strings.TrimLeft(rest, " \t"), "\n")
-				if ids[id] {
-					return true
-				}
-			}
-		}
-	}
-	return false
+	return pids
 }
 
 // fusectl is where the kernel's FUSE connections can be ended.

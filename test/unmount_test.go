@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pugmark/pugfs/internal/testbucket"
 )
@@ -18,68 +19,87 @@ import (
 // for as long as the namespace lived: the process served nobody and did
 // not exit (a test's mount waited on another test's handler). Now it
 // ends the connection once nobody uses the copy, and not before: a file
-// held open through the copy (a read-only mount's, which the kernel
-// never OPENs) still reads after the unmount.
+// held open through the copy, or a working directory in it, still reads
+// after the unmount, on a read-only mount too (whose files the kernel
+// never OPENs, so no handle count says they are in use).
 func TestUnmountWithNamespaceCopy(t *testing.T) {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Fatalf("unshare (util-linux) is needed: %v", err)
 	}
 	bk := openBucket(t, testbucket.Local)
-	for _, c := range []struct {
+	// Each holder uses the copy until the fifo says go, reads the file
+	// ($1) through it into $3, stops using it, and lives on.
+	// in is the link in /proc/<pid> that shows the holder in the copy.
+	holders := []struct{ what, script, in, want string }{
+		{"descriptor", `exec 3<"$1"; read x < "$2"; cat <&3 > "$3"; exec 3<&-; exec sleep 600`, "fd/3", "/bucket"},
+		{"working directory", `cd "$(dirname "$1")"; read x < "$2"; cat "$(basename "$1")" > "$3"; cd /; exec sleep 600`, "cwd", "/.pugmark"},
+	}
+	for _, mode := range []struct {
 		what string
 		args []string
-	}{{"read-write", nil}} {
-		// Not yet a read-only mount: the kernel never OPENs its files, and
-		// the fdinfo scan that stands in for the handle count missed the
-		// holder once under CI's load (the connection ended under it).
-		t.Run(c.what, func(t *testing.T) {
-			mnt := mount(t, bk, c.args...)
-			t.Cleanup(func() {
-				if t.Failed() {
-					t.Logf("log of the mount:\n%s", mnt.Log())
+	}{{"read-write", nil}, {"read-only", []string{"--read-only"}}} {
+		for _, h := range holders {
+			t.Run(mode.what+"/"+h.what, func(t *testing.T) {
+				mnt := mount(t, bk, mode.args...)
+				t.Cleanup(func() {
+					if t.Failed() {
+						t.Logf("log of the mount:\n%s", mnt.Log())
+					}
+				})
+				file := filepath.Join(mnt.Dir, ".pugmark", "bucket")
+				fifo := filepath.Join(t.TempDir(), "go")
+				if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				out := filepath.Join(t.TempDir(), "read")
+				holder := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", h.script, "sh", file, fifo, out)
+				if err := holder.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+				waitFor(t, "the holder in the copy", func() bool {
+					l, err := os.Readlink(fmt.Sprintf("/proc/%d/%s", holder.Process.Pid, h.in))
+					return err == nil && strings.HasSuffix(l, h.want)
+				})
+				unmountBusy(t, mnt.Dir)
+				// The holder keeps using the copy until the mount has seen it
+				// in use (which takes it two idle checks to end).
+				for deadline := time.Now().Add(20 * time.Second); !strings.Contains(mnt.Log(), "is in use: serving it"); time.Sleep(10 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						report := hangReport(mnt.cmd.Process.Pid)
+						mi, _ := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", mnt.cmd.Process.Pid))
+						for _, l := range strings.Split(string(mi), "\n") {
+							if strings.Contains(l, "fuse") {
+								report += "\nmountinfo: " + l
+							}
+						}
+						quitAndWait(mnt.cmd.Process.Pid, mnt.done)
+						t.Fatalf("timed out waiting for the mount to see its copy in use\n%s", report)
+					}
+				}
+				if err := os.WriteFile(fifo, []byte("go\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, "the holder's read through its copy", func() bool {
+					b, _ := os.ReadFile(out)
+					return strings.Contains(string(b), "file://")
+				})
+				waitFor(t, "pugfs to exit", func() bool {
+					select {
+					case <-mnt.done:
+						return true
+					default:
+						return false
+					}
+				})
+				if mnt.err != nil {
+					t.Fatalf("pugfs exited with %v\n%s", mnt.err, mnt.Log())
+				}
+				if !strings.Contains(mnt.Log(), "ending its FUSE connection") {
+					t.Fatalf("the mount did not say why it ended:\n%s", mnt.Log())
 				}
 			})
-			file := filepath.Join(mnt.Dir, ".pugmark", "bucket")
-			fifo := filepath.Join(t.TempDir(), "go")
-			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			out := filepath.Join(t.TempDir(), "read")
-			// The holder opens the file through its copy, waits for the
-			// unmount, reads through the descriptor, closes it, and lives on.
-			holder := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c",
-				`exec 3<"$1"; read x < "$2"; cat <&3 > "$3"; exec 3<&-; exec sleep 600`, "sh", file, fifo, out)
-			if err := holder.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
-			waitFor(t, "the holder's descriptor on the mount", func() bool {
-				l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/3", holder.Process.Pid))
-				return err == nil && strings.HasSuffix(l, "/bucket")
-			})
-			unmountBusy(t, mnt.Dir)
-			if err := os.WriteFile(fifo, []byte("go\n"), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "the holder's read through its copy", func() bool {
-				b, _ := os.ReadFile(out)
-				return strings.Contains(string(b), "file://")
-			})
-			waitFor(t, "pugfs to exit", func() bool {
-				select {
-				case <-mnt.done:
-					return true
-				default:
-					return false
-				}
-			})
-			if mnt.err != nil {
-				t.Fatalf("pugfs exited with %v\n%s", mnt.err, mnt.Log())
-			}
-			if !strings.Contains(mnt.Log(), "ending its FUSE connection") {
-				t.Fatalf("the mount did not say why it ended:\n%s", mnt.Log())
-			}
-		})
+		}
 	}
 }
 
