@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/pugmark/pugfs/internal/syncbuf"
 	"github.com/pugmark/pugfs/internal/testrig"
+	"golang.org/x/sys/unix"
 )
 
 // TestMountUnmountedBeforeReady: a script that waits for the mountpoint
@@ -112,5 +114,117 @@ func TestFuseDevAt(t *testing.T) {
 	}
 	if mountsDev([]byte(root+fuse1), "0:5") {
 		t.Error("mountsDev matched a prefix of a device")
+	}
+}
+
+// TestDevInUse: what tells a copy of a mount in use, on a tmpfs of the
+// test's own (a device nobody else uses): a descriptor, a mapping, a
+// working directory of another process; and whether some mount namespace
+// still holds the device once it is unmounted here.
+func TestDevInUse(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatalf("mount tmpfs (the tests run as root): %v", err)
+	}
+	mounted := true
+	t.Cleanup(func() {
+		if mounted {
+			syscall.Unmount(dir, syscall.MNT_DETACH)
+		}
+	})
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	file := filepath.Join(dir, "f")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if devInUse(dev) {
+		t.Fatal("devInUse of a device nobody uses")
+	}
+	start := func(t *testing.T, script string) *exec.Cmd {
+		t.Helper()
+		cmd := exec.Command("sh", "-c", script, "sh", file)
+		cmd.Dir = "/"
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd
+	}
+	for _, c := range []struct{ what, script, link string }{
+		{"a descriptor", `exec 3<"$1"; exec sleep 600`, "fd/3"},
+		{"a working directory", `cd "$(dirname "$1")"; exec sleep 600`, "cwd"},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			cmd := start(t, c.script)
+			link := fmt.Sprintf("/proc/%d/%s", cmd.Process.Pid, c.link)
+			waitUntil(t, "the process on the tmpfs", func() bool {
+				l, _ := os.Readlink(link)
+				return strings.HasPrefix(l, dir)
+			})
+			if !devInUse(dev) {
+				t.Errorf("devInUse missed %s", c.what)
+			}
+			cmd.Process.Kill()
+			cmd.Wait()
+			if devInUse(dev) {
+				t.Errorf("devInUse after the process with %s ended", c.what)
+			}
+		})
+	}
+	t.Run("a mapping", func(t *testing.T) {
+		f, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := unix.Mmap(int(f.Fd()), 0, 1, unix.PROT_READ, unix.MAP_SHARED)
+		f.Close() // the mapping alone holds the file
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !devInUse(dev) {
+			t.Error("devInUse missed a mapping")
+		}
+		unix.Munmap(m)
+		if devInUse(dev) {
+			t.Error("devInUse after the unmap")
+		}
+	})
+	if !copiesLeft(dev) {
+		t.Fatal("copiesLeft: the tmpfs is mounted here")
+	}
+	holder := exec.Command("unshare", "-m", "--propagation", "private", "sleep", "600")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	waitUntil(t, "unshare's namespace", func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", holder.Process.Pid))
+		return strings.TrimSpace(string(b)) == "sleep"
+	})
+	if err := syscall.Unmount(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	mounted = false
+	if !copiesLeft(dev) {
+		t.Error("copiesLeft missed the copy in unshare's namespace")
+	}
+	holder.Process.Kill()
+	holder.Wait()
+	if copiesLeft(dev) {
+		t.Error("copiesLeft after the namespace ended")
+	}
+}
+
+// waitUntil polls cond until it holds, failing the test after 20 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
 	}
 }
