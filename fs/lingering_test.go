@@ -24,9 +24,6 @@ import (
 // ended its connection (TestUnmountWithNamespaceCopy under load). Now
 // the mount goes on, and its connection ends once nobody uses the copy.
 func TestMountUnmountedBeforeReady(t *testing.T) {
-	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Fatalf("unshare (util-linux) is needed: %v", err)
-	}
 	r := testrig.New(t, 0)
 	var log syncbuf.Buffer
 	staging := t.TempDir()
@@ -37,29 +34,11 @@ func TestMountUnmountedBeforeReady(t *testing.T) {
 	}
 	defer f.Close()
 	dir := t.TempDir()
-	var holder *exec.Cmd
-	t.Cleanup(func() {
-		if holder != nil {
-			holder.Process.Kill()
-			holder.Wait()
-		}
-	})
 	early := func(dir string) {
-		// A namespace holding a copy of the mount, and living on.
-		holder = exec.Command("unshare", "-m", "--propagation", "private", "sleep", "600")
-		if err := holder.Start(); err != nil {
+		// Not t.Fatal: Mount is waiting on this, with the mount made.
+		if _, err := holdNamespaceCopy(t); err != nil {
 			t.Error(err)
 			return
-		}
-		comm := fmt.Sprintf("/proc/%d/comm", holder.Process.Pid)
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if b, _ := os.ReadFile(comm); strings.TrimSpace(string(b)) == "sleep" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Error("unshare did not start its namespace")
-				return
-			}
 		}
 		if err := syscall.Unmount(dir, 0); err != nil {
 			t.Errorf("unmount before serving: %v", err)
@@ -196,15 +175,10 @@ func TestDevInUse(t *testing.T) {
 	if !copiesLeft(dev) {
 		t.Fatal("copiesLeft: the tmpfs is mounted here")
 	}
-	holder := exec.Command("unshare", "-m", "--propagation", "private", "sleep", "600")
-	if err := holder.Start(); err != nil {
+	holder, err := holdNamespaceCopy(t)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
-	waitUntil(t, "unshare's namespace", func() bool {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", holder.Process.Pid))
-		return strings.TrimSpace(string(b)) == "sleep"
-	})
 	if err := syscall.Unmount(dir, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -216,6 +190,30 @@ func TestDevInUse(t *testing.T) {
 	holder.Wait()
 	if copiesLeft(dev) {
 		t.Error("copiesLeft after the namespace ended")
+	}
+}
+
+// holdNamespaceCopy starts a process in a mount namespace of its own,
+// made as a copy of this one's (so holding a copy of each mount), and
+// returns once the namespace exists; the process lives until the test
+// ends or it is killed.
+func holdNamespaceCopy(t *testing.T) (*exec.Cmd, error) {
+	if _, err := exec.LookPath("unshare"); err != nil {
+		return nil, fmt.Errorf("unshare (util-linux) is needed: %w", err)
+	}
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sleep", "600")
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	comm := fmt.Sprintf("/proc/%d/comm", cmd.Process.Pid)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile(comm); strings.TrimSpace(string(b)) == "sleep" {
+			return cmd, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("unshare did not start its namespace")
+		}
 	}
 }
 
