@@ -6,6 +6,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -148,7 +149,7 @@ func (w *Writer) setCommittedAttrs(ctx context.Context, id layout.SessionID, nam
 		return &cur, false, nil // nothing changes: no new version
 	}
 	d.CreatedAt = w.cfg.Now().UTC()
-	if err := w.queue(ctx, id, []pendingOp{{desc: &d, base: fileBase(id, &cur)}}); err != nil {
+	if err := w.queue(ctx, id, []pendingOp{{desc: &d, base: fileBase(id, &cur), attr: &c}}); err != nil {
 		return nil, false, err
 	}
 	// An open that staged the name meanwhile (it read the old entry as
@@ -167,3 +168,44 @@ func (w *Writer) setCommittedAttrs(ctx context.Context, id layout.SessionID, nam
 	}
 	return nil, false, nil
 }
+
+// reapplyAttrs makes the chmods and utimes of b waiting to be made again
+// (batch.reapply: the file changed under them before the fsync) on what
+// their files hold in st: the new descriptor keeps the other writer's
+// bytes and takes the change, guarded by the entry it copies. A file
+// gone since, or one that has the change already, drops it; so does a
+// change made again too often (a state that keeps lagging the bucket).
+func (w *Writer) reapplyAttrs(b *batch, id layout.SessionID, st *cache.State) {
+	for i := range b.reapply {
+		delete(b.reapply, i)
+		c := b.attrs[b.bases[i]]
+		// The bucket's entry (st), not this mount's view (Live), which
+		// shows the pending change itself.
+		var cur layout.Entry
+		ok := false
+		if st != nil {
+			cur, ok = st.Slot(b.descs[i].Name)
+		}
+		b.reapplied[i]++
+		if !ok || c == nil || b.reapplied[i] > reapplyLimit {
+			b.drop(i)
+			w.log.Warn("change not committed: another writer changed or removed the file before the fsync", "session", id, "name", b.descs[i].Name)
+			continue
+		}
+		d := cur.Descriptor.Clone()
+		d.Metadata = c.Apply(maps.Clone(d.Metadata), layout.ShownMtime(cur.Metadata, cur.CreatedAt, id.Time()))
+		if !c.MtimeNow && maps.Equal(d.Metadata, cur.Metadata) {
+			b.drop(i) // the rewrite has the change already
+			continue
+		}
+		d.CreatedAt = w.cfg.Now().UTC()
+		fb := fileBase(id, &cur)
+		b.descs[i], b.bases[i] = d, fb
+		b.soft[fb], b.attrs[fb] = true, c
+		w.log.Info("change made again on the file another writer rewrote before the fsync", "session", id, "name", d.Name, "version", cur.Version)
+	}
+}
+
+// reapplyLimit bounds how often one chmod or utimes is made again in one
+// commit (reapplyAttrs).
+const reapplyLimit = 3

@@ -453,7 +453,7 @@ func (w *Writer) queue(ctx context.Context, id layout.SessionID, ops []pendingOp
 				b := *op.base
 				fb = &b
 			}
-			ws.pending = append(ws.pending, pendingOp{desc: &d, base: fb, soft: fb != nil})
+			ws.pending = append(ws.pending, pendingOp{desc: &d, base: fb, soft: fb != nil, attr: op.attr})
 			if d.Deleted {
 				ws.gone[d.Name] = true
 			} else {
@@ -520,12 +520,17 @@ type batch struct {
 	// layout.StaleError): the rest of the batch commits without them.
 	stale map[int]error
 	// soft are the bases of pendingOp.soft guards; dropped are the
-	// descriptors (by index) dropped because such a file changed.
-	soft    map[*layout.FileBase]bool
-	dropped map[int]bool
-	done    chan struct{}
-	err     error
-	res     layout.CommitResult
+	// descriptors (by index) dropped because such a file changed, and
+	// reapply those of a chmod or utimes (attrs, by base) to make again
+	// on what the file holds now (reapplyAttrs; reapplied counts).
+	soft      map[*layout.FileBase]bool
+	attrs     map[*layout.FileBase]*AttrChange
+	dropped   map[int]bool
+	reapply   map[int]bool
+	reapplied map[int]int
+	done      chan struct{}
+	err       error
+	res       layout.CommitResult
 	// base, if set, is the position the snapshot must be written on
 	// (CommitSession) instead of the cached state's.
 	base *sessionBase
@@ -601,9 +606,13 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 	for _, op := range ops {
 		if op.soft {
 			if b.soft == nil {
-				b.soft = map[*layout.FileBase]bool{}
+				b.soft, b.attrs = map[*layout.FileBase]bool{}, map[*layout.FileBase]*AttrChange{}
+				b.reapply, b.reapplied = map[int]bool{}, map[int]int{}
 			}
 			b.soft[op.base] = true
+			if op.attr != nil {
+				b.attrs[op.base] = op.attr
+			}
 		}
 	}
 	b.descs = append(b.descs, descs...)
@@ -722,6 +731,7 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 		base, req.Exact = b.base.pos, b.base.exact
 	} else {
 		w.refuseStale(b, id, st, b.guards(id), nil)
+		w.reapplyAttrs(b, id, st)
 		if req, err = b.request(id, w.cfg.SnapshotType); err != nil {
 			return layout.CommitResult{}, w.settleDropped(ws, b, err) // every member refused or dropped
 		}
@@ -737,6 +747,12 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 		// Changed by another writer in a snapshot the commit was to
 		// land above: without the members that read it, again.
 		w.refuseStale(b, id, nil, b.guards(id), se)
+		if len(b.reapply) > 0 {
+			// On the state as the bucket has it now (refuseStale
+			// dropped this mount's); without it, the changes drop.
+			now, _ := w.cache.State(ctx, id)
+			w.reapplyAttrs(b, id, now)
+		}
 		if req, err = b.request(id, w.cfg.SnapshotType); err != nil {
 			return layout.CommitResult{}, w.settleDropped(ws, b, err)
 		}
@@ -822,11 +838,12 @@ type guard struct {
 func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs map[string]guard, se *layout.StaleError) {
 	refuse := func(name string, v uint32, g guard) {
 		if g.soft {
-			if b.dropped == nil {
-				b.dropped = map[int]bool{}
+			if b.attrs[b.bases[g.index]] != nil {
+				b.reapply[g.index] = true
+				return
 			}
 			if !b.dropped[g.index] {
-				b.dropped[g.index] = true
+				b.drop(g.index)
 				w.log.Warn("change not committed: another writer changed the file before the fsync; its bytes are kept",
 					"session", id, "name", name, "version", v, "removal", b.descs[g.index].Deleted)
 			}
@@ -873,6 +890,14 @@ func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs 
 		s.dirty = true // not committed: the release keeps it as failed
 		s.mu.Unlock()
 	}
+}
+
+// drop leaves descriptor i of b out of its commit (batch.dropped).
+func (b *batch) drop(i int) {
+	if b.dropped == nil {
+		b.dropped = map[int]bool{}
+	}
+	b.dropped[i] = true
 }
 
 // refusedFiles are the staged files of b's refused members.

@@ -270,9 +270,9 @@ func TestWriterMoveLooksAgain(t *testing.T) {
 // chmod waits for the fsync; another writer's rewrite of the file landing
 // before that fsync is kept. The rename moves the bytes it saw (the
 // rewrite stays under the old name: it was removed with it, the rename's
-// snapshot stepping over it), the chmod is not applied (it wrote the old
-// bytes back over the rewrite), and the fsync succeeds: a refusal would
-// come back at every fsync.
+// snapshot stepping over it), the chmod is made on the rewrite (it wrote
+// the old bytes back over the rewrite, and then was dropped), and the
+// fsync succeeds: a refusal would come back at every fsync.
 func TestWriterMoveFsyncKeepsRewrite(t *testing.T) {
 	ctx := context.Background()
 	mode := uint32(0o600)
@@ -280,13 +280,23 @@ func TestWriterMoveFsyncKeepsRewrite(t *testing.T) {
 		name   string
 		change func(r *writerRig) error
 		want   map[string]string // bodies after the fsync; "" absent
+		// modeOf names the file that must have mode after the fsync.
+		modeOf string
+		// seen loads the rewrite into the state before the fsync.
+		seen bool
 	}{
 		{"rename", func(r *writerRig) error { return r.w.Rename(ctx, r.id, "f", "g", false) },
-			map[string]string{"f": "rewritten\n", "g": "base\n"}},
+			map[string]string{"f": "rewritten\n", "g": "base\n"}, "", false},
 		{"chmod", func(r *writerRig) error {
 			_, err := r.w.SetAttrs(ctx, r.id, "f", AttrChange{Mode: &mode}, func() *layout.Entry { return nil }, nil)
 			return err
-		}, map[string]string{"f": "rewritten\n", "g": ""}},
+		}, map[string]string{"f": "rewritten\n", "g": ""}, "f", false},
+		// The same with the rewrite in this mount's state at the fsync
+		// (a lookup after the TTL), not only in the bucket.
+		{"chmod, rewrite seen", func(r *writerRig) error {
+			_, err := r.w.SetAttrs(ctx, r.id, "f", AttrChange{Mode: &mode}, func() *layout.Entry { return nil }, nil)
+			return err
+		}, map[string]string{"f": "rewritten\n", "g": ""}, "f", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newWriterRigTTL(t, time.Hour, func(c *Config) { c.Commit = CommitOnFsync })
@@ -298,6 +308,9 @@ func TestWriterMoveFsyncKeepsRewrite(t *testing.T) {
 				t.Fatal(err)
 			}
 			r.otherWriter(t, "f", "rewritten\n")
+			if c.seen {
+				r.slot(t, "f")
+			}
 			if err := r.w.FsyncSession(ctx, r.id); err != nil {
 				t.Fatalf("fsync: %v", err)
 			}
@@ -310,6 +323,12 @@ func TestWriterMoveFsyncKeepsRewrite(t *testing.T) {
 				}
 				if got := r.slotBody(t, name); got != want {
 					t.Fatalf("%s = %q after the %s and the fsync, want %q", name, got, c.name, want)
+				}
+			}
+			if c.modeOf != "" {
+				e, _ := r.slot(t, c.modeOf)
+				if got := layout.PosixMode(e.Metadata, layout.DefaultFileMode); got != mode {
+					t.Fatalf("%s has mode %o after the chmod and the fsync, want %o", c.modeOf, got, mode)
 				}
 			}
 			if err := r.w.FsyncSession(ctx, r.id); err != nil {

@@ -169,8 +169,12 @@ type pendingOp struct {
 	// when it was queued, so a refusal at the fsync would refuse it
 	// over and over. The descriptor is dropped instead (batch.dropped):
 	// a rename's source rewritten since stays with the new bytes (the
-	// rename moved the bytes it saw), a chmod of it is not applied.
+	// rename moved the bytes it saw); a chmod or utimes of it (attr) is
+	// made again on what the file holds then.
 	soft bool
+	// attr, for a desc made by a chmod or utimes of a committed file, is
+	// that change.
+	attr *AttrChange
 }
 
 // fileBase is e as the base of a change built on it (a guard of
