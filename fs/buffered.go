@@ -164,12 +164,50 @@ type bufHandle struct {
 	dropped bool
 	// written is writeSeq at this handle's last write (openBufs.content).
 	written uint64
+	// appending is set for a descriptor opened with O_APPEND: its writes
+	// go at the end of its own content. The kernel gives an appending
+	// write the file's size as its offset, which counts what other
+	// descriptors of the file wrote and this one does not hold: the gap
+	// was committed as NUL bytes (the memories audit).
+	appending bool
+	// appendedFrom is, for an appending descriptor that has only
+	// appended, the length of the content it was opened on (or last
+	// committed); -1 once it truncated (memHandle.Flush).
+	appendedFrom int
 }
 
 var (
 	_ = (gofs.FileReader)((*bufHandle)(nil))
 	_ = (gofs.FileWriter)((*bufHandle)(nil))
 )
+
+// appendOnly returns the length of the content an appending descriptor
+// was opened on (or last committed) when all it did since was append;
+// else -1.
+func (h *bufHandle) appendOnly() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.appending {
+		return -1
+	}
+	return h.appendedFrom
+}
+
+// committedAs records that content body (taken from the handle) was
+// committed as merged: the same bytes, or, for an appending descriptor,
+// its appended bytes on the record another writer left meanwhile. The
+// content becomes merged, what was appended since following it.
+func (h *bufHandle) committedAs(body, merged []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.appendedFrom < 0 || len(h.buf) < len(body) {
+		return // truncated meanwhile: what it holds is its own
+	}
+	if !bytes.Equal(body, merged) {
+		h.buf = append(bytes.Clone(merged), h.buf[len(body):]...)
+	}
+	h.appendedFrom = len(merged)
+}
 
 // take returns a copy of the content to commit and its generation; ok is
 // false when there is nothing to commit. The caller holds commitMu.
@@ -208,6 +246,7 @@ func (h *bufHandle) truncate(sz uint64, touch bool) {
 	h.dirty, h.failed = true, false
 	h.gen++
 	h.touched = h.touched || touch
+	h.appendedFrom = -1
 	h.written = writeSeq.Add(1)
 }
 
@@ -223,6 +262,9 @@ func (h *bufHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Read
 func (h *bufHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.appending {
+		off = int64(len(h.buf))
+	}
 	if end := off + int64(len(data)); end > int64(len(h.buf)) {
 		h.buf = append(h.buf, make([]byte, end-int64(len(h.buf)))...)
 	}

@@ -538,6 +538,7 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 	if flags&syscall.O_TRUNC != 0 {
 		h.dirty = true
 	}
+	h.appending, h.appendedFrom = flags&syscall.O_APPEND != 0, len(h.buf)
 	if h.write {
 		n.bufs.add(h)
 	}
@@ -681,11 +682,29 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 		h.settle(gen, nil)
 		return 0
 	}
-	d, err := f.recs.PutMemory(context.WithoutCancel(ctx), n.ns, e.Descriptor, body, h.base)
+	var d layout.Descriptor
+	var err error
+	merged := body
+	if from := h.appendOnly(); from >= 0 && h.base != nil {
+		// Only appended: onto the record as it is at the commit, as
+		// O_APPEND does, when another writer changed it since.
+		current := func(ctx context.Context) ([]byte, *layout.Digest, error) {
+			cur, ok, err := f.latestRecord(ctx, n.ns, e.Name)
+			if err != nil || !ok {
+				return nil, nil, err
+			}
+			b, err := readAll(ctx, f, &cur.Descriptor)
+			return b, &cur.Digest, err
+		}
+		d, merged, err = f.recs.AppendMemory(context.WithoutCancel(ctx), n.ns, e.Descriptor, body, h.base, len(body)-from, current)
+	} else {
+		d, err = f.recs.PutMemory(context.WithoutCancel(ctx), n.ns, e.Descriptor, body, h.base)
+	}
 	if err != nil {
 		h.settle(gen, err)
 		return f.errnoOf("write memory "+n.ns+"/"+e.Name, err)
 	}
+	h.committedAs(body, merged)
 	h.base = &d.Digest
 	n.mu.Lock()
 	n.e, n.has = layout.Entry{Descriptor: d}, true

@@ -181,6 +181,39 @@ func (r *Records) putMemory(ctx context.Context, ns string, e layout.Descriptor,
 	return d, nil
 }
 
+// AppendMemory is PutMemory of a record written through a descriptor
+// opened with O_APPEND that only appended its last tail bytes to the
+// record it read (base): when another writer changed the record since,
+// the tail goes onto what it holds then (current reads it: its body and
+// digest, a nil digest when it is gone), as O_APPEND does on a local
+// disk, instead of the write being refused. It returns the descriptor
+// and the body committed. A record removed meanwhile refuses it.
+func (r *Records) AppendMemory(ctx context.Context, ns string, e layout.Descriptor, body []byte, base *layout.Digest, tail int, current func(context.Context) ([]byte, *layout.Digest, error)) (layout.Descriptor, []byte, error) {
+	appended := body[len(body)-tail:]
+	for attempt := 1; ; attempt++ {
+		d, err := r.putMemory(ctx, ns, e, body, base)
+		if err == nil {
+			return d, body, nil
+		}
+		if errors.Is(err, layout.ErrChangedUnder) && attempt < appendAttempts {
+			cur, dig, rerr := current(ctx)
+			if rerr == nil && dig != nil {
+				body, base = append(cur, appended...), dig
+				continue
+			}
+			if rerr != nil {
+				err = rerr
+			}
+		}
+		r.keep("memories", ns+"/"+e.Name, body, err)
+		return layout.Descriptor{}, nil, err
+	}
+}
+
+// appendAttempts bounds how often AppendMemory puts its bytes on a
+// record other writers keep changing.
+const appendAttempts = 5
+
 // RemoveMemory removes record name of namespace ns; ErrNotExist when it
 // has none.
 func (r *Records) RemoveMemory(ctx context.Context, ns, name string) error {

@@ -261,23 +261,30 @@ func TestWriteRefsCompareAndSwap(t *testing.T) {
 	})
 }
 
-// TestWriteMemoryNoLostUpdate: two mounts append to one memory record
-// with their opens overlapping: the first close lands, the second is
-// ESTALE (its record was built on the one the first replaced) and lands
-// nothing, and its body is kept in the failed directory. Both closes
-// succeeded before and the record held the second mount's line only.
-// An append that opens after the other mount's write appends to it,
-// though its mount looked the record up before (an hour's TTL).
+// TestWriteMemoryNoLostUpdate: two descriptors write one memory record
+// with their opens overlapping. Appends (O_APPEND) both land, the later
+// close putting its line on the record the earlier one left, as on a
+// local disk: on two mounts the second close was ESTALE, its line only
+// in the failed directory, and on one mount the kernel's offset for the
+// second append counted the first one's unsaved bytes, committed as NUL
+// bytes (the memories audit). A rewrite in place (no O_APPEND) built on
+// the replaced record is still refused: ESTALE, its body kept in the
+// failed directory, the record untouched. An append that opens after the
+// other mount's write appends to it, though its mount looked the record
+// up before (an hour's TTL).
 func TestWriteMemoryNoLostUpdate(t *testing.T) {
 	bk := openBucket(t, testbucket.Local)
 	a, b := mount(t, bk, "--metadata-ttl", "1h"), mount(t, bk, "--metadata-ttl", "1h")
 	shE(t, a.Dir, `mkdir memories/team && echo base > memories/team/log.md`)
 	rec := "memories/team/log.md"
 	waitFor(t, "b sees the record", func() bool { return shE(t, b.Dir, "cat "+rec) == "base\n" })
+	// argv: the record as the first and the second writer see it, the
+	// second writer's open mode ("a" appends, "r+" writes at the end).
 	const overlap = `
 import errno, sys
-a = open(sys.argv[1], "a"); b = open(sys.argv[2], "a")
-a.write("from a\n"); b.write("from b\n")
+a = open(sys.argv[1], "a"); b = open(sys.argv[2], sys.argv[3])
+b.seek(0, 2)
+a.write(sys.argv[4] + "\n"); b.write(sys.argv[5] + "\n")
 a.close()
 try:
     b.close()
@@ -285,18 +292,30 @@ try:
 except OSError as e:
     print("b:", errno.errorcode[e.errno])
 `
-	out, err := exec.Command("python3", "-c", overlap, filepath.Join(a.Dir, rec), filepath.Join(b.Dir, rec)).CombinedOutput()
-	if err != nil || string(out) != "b: ESTALE\n" {
-		t.Fatalf("python: %v\n%s", err, out)
+	run := func(t *testing.T, first, second, mode, lineA, lineB, want string) {
+		t.Helper()
+		out, err := exec.Command("python3", "-c", overlap, filepath.Join(first, rec), filepath.Join(second, rec), mode, lineA, lineB).CombinedOutput()
+		if err != nil || string(out) != want {
+			t.Fatalf("python (second writer %q): %v\n%s, want %s", mode, err, out, want)
+		}
 	}
-	got, v := memRecords(t, bk, "team")
-	if got["log.md"] != "base\nfrom a\n" || v != 2 {
-		t.Fatalf("log.md = %q at version %d, want a's append at 2", got["log.md"], v)
+	run(t, a.Dir, b.Dir, "a", "from a", "from b", "b closed\n")
+	if got, v := memRecords(t, bk, "team"); got["log.md"] != "base\nfrom a\nfrom b\n" || v != 3 {
+		t.Fatalf("log.md = %q at version %d after two mounts' appends, want both at 3", got["log.md"], v)
 	}
-	if kept := shE(t, b.Dir, "cat .pugmark/failed/memories/team%2Flog.md.*"); kept != "base\nfrom b\n" {
+	run(t, a.Dir, a.Dir, "a", "a1", "a2", "b closed\n")
+	if got, _ := memRecords(t, bk, "team"); got["log.md"] != "base\nfrom a\nfrom b\na1\na2\n" {
+		t.Fatalf("log.md = %q after two appends on one mount", got["log.md"])
+	}
+	run(t, a.Dir, b.Dir, "r+", "a3", "b3", "b: ESTALE\n")
+	const was = "base\nfrom a\nfrom b\na1\na2\n"
+	if got, _ := memRecords(t, bk, "team"); got["log.md"] != was+"a3\n" {
+		t.Fatalf("log.md = %q after an append and a refused rewrite", got["log.md"])
+	}
+	if kept := shE(t, b.Dir, "cat .pugmark/failed/memories/team%2Flog.md.*"); kept != was+"b3\n" {
 		t.Fatalf("b's refused record in the failed directory: %q", kept)
 	}
-	shE(t, a.Dir, "echo a2 >> "+rec)
+	shE(t, a.Dir, "echo a4 >> "+rec)
 	const appendChecked = `
 import sys
 with open(sys.argv[1], "a") as f:
@@ -305,7 +324,7 @@ with open(sys.argv[1], "a") as f:
 	if out, err := exec.Command("python3", "-c", appendChecked, filepath.Join(b.Dir, rec)).CombinedOutput(); err != nil {
 		t.Fatalf("b's append after a's: %v\n%s", err, out)
 	}
-	if got, _ := memRecords(t, bk, "team"); got["log.md"] != "base\nfrom a\na2\nb2\n" {
+	if got, _ := memRecords(t, bk, "team"); got["log.md"] != was+"a3\na4\nb2\n" {
 		t.Fatalf("log.md = %q after appends in turn", got["log.md"])
 	}
 }
