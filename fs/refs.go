@@ -212,6 +212,8 @@ func (r *refFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 	if err == nil && flags&syscall.O_TRUNC == 0 {
 		h.buf = []byte(prev.Target + "\n")
 	}
+	// Emptied: unsaved until written (Release says so if it never is).
+	h.dirty = flags&syscall.O_TRUNC != 0
 	r.bufs.add(h)
 	return h, fuse.FOPEN_DIRECT_IO, 0
 }
@@ -293,6 +295,16 @@ var _ = (gofs.FileReleaser)((*refHandle)(nil))
 // Release forgets the handle. A ref that was never written through it
 // holds no target, so there is nothing to commit.
 func (h *refHandle) Release(ctx context.Context) syscall.Errno {
+	h.mu.Lock()
+	// Emptied (O_TRUNC) or created and never written: no ref can be
+	// empty, and a close that writes nothing must succeed (shells dup
+	// and close a descriptor before writing to it), so only the log
+	// can say that the ref kept its value (or was not made).
+	unwritten := h.dirty && !h.touched && !h.dropped
+	h.mu.Unlock()
+	if unwritten {
+		h.r.f.log.Warn("ref not written: it was emptied or created and closed without a line, and a ref is one line holding its target (rm removes one)", "ref", h.r.name())
+	}
 	h.r.bufs.remove(h)
 	if h.r.bufs.empty() {
 		h.r.f.refs.forget(h.r.name(), h.r)

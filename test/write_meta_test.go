@@ -180,6 +180,15 @@ func TestWriteRefs(t *testing.T) {
 		if got := target("bad"); got != "<none>" {
 			t.Fatalf("ref bad = %q", got)
 		}
+		// An empty ref cannot be: emptied and closed unwritten, a ref
+		// keeps its value, and the log says so.
+		shE(t, m.Dir, `: > refs/d; touch refs/never`)
+		if got, never := target("d"), target("never"); got != "dup" || never != "<none>" {
+			t.Fatalf("after : > refs/d and touch refs/never: d = %q, never = %q", got, never)
+		}
+		waitFor(t, "the log to say refs/d and refs/never were not written", func() bool {
+			return strings.Count(m.Log(), "ref not written") == 2
+		})
 		shE(t, m.Dir, `rm refs/r`)
 		if got := target("r"); got != "<none>" {
 			t.Fatalf("ref r after rm = %q", got)
