@@ -271,7 +271,13 @@ func (n *memDirNode) Rename(ctx context.Context, name string, newParent gofs.Ino
 		return syscall.EXDEV
 	}
 	const renameNoReplace, renameExchange = 1, 2
-	if n.prefix == "" || flags&renameExchange != 0 {
+	if ch := n.GetChild(name); n.prefix == "" || (ch != nil && ch.IsDir()) {
+		// A namespace is a log of versions, no object to move: EXDEV
+		// makes mv copy its records (EINVAL had mv say it cannot move
+		// a directory into itself).
+		return syscall.EXDEV
+	}
+	if flags&renameExchange != 0 {
 		return syscall.EINVAL
 	}
 	if layout.ValidateMemoryName(newName) != nil {

@@ -95,6 +95,16 @@ func TestWriteMemories(t *testing.T) {
 		if e := shErr(t, mem, `echo x > toplevel`); e == "" {
 			t.Fatal("a record outside any namespace: no error")
 		}
+		// A namespace is no object: its rename is EXDEV, so mv copies
+		// its records (it was EINVAL: "cannot move to a subdirectory of
+		// itself").
+		for _, mv := range [][2]string{{"ns/sub", "ns/sub2"}, {"ns", "ns2"}} {
+			if err := os.Rename(filepath.Join(mem, mv[0]), filepath.Join(mem, mv[1])); errnoOf(err) != syscall.EXDEV {
+				t.Fatalf("rename of namespace %s = %v, want EXDEV", mv[0], err)
+			}
+		}
+		shE(t, mem, `mkdir cp && echo c > cp/c && mv cp cp2`)
+		wantMemory(t, bk, "cp2", map[string]string{"c": "c\n"}, 1)
 		fresh := mount(t, bk, "--read-only", "--metadata-ttl", "0")
 		if got := shE(t, fresh.Dir, `cat memories/ns/rec memories/ns/dup memories/ns/sub/deeper/r; ls memories/ns`); got != "short\nMORE\nd\nx\ndup\nrec\nsub\n" {
 			t.Fatalf("fresh mount: %q", got)
