@@ -191,6 +191,7 @@ func New(cfg Config) (*FS, error) {
 		f.views = cfg.Cache.NewViews(cfg.Store)
 	}
 	f.mem.dirs = map[string]bool{}
+	f.mem.removed = map[string]map[string]uint32{}
 	f.mem.pending = map[string]*memFile{}
 	f.recs = staging.NewRecords(cfg.Store, staging.RecordCaches{InvalidateMemories: f.views.InvalidateMemories,
 		InvalidateRefs: f.views.InvalidateRefs, SessionCreated: cfg.Cache.SessionCreated, InvalidateSession: cfg.Cache.Invalidate},

@@ -80,6 +80,9 @@ func (m *memDir) entries(ctx context.Context) (out []child, recErr error, err er
 		if m.prefix != "" {
 			sub = m.prefix + "/" + next
 		}
+		if m.f.hiddenNamespace(sub, nss) {
+			continue
+		}
 		if files[next] {
 			// A path is a file or a directory: the record wins, as a
 			// session's file wins over its directory (decisions.md).
@@ -202,6 +205,7 @@ func (n *memDirNode) Mkdir(ctx context.Context, name string, mode uint32, out *f
 	}
 	n.f.mem.mu.Lock()
 	n.f.mem.dirs[sub] = true
+	delete(n.f.mem.removed, sub)
 	n.f.mem.mu.Unlock()
 	return n.f.materialise(ctx, &n.Inode, n.f.memSubdir(name, sub), out)
 }
@@ -360,13 +364,45 @@ func (n *memDirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if len(cs) > 0 {
 		return syscall.ENOTEMPTY
 	}
+	nss, err := n.f.views.Namespaces(ctx)
+	if err != nil {
+		return n.f.errnoOf("rmdir memory "+sub, err)
+	}
+	vers := map[string]uint32{}
+	for _, ns := range nss {
+		if ns.Name == sub || strings.HasPrefix(ns.Name, sub+"/") {
+			vers[ns.Name] = ns.Version
+		}
+	}
 	n.f.mem.mu.Lock()
 	defer n.f.mem.mu.Unlock()
-	if !n.f.mem.dirs[sub] {
+	if !n.f.mem.dirs[sub] && len(vers) == 0 {
 		return syscall.ENOENT
 	}
 	delete(n.f.mem.dirs, sub)
+	if len(vers) > 0 {
+		// Emptied (rm -r): its log stays in the bucket.
+		n.f.mem.removed[sub] = vers
+	}
 	return 0
+}
+
+// hiddenNamespace reports whether namespace sub was removed on this
+// mount (memWrites.removed) and nothing under it changed since, by the
+// bucket's namespaces nss.
+func (f *FS) hiddenNamespace(sub string, nss []layout.Namespace) bool {
+	f.mem.mu.Lock()
+	vers := f.mem.removed[sub]
+	f.mem.mu.Unlock()
+	if vers == nil {
+		return false
+	}
+	for _, ns := range nss {
+		if (ns.Name == sub || strings.HasPrefix(ns.Name, sub+"/")) && vers[ns.Name] != ns.Version {
+			return false // written since, here or elsewhere: shown again
+		}
+	}
+	return true
 }
 
 // memPending lists the records of namespace ns created here and still
@@ -426,6 +462,12 @@ type memWrites struct {
 	mu sync.Mutex
 	// dirs are namespaces made by mkdir that have no record yet.
 	dirs map[string]bool // GUARDED_BY(mu)
+	// removed are namespaces emptied and then removed with rmdir, with
+	// the versions of it and of the namespaces under it at the rmdir. A
+	// namespace is a log the bucket keeps, so it is hidden on this mount
+	// instead, for as long as none of those versions changes
+	// (hiddenNamespace).
+	removed map[string]map[string]uint32 // GUARDED_BY(mu)
 	// pending are records created by this mount whose descriptors are
 	// still open, by memKey, until their last release (or an unlink):
 	// listed and found by name before their close commits them.

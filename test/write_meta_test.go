@@ -105,6 +105,23 @@ func TestWriteMemories(t *testing.T) {
 		}
 		shE(t, mem, `mkdir cp && echo c > cp/c && mv cp cp2`)
 		wantMemory(t, bk, "cp2", map[string]string{"c": "c\n"}, 1)
+		// rm -r of a namespace: its log stays in the bucket (versions
+		// never go), so this mount hides it, nested ones too, until
+		// something is written in it again. It stayed listed, and
+		// rmdir of an emptied child namespace was ENOTEMPTY for its
+		// parent.
+		// (mv's rmdir of cp, above, hid cp already.)
+		shE(t, mem, `mkdir -p gone/sub && echo x > gone/sub/x && echo y > gone/y && rm -r gone`)
+		if got := shE(t, mem, `ls`); got != "cp2\nns\n" {
+			t.Fatalf("memories/ after mv cp cp2 and rm -r gone: %q", got)
+		}
+		if e := shErr(t, mem, `rmdir gone`); !strings.Contains(e, "No such file") {
+			t.Fatalf("rmdir of a removed namespace: %q", e)
+		}
+		shE(t, mem, `mkdir gone && echo back > gone/b`)
+		if got := shE(t, mem, `ls gone; cat gone/b`); got != "b\nback\n" {
+			t.Fatalf("a removed namespace written again: %q", got)
+		}
 		fresh := mount(t, bk, "--read-only", "--metadata-ttl", "0")
 		if got := shE(t, fresh.Dir, `cat memories/ns/rec memories/ns/dup memories/ns/sub/deeper/r; ls memories/ns`); got != "short\nMORE\nd\nx\ndup\nrec\nsub\n" {
 			t.Fatalf("fresh mount: %q", got)
