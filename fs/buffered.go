@@ -3,12 +3,16 @@ package fs
 import (
 	"bytes"
 	"context"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/staging"
 )
 
 // openBufs are the write handles open on a memory record or ref file: a
@@ -164,6 +168,11 @@ type bufHandle struct {
 	dropped bool
 	// written is writeSeq at this handle's last write (openBufs.content).
 	written uint64
+	// meta is the POSIX metadata (posix-mode, posix-mtime) a memory
+	// record's descriptor is committed with: the record's, changed by
+	// chmod and utimes through the mount; a content write clears
+	// posix-mtime (decisions.md). Unused by refs, which keep none.
+	meta map[string]string
 	// appending is set for a descriptor opened with O_APPEND: its writes
 	// go at the end of its own content. The kernel gives an appending
 	// write the file's size as its offset, which counts what other
@@ -247,6 +256,7 @@ func (h *bufHandle) truncate(sz uint64, touch bool) {
 	h.gen++
 	h.touched = h.touched || touch
 	h.appendedFrom = -1
+	delete(h.meta, layout.MetaPosixMtime)
 	h.written = writeSeq.Add(1)
 }
 
@@ -269,10 +279,31 @@ func (h *bufHandle) Write(ctx context.Context, data []byte, off int64) (uint32, 
 		h.buf = append(h.buf, make([]byte, end-int64(len(h.buf)))...)
 	}
 	copy(h.buf[off:], data)
+	delete(h.meta, layout.MetaPosixMtime)
 	h.dirty, h.touched, h.failed = true, true, false
 	h.gen++
 	h.written = writeSeq.Add(1)
 	return uint32(len(data)), 0
+}
+
+// setAttrs makes a chmod or utimes in the metadata the content is
+// committed with, and marks the handle for a commit when it changed it.
+func (h *bufHandle) setAttrs(c staging.AttrChange) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	before := maps.Clone(h.meta)
+	h.meta = c.Apply(maps.Clone(h.meta), time.Time{})
+	if c.MtimeNow || !maps.Equal(before, h.meta) {
+		h.dirty, h.touched, h.failed = true, true, false
+		h.gen++
+	}
+}
+
+// metadata returns a copy of bufHandle.meta.
+func (h *bufHandle) metadata() map[string]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.meta)
 }
 
 // isDropped reports bufHandle.dropped.

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -184,11 +186,14 @@ func (n *memDirNode) Create(ctx context.Context, name string, flags uint32, mode
 	ino := inoOf("mem-new", n.prefix, name, strconv.FormatUint(stagedSeq.Add(1), 10))
 	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
 	h := &memHandle{n: node, bufHandle: bufHandle{dirty: true}, write: true}
+	if m := mode & layout.KeptModeBits; m != recordMode {
+		h.meta = map[string]string{layout.MetaPosixMode: layout.FormatPosixMode(m)}
+	}
 	node.bufs.add(h)
 	n.f.mem.mu.Lock()
 	n.f.mem.pending[memKey(n.prefix, name)] = node
 	n.f.mem.mu.Unlock()
-	out.Mode = syscall.S_IFREG | 0o644
+	out.Mode = syscall.S_IFREG | layout.PosixMode(h.meta, recordMode)
 	n.f.owner(&out.Attr)
 	out.SetEntryTimeout(uncached)
 	out.SetAttrTimeout(uncached)
@@ -515,32 +520,32 @@ func (n *memFile) Removexattr(ctx context.Context, attr string) syscall.Errno {
 }
 
 func (n *memFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	out.Mode = syscall.S_IFREG | recordMode
 	out.Nlink = 1
 	n.f.owner(&out.Attr)
-	if h, ok := fh.(*memHandle); ok {
-		h.mu.Lock()
-		out.Size = uint64(len(h.buf))
-		h.mu.Unlock()
-		return 0
-	}
 	n.mu.Lock()
 	e, has := n.e, n.has
 	n.mu.Unlock()
-	if !has || n.bufs.unsaved() {
+	meta := e.Metadata
+	if h, ok := fh.(*memHandle); ok {
+		meta = h.metadata()
+		h.mu.Lock()
+		out.Size = uint64(len(h.buf))
+		h.mu.Unlock()
+	} else if !has || n.bufs.unsaved() {
 		// Created and not committed yet, or written and not closed:
 		// what its descriptors hold (what a read by name gets).
 		if body, ok := n.bufs.content(); ok {
 			out.Size = uint64(len(body))
 		}
-		return 0
+	} else {
+		sz, err := n.f.blobs.Size(ctx, &e.Descriptor)
+		if err != nil {
+			return n.f.errnoOf("getattr memory", err)
+		}
+		out.Size = uint64(sz)
 	}
-	sz, err := n.f.blobs.Size(ctx, &e.Descriptor)
-	if err != nil {
-		return n.f.errnoOf("getattr memory", err)
-	}
-	out.Size = uint64(sz)
-	setTimes(&out.Attr, e.CreatedAt)
+	out.Mode = syscall.S_IFREG | layout.PosixMode(meta, recordMode)
+	setTimes(&out.Attr, layout.ShownMtime(meta, e.CreatedAt, time.Time{}))
 	return 0
 }
 
@@ -586,6 +591,11 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 	if flags&syscall.O_TRUNC != 0 {
 		h.dirty = true
 	}
+	// The record's mode stays; new content has its own time.
+	h.meta = maps.Clone(e.Metadata)
+	if flags&syscall.O_TRUNC != 0 {
+		delete(h.meta, layout.MetaPosixMtime)
+	}
 	h.appending, h.appendedFrom = flags&syscall.O_APPEND != 0, len(h.buf)
 	if h.write {
 		n.bufs.add(h)
@@ -594,8 +604,17 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 }
 
 func (n *memFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if e := n.f.recordAttrErrno(in); e != 0 {
+	if e := n.f.chownErrno(in); e != 0 {
 		return e
+	}
+	if c, ok := attrChangeOf(in); ok {
+		// Kept as posix-mode / posix-mtime in the record's descriptor,
+		// as for a session's file (decisions.md): on the descriptors
+		// open for writing, committed by their close, or else as a
+		// version of its own.
+		if errno := n.setAttrs(ctx, fh, c); errno != 0 {
+			return errno
+		}
 	}
 	if sz, ok := in.GetSize(); ok {
 		if h, ok := fh.(*memHandle); ok {
@@ -617,6 +636,43 @@ func (n *memFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetA
 		}
 	}
 	return n.Getattr(ctx, fh, out)
+}
+
+// setAttrs makes a chmod or utimes of the record: on the handle fh or,
+// without one, on every descriptor open for writing; when none is, the
+// record is committed again with the change (the same bytes).
+func (n *memFile) setAttrs(ctx context.Context, fh gofs.FileHandle, c staging.AttrChange) syscall.Errno {
+	if h, ok := fh.(*memHandle); ok && h.write {
+		h.setAttrs(c)
+		return 0
+	}
+	if hs := n.bufs.all(); len(hs) > 0 {
+		for _, h := range hs {
+			h.setAttrs(c)
+		}
+		return 0
+	}
+	hh, _, errno := n.Open(ctx, syscall.O_RDWR)
+	if errno != 0 {
+		return errno
+	}
+	h := hh.(*memHandle)
+	h.mu.Lock()
+	// Unchanged content keeps its time (chmod does not move mtime).
+	n.mu.Lock()
+	keep := layout.ShownMtime(n.e.Metadata, n.e.CreatedAt, time.Time{})
+	n.mu.Unlock()
+	before := maps.Clone(h.meta)
+	h.meta = c.Apply(maps.Clone(h.meta), keep)
+	changed := c.MtimeNow || !maps.Equal(before, h.meta)
+	if changed {
+		h.dirty, h.touched = true, true
+		h.gen++
+	}
+	h.mu.Unlock()
+	errno = h.Flush(ctx)
+	h.Release(ctx)
+	return errno
 }
 
 // latestRecord returns record name of namespace ns as the bucket holds
@@ -730,6 +786,8 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 		h.settle(gen, nil)
 		return 0
 	}
+	desc := e.Descriptor
+	desc.Metadata = h.metadata()
 	var d layout.Descriptor
 	var err error
 	merged := body
@@ -744,9 +802,9 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 			b, err := readAll(ctx, f, &cur.Descriptor)
 			return b, &cur.Digest, err
 		}
-		d, merged, err = f.recs.AppendMemory(context.WithoutCancel(ctx), n.ns, e.Descriptor, body, h.base, len(body)-from, current)
+		d, merged, err = f.recs.AppendMemory(context.WithoutCancel(ctx), n.ns, desc, body, h.base, len(body)-from, current)
 	} else {
-		d, err = f.recs.PutMemory(context.WithoutCancel(ctx), n.ns, e.Descriptor, body, h.base)
+		d, err = f.recs.PutMemory(context.WithoutCancel(ctx), n.ns, desc, body, h.base)
 	}
 	if err != nil {
 		h.settle(gen, err)

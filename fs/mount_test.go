@@ -262,40 +262,68 @@ func TestMountStatfs(t *testing.T) {
 	}
 }
 
-// TestMountRecordAttrs: memory records and refs keep no mode, owner,
-// times or attributes (§8, §9): a chmod, chown or utimes that would change
-// one is EPERM, setxattr ENOTSUP, and what changes nothing succeeds.
-// Before, every change succeeded and changed nothing, and setxattr of a
-// record answered ENODATA.
+// TestMountRecordAttrs: a memory record keeps chmod and utimes as a
+// session's file does (posix-mode, posix-mtime in its descriptor: rsync
+// -a, cp -a, tar x and install failed on EPERM); a ref keeps no mode,
+// owner or time, so a change of one is EPERM. chown to another owner is
+// EPERM for both, setxattr ENOTSUP, and what changes nothing succeeds.
 func TestMountRecordAttrs(t *testing.T) {
 	store := layout.New(memblob.OpenBucket(nil), &layout.Options{Now: time.Now})
 	mnt := testMount(t, store, nil)
 	sh(t, mnt, "mkdir -p memories/ns && echo rec > memories/ns/r && echo 0123456789abcdef0123456789abcdef > refs/r")
-	for _, p := range []string{"memories/ns/r", "refs/r"} {
-		path := filepath.Join(mnt, p)
+	old := time.Unix(1e9, 0)
+	stat := func(t *testing.T, path string) (uint32, time.Time) {
+		t.Helper()
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Mode & 0o7777, time.Unix(st.Mtim.Unix())
+	}
+	for _, c := range []struct {
+		path string
+		kept bool // a record keeps mode and times
+	}{{"memories/ns/r", true}, {"refs/r", false}} {
+		path := filepath.Join(mnt, c.path)
 		uid, gid := os.Getuid(), os.Getgid()
-		for _, c := range []struct {
-			what string
-			call func() error
-			want error
+		change := error(syscall.EPERM)
+		if c.kept {
+			change = nil
+		}
+		for _, s := range []struct {
+			what  string
+			call  func() error
+			want  error
+			mode  uint32    // the mode after, when kept
+			mtime time.Time // the mtime after, when kept and set
 		}{
-			{"chmod 600", func() error { return os.Chmod(path, 0o600) }, syscall.EPERM},
-			{"chmod 644", func() error { return os.Chmod(path, 0o644) }, nil},
-			{"touch -d", func() error { return os.Chtimes(path, time.Unix(1e9, 0), time.Unix(1e9, 0)) }, syscall.EPERM},
-			{"touch", func() error { return unix.UtimesNanoAt(unix.AT_FDCWD, path, nil, 0) }, nil},
-			{"chown to another user", func() error { return os.Chown(path, uid+1234, gid) }, syscall.EPERM},
-			{"chown to the mount's owner", func() error { return os.Chown(path, uid, gid) }, nil},
-			{"setxattr", func() error { return unix.Setxattr(path, "user.pugmark.meta.k", []byte("v"), 0) }, syscall.ENOTSUP},
-			{"removexattr", func() error { return unix.Removexattr(path, "user.pugmark.meta.k") }, syscall.ENOTSUP},
+			{"chmod 600", func() error { return os.Chmod(path, 0o600) }, change, 0o600, time.Time{}},
+			{"touch -d", func() error { return os.Chtimes(path, old, old) }, change, 0o600, old},
+			{"chmod 644", func() error { return os.Chmod(path, 0o644) }, nil, 0o644, old},
+			{"touch", func() error { return unix.UtimesNanoAt(unix.AT_FDCWD, path, nil, 0) }, nil, 0o644, time.Time{}},
+			{"chown to another user", func() error { return os.Chown(path, uid+1234, gid) }, syscall.EPERM, 0o644, time.Time{}},
+			{"chown to the mount's owner", func() error { return os.Chown(path, uid, gid) }, nil, 0o644, time.Time{}},
+			{"setxattr", func() error { return unix.Setxattr(path, "user.pugmark.meta.k", []byte("v"), 0) }, syscall.ENOTSUP, 0o644, time.Time{}},
+			{"removexattr", func() error { return unix.Removexattr(path, "user.pugmark.meta.k") }, syscall.ENOTSUP, 0o644, time.Time{}},
 		} {
-			if err := c.call(); !errors.Is(err, c.want) || (c.want == nil && err != nil) {
-				t.Errorf("%s of %s = %v, want %v", c.what, p, err, c.want)
+			if err := s.call(); !errors.Is(err, s.want) || (s.want == nil && err != nil) {
+				t.Errorf("%s of %s = %v, want %v", s.what, c.path, err, s.want)
+			}
+			mode, mtime := stat(t, path)
+			want := uint32(0o644)
+			if c.kept {
+				want = s.mode
+			}
+			if mode != want {
+				t.Errorf("%s after %s: mode %o, want %o", c.path, s.what, mode, want)
+			}
+			if c.kept && !s.mtime.IsZero() && !mtime.Equal(s.mtime) {
+				t.Errorf("%s after %s: mtime %v, want %v", c.path, s.what, mtime, s.mtime)
 			}
 		}
-		var st unix.Stat_t
-		if err := unix.Stat(path, &st); err != nil || st.Mode&0o7777 != 0o644 {
-			t.Errorf("%s after the refusals: mode %o, %v", p, st.Mode&0o7777, err)
-		}
+	}
+	if got := sh(t, mnt, "cat memories/ns/r"); got != "rec\n" {
+		t.Errorf("the record after its attribute changes: %q", got)
 	}
 }
 

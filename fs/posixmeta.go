@@ -59,26 +59,21 @@ func (f *FS) chownErrno(in *fuse.SetAttrIn) syscall.Errno {
 	return 0
 }
 
-// recordMode is the mode memory records and writable refs show.
+// recordMode is the mode writable refs show, and memory records without
+// a posix-mode.
 const recordMode = 0o644
 
-// recordAttrErrno decides a chmod, chown or utimes of a memory record
-// or a ref: the layout keeps no mode, owner or time for either (§8, §9),
-// so a change is EPERM, as vfat answers a mode it cannot store, where it
-// used to succeed and change nothing. What changes nothing succeeds: the
-// mode they show, the mount's own owner, a touch to now (touch(1) of a
-// new record sets the times it was just created with).
-func (f *FS) recordAttrErrno(in *fuse.SetAttrIn) syscall.Errno {
-	return f.keptNoAttrs(in, recordMode)
-}
-
-// keptNoAttrs decides a chmod, chown or utimes of a node whose mode is
-// always mode and that keeps no owner or time: recordAttrErrno.
-func (f *FS) keptNoAttrs(in *fuse.SetAttrIn, mode uint32) syscall.Errno {
+// refAttrErrno decides a chmod, chown or utimes of a ref: the layout
+// keeps no mode, owner or time for one (§9: its object holds its target
+// alone), so a change is EPERM, as vfat answers a mode it cannot store.
+// What changes nothing succeeds: the mode refs show, the mount's own
+// owner, a touch to now (touch(1) of a new ref sets the times it was just
+// created with). A memory record keeps mode and times (memFile.setAttrs).
+func (f *FS) refAttrErrno(in *fuse.SetAttrIn) syscall.Errno {
 	if e := f.chownErrno(in); e != 0 {
 		return e
 	}
-	if m, ok := in.GetMode(); ok && m&0o7777 != mode {
+	if m, ok := in.GetMode(); ok && m&0o7777 != recordMode {
 		return syscall.EPERM
 	}
 	if _, ok := in.GetMTime(); ok && in.Valid&fuse.FATTR_MTIME_NOW == 0 {
@@ -102,14 +97,17 @@ var (
 	_ = (gofs.NodeSetxattrer)((*metaDir)(nil))
 )
 
-// Setattr refuses what would change the directory (EPERM, as for a
-// record) and takes what changes nothing. It was EROFS on a writable
-// mount, and mv of a directory of refs/ reported a read-only file system.
+// Setattr takes a chmod or utimes and changes nothing, as a session's
+// directory does (no descriptor holds a directory's mode or times):
+// cp -a, tar x and rsync -a of a tree set them on every directory, and
+// EPERM failed them. chown to another owner is EPERM. It was EROFS on a
+// writable mount, and mv of a directory of refs/ reported a read-only
+// file system.
 func (d *metaDir) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if _, ok := in.GetSize(); ok {
 		return syscall.EISDIR
 	}
-	if e := d.f.keptNoAttrs(in, 0o755); e != 0 {
+	if e := d.f.chownErrno(in); e != 0 {
 		return e
 	}
 	return d.Getattr(ctx, nil, out)

@@ -258,7 +258,7 @@ func (r *refFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 }
 
 func (r *refFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if e := r.f.recordAttrErrno(in); e != 0 {
+	if e := r.f.refAttrErrno(in); e != 0 {
 		return e
 	}
 	if sz, ok := in.GetSize(); ok {

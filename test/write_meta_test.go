@@ -505,12 +505,16 @@ func TestWriteRefDirs(t *testing.T) {
 	if refs, err := bk.Store.ListRefs(context.Background(), nil); err != nil || !slices.Equal(refs, []string{"j/a"}) {
 		t.Fatalf("refs %q, %v; want j/a alone", refs, err)
 	}
-	// Directories of refs/ and memories/ keep no mode or times: what
-	// changes nothing succeeds (it was EROFS), a change is EPERM.
+	// Directories of refs/ and memories/ keep no mode or times: chmod
+	// and touch succeed and change nothing, as on a session's directory
+	// (it was EROFS, then EPERM for a change, which failed cp -a).
 	shE(t, m.Dir, `mkdir memories/ns && touch refs refs/j memories memories/ns && chmod 755 refs/j memories/ns`)
 	for _, dir := range []string{"refs/j", "memories/ns"} {
-		if err := syscall.Chmod(filepath.Join(m.Dir, dir), 0o700); err != syscall.EPERM {
-			t.Fatalf("chmod 700 %s: %v, want EPERM", dir, err)
+		if err := syscall.Chmod(filepath.Join(m.Dir, dir), 0o700); err != nil {
+			t.Fatalf("chmod 700 %s: %v", dir, err)
+		}
+		if got := shE(t, m.Dir, "stat -c %a "+dir); got != "755\n" {
+			t.Fatalf("%s after chmod 700: mode %q, want 755 (unchanged)", dir, got)
 		}
 		if err := syscall.Setxattr(filepath.Join(m.Dir, dir), "user.x", []byte("v"), 0); err != syscall.ENOTSUP {
 			t.Fatalf("setxattr %s: %v, want ENOTSUP", dir, err)
@@ -631,4 +635,36 @@ func TestWriteRecordsOpenByName(t *testing.T) {
 func writeString(f *os.File, s string) error {
 	_, err := f.WriteString(s)
 	return err
+}
+
+// TestWriteMemoryKeepsModesAndTimes: cp -a, tar x and install into a
+// memory namespace keep modes and modification times, as posix-mode and
+// posix-mtime in the records' descriptors (decisions.md), seen by a
+// fresh read-only mount. They all failed on the chmod or utimes (EPERM),
+// after writing the bytes (the memories audit).
+func TestWriteMemoryKeepsModesAndTimes(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	m := mount(t, bk)
+	src := t.TempDir()
+	sh(t, src, `mkdir tree && echo a > tree/a && echo b > tree/b && chmod 600 tree/a && chmod 750 tree/b && touch -d 2020-01-02T03:04:05Z tree/a tree/b && tar cf t.tar -C tree .`)
+	shE(t, m.Dir, `mkdir memories/cp memories/tar memories/inst && cp -a `+src+`/tree/. memories/cp/ && tar xf `+src+`/t.tar -C memories/tar && install -m 600 `+src+`/tree/b memories/inst/b`)
+	fresh := mount(t, bk, "--read-only", "--metadata-ttl", "0")
+	// 1577934245 is 2020-01-02T03:04:05Z; a read-only mount shows no
+	// write permission.
+	const list = `cd memories && stat -c '%n %a %Y' cp/a cp/b tar/a tar/b && stat -c '%n %a' inst/b`
+	for _, c := range []struct {
+		mnt  *Mount
+		want string
+	}{
+		{m, "cp/a 600 1577934245\ncp/b 750 1577934245\ntar/a 600 1577934245\ntar/b 750 1577934245\ninst/b 600\n"},
+		{fresh, "cp/a 400 1577934245\ncp/b 550 1577934245\ntar/a 400 1577934245\ntar/b 550 1577934245\ninst/b 400\n"},
+	} {
+		if got := shE(t, c.mnt.Dir, list); got != c.want {
+			t.Errorf("modes and times on %s:\n%s\nwant\n%s", c.mnt.Dir, got, c.want)
+		}
+	}
+	recs, _ := memRecords(t, bk, "cp")
+	if recs["a"] != "a\n" || recs["b"] != "b\n" {
+		t.Errorf("memories/cp = %v", recs)
+	}
 }
