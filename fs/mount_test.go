@@ -325,6 +325,11 @@ func TestMountRecordAttrs(t *testing.T) {
 	if got := sh(t, mnt, "cat memories/ns/r"); got != "rec\n" {
 		t.Errorf("the record after its attribute changes: %q", got)
 	}
+	for _, dir := range []string{"memories/ns", "refs"} {
+		if err := os.Symlink("target", filepath.Join(mnt, dir, "link")); !errors.Is(err, syscall.EPERM) {
+			t.Errorf("ln -s in %s = %v, want EPERM (no links there; it was EROFS)", dir, err)
+		}
+	}
 }
 
 // TestMountInodeOutlivesRewrites: a file rewritten, appended to or cut

@@ -113,6 +113,16 @@ func (d *metaDir) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetA
 	return d.Getattr(ctx, nil, out)
 }
 
+var _ = (gofs.NodeSymlinker)((*metaDir)(nil))
+
+// Symlink refuses: a record or a ref holds bytes or a target, never a
+// link. EPERM is symlink(2)'s "this file system makes no symbolic
+// links"; the read-only directory's EROFS, on a writable mount, said the
+// mount was read-only (the memories/refs audit).
+func (d *metaDir) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+
 // Setxattr refuses, as on a record: ENOTSUP, which cp -a and mv take as
 // "no attributes here" (go-fuse's default ENODATA is reported).
 func (d *metaDir) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
