@@ -67,32 +67,52 @@ func (f *FS) endLingering(srv *fuse.Server, dev string) {
 		default:
 		}
 	}
-	idle, said := 0, false
+	idle, said, wait := 0, false, scanMin
 	for idle < 2 {
 		select {
 		case <-stop:
 			return
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(wait):
 		}
 		switch {
 		case !copiesLeft(dev):
 			// Not lingering: a lazily unmounted mount ends with its
 			// last user.
-			idle = 0
+			idle, wait = 0, nextScan(wait, true)
 		case f.OpenHandles() > 0 || devInUse(dev):
 			if !said {
 				f.log.Info("unmounted, but a copy of the mount in another mount namespace (pugfs exec, unshare) is in use: serving it until nobody uses it", "connection", conn)
 				said = true
 			}
-			idle = 0
+			idle, wait = 0, nextScan(wait, true)
 		default:
-			idle++
+			idle, wait = idle+1, nextScan(wait, false)
 		}
 	}
 	f.log.Warn("unmounted, but another mount namespace (pugfs exec, unshare) still holds a copy of the mount that nobody uses: ending its FUSE connection", "connection", conn)
 	if err := abortConnection(uint32(conn)); err != nil {
 		f.log.Warn("could not end the FUSE connection; the mount stops when that namespace ends", "err", err)
 	}
+}
+
+// A scan after the unmount reads the mount table, open files and maps of
+// every process: cheap on a workstation, not on a host running
+// thousands of containers. A copy seen in use (or a lazily unmounted
+// mount still used here) is scanned for less and less often, up to
+// scanMax; a copy seen idle is scanned again after scanMin, so that it
+// ends about a second after its last user, whatever came before.
+const (
+	scanMin = 500 * time.Millisecond
+	scanMax = 8 * time.Second
+)
+
+// nextScan returns how long to wait before the scan after one that
+// waited wait and found the copy busy or not.
+func nextScan(wait time.Duration, busy bool) time.Duration {
+	if !busy {
+		return scanMin
+	}
+	return min(2*wait, scanMax)
 }
 
 // mountinfoEntry is one line of a mountinfo file: the fields pugfs reads.

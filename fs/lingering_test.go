@@ -96,6 +96,27 @@ func TestFuseDevAt(t *testing.T) {
 	}
 }
 
+// TestNextScan: a copy in use is scanned for less and less often, up to
+// scanMax, and one found idle is scanned again soon, whatever came before.
+func TestNextScan(t *testing.T) {
+	for _, c := range []struct {
+		wait time.Duration
+		busy bool
+		want time.Duration
+	}{
+		{scanMin, true, 2 * scanMin},
+		{2 * scanMin, true, 4 * scanMin},
+		{scanMax / 2, true, scanMax},
+		{scanMax, true, scanMax},
+		{scanMax, false, scanMin},
+		{scanMin, false, scanMin},
+	} {
+		if got := nextScan(c.wait, c.busy); got != c.want {
+			t.Errorf("nextScan(%v, busy=%v) = %v, want %v", c.wait, c.busy, got, c.want)
+		}
+	}
+}
+
 // TestDevInUse: what tells a copy of a mount in use, on a tmpfs of the
 // test's own (a device nobody else uses): a descriptor, a mapping, a
 // working directory of another process; and whether some mount namespace
