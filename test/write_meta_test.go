@@ -520,8 +520,25 @@ func TestWriteRefDirs(t *testing.T) {
 			t.Fatalf("setxattr %s: %v, want ENOTSUP", dir, err)
 		}
 	}
+	// A ref's name has one "/" at most (storage-layout §9), so no
+	// directory goes deeper; and no link of either kind is kept there.
+	for _, c := range []struct {
+		what string
+		err  error
+		want syscall.Errno
+	}{
+		{"mkdir refs/j/deeper", syscall.Mkdir(filepath.Join(m.Dir, "refs/j/deeper"), 0o755), syscall.EINVAL},
+		{"mkdir refs/sessions/team", syscall.Mkdir(filepath.Join(m.Dir, "refs/sessions"), 0o755), 0},
+		{"mkdir refs/sessions/team", syscall.Mkdir(filepath.Join(m.Dir, "refs/sessions/team"), 0o755), syscall.EINVAL},
+		{"ln refs/j/a refs/j/b", syscall.Link(filepath.Join(m.Dir, "refs/j/a"), filepath.Join(m.Dir, "refs/j/b")), syscall.ENOTSUP},
+		{"ln -s in refs/", syscall.Symlink("j/a", filepath.Join(m.Dir, "refs/l")), syscall.EPERM},
+	} {
+		if errnoOf(c.err) != c.want {
+			t.Errorf("%s: %v, want %v", c.what, c.err, c.want)
+		}
+	}
 	shE(t, m.Dir, `mkdir refs/k && echo t > refs/k/a`)
-	if got := shE(t, m.Dir, `rm refs/k/a refs/j/a && rmdir refs/k refs/e refs/j && ls refs`); got != "" {
+	if got := shE(t, m.Dir, `rm refs/k/a refs/j/a && rmdir refs/k refs/e refs/j refs/sessions && ls refs`); got != "" {
 		t.Fatalf("refs/ after rmdir: %q", got)
 	}
 	if err := syscall.Rmdir(filepath.Join(m.Dir, "refs/e")); err != syscall.ENOENT {
