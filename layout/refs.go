@@ -124,9 +124,9 @@ func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target str
 		case s.refLanded(ctx, name, target):
 			return nil // our own lost response, or the very same value
 		case isPrecondition(err):
-			return fmt.Errorf("rename ref %s: %w: it was created meanwhile", name, ErrRefChanged)
+			return fmt.Errorf("set ref %s (compare-and-swap): %w: it was created meanwhile", name, ErrRefChanged)
 		default:
-			return fmt.Errorf("rename ref %s: %w", name, err)
+			return fmt.Errorf("set ref %s (compare-and-swap): %w", name, err)
 		}
 	}
 	if prev.ETag != "" {
@@ -146,30 +146,30 @@ func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target str
 			// indistinguishable, and leaves the ref as this write would.
 			return nil
 		case isPrecondition(err):
-			return fmt.Errorf("rename ref %s: %w", name, ErrRefChanged)
+			return fmt.Errorf("set ref %s (compare-and-swap): %w", name, ErrRefChanged)
 		default:
-			return fmt.Errorf("rename ref %s: %w", name, err)
+			return fmt.Errorf("set ref %s (compare-and-swap): %w", name, err)
 		}
 	}
 	cur, err := s.ReadRef(ctx, name)
 	if err != nil && !(errors.Is(err, ErrNotFound) && prev.Target == "") {
-		return fmt.Errorf("rename ref %s: %w", name, err)
+		return fmt.Errorf("set ref %s (compare-and-swap): %w", name, err)
 	}
 	if cur.Target == target && target != prev.Target {
 		return ErrWeakCAS // already there: as in the If-Match case above
 	}
 	if cur.Target != prev.Target {
-		return fmt.Errorf("rename ref %s: %w", name, ErrRefChanged)
+		return fmt.Errorf("set ref %s (compare-and-swap): %w", name, ErrRefChanged)
 	}
 	if err := s.Link(ctx, name, target); err != nil && !s.refLanded(ctx, name, target) {
 		return err
 	}
 	back, err := s.ReadRef(ctx, name)
 	if err != nil {
-		return fmt.Errorf("rename ref %s: read back: %w", name, err)
+		return fmt.Errorf("set ref %s (compare-and-swap): read back: %w", name, err)
 	}
 	if back.Target != target {
-		return fmt.Errorf("rename ref %s: %w: another writer replaced it", name, ErrRefChanged)
+		return fmt.Errorf("set ref %s (compare-and-swap): %w: another writer replaced it", name, ErrRefChanged)
 	}
 	return ErrWeakCAS
 }
