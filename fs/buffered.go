@@ -288,11 +288,14 @@ func (h *bufHandle) Write(ctx context.Context, data []byte, off int64) (uint32, 
 
 // setAttrs makes a chmod or utimes in the metadata the content is
 // committed with, and marks the handle for a commit when it changed it.
-func (h *bufHandle) setAttrs(c staging.AttrChange) {
+// keep is the modification time the content shows now, which a chmod
+// records so that it does not move (zero: the content is being
+// written, and its commit is its time).
+func (h *bufHandle) setAttrs(c staging.AttrChange, keep time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	before := maps.Clone(h.meta)
-	h.meta = c.Apply(maps.Clone(h.meta), time.Time{})
+	h.meta = c.Apply(maps.Clone(h.meta), keep)
 	if c.MtimeNow || !maps.Equal(before, h.meta) {
 		h.dirty, h.touched, h.failed = true, true, false
 		h.gen++

@@ -643,12 +643,12 @@ func (n *memFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetA
 // record is committed again with the change (the same bytes).
 func (n *memFile) setAttrs(ctx context.Context, fh gofs.FileHandle, c staging.AttrChange) syscall.Errno {
 	if h, ok := fh.(*memHandle); ok && h.write {
-		h.setAttrs(c)
+		h.setAttrs(c, time.Time{})
 		return 0
 	}
 	if hs := n.bufs.all(); len(hs) > 0 {
 		for _, h := range hs {
-			h.setAttrs(c)
+			h.setAttrs(c, time.Time{})
 		}
 		return 0
 	}
@@ -657,19 +657,11 @@ func (n *memFile) setAttrs(ctx context.Context, fh gofs.FileHandle, c staging.At
 		return errno
 	}
 	h := hh.(*memHandle)
-	h.mu.Lock()
 	// Unchanged content keeps its time (chmod does not move mtime).
 	n.mu.Lock()
 	keep := layout.ShownMtime(n.e.Metadata, n.e.CreatedAt, time.Time{})
 	n.mu.Unlock()
-	before := maps.Clone(h.meta)
-	h.meta = c.Apply(maps.Clone(h.meta), keep)
-	changed := c.MtimeNow || !maps.Equal(before, h.meta)
-	if changed {
-		h.dirty, h.touched = true, true
-		h.gen++
-	}
-	h.mu.Unlock()
+	h.setAttrs(c, keep)
 	errno = h.Flush(ctx)
 	h.Release(ctx)
 	return errno
