@@ -4,6 +4,9 @@ import (
 	"hash/fnv"
 	"strconv"
 	"sync"
+
+	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/readahead"
 )
 
 // inoOf returns a stable inode number for a node identity. Numbers stay in
@@ -22,6 +25,55 @@ func inoOf(parts ...string) uint64 {
 		v += 2
 	}
 	return v
+}
+
+// liveView is viewKey's name for a session's live tree.
+const liveView = "live"
+
+// slotIno is the inode number of file e, named full, in session id's
+// view (viewKey). The key holds the digest and sequence number, so new
+// content is a new inode and old pages can stay cached
+// (FOPEN_KEEP_CACHE) for the old one; but in the live tree of a session
+// this mount writes, a new descriptor of the same bytes (a rename, a
+// chmod, the commit of a file this mount created) keeps the number the
+// kernel knows: a number that changes under a program is a different
+// file to it (posixtest RenameOverwrite*).
+func (f *FS) slotIno(id layout.SessionID, view, full string, e *layout.Entry) uint64 {
+	if view == liveView && f.sessionWritable(id) {
+		if kept, ok := f.inos.forFile(id, full, e.Digest); ok {
+			return kept
+		}
+	}
+	return inoOf("slot", id.String(), view, full, e.Digest.String(), strconv.FormatInt(e.SequenceNumber, 10))
+}
+
+// sdirIno is the inode number of directory path in session id's view.
+func sdirIno(id layout.SessionID, view, path string) uint64 {
+	return inoOf("sdir", id.String(), view, path)
+}
+
+// raInos tells read-ahead the inode numbers the mount shows in session
+// trees, which GNU cp -r visits a directory's entries by.
+type raInos struct{ f *FS }
+
+var _ readahead.Inos = raInos{}
+
+// raView is viewKey of read-ahead's view at (0: the live tree).
+func raView(at uint32) string {
+	if at == 0 {
+		return liveView
+	}
+	return strconv.FormatUint(uint64(at), 10)
+}
+
+// File implements readahead.Inos.
+func (r raInos) File(id layout.SessionID, at uint32, name string, e *layout.Entry) uint64 {
+	return r.f.slotIno(id, raView(at), name, e)
+}
+
+// Dir implements readahead.Inos.
+func (r raInos) Dir(id layout.SessionID, at uint32, path string) uint64 {
+	return sdirIno(id, raView(at), path)
 }
 
 // movedInos are the inode numbers of memory records and refs renamed on

@@ -354,7 +354,7 @@ func (f *FS) sessionSubdir(sub *sessionDir, name string) child {
 		ttl = historyTTL
 	}
 	return child{name: name, mode: syscall.S_IFDIR, ttl: ttl,
-		ino:  inoOf("sdir", sub.id.String(), viewKey(sub), cache.JoinName(sub.parts)),
+		ino:  sdirIno(sub.id, viewKey(sub), cache.JoinName(sub.parts)),
 		node: func() gofs.InodeEmbedder { return f.sessionNode(sub) }}
 }
 
@@ -415,19 +415,10 @@ func (f *FS) slotChild(d *sessionDir, name string, e layout.Entry) child {
 	if !d.live() {
 		ttl = historyTTL
 	}
-	ino := inoOf("slot", d.id.String(), viewKey(d), full, e.Digest.String(),
-		strconv.FormatInt(e.SequenceNumber, 10))
-	c := child{name: name, mode: syscall.S_IFREG, ino: ino, ttl: ttl, node: func() gofs.InodeEmbedder {
+	c := child{name: name, mode: syscall.S_IFREG, ino: f.slotIno(d.id, viewKey(d), full, &e), ttl: ttl, node: func() gofs.InodeEmbedder {
 		return f.slotNode(d, full, e)
 	}}
 	if d.live() && f.sessionWritable(d.id) {
-		// A new descriptor of the same bytes (a rename, a chmod, the
-		// commit of a file this mount created) keeps the number the
-		// kernel knows: a number that changes under a program is a
-		// different file to it (posixtest RenameOverwrite*).
-		if kept, ok := f.inos.forFile(d.id, full, e.Digest); ok {
-			c.ino = kept
-		}
 		c.refresh = func(in *gofs.Inode) {
 			if n, ok := in.Operations().(*slotFile); ok {
 				n.adopt(e)
@@ -534,7 +525,7 @@ func (f *FS) treeAt(st *cache.State, v uint32) *cache.Dir {
 // keys.
 func viewKey(d *sessionDir) string {
 	if d.live() {
-		return "live"
+		return liveView
 	}
 	return strconv.FormatUint(uint64(d.at), 10)
 }

@@ -10,6 +10,10 @@
 //   - a session stream: reads of the files of one session's tree (one
 //     view: the live tree or .pugmark/at/<N>) at increasing positions of
 //     its depth-first, name-sorted order, each at most raGap past the last;
+//     or of its depth-first order by inode number, the order GNU cp -r
+//     visits a directory's entries in (gnulib's savedir sorts them by
+//     inode number to spare a disk's seeks), when the mount says which
+//     numbers it shows (Inos);
 //   - a name stream: lookups or reads of the same name in sessions that
 //     follow each other in the sessions/ listing (the shell's glob of
 //     sessions/*/b.txt lstat()s every one of them, then cat reads them).
@@ -49,13 +53,16 @@
 // # Locks
 //
 // ReadAhead.mu is a leaf except that it is held while asking the blob
-// cache whether a body is warm (blobcache.Cache.mu, a leaf). No I/O
+// cache whether a body is warm (blobcache.Cache.mu, a leaf) and the mount
+// which inode numbers it shows (Inos, whose locks are leaves). No I/O
 // happens under it.
 package readahead
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -125,10 +132,22 @@ type Bodies interface {
 // with a lock held.
 type Sink func(pos Pos, d *layout.Descriptor)
 
+// Inos gives the inode numbers a mount shows for the entries of a
+// session's view (at: a history view's version, 0 for the live tree), so
+// that read-ahead can follow a program that visits them in that order.
+type Inos interface {
+	// File is the number of file e, whose slot name is name.
+	File(id layout.SessionID, at uint32, name string, e *layout.Entry) uint64
+	// Dir is the number of the directory whose slot names start with
+	// path and a slash.
+	Dir(id layout.SessionID, at uint32, path string) uint64
+}
+
 // ReadAhead is one mount's traversal read-ahead.
 type ReadAhead struct {
 	states   States
 	bodies   Bodies
+	inos     Inos          // nil: name order only
 	sink     Sink          // nil: none
 	ttl      time.Duration // the metadata TTL
 	maxBytes int64         // bytes fetched ahead and not read yet, at most
@@ -137,7 +156,7 @@ type ReadAhead struct {
 
 	// mu guards the fields below it; see the lock order above.
 	mu     sync.Mutex
-	orders *simplelru.LRU[*cache.Dir, *treeOrder]
+	orders *simplelru.LRU[orderKey, *treeOrder]
 	// trees are the session streams, names the name streams: apart, so
 	// that the reads of one session's many names, each a name stream of
 	// its own until a second session reads it, never push out the
@@ -149,11 +168,19 @@ type ReadAhead struct {
 	st raCounters
 }
 
-// raKey names a stream: a session's view, or a name across sessions.
+// raKey names a stream: a session's view in one order, or a name
+// across sessions.
 type raKey struct {
-	id   layout.SessionID // zero for a name stream
-	at   uint32
-	name string // the name of a name stream
+	id    layout.SessionID // zero for a name stream
+	at    uint32
+	byIno bool   // a session stream in inode-number order
+	name  string // the name of a name stream
+}
+
+// orderKey names a tree's traversal order: by name, or by inode number.
+type orderKey struct {
+	tree  *cache.Dir
+	byIno bool
 }
 
 // raCounters are read-ahead's numbers for .pugmark/stats; atomics.
@@ -206,12 +233,13 @@ type raStream struct {
 }
 
 // New returns the read-ahead of a mount whose session states have the
-// metadata TTL ttl; sink, if not nil, is handed what it fetches.
-func New(states States, bodies Bodies, ttl time.Duration, sink Sink) *ReadAhead {
+// metadata TTL ttl; sink, if not nil, is handed what it fetches, and
+// inos, if not nil, says which inode numbers the mount shows.
+func New(states States, bodies Bodies, ttl time.Duration, sink Sink, inos Inos) *ReadAhead {
 	bytes, inFlight := bodies.PrefetchLimits()
-	r := &ReadAhead{states: states, bodies: bodies, sink: sink, ttl: ttl, maxBytes: bytes,
+	r := &ReadAhead{states: states, bodies: bodies, inos: inos, sink: sink, ttl: ttl, maxBytes: bytes,
 		bodySem: make(chan struct{}, inFlight), stateSem: make(chan struct{}, raStateLoads)}
-	r.orders, _ = simplelru.NewLRU[*cache.Dir, *treeOrder](4, nil)
+	r.orders, _ = simplelru.NewLRU[orderKey, *treeOrder](8, nil)
 	r.trees, _ = simplelru.NewLRU(raStreams, func(_ raKey, s *raStream) { r.dropLocked(s) })
 	r.names, _ = simplelru.NewLRU(raStreams, func(_ raKey, s *raStream) { r.dropLocked(s) })
 	return r
@@ -253,12 +281,46 @@ func (r *ReadAhead) session(pos *Pos) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sweepLocked(now)
-	ord := r.orderLocked(tree)
+	// Both orders follow the reader, and the one it has kept to longer
+	// fetches: one file is not fetched twice over, and a few reads that
+	// happen to fall in the other order do not take over. On a tie (two
+	// reads that are in both orders) neither fetches until the next read
+	// tells them apart: what the wrong one fetched would be cancelled
+	// then, its requests sent for nothing.
+	var (
+		best  *raStream
+		order *treeOrder
+		at    int
+		tie   bool
+	)
+	for _, byIno := range []bool{false, true} {
+		if byIno && r.inos == nil {
+			break
+		}
+		s, ord, p, ok := r.stepOrderLocked(pos, tree, byIno, now)
+		switch {
+		case !ok:
+		case best == nil || s.run > best.run:
+			best, order, at, tie = s, ord, p, false
+		case s.run == best.run:
+			tie = true
+		}
+	}
+	if best != nil && !tie {
+		r.fetchLocked(best, order, at)
+	}
+}
+
+// stepOrderLocked moves the session stream of pos's view in one order:
+// it returns the stream, the order, pos's position in it, and whether
+// the stream is a pattern.
+func (r *ReadAhead) stepOrderLocked(pos *Pos, tree *cache.Dir, byIno bool, now time.Time) (*raStream, *treeOrder, int, bool) {
+	ord := r.orderLocked(orderKey{tree, byIno}, pos)
 	p, ok := ord.idx[pos.Name]
 	if !ok {
-		return
+		return nil, nil, 0, false
 	}
-	key := raKey{id: pos.ID, at: pos.At}
+	key := raKey{id: pos.ID, at: pos.At, byIno: byIno}
 	s, ok := r.trees.Get(key)
 	if !ok || s.tree != tree {
 		if ok {
@@ -267,9 +329,13 @@ func (r *ReadAhead) session(pos *Pos) {
 		s = r.newStreamLocked(r.trees, key)
 		s.tree = tree
 	}
-	if !r.stepLocked(s, p, now) {
-		return
-	}
+	return s, ord, p, r.stepLocked(s, p, now)
+}
+
+// fetchLocked fetches ahead of position p of session stream s, in order
+// ord.
+func (r *ReadAhead) fetchLocked(s *raStream, ord *treeOrder, p int) {
+	key := s.key
 	for ; s.ahead(s.next, p, window(s.run), len(ord.files)); s.next += s.dir {
 		e := ord.files[s.next]
 		if !r.bodies.Prefetchable(&e.Descriptor) {
@@ -528,16 +594,21 @@ func (r *ReadAhead) goSession(s *raStream, p int, id layout.SessionID, name stri
 	}()
 }
 
-// orderLocked returns tree's files in traversal order, cached for the
-// few trees being traversed.
-func (r *ReadAhead) orderLocked(tree *cache.Dir) *treeOrder {
-	if o, ok := r.orders.Get(tree); ok {
+// orderLocked returns the files of k's tree (the tree of pos's view) in
+// k's traversal order, depth first, cached for the few trees being
+// traversed.
+func (r *ReadAhead) orderLocked(k orderKey, pos *Pos) *treeOrder {
+	if o, ok := r.orders.Get(k); ok {
 		return o
 	}
 	o := &treeOrder{idx: map[string]int{}}
 	var walk func(d *cache.Dir, prefix string)
 	walk = func(d *cache.Dir, prefix string) {
-		for _, n := range d.Names() {
+		names := d.Names()
+		if k.byIno {
+			names = r.byInoLocked(d, prefix, names, pos)
+		}
+		for _, n := range names {
 			if e, ok := d.Files[n]; ok {
 				o.idx[prefix+n] = len(o.files)
 				o.files = append(o.files, e)
@@ -546,9 +617,26 @@ func (r *ReadAhead) orderLocked(tree *cache.Dir) *treeOrder {
 			}
 		}
 	}
-	walk(tree, "")
-	r.orders.Add(tree, o)
+	walk(k.tree, "")
+	r.orders.Add(k, o)
 	return o
+}
+
+// byInoLocked returns names, the entries of directory d (whose slot
+// names start with prefix) in pos's view, sorted by the inode numbers
+// the mount shows for them.
+func (r *ReadAhead) byInoLocked(d *cache.Dir, prefix string, names []string, pos *Pos) []string {
+	inos := make(map[string]uint64, len(names))
+	for _, n := range names {
+		if e, ok := d.Files[n]; ok {
+			inos[n] = r.inos.File(pos.ID, pos.At, prefix+n, e)
+		} else {
+			inos[n] = r.inos.Dir(pos.ID, pos.At, prefix+n)
+		}
+	}
+	sorted := slices.Clone(names)
+	slices.SortStableFunc(sorted, func(a, b string) int { return cmp.Compare(inos[a], inos[b]) })
+	return sorted
 }
 
 // Listed records the order of a listing of sessions/ (readdir sorts it

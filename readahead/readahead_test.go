@@ -81,7 +81,7 @@ func newRig(t *testing.T, n int, size int, budget int64) *raRig {
 		t.Fatal(err)
 	}
 	log := &bodyLog{bytes: budget}
-	r := &raRig{ra: New(c, log, time.Minute, nil), log: log, c: c, id: m.Session, files: ds}
+	r := &raRig{ra: New(c, log, time.Minute, nil, nil), log: log, c: c, id: m.Session, files: ds}
 	t.Cleanup(r.ra.Close)
 	return r
 }
@@ -177,7 +177,7 @@ func TestReadAheadSink(t *testing.T) {
 			t.Errorf("sink got %+v for %s", p, d.Name)
 		}
 		got = append(got, p.Name)
-	})
+	}, nil)
 	t.Cleanup(r.ra.Close)
 	r.read(0)
 	r.read(1)
@@ -195,5 +195,59 @@ func TestReadAheadSink(t *testing.T) {
 			t.Fatalf("sink got %v, want %v", sorted, want)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// permInos numbers file fNN (17*NN) mod n: a shuffle of the name order,
+// as a mount's hashed inode numbers are.
+type permInos struct{ n int }
+
+func (p permInos) File(_ layout.SessionID, _ uint32, name string, _ *layout.Entry) uint64 {
+	var i int
+	fmt.Sscanf(name, "f%d", &i)
+	return uint64(17 * i % p.n)
+}
+
+func (p permInos) Dir(layout.SessionID, uint32, string) uint64 { return 0 }
+
+// TestReadAheadInodeOrder: GNU cp -r reads a directory's files in the
+// order of their inode numbers, which is no order of their names; read
+// in that order, the files next in it are fetched ahead (none were:
+// every read broke the name order), and a reader in name order still
+// gets its own.
+func TestReadAheadInodeOrder(t *testing.T) {
+	const n = 40
+	byIno := make([]int, n) // byIno[k]: the file numbered k
+	for i := range n {
+		byIno[17*i%n] = i
+	}
+	for _, tt := range []struct {
+		name  string
+		reads []int
+		want  []int
+	}{
+		{"in inode order", byIno[:2], byIno[2:10]},
+		{"in name order", []int{0, 1}, []int{2, 3, 4, 5, 6, 7, 8, 9}},
+		{"in neither", []int{0, 20, 5}, nil},
+		// f00 and f05 are 5 apart in both orders (17*5 mod 40 = 5): no
+		// fetch until the next read says which order the reader keeps.
+		{"in both, then in inode order", []int{0, 5, byIno[6]}, byIno[7:19]},
+		{"in both, then in name order", []int{0, 5, 6}, []int{7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, n, 2000, 1<<20)
+			r.ra.Close()
+			r.ra = New(r.c, r.log, time.Minute, nil, permInos{n})
+			t.Cleanup(r.ra.Close)
+			for _, i := range tt.reads {
+				r.read(i)
+			}
+			var want []string
+			for _, i := range tt.want {
+				want = append(want, r.files[i].Name)
+			}
+			slices.Sort(want)
+			r.waitFor(t, "after reads "+fmt.Sprint(tt.reads), want)
+		})
 	}
 }

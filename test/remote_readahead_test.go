@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -85,35 +87,63 @@ func raMount(t *testing.T, bk *Bucket, args ...string) *Mount {
 
 // TestReadAheadSessionFiles: reading a session's small files one after
 // another keeps several blob GETs in flight, fetches each body once,
-// and a read-only and a read-write mount both do it.
+// and a read-only and a read-write mount both do it: in name order
+// (grep -r) and in inode-number order (GNU cp -r sorts each directory's
+// entries so; it read one file a round trip, 30 s for 2,000 files 20 ms
+// away where grep -r took 1.5 s).
 func TestReadAheadSessionFiles(t *testing.T) {
 	t.Parallel()
-	for _, ro := range []bool{true, false} {
-		t.Run(fmt.Sprintf("read-only=%v", ro), func(t *testing.T) {
-			t.Parallel()
-			bk := relLocalBucket(t)
-			id, names := raSession(t, bk, 64, 2048)
-			var args []string
-			if ro {
-				args = append(args, "--read-only")
-			}
-			m := raMount(t, bk, args...)
+	for _, tool := range []struct {
+		name string
+		run  func(t *testing.T, m *Mount, id layout.SessionID, names []string)
+	}{
+		{"grep -r", func(t *testing.T, m *Mount, id layout.SessionID, _ []string) {
 			if got := sh(t, m.Dir, "grep -rl 'file 00063 says' "+sess(id)); got != sess(id)+"/d3/f0063.txt\n" {
 				t.Fatalf("grep -rl found %q", got)
 			}
-			s := raIdle(t, m)
-			t.Logf("grep -r over %d files: %d blob GETs, scheduler peak %d, read-ahead issued %d, fetched %d", len(names), s.blobGets, s.schedPeak, s.issued, s.fetched)
-			if s.blobGets != int64(len(names)) {
-				t.Errorf("grep -r read %d files with %d blob GETs, want one each", len(names), s.blobGets)
+		}},
+		{"cp -r", func(t *testing.T, m *Mount, id layout.SessionID, names []string) {
+			to := filepath.Join(t.TempDir(), "copy")
+			sh(t, m.Dir, "cp -r "+sess(id)+" "+to)
+			for i, n := range names {
+				if b, err := os.ReadFile(filepath.Join(to, n)); err != nil || string(b) != raBody(raIndex(n), 2048) {
+					t.Fatalf("copy of %s (file %d): %d bytes, %v", n, i, len(b), err)
+				}
 			}
-			if s.fetched < int64(len(names))/2 || s.schedPeak < 4 {
-				t.Errorf("read-ahead fetched %d of %d bodies, with at most %d requests in flight at once; want most of them fetched ahead, 4 or more in flight", s.fetched, len(names), s.schedPeak)
-			}
-			if s.failed != 0 {
-				t.Errorf("%d prefetches failed:\n%s", s.failed, s.raw)
-			}
-		})
+		}},
+	} {
+		for _, ro := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/read-only=%v", tool.name, ro), func(t *testing.T) {
+				t.Parallel()
+				bk := relLocalBucket(t)
+				id, names := raSession(t, bk, 64, 2048)
+				var args []string
+				if ro {
+					args = append(args, "--read-only")
+				}
+				m := raMount(t, bk, args...)
+				tool.run(t, m, id, names)
+				s := raIdle(t, m)
+				t.Logf("%s over %d files: %d blob GETs, scheduler peak %d, read-ahead issued %d, fetched %d", tool.name, len(names), s.blobGets, s.schedPeak, s.issued, s.fetched)
+				if s.blobGets != int64(len(names)) {
+					t.Errorf("%s read %d files with %d blob GETs, want one each", tool.name, len(names), s.blobGets)
+				}
+				if s.fetched < int64(len(names))/2 || s.schedPeak < 4 {
+					t.Errorf("read-ahead fetched %d of %d bodies, with at most %d requests in flight at once; want most of them fetched ahead, 4 or more in flight", s.fetched, len(names), s.schedPeak)
+				}
+				if s.failed != 0 {
+					t.Errorf("%d prefetches failed:\n%s", s.failed, s.raw)
+				}
+			})
+		}
 	}
+}
+
+// raIndex is the number of raSession's file name.
+func raIndex(name string) int {
+	var d, i int
+	fmt.Sscanf(name, "d%d/f%d.txt", &d, &i)
+	return i
 }
 
 // TestReadAheadAcrossSessions: `cat sessions/*/b.txt` loads the next
