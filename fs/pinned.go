@@ -58,7 +58,7 @@ type pinnable interface {
 
 func (b *blobContent) canPin() bool { return b.f.blobs.CanPin(&b.d) }
 func (b *blobContent) pin(ctx context.Context, off int64) (*blobcache.Pinned, error) {
-	b.started(off)
+	b.started(ctx, off)
 	return b.f.blobs.Pin(ctx, &b.d)
 }
 

@@ -441,7 +441,7 @@ type blobContent struct {
 
 func (b *blobContent) size(ctx context.Context) (int64, error) { return b.f.blobs.Size(ctx, &b.d) }
 func (b *blobContent) readAt(ctx context.Context, p []byte, off int64) (int, error) {
-	b.started(off)
+	b.started(ctx, off)
 	n, err := b.f.blobs.ReadAt(ctx, &b.d, p, off)
 	if errors.Is(err, io.EOF) {
 		err = nil
@@ -452,10 +452,19 @@ func (b *blobContent) readAt(ctx context.Context, p []byte, off int64) (int, err
 // started tells the traversal read-ahead that a read from off began: a
 // read of a file's start moves the traversal on, wherever it is served
 // from (bucket, memory, or a pinned copy).
-func (b *blobContent) started(off int64) {
+func (b *blobContent) started(ctx context.Context, off int64) {
 	if off == 0 {
-		b.f.ra.Read(b.pos, &b.d)
+		b.f.ra.Read(b.pos, &b.d, callerThread(ctx))
 	}
+}
+
+// callerThread is the thread that made the request ctx serves (FUSE
+// sends the caller's thread ID), 0 when it is not known.
+func callerThread(ctx context.Context) uint32 {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return c.Pid
+	}
+	return 0
 }
 
 func (b *blobContent) mtime() time.Time { return descMtime(&b.d, b.born) }

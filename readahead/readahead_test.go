@@ -87,9 +87,12 @@ func newRig(t *testing.T, n int, size int, budget int64) *raRig {
 }
 
 // read is a program reading file i of the session from its start.
-func (r *raRig) read(i int) {
+func (r *raRig) read(i int) { r.readBy(i, 0) }
+
+// readBy is thread reader of a program reading file i from its start.
+func (r *raRig) readBy(i int, reader uint32) {
 	d := r.files[i]
-	r.ra.Read(&Pos{ID: r.id, Name: d.Name}, &d)
+	r.ra.Read(&Pos{ID: r.id, Name: d.Name}, &d, reader)
 }
 
 // names returns the names of files from..to (inclusive), either way.
@@ -246,6 +249,40 @@ func TestReadAheadInodeOrder(t *testing.T) {
 			for _, i := range tt.want {
 				want = append(want, r.files[i].Name)
 			}
+			slices.Sort(want)
+			r.waitFor(t, "after reads "+fmt.Sprint(tt.reads), want)
+		})
+	}
+}
+
+// TestReadAheadThreads: the threads of a program that reads in parallel
+// (rg) each walk their own part of the tree in order; read-ahead
+// follows each of them (one stream broke at every read of the other),
+// and a run of reads in order is one stream whoever makes them (a shell
+// loop's cat processes).
+func TestReadAheadThreads(t *testing.T) {
+	type read struct {
+		i      int
+		reader uint32
+	}
+	for _, tt := range []struct {
+		name  string
+		reads []read
+		want  func(r *raRig) []string
+	}{
+		{"two threads, each in order", []read{{0, 1}, {20, 2}, {1, 1}, {21, 2}},
+			func(r *raRig) []string { return append(r.names(2, 9), r.names(22, 29)...) }},
+		{"one order, a process a file", []read{{0, 1}, {1, 2}, {2, 3}},
+			func(r *raRig) []string { return r.names(2, 14) }},
+		{"one thread that jumps starts anew", []read{{0, 1}, {20, 1}, {30, 1}},
+			func(r *raRig) []string { return nil }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, 40, 2000, 1<<20)
+			for _, rd := range tt.reads {
+				r.readBy(rd.i, rd.reader)
+			}
+			want := tt.want(r)
 			slices.Sort(want)
 			r.waitFor(t, "after reads "+fmt.Sprint(tt.reads), want)
 		})

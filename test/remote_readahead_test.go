@@ -102,6 +102,18 @@ func TestReadAheadSessionFiles(t *testing.T) {
 				t.Fatalf("grep -rl found %q", got)
 			}
 		}},
+		{"two readers at once", func(t *testing.T, m *Mount, id layout.SessionID, names []string) {
+			// As rg's threads do, each in a part of the tree of its own.
+			out := t.TempDir()
+			got := sh(t, m.Dir, fmt.Sprintf("cd %s && (cat d0/* d1/* > %s/a & cat d2/* d3/* > %s/b; wait) && cat %s/a %s/b", sess(id), out, out, out, out))
+			var want strings.Builder
+			for _, n := range names {
+				want.WriteString(raBody(raIndex(n), 2048))
+			}
+			if got != want.String() {
+				t.Fatalf("the two readers read %d bytes, not the %d of the bodies", len(got), want.Len())
+			}
+		}},
 		{"cp -r", func(t *testing.T, m *Mount, id layout.SessionID, names []string) {
 			to := filepath.Join(t.TempDir(), "copy")
 			sh(t, m.Dir, "cp -r "+sess(id)+" "+to)
