@@ -19,15 +19,25 @@ func (n *namesDir) list(ctx context.Context) ([]child, error) {
 		return nil, err
 	}
 	var out []child
+	var names []string
 	for _, r := range refs {
 		name, ok := strings.CutPrefix(r, "sessions/")
 		if !ok {
 			continue
 		}
 		out = append(out, n.child(name))
+		names = append(names, r)
 	}
+	// The targets are read ahead, wide in parallel, for the readlink(2)
+	// of every entry that `ls -l` and `find -L` send one after another;
+	// the listing and stat need none (nameLinkSize).
+	go n.f.views.PrefetchRefs(context.Background(), names)
 	return out, nil
 }
+
+// nameLinkSize is the size of every names/ link: its target is
+// "../sessions/" and a 32-hex ID.
+const nameLinkSize = len("../sessions/") + 32
 
 // child is names/<name>. Its target is read when asked for (the ref can
 // move to another session; within the metadata TTL it is cached), so the
@@ -36,7 +46,7 @@ func (n *namesDir) child(name string) child {
 	f := n.f
 	return child{name: name, mode: syscall.S_IFLNK, ino: inoOf("name", name), ttl: f.ttl,
 		node: func() gofsNode {
-			return &linkNode{f: f, dyn: func(ctx context.Context) (string, error) {
+			return &linkNode{f: f, size: nameLinkSize, dyn: func(ctx context.Context) (string, error) {
 				id, err := f.resolveName(ctx, name)
 				if err != nil {
 					return "", err

@@ -619,7 +619,10 @@ type linkNode struct {
 	target string
 	// dyn, if set, gives the target instead of target.
 	dyn func(ctx context.Context) (string, error)
-	mt  time.Time
+	// size, if set, is the length of every target dyn gives, so that a
+	// stat reads nothing.
+	size int
+	mt   time.Time
 }
 
 var (
@@ -646,12 +649,16 @@ func (l *linkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (l *linkNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	t, errno := l.get(ctx)
-	if errno != 0 {
-		return errno
+	size := l.size
+	if size == 0 {
+		t, errno := l.get(ctx)
+		if errno != 0 {
+			return errno
+		}
+		size = len(t)
 	}
 	out.Mode = syscall.S_IFLNK | 0o777
-	out.Size = uint64(len(t))
+	out.Size = uint64(size)
 	setTimes(&out.Attr, l.f.start)
 	setTimes(&out.Attr, l.mt)
 	l.f.owner(&out.Attr)

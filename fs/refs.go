@@ -68,7 +68,31 @@ func (r *refsDir) entries(ctx context.Context) ([]child, error) {
 	return out, nil
 }
 
-func (r *refsDir) list(ctx context.Context) ([]child, error) { return r.entries(ctx) }
+// list lists the directory, and reads the values of its refs wide in
+// parallel first: the kernel asks the size of every entry, one after
+// another, and each is the ref's value.
+func (r *refsDir) list(ctx context.Context) ([]child, error) {
+	cs, err := r.entries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, c := range cs {
+		if c.mode == syscall.S_IFREG && c.ttl != uncached {
+			names = append(names, r.full(c.name))
+		}
+	}
+	r.f.views.PrefetchRefs(ctx, names)
+	return cs, nil
+}
+
+// full is the name of the ref leaf shows in this directory.
+func (r *refsDir) full(leaf string) string {
+	if r.kind == "" {
+		return leaf
+	}
+	return r.kind + "/" + leaf
+}
 
 func (r *refsDir) find(ctx context.Context, name string) (child, error) {
 	cs, err := r.entries(ctx)
@@ -79,10 +103,7 @@ func (r *refsDir) find(ctx context.Context, name string) (child, error) {
 		return c, nil
 	}
 	// A ref made since the last listing: look it up directly.
-	full := name
-	if r.kind != "" {
-		full = r.kind + "/" + name
-	}
+	full := r.full(name)
 	if layout.ValidateRefName(full) != nil {
 		return child{}, syscall.ENOENT
 	}

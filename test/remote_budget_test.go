@@ -197,3 +197,69 @@ func TestRemoteBudgetSmallWrite(t *testing.T) {
 		t.Errorf("read back %q", got)
 	}
 }
+
+// refsCountedLine is the fault injector's count of requests for refs/.
+var refsCountedLine = regexp.MustCompile(`(?m)^faults counted refs/: get (\d+), head (\d+),`)
+
+// TestRemoteBudgetRefs: `ls -l names/` and `ls -l refs/sessions/` read
+// each ref once, wide in parallel (the kernel asks for every entry's
+// size, then ls for every link's target, one after another: 500 names
+// 20 ms away took 42 s), a plain `ls names/` needs no ref read to
+// answer, and a second listing inside the TTL reads none.
+func TestRemoteBudgetRefs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bk := relLocalBucket(t)
+	const n = 40
+	var wantNames, wantRefs strings.Builder
+	for i := range n {
+		id := relSession(t, bk)
+		key, _ := layout.ManifestKey(id)
+		name := fmt.Sprintf("n%02d", i)
+		if err := bk.Store.Link(ctx, layout.SessionRefName(name), key); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&wantNames, "%s -> ../sessions/%s\n", name, id)
+		fmt.Fprintf(&wantRefs, "%s\n", key)
+	}
+	fb := relWithFaults(bk, map[string]string{"fault_latency": "20ms", "fault_count_prefix": "refs/"})
+	m := relMountOn(t, fb, t.TempDir(), "--read-only", "--metadata-ttl=1m")
+	counted := func() (gets, heads int64) {
+		g := refsCountedLine.FindStringSubmatch(relReadStats(t, m).raw)
+		if g == nil {
+			t.Fatal("no count of refs/ requests in .pugmark/stats")
+		}
+		a, _ := strconv.ParseInt(g[1], 10, 64)
+		b, _ := strconv.ParseInt(g[2], 10, 64)
+		return a, b
+	}
+	if got := sh(t, m.Dir, "ls names/ | wc -l"); got != fmt.Sprintf("%d\n", n) {
+		t.Fatalf("ls names/ listed %q entries, want %d", got, n)
+	}
+	if got := sh(t, m.Dir, "stat -c %s names/n00"); got != "44\n" {
+		t.Fatalf("size of names/n00: %q, want 44 (../sessions/ and an ID)", got)
+	}
+	if got := sh(t, m.Dir, `ls -l names/ | awk 'NR > 1 { print $(NF-2), $(NF-1), $NF }'`); got != wantNames.String() {
+		t.Fatalf("ls -l names/:\n%s\nwant:\n%s", got, wantNames.String())
+	}
+	if got := sh(t, m.Dir, "cat refs/sessions/*"); got != wantRefs.String() {
+		t.Fatalf("cat refs/sessions/*:\n%s\nwant:\n%s", got, wantRefs.String())
+	}
+	gets, heads := counted()
+	sched := raSchedLine.FindStringSubmatch(relReadStats(t, m).raw)
+	if sched == nil {
+		t.Fatal("no scheduler line in .pugmark/stats")
+	}
+	peak, _ := strconv.Atoi(sched[1])
+	t.Logf("%d names: %d GETs and %d HEADs of refs, scheduler peak %d", n, gets, heads, peak)
+	if gets != n || heads != n {
+		t.Errorf("%d refs were read with %d GETs and %d HEADs, want one of each a ref", n, gets, heads)
+	}
+	if peak < 4 {
+		t.Errorf("at most %d requests were in flight at once; want the refs read wide in parallel", peak)
+	}
+	sh(t, m.Dir, "ls -l names/ refs/sessions/ > /dev/null")
+	if g, h := counted(); g != gets || h != heads {
+		t.Errorf("listing again inside the TTL read refs: %d GETs and %d HEADs, then %d and %d", gets, heads, g, h)
+	}
+}

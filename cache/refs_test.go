@@ -1,0 +1,141 @@
+package cache
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/internal/testbucket"
+	"github.com/pugmark/pugfs/layout"
+)
+
+// gatedRefs answers ReadRef with the value of the read's turn, each read
+// held until its gate opens, and counts the reads and how many ran at
+// once.
+type gatedRefs struct {
+	MetaStore
+	mu      sync.Mutex
+	reads   int
+	running int
+	peak    int
+	gates   []chan string // the i-th read waits for gates[i]
+}
+
+func (g *gatedRefs) ReadRef(ctx context.Context, name string) (layout.Ref, error) {
+	g.mu.Lock()
+	i := g.reads
+	g.reads++
+	g.running++
+	g.peak = max(g.peak, g.running)
+	var gate chan string
+	if i < len(g.gates) {
+		gate = g.gates[i]
+	}
+	g.mu.Unlock()
+	target := "v"
+	if gate != nil {
+		target = <-gate
+	}
+	g.mu.Lock()
+	g.running--
+	g.mu.Unlock()
+	return layout.Ref{Name: name, Target: target}, nil
+}
+
+func (g *gatedRefs) count() (reads, peak int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.reads, g.peak
+}
+
+// waitReads polls until n reads have started.
+func (g *gatedRefs) waitReads(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if r, _ := g.count(); r >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reads never started", n)
+		}
+	}
+}
+
+// Callers that want one ref at once share one read of it; a read begun
+// before this mount changed the ref (InvalidateRefs) answers nobody who
+// asks after that and is not kept, so the mount reads its own write.
+func TestViewsRefReads(t *testing.T) {
+	w := newWorld(t, testbucket.Open(t, testbucket.Mem))
+	c := newCache(t, w.store, Options{MetadataTTL: time.Hour})
+
+	t.Run("one read for callers at once", func(t *testing.T) {
+		g := &gatedRefs{MetaStore: w.store, gates: []chan string{make(chan string)}}
+		v := c.NewViews(g)
+		var got [3]string
+		var wg sync.WaitGroup
+		for i := range got {
+			wg.Go(func() {
+				r, err := v.Ref(bg, "x")
+				if err != nil {
+					t.Error(err)
+				}
+				got[i] = r.Target
+			})
+		}
+		g.waitReads(t, 1)
+		g.gates[0] <- "one"
+		wg.Wait()
+		if reads, _ := g.count(); reads != 1 || got != [3]string{"one", "one", "one"} {
+			t.Fatalf("%d reads, answers %q; want one read answering all three", reads, got)
+		}
+	})
+
+	t.Run("a read begun before a change is not the answer after it", func(t *testing.T) {
+		g := &gatedRefs{MetaStore: w.store, gates: []chan string{make(chan string), make(chan string)}}
+		v := c.NewViews(g)
+		old := make(chan string)
+		go func() { r, _ := v.Ref(bg, "x"); old <- r.Target }()
+		g.waitReads(t, 1)
+		v.InvalidateRefs() // this mount wrote x
+		fresh := make(chan string)
+		go func() { r, _ := v.Ref(bg, "x"); fresh <- r.Target }()
+		g.waitReads(t, 2)
+		g.gates[1] <- "new"
+		if got := <-fresh; got != "new" {
+			t.Fatalf("read after the change: %q, want new", got)
+		}
+		g.gates[0] <- "old"
+		<-old
+		if r, _ := v.Ref(bg, "x"); r.Target != "new" {
+			t.Fatalf("after both reads: %q, want new (the older read kept?)", r.Target)
+		}
+	})
+
+	t.Run("a listing's refs read wide, once", func(t *testing.T) {
+		g := &gatedRefs{MetaStore: w.store}
+		for range 8 {
+			g.gates = append(g.gates, make(chan string))
+		}
+		v := c.NewViews(g)
+		names := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+		var done atomic.Bool
+		go func() { v.PrefetchRefs(bg, names); done.Store(true) }()
+		g.waitReads(t, len(names)) // all at once: none waits for another
+		for _, gate := range g.gates {
+			gate <- "t"
+		}
+		for !done.Load() {
+			time.Sleep(time.Millisecond)
+		}
+		for _, n := range names {
+			if r, err := v.Ref(bg, n); err != nil || r.Target != "t" {
+				t.Fatalf("ref %s: %+v, %v", n, r, err)
+			}
+		}
+		if reads, peak := g.count(); reads != len(names) || peak != len(names) {
+			t.Fatalf("%d reads, %d at once; want %d, all at once", reads, peak, len(names))
+		}
+	})
+}
