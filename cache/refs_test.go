@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -138,4 +139,96 @@ func TestViewsRefReads(t *testing.T) {
 			t.Fatalf("%d reads, %d at once; want %d, all at once", reads, peak, len(names))
 		}
 	})
+}
+
+// memReads counts ReadMemory calls, and how many ran at once, holding
+// each for hold.
+type memReads struct {
+	MetaStore
+	hold    time.Duration
+	mu      sync.Mutex
+	read    map[string]int
+	running int
+	peak    int
+}
+
+func (m *memReads) ReadMemory(ctx context.Context, ns string, v uint32) ([]layout.Descriptor, error) {
+	m.mu.Lock()
+	m.read[ns]++
+	m.running++
+	m.peak = max(m.peak, m.running)
+	m.mu.Unlock()
+	time.Sleep(m.hold) // a remote bucket's round trip
+	m.mu.Lock()
+	m.running--
+	m.mu.Unlock()
+	return m.MetaStore.ReadMemory(ctx, ns, v)
+}
+
+func (m *memReads) counts() (reads map[string]int, peak int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]int{}
+	for k, n := range m.read {
+		out[k] = n
+	}
+	return out, m.peak
+}
+
+// The namespaces of a listing read one after another (the shell's glob
+// of memories/*/*) are read ahead, wide in parallel, from the second one
+// on, each once; a program that reads one namespace reads only it.
+func TestViewsNamespacesReadAhead(t *testing.T) {
+	w := newWorld(t, testbucket.Open(t, testbucket.Mem))
+	const n = 40
+	var names []string
+	for i := range n {
+		ns := fmt.Sprintf("ns%02d", i)
+		if _, err := w.store.WriteMemory(bg, ns, layout.MemoryWrite{Put: []layout.Descriptor{textDesc("r", "record of "+ns, epoch)}}); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, ns)
+	}
+	c := newCache(t, w.store, Options{MetadataTTL: time.Hour})
+	for _, tc := range []struct {
+		name string
+		read []string
+		want int // namespaces read in the end
+	}{
+		{"one namespace", names[:1], 1},
+		{"one after another", names[:2], n},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &memReads{MetaStore: w.store, hold: 5 * time.Millisecond, read: map[string]int{}}
+			v := c.NewViews(m)
+			nss, err := v.Namespaces(bg)
+			if err != nil || len(nss) != n {
+				t.Fatalf("namespaces: %v, %v", nss, err)
+			}
+			for _, ns := range tc.read {
+				recs, err := v.Memory(bg, ns, 1)
+				if err != nil || len(recs) != 1 {
+					t.Fatalf("namespace %s: %v, %v", ns, recs, err)
+				}
+			}
+			var reads map[string]int
+			var peak int
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+				if reads, peak = m.counts(); len(reads) >= tc.want || time.Now().After(deadline) {
+					break
+				}
+			}
+			if len(reads) != tc.want {
+				t.Fatalf("%d namespaces read, want %d: %v", len(reads), tc.want, reads)
+			}
+			for ns, k := range reads {
+				if k != 1 {
+					t.Errorf("namespace %s read %d times", ns, k)
+				}
+			}
+			if tc.want > 2 && peak < 4 {
+				t.Errorf("at most %d namespaces read at once; want them read wide", peak)
+			}
+		})
+	}
 }

@@ -263,3 +263,42 @@ func TestRemoteBudgetRefs(t *testing.T) {
 		t.Errorf("listing again inside the TTL read refs: %d GETs and %d HEADs, then %d and %d", gets, heads, g, h)
 	}
 }
+
+// memCountedLine is the fault injector's count of requests for
+// memories/.
+var memCountedLine = regexp.MustCompile(`(?m)^faults counted memories/: get (\d+),`)
+
+// TestRemoteBudgetMemories: `cat memories/*/r` walks the namespaces one
+// after another; from the second on, the others' records are read ahead,
+// wide in parallel, each namespace once (one round trip each before:
+// 203 namespaces 20 ms away took 4.6 s).
+func TestRemoteBudgetMemories(t *testing.T) {
+	t.Parallel()
+	bk := relLocalBucket(t)
+	const n = 30
+	var want strings.Builder
+	for i := range n {
+		body := fmt.Sprintf("record of namespace %02d\n", i)
+		rdMemPut(t, bk.Store, fmt.Sprintf("ns%02d", i), "r", body)
+		want.WriteString(body)
+	}
+	fb := relWithFaults(bk, map[string]string{"fault_latency": "20ms", "fault_count_prefix": "memories/"})
+	m := relMountOn(t, fb, t.TempDir(), "--read-only", "--metadata-ttl=1m")
+	if got := sh(t, m.Dir, "cat memories/*/r"); got != want.String() {
+		t.Fatalf("cat memories/*/r:\n%s\nwant:\n%s", got, want.String())
+	}
+	raw := relReadStats(t, m).raw
+	g, sched := memCountedLine.FindStringSubmatch(raw), raSchedLine.FindStringSubmatch(raw)
+	if g == nil || sched == nil {
+		t.Fatalf("no count of memories/ requests or no scheduler line in .pugmark/stats:\n%s", raw)
+	}
+	gets, _ := strconv.Atoi(g[1])
+	peak, _ := strconv.Atoi(sched[1])
+	t.Logf("%d namespaces: %d GETs under memories/, scheduler peak %d", n, gets, peak)
+	if gets != n {
+		t.Errorf("%d namespaces were read with %d GETs, want one each", n, gets)
+	}
+	if peak < 4 {
+		t.Errorf("at most %d requests were in flight at once; want the namespaces read wide in parallel", peak)
+	}
+}
