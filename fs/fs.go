@@ -200,7 +200,7 @@ func New(cfg Config) (*FS, error) {
 		StagingDir: cfg.StagingDir, FailedDir: cfg.FailedDir, Now: cfg.Now, Log: cfg.Logger},
 		cfg.Store, cfg.Cache, cfg.Blobs, f.notifyChanged)
 	f.notify = newNotifier(f)
-	f.ra = readahead.New(cfg.Cache, cfg.Blobs, f.ttl, f.storePages, raInos{f})
+	f.ra = readahead.New(cfg.Cache, cfg.Blobs, f.ttl, readahead.Options{Sink: f.storePages, Inos: raInos{f}, Warm: f.warmAhead})
 	return f, nil
 }
 

@@ -86,7 +86,22 @@ func (m *sessionMetaDir) entries(ctx context.Context) ([]child, error) {
 
 func (m *sessionMetaDir) list(ctx context.Context) ([]child, error) { return m.entries(ctx) }
 
+// metaPrefix is how read-ahead names a session's .pugmark/ files.
+const metaPrefix = ".pugmark/"
+
+// warmAhead is read-ahead's Warm: a program that looks up
+// .pugmark/checkpoint in one session after another (cat
+// sessions/*/.pugmark/checkpoint) has each one's checkpoint found ahead,
+// a round trip or more of snapshot metadata each (200 sessions 20 ms
+// away: 5.1 s, one after another).
+func (f *FS) warmAhead(ctx context.Context, st *cache.State, name string) {
+	if name == metaPrefix+"checkpoint" {
+		_, _, _ = f.views.LatestCheckpoint(ctx, st.ID, st.Version) // the lookup reports errors
+	}
+}
+
 func (m *sessionMetaDir) find(ctx context.Context, name string) (child, error) {
+	m.f.ra.Lookup(m.id, metaPrefix+name)
 	cs, err := m.entries(ctx)
 	if err != nil {
 		return child{}, err

@@ -145,6 +145,21 @@ type Bodies interface {
 // with a lock held.
 type Sink func(pos Pos, d *layout.Descriptor)
 
+// Warm readies what a program looking up name in session st's live tree
+// needs besides the state: for a name that is no slot of the session (a
+// file the mount makes, such as .pugmark/checkpoint), which read-ahead
+// knows nothing of. A name stream calls it for each session it loads
+// ahead; it does I/O, and its errors are the program's own lookup's to
+// report.
+type Warm func(ctx context.Context, st *cache.State, name string)
+
+// Options are what a mount may add to its read-ahead; each may be nil.
+type Options struct {
+	Sink Sink // is handed the bodies fetched ahead
+	Inos Inos // the inode numbers the mount shows
+	Warm Warm // for names that are no slots
+}
+
 // Inos gives the inode numbers a mount shows for the entries of a
 // session's view (at: a history view's version, 0 for the live tree), so
 // that read-ahead can follow a program that visits them in that order.
@@ -162,6 +177,7 @@ type ReadAhead struct {
 	bodies   Bodies
 	inos     Inos          // nil: name order only
 	sink     Sink          // nil: none
+	warm     Warm          // nil: none
 	ttl      time.Duration // the metadata TTL
 	maxBytes int64         // bytes fetched ahead and not read yet, at most
 	bodySem  chan struct{} // body prefetches in flight
@@ -249,11 +265,10 @@ type raStream struct {
 }
 
 // New returns the read-ahead of a mount whose session states have the
-// metadata TTL ttl; sink, if not nil, is handed what it fetches, and
-// inos, if not nil, says which inode numbers the mount shows.
-func New(states States, bodies Bodies, ttl time.Duration, sink Sink, inos Inos) *ReadAhead {
+// metadata TTL ttl.
+func New(states States, bodies Bodies, ttl time.Duration, o Options) *ReadAhead {
 	bytes, inFlight := bodies.PrefetchLimits()
-	r := &ReadAhead{states: states, bodies: bodies, inos: inos, sink: sink, ttl: ttl, maxBytes: bytes,
+	r := &ReadAhead{states: states, bodies: bodies, inos: o.Inos, sink: o.Sink, warm: o.Warm, ttl: ttl, maxBytes: bytes,
 		bodySem: make(chan struct{}, inFlight), stateSem: make(chan struct{}, raStateLoads)}
 	r.orders, _ = simplelru.NewLRU[orderKey, *treeOrder](8, nil)
 	r.trees, _ = simplelru.NewLRU(raStreams, func(_ raKey, s *raStream) { r.dropLocked(s) })
@@ -656,6 +671,9 @@ func (r *ReadAhead) goSession(s *raStream, p int, id layout.SessionID, name stri
 			return
 		}
 		r.st.states.Add(1)
+		if r.warm != nil {
+			r.warm(schedblob.Speculative(ctx), st, name)
+		}
 		if !body {
 			return
 		}

@@ -81,7 +81,7 @@ func newRig(t *testing.T, n int, size int, budget int64) *raRig {
 		t.Fatal(err)
 	}
 	log := &bodyLog{bytes: budget}
-	r := &raRig{ra: New(c, log, time.Minute, nil, nil), log: log, c: c, id: m.Session, files: ds}
+	r := &raRig{ra: New(c, log, time.Minute, Options{}), log: log, c: c, id: m.Session, files: ds}
 	t.Cleanup(r.ra.Close)
 	return r
 }
@@ -173,14 +173,14 @@ func TestReadAheadSink(t *testing.T) {
 	r := newRig(t, 40, 2000, 1<<20)
 	var mu sync.Mutex
 	var got []string
-	r.ra = New(r.c, r.log, time.Minute, func(p Pos, d *layout.Descriptor) {
+	r.ra = New(r.c, r.log, time.Minute, Options{Sink: func(p Pos, d *layout.Descriptor) {
 		mu.Lock()
 		defer mu.Unlock()
 		if p.ID != r.id || p.At != 0 || p.Name != d.Name {
 			t.Errorf("sink got %+v for %s", p, d.Name)
 		}
 		got = append(got, p.Name)
-	}, nil)
+	}})
 	t.Cleanup(r.ra.Close)
 	r.read(0)
 	r.read(1)
@@ -240,7 +240,7 @@ func TestReadAheadInodeOrder(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRig(t, n, 2000, 1<<20)
 			r.ra.Close()
-			r.ra = New(r.c, r.log, time.Minute, nil, permInos{n})
+			r.ra = New(r.c, r.log, time.Minute, Options{Inos: permInos{n}})
 			t.Cleanup(r.ra.Close)
 			for _, i := range tt.reads {
 				r.read(i)
@@ -286,5 +286,58 @@ func TestReadAheadThreads(t *testing.T) {
 			slices.Sort(want)
 			r.waitFor(t, "after reads "+fmt.Sprint(tt.reads), want)
 		})
+	}
+}
+
+// TestReadAheadWarm: lookups of one name in sessions that follow each
+// other in the sessions/ listing (the first session names the stream,
+// the next two set its order) load the next sessions ahead, and hand
+// each to Warm with the name, so that what the mount makes of a name
+// that is no slot (.pugmark/checkpoint) is ready too.
+func TestReadAheadWarm(t *testing.T) {
+	ctx := context.Background()
+	store := layout.New(memblob.OpenBucket(nil), nil)
+	var ids []layout.SessionID
+	for range 12 {
+		m := store.NewRootManifest()
+		if _, _, err := store.CreateSession(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, m.Session)
+	}
+	slices.SortFunc(ids, func(a, b layout.SessionID) int { return strings.Compare(a.String(), b.String()) })
+	c, err := cache.New(store, cache.Options{MetadataTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	warmed := map[layout.SessionID]string{}
+	r := New(c, &bodyLog{bytes: 1 << 20}, time.Minute, Options{Warm: func(_ context.Context, st *cache.State, name string) {
+		mu.Lock()
+		defer mu.Unlock()
+		warmed[st.ID] = name
+	}})
+	t.Cleanup(r.Close)
+	r.Listed(ids)
+	for _, id := range ids[:3] {
+		r.Lookup(id, ".pugmark/checkpoint")
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		n := len(warmed)
+		mu.Unlock()
+		if n >= window(2) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("warmed %d sessions ahead, want the %d after the three looked up", n, window(2))
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range ids[3 : 3+window(2)] {
+		if warmed[id] != ".pugmark/checkpoint" {
+			t.Errorf("session %s warmed with %q", id, warmed[id])
+		}
 	}
 }
