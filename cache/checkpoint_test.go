@@ -99,3 +99,31 @@ func TestLatestCheckpointReadsWide(t *testing.T) {
 		})
 	}
 }
+
+// Listing .pugmark/snapshots/ reads every version's metadata (each
+// <N>.json shows it) wide in parallel, each once, and a second listing
+// reads none: one after another, the peak is 1 and the test fails.
+func TestPrefetchSnapshotMeta(t *testing.T) {
+	w := newWorld(t, testbucket.Open(t, testbucket.Mem))
+	id := w.session()
+	var vers []uint32
+	for v := range uint32(12) {
+		if _, err := w.store.Commit(bg, id, layout.CommitRequest{Type: layout.Provisional, Descriptors: []layout.Descriptor{textDesc("f", "v", epoch)}}); err != nil {
+			t.Fatal(err)
+		}
+		vers = append(vers, v+1)
+	}
+	c := newCache(t, w.store, Options{MetadataTTL: time.Second})
+	mc := &metaCounter{MetaStore: w.store, hold: 20 * time.Millisecond}
+	v := c.NewViews(mc)
+	v.PrefetchSnapshotMeta(bg, id, vers)
+	v.PrefetchSnapshotMeta(bg, id, vers)
+	for _, ver := range vers {
+		if m, err := v.SnapshotMeta(bg, id, ver); err != nil || m.Type != layout.Provisional {
+			t.Fatalf("version %d: %+v, %v", ver, m, err)
+		}
+	}
+	if len(mc.read) != len(vers) || mc.peak < 4 {
+		t.Fatalf("read the metadata of %v, at most %d at once; want each of the %d versions once, 4 or more at once", mc.read, mc.peak, len(vers))
+	}
+}

@@ -45,8 +45,9 @@ type Views struct {
 	// refReads shares one read of a ref among its callers (a listing's
 	// prefetch and the kernel's questions about the same entry), and
 	// memReads one read of a namespace's version.
-	refReads flights[refReadKey, memo[layout.Ref]]
-	memReads flights[memKey, []layout.Descriptor]
+	refReads  flights[refReadKey, memo[layout.Ref]]
+	memReads  flights[memKey, []layout.Descriptor]
+	metaReads flights[metaKey, layout.SnapshotMeta]
 	// walk is how far a program has gone through the namespaces of the
 	// last listing, read one after another: guarded by mu.
 	walk nsWalk
@@ -90,16 +91,58 @@ func (v *Views) fresh(at time.Time) bool {
 	return v.ttl > 0 && v.now().Sub(at) < v.ttl
 }
 
-// SnapshotMeta returns snapshot metadata; immutable, cached forever.
+// SnapshotMeta returns snapshot metadata; immutable, cached forever, and
+// callers at once share one read.
 func (v *Views) SnapshotMeta(ctx context.Context, id layout.SessionID, ver uint32) (layout.SnapshotMeta, error) {
-	return readThrough(&v.mu, v.metas, metaKey{id, ver}, func() (layout.SnapshotMeta, error) {
+	k := metaKey{id, ver}
+	v.mu.Lock()
+	m, ok := v.metas.Get(k)
+	v.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	return v.metaReads.do(ctx, k, func(ctx context.Context) (layout.SnapshotMeta, error) {
 		m, err := v.store.ReadSnapshotMeta(ctx, id, ver)
-		if err == nil && m.TypeInvalid != "" {
+		if err != nil {
+			return m, err
+		}
+		if m.TypeInvalid != "" {
 			v.log("snapshot type is none of checkpoint, provisional and queueing; counted as a checkpoint, as a missing one is",
 				"session", id.String(), "version", ver, "type", m.TypeInvalid)
 		}
-		return m, err
+		v.mu.Lock()
+		v.metas.Add(k, m)
+		v.mu.Unlock()
+		return m, nil
 	})
+}
+
+// PrefetchSnapshotMeta reads the metadata of the versions of session id
+// (the first prefetchRefsMax) not read yet, wide in parallel: listing
+// .pugmark/snapshots/ shows every <N>.json's size, which its metadata
+// is part of, and the kernel asks for them one after another (40
+// versions 20 ms away: 1 s). Errors are left to each version's own read.
+func (v *Views) PrefetchSnapshotMeta(ctx context.Context, id layout.SessionID, versions []uint32) {
+	sem := make(chan struct{}, prefetchRefs)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, ver := range versions[:min(len(versions), prefetchRefsMax)] {
+		v.mu.Lock()
+		_, ok := v.metas.Peek(metaKey{id, ver})
+		v.mu.Unlock()
+		if ok {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_, _ = v.SnapshotMeta(ctx, id, ver)
+		})
+	}
 }
 
 // LatestCheckpoint returns the newest checkpoint of id at or below
@@ -182,8 +225,9 @@ func (v *Views) Ref(ctx context.Context, name string) (layout.Ref, error) {
 	return m.v, err
 }
 
-// prefetchRefs bounds the refs PrefetchRefs reads at once, and
-// prefetchRefsMax how many it reads for one listing.
+// prefetchRefs bounds the refs PrefetchRefs (and the metadata
+// PrefetchSnapshotMeta) reads at once, and prefetchRefsMax how many it
+// reads for one listing.
 const (
 	prefetchRefs    = 64
 	prefetchRefsMax = 5000

@@ -260,9 +260,11 @@ func (s *snapshotsDir) list(ctx context.Context) ([]child, error) {
 		return nil, err
 	}
 	var out []child
-	for _, v := range versionNames(latest, 1) {
+	vers := versionNames(latest, 1)
+	for _, v := range vers {
 		out = append(out, s.child(st, v))
 	}
+	s.f.views.PrefetchSnapshotMeta(ctx, s.id, vers)
 	return out, nil
 }
 
