@@ -115,6 +115,25 @@ func (st *State) SlotsAt(v uint32) map[string]layout.Entry {
 	return layout.Slots(st.Log(v))
 }
 
+// SlotAt returns the live descriptor for name at version v <= Version,
+// as SlotsAt(v) holds it, without building the slots of v: the last
+// slot entry of the name in the own snapshots up to v, else in the
+// ancestors (§10's named-slot lookup).
+func (st *State) SlotAt(name string, v uint32) (layout.Entry, bool) {
+	if v >= st.Version {
+		return st.Slot(name)
+	}
+	for i := int(v) - 1; i >= 0; i-- {
+		ds := st.snaps[i]
+		for j := len(ds) - 1; j >= 0; j-- {
+			if e := (layout.Entry{Descriptor: ds[j], Session: st.ID, Version: uint32(i) + 1}); e.IsSlot() && e.Name == name {
+				return e, !e.Deleted
+			}
+		}
+	}
+	return layout.Lookup(st.ancestors, name)
+}
+
 // Seq returns the descriptor with sequence number n in the full log.
 // Sequence numbers increase along the log (§7.3): the ancestors are binary
 // searched, then the own snapshot whose range holds n; the log is not

@@ -72,3 +72,37 @@ func TestLoadAfterSummaryReadsLatestOnce(t *testing.T) {
 		}
 	})
 }
+
+// SlotAt is what SlotsAt holds for one name at every version, found
+// without building the slots: puts, rewrites and tombstones in the own
+// snapshots, over a parent's names (a fork), and names never written.
+func TestStateSlotAt(t *testing.T) {
+	w := newWorld(t, testbucket.Open(t, testbucket.Mem))
+	parent := w.session()
+	w.commit(parent, textDesc("p", "parent's", epoch), textDesc("a", "parent's a", epoch))
+	id, err := w.store.Fork(bg, parent, layout.ForkRequest{Descriptor: textDesc("fork", "f", epoch)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"a", "b", "p", "fork", "never"}
+	for i := range 24 {
+		n := names[i%3]
+		d := textDesc(n, fmt.Sprintf("%s at %d", n, i), epoch.Add(time.Duration(i)*time.Second))
+		if i%5 == 4 {
+			d = layout.Descriptor{Name: n, Deleted: true, CreatedAt: d.CreatedAt}
+		}
+		w.commit(id, d)
+	}
+	c := newCache(t, w.store, Options{MetadataTTL: time.Hour})
+	st := mustState(t, c, id)
+	for v := range st.Version + 1 {
+		all := st.SlotsAt(v)
+		for _, n := range names {
+			want, wok := all[n]
+			got, ok := st.SlotAt(n, v)
+			if ok != wok || ok && (got.Digest != want.Digest || got.Version != want.Version || got.Session != want.Session) {
+				t.Errorf("SlotAt(%q, %d) = %+v, %v; SlotsAt holds %+v, %v", n, v, got, ok, want, wok)
+			}
+		}
+	}
+}

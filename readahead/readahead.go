@@ -14,6 +14,10 @@
 //     visits a directory's entries in (gnulib's savedir sorts them by
 //     inode number to spare a disk's seeks), when the mount says which
 //     numbers it shows (Inos);
+//   - a version stream: reads of the same name in a session's history
+//     views (.pugmark/at/<N>/name, for N one after another: cat
+//     at/*/notes.md), in the order of the versions' numbers or of their
+//     names (the shell's glob and at/'s listing: 1, 10, 11, ..., 2);
 //   - a name stream: lookups or reads of the same name in sessions that
 //     follow each other in the sessions/ listing (the shell's glob of
 //     sessions/*/b.txt lstat()s every one of them, then cat reads them).
@@ -70,6 +74,8 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -191,8 +197,12 @@ type ReadAhead struct {
 	// its own until a second session reads it, never push out the
 	// session stream they belong to.
 	trees, names *simplelru.LRU[raKey, *raStream]
-	sessions     raSessions
-	ahead        int64 // bytes fetched (or being fetched) ahead, all streams
+	// versions are the version streams, and verOrders the order of a
+	// history's versions by name, for the few latest versions in use.
+	versions  *simplelru.LRU[raKey, *raStream]
+	verOrders *simplelru.LRU[uint32, *versionOrder]
+	sessions  raSessions
+	ahead     int64 // bytes fetched (or being fetched) ahead, all streams
 
 	st raCounters
 }
@@ -204,7 +214,17 @@ type raKey struct {
 	at    uint32
 	byIno bool   // a session stream in inode-number order
 	slot  int    // which of the view's raViewStreams in that order
-	name  string // the name of a name stream
+	name  string // the name of a name or version stream
+	// byName marks a version stream in the order of the versions'
+	// names rather than their numbers.
+	byName bool
+}
+
+// versionOrder is versions 0..latest in the order of their names, and
+// each one's position in it.
+type versionOrder struct {
+	vers []uint32
+	idx  map[uint32]int
 }
 
 // orderKey names a tree's traversal order: by name, or by inode number.
@@ -273,6 +293,8 @@ func New(states States, bodies Bodies, ttl time.Duration, o Options) *ReadAhead 
 	r.orders, _ = simplelru.NewLRU[orderKey, *treeOrder](8, nil)
 	r.trees, _ = simplelru.NewLRU(raStreams, func(_ raKey, s *raStream) { r.dropLocked(s) })
 	r.names, _ = simplelru.NewLRU(raStreams, func(_ raKey, s *raStream) { r.dropLocked(s) })
+	r.versions, _ = simplelru.NewLRU(raStreams, func(_ raKey, s *raStream) { r.dropLocked(s) })
+	r.verOrders, _ = simplelru.NewLRU[uint32, *versionOrder](2, nil)
 	return r
 }
 
@@ -292,7 +314,87 @@ func (r *ReadAhead) Read(pos *Pos, d *layout.Descriptor, reader uint32) {
 	r.session(pos, reader)
 	if pos.At == 0 {
 		r.name(pos.ID, pos.Name, true)
+	} else {
+		r.version(pos)
 	}
+}
+
+// version moves the version streams of pos's name in its session's
+// history: one by the versions' numbers, one by their names; the one in
+// order for longer fetches, as for a view's two orders (session).
+func (r *ReadAhead) version(pos *Pos) {
+	st, ok := r.states.Peek(pos.ID)
+	if !ok || pos.At > st.Version {
+		return
+	}
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sweepLocked(now)
+	var (
+		best *raStream
+		at   int
+		tie  bool
+	)
+	for _, byName := range []bool{false, true} {
+		p := int(pos.At)
+		if byName {
+			p = r.versionOrderLocked(st.Version).idx[pos.At]
+		}
+		key := raKey{id: pos.ID, name: pos.Name, byName: byName}
+		s, ok := r.versions.Get(key)
+		if !ok {
+			s = r.newStreamLocked(r.versions, key)
+		}
+		switch {
+		case !r.stepLocked(s, p, now):
+		case best == nil || s.run > best.run:
+			best, at, tie = s, p, false
+		case s.run == best.run:
+			tie = true
+		}
+	}
+	if best == nil || tie {
+		return
+	}
+	s, n := best, int(st.Version)+1
+	for ; s.ahead(s.next, at, window(s.run), n); s.next += s.dir {
+		v := uint32(s.next)
+		if s.key.byName {
+			v = r.versionOrderLocked(st.Version).vers[s.next]
+		}
+		if v == 0 {
+			continue // at/0 is empty
+		}
+		e, ok := st.SlotAt(pos.Name, v)
+		if !ok || !r.bodies.Prefetchable(&e.Descriptor) {
+			continue
+		}
+		if !r.reserveLocked(s, s.next, e.Descriptor.Size) {
+			break
+		}
+		r.goBody(s.ctx, Pos{ID: pos.ID, At: v, Name: pos.Name}, handOver(s.next), &e.Descriptor)
+	}
+}
+
+// versionOrderLocked returns versions 0..latest in the order of their
+// names (at/'s listing, the shell's glob).
+func (r *ReadAhead) versionOrderLocked(latest uint32) *versionOrder {
+	if o, ok := r.verOrders.Get(latest); ok {
+		return o
+	}
+	o := &versionOrder{vers: make([]uint32, 0, int(latest)+1), idx: make(map[uint32]int, int(latest)+1)}
+	for v := range uint64(latest) + 1 {
+		o.vers = append(o.vers, uint32(v))
+	}
+	slices.SortFunc(o.vers, func(a, b uint32) int {
+		return strings.Compare(strconv.FormatUint(uint64(a), 10), strconv.FormatUint(uint64(b), 10))
+	})
+	for i, v := range o.vers {
+		o.idx[v] = i
+	}
+	r.verOrders.Add(latest, o)
+	return o
 }
 
 // Lookup notes that a program looks up name in session id's live tree,
@@ -589,7 +691,7 @@ func (r *ReadAhead) dropLocked(s *raStream) {
 
 // sweepLocked drops streams idle for raIdle.
 func (r *ReadAhead) sweepLocked(now time.Time) {
-	for _, l := range []*simplelru.LRU[raKey, *raStream]{r.trees, r.names} {
+	for _, l := range []*simplelru.LRU[raKey, *raStream]{r.trees, r.names, r.versions} {
 		for {
 			_, s, ok := l.GetOldest()
 			if !ok || now.Sub(s.used) < raIdle {
@@ -777,12 +879,13 @@ func (r *ReadAhead) Close() {
 	defer r.mu.Unlock()
 	r.trees.Purge()
 	r.names.Purge()
+	r.versions.Purge()
 }
 
 // Stats is read-ahead's line in .pugmark/stats.
 func (r *ReadAhead) Stats() string {
 	r.mu.Lock()
-	ahead, streams := r.ahead, r.trees.Len()+r.names.Len()
+	ahead, streams := r.ahead, r.trees.Len()+r.names.Len()+r.versions.Len()
 	r.mu.Unlock()
 	return fmt.Sprintf("read-ahead: streams %d (started %d), in flight %d, issued %d, bodies fetched %d, states loaded %d, failed %d, cancelled %d, bytes ahead %d (peak %d, bound %d)",
 		streams, r.st.streams.Load(), r.st.inFlight.Load(), r.st.issued.Load(), r.st.fetched.Load(), r.st.states.Load(),

@@ -3,6 +3,7 @@ package readahead
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -340,4 +341,101 @@ func TestReadAheadWarm(t *testing.T) {
 			t.Errorf("session %s warmed with %q", id, warmed[id])
 		}
 	}
+}
+
+// TestReadAheadVersions: reading one name in a session's history views
+// one version after another, by number (a loop over at/$v) or by name
+// (the shell's glob of at/*/f: 1, 10, 11, ..., 19, 2, 20), fetches the
+// name's bodies at the next versions; versions where the name holds no
+// content are passed over.
+func TestReadAheadVersions(t *testing.T) {
+	ctx := context.Background()
+	store := layout.New(memblob.OpenBucket(nil), nil)
+	m := store.NewRootManifest()
+	if _, _, err := store.CreateSession(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	const n = 30
+	for v := uint32(1); v <= n; v++ {
+		name := "f"
+		if v%7 == 0 {
+			name = "g" // f unchanged at v: the same body as at v-1
+		}
+		body := fmt.Sprintf("%s at version %d %s", name, v, strings.Repeat(".", 2000))
+		d, err := store.PutBody(ctx, name, []byte(body), layout.BlobOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Commit(ctx, m.Session, layout.CommitRequest{Type: layout.Checkpoint, Descriptors: []layout.Descriptor{d}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := cache.New(store, cache.Options{MetadataTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.State(ctx, m.Session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fAt := func(v uint32) string {
+		e, ok := st.SlotAt("f", v)
+		if !ok {
+			t.Fatalf("no f at %d", v)
+		}
+		return e.Name + "@" + e.Digest.String()
+	}
+	for _, tt := range []struct {
+		name  string
+		reads []uint32
+		want  []uint32 // versions whose f is fetched
+	}{
+		{"by number", []uint32{1, 2}, []uint32{3, 4, 5, 6, 7, 8, 9, 10}},
+		{"by name", []uint32{1, 10}, []uint32{11, 12, 13, 14, 15, 16, 17, 18}},
+		{"neither", []uint32{1, 25}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			got := map[string]bool{}
+			log := &recordBodies{bodyLog: bodyLog{bytes: 1 << 20}, seen: func(d *layout.Descriptor) {
+				mu.Lock()
+				defer mu.Unlock()
+				got[d.Name+"@"+d.Digest.String()] = true
+			}}
+			r := New(c, log, time.Minute, Options{})
+			t.Cleanup(r.Close)
+			for _, v := range tt.reads {
+				e, _ := st.SlotAt("f", v)
+				r.Read(&Pos{ID: m.Session, At: v, Name: "f"}, &e.Descriptor, 0)
+			}
+			want := map[string]bool{}
+			for _, v := range tt.want {
+				want[fAt(v)] = true // f at 7 is f at 6: one body
+			}
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+				mu.Lock()
+				done := len(got) >= len(want)
+				mu.Unlock()
+				if done || time.Now().After(deadline) {
+					break
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !maps.Equal(got, want) {
+				t.Fatalf("fetched %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// recordBodies is a bodyLog that also tells seen of each prefetch.
+type recordBodies struct {
+	bodyLog
+	seen func(d *layout.Descriptor)
+}
+
+func (b *recordBodies) Prefetch(ctx context.Context, d *layout.Descriptor) (bool, error) {
+	b.seen(d)
+	return b.bodyLog.Prefetch(ctx, d)
 }
