@@ -39,6 +39,36 @@ func OpenURL(ctx context.Context, rawURL string) (*blob.Bucket, error) {
 	if err != nil {
 		return blob.OpenBucket(ctx, rawURL)
 	}
+	// gocloud's URL mux roots a bucket below a prefix= of its query;
+	// the openers below bypass the mux, so they do it here (the S3 one
+	// refused the parameter).
+	q := u.Query()
+	prefix := q.Get("prefix")
+	if prefix == "" || !ownOpener(u.Scheme) {
+		return openURL(ctx, rawURL, u)
+	}
+	q.Del("prefix")
+	plain := *u
+	plain.RawQuery = q.Encode()
+	b, err := openURL(ctx, plain.String(), &plain)
+	if err != nil {
+		return nil, err
+	}
+	return blob.PrefixedBucket(b, prefix), nil
+}
+
+// ownOpener reports whether OpenURL opens URLs of scheme itself rather
+// than through gocloud's URL mux.
+func ownOpener(scheme string) bool {
+	switch scheme {
+	case s3blob.Scheme, gcsblob.Scheme, azureblob.Scheme, faultblob.SchemePrefix + s3blob.Scheme:
+		return true
+	}
+	return false
+}
+
+// openURL is OpenURL without a prefix= (u is rawURL parsed).
+func openURL(ctx context.Context, rawURL string, u *url.URL) (*blob.Bucket, error) {
 	switch u.Scheme {
 	case s3blob.Scheme:
 		return OpenS3(ctx, u)
