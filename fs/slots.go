@@ -220,6 +220,27 @@ func (n *sessDirNode) Create(ctx context.Context, name string, flags uint32, mod
 	return in, h, h.openFlags(), 0
 }
 
+var _ = (gofs.NodeMknoder)((*sessDirNode)(nil))
+
+// Mknod makes a regular file as an exclusive create closed at once: GNU
+// tar makes a file so (mknodat(S_IFREG)) when it has extended attributes
+// to set before its bytes, and a refused mknod lost the whole file to
+// tar --xattrs. The empty file is committed as any file closed is. The
+// layout keeps files only: FIFOs, sockets and devices are ENOTSUP.
+func (n *sessDirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if t := mode & syscall.S_IFMT; t != syscall.S_IFREG && t != 0 {
+		return nil, syscall.ENOTSUP
+	}
+	in, fh, _, errno := n.Create(ctx, name, syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY, mode&0o7777, out)
+	if errno != 0 {
+		return nil, errno
+	}
+	h := fh.(*whandle)
+	errno = h.Flush(ctx)
+	h.Release(ctx)
+	return in, errno
+}
+
 func (n *sessDirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	if e := validLeaf(name); e != 0 {
 		return nil, e
