@@ -110,7 +110,7 @@ type File struct {
 // newStaged creates a spill file, filled from base when the write does not
 // truncate.
 func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry, truncate bool) (*File, error) {
-	f, err := createSpill(w.cfg.StagingDir)
+	f, err := w.spill()
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: %w", name, err)
 	}
@@ -150,6 +150,23 @@ func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 		}
 	}
 	return s, nil
+}
+
+// spill makes a spill file in the staging directory (createSpill),
+// making the directory again when it is gone: it lives in the cache
+// directory, under ~/.cache by default, which people and cleaners empty
+// while a mount runs; every create and write then failed with ENOENT, a
+// file that exists said not to, until the mount was restarted.
+func (w *Writer) spill() (*os.File, error) {
+	f, err := createSpill(w.cfg.StagingDir)
+	if !errors.Is(err, os.ErrNotExist) {
+		return f, err
+	}
+	if merr := os.MkdirAll(w.cfg.StagingDir, 0o700); merr != nil {
+		return nil, fmt.Errorf("%w (making the staging directory again: %v)", err, merr)
+	}
+	w.log.Warn("the staging directory was removed while mounted (with the cache directory?); made it again", "dir", w.cfg.StagingDir)
+	return createSpill(w.cfg.StagingDir)
 }
 
 // createSpill makes a spill file without a name, so that a crash leaves

@@ -427,7 +427,7 @@ func (w *Writer) link(ctx context.Context, id layout.SessionID, from, to string)
 // stageCopy stages a copy of s's content and attributes under to, held
 // once (opens 1). The caller holds ws.nsMu, not w.mu or s.mu.
 func (w *Writer) stageCopy(ws *session, s *File, to string) (*File, error) {
-	nf, err := createSpill(w.cfg.StagingDir)
+	nf, err := w.spill()
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: %w", to, err)
 	}

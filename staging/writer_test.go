@@ -1210,3 +1210,26 @@ func TestWriterRenameDirFailsWhole(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterStagingDirRemoved: the staging directory lives in the cache
+// directory, which people and cleaners empty while a mount runs; the
+// next create makes it again and commits (every create failed with
+// ENOENT until the mount was restarted).
+func TestWriterStagingDirRemoved(t *testing.T) {
+	r := newWriterRig(t)
+	ctx := context.Background()
+	if err := os.RemoveAll(r.cfg.StagingDir); err != nil {
+		t.Fatal(err)
+	}
+	s := r.written(t, "after.txt", "after removal")
+	if err := r.w.Release(ctx, r.id, s); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	e, ok := r.slot(t, "after.txt")
+	if !ok || e.Size != int64(len("after removal")) {
+		t.Fatalf("after.txt: %+v, %v; want it committed", e, ok)
+	}
+	if fi, err := os.Stat(r.cfg.StagingDir); err != nil || !fi.IsDir() {
+		t.Fatalf("staging directory: %v", err)
+	}
+}
