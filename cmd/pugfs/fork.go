@@ -63,8 +63,10 @@ snapshot, and the child's sequence numbers continue from version V (§7.3).`,
 				if err != nil {
 					return usagef("--snapshot-type=%s: want provisional, checkpoint or queueing", *snapType)
 				}
-				if *at < -1 || *at > int64(^uint32(0)) {
-					return usagef("--at=%d: want a snapshot version", *at)
+				atSet := false
+				fs.Visit(func(f *flag.Flag) { atSet = atSet || f.Name == "at" })
+				if atSet && *at < 0 || *at > int64(^uint32(0)) {
+					return usagef("--at=%d: want a snapshot version (0 to the latest)", *at)
 				}
 				s, b, err := openStore(ctx, args[0], false)
 				if err != nil {

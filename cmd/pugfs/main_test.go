@@ -145,8 +145,10 @@ func TestSessionNew(t *testing.T) {
 		t.Errorf("unnamed sessions: %q %q", c, d)
 	}
 	mustRun(t, "fsck", dir)
-	if r := pugfs(t, "session", "new", "--name", "a/b", dir); r.code != 2 {
-		t.Errorf("bad name: %s", r)
+	for _, bad := range []string{"a/b", "-dash"} {
+		if r := pugfs(t, "session", "new", "--name", bad, dir); r.code != 2 {
+			t.Errorf("bad name %q: %s", bad, r)
+		}
 	}
 }
 
@@ -204,6 +206,10 @@ func TestFork(t *testing.T) {
 		if r := pugfs(t, args...); r.code != 1 || strings.Count(r.err, "\n") != 1 {
 			t.Errorf("pugfs %v: %s", args, r)
 		}
+	}
+	// A negative version is a usage error, not "no --at".
+	if r := pugfs(t, "fork", "--at=-1", dir, "demo"); r.code != 2 {
+		t.Errorf("pugfs fork --at=-1: %s", r)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 
 	"github.com/pugmark/pugfs/layout"
 )
@@ -46,6 +47,10 @@ also starts a new bucket.`,
 				if *name != "" {
 					if err := layout.ValidateRefName(layout.SessionRefName(*name)); err != nil {
 						return usagef("--name=%q: a session name is one path component without NUL or newlines", *name)
+					}
+					if strings.HasPrefix(*name, "-") {
+						// pugfs exec takes it where a flag may stand.
+						return usagef("--name=%q: a session name starting with - reads as a flag on pugfs exec's command line", *name)
 					}
 				}
 				s, b, err := openStore(ctx, args[0], true)
