@@ -67,6 +67,16 @@ type CommitRequest struct {
 	// as after a remove on another mount). The caller checks the
 	// versions up to Base itself. Needs a Base.
 	Unchanged map[string]FileBase
+	// Paths refuses a descriptor whose name clashes as a path with a
+	// name that a snapshot the commit lands above, other than Base's,
+	// makes live: a file where that snapshot has a directory (x where it
+	// has x/y), or a name under one of its files (x/y where it has x).
+	// The tree shows a name that is both as the file (decisions.md,
+	// "Names as paths"), so the commit would hide the other writer's
+	// files, or its own, on every mount. It is a *StaleError
+	// (ErrChangedUnder) with the names in Clashes. The caller checks the
+	// versions up to Base itself. Needs a Base.
+	Paths bool
 }
 
 // FileBase is the file a writer read and built its new content on: the
@@ -122,7 +132,7 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 	if _, err := ParseSnapshotType(string(req.Type)); err != nil {
 		return CommitResult{}, err
 	}
-	if (req.Exact || len(req.Unchanged) > 0) && req.Base == nil {
+	if (req.Exact || len(req.Unchanged) > 0 || req.Paths) && req.Base == nil {
 		return CommitResult{}, fmt.Errorf("commit to %s: %w: an exact or guarded commit needs a base", id, ErrInvalid)
 	}
 	for i := range req.Descriptors {
@@ -227,7 +237,7 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 			if err != nil {
 				return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
 			}
-			if err := s.checkUnchanged(ctx, id, v, max(latest, v), req.Unchanged); err != nil {
+			if err := s.checkAbove(ctx, id, v, max(latest, v), &req); err != nil {
 				return CommitResult{}, err
 			}
 			for w := v + 1; w <= latest; w++ {
@@ -256,7 +266,7 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 		if latest < v {
 			latest = v // stale listing (§14.3): at least v exists
 		}
-		if err := s.checkUnchanged(ctx, id, v, latest, req.Unchanged); err != nil {
+		if err := s.checkAbove(ctx, id, v, latest, &req); err != nil {
 			return CommitResult{}, err
 		}
 		if pos, err = s.positionAt(ctx, id, latest); err != nil {
@@ -390,22 +400,39 @@ func (s *Store) positionAt(ctx context.Context, id SessionID, v uint32) (Positio
 	return Position{Version: v, LastSeq: m.FirstSequenceNumber - 1}, nil
 }
 
-// checkUnchanged reads versions from..to, which a commit is about to land
-// above, for a new digest of a name in unchanged (CommitRequest.Unchanged).
-func (s *Store) checkUnchanged(ctx context.Context, id SessionID, from, to uint32, unchanged map[string]FileBase) error {
-	if len(unchanged) == 0 {
+// checkAbove reads versions from..to, which a commit is about to land
+// above, for a new digest of a name in req.Unchanged and, with
+// req.Paths, for a live name that clashes as a path with one of req's.
+func (s *Store) checkAbove(ctx context.Context, id SessionID, from, to uint32, req *CommitRequest) error {
+	var clash *PathClash
+	if req.Paths {
+		clash = NewPathClash(req.Descriptors)
+	}
+	if len(req.Unchanged) == 0 && clash == nil {
 		return nil
 	}
 	stale := &StaleError{Session: id}
+	add := func(name string, v uint32) bool {
+		if slices.Contains(stale.Names, name) {
+			return false
+		}
+		stale.Names = append(stale.Names, name)
+		stale.Versions = append(stale.Versions, v)
+		return true
+	}
 	for v := from; v <= to; v++ {
 		ds, err := s.ReadSnapshot(ctx, id, v)
 		if err != nil {
 			return fmt.Errorf("commit to %s: inspect version %d: %w", id, v, err)
 		}
 		for _, d := range ds {
-			if b, ok := unchanged[d.Name]; ok && b.ChangedSince(&d, v) && !slices.Contains(stale.Names, d.Name) {
-				stale.Names = append(stale.Names, d.Name)
-				stale.Versions = append(stale.Versions, v)
+			if b, ok := req.Unchanged[d.Name]; ok && b.ChangedSince(&d, v) {
+				add(d.Name, v)
+			}
+			for _, n := range clash.With(&d) {
+				if add(n, v) {
+					stale.Clashes = append(stale.Clashes, n)
+				}
 			}
 		}
 	}
@@ -413,6 +440,51 @@ func (s *Store) checkUnchanged(ctx context.Context, id SessionID, from, to uint3
 		return stale
 	}
 	return nil
+}
+
+// PathClash finds the names of a commit that clash as paths with a live
+// name: a file where the other is a directory, or the other way round.
+type PathClash struct {
+	files map[string]bool     // the commit's live names
+	dirs  map[string][]string // each directory of those -> the names under it
+}
+
+// NewPathClash returns the clash finder of the live names of ds, or nil
+// when they have none.
+func NewPathClash(ds []Descriptor) *PathClash {
+	p := &PathClash{files: map[string]bool{}, dirs: map[string][]string{}}
+	for i := range ds {
+		d := &ds[i]
+		if !d.IsSlot() || d.Deleted {
+			continue
+		}
+		p.files[d.Name] = true
+		for j := len(d.Name) - 1; j > 0; j-- {
+			if d.Name[j] == '/' {
+				p.dirs[d.Name[:j]] = append(p.dirs[d.Name[:j]], d.Name)
+			}
+		}
+	}
+	if len(p.files) == 0 {
+		return nil
+	}
+	return p
+}
+
+// With returns the names the live name of d clashes with: those under d
+// (d is a file where they make a directory), or the one that d is under
+// (they make a file where d is in a directory).
+func (p *PathClash) With(d *Descriptor) []string {
+	if p == nil || !d.IsSlot() || d.Deleted {
+		return nil
+	}
+	out := slices.Clone(p.dirs[d.Name])
+	for j := len(d.Name) - 1; j > 0; j-- {
+		if d.Name[j] == '/' && p.files[d.Name[:j]] {
+			out = append(out, d.Name[:j])
+		}
+	}
+	return out
 }
 
 // NotInput reports whether a snapshot's descriptors are nothing a handler

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 
 	"gocloud.dev/blob"
@@ -503,6 +504,66 @@ func TestCommitUnchanged(t *testing.T) {
 			id := newSession(t, s)
 			_, err := s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("f"), Unchanged: map[string]FileBase{"f": {Digest: orig.Digest}}})
 			wantErrIs(t, err, ErrInvalid)
+		})
+	})
+}
+
+// TestCommitPathClash: with Paths, a commit is refused with a
+// *StaleError naming its clashing names when a snapshot it would land
+// above makes a file where it makes a directory, or the other way round
+// (two mounts that both made x within the TTL, one as a file, one as a
+// directory: the tree shows the file, and the other's files were hidden
+// on every mount). Other names, a removal, or a snapshot at or below the
+// base do not refuse it.
+func TestCommitPathClash(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		for _, c := range []struct {
+			name  string
+			other []Descriptor // what another writer commits meanwhile
+			mine  []Descriptor
+			clash []string
+		}{
+			{"a file where it made a directory", descs("out/sub/f1", "out/sub/f2"), descs("out"), []string{"out"}},
+			{"a directory where it made a file", descs("out"), descs("out/sub/f1", "out/g", "other"), []string{"out/sub/f1", "out/g"}},
+			{"apart", descs("out/f"), descs("outer", "out2/f"), nil},
+			{"removed", []Descriptor{{Name: "out", Deleted: true, CreatedAt: testNow}}, descs("out/f"), nil},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				id := newSession(t, s)
+				commit(t, s, id, Provisional, desc("first", "1"))
+				base, _ := s.PositionAt(bg, id, 1)
+				commit(t, s, id, Provisional, c.other...)
+				r, err := s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: c.mine, Base: &base, Paths: true})
+				if c.clash == nil {
+					if err != nil || r.Version != 3 {
+						t.Fatalf("landed at %d, %v; want 3", r.Version, err)
+					}
+					return
+				}
+				var se *StaleError
+				if !errors.As(err, &se) || !errors.Is(err, ErrChangedUnder) {
+					t.Fatalf("err %v, want a StaleError", err)
+				}
+				if !reflect.DeepEqual(se.Names, c.clash) || !reflect.DeepEqual(se.Clashes, c.clash) {
+					t.Fatalf("refused %v (clashes %v), want %v", se.Names, se.Clashes, c.clash)
+				}
+				if !strings.Contains(err.Error(), "clashes with a file or directory") {
+					t.Errorf("error %q does not say it is a clash", err)
+				}
+				if v, _ := s.LatestVersion(bg, id); v != 2 {
+					t.Fatalf("a refused commit wrote something: latest %d", v)
+				}
+			})
+		}
+		// The base's own snapshots are the caller's to check.
+		t.Run("at-the-base", func(t *testing.T) {
+			id := newSession(t, s)
+			commit(t, s, id, Provisional, descs("out/f")...)
+			base, _ := s.PositionAt(bg, id, 1)
+			if r, err := s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("out"), Base: &base, Paths: true}); err != nil || r.Version != 2 {
+				t.Fatalf("landed at %d, %v; want 2", r.Version, err)
+			}
 		})
 	})
 }

@@ -3,6 +3,7 @@ package layout
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"gocloud.dev/gcerrors"
 )
@@ -60,9 +61,16 @@ type StaleError struct {
 	Session  SessionID
 	Names    []string
 	Versions []uint32
+	// Clashes are the Names refused because they clash as paths with a
+	// name another writer made (CommitRequest.Paths), not because it
+	// changed them.
+	Clashes []string
 }
 
 func (e *StaleError) Error() string {
+	if slices.Contains(e.Clashes, e.Names[0]) {
+		return fmt.Sprintf("commit to %s: %s clashes with a file or directory another writer made at version %d (one name cannot be both): %v", e.Session, e.Names[0], e.Versions[0], ErrChangedUnder)
+	}
 	return fmt.Sprintf("commit to %s: %s changed at version %d by another writer since it was read: %v", e.Session, e.Names[0], e.Versions[0], ErrChangedUnder)
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -836,8 +837,8 @@ type guard struct {
 // writer changed: in st (up to its version, when st is set) or as se says
 // (a snapshot the commit was to land above).
 func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs map[string]guard, se *layout.StaleError) {
-	refuse := func(name string, v uint32, g guard) {
-		if g.soft {
+	refuse := func(name string, v uint32, g guard, clash bool) {
+		if g.soft && !clash {
 			if b.attrs[b.bases[g.index]] != nil {
 				b.reapply[g.index] = true
 				return
@@ -862,17 +863,35 @@ func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs 
 		}
 		// Every name, so that a refused fsync settles each file.
 		err.Names, err.Versions = append(err.Names, name), append(err.Versions, v)
-		if g.moved {
+		switch {
+		case clash:
+			err.Clashes = append(err.Clashes, name)
+			w.log.Error("commit refused: another writer made this name a file where it is a directory here, or a directory where it is a file (one name cannot be both: the tree would hide one); data kept",
+				"session", err.Session, "name", name, "version", v)
+		case g.moved:
 			w.log.Info("change not committed: another writer changed the file since it was read; looking again", "session", err.Session, "name", name, "version", v)
-		} else {
+		default:
 			w.log.Error("commit refused: another writer changed the file since it was read; data kept", "session", err.Session, "name", name, "version", v)
+		}
+	}
+	// refuseClash refuses the member whose live descriptor is name.
+	refuseClash := func(name string, v uint32) {
+		for i, d := range b.descs {
+			if d.Name == name && !d.Deleted && !b.dropped[i] {
+				refuse(name, v, guard{member: b.owner[i], index: i}, true)
+			}
 		}
 	}
 	for name, g := range gs {
 		if st != nil && st.Version >= g.base.Version {
 			if e, ok := st.Slots()[name]; ok && g.base.ChangedSince(&e.Descriptor, e.Version) {
-				refuse(name, e.Version, g)
+				refuse(name, e.Version, g, false)
 			}
+		}
+	}
+	if st != nil {
+		for _, c := range clashesIn(b, st) {
+			refuseClash(c.name, c.version)
 		}
 	}
 	if se != nil {
@@ -880,8 +899,10 @@ func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs 
 		// it (a retried create, the kernel's next lookup) reads it again.
 		w.cache.Invalidate(id)
 		for i, name := range se.Names {
-			if g, ok := gs[name]; ok {
-				refuse(name, se.Versions[i], g)
+			if slices.Contains(se.Clashes, name) {
+				refuseClash(name, se.Versions[i])
+			} else if g, ok := gs[name]; ok {
+				refuse(name, se.Versions[i], g, false)
 			}
 		}
 	}
@@ -890,6 +911,67 @@ func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs 
 		s.dirty = true // not committed: the release keeps it as failed
 		s.mu.Unlock()
 	}
+}
+
+// clash is a live name of a batch that clashes as a path with a name of
+// the state it commits on, made at version.
+type clash struct {
+	name    string
+	version uint32
+}
+
+// clashesIn returns the live names of b that clash as paths with the
+// live names of st, the state the commit is based on (the commit itself
+// checks the snapshots it lands above: layout.CommitRequest.Paths): a
+// file where st has a directory with files, or a name under a file of
+// st. What b removes itself does not count (rm -r x, then a file x).
+// The kernel keeps a mount from making such a name in what it has seen,
+// but it may have looked before this state came: another mount made the
+// name within the TTL.
+func clashesIn(b *batch, st *cache.State) []clash {
+	gone := map[string]bool{}
+	for i, d := range b.descs {
+		if d.Deleted && !b.dropped[i] {
+			gone[d.Name] = true
+		}
+	}
+	var out []clash
+	for i, d := range b.descs {
+		if d.Deleted || !d.IsSlot() || b.dropped[i] || b.stale[b.owner[i]] != nil {
+			continue
+		}
+		for j := len(d.Name) - 1; j > 0; j-- {
+			if d.Name[j] != '/' || gone[d.Name[:j]] {
+				continue
+			}
+			if e, ok := st.Slot(d.Name[:j]); ok {
+				out = append(out, clash{d.Name, e.Version})
+				break
+			}
+		}
+		if dir, ok := st.Tree().Walk(strings.Split(d.Name, "/")); ok {
+			if v, ok := liveUnder(dir, d.Name+"/", gone); ok {
+				out = append(out, clash{d.Name, v})
+			}
+		}
+	}
+	return out
+}
+
+// liveUnder returns the version of a file in dir (whose names start with
+// prefix) that is not in gone, if there is one.
+func liveUnder(dir *cache.Dir, prefix string, gone map[string]bool) (uint32, bool) {
+	for n, e := range dir.Files {
+		if !gone[prefix+n] {
+			return e.Version, true
+		}
+	}
+	for n, sub := range dir.Dirs {
+		if v, ok := liveUnder(sub, prefix+n+"/", gone); ok {
+			return v, true
+		}
+	}
+	return 0, false
 }
 
 // drop leaves descriptor i of b out of its commit (batch.dropped).
@@ -926,7 +1008,7 @@ func (b *batch) live(xs []*File) []*File {
 // request is the commit of b's members not refused, guarded; an error
 // when every member was refused (nothing to commit).
 func (b *batch) request(id layout.SessionID, typ layout.SnapshotType) (layout.CommitRequest, error) {
-	req := layout.CommitRequest{Type: typ}
+	req := layout.CommitRequest{Type: typ, Paths: true}
 	for i, d := range b.descs {
 		if b.stale[b.owner[i]] == nil && !b.dropped[i] {
 			req.Descriptors = append(req.Descriptors, d)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"regexp"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -412,6 +413,68 @@ func TestWriterExclusiveCreate(t *testing.T) {
 		}
 		if got := r.slotBody(t, "n"); got != "one\ntwo\n" {
 			t.Fatalf("n = %q", got)
+		}
+	})
+}
+
+// TestWriterPathClash: a file committed where another writer has just
+// made a directory (x where it wrote x/y), or a file under what another
+// writer has just made a file, is refused (ESTALE at close, the data
+// kept), whether this writer's state already shows the other's commit or
+// only the commit finds it, landing above. Both were committed, and the
+// tree, which shows a name that is both as the file, hid the directory's
+// files on every mount. Removing the file in the same batch is no clash
+// (rm x, then x/y).
+func TestWriterPathClash(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name         string
+		ttl          time.Duration
+		other, mine  string
+		survives     string // the other writer's name, still there
+		refusedSlots string // this writer's, not committed
+	}{
+		{"file-over-dir/fresh-state", 0, "out/sub/f1", "out", "out/sub/f1", "out"},
+		{"file-over-dir/stale-state", time.Hour, "out/sub/f1", "out", "out/sub/f1", "out"},
+		{"dir-under-file/fresh-state", 0, "out", "out/f", "out", "out/f"},
+		{"dir-under-file/stale-state", time.Hour, "out", "out/f", "out", "out/f"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newWriterRigTTL(t, c.ttl, nil)
+			r.write(t, "first", "1")
+			r.otherWriter(t, c.other, "other's")
+			s := r.written(t, c.mine, "mine")
+			err := r.w.Release(ctx, r.id, s)
+			var se *layout.StaleError
+			if !errors.As(err, &se) || !errors.Is(err, layout.ErrChangedUnder) || !slices.Contains(se.Clashes, c.mine) {
+				t.Fatalf("close: %v, want a StaleError naming %s as a clash", err, c.mine)
+			}
+			if got := r.slotBody(t, c.survives); got != "other's" {
+				t.Fatalf("%s = %q, want the other writer's", c.survives, got)
+			}
+			if _, ok := r.slot(t, c.refusedSlots); ok {
+				t.Fatalf("%s was committed over the other writer's", c.refusedSlots)
+			}
+			if len(r.failedFiles(t)) != 1 {
+				t.Fatalf("failed directory %v, want the refused content", r.failedFiles(t))
+			}
+		})
+	}
+	t.Run("removed-in-the-batch", func(t *testing.T) {
+		r := newWriterRigCfg(t, func(c *Config) { c.Commit = CommitOnFsync })
+		r.otherWriter(t, "out", "a file")
+		if err := r.w.Unlink(ctx, r.id, []string{"out"}); err != nil {
+			t.Fatal(err)
+		}
+		s := r.written(t, "out/f", "mine")
+		if err := r.w.Release(ctx, r.id, s); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.w.FsyncSession(ctx, r.id); err != nil {
+			t.Fatalf("fsync: %v", err)
+		}
+		if got := r.slotBody(t, "out/f"); got != "mine" {
+			t.Fatalf("out/f = %q", got)
 		}
 	})
 }
