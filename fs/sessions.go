@@ -286,7 +286,7 @@ func (d *sessionDir) find(ctx context.Context, name string) (child, error) {
 		return d.f.sessionSubdir(&sessionDir{f: d.f, id: d.id, parts: appendPart(d.parts, name)}, name), nil
 	}
 	if d.live() {
-		if s, ok := d.f.w.Lookup(d.id, d.full(name)); ok {
+		if s, ok := d.f.w.Lookup(d.id, d.full(name)); ok && (s != nil || !d.fileOverEmptyDir(ctx, name)) {
 			return d.localChild(staging.Local{Name: name, File: s}), nil
 		}
 		if d.f.w.Hidden(d.id, d.full(name)) {
@@ -306,6 +306,27 @@ func (d *sessionDir) find(ctx context.Context, name string) (child, error) {
 		return child{}, syscall.ENOENT
 	}
 	return c, nil
+}
+
+// fileOverEmptyDir reports whether the bucket holds a file name where
+// this mount has an empty directory of its own (made with mkdir, which
+// the bucket never sees), and drops that directory if so: another mount
+// committed the file since, and it showed here as the empty directory
+// until rmdir, where every other mount, and a listing here, showed the
+// file.
+func (d *sessionDir) fileOverEmptyDir(ctx context.Context, name string) bool {
+	_, tree, err := d.view(ctx)
+	if err != nil {
+		return false
+	}
+	dir, ok := tree.Walk(d.parts)
+	if !ok {
+		return false
+	}
+	if _, isFile := dir.Files[name]; !isFile {
+		return false
+	}
+	return d.f.w.Rmdir(ctx, d.id, d.full(name)) == nil
 }
 
 // sendDir reports whether d is the live .pugmark/send/ of its session.

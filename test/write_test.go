@@ -1110,3 +1110,22 @@ func TestWriteMknodRegular(t *testing.T) {
 		t.Errorf("metadata and mode after tar --xattrs and mknod: %q", got)
 	}
 }
+
+// TestWriteFileOverLocalDir: an empty directory made with mkdir lives on
+// its mount only; a file another mount commits under its name then wins
+// there too, as it does on every other mount and in this one's listing
+// (the lookup found the empty directory until rmdir, whatever the TTL).
+func TestWriteFileOverLocalDir(t *testing.T) {
+	bk := relLocalBucket(t)
+	id := newSession(t, bk)
+	a, b := mount(t, bk, "--metadata-ttl=0"), mount(t, bk, "--metadata-ttl=0")
+	da, db := sessDir(a, id), sessDir(b, id)
+	shE(t, da, "mkdir results")
+	shE(t, db, "echo B > results")
+	if got := shE(t, da, "cat results"); got != "B\n" {
+		t.Fatalf("cat results on the mount that made the empty directory: %q", got)
+	}
+	if got := shE(t, da, "ls -l | grep -c '^d' || true"); got != "0\n" {
+		t.Fatalf("a directory still listed: %q", got)
+	}
+}
