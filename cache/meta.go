@@ -123,16 +123,24 @@ func (v *Views) SnapshotMeta(ctx context.Context, id layout.SessionID, ver uint3
 // is part of, and the kernel asks for them one after another (40
 // versions 20 ms away: 1 s). Errors are left to each version's own read.
 func (v *Views) PrefetchSnapshotMeta(ctx context.Context, id layout.SessionID, versions []uint32) {
+	var missing []uint32
+	v.mu.Lock()
+	for _, ver := range versions[:min(len(versions), prefetchRefsMax)] {
+		if _, ok := v.metas.Peek(metaKey{id, ver}); !ok {
+			missing = append(missing, ver)
+		}
+	}
+	v.mu.Unlock()
+	wide(ctx, missing, func(ver uint32) { _, _ = v.SnapshotMeta(ctx, id, ver) })
+}
+
+// wide calls load for each of items, prefetchRefs at once, and returns
+// when they are done; those not started when ctx ends are not.
+func wide[T any](ctx context.Context, items []T, load func(T)) {
 	sem := make(chan struct{}, prefetchRefs)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for _, ver := range versions[:min(len(versions), prefetchRefsMax)] {
-		v.mu.Lock()
-		_, ok := v.metas.Peek(metaKey{id, ver})
-		v.mu.Unlock()
-		if ok {
-			continue
-		}
+	for _, it := range items {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -140,7 +148,7 @@ func (v *Views) PrefetchSnapshotMeta(ctx context.Context, id layout.SessionID, v
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			_, _ = v.SnapshotMeta(ctx, id, ver)
+			load(it)
 		})
 	}
 }
@@ -244,26 +252,15 @@ func (v *Views) PrefetchRefs(ctx context.Context, names []string) {
 	if v.ttl <= 0 {
 		return
 	}
-	sem := make(chan struct{}, prefetchRefs)
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	var stale []string
+	v.mu.Lock()
 	for _, name := range names[:min(len(names), prefetchRefsMax)] {
-		v.mu.Lock()
-		m := v.refVals[name]
-		v.mu.Unlock()
-		if m.ok && v.fresh(m.at) {
-			continue
+		if m := v.refVals[name]; !m.ok || !v.fresh(m.at) {
+			stale = append(stale, name)
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			_, _ = v.Ref(ctx, name) // each entry's own read reports errors
-		})
 	}
+	v.mu.Unlock()
+	wide(ctx, stale, func(name string) { _, _ = v.Ref(ctx, name) }) // each entry's own read reports errors
 }
 
 // InvalidateRefs drops cached refs after this mount changed one.
@@ -358,16 +355,8 @@ func (v *Views) walkLocked(ns string, ver uint32) []layout.Namespace {
 
 // readNamespacesAhead reads the records of nss, prefetchRefs at once.
 func (v *Views) readNamespacesAhead(nss []layout.Namespace) {
-	sem := make(chan struct{}, prefetchRefs)
-	var wg sync.WaitGroup
-	for _, n := range nss {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			_, _ = v.Memory(context.Background(), n.Name, n.Version) // the reader's own read reports errors
-		})
-	}
-	wg.Wait()
+	ctx := context.Background()
+	wide(ctx, nss, func(n layout.Namespace) { _, _ = v.Memory(ctx, n.Name, n.Version) }) // the reader's own read reports errors
 }
 
 // TreeAt returns the tree of st's session at version ver (history is

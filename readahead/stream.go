@@ -237,3 +237,31 @@ func abs(x int) int {
 	}
 	return x
 }
+
+// pick chooses, among the streams of one read's orders that are a
+// pattern, the one the reader has kept to longest; a tie between the
+// longest leaves none, until the next read tells them apart (what the
+// wrong one fetched would be cancelled then, its requests sent for
+// nothing). T is what the caller needs of the winner's order.
+type pick[T any] struct {
+	best *raStream
+	at   int
+	of   T
+	tie  bool
+}
+
+// offer considers stream s, a pattern at position p of order of.
+func (k *pick[T]) offer(s *raStream, p int, of T) {
+	switch {
+	case k.best == nil || s.run > k.best.run:
+		k.best, k.at, k.of, k.tie = s, p, of, false
+	case s.run == k.best.run:
+		k.tie = true
+	}
+}
+
+// winner returns the chosen stream, its position and order, and whether
+// there is one.
+func (k *pick[T]) winner() (*raStream, int, T, bool) {
+	return k.best, k.at, k.of, k.best != nil && !k.tie
+}

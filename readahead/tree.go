@@ -36,32 +36,19 @@ func (r *ReadAhead) session(pos *Pos, reader uint32) {
 	defer r.mu.Unlock()
 	r.sweepLocked(now)
 	// Both orders follow the reader, and the one it has kept to longer
-	// fetches: one file is not fetched twice over, and a few reads that
-	// happen to fall in the other order do not take over. On a tie (two
-	// reads that are in both orders) neither fetches until the next read
-	// tells them apart: what the wrong one fetched would be cancelled
-	// then, its requests sent for nothing.
-	var (
-		best  *raStream
-		order *treeOrder
-		at    int
-		tie   bool
-	)
+	// fetches (pick): one file is not fetched twice over, and a few
+	// reads that happen to fall in the other order do not take over.
+	var k pick[*treeOrder]
 	for _, byIno := range []bool{false, true} {
 		if byIno && r.inos == nil {
 			break
 		}
-		s, ord, p, ok := r.stepOrderLocked(pos, tree, byIno, now, reader)
-		switch {
-		case !ok:
-		case best == nil || s.run > best.run:
-			best, order, at, tie = s, ord, p, false
-		case s.run == best.run:
-			tie = true
+		if s, ord, p, ok := r.stepOrderLocked(pos, tree, byIno, now, reader); ok {
+			k.offer(s, p, ord)
 		}
 	}
-	if best != nil && !tie {
-		r.fetchLocked(best, order, at)
+	if s, at, order, ok := k.winner(); ok {
+		r.fetchLocked(s, order, at)
 	}
 }
 

@@ -26,11 +26,7 @@ func (r *ReadAhead) version(pos *Pos) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sweepLocked(now)
-	var (
-		best *raStream
-		at   int
-		tie  bool
-	)
+	var k pick[struct{}]
 	for _, byName := range []bool{false, true} {
 		p := int(pos.At)
 		if byName {
@@ -41,18 +37,15 @@ func (r *ReadAhead) version(pos *Pos) {
 		if !ok {
 			s = r.newStreamLocked(r.versions, key)
 		}
-		switch {
-		case !r.stepLocked(s, p, now):
-		case best == nil || s.run > best.run:
-			best, at, tie = s, p, false
-		case s.run == best.run:
-			tie = true
+		if r.stepLocked(s, p, now) {
+			k.offer(s, p, struct{}{})
 		}
 	}
-	if best == nil || tie {
+	s, at, _, ok := k.winner()
+	if !ok {
 		return
 	}
-	s, n := best, int(st.Version)+1
+	n := int(st.Version) + 1
 	for ; s.ahead(s.next, at, window(s.run), n); s.next += s.dir {
 		v := uint32(s.next)
 		if s.key.byName {
