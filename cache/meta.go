@@ -102,6 +102,12 @@ func (v *Views) SnapshotMeta(ctx context.Context, id layout.SessionID, ver uint3
 		return m, nil
 	}
 	return v.metaReads.do(ctx, k, func(ctx context.Context) (layout.SnapshotMeta, error) {
+		v.mu.Lock()
+		m, ok := v.metas.Get(k) // read by a flight that ended since the look above
+		v.mu.Unlock()
+		if ok {
+			return m, nil
+		}
 		m, err := v.store.ReadSnapshotMeta(ctx, id, ver)
 		if err != nil {
 			return m, err
@@ -215,6 +221,15 @@ func (v *Views) Ref(ctx context.Context, name string) (layout.Ref, error) {
 		return m.v, nil
 	}
 	m, err := v.refReads.do(ctx, refReadKey{name, gen}, func(ctx context.Context) (memo[layout.Ref], error) {
+		// A read that ended between the look above and this flight
+		// (each flight ends when its read does) left what it read.
+		v.mu.Lock()
+		m := v.refVals[name]
+		kept := m.ok && v.fresh(m.at) && v.refGen == gen
+		v.mu.Unlock()
+		if kept {
+			return m, nil
+		}
 		// Timed from before the read: a change made while it ran is
 		// not taken for seen.
 		at := v.now()
@@ -222,7 +237,7 @@ func (v *Views) Ref(ctx context.Context, name string) (layout.Ref, error) {
 		if err != nil {
 			return memo[layout.Ref]{}, err
 		}
-		m := memo[layout.Ref]{r, at, true}
+		m = memo[layout.Ref]{r, at, true}
 		v.mu.Lock()
 		if v.refGen == gen {
 			v.refVals[name] = m
@@ -307,6 +322,12 @@ func (v *Views) Memory(ctx context.Context, ns string, ver uint32) ([]layout.Des
 		go v.readNamespacesAhead(ahead)
 	}
 	return v.memReads.do(ctx, k, func(ctx context.Context) ([]layout.Descriptor, error) {
+		v.mu.Lock()
+		recs, ok := v.mems.Get(k) // read by a flight that ended since the look above
+		v.mu.Unlock()
+		if ok {
+			return recs, nil
+		}
 		recs, err := v.store.ReadMemory(ctx, ns, ver)
 		if err == nil {
 			v.mu.Lock()
