@@ -116,6 +116,9 @@ type Cache struct {
 	// listing pass begun after that shows them (withCreatedLocked).
 	created   map[layout.SessionID]time.Time
 	hourLists hourLists
+	// hourReads shares one LIST of an hour partition among the
+	// callers that want it at once (PrefetchHours and the listing).
+	hourReads flights[uint32, []layout.SessionID]
 	hours     hourChecks // hourcheck.go
 	// summaries are Summary's light rows, by session; sumFlights the
 	// computations of them in flight.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/schedblob"
 )
 
 // hourLists are the listings behind by-hour/: the hour partitions, and
@@ -76,17 +77,72 @@ func (c *Cache) HourSessions(ctx context.Context, hour uint32) ([]layout.Session
 		return ids, nil
 	}
 	c.mu.Unlock()
-	ids, err := c.store.ListHour(ctx, hour, c.skipKey)
+	ids, err := c.hourReads.do(ctx, hour, func(ctx context.Context) ([]layout.SessionID, error) {
+		c.mu.Lock()
+		l, ok := c.hourLists.of[hour] // listed by a flight that ended since the look above
+		c.mu.Unlock()
+		if ok && c.freshAt(now, l.checked) {
+			return l.ids, nil
+		}
+		ids, err := c.store.ListHour(ctx, hour, c.skipKey)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		if c.hourLists.of == nil {
+			c.hourLists.of = map[uint32]hourList{}
+		}
+		c.hourLists.of[hour] = hourList{ids: ids, checked: now}
+		c.mu.Unlock()
+		return ids, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	if c.hourLists.of == nil {
-		c.hourLists.of = map[uint32]hourList{}
-	}
-	c.hourLists.of[hour] = hourList{ids: ids, checked: now}
-	c.mu.Unlock()
 	return slices.Clone(ids), nil
+}
+
+// hoursAhead is how many hour partitions PrefetchHours lists at once
+// after the one asked for.
+const hoursAhead = 32
+
+// PrefetchHours lists the hour partitions after hour that by-hour/
+// showed last (the next hoursAhead of them), wide in parallel, unless
+// their listings are fresh, when the hour before it was listed within
+// the TTL too: a walk of the hours in order. `ls by-hour/*/` (or a day's hours, by glob)
+// looks up and lists its arguments one after another in name order,
+// which is the hours' order: one LIST after another, 48 of them 20 ms
+// away took 1.2 s. Nothing is read when by-hour/ has not been listed
+// within the TTL (a lone `cd`) or with a TTL of 0. Errors are left to
+// each hour's own listing.
+func (c *Cache) PrefetchHours(ctx context.Context, hour uint32) {
+	now := c.opts.Now()
+	c.mu.Lock()
+	if !c.hourLists.valid || !c.freshAt(now, c.hourLists.checked) || (c.list.valid && c.freshAt(now, c.list.checked)) {
+		c.mu.Unlock()
+		return
+	}
+	hs := c.hourLists.hours
+	i, _ := slices.BinarySearch(hs, hour+1)
+	if i < 2 || hs[i-1] != hour {
+		c.mu.Unlock()
+		return
+	}
+	if l, ok := c.hourLists.of[hs[i-2]]; !ok || !c.freshAt(now, l.checked) {
+		// Only a walk reads ahead: one hour looked at alone costs
+		// its own LIST, not the next hoursAhead.
+		c.mu.Unlock()
+		return
+	}
+	var stale []uint32
+	for _, h := range hs[i:min(len(hs), i+hoursAhead)] {
+		if l, ok := c.hourLists.of[h]; !ok || !c.freshAt(now, l.checked) {
+			stale = append(stale, h)
+		}
+	}
+	c.mu.Unlock()
+	ctx = schedblob.Speculative(ctx)
+	wide(ctx, stale, func(h uint32) { _, _ = c.HourSessions(ctx, h) })
 }
 
 // hourCreatedLocked records a session this mount created in the hour

@@ -38,6 +38,8 @@ func (b *byHourDir) find(ctx context.Context, name string) (child, error) {
 	if !ok {
 		return child{}, syscall.ENOENT
 	}
+	// A lookup is a listing's first step (hourDir.list).
+	go b.f.cache.PrefetchHours(context.WithoutCancel(ctx), h)
 	ids, err := b.f.cache.HourSessions(ctx, h)
 	if err != nil {
 		return child{}, err
@@ -83,6 +85,9 @@ type hourDir struct {
 }
 
 func (d *hourDir) list(ctx context.Context) ([]child, error) {
+	// ls by-hour/*/ lists its arguments one after another in name
+	// order, the hours' order: list the next ones meanwhile.
+	go d.f.cache.PrefetchHours(context.WithoutCancel(ctx), d.hour)
 	ids, err := d.f.cache.HourSessions(ctx, d.hour)
 	if err != nil {
 		return nil, err
