@@ -67,11 +67,11 @@ func (m *sessionMetaDir) entries(ctx context.Context) ([]child, error) {
 		f.genFile("log.jsonl", inoOf("log", sid), time.Time{}, false, perVersion(m.state, func(st *cache.State) ([]byte, error) {
 			return logJSONL(st.Log(st.Version))
 		})),
-		f.dir("snapshots", inoOf("snapshots", sid), f.ttl, &snapshotsDir{f: f, id: id}),
-		f.dir("at", inoOf("at", sid), f.ttl, &atDir{f: f, id: id}),
-		f.dir("seq", inoOf("seq", sid), f.ttl, &seqDir{f: f, id: id}),
-		f.dir("forks", inoOf("forks", sid), f.ttl, &forksDir{f: f, id: id}),
-		f.dir("since-checkpoint", inoOf("since-dir", sid, ""), f.ttl, &sinceDir{f: f, id: id}),
+		fixedDir(f.dir("snapshots", inoOf("snapshots", sid), f.ttl, &snapshotsDir{f: f, id: id})),
+		fixedDir(f.dir("at", inoOf("at", sid), f.ttl, &atDir{f: f, id: id})),
+		fixedDir(f.dir("seq", inoOf("seq", sid), f.ttl, &seqDir{f: f, id: id})),
+		fixedDir(f.dir("forks", inoOf("forks", sid), f.ttl, &forksDir{f: f, id: id})),
+		fixedDir(f.dir("since-checkpoint", inoOf("since-dir", sid, ""), f.ttl, &sinceDir{f: f, id: id})),
 	}
 	if f.cfg.Sends && f.sessionWritable(id) {
 		sd := &sessionDir{f: f, id: id, parts: strings.Split(staging.SendDir, "/")}
@@ -457,3 +457,11 @@ func (d *forksDir) find(ctx context.Context, name string) (child, error) {
 }
 
 func (d *forksDir) dirAttr(ctx context.Context, out *fuse.Attr) error { return nil }
+
+// fixedDir is c, a directory every session's .pugmark/ has, with an entry
+// the kernel may keep: the name never goes away, only its attributes
+// change.
+func fixedDir(c child) child {
+	c.entryTTL = historyTTL
+	return c
+}

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"cmp"
 	"context"
 	"sort"
 	"strings"
@@ -30,6 +31,12 @@ type child struct {
 	// ttl is the entry/attr timeout for this child: long for history,
 	// the metadata TTL for what commits can change.
 	ttl time.Duration
+	// entryTTL, if set, is the entry timeout instead: for a name that
+	// never goes away once it is there (a session, .pugmark/ and its
+	// fixed directories) while its attributes still change. With a TTL
+	// of 0 every path walk through such a name was a lookup, and each a
+	// check of the bucket, for an answer that cannot change.
+	entryTTL time.Duration
 	// refresh, if set, makes an inode that already has the child's
 	// number show the child's state: a new descriptor of the same bytes
 	// (a chmod, a rename) keeps the number (inoKeeper).
@@ -110,7 +117,7 @@ func (f *FS) materialise(ctx context.Context, parent *gofs.Inode, c child, out *
 		out.Attr = ao.Attr
 	}
 	out.Attr.Ino = c.ino
-	out.SetEntryTimeout(c.ttl)
+	out.SetEntryTimeout(cmp.Or(c.entryTTL, c.ttl))
 	out.SetAttrTimeout(c.ttl)
 	return in, 0
 }

@@ -39,10 +39,7 @@ func (s *sessionsDir) list(ctx context.Context) ([]child, error) {
 	for _, e := range ls {
 		c := s.f.sessionChild(e.ID.String(), e.ID)
 		if e.Known {
-			at, id, f := e.UpdatedAt, e.ID, s.f
-			c.attr = func(a *fuse.Attr) {
-				_ = f.fillDirAttr(a, func(a *fuse.Attr) error { f.sessionRootAttr(a, id, at); return nil })
-			}
+			c.attr = s.f.sessionAttr(e.ID, e.UpdatedAt)
 		} else {
 			c.lazy = true
 		}
@@ -59,10 +56,27 @@ func (s *sessionsDir) find(ctx context.Context, name string) (child, error) {
 	if _, err := layout.ManifestKey(id); err != nil {
 		return child{}, syscall.ENOENT // an ID whose hour has no partition (past year 9999)
 	}
-	if _, _, err := s.f.cache.Find(ctx, id); err != nil && !s.f.damaged(ctx, id, err) {
-		return child{}, err
+	_, at, err := s.f.cache.Find(ctx, id)
+	if err != nil {
+		if !s.f.damaged(ctx, id, err) {
+			return child{}, err
+		}
+		at = id.Time() // as sessionDir.dirAttr shows a damaged session
 	}
-	return s.f.sessionChild(name, id), nil
+	// The entry's attributes are what this lookup found: asking the
+	// node would check the bucket again, a second LIST per lookup with
+	// a TTL of 0.
+	c := s.f.sessionChild(name, id)
+	c.attr = s.f.sessionAttr(id, at)
+	return c, nil
+}
+
+// sessionAttr fills the attributes of session id's directory whose last
+// content append is at, as a listing or a lookup found it.
+func (f *FS) sessionAttr(id layout.SessionID, at time.Time) func(*fuse.Attr) {
+	return func(a *fuse.Attr) {
+		_ = f.fillDirAttr(a, func(a *fuse.Attr) error { f.sessionRootAttr(a, id, at); return nil })
+	}
 }
 
 // damaged reports whether err, from loading session id, is a damaged
@@ -89,7 +103,7 @@ func (s *sessionsDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 // sessionChild is the live directory of a session.
 func (f *FS) sessionChild(name string, id layout.SessionID) child {
 	sd := &sessionDir{f: f, id: id}
-	return child{name: name, mode: syscall.S_IFDIR, ino: inoOf("session", id.String()), ttl: f.ttl,
+	return child{name: name, mode: syscall.S_IFDIR, ino: inoOf("session", id.String()), ttl: f.ttl, entryTTL: historyTTL,
 		node: func() gofs.InodeEmbedder { return f.sessionNode(sd) }}
 }
 
@@ -274,7 +288,9 @@ func (d *sessionDir) find(ctx context.Context, name string) (child, error) {
 		d.f.ra.Lookup(d.id, d.full(name))
 	}
 	if d.metaName(name) {
-		return d.f.dir(name, inoOf("session-meta", d.id.String()), d.f.ttl, &sessionMetaDir{f: d.f, id: d.id}), nil
+		c := d.f.dir(name, inoOf("session-meta", d.id.String()), d.f.ttl, &sessionMetaDir{f: d.f, id: d.id})
+		c.entryTTL = historyTTL
+		return c, nil
 	}
 	if d.sendDir() {
 		// The ID of any session is a target directory, whether or not
@@ -304,6 +320,15 @@ func (d *sessionDir) find(ctx context.Context, name string) (child, error) {
 	c, ok := d.childOf(st, dir, name)
 	if !ok {
 		return child{}, syscall.ENOENT
+	}
+	if _, sub := dir.Dirs[name]; sub && d.live() {
+		// A directory's attributes are those of the state this lookup
+		// read: asking its node would check the bucket again, a second
+		// LIST per lookup with a TTL of 0.
+		own := &sessionDir{f: d.f, id: d.id, parts: appendPart(d.parts, name)}
+		c.attr = func(a *fuse.Attr) {
+			_ = d.f.fillDirAttr(a, func(a *fuse.Attr) error { own.ownAttr(a, st.UpdatedAt); return nil })
+		}
 	}
 	return c, nil
 }
@@ -410,11 +435,17 @@ func (d *sessionDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
 		}
 		updated = st.UpdatedAt
 	}
+	d.ownAttr(out, updated)
+	return nil
+}
+
+// ownAttr sets what is d's own in its attributes when the session's last
+// content append (at d's version, for history) is updated.
+func (d *sessionDir) ownAttr(out *fuse.Attr, updated time.Time) {
 	setTimes(out, updated)
 	if d.live() && d.f.sessionWritable(d.id) {
 		out.Mode = syscall.S_IFDIR | 0o755
 	}
-	return nil
 }
 
 // sessionRootAttr sets what is a session directory's own in its
