@@ -2,7 +2,10 @@ package fs
 
 import (
 	"context"
+	"errors"
+	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,4 +91,57 @@ func TestMountFsync(t *testing.T) {
 		t.Errorf("a ref fsynced before its close: %+v, %v", r, err)
 	}
 	unix.Close(fd)
+}
+
+// TestMountRefFsyncKeepsNothing: vim fsyncs its swap file, which it
+// makes beside the file it edits (refs/.x.swp, a ref's name), then
+// removes it; every edit of a ref left the swap file's bytes in
+// .pugmark/failed/ twice, with an ERROR line. An fsync of bytes that are
+// no ref is EINVAL and keeps nothing; a close that cannot write them
+// still keeps them, once.
+func TestMountRefFsyncKeepsNothing(t *testing.T) {
+	store := layout.New(memblob.OpenBucket(nil), &layout.Options{Now: time.Now})
+	failed := t.TempDir()
+	mnt := testMount(t, store, func(c *Config, _ *cache.Options) { c.FailedDir = failed })
+	kept := func() int {
+		t.Helper()
+		n := 0
+		filepath.WalkDir(failed, func(_ string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				n++
+			}
+			return nil
+		})
+		return n
+	}
+	swap := []byte("b0VIM 9.1\x00\x00\x00\x10root\x00host\x00/m/refs/x\x00")
+	for _, tc := range []struct {
+		name   string
+		remove bool // removed while open, as vim removes its swap file
+		kept   int
+	}{{".x.swp", true, 0}, {".y.swp", false, 1}} {
+		path := filepath.Join(mnt, "refs", tc.name)
+		fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unix.Write(fd, swap); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Fsync(fd); !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("fsync of %s holding no ref: %v, want EINVAL", tc.name, err)
+		}
+		if n := kept(); n != 0 {
+			t.Errorf("fsync of %s kept %d files", tc.name, n)
+		}
+		if tc.remove {
+			if err := unix.Unlink(path); err != nil {
+				t.Fatal(err)
+			}
+		}
+		unix.Close(fd) // the close's error goes nowhere, as a shell's would
+		if n := kept(); n != tc.kept {
+			t.Errorf("%s closed (removed while open %v): %d files kept, want %d", tc.name, tc.remove, n, tc.kept)
+		}
+	}
 }

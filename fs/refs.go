@@ -13,6 +13,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/staging"
 )
 
 // refsDir is refs/ (kind == "") or refs/<kind>/.
@@ -308,8 +309,15 @@ var (
 )
 
 // Fsync writes the ref now, as a close would (vim's :w fsyncs, and
-// reported the EOPNOTSUPP it got as a failed write).
-func (h *refHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno { return h.Flush(ctx) }
+// reported the EOPNOTSUPP it got as a failed write). Bytes that are no
+// ref (vim fsyncs its swap file, .<name>.swp, a ref's name in refs/)
+// are EINVAL and kept nowhere: the caller has the error, and the bytes
+// are still in the open file for its close, which keeps them in
+// .pugmark/failed/ if it cannot write them either. Each vim edit of a
+// ref left two copies of its swap file there.
+func (h *refHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	return h.write(ctx, true)
+}
 
 var _ = (gofs.FileReleaser)((*refHandle)(nil))
 
@@ -334,7 +342,10 @@ func (h *refHandle) Release(ctx context.Context) syscall.Errno {
 }
 
 // Flush writes the ref: the first line of what was written.
-func (h *refHandle) Flush(ctx context.Context) syscall.Errno {
+func (h *refHandle) Flush(ctx context.Context) syscall.Errno { return h.write(ctx, false) }
+
+// write writes the ref, for a close or, with fsync set, an fsync(2).
+func (h *refHandle) write(ctx context.Context, fsync bool) syscall.Errno {
 	h.commitMu.Lock()
 	defer h.commitMu.Unlock()
 	body, gen, ok := h.take()
@@ -343,6 +354,9 @@ func (h *refHandle) Flush(ctx context.Context) syscall.Errno {
 	}
 	f := h.r.f
 	name := h.r.name()
+	if err := staging.CheckRef(name, body); fsync && err != nil {
+		return f.errnoOf("fsync ref "+name, err)
+	}
 	prev, existed, err := f.recs.WriteRef(context.WithoutCancel(ctx), name, h.prev, h.existed, body)
 	if err != nil {
 		return f.errnoOf("write ref "+name, err)

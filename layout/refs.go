@@ -54,7 +54,9 @@ func refOptions() blob.WriterOptions {
 	return blob.WriterOptions{ContentType: typeRef, CacheControl: CacheNoCache}
 }
 
-func validateTarget(t string) error {
+// ValidateRefTarget reports whether t can be a ref's target (§9): one
+// line, not empty, no NUL.
+func ValidateRefTarget(t string) error {
 	if t == "" || strings.ContainsAny(t, "\r\n\x00") {
 		return fmt.Errorf("%w: ref target %q: want one non-empty line", ErrInvalid, truncate(t))
 	}
@@ -67,7 +69,7 @@ func (s *Store) Link(ctx context.Context, name, target string) error {
 	if err != nil {
 		return err
 	}
-	if err := validateTarget(target); err != nil {
+	if err := ValidateRefTarget(target); err != nil {
 		return err
 	}
 	wo := refOptions()
@@ -108,7 +110,7 @@ func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target str
 	if err != nil {
 		return err
 	}
-	if err := validateTarget(target); err != nil {
+	if err := ValidateRefTarget(target); err != nil {
 		return err
 	}
 	if prev.ETag == "" && prev.Target == "" {

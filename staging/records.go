@@ -284,18 +284,33 @@ func (r *Records) WriteRef(ctx context.Context, name string, prev layout.Ref, ex
 	return now, nowExists, err
 }
 
-func (r *Records) writeRef(ctx context.Context, name string, prev layout.Ref, existed bool, body []byte) (now layout.Ref, nowExists bool, err error) {
+// CheckRef returns ErrBadRef unless body is what ref name may hold: one
+// line, not empty, and for a session ref a manifest's storage path
+// (§9.1). It asks the bucket nothing (whether that session exists is
+// WriteRef's to learn).
+func CheckRef(name string, body []byte) error {
 	target := strings.TrimRight(string(body), "\r\n")
-	if strings.ContainsAny(target, "\r\n") || target == "" {
-		return prev, existed, ErrBadRef
+	if err := layout.ValidateRefTarget(target); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadRef, err)
 	}
 	if strings.HasPrefix(name, layout.SessionRefName("")) {
 		// §9.1: a session ref's body is exactly a manifest's storage
 		// path; anything else is a name no reader can resolve.
 		id, perr := layout.ParseManifestKey(target)
 		if key, _ := layout.ManifestKey(id); perr != nil || key != target {
-			return prev, existed, fmt.Errorf("%w: refs/%s must hold a session's manifest path (sessions/year=.../manifest.json), not %q", ErrBadRef, name, target)
+			return fmt.Errorf("%w: refs/%s must hold a session's manifest path (sessions/year=.../manifest.json), not %q", ErrBadRef, name, target)
 		}
+	}
+	return nil
+}
+
+func (r *Records) writeRef(ctx context.Context, name string, prev layout.Ref, existed bool, body []byte) (now layout.Ref, nowExists bool, err error) {
+	if err := CheckRef(name, body); err != nil {
+		return prev, existed, err
+	}
+	target := strings.TrimRight(string(body), "\r\n")
+	if strings.HasPrefix(name, layout.SessionRefName("")) {
+		id, _ := layout.ParseManifestKey(target)
 		ok, serr := r.store.SessionExists(ctx, id)
 		if serr != nil {
 			return prev, existed, serr
