@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -470,15 +471,49 @@ func cleanStaging(stateDir, failedDir string, log *slog.Logger) {
 		}
 		log.Info("removed the staging directory of a mount that is gone", "dir", dir)
 	})
+	reportFailed(stateDir, failedDir, log)
+}
+
+// reportFailed says how many files the failed directory keeps: a
+// warning when some arrived since the last one (their times say so,
+// against the newest the state directory remembers reporting), else an
+// info line. pugfs exec logs warnings only, on the handler's stderr, and
+// said the same on every run for as long as anything was kept.
+func reportFailed(stateDir, failedDir string, log *slog.Logger) {
 	n := 0
+	var newest time.Time
 	filepath.WalkDir(failedDir, func(_ string, d os.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			n++
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		n++
+		if fi, err := d.Info(); err == nil && fi.ModTime().After(newest) {
+			newest = fi.ModTime()
 		}
 		return nil
 	})
-	if n > 0 {
-		log.Warn("data of failed commits is kept; copy back what you need and delete the rest", "dir", failedDir, "files", n)
+	if n == 0 {
+		return
+	}
+	mark := filepath.Join(stateDir, "failed-reported")
+	var reported time.Time
+	if b, err := os.ReadFile(mark); err == nil {
+		if ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			reported = time.Unix(0, ns)
+		}
+	}
+	if !newest.After(reported) {
+		log.Info("data of failed commits is still kept", "dir", failedDir, "files", n)
+		return
+	}
+	log.Warn("data of failed commits is kept; copy back what you need and delete the rest", "dir", failedDir, "files", n)
+	// Written whole by a rename: two mounts starting at once each
+	// leave a complete mark.
+	tmp := mark + "." + strconv.Itoa(os.Getpid())
+	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(newest.UnixNano(), 10)+"\n"), 0o600); err == nil {
+		if err := os.Rename(tmp, mark); err != nil {
+			os.Remove(tmp)
+		}
 	}
 }
 

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
 // The staging directory of a mount that is gone (SIGKILL, a crash) is
@@ -74,5 +77,48 @@ func TestReliabilityCleanStaging(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(failed, "sess", "a.txt.20260101T000000")); err != nil || string(b) != "kept bytes" {
 		t.Errorf("salvage not moved to the failed directory: %q %v", b, err)
+	}
+}
+
+// TestReportFailed: what the failed directory keeps is a warning when
+// files arrived since the last report, an info line otherwise. pugfs
+// exec shows warnings alone, on the handler's stderr, and repeated the
+// warning on every run while anything was kept (audit 2).
+func TestReportFailed(t *testing.T) {
+	state := t.TempDir()
+	failed := filepath.Join(state, "failed")
+	keep := func(name string, at time.Time) {
+		t.Helper()
+		p := filepath.Join(failed, "sess", name)
+		os.MkdirAll(filepath.Dir(p), 0o700)
+		if err := os.WriteFile(p, []byte("kept"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report := func() string {
+		var buf bytes.Buffer
+		reportFailed(state, failed, slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		return buf.String()
+	}
+	if got := report(); got != "" {
+		t.Fatalf("nothing kept, yet: %s", got)
+	}
+	t0 := time.Now().Add(-time.Hour)
+	keep("a", t0)
+	keep("b", t0.Add(time.Minute))
+	for i, want := range []bool{true, false, false} {
+		if got := report(); strings.Contains(got, "level=WARN") != want || (want && !strings.Contains(got, "files=2")) {
+			t.Errorf("report %d of the same two files: %q, want a warning %v", i+1, got, want)
+		}
+	}
+	keep("c", t0.Add(2*time.Minute))
+	if got := report(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "files=3") {
+		t.Errorf("a file kept since the last report: %q, want a warning of 3 files", got)
+	}
+	if got := report(); got != "" {
+		t.Errorf("reported again: %q", got)
 	}
 }
