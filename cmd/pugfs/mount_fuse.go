@@ -201,7 +201,7 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	if !onLocalDisk(cfg.BucketURL) {
 		sopts.PutBlindBelow = remotePutBlindBelow
 	}
-	keeper := &keeperSlot{}
+	keeper := &keeperSlot{ns: keptNamespace(u)}
 	if keepsObjects(cfg) {
 		sopts.Keeper = keeper
 	}
@@ -280,8 +280,10 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 		// of the bucket, in the directory the staged writes use (the
 		// per-bucket one under the user's cache directory unless
 		// --cache-dir says otherwise). Several mounts may share it.
-		copts.IndexPath = filepath.Join(stateDir, "index.json")
-		copts.SummaryPath = filepath.Join(stateDir, "summaries")
+		if own := bucketStateDir(cfg, stateDir, u); os.MkdirAll(own, 0o700) == nil {
+			copts.IndexPath = filepath.Join(own, "index.json")
+			copts.SummaryPath = filepath.Join(own, "summaries")
+		}
 		bopts.DiskDir = filepath.Join(stateDir, "blobs")
 		// At least 10 GiB: the disk cache keeps a blob of up to half its
 		// bound, and a blob it keeps is never fetched twice however small
@@ -342,12 +344,39 @@ func keepsObjects(cfg mountConfig) bool {
 // without a disk tier, nothing is kept).
 type keeperSlot struct {
 	bc atomic.Pointer[blobcache.Cache]
+	// ns prefixes every key (keptNamespace): one cache directory may
+	// serve several buckets, and a key names an object in one bucket.
+	ns string
+}
+
+// keptNamespace is the prefix of the keys a mount of bucket URL u keeps
+// in the cache directory. Blobs are named by their digest and checked
+// against it, so mounts of any bucket share them; a snapshot's key and
+// stamp (size, time to the second) are not enough: two buckets holding
+// the same sessions (one a copy of the other) with commits of one size
+// in one second showed one bucket's file on a mount of the other when
+// they shared --cache-dir (audit 3).
+func keptNamespace(u string) string {
+	sum := sha256.Sum256([]byte(u))
+	return "bucket " + hex.EncodeToString(sum[:8]) + " "
+}
+
+// bucketStateDir is where the cache directory keeps what belongs to one
+// bucket (the session index, the summaries): the state directory itself
+// when it is the bucket URL's own (the default), else a directory of the
+// URL's own under it, as --cache-dir may be shared by several buckets.
+func bucketStateDir(cfg mountConfig, stateDir, u string) string {
+	if cfg.CacheDir == "" || cfg.CacheDir == cacheDirOff {
+		return stateDir
+	}
+	sum := sha256.Sum256([]byte(u))
+	return filepath.Join(stateDir, "buckets", hex.EncodeToString(sum[:8]))
 }
 
 // Kept implements layout.Keeper.
 func (k *keeperSlot) Kept(key string, st layout.Stamp) ([]byte, bool) {
 	if bc := k.bc.Load(); bc != nil {
-		return bc.Kept(key, st)
+		return bc.Kept(k.ns+key, st)
 	}
 	return nil, false
 }
@@ -355,7 +384,7 @@ func (k *keeperSlot) Kept(key string, st layout.Stamp) ([]byte, bool) {
 // Has implements layout.Keeper.
 func (k *keeperSlot) Has(key string) bool {
 	if bc := k.bc.Load(); bc != nil {
-		return bc.Has(key)
+		return bc.Has(k.ns + key)
 	}
 	return false
 }
@@ -363,7 +392,7 @@ func (k *keeperSlot) Has(key string) bool {
 // Keep implements layout.Keeper.
 func (k *keeperSlot) Keep(key string, st layout.Stamp, body []byte) {
 	if bc := k.bc.Load(); bc != nil {
-		bc.Keep(key, st, body)
+		bc.Keep(k.ns+key, st, body)
 	}
 }
 
