@@ -321,10 +321,11 @@ func (d *sessionDir) find(ctx context.Context, name string) (child, error) {
 	if !ok {
 		return child{}, syscall.ENOENT
 	}
-	if _, sub := dir.Dirs[name]; sub && d.live() {
+	if c.mode == syscall.S_IFDIR && d.live() {
 		// A directory's attributes are those of the state this lookup
 		// read: asking its node would check the bucket again, a second
-		// LIST per lookup with a TTL of 0.
+		// LIST per lookup with a TTL of 0. (A name that is both a file
+		// and a directory is the file: childOf.)
 		own := &sessionDir{f: d.f, id: d.id, parts: appendPart(d.parts, name)}
 		c.attr = func(a *fuse.Attr) {
 			_ = d.f.fillDirAttr(a, func(a *fuse.Attr) error { own.ownAttr(a, st.UpdatedAt); return nil })

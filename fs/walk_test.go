@@ -31,20 +31,38 @@ func TestMountWalkChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := layout.Descriptor{Digest: bi.Digest, Size: bi.Size, Name: "d/f", CreatedAt: time.Now()}
-	if _, err := store.Commit(ctx, m.Session, layout.CommitRequest{Type: layout.Provisional, Descriptors: []layout.Descriptor{d}}); err != nil {
-		t.Fatal(err)
+	// "a" is a file and a directory (another writer's bucket): the tree
+	// shows the file, with its size.
+	var ds []layout.Descriptor
+	for _, name := range []string{"d/f", "a", "a/b"} {
+		ds = append(ds, layout.Descriptor{Digest: bi.Digest, Size: bi.Size, Name: name, CreatedAt: time.Now()})
+	}
+	for _, ds := range [][]layout.Descriptor{ds[:2], ds[2:]} {
+		if _, err := store.Commit(ctx, m.Session, layout.CommitRequest{Type: layout.Provisional, Descriptors: ds}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	id := m.Session.String()
 	for _, readOnly := range []bool{false, true} {
 		t.Run(map[bool]string{false: "read-write", true: "read-only"}[readOnly], func(t *testing.T) {
 			mnt := testMount(t, store, func(c *Config, _ *cache.Options) { c.ReadOnly = readOnly }) // TTL 0
 			walks(t, mnt, id, inj)
+			// The kernel keeps what a lookup answered for the TTL.
+			var st unix.Stat_t
+			cached := testMount(t, store, func(c *Config, co *cache.Options) { c.ReadOnly, co.MetadataTTL = readOnly, time.Hour })
+			for _, mnt := range []string{mnt, cached} {
+				if err := unix.Stat(filepath.Join(mnt, "sessions", id, "a"), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != 2 {
+					t.Errorf("a, a file and a directory: mode %o, size %d, %v; want a file of 2 bytes", st.Mode, st.Size, err)
+				}
+			}
 		})
 	}
 }
 
+// walks stats paths of session id twice on mnt (TTL 0) and checks the
+// LISTs of the second walk, the kernel's inodes made by the first.
 func walks(t *testing.T, mnt, id string, inj *faultblob.Injector) {
+	var st unix.Stat_t
 	lists := func() int64 { return inj.Stats().Ops[faultblob.OpList].Requests }
 	for _, tc := range []struct {
 		path string
@@ -56,7 +74,6 @@ func walks(t *testing.T, mnt, id string, inj *faultblob.Injector) {
 		{"sessions/" + id + "/.pugmark/at/1/d/f", 1}, // whether version 1 is there
 	} {
 		p := filepath.Join(mnt, tc.path)
-		var st unix.Stat_t
 		if err := unix.Stat(p, &st); err != nil { // the first walk makes the inodes
 			t.Fatal(err)
 		}
