@@ -21,16 +21,46 @@ func URL(u string) string {
 	}
 	q := p.Query()
 	hidden := false
-	for k := range q {
+	for k, vs := range q {
 		if secretParam(k) {
 			q[k] = []string{"REDACTED"}
 			hidden = true
+			continue
+		}
+		for i, v := range vs {
+			if r, ok := innerURL(v); ok {
+				vs[i] = r
+				hidden = true
+			}
 		}
 	}
 	if hidden {
 		p.RawQuery = q.Encode()
 	}
 	return p.Redacted()
+}
+
+// innerURL returns v, a query parameter's value, redacted when it is a
+// URL with a password of its own (endpoint=http://user:pass@proxy:8080,
+// for an S3 endpoint behind a proxy with basic authentication).
+func innerURL(v string) (string, bool) {
+	if pw, ok := innerPassword(v); ok && pw != "" {
+		p, _ := url.Parse(v)
+		return p.Redacted(), true
+	}
+	return v, false
+}
+
+// innerPassword returns the password of v when v is a URL with one.
+func innerPassword(v string) (string, bool) {
+	if !strings.Contains(v, "://") {
+		return "", false
+	}
+	p, err := url.Parse(v)
+	if err != nil || p.User == nil {
+		return "", false
+	}
+	return p.User.Password()
 }
 
 // secretParam reports a query parameter name that says it holds a
@@ -67,10 +97,17 @@ func Secrets(u string) []string {
 			add(url.PathEscape(pw))
 		}
 		for k, vs := range p.Query() {
-			if secretParam(k) {
-				for _, v := range vs {
+			for _, v := range vs {
+				if secretParam(k) {
 					add(v)
 					add(url.QueryEscape(v))
+				} else if pw, ok := innerPassword(v); ok {
+					// As written in the inner URL (escaped), and as that
+					// is escaped again in the outer URL's query.
+					for _, w := range []string{pw, url.PathEscape(pw), url.QueryEscape(pw)} {
+						add(w)
+						add(url.QueryEscape(w))
+					}
 				}
 			}
 		}

@@ -16,6 +16,10 @@ func TestRedact(t *testing.T) {
 		{"azblob://c?sas_token=sv%3D2020%26sig%3Dabcd", "sig%3Dabcd"},
 		{"file://me:pa55word@/srv/b", "pa55word"},
 		{"gs://b?access_token=ya29.xyz&private_key_path=/k", "ya29.xyz"},
+		// An endpoint behind a proxy with basic authentication (audit 3:
+		// /proc/mounts, .pugmark/bucket and the log showed it).
+		{"s3://b?endpoint=http://user:pr0xy-pass@proxy:8080&region=x", "pr0xy-pass"},
+		{"s3://b?endpoint=http%3A%2F%2Fuser%3Apr0xy%252Fpass%40proxy%3A8080", "pr0xy"},
 	} {
 		got := URL(tc.in)
 		if strings.Contains(got, tc.leak) {
