@@ -47,6 +47,11 @@ type Config struct {
 	// Flags is shown in .pugmark/flags.
 	Flags    string
 	ReadOnly bool
+	// Shared says other users may come in (--allow-other): what shows
+	// the bytes of any file whatever its mode (objects/, a session's
+	// .pugmark/snapshots/*.json and log.jsonl, with their inline data)
+	// is then readable by the mount's owner alone (privateRead).
+	Shared bool
 	// NoOpen answers OPEN of regular files with ENOSYS, which makes the
 	// kernel stop sending OPEN and RELEASE for the whole mount and keep
 	// every file's page cache across opens (noopen.go). Read-only mounts

@@ -64,9 +64,9 @@ func (m *sessionMetaDir) entries(ctx context.Context) ([]child, error) {
 			}
 			return []byte(strconv.FormatUint(uint64(v), 10) + "\n"), nil
 		}),
-		f.genFile("log.jsonl", inoOf("log", sid), time.Time{}, false, perVersion(m.state, func(st *cache.State) ([]byte, error) {
+		f.privateRead(f.genFile("log.jsonl", inoOf("log", sid), time.Time{}, false, perVersion(m.state, func(st *cache.State) ([]byte, error) {
 			return logJSONL(st.Log(st.Version))
-		})),
+		}))),
 		fixedDir(f.dir("snapshots", inoOf("snapshots", sid), f.ttl, &snapshotsDir{f: f, id: id})),
 		fixedDir(f.dir("at", inoOf("at", sid), f.ttl, &atDir{f: f, id: id})),
 		fixedDir(f.dir("seq", inoOf("seq", sid), f.ttl, &seqDir{f: f, id: id})),
@@ -214,7 +214,7 @@ func (s *snapshotsDir) child(st *cache.State, v uint32) child {
 	if st != nil {
 		mt = snapTime(st, v)
 	}
-	return f.genFile(fmt.Sprintf("%d.json", v), inoOf("snapjson", id.String(), strconv.Itoa(int(v))), mt, true,
+	return f.privateRead(f.genFile(fmt.Sprintf("%d.json", v), inoOf("snapjson", id.String(), strconv.Itoa(int(v))), mt, true,
 		onceBytes(func(ctx context.Context) ([]byte, error) {
 			var ds []layout.Descriptor
 			if st != nil {
@@ -240,7 +240,7 @@ func (s *snapshotsDir) child(st *cache.State, v uint32) child {
 			}{id.String(), v, meta.Type, meta.TypeMissing, meta.TypeInvalid, strconv.FormatUint(meta.TransactionID, 10), ds}
 			b, err := json.MarshalIndent(out, "", "  ")
 			return append(b, '\n'), err
-		}))
+		})))
 }
 
 func snapTime(st *cache.State, v uint32) time.Time {

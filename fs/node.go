@@ -420,6 +420,9 @@ type fileNode struct {
 	writable bool
 	// pt is the passthrough mode of blob content (pinned.go).
 	pt ptState
+	// private takes the group's and others' read bits away: a view
+	// that shows any file's bytes, on a shared mount (Config.Shared).
+	private bool
 }
 
 var (
@@ -456,6 +459,9 @@ func (n *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 		// A committed descriptor (history, a read-only mount, seq/):
 		// its posix-mode and posix-mtime, as on the live tree.
 		n.f.descAttr(&out.Attr, &b.d, !n.writable, b.born)
+	}
+	if n.private {
+		out.Mode &^= 0o077
 	}
 	n.f.owner(&out.Attr)
 	out.Nlink = 1
@@ -721,6 +727,26 @@ func (f *FS) genFile(name string, ino uint64, mt time.Time, fixed bool, gen func
 		}
 		return &fileNode{f: f, c: &bytesContent{gen: gen, mt: mt, fixed: fixed}}
 	}}
+}
+
+// privateRead makes c, a view that shows the bytes of files whatever
+// their modes (a blob of objects/, a snapshot's JSON and the log with
+// their inline data), readable by the mount's owner alone on a shared
+// mount: a file of mode 0600 was refused to other users by path and in
+// history, and handed to them by these (audit 3).
+func (f *FS) privateRead(c child) child {
+	if !f.cfg.Shared {
+		return c
+	}
+	node := c.node
+	c.node = func() gofs.InodeEmbedder {
+		n := node()
+		if fn, ok := n.(*fileNode); ok {
+			fn.private = true
+		}
+		return n
+	}
+	return c
 }
 
 // symlink returns a child that is a symbolic link.

@@ -38,12 +38,12 @@ func (o *objectsDir) find(ctx context.Context, name string) (child, error) {
 func (o *objectsDir) dirAttr(ctx context.Context, out *fuse.Attr) error { return nil }
 
 func (f *FS) objectChild(d layout.Digest, size int64) child {
-	return child{name: d.String(), mode: syscall.S_IFREG, ino: inoOf("object", d.Hex()), ttl: historyTTL,
+	return f.privateRead(child{name: d.String(), mode: syscall.S_IFREG, ino: inoOf("object", d.Hex()), ttl: historyTTL,
 		node: func() gofsNode {
 			return &fileNode{f: f, c: &rawContent{f: f, d: d, n: size}, x: func() map[string]string {
 				return map[string]string{"user.pugmark.digest": d.String()}
 			}}
-		}}
+		}})
 }
 
 // rawContent is a blob's stored bytes, verified, not decoded.
