@@ -85,8 +85,13 @@ type diskCache struct {
 	lastScan time.Time
 	shards   map[string]bool // shard directories checked to be real directories
 	// sinceSpace counts the bytes added since the free space was last
-	// checked (diskSpaceEvery).
-	sinceSpace int64
+	// checked (diskSpaceEvery); room is what the last check found could
+	// be added before the free space falls to its floor. A check is due
+	// when either is reached: half the room, or diskSpaceEvery, so that
+	// a nearly full file system is checked at every few copies and a
+	// roomy one every 64 MiB. Checked every 64 MiB alone, 60 MiB of
+	// copies filled a file system with 20 MiB free (audit 3).
+	sinceSpace, room int64
 }
 
 type diskEntry struct {
@@ -456,7 +461,7 @@ func (dc *diskCache) added(rel string, size int64) {
 	dc.total += size
 	over := dc.total > dc.max
 	dc.sinceSpace += size
-	check := dc.sinceSpace >= diskSpaceEvery || over
+	check := dc.sinceSpace >= min(diskSpaceEvery, dc.room/2) || over
 	if check {
 		dc.sinceSpace = 0
 	}
@@ -477,12 +482,23 @@ func (dc *diskCache) added(rel string, size int64) {
 func (dc *diskCache) shortfall() int64 {
 	avail, size, err := dc.spaceFn()
 	if err != nil || size <= 0 {
+		dc.setRoom(diskSpaceEvery * 2)
 		return 0
 	}
-	if floor := size / 100 * diskFreePercent; avail < floor {
+	floor := size / 100 * diskFreePercent
+	dc.setRoom(avail - floor)
+	if avail < floor {
 		return floor - avail + size/100
 	}
 	return 0
+}
+
+// setRoom records what the last check of the free space found could be
+// added before the floor.
+func (dc *diskCache) setRoom(room int64) {
+	dc.mu.Lock()
+	dc.room = max(room, 0)
+	dc.mu.Unlock()
 }
 
 // evict removes least recently used entries until the cache is at 90% of

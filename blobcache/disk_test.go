@@ -777,3 +777,52 @@ func TestDiskFreeSpaceFloor(t *testing.T) {
 		t.Errorf("warnings: %s", log.String())
 	}
 }
+
+// TestDiskFreeSpaceNearlyFull: on a file system with little room left,
+// the free space is checked as often as copies could use that room up,
+// not every diskSpaceEvery bytes: 60 MiB of 2 MiB copies filled a file
+// system with 20 MiB free to the last byte, and the mount's staged writes
+// and other programs failed with ENOSPC (audit 3).
+func TestDiskFreeSpaceNearlyFull(t *testing.T) {
+	const mib = 1 << 20
+	const fsSize = 100 * mib // floor: 5 MiB free
+	var dc *diskCache
+	used := func() int64 {
+		if dc == nil {
+			return 0
+		}
+		dc.mu.Lock()
+		defer dc.mu.Unlock()
+		return dc.total
+	}
+	avail := func() int64 { return 20*mib - used() } // the copies are all that fills it
+	defer func(f func(string) (int64, int64, error)) { diskSpaceOf = f }(diskSpaceOf)
+	diskSpaceOf = func(string) (int64, int64, error) { return avail(), fsSize, nil }
+	dir := t.TempDir()
+	var err error
+	if dc, err = newDiskCache(dir, 1<<40, slog.New(slog.DiscardHandler), time.Now); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.root.Close() })
+	lowest := avail()
+	for i := range 30 {
+		h := fmt.Sprintf("%02x%062x", i, i)
+		p := filepath.Join(dir, diskSubdir, diskData, h[:2], h)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, 2*mib); err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(filepath.Join(dir, diskSubdir), p)
+		dc.added(filepath.ToSlash(rel), 2*mib)
+		lowest = min(lowest, avail())
+	}
+	// A check sees the floor crossed one copy late at worst.
+	if floor := int64(fsSize / 100 * diskFreePercent); lowest < floor-2*mib {
+		t.Errorf("free space fell to %d KiB while copies were added; the floor is %d KiB", lowest>>10, floor>>10)
+	}
+}
