@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -92,6 +93,10 @@ type diskCache struct {
 	// roomy one every 64 MiB. Checked every 64 MiB alone, 60 MiB of
 	// copies filled a file system with 20 MiB free (audit 3).
 	sinceSpace, room int64
+	// writing is what the copies being written have reserved of the
+	// room (reserve): read-ahead writes many at once, and they filled
+	// the file system before any of them was added.
+	writing int64
 }
 
 type diskEntry struct {
@@ -349,6 +354,59 @@ type diskTemp struct {
 	rel  string
 	n    int64
 	done bool
+	// reserved is what createReserved reserved of the room; given back
+	// when the file is committed or aborted.
+	reserved int64
+}
+
+// reserve reserves size bytes of the room above the free-space floor for
+// a copy about to be written, and reports whether there was that much:
+// else the copy is not made (the blob is served all the same). Room
+// that looks short is looked at again first, as evictions and other
+// programs give space back.
+func (dc *diskCache) reserve(size int64) bool {
+	fits := func() bool {
+		dc.mu.Lock()
+		defer dc.mu.Unlock()
+		if dc.writing+size > dc.room-dc.sinceSpace {
+			return false
+		}
+		dc.writing += size
+		return true
+	}
+	if fits() {
+		return true
+	}
+	dc.mu.Lock()
+	dc.sinceSpace = 0
+	dc.mu.Unlock()
+	if short := dc.shortfall(); short > 0 {
+		dc.evict(short)
+		dc.shortfall()
+	}
+	return fits()
+}
+
+// createReserved is createFor of an entry of size bytes, which it
+// reserves first (reserve): nil when there is no room for it.
+func (dc *diskCache) createReserved(sub, hexName string, size int64) *diskTemp {
+	if !dc.reserve(size) {
+		return nil
+	}
+	t, err := dc.createFor(sub, hexName)
+	if err != nil {
+		dc.release(size)
+		return nil
+	}
+	t.reserved = size
+	return t
+}
+
+// release gives back what a copy reserved.
+func (dc *diskCache) release(size int64) {
+	dc.mu.Lock()
+	dc.writing -= size
+	dc.mu.Unlock()
 }
 
 // create starts a temp file in tmp/, for an entry whose name is known only
@@ -398,6 +456,7 @@ func (t *diskTemp) write(p []byte) error {
 func (t *diskTemp) commit(sum layout.Digest) bool {
 	t.done = true
 	dc := t.dc
+	dc.release(t.reserved)
 	h := sum.Hex()
 	if t.n > dc.maxEntry() {
 		_ = dc.root.Remove(t.rel)
@@ -441,6 +500,7 @@ func (t *diskTemp) abort() {
 		return
 	}
 	t.done = true
+	t.dc.release(t.reserved)
 	t.f.Close()
 	_ = t.dc.root.Remove(t.rel)
 }
@@ -482,7 +542,7 @@ func (dc *diskCache) added(rel string, size int64) {
 func (dc *diskCache) shortfall() int64 {
 	avail, size, err := dc.spaceFn()
 	if err != nil || size <= 0 {
-		dc.setRoom(diskSpaceEvery * 2)
+		dc.setRoom(math.MaxInt64 / 4) // unknown: the bound alone
 		return 0
 	}
 	floor := size / 100 * diskFreePercent

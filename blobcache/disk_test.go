@@ -826,3 +826,38 @@ func TestDiskFreeSpaceNearlyFull(t *testing.T) {
 		t.Errorf("free space fell to %d KiB while copies were added; the floor is %d KiB", lowest>>10, floor>>10)
 	}
 }
+
+// TestDiskReserve: copies being written at once (read-ahead starts many)
+// reserve the room above the floor before they are written, so that
+// together they cannot fill the file system before any is added; what
+// an aborted copy reserved is given back.
+func TestDiskReserve(t *testing.T) {
+	const mib = 1 << 20
+	defer func(f func(string) (int64, int64, error)) { diskSpaceOf = f }(diskSpaceOf)
+	diskSpaceOf = func(string) (int64, int64, error) { return 20 * mib, 100 * mib, nil } // 15 MiB above the floor
+	dc, err := newDiskCache(t.TempDir(), 1<<40, slog.New(slog.DiscardHandler), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.root.Close() })
+	var temps []*diskTemp
+	for i := range 10 {
+		tmp := dc.createReserved(diskData, fmt.Sprintf("%064x", i), 2*mib)
+		if tmp == nil {
+			break
+		}
+		temps = append(temps, tmp)
+	}
+	if len(temps) != 7 {
+		t.Fatalf("%d copies of 2 MiB reserved room at once, want 7 (15 MiB above the floor)", len(temps))
+	}
+	temps[0].abort()
+	if tmp := dc.createReserved(diskData, fmt.Sprintf("%064x", 99), 2*mib); tmp == nil {
+		t.Fatal("an aborted copy's room was not given back")
+	} else {
+		tmp.abort()
+	}
+	for _, tmp := range temps[1:] {
+		tmp.abort()
+	}
+}

@@ -97,7 +97,7 @@ func (c *Cache) runPass(ctx context.Context, d layout.Digest, size int64, mode b
 	}
 	var tmp *diskTemp
 	if c.diskKeeps(size) {
-		tmp, _ = c.disk.createFor(diskData, d.Hex())
+		tmp = c.disk.createReserved(diskData, d.Hex(), size)
 	}
 	res, err := c.consume(ctx, d, size, mode, want, c.backendIter(ctx, d, size), tmp, nil)
 	if err != nil {
