@@ -22,8 +22,8 @@ func (n *namesDir) list(ctx context.Context) ([]child, error) {
 	var names []string
 	for _, r := range refs {
 		name, ok := strings.CutPrefix(r, "sessions/")
-		if !ok {
-			continue
+		if _, path := layout.NamePath(r); !ok || !path {
+			continue // not a session's name, or one no path reaches
 		}
 		out = append(out, n.child(name))
 		names = append(names, r)

@@ -30,6 +30,9 @@ func (r *refsDir) entries(ctx context.Context) ([]child, error) {
 	var out []child
 	kinds := map[string]bool{}
 	for _, name := range refs {
+		if _, ok := layout.NamePath(name); !ok {
+			continue // a name no path reaches (a part over 255 bytes)
+		}
 		kind, leaf, nested := strings.Cut(name, "/")
 		if r.kind == "" {
 			if nested {

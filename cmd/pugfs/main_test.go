@@ -259,6 +259,9 @@ func TestUsageErrors(t *testing.T) {
 		{"mount", "--uid=-5", dir, dir},
 		{"mount", "--metadata-ttl=-1s", dir, dir},
 		{"fork", "--name", "../x", dir, "demo"},
+		{"session", "new", "--name", "", dir},
+		{"session", "new", "--name", strings.Repeat("n", 256), dir},
+		{"session", "new", "--name=-x", dir},
 		{"fork", "--snapshot-type=x", dir, "demo"},
 		{"help", "frobnicate"},
 	} {

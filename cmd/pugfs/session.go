@@ -44,9 +44,15 @@ also starts a new bucket.`,
 				if len(args) != 1 {
 					return usagef("want one BUCKET-URL, got %d argument(s)", len(args))
 				}
-				if *name != "" {
+				named := false
+				fs.Visit(func(f *flag.Flag) { named = named || f.Name == "name" })
+				if named {
 					if err := layout.ValidateRefName(layout.SessionRefName(*name)); err != nil {
 						return usagef("--name=%q: a session name is one path component without NUL or newlines", *name)
+					}
+					if len(*name) > layout.MaxNameComponent {
+						// names/<name> and refs/sessions/<name> of a mount.
+						return usagef("--name: %d bytes; a session name is a file name on a mount, at most %d bytes", len(*name), layout.MaxNameComponent)
 					}
 					if strings.HasPrefix(*name, "-") {
 						// pugfs exec takes it where a flag may stand.
