@@ -320,6 +320,11 @@ func TestOpenURLPrefix(t *testing.T) {
 		if ok, _ := b.Exists(ctx, "refs/x"); ok {
 			t.Fatal("refs/x was written outside the prefix")
 		}
+		// Keys are no paths: .. would be a key named ..__0x2f__x.
+		if pb, err := drivers.OpenURL(ctx, u+sep+"prefix=..%2Fx"); err == nil {
+			pb.Close()
+			t.Fatal("prefix=../x was taken")
+		}
 	})
 }
 

@@ -44,6 +44,14 @@ func OpenURL(ctx context.Context, rawURL string) (*blob.Bucket, error) {
 	// refused the parameter).
 	q := u.Query()
 	prefix := q.Get("prefix")
+	for _, part := range strings.Split(prefix, "/") {
+		if part == "." || part == ".." {
+			// Keys are no paths: a bucket would get a key named
+			// ..__0x2f__x (gocloud's escape) where the user meant a
+			// directory above.
+			return nil, fmt.Errorf("prefix=%q: a key prefix has no . or .. components", prefix)
+		}
+	}
 	if prefix == "" || !ownOpener(u.Scheme) {
 		return openURL(ctx, rawURL, u)
 	}
