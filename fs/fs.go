@@ -105,7 +105,9 @@ type FS struct {
 	views *cache.Views
 	log   *slog.Logger
 	ttl   time.Duration
-	start time.Time
+	// objAhead reads objects/ ahead of a program reading it in order.
+	objAhead objectsAhead
+	start    time.Time
 	// w is the write engine: every change of a session goes through it.
 	w *staging.Writer
 	// recs writes memory records, refs and new sessions.

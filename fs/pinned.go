@@ -63,7 +63,8 @@ func (b *blobContent) pin(ctx context.Context, off int64) (*blobcache.Pinned, er
 }
 
 func (r *rawContent) canPin() bool { return r.f.blobs.CanPinRaw(r.n) }
-func (r *rawContent) pin(ctx context.Context, _ int64) (*blobcache.Pinned, error) {
+func (r *rawContent) pin(ctx context.Context, off int64) (*blobcache.Pinned, error) {
+	r.started(off)
 	return r.f.blobs.PinRaw(ctx, r.d, r.n)
 }
 
