@@ -106,7 +106,7 @@ type FS struct {
 	log   *slog.Logger
 	ttl   time.Duration
 	// objAhead reads objects/ ahead of a program reading it in order.
-	objAhead objectsAhead
+	objAhead listAhead
 	start    time.Time
 	// w is the write engine: every change of a session goes through it.
 	w *staging.Writer

@@ -375,6 +375,8 @@ func (a *atDir) dirAttr(ctx context.Context, out *fuse.Attr) error { return nil 
 type seqDir struct {
 	f  *FS
 	id layout.SessionID
+	// ahead reads the bodies ahead of cat seq/*.
+	ahead listAhead
 }
 
 func (s *seqDir) child(e layout.Entry) child {
@@ -383,7 +385,8 @@ func (s *seqDir) child(e layout.Entry) child {
 	return child{name: name, mode: syscall.S_IFREG, ttl: historyTTL,
 		ino: inoOf("seq", s.id.String(), name),
 		node: func() gofsNode {
-			return &fileNode{f: f, c: &blobContent{f: f, d: e.Descriptor, born: s.id.Time()}, x: descXattrs(e)}
+			c := &blobContent{f: f, d: e.Descriptor, born: s.id.Time(), ahead: &s.ahead, aheadName: name}
+			return &fileNode{f: f, c: c, x: descXattrs(e)}
 		}}
 }
 
@@ -393,14 +396,18 @@ func (s *seqDir) list(ctx context.Context) ([]child, error) {
 		return nil, err
 	}
 	var out []child
+	var items []aheadItem
 	seen := map[int64]bool{}
 	for _, e := range st.Log(st.Version) {
 		if e.Digest.IsZero() || seen[e.SequenceNumber] {
 			continue
 		}
 		seen[e.SequenceNumber] = true
-		out = append(out, s.child(e))
+		c := s.child(e)
+		out = append(out, c)
+		items = append(items, aheadItem{c.name, e.Descriptor})
 	}
+	s.ahead.listed(items)
 	return out, nil
 }
 

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"slices"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -19,64 +16,16 @@ type objectsDir struct{ f *FS }
 
 func (o *objectsDir) list(ctx context.Context) ([]child, error) {
 	var out []child
-	var listed []layout.Descriptor
+	var listed []aheadItem
 	err := o.f.store.ListBlobs(ctx, func(d layout.Digest, size int64) bool {
 		out = append(out, o.f.objectChild(d, size))
-		listed = append(listed, layout.Descriptor{Digest: d, Size: size})
+		listed = append(listed, aheadItem{d.String(), layout.Descriptor{Digest: d, Size: size}})
 		return true
 	}, nil)
 	if err == nil {
 		o.f.objAhead.listed(listed)
 	}
 	return out, err
-}
-
-// objectsAhead reads the blobs of objects/ ahead of a program that
-// reads them in the order they are listed (cat objects/*, cp -r, tar c,
-// sha256sum: a glob's order is the listing's): 200 blobs 20 ms away took
-// 6.4 s one GET after another, where the same bodies read through a
-// session are fetched ahead (audit 3). A read of a blob at offset 0
-// extends the window to the next objectsAheadN blobs of the last
-// listing; one read alone costs objectsAheadN speculative GETs at most.
-type objectsAhead struct {
-	mu sync.Mutex
-	// list is the last listing of objects/, in name order; next is the
-	// index up to which its blobs were read ahead. GUARDED_BY(mu).
-	list []layout.Descriptor
-	next int
-}
-
-// objectsAheadN is how many blobs objectsAhead keeps read ahead.
-const objectsAheadN = 32
-
-func (a *objectsAhead) listed(ds []layout.Descriptor) {
-	a.mu.Lock()
-	a.list, a.next = ds, 0
-	a.mu.Unlock()
-}
-
-// read notes a read of blob d from its start, and reads the ones after
-// it in the listing ahead.
-func (a *objectsAhead) read(f *FS, d layout.Digest) {
-	a.mu.Lock()
-	i, found := slices.BinarySearchFunc(a.list, d.String(), func(e layout.Descriptor, name string) int {
-		return strings.Compare(e.Digest.String(), name)
-	})
-	if !found {
-		a.mu.Unlock()
-		return
-	}
-	from, to := max(i+1, a.next), min(len(a.list), i+1+objectsAheadN)
-	if from >= to {
-		a.mu.Unlock()
-		return
-	}
-	todo := slices.Clone(a.list[from:to])
-	a.next = to
-	a.mu.Unlock()
-	for _, d := range todo {
-		go f.blobs.Prefetch(context.Background(), &d) // speculative; its reader reports errors
-	}
 }
 
 func (o *objectsDir) find(ctx context.Context, name string) (child, error) {
@@ -124,7 +73,7 @@ func (r *rawContent) readAt(ctx context.Context, p []byte, off int64) (int, erro
 // start reads the next blobs of objects/ ahead.
 func (r *rawContent) started(off int64) {
 	if off == 0 {
-		r.f.objAhead.read(r.f, r.d)
+		r.f.objAhead.read(r.f, r.d.String())
 	}
 }
 

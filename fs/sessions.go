@@ -490,6 +490,10 @@ type blobContent struct {
 	// born is the mtime shown when the descriptor has no time (descMtime):
 	// its session's hour; zero (the mount's start) outside a session.
 	born time.Time
+	// ahead, if set, is the listing this file is aheadName of, read
+	// ahead of a program reading it in order (seq/).
+	ahead     *listAhead
+	aheadName string
 }
 
 func (b *blobContent) size(ctx context.Context) (int64, error) { return b.f.blobs.Size(ctx, &b.d) }
@@ -506,9 +510,14 @@ func (b *blobContent) readAt(ctx context.Context, p []byte, off int64) (int, err
 // read of a file's start moves the traversal on, wherever it is served
 // from (bucket, memory, or a pinned copy).
 func (b *blobContent) started(ctx context.Context, off int64) {
-	if off == 0 {
-		b.f.ra.Read(b.pos, &b.d, callerThread(ctx))
+	if off != 0 {
+		return
 	}
+	if b.ahead != nil {
+		b.ahead.read(b.f, b.aheadName)
+		return
+	}
+	b.f.ra.Read(b.pos, &b.d, callerThread(ctx))
 }
 
 // callerThread is the thread that made the request ctx serves (FUSE
