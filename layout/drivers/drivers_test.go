@@ -292,15 +292,7 @@ func TestBlobBodyChecked(t *testing.T) {
 // gs:// and azblob:// itself, past gocloud's URL mux, which is what
 // handles the parameter: S3 refused it ("unknown query parameter").
 func TestOpenURLPrefix(t *testing.T) {
-	testbucket.EachAll(t, func(t *testing.T, b *blob.Bucket) {
-		if testbucket.KindOf(t, b) == testbucket.Mem {
-			t.Skip("a mem bucket has no URL")
-		}
-		u, env := testbucket.URL(t, b)
-		for _, kv := range env {
-			k, v, _ := strings.Cut(kv, "=")
-			t.Setenv(k, v)
-		}
+	eachURL(t, func(t *testing.T, b *blob.Bucket, u string) {
 		sep := "?"
 		if strings.Contains(u, "?") {
 			sep = "&"
@@ -335,15 +327,7 @@ func TestOpenURLPrefix(t *testing.T) {
 // gzip body came back decoded, failed its digest (EIO under objects/)
 // and made fsck report bit rot in a healthy bucket (audit 3).
 func TestEncodedBlobReadRaw(t *testing.T) {
-	testbucket.EachAll(t, func(t *testing.T, b *blob.Bucket) {
-		if testbucket.KindOf(t, b) == testbucket.Mem {
-			t.Skip("a mem bucket has no URL")
-		}
-		u, env := testbucket.URL(t, b)
-		for _, kv := range env {
-			k, v, _ := strings.Cut(kv, "=")
-			t.Setenv(k, v)
-		}
+	eachURL(t, func(t *testing.T, _ *blob.Bucket, u string) {
 		ctx := context.Background()
 		ub, err := drivers.OpenURL(ctx, u)
 		if err != nil {
@@ -372,5 +356,21 @@ func TestEncodedBlobReadRaw(t *testing.T) {
 		if err != nil || !bytes.Equal(head, gz.Bytes()[:10]) {
 			t.Fatalf("ranged read: %x, %v; want %x", head, err, gz.Bytes()[:10])
 		}
+	})
+}
+
+// eachURL runs fn on every backend that opens by URL, with the bucket's
+// URL and its credentials in the environment.
+func eachURL(t *testing.T, fn func(t *testing.T, b *blob.Bucket, u string)) {
+	testbucket.EachAll(t, func(t *testing.T, b *blob.Bucket) {
+		if testbucket.KindOf(t, b) == testbucket.Mem {
+			t.Skip("a mem bucket has no URL")
+		}
+		u, env := testbucket.URL(t, b)
+		for _, kv := range env {
+			k, v, _ := strings.Cut(kv, "=")
+			t.Setenv(k, v)
+		}
+		fn(t, b, u)
 	})
 }
