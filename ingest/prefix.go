@@ -53,6 +53,8 @@ func ParsePrefix(s string) (Prefix, error) {
 		p.user = u.User.String()
 	}
 	switch {
+	case !bucketScheme(strings.TrimPrefix(u.Scheme, "fault+")):
+		return Prefix{}, fmt.Errorf("ingest prefix %q: %s:// is no bucket (want s3://, gs://, azblob:// or file://)", shown, u.Scheme)
 	case strings.HasSuffix(u.Scheme, "+file"):
 		return Prefix{}, fmt.Errorf("ingest prefix %q: list local directories as plain file:// URLs", shown)
 	case p.isLocal():
@@ -77,6 +79,17 @@ func ParsePrefix(s string) (Prefix, error) {
 	}
 	p.path = path
 	return p, nil
+}
+
+// bucketScheme reports whether scheme names a kind of bucket a source
+// can be opened from: an http:// prefix was taken and every ingestion
+// under it then failed to open (audit 3).
+func bucketScheme(scheme string) bool {
+	switch scheme {
+	case "s3", "gs", "azblob", "file", "mem":
+		return true
+	}
+	return false
 }
 
 // ParsePrefixes parses a list of --ingest-from entries; each entry may

@@ -31,6 +31,8 @@ func TestParsePrefix(t *testing.T) {
 		{in: "s3://b/#frag", wantErr: "fragment"},
 		{in: "/srv/shared", wantErr: "want scheme"},
 		{in: "s3:opaque", wantErr: "want scheme"},
+		{in: "http://example.com/in/", wantErr: "is no bucket"},
+		{in: "https://example.com/", wantErr: "is no bucket"},
 	} {
 		p, err := ParsePrefix(tc.in)
 		switch {

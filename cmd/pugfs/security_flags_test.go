@@ -39,7 +39,7 @@ func TestMetricsAddr(t *testing.T) {
 // usage error, one line, exit 2, naming the flag.
 func TestIngestFromUsage(t *testing.T) {
 	dir := t.TempDir()
-	for _, v := range []string{"file:///", "/srv/shared", "fault+file:///srv/", "file:///srv/../etc/", "s3:///k/"} {
+	for _, v := range []string{"file:///", "/srv/shared", "fault+file:///srv/", "file:///srv/../etc/", "s3:///k/", "http://example.com/in/"} {
 		r := pugfs(t, "mount", "--ingest-from="+v, dir, dir)
 		if r.code != 2 || strings.Count(r.err, "\n") != 1 || !strings.Contains(r.err, "--ingest-from") {
 			t.Errorf("--ingest-from=%s: want exit 2 and one line naming the flag: %s", v, r)
