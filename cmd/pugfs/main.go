@@ -36,6 +36,7 @@ import (
 	_ "gocloud.dev/blob/memblob"
 	_ "gocloud.dev/blob/s3blob"
 
+	"github.com/pugmark/pugfs/layout/blobwrap"
 	_ "github.com/pugmark/pugfs/layout/drivers"
 	_ "github.com/pugmark/pugfs/layout/faultblob"
 	_ "github.com/pugmark/pugfs/layout/localblob"
@@ -258,7 +259,7 @@ func dashes(msg string) string {
 }
 
 func oneLine(err error) string {
-	return strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; ")
+	return strings.ReplaceAll(strings.TrimSpace(blobwrap.Text(err.Error())), "\n", "; ")
 }
 
 func printOverview(w io.Writer, cmds []*command) {

@@ -131,7 +131,8 @@ func unmountServer(srv *fuse.Server, dir string, log *slog.Logger) error {
 // credential of the bucket URL scrubbed.
 func mountLogger(cfg mountConfig, level slog.Level) *slog.Logger {
 	// Nothing the mount prints or shows carries a credential: errors of
-	// drivers and backends can hold the whole bucket URL.
+	// drivers and backends can hold the whole bucket URL. Their texts lose
+	// the gocloud prefixes each layer of the bucket's stack added.
 	secrets := redact.Secrets(cfg.BucketURL)
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level,
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
@@ -140,7 +141,7 @@ func mountLogger(cfg mountConfig, level slog.Level) *slog.Logger {
 				a.Value = slog.StringValue(redact.Scrub(a.Value.String(), secrets))
 			case slog.KindAny:
 				if e, ok := a.Value.Any().(error); ok {
-					a.Value = slog.StringValue(redact.Scrub(e.Error(), secrets))
+					a.Value = slog.StringValue(redact.Scrub(blobwrap.Text(e.Error()), secrets))
 				}
 			}
 			return a
@@ -211,7 +212,7 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	// exec's first requests); a failed probe is the error the caller
 	// sees, whatever else failed after it.
 	probeErr := make(chan error, 1)
-	go func() { probeErr <- probe(ctx, b) }()
+	go func() { probeErr <- probe(ctx, b, log) }()
 	env.probed = sync.OnceValue(func() error {
 		if err := <-probeErr; err != nil {
 			return fmt.Errorf("bucket %s is not usable: %v", redact.URL(u), err)
@@ -414,12 +415,17 @@ const remotePutBlindBelow = 256 << 10
 // under 100 MiB while it is read (TestReliabilityBadBucketContent).
 const mountMaxDecoded = 32 << 20
 
+// probeFor bounds the check that a bucket answers, retries included.
+const probeFor = 30 * time.Second
+
 // probe checks that the bucket answers, so a wrong URL or missing
 // credentials fail the mount instead of every later request. A transient
 // failure (a 500, a timeout) is retried with backoff, as every later
-// request is: one unlucky LIST must not fail the mount.
-func probe(ctx context.Context, b *blob.Bucket) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+// request is: one unlucky LIST must not fail the mount. The first retry
+// is logged, so that a refused endpoint or a host still booting does not
+// keep a mount silent for the whole of probeFor.
+func probe(ctx context.Context, b *blob.Bucket, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, probeFor)
 	defer cancel()
 	delay := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
@@ -430,6 +436,9 @@ func probe(ctx context.Context, b *blob.Bucket) error {
 		switch gcerrors.Code(err) {
 		case gcerrors.NotFound, gcerrors.PermissionDenied, gcerrors.InvalidArgument, gcerrors.Unimplemented:
 			return err // retrying cannot help
+		}
+		if attempt == 0 {
+			log.Warn("bucket not answering; retrying", "for", probeFor, "err", err)
 		}
 		select {
 		case <-time.After(delay):

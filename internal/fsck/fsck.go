@@ -33,6 +33,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/blobwrap"
 	"github.com/pugmark/pugfs/layout/localblob"
 )
 
@@ -467,5 +468,5 @@ func sameMediaType(got, want string) bool {
 }
 
 func oneLine(err error) string {
-	return strings.ReplaceAll(err.Error(), "\n", "; ")
+	return strings.ReplaceAll(blobwrap.Text(err.Error()), "\n", "; ")
 }

@@ -1,0 +1,22 @@
+package blobwrap
+
+import "testing"
+
+func TestText(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"plain", "plain"},
+		{"bucket x is not usable: blob (code=Unknown): blob (code=Unknown): blob (code=Unknown): dial tcp: connection refused",
+			"bucket x is not usable: dial tcp: connection refused"},
+		{"bucket x is not usable: blob (code=PermissionDenied): blob (code=PermissionDenied): StatusCode: 403",
+			"bucket x is not usable: permission denied: StatusCode: 403"},
+		// The first code that says something is the one shown.
+		{"read k: blob (code=Unknown): blob (code=NotFound): no such key",
+			"read k: not found: no such key"},
+		{"blob (code=DeadlineExceeded): context deadline exceeded", "timed out: context deadline exceeded"},
+	}
+	for _, tt := range tests {
+		if got := Text(tt.in); got != tt.want {
+			t.Errorf("Text(%q)\n got %q\nwant %q", tt.in, got, tt.want)
+		}
+	}
+}
