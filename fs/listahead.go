@@ -48,6 +48,7 @@ func (a *listAhead) listed(items []aheadItem) {
 // read notes a read of file name from its start, and reads the bodies of
 // the files after it in the listing ahead.
 func (a *listAhead) read(f *FS, name string) {
+	budget, _ := f.blobs.PrefetchLimits()
 	a.mu.Lock()
 	i, found := slices.BinarySearchFunc(a.list, name, func(e aheadItem, name string) int {
 		return strings.Compare(e.name, name)
@@ -56,7 +57,7 @@ func (a *listAhead) read(f *FS, name string) {
 		a.mu.Unlock()
 		return
 	}
-	from, to := max(i+1, a.next), min(len(a.list), i+1+listAheadN)
+	from, to := a.windowLocked(i, budget)
 	if from >= to {
 		a.mu.Unlock()
 		return
@@ -65,6 +66,25 @@ func (a *listAhead) read(f *FS, name string) {
 	a.next = to
 	a.mu.Unlock()
 	for _, it := range todo {
-		go f.blobs.Prefetch(context.Background(), &it.d) // speculative; its reader reports errors
+		if f.blobs.Prefetchable(&it.d) {
+			go f.blobs.Prefetch(context.Background(), &it.d) // speculative; its reader reports errors
+		}
 	}
+}
+
+// windowLocked is the part of the listing still to read ahead after its
+// item i was read, [from, to): the next listAheadN items, as far as their
+// bodies fit in budget bytes (the blob cache's bound on read-ahead nobody
+// has read yet, a quarter of its memory; a tiny --cache-size must not have
+// its last read pushed out by the next 32 bodies), less those read ahead
+// already. REQUIRES(a.mu).
+func (a *listAhead) windowLocked(i int, budget int64) (from, to int) {
+	to = i + 1
+	for held := int64(0); to < len(a.list) && to < i+1+listAheadN; to++ {
+		held += a.list[to].d.Size
+		if held > budget {
+			break
+		}
+	}
+	return max(i+1, a.next), to
 }
