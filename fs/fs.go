@@ -445,7 +445,7 @@ func (r *rootDir) entries() []child {
 			if !f.sharedWritable() {
 				return &dirNode{f: f, ls: rd}
 			}
-			return &refsNode{metaDir: metaDir{dirNode{f: f, ls: rd}}}
+			return &refsNode{metaDir: metaDir{dirNode: dirNode{f: f, ls: rd}}}
 		}},
 		f.dir("objects", inoOf("objects"), f.ttl, &objectsDir{f: f}),
 	}

@@ -169,7 +169,7 @@ func (f *FS) memDirChild(name, prefix string) gofsNode {
 	if !f.sharedWritable() {
 		return &dirNode{f: f, ls: md}
 	}
-	return &memDirNode{metaDir: metaDir{dirNode{f: f, ls: md}}, prefix: prefix}
+	return &memDirNode{metaDir: metaDir{dirNode: dirNode{f: f, ls: md}}, prefix: prefix}
 }
 
 func (n *memDirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
@@ -483,6 +483,9 @@ type memWrites struct {
 // small) and committed on close as a memory merge (§8.3).
 type memFile struct {
 	gofs.Inode
+	// A memory record has no descriptor metadata to keep attributes in
+	// (§8).
+	refuseXattrs
 	f    *FS
 	ns   string
 	bufs openBufs[*memHandle]
@@ -506,18 +509,6 @@ var (
 	_ = (gofs.NodeSetxattrer)((*memFile)(nil))
 	_ = (gofs.NodeRemovexattrer)((*memFile)(nil))
 )
-
-// Setxattr refuses: a memory record has no descriptor metadata to keep
-// attributes in (§8). ENOTSUP, not go-fuse's default ENODATA ("no such
-// attribute"), which cp -a and rsync -X report as a failure.
-func (n *memFile) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return syscall.ENOTSUP
-}
-
-// Removexattr refuses, as Setxattr does.
-func (n *memFile) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return syscall.ENOTSUP
-}
 
 func (n *memFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	out.Nlink = 1

@@ -90,6 +90,7 @@ func (f *FS) refAttrErrno(in *fuse.SetAttrIn) syscall.Errno {
 // attributes.
 type metaDir struct {
 	dirNode
+	refuseXattrs // a namespace or refs/ directory is no object
 }
 
 var (
@@ -121,10 +122,4 @@ var _ = (gofs.NodeSymlinker)((*metaDir)(nil))
 // mount was read-only (the memories/refs audit).
 func (d *metaDir) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	return nil, syscall.EPERM
-}
-
-// Setxattr refuses, as on a record: ENOTSUP, which cp -a and mv take as
-// "no attributes here" (go-fuse's default ENODATA is reported).
-func (d *metaDir) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return syscall.ENOTSUP
 }

@@ -631,6 +631,6 @@ func (f *FS) refsKindChild(kind string) child {
 		if !f.sharedWritable() {
 			return &dirNode{f: f, ls: rd}
 		}
-		return &refsNode{metaDir: metaDir{dirNode{f: f, ls: rd}}, kind: kind}
+		return &refsNode{metaDir: metaDir{dirNode: dirNode{f: f, ls: rd}}, kind: kind}
 	}}
 }

@@ -89,7 +89,8 @@ func validLeaf(name string) syscall.Errno {
 // sessDirNode is a writable directory of a live session.
 type sessDirNode struct {
 	dirNode
-	sd *sessionDir
+	refuseXattrs // a directory has no descriptor to keep attributes in
+	sd           *sessionDir
 }
 
 var (
@@ -421,19 +422,6 @@ var (
 	_ = (gofs.NodeSetxattrer)((*sessDirNode)(nil))
 	_ = (gofs.NodeRemovexattrer)((*sessDirNode)(nil))
 )
-
-// Setxattr refuses: a directory has no descriptor to keep attributes in.
-// ENOTSUP, not go-fuse's default ENODATA: cp -p and tar x set an ACL
-// from the mode on every directory they make and take ENOTSUP as "no
-// ACLs here", but fail on anything else.
-func (n *sessDirNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return syscall.ENOTSUP
-}
-
-// Removexattr refuses, as Setxattr does.
-func (n *sessDirNode) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return syscall.ENOTSUP
-}
 
 // slotFile is a file of a live session. Its content is, in order: the
 // staged bytes of a write in progress, what the last local commit through

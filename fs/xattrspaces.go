@@ -1,10 +1,30 @@
 package fs
 
 import (
+	"context"
 	"strings"
+	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
+
+// refuseXattrs refuses setxattr and removexattr for a node with nowhere to
+// keep attributes; embedded in it, it makes the node a NodeSetxattrer and
+// a NodeRemovexattrer. ENOTSUP, not go-fuse's default ENODATA ("no such
+// attribute"): cp -a, cp -p, tar x, rsync -X and mv set attributes (an
+// ACL from the mode on every directory they make) and take ENOTSUP as
+// "no attributes here", but report anything else as a failure.
+type refuseXattrs struct{}
+
+// Setxattr implements gofs.NodeSetxattrer.
+func (refuseXattrs) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return syscall.ENOTSUP
+}
+
+// Removexattr implements gofs.NodeRemovexattrer.
+func (refuseXattrs) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return syscall.ENOTSUP
+}
 
 // unsupportedXattrs answers getxattr of a security label or a POSIX ACL
 // with EOPNOTSUPP for every node: pugfs keeps neither, and that is what a
