@@ -861,3 +861,59 @@ func TestDiskReserve(t *testing.T) {
 		tmp.abort()
 	}
 }
+
+// TestDiskBound: copies past DiskBytes evict the least recently used
+// ones, down to 90% of the bound, so the disk never holds much more than
+// the bound; the newest copies are what the next mount finds.
+func TestDiskBound(t *testing.T) {
+	ctx := context.Background()
+	src := newFakeBlobSource()
+	const n, size = 10, 40 << 10
+	var ds []*layout.Descriptor
+	var bodies [][]byte
+	for i := range n {
+		b := blobTestBody(size, uint64(100+i))
+		bodies = append(bodies, b)
+		ds = append(ds, &layout.Descriptor{Name: fmt.Sprint(i), Digest: src.put(b), Size: size})
+	}
+	opts := diskOpts(t.TempDir())
+	opts.DiskBytes = 200 << 10 // five bodies
+	opts.SniffEncoding = false
+	var tick sync.Mutex
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	opts.now = func() time.Time { // every use a second later: an order without ties
+		tick.Lock()
+		defer tick.Unlock()
+		clock = clock.Add(time.Second)
+		return clock
+	}
+	read := func(c *Cache, i int) {
+		t.Helper()
+		if got, err := readAll(ctx, c, ds[i], 8<<10); err != nil || !bytes.Equal(got, bodies[i]) {
+			t.Fatalf("body %d: read %d bytes, %v", i, len(got), err)
+		}
+	}
+	c1 := newTestBlobCache(t, src, opts)
+	for i := range n {
+		read(c1, i)
+		if st := c1.Stats(); st.DiskBytes > opts.DiskBytes {
+			t.Fatalf("after body %d the disk holds %d bytes, over its bound of %d", i, st.DiskBytes, opts.DiskBytes)
+		}
+	}
+	if st := c1.Stats(); st.DiskEvictions == 0 {
+		t.Fatalf("%d bytes of bodies through a %d-byte disk cache and no eviction", n*size, opts.DiskBytes)
+	}
+	if err := c1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c2 := newTestBlobCache(t, src, opts)
+	before := src.reads.Load()
+	read(c2, n-1)
+	if got := src.reads.Load() - before; got != 0 {
+		t.Errorf("the newest body after a remount: %d backend reads, want 0 (its disk copy)", got)
+	}
+	read(c2, 0)
+	if got := src.reads.Load() - before; got == 0 {
+		t.Error("the oldest body after a remount came from a disk copy that should have been evicted")
+	}
+}
