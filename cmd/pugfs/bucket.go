@@ -17,7 +17,6 @@ import (
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/deadlineblob"
 	"github.com/pugmark/pugfs/layout/drivers"
-	"github.com/pugmark/pugfs/layout/drivers/azurefix"
 )
 
 // bucketURL turns a command-line bucket argument into a URL for the
@@ -98,9 +97,6 @@ func openBucket(ctx context.Context, arg string, create bool, timeout time.Durat
 		// Drivers put the whole URL in their errors.
 		return nil, u, redact.Err(fmt.Errorf("open bucket %s: %w", redact.URL(u), err), u)
 	}
-	// gocloud's azureblob panics on a failed conditional write (see
-	// azurefix); every Azure bucket pugfs opens writes around it.
-	b = azurefix.Wrap(b)
 	if err := checkBucketExists(ctx, b, u, timeout); err != nil {
 		b.Close()
 		return nil, u, err

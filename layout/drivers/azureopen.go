@@ -13,6 +13,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/pugmark/pugfs/layout/deadlineblob"
+	"github.com/pugmark/pugfs/layout/drivers/azurefix"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/azureblob"
 )
@@ -30,6 +31,9 @@ import (
 // another endpoint of the same origin; this one refuses any URL that
 // names an endpoint then (domain, protocol, cdn, localemu,
 // storage_account), so the token still goes nowhere else.
+//
+// The bucket writes through azurefix, around gocloud's crash on a failed
+// conditional write.
 func OpenAzure(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 	svc := azureblob.NewDefaultServiceURLOptions()
 	if svc.SASToken != "" {
@@ -40,7 +44,13 @@ func OpenAzure(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 		}
 	}
 	o := &azureblob.URLOpener{MakeClient: azureClient, ServiceURLOptions: *svc}
-	return o.OpenBucketURL(ctx, u)
+	b, err := o.OpenBucketURL(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	// gocloud's azureblob panics on a failed conditional write (see
+	// azurefix); every Azure bucket pugfs opens writes around it.
+	return azurefix.Wrap(b), nil
 }
 
 // azureClient is gocloud's azureblob.NewDefaultClient with the HTTP client

@@ -18,11 +18,13 @@ import (
 	"time"
 
 	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
 
 	"github.com/pugmark/pugfs/internal/cloudtest"
 	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/drivers"
+	"github.com/pugmark/pugfs/layout/faultblob"
 )
 
 func TestMain(m *testing.M) { testbucket.Main(m) }
@@ -372,5 +374,36 @@ func eachURL(t *testing.T, fn func(t *testing.T, b *blob.Bucket, u string)) {
 			t.Setenv(k, v)
 		}
 		fn(t, b, u)
+	})
+}
+
+// TestOpenURLFault: a fault+ URL opens its inner bucket as the plain URL
+// does, so a lost create-if-absent race is the plain bucket's refusal,
+// not a crash: gocloud's azureblob panicked in the writer's Close when a
+// fault+azblob:// mount lost one, because the inner container was opened
+// without azurefix (audit 4).
+func TestOpenURLFault(t *testing.T) {
+	eachURL(t, func(t *testing.T, _ *blob.Bucket, u string) {
+		ctx := context.Background()
+		for _, pre := range []string{"", faultblob.SchemePrefix} {
+			b, err := drivers.OpenURL(ctx, pre+u)
+			if err != nil {
+				t.Fatalf("open %s%s: %v", pre, u, err)
+			}
+			defer b.Close()
+			key := "sessions/race-" + strings.TrimSuffix(pre, "+")
+			create := func(body string) error {
+				return b.WriteAll(ctx, key, []byte(body), &blob.WriterOptions{IfNotExist: true})
+			}
+			if err := create("first"); err != nil {
+				t.Fatalf("%s%s: first create: %v", pre, u, err)
+			}
+			if err := create("second"); gcerrors.Code(err) != gcerrors.FailedPrecondition {
+				t.Fatalf("%s%s: second create of %s: %v (code %v), want FailedPrecondition", pre, u, key, err, gcerrors.Code(err))
+			}
+			if got, err := b.ReadAll(ctx, key); err != nil || string(got) != "first" {
+				t.Fatalf("%s%s: %s holds %q, %v; want the first create's", pre, u, key, got, err)
+			}
+		}
 	})
 }

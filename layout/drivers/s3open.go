@@ -68,8 +68,8 @@ func OpenURL(ctx context.Context, rawURL string) (*blob.Bucket, error) {
 // ownOpener reports whether OpenURL opens URLs of scheme itself rather
 // than through gocloud's URL mux.
 func ownOpener(scheme string) bool {
-	switch scheme {
-	case s3blob.Scheme, gcsblob.Scheme, azureblob.Scheme, faultblob.SchemePrefix + s3blob.Scheme:
+	switch strings.TrimPrefix(scheme, faultblob.SchemePrefix) {
+	case s3blob.Scheme, gcsblob.Scheme, azureblob.Scheme:
 		return true
 	}
 	return false
@@ -84,16 +84,20 @@ func openURL(ctx context.Context, rawURL string, u *url.URL) (*blob.Bucket, erro
 		return OpenGCS(ctx, u)
 	case azureblob.Scheme:
 		return OpenAzure(ctx, u)
-	case faultblob.SchemePrefix + s3blob.Scheme:
-		// Through the URL mux, the inner bucket got the SDK's defaults: 10
-		// idle connections (half the requests of a 64-wide mount dialled
-		// a new one) and a CRC of every body. A fault_latency measurement
-		// must cost what the plain s3:// mount costs, plus the latency.
+	}
+	if scheme, ok := strings.CutPrefix(u.Scheme, faultblob.SchemePrefix); ok && ownOpener(scheme) {
+		// Through the URL mux, the inner bucket would be opened as
+		// gocloud opens it, not as pugfs does: an S3 client with the
+		// SDK's 10 idle connections (half the requests of a 64-wide
+		// mount dialled a new one) and a CRC of every body, an Azure
+		// container without azurefix (the first lost conditional write
+		// crashed the mount: audit 4). A fault+ bucket must behave as
+		// the plain one, plus the faults.
 		inner, p, err := faultblob.SplitURL(u)
 		if err != nil {
 			return nil, err
 		}
-		b, err := OpenS3(ctx, inner)
+		b, err := openURL(ctx, inner.String(), inner)
 		if err != nil {
 			return nil, err
 		}

@@ -30,12 +30,14 @@ import (
 	"github.com/pugmark/pugfs/layout/blobwrap"
 )
 
-// Wrap returns b itself unless it is an azureblob bucket, and for one a
-// bucket that writes through the driver's Upload path. Everything else
-// (reads, listings, As, errors) passes through unchanged.
+// Wrap returns b itself unless it is an azureblob bucket not wrapped yet
+// (below any decorators), and for one a bucket that writes through the
+// driver's Upload path. Everything else (reads, listings, As, errors)
+// passes through unchanged.
 func Wrap(b *blob.Bucket) *blob.Bucket {
 	var c *container.Client
-	if !b.As(&c) {
+	var fixed *bucket
+	if !b.As(&c) || b.As(&fixed) {
 		return b
 	}
 	return blob.NewBucket(&bucket{Bucket: blobwrap.New(b, blobwrap.PassThrough{}), inner: b})
@@ -44,6 +46,16 @@ func Wrap(b *blob.Bucket) *blob.Bucket {
 type bucket struct {
 	*blobwrap.Bucket
 	inner *blob.Bucket
+}
+
+// As answers **bucket with b itself, so that Wrap can tell a bucket it
+// wrapped already; anything else is the inner bucket's.
+func (b *bucket) As(i any) bool {
+	if p, ok := i.(**bucket); ok {
+		*p = b
+		return true
+	}
+	return b.Bucket.As(i)
 }
 
 // NewTypedWriter starts the inner Upload on a pipe that Write feeds.
