@@ -352,7 +352,7 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	env.fs.WriteOnly(id)
 	srv, err := pfs.Mount(mnt, env.fs, pfs.MountOptions{FsName: env.shownURL})
 	if err != nil {
-		return fmt.Errorf("mount %s: %v (is /dev/fuse there, and are you root or is fusermount3 installed?)", mnt, err)
+		return mountError(err)
 	}
 	mounted := true
 	unmount := func() error {

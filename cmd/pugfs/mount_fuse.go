@@ -56,7 +56,7 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 	log, f := env.log, env.fs
 	srv, err := pfs.Mount(cfg.Mountpoint, f, pfs.MountOptions{AllowOther: cfg.AllowOther, Debug: cfg.Debug, FsName: env.shownURL})
 	if err != nil {
-		return fmt.Errorf("mount %s: %v (is /dev/fuse there, and are you root or is fusermount3 installed?)", cfg.Mountpoint, err)
+		return mountError(err)
 	}
 	log.Info("mounted", "bucket", env.shownURL, "mountpoint", cfg.Mountpoint, "read-only", cfg.ReadOnly)
 	if len(cfg.IngestFrom) > 0 {
@@ -414,6 +414,25 @@ const remotePutBlindBelow = 256 << 10
 // cost half a gigabyte; at 32 MiB a decompression bomb costs a mount
 // under 100 MiB while it is read (TestReliabilityBadBucketContent).
 const mountMaxDecoded = 32 << 20
+
+// mountError is a failed FUSE mount's error (pfs.Mount's, which names
+// the directory) with what to do about it. A user other than root mounts
+// through fusermount3, which prints its reason on stderr itself (the
+// line above pugfs's) and exits 1, which go-fuse reports as "exited with
+// code 256": a hint about /dev/fuse beside it sent people to the wrong
+// place when the reason was --allow-other without user_allow_other.
+func mountError(err error) error {
+	msg := strings.TrimSpace(err.Error())
+	switch {
+	case strings.Contains(msg, "fusermount exited"):
+		dir, _, _ := strings.Cut(msg, ": fusermount")
+		return fmt.Errorf("%s: fusermount3 refused it; its reason is the line above", dir)
+	case strings.Contains(msg, "fusermount") && strings.Contains(msg, "executable file not found"):
+		return fmt.Errorf("%s (a user other than root mounts through fusermount3: install fuse3)", msg)
+	default:
+		return fmt.Errorf("%s (is /dev/fuse there, and are you root or is fusermount3 installed?)", msg)
+	}
+}
 
 // probeFor bounds the check that a bucket answers, retries included.
 const probeFor = 30 * time.Second
