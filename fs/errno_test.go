@@ -99,6 +99,9 @@ func TestErrnoOf(t *testing.T) {
 		{"corrupt", func(*testing.T) error { return fmt.Errorf("snapshot: %w", layout.ErrCorrupt) }, syscall.EIO, true},
 		{"too large", func(*testing.T) error { return fmt.Errorf("manifest: %w", layout.ErrTooLarge) }, syscall.EIO, true},
 		{"retries exhausted", func(*testing.T) error { return fmt.Errorf("commit: %w", layout.ErrRetriesExhausted) }, syscall.EIO, true},
+		{"commit outcome unknown", func(*testing.T) error {
+			return fmt.Errorf("commit version 2 of s: %w: %w", layout.ErrOutcomeUnknown, context.DeadlineExceeded)
+		}, syscall.EIO, true},
 		{"ingestion refused", func(*testing.T) error {
 			return fmt.Errorf("ingest file:///etc/shadow: %w: not under any --ingest-from prefix", ingest.ErrRefused)
 		}, syscall.EACCES, false},

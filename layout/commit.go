@@ -192,7 +192,13 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 		// Version v exists and is not ours.
 		meta, err := s.ReadSnapshotMeta(ctx, id, v)
 		if err != nil {
-			return CommitResult{}, fmt.Errorf("commit to %s: inspect version %d: %w", id, v, err)
+			if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrNotFound) {
+				return CommitResult{}, fmt.Errorf("commit to %s: inspect version %d: %w", id, v, err)
+			}
+			// The bucket did not answer, and one of our PUTs of v may
+			// be what the retry found there (its reply lost): only the
+			// transaction ID tells.
+			return CommitResult{}, fmt.Errorf("commit to %s: inspect version %d: %w: %w", id, v, ErrOutcomeUnknown, err)
 		}
 		if meta.TransactionID == txn {
 			return s.ownCommitAt(ctx, id, v, txn, attempt)
@@ -377,7 +383,7 @@ func (s *Store) commitAt(ctx context.Context, id SessionID, v uint32, t Snapshot
 	if errors.Is(herr, ErrNotFound) {
 		return false, err // nothing landed
 	}
-	return false, fmt.Errorf("%w (and reading it back: %v)", err, herr)
+	return false, fmt.Errorf("%w: %w (and reading it back: %v)", ErrOutcomeUnknown, err, herr)
 }
 
 // positionAt returns the last sequence number at or below version v,

@@ -48,6 +48,12 @@ var (
 	ErrRefMoved = errors.New("session ref points elsewhere")
 	// ErrTooLarge: an object or its decoded form exceeds the configured bound.
 	ErrTooLarge = errors.New("object too large")
+	// ErrOutcomeUnknown: a commit's snapshot PUT may have landed, and the
+	// bucket did not answer the read that would tell (§13.2: its reply was
+	// lost, and the backend then stopped answering). The snapshot may be
+	// in the bucket, and a later listing shows it if it is; a retry of the
+	// same transaction ID finds out.
+	ErrOutcomeUnknown = errors.New("outcome unknown: the bucket did not answer whether the snapshot landed")
 )
 
 type notFoundError struct{ msg string }

@@ -208,3 +208,49 @@ func TestSection14_3_StaleListings(t *testing.T) {
 }
 
 var _ = errors.Is
+
+// §13.2: a snapshot PUT that failed, read back while the bucket does
+// not answer, is a commit whose outcome is unknown (ErrOutcomeUnknown),
+// not one that failed: the reply may have been lost after it landed, and
+// then the snapshot is there once the bucket answers (audit 4). Only a
+// read-back that finds nothing makes it a plain failure.
+func TestSection13_2_OutcomeUnknown(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		for _, tc := range []struct {
+			name                       string
+			landed, readsFail, unknown bool
+		}{
+			{"reply lost, no answer", true, true, true},
+			{"request lost, no answer", false, true, true},
+			{"request lost, answered", false, false, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				fb, inj, _ := faulty(t, b)
+				s := newStore(t, fb, &Options{Retries: 1})
+				id := newSession(t, s)
+				commit(t, s, id, Checkpoint, desc("base", "0"))
+				before, _ := s.LatestVersion(bg, id)
+				prefix, _ := SnapshotsPrefix(id)
+				key, _ := SnapshotKey(id, before+1)
+				rules := []faultblob.RuleID{inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: prefix}, FailFirst: 100, LoseResponse: tc.landed})}
+				if tc.readsFail {
+					rules = append(rules, inj.Add(faultblob.Rule{Ops: faultblob.OpGet | faultblob.OpHead, Match: faultblob.Match{Prefix: key}, FailFirst: 100}))
+				}
+				_, err := s.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("x")})
+				for _, r := range rules {
+					inj.Remove(r)
+				}
+				if err == nil {
+					t.Fatal("a commit whose PUTs all failed succeeded")
+				}
+				if got := errors.Is(err, ErrOutcomeUnknown); got != tc.unknown {
+					t.Fatalf("errors.Is(%v, ErrOutcomeUnknown) = %v, want %v", err, got, tc.unknown)
+				}
+				v, _ := s.LatestVersion(bg, id)
+				if landed := v == before+1; landed != tc.landed {
+					t.Fatalf("latest version %d after a commit at %d: landed %v, want %v", v, before+1, landed, tc.landed)
+				}
+			})
+		}
+	})
+}

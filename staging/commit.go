@@ -44,6 +44,7 @@ func (w *Writer) Release(ctx context.Context, id layout.SessionID, s *File) erro
 		// must not stall every other writer operation until it ends.
 		s.mu.RLock()
 		dirty, failed := s.dirty && !s.unlinked, s.failed != nil
+		unknown := errors.Is(s.failed, layout.ErrOutcomeUnknown)
 		s.mu.RUnlock()
 		mine := ws.files[s.name] == s
 		if dirty && !failed && mine && w.cfg.Commit == CommitOnFsync {
@@ -60,7 +61,12 @@ func (w *Writer) Release(ctx context.Context, id layout.SessionID, s *File) erro
 			continue
 		}
 		s.opens--
-		if dirty {
+		switch {
+		case dirty && unknown:
+			// The close said EIO; the bytes may be in the session all
+			// the same, and the copy is what to compare them with.
+			w.salvageLocked(id, s, "commit outcome unknown (the bucket did not answer whether it landed: if it did, a later listing shows the file); staged data kept")
+		case dirty:
 			w.salvageLocked(id, s, "commit failed; staged data kept")
 		}
 		if mine {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/internal/syncbuf"
 	"github.com/pugmark/pugfs/internal/testrig"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/faultblob"
@@ -399,6 +401,26 @@ func TestWriterFailedCommit(t *testing.T) {
 		}
 		if _, ok := r.slot(t, "f"); ok {
 			t.Fatal("f committed although its upload failed")
+		}
+	})
+	t.Run("outcome unknown", func(t *testing.T) {
+		// The snapshot lands, its reply is lost and the read-back gets
+		// no answer (audit 4): close says EIO, the copy is kept, and the
+		// log says the commit may be in the session.
+		var logged syncbuf.Buffer
+		r := newWriterRigCfg(t, func(c *Config) { c.Log = logged.Logger(slog.LevelInfo) })
+		key, _ := layout.SnapshotKey(r.id, 1)
+		r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: key}, FailProb: 1, LoseResponse: true})
+		r.inj.Add(faultblob.Rule{Ops: faultblob.OpGet | faultblob.OpHead, Match: faultblob.Match{Prefix: key}, FailProb: 1})
+		err := r.w.Release(context.Background(), r.id, r.written(t, "f", "maybe"))
+		if !errors.Is(err, layout.ErrOutcomeUnknown) {
+			t.Fatalf("release: %v, want ErrOutcomeUnknown", err)
+		}
+		if kept := r.failedFiles(t); len(kept) != 1 {
+			t.Fatalf("failed/ holds %v, want the file", kept)
+		}
+		if !strings.Contains(logged.String(), "commit outcome unknown") {
+			t.Errorf("the log does not say the outcome is unknown:\n%s", logged.String())
 		}
 	})
 	t.Run("unmount", func(t *testing.T) {

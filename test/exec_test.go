@@ -961,6 +961,34 @@ func TestExecTransientCommitFailure(t *testing.T) {
 	wantSlots(t, bk, id, map[string]string{"f.txt": "important\n"})
 }
 
+// TestExecCommitOutcomeUnknown: a checkpoint whose PUT landed but whose
+// reply was lost, read back while the bucket does not answer, may have
+// landed: exit 74, not 75 ("nothing landed", after which a supervisor
+// ran the handler again on input the checkpoint had consumed: audit 4),
+// the staged output kept, and the checkpoint there once the bucket
+// answers.
+func TestExecCommitOutcomeUnknown(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	key, err := layout.SnapshotKey(id, latest(t, bk, id)+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, _, off := relSwitchFile(t)
+	fb := relWithFaults(bk, map[string]string{"fault_lost_put_rate": "1", "fault_error_rate": "1", "fault_ops": "get,head",
+		"fault_prefix": key, "fault_active_file": sw})
+	cache := t.TempDir()
+	_, errOut, code := runExec(t, fb, cache, id.String(), "sh", "-c", "echo important > f.txt; touch "+sw)
+	if code != 74 || !strings.Contains(errOut, "may have landed") {
+		t.Fatalf("exit %d, want 74 saying the checkpoint may have landed\n%s", code, errOut)
+	}
+	if kept := execFailed(cache, id); len(kept) == 0 {
+		t.Errorf("the staged output was not kept:\n%s", errOut)
+	}
+	off()
+	wantSlots(t, bk, id, map[string]string{"f.txt": "important\n"})
+}
+
 // TestExecTransientRefCheckFailure: a named session whose §9.1 re-check
 // of the name fails for the backend (here every ref read fails once the
 // handler ran) exits 75 with the outputs kept, as a failed commit does;

@@ -35,6 +35,12 @@ import (
 // backend failed the commit.
 const exitTempFail = 75
 
+// exitUnknown is the exit status of a run whose checkpoint may have
+// landed: its PUT's reply was lost and the bucket did not answer the read
+// that would tell (EX_IOERR; 75 would say nothing landed, and a
+// supervisor would run the handler again on input it may have consumed).
+const exitUnknown = 74
+
 // execInnerEnv marks the re-executed pugfs exec that runs inside its own
 // namespaces (see runExecOuter); its value is execAliveFD.
 const execInnerEnv = "PUGFS_EXEC_NAMESPACE"
@@ -95,8 +101,9 @@ from refs/sessions/<name>), per tree.md "Running a handler":
 
 The handler's environment has no cloud credentials (AWS_*, AZURE_*,
 GOOGLE_* secrets) unless --pass-credentials. Exit status: COMMAND's, 75
-when nothing landed but a retry may succeed, 1 when pugfs exec failed, 2
-for a usage error.`,
+when nothing landed but a retry may succeed, 74 when the checkpoint may
+have landed but the bucket did not answer whether it did, 1 when pugfs
+exec failed, 2 for a usage error.`,
 		examples: `  pugfs exec ./bucket demo -- sh -c 'wc -l notes/*.md > summary.txt'
   pugfs exec s3://bucket?region=eu-west-1 0190a1b2c3d4e5f60718293a4b5c6d7e -- ./handler.py
   pugfs exec --cache-dir=/var/cache/pugfs ./bucket inbox -- ./triage.py`,
@@ -413,6 +420,10 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	}
 	res, err := env.fs.CommitSession(cctx, id, base, cfg.late)
 	if err != nil {
+		if errors.Is(err, layout.ErrOutcomeUnknown) {
+			fmt.Fprintf(sio.err, "pugfs exec: the checkpoint may have landed (its outcome is unknown: %v); it did if, once the bucket answers, the session's .pugmark/checkpoint is above %d; staged files are kept under %s\n", oneLine(err), base.Version, kept)
+			return exitCode(exitUnknown)
+		}
 		if errors.Is(err, layout.ErrLateInput) {
 			fmt.Fprintf(sio.err, "pugfs exec: nothing committed: input arrived while the handler ran (--late-input=abort; the next run sees it): %v; staged files are kept under %s\n", err, kept)
 			return exitCode(exitTempFail)
