@@ -526,7 +526,11 @@ func cleanStaging(stateDir, failedDir string, log *slog.Logger) {
 			log.Warn("could not remove the staging directory of a mount that is gone", "dir", dir, "err", err)
 			return
 		}
-		log.Info("removed the staging directory of a mount that is gone", "dir", dir)
+		// What it staged were unnamed files, gone with the process:
+		// files still open for writing, and with --commit=fsync what
+		// was closed but never fsynced. Nothing can tell whether there
+		// was any; a mount killed is worth a warning all the same.
+		log.Warn("a mount or pugfs exec run that is gone (killed, or its machine crashed) left its staging directory, now removed; what it had staged and not committed died with it: files still open for writing and, with --commit=fsync, changes not yet fsynced", "dir", dir)
 	})
 	reportFailed(stateDir, failedDir, log)
 }

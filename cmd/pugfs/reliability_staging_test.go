@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pugmark/pugfs/internal/syncbuf"
 )
 
 // The staging directory of a mount that is gone (SIGKILL, a crash) is
@@ -58,7 +59,13 @@ func TestReliabilityCleanStaging(t *testing.T) {
 	mk(filepath.Base(live)+"/spill-3", "staged by a live mount")
 	mk("p0123456789abcdef/spill-4", "left by a dead one")
 	mk("p0123456789abcdef.lock", "")
-	cleanStaging(state, failed, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var logged syncbuf.Buffer
+	cleanStaging(state, failed, logged.Logger(slog.LevelInfo))
+	// Three owners were gone: each is a warning that what it staged is
+	// lost (audit 4: an INFO line said nothing of it).
+	if n := logged.Count("level=WARN msg=\"a mount or pugfs exec run that is gone"); n != 3 {
+		t.Errorf("%d warnings about mounts that are gone, want 3:\n%s", n, logged.String())
+	}
 	if b, err := os.ReadFile(filepath.Join(live, "spill-3")); err != nil || string(b) != "staged by a live mount" {
 		t.Errorf("a live owner's staging directory was touched: %q, %v", b, err)
 	}
