@@ -10,18 +10,22 @@ import (
 	"time"
 )
 
-// mountHelper is scripts/mount.fuse.pugfs, the helper mount(8) runs for
-// a fuse.pugfs line of /etc/fstab.
-const mountHelper = "../scripts/mount.fuse.pugfs"
-
-// runMountHelper runs the helper as mount(8) does (SPEC DIR -o OPTIONS),
-// with pugfs and its log where the test puts them, and returns its exit
-// status and stderr.
-func runMountHelper(t *testing.T, logFile string, args ...string) (int, string) {
+// runMountHelper runs pugfs as mount(8) does for a fuse.pugfs line of
+// /etc/fstab: as /sbin/mount.fuse.pugfs (a link to pugfs) when asHelper,
+// else as mount.fuse3 runs it, pugfs SPEC DIR -o OPTIONS. Its log goes
+// to logFile; it returns the exit status and stderr.
+func runMountHelper(t *testing.T, asHelper bool, logFile string, args ...string) (int, string) {
 	t.Helper()
-	cmd := exec.Command("sh", append([]string{mountHelper}, args...)...)
-	cmd.Env = append(os.Environ(), "PUGFS_BIN="+pugfsBinary(t), "PUGFS_LOG="+logFile,
-		"PUGFS_MOUNT_TIMEOUT=30", "XDG_CACHE_HOME="+testCacheHome(t))
+	bin := pugfsBinary(t)
+	if asHelper {
+		link := filepath.Join(t.TempDir(), "mount.fuse.pugfs")
+		if err := os.Symlink(bin, link); err != nil {
+			t.Fatal(err)
+		}
+		bin = link
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "PUGFS_LOG="+logFile, "PUGFS_MOUNT_TIMEOUT=30", "XDG_CACHE_HOME="+testCacheHome(t))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err := cmd.Run()
@@ -29,7 +33,7 @@ func runMountHelper(t *testing.T, logFile string, args ...string) (int, string) 
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatalf("run %s: %v", mountHelper, err)
+		t.Fatalf("run %s: %v", bin, err)
 	}
 	return code, stderr.String()
 }
@@ -51,12 +55,23 @@ func pugfsServing(dir string) bool {
 	return false
 }
 
-// TestMountHelper: the mount(8) helper of README's "Mounting at boot"
-// translates fstab options to pugfs flags, returns once the mount is
-// there (pugfs going on in the background), and `umount` ends pugfs; a
-// typo in an option or a bucket pugfs cannot mount fails the helper with
-// the reason, and leaves nothing mounted or running.
+// TestMountHelper: pugfs run by mount(8) for a fuse.pugfs entry of
+// /etc/fstab (README's "Mounting at boot"), as mount.fuse.pugfs or as
+// mount.fuse3 runs it, translates the options to pugfs flags, returns
+// once the mount is there (pugfs going on in the background), and
+// `umount` ends pugfs; a typo in an option or a bucket pugfs cannot mount
+// fails it with the reason, and leaves nothing mounted or running.
 func TestMountHelper(t *testing.T) {
+	for _, asHelper := range []bool{true, false} {
+		name := "pugfs SPEC DIR -o"
+		if asHelper {
+			name = "mount.fuse.pugfs"
+		}
+		t.Run(name, func(t *testing.T) { testMountHelper(t, asHelper) })
+	}
+}
+
+func testMountHelper(t *testing.T, asHelper bool) {
 	bk := relLocalBucket(t)
 	id := relSession(t, bk)
 	files := relSeedFiles(t, bk, id, 2, 5)
@@ -71,7 +86,8 @@ func TestMountHelper(t *testing.T) {
 	t.Run("mount and umount", func(t *testing.T) {
 		dir := t.TempDir()
 		cacheDir := t.TempDir()
-		code, stderr := runMountHelper(t, logFile, bk.URL, dir, "-o", "ro,allow_other,metadata_ttl=5s,_netdev,nofail,cache_dir="+cacheDir, "-t", "fuse.pugfs")
+		// mount.fuse3 adds dev,suid; mount(8) passes -t to a helper.
+		code, stderr := runMountHelper(t, asHelper, logFile, bk.URL, dir, "-o", "ro,allow_other,metadata_ttl=5s,_netdev,nofail,cache_dir="+cacheDir+",dev,suid")
 		if code != 0 {
 			t.Fatalf("helper exit %d: %s", code, stderr)
 		}
@@ -106,12 +122,12 @@ func TestMountHelper(t *testing.T) {
 		for _, tc := range []struct {
 			name, spec, opts, want string
 		}{
-			{"unknown option", bk.URL, "ro,colour=blue", "unknown option 'colour=blue'"},
+			{"unknown option", bk.URL, "ro,colour=blue", `unknown option "colour=blue"`},
 			{"no such bucket", filepath.Join(t.TempDir(), "missing"), "ro", "pugfs exited before the mount appeared"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				dir := t.TempDir()
-				code, stderr := runMountHelper(t, logFile, tc.spec, dir, "-o", tc.opts)
+				code, stderr := runMountHelper(t, asHelper, logFile, tc.spec, dir, "-o", tc.opts)
 				if code == 0 || !strings.Contains(stderr, tc.want) {
 					t.Errorf("helper exit %d, stderr %q; want a failure saying %q", code, stderr, tc.want)
 				}

@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -47,6 +48,9 @@ var version = "dev"
 
 func main() {
 	execTrampoline()
+	if isMountHelper(os.Args[0], os.Args[1:], commands()) {
+		os.Exit(runMountHelper(filepath.Base(os.Args[0]), os.Args[1:], os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	if len(os.Args) > 1 && os.Args[1] == "exec" {
 		catchQuit() // from the start: a SIGQUIT is the handler's

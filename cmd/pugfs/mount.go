@@ -151,8 +151,11 @@ the rest of the bucket. Unless --read-only, files written into a session are
 committed as snapshots when closed (--commit=close) or fsynced
 (--commit=fsync). See tree.md for the whole tree.
 
-For mount(8) and /etc/fstab, install scripts/mount.fuse.pugfs as
-/sbin/mount.fuse.pugfs: mount -t fuse.pugfs BUCKET-URL MOUNTPOINT -o ro.`,
+For mount(8) and /etc/fstab (mount -t fuse.pugfs BUCKET-URL MOUNTPOINT
+-o ro,allow_other), install pugfs in /usr/local/bin: mount.fuse3 runs it
+as pugfs BUCKET-URL MOUNTPOINT -o OPTIONS (or link it as
+/sbin/mount.fuse.pugfs); options are these flags without dashes, with _
+for - (metadata_ttl=5s).`,
 		examples: `  pugfs mount ./demo-bucket ./mnt
   pugfs mount --read-only --allow-other s3://my-bucket?region=eu-west-1 /mnt/pugmark
   pugfs mount --commit=fsync --snapshot-type=checkpoint /srv/bucket /mnt/agent
