@@ -198,7 +198,7 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 			// The bucket did not answer, and one of our PUTs of v may
 			// be what the retry found there (its reply lost): only the
 			// transaction ID tells.
-			return CommitResult{}, fmt.Errorf("commit to %s: inspect version %d: %w: %w", id, v, ErrOutcomeUnknown, err)
+			return CommitResult{}, fmt.Errorf("commit to %s: inspect version %d: %w", id, v, &OutcomeUnknownError{id, v, txn, err})
 		}
 		if meta.TransactionID == txn {
 			return s.ownCommitAt(ctx, id, v, txn, attempt)
@@ -383,7 +383,41 @@ func (s *Store) commitAt(ctx context.Context, id SessionID, v uint32, t Snapshot
 	if errors.Is(herr, ErrNotFound) {
 		return false, err // nothing landed
 	}
-	return false, fmt.Errorf("%w: %w (and reading it back: %v)", ErrOutcomeUnknown, err, herr)
+	return false, &OutcomeUnknownError{id, v, txn, fmt.Errorf("%w (and reading it back: %v)", err, herr)}
+}
+
+// OutcomeUnknownError is ErrOutcomeUnknown with what ResolveCommit needs
+// to find out later: transaction TransactionID's snapshot was sent for
+// Version of Session, and Err is why nobody knows whether it landed.
+type OutcomeUnknownError struct {
+	Session       SessionID
+	Version       uint32
+	TransactionID uint64
+	Err           error
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	return fmt.Sprintf("%v: %v", ErrOutcomeUnknown, e.Err)
+}
+
+// Unwrap makes e match ErrOutcomeUnknown and whatever Err matches.
+func (e *OutcomeUnknownError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.Err} }
+
+// ResolveCommit asks the bucket again what became of the commit e left
+// unknown: landed reports whether its snapshot is there (r describes it,
+// as Commit would have); an error means the bucket still did not say.
+func (s *Store) ResolveCommit(ctx context.Context, e *OutcomeUnknownError) (r CommitResult, landed bool, err error) {
+	meta, err := s.ReadSnapshotMeta(ctx, e.Session, e.Version)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return CommitResult{}, false, nil
+	case err != nil:
+		return CommitResult{}, false, err
+	case meta.TransactionID != e.TransactionID:
+		return CommitResult{}, false, nil // another writer's
+	}
+	r, err = s.ownCommit(ctx, e.Session, e.Version, e.TransactionID)
+	return r, err == nil, err
 }
 
 // positionAt returns the last sequence number at or below version v,

@@ -250,6 +250,15 @@ func TestSection13_2_OutcomeUnknown(t *testing.T) {
 				if landed := v == before+1; landed != tc.landed {
 					t.Fatalf("latest version %d after a commit at %d: landed %v, want %v", v, before+1, landed, tc.landed)
 				}
+				// Once the bucket answers, the commit's fate is known.
+				var unknown *OutcomeUnknownError
+				if !errors.As(err, &unknown) {
+					return
+				}
+				r, landed, err := s.ResolveCommit(bg, unknown)
+				if err != nil || landed != tc.landed || landed && (r.Version != before+1 || len(r.Descriptors) != 1) {
+					t.Fatalf("ResolveCommit: %+v, landed %v, %v; want landed %v at %d", r, landed, err, tc.landed, before+1)
+				}
 			})
 		}
 	})

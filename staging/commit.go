@@ -241,9 +241,10 @@ func (w *Writer) Sync(ctx context.Context, id layout.SessionID, s *File) error {
 // what snapshots of other types above base do. Unlike FsyncSession it
 // commits even when nothing is staged: an invocation is one checkpoint,
 // also when its handler wrote nothing, because the checkpoint is what
-// marks its input as consumed. On error nothing was committed and
-// everything stays staged (and is kept in the failed directory at
-// Shutdown unless Discard drops it).
+// marks its input as consumed. On error nothing was committed (but for
+// layout.ErrOutcomeUnknown: then perhaps) and everything stays staged
+// (and is kept in the failed directory at Shutdown unless Discard drops
+// it).
 func (w *Writer) CommitSession(ctx context.Context, id layout.SessionID, base layout.Position, late LateInput) (layout.CommitResult, error) {
 	return w.commitStaged(ctx, id, &sessionBase{pos: base, exact: late == RefuseLateInput}, true)
 }

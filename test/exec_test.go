@@ -963,30 +963,47 @@ func TestExecTransientCommitFailure(t *testing.T) {
 
 // TestExecCommitOutcomeUnknown: a checkpoint whose PUT landed but whose
 // reply was lost, read back while the bucket does not answer, may have
-// landed: exit 74, not 75 ("nothing landed", after which a supervisor
-// ran the handler again on input the checkpoint had consumed: audit 4),
-// the staged output kept, and the checkpoint there once the bucket
-// answers.
+// landed (audit 4: exit 75, "nothing landed", after which a supervisor
+// ran the handler again on input the checkpoint had consumed). pugfs
+// exec asks the bucket again for a while: when it answers, the run
+// succeeds with nothing kept in failed/; when it never does, the exit is
+// 74 with the output kept, and the checkpoint is there once it answers.
 func TestExecCommitOutcomeUnknown(t *testing.T) {
-	bk := openBucket(t, testbucket.Local)
-	id := newSession(t, bk)
-	key, err := layout.SnapshotKey(id, latest(t, bk, id)+1)
-	if err != nil {
-		t.Fatal(err)
+	for _, answers := range []bool{true, false} {
+		t.Run(fmt.Sprintf("answers=%v", answers), func(t *testing.T) {
+			bk := openBucket(t, testbucket.Local)
+			id := newSession(t, bk)
+			key, err := layout.SnapshotKey(id, latest(t, bk, id)+1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sw, _, off := relSwitchFile(t)
+			fb := relWithFaults(bk, map[string]string{"fault_lost_put_rate": "1", "fault_error_rate": "1", "fault_ops": "get,head",
+				"fault_prefix": key, "fault_active_file": sw})
+			cache := t.TempDir()
+			r := startExecFlags(t, fb, cache, []string{"--request-timeout", "1s"}, id.String(), "sh", "-c", "echo important > f.txt; touch "+sw)
+			if answers {
+				waitFor(t, "pugfs exec asking the bucket again", func() bool {
+					return strings.Contains(r.stderr.String(), "asking it again")
+				})
+				off()
+			}
+			code := r.wait(t)
+			errOut := r.stderr.String()
+			switch {
+			case answers && code != 0:
+				t.Fatalf("exit %d once the bucket answered that the checkpoint landed, want 0\n%s", code, errOut)
+			case answers && len(execFailed(cache, id)) > 0:
+				t.Errorf("a checkpoint that landed left its output in failed/: %v", execFailed(cache, id))
+			case !answers && (code != 74 || !strings.Contains(errOut, "may have landed")):
+				t.Fatalf("exit %d, want 74 saying the checkpoint may have landed\n%s", code, errOut)
+			case !answers && len(execFailed(cache, id)) == 0:
+				t.Errorf("the staged output was not kept:\n%s", errOut)
+			}
+			off()
+			wantSlots(t, bk, id, map[string]string{"f.txt": "important\n"})
+		})
 	}
-	sw, _, off := relSwitchFile(t)
-	fb := relWithFaults(bk, map[string]string{"fault_lost_put_rate": "1", "fault_error_rate": "1", "fault_ops": "get,head",
-		"fault_prefix": key, "fault_active_file": sw})
-	cache := t.TempDir()
-	_, errOut, code := runExec(t, fb, cache, id.String(), "sh", "-c", "echo important > f.txt; touch "+sw)
-	if code != 74 || !strings.Contains(errOut, "may have landed") {
-		t.Fatalf("exit %d, want 74 saying the checkpoint may have landed\n%s", code, errOut)
-	}
-	if kept := execFailed(cache, id); len(kept) == 0 {
-		t.Errorf("the staged output was not kept:\n%s", errOut)
-	}
-	off()
-	wantSlots(t, bk, id, map[string]string{"f.txt": "important\n"})
 }
 
 // TestExecTransientRefCheckFailure: a named session whose §9.1 re-check

@@ -102,8 +102,8 @@ from refs/sessions/<name>), per tree.md "Running a handler":
 The handler's environment has no cloud credentials (AWS_*, AZURE_*,
 GOOGLE_* secrets) unless --pass-credentials. Exit status: COMMAND's, 75
 when nothing landed but a retry may succeed, 74 when the checkpoint may
-have landed but the bucket did not answer whether it did, 1 when pugfs
-exec failed, 2 for a usage error.`,
+have landed but the bucket did not answer whether it did (asked again
+for 5x --request-timeout), 1 when pugfs exec failed, 2 for a usage error.`,
 		examples: `  pugfs exec ./bucket demo -- sh -c 'wc -l notes/*.md > summary.txt'
   pugfs exec s3://bucket?region=eu-west-1 0190a1b2c3d4e5f60718293a4b5c6d7e -- ./handler.py
   pugfs exec --cache-dir=/var/cache/pugfs ./bucket inbox -- ./triage.py`,
@@ -419,11 +419,23 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 		}
 	}
 	res, err := env.fs.CommitSession(cctx, id, base, cfg.late)
-	if err != nil {
-		if errors.Is(err, layout.ErrOutcomeUnknown) {
+	var unknown *layout.OutcomeUnknownError
+	if errors.As(err, &unknown) {
+		r, landed, rerr := resolveCheckpoint(cctx, sio.err, store, unknown, resolveFor*cfg.mount.RequestTimeout)
+		switch {
+		case rerr != nil:
 			fmt.Fprintf(sio.err, "pugfs exec: the checkpoint may have landed (its outcome is unknown: %v); it did if, once the bucket answers, the session's .pugmark/checkpoint is above %d; staged files are kept under %s\n", oneLine(err), base.Version, kept)
 			return exitCode(exitUnknown)
+		case !landed:
+			fmt.Fprintf(sio.err, "pugfs exec: nothing committed: the bucket answered that checkpoint %d did not land (%v); staged files are kept under %s\n", unknown.Version, oneLine(err), kept)
+			return exitCode(exitTempFail)
 		}
+		// It landed: what is staged is in the bucket, not a failure
+		// to keep.
+		env.fs.DiscardSession(id)
+		res, err = r, nil
+	}
+	if err != nil {
 		if errors.Is(err, layout.ErrLateInput) {
 			fmt.Fprintf(sio.err, "pugfs exec: nothing committed: input arrived while the handler ran (--late-input=abort; the next run sees it): %v; staged files are kept under %s\n", err, kept)
 			return exitCode(exitTempFail)
@@ -450,6 +462,33 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	}
 	reportNoTarget(sio.err, id, res.Version, dls)
 	return nil
+}
+
+// resolveFor is how many request timeouts pugfs exec keeps asking the
+// bucket about a checkpoint whose outcome was unknown: the budget of one
+// request with its retries.
+const resolveFor = 5
+
+// resolveCheckpoint asks the bucket, for up to bound, whether the
+// checkpoint u left unknown landed. An error means it still did not say.
+func resolveCheckpoint(ctx context.Context, w io.Writer, store *layout.Store, u *layout.OutcomeUnknownError, bound time.Duration) (layout.CommitResult, bool, error) {
+	fmt.Fprintf(w, "pugfs exec: the bucket did not answer whether checkpoint %d landed; asking it again for up to %v\n", u.Version, bound)
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		r, landed, err := store.ResolveCommit(ctx, u)
+		if err == nil {
+			if landed {
+				fmt.Fprintf(w, "pugfs exec: checkpoint %d landed after all\n", r.Version)
+			}
+			return r, landed, nil
+		}
+		select {
+		case <-ctx.Done():
+			return layout.CommitResult{}, false, err
+		case <-time.After(delay):
+		}
+	}
 }
 
 // transient reports whether a failed commit may succeed when retried: the
