@@ -11,8 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/pugmark/pugfs/internal/mountinfo"
 )
 
 // helperName is the program mount(8) runs for an /etc/fstab entry of type
@@ -217,16 +215,8 @@ func helperLog(abs string) string {
 // mountedAt reports whether something is mounted on dir (this process's
 // mount namespace).
 func mountedAt(dir string) bool {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && mountinfo.Unescape(f[4]) == dir {
-			return true
-		}
-	}
-	return false
+	fstype, _ := topMount(dir)
+	return fstype != ""
 }
 
 // logTail is the last n lines of the file at path from byte from on.
