@@ -656,6 +656,11 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 	ws.lastBatch = b.members
 	w.mu.Unlock()
 	b.res, b.err = w.commitBatch(ctx, ws, b)
+	var unknown *layout.OutcomeUnknownError
+	if base == nil && errors.As(b.err, &unknown) {
+		// pugfs exec (a base) asks again itself, and says so.
+		w.resolveLater(unknown, b.descs)
+	}
 	ws.commitMu.Unlock()
 	close(b.done)
 	return b.resultOf(member)

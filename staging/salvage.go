@@ -17,6 +17,8 @@ import (
 // still open when the mount went away) are kept in the failed directory,
 // and renames and removals waiting for an fsync are logged.
 func (w *Writer) Shutdown() {
+	w.laterCancel()
+	w.later.Wait()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for id, ws := range w.ss {

@@ -56,6 +56,8 @@ type Store interface {
 	PutBlobFile(ctx context.Context, f *os.File, d layout.Digest, size int64, opts layout.BlobOptions) (layout.BlobInfo, error)
 	Commit(ctx context.Context, id layout.SessionID, req layout.CommitRequest) (layout.CommitResult, error)
 	IngestReader(ctx context.Context, name string, r io.Reader, contentType, tmpDir string) (layout.Descriptor, error)
+	// ResolveCommit asks again about a commit whose outcome was unknown.
+	ResolveCommit(ctx context.Context, e *layout.OutcomeUnknownError) (layout.CommitResult, bool, error)
 }
 
 // States is what a Writer needs of the session cache (*cache.Cache):
@@ -110,6 +112,12 @@ type Writer struct {
 	st struct {
 		commits, snapshots, descriptors, errors, conflicts atomic.Int64
 	}
+
+	// later runs the checks of commits whose outcome was unknown
+	// (resolveLater); Shutdown cancels them and waits.
+	later       sync.WaitGroup
+	laterCtx    context.Context
+	laterCancel context.CancelFunc
 }
 
 // session is one session's write state on this mount. Its maps and
@@ -218,8 +226,10 @@ func New(cfg Config, store Store, c States, blobs Blobs, onCommit func(layout.Se
 	if onCommit == nil {
 		onCommit = func(layout.SessionID, []layout.Descriptor) {}
 	}
-	return &Writer{cfg: cfg, store: store, cache: c, blobs: blobs, log: cfg.Log, onCommit: onCommit,
+	w := &Writer{cfg: cfg, store: store, cache: c, blobs: blobs, log: cfg.Log, onCommit: onCommit,
 		ss: map[layout.SessionID]*session{}}
+	w.laterCtx, w.laterCancel = context.WithCancel(context.Background())
+	return w
 }
 
 // Mode is the commit mode the Writer was made with.

@@ -406,12 +406,13 @@ func TestWriterFailedCommit(t *testing.T) {
 	t.Run("outcome unknown", func(t *testing.T) {
 		// The snapshot lands, its reply is lost and the read-back gets
 		// no answer (audit 4): close says EIO, the copy is kept, and the
-		// log says the commit may be in the session.
+		// log says the commit may be in the session, then, once the
+		// bucket answers, that it is.
 		var logged syncbuf.Buffer
 		r := newWriterRigCfg(t, func(c *Config) { c.Log = logged.Logger(slog.LevelInfo) })
 		key, _ := layout.SnapshotKey(r.id, 1)
-		r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: key}, FailProb: 1, LoseResponse: true})
-		r.inj.Add(faultblob.Rule{Ops: faultblob.OpGet | faultblob.OpHead, Match: faultblob.Match{Prefix: key}, FailProb: 1})
+		put := r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: key}, FailProb: 1, LoseResponse: true})
+		read := r.inj.Add(faultblob.Rule{Ops: faultblob.OpGet | faultblob.OpHead, Match: faultblob.Match{Prefix: key}, FailProb: 1})
 		err := r.w.Release(context.Background(), r.id, r.written(t, "f", "maybe"))
 		if !errors.Is(err, layout.ErrOutcomeUnknown) {
 			t.Fatalf("release: %v, want ErrOutcomeUnknown", err)
@@ -421,6 +422,16 @@ func TestWriterFailedCommit(t *testing.T) {
 		}
 		if !strings.Contains(logged.String(), "commit outcome unknown") {
 			t.Errorf("the log does not say the outcome is unknown:\n%s", logged.String())
+		}
+		r.inj.Remove(put)
+		r.inj.Remove(read)
+		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logged.String(), "landed after all"); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no word of the commit once the bucket answered:\n%s", logged.String())
+			}
+		}
+		if e, ok := r.slot(t, "f"); !ok || string(e.Data) != "maybe" {
+			t.Errorf("f after the commit landed: %+v, %v", e, ok)
 		}
 	})
 	t.Run("unmount", func(t *testing.T) {
