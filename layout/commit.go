@@ -84,12 +84,25 @@ type CommitRequest struct {
 type FileBase struct {
 	Digest  Digest
 	Version uint32
+	// MustExist makes a later removal of the name a change too: for a
+	// descriptor made from the file itself (a chmod's copy, a rename's
+	// removal of the old name), which would bring back a file another
+	// writer removed. New content written over a file is its own; a
+	// removal under it does not count.
+	MustExist bool
 }
 
 // ChangedSince reports whether d, at version v, gives the file b is the
-// base of other bytes than b's: a later write of the name, not a removal.
+// base of other bytes than b's: a later write of the name, or with
+// MustExist its removal.
 func (b FileBase) ChangedSince(d *Descriptor, v uint32) bool {
-	return v > b.Version && d.IsSlot() && !d.Deleted && d.Digest != b.Digest
+	if v <= b.Version || !d.IsSlot() {
+		return false
+	}
+	if d.Deleted {
+		return b.MustExist
+	}
+	return d.Digest != b.Digest
 }
 
 // CommitResult describes a landed snapshot.
