@@ -84,8 +84,9 @@ func TestFreshnessAcrossStores(t *testing.T) {
 		}
 		for v := uint32(2); v <= 4; v++ {
 			latest, _, _ := cs1.counts(s)
+			mark := c1.MarkOf(s)
 			res := w1.commit(s, textDesc("f", fmt.Sprintf("v%d", v), epoch))
-			c1.Committed(s, res)
+			c1.Committed(s, res, mark)
 			if st := mustState(t, c1, s); st.Version != v || body(st, "f") != fmt.Sprintf("v%d", v) {
 				t.Fatalf("mount 1 reads version %d of its own commit %d", st.Version, v)
 			}
@@ -277,13 +278,14 @@ func TestFreshnessOwnCommits(t *testing.T) {
 				defer wg.Done()
 				for k := range each {
 					name := fmt.Sprintf("w%d-%d", g, k)
+					mark := c.MarkOf(s)
 					res, err := w1.store.Commit(bg, s, layout.CommitRequest{Type: layout.Provisional,
 						Descriptors: []layout.Descriptor{textDesc(name, name, epoch)}})
 					if err != nil {
 						errc <- err
 						return
 					}
-					c.Committed(s, res)
+					c.Committed(s, res, mark)
 					st, err := c.State(bg, s)
 					if err == nil && (st.Version < res.Version || body(st, name) != name) {
 						err = fmt.Errorf("after committing %s at version %d, the read has version %d without it", name, res.Version, st.Version)
@@ -348,6 +350,66 @@ func TestInvalidateDuringRefresh(t *testing.T) {
 		}
 		if st := mustState(t, c, s); st.Version != 3 || body(st, "f") != "v3" {
 			t.Fatalf("read after Invalidate: version %d, want 3", st.Version)
+		}
+	})
+}
+
+// TestCommittedIsACheck: a commit of this mount that lands at the next
+// version is a check of the session as of its Mark (its create of the
+// next free version found nothing else there, and versions are dense):
+// the state is fresh for the TTL from then, with no LIST, however long
+// ago the last one was. Not so for a commit that landed further up
+// (another writer's snapshot in between, which the state lacks), nor
+// when the session was invalidated after the Mark (a change announced
+// that the commit may not cover), nor for the zero Mark.
+func TestCommittedIsACheck(t *testing.T) {
+	testbucket.Each(t, func(t *testing.T, b *blob.Bucket) {
+		for _, c := range []struct {
+			name string
+			// before runs between the Mark and the commit; it returns
+			// the Mark to give Committed.
+			before func(w *world, c *Cache, s layout.SessionID, m Mark) Mark
+			fresh  bool
+		}{
+			{"next-version", func(w *world, c *Cache, s layout.SessionID, m Mark) Mark { return m }, true},
+			{"above-another", func(w *world, c *Cache, s layout.SessionID, m Mark) Mark {
+				w.commit(s, textDesc("other", "x", epoch))
+				return m
+			}, false},
+			{"invalidated", func(w *world, c *Cache, s layout.SessionID, m Mark) Mark {
+				c.Invalidate(s)
+				return m
+			}, false},
+			{"zero-mark", func(w *world, c *Cache, s layout.SessionID, m Mark) Mark { return Mark{} }, false},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				w := newWorld(t, b)
+				clk := newClock()
+				cs := newCountingStore(w.store)
+				ca := newCache(t, cs, Options{MetadataTTL: testTTL, Now: clk.Now})
+				s := w.session()
+				w.commit(s, textDesc("f", "v1", epoch))
+				mustState(t, ca, s)
+				clk.Advance(2 * testTTL) // the load's check is long stale
+				m := c.before(w, ca, s, ca.MarkOf(s))
+				res := w.commit(s, textDesc("f", "mine", epoch))
+				ca.Committed(s, res, m)
+				clk.Advance(testTTL / 2)
+				lists, _, _ := cs.counts(s)
+				st := mustState(t, ca, s)
+				listed, _, _ := cs.counts(s)
+				if fresh := listed == lists; fresh != c.fresh {
+					t.Fatalf("state trusted without a LIST: %v, want %v", fresh, c.fresh)
+				}
+				if st.Version != res.Version || body(st, "f") != "mine" {
+					t.Fatalf("state at version %d with f %q, want %d with mine", st.Version, body(st, "f"), res.Version)
+				}
+				clk.Advance(testTTL)
+				mustState(t, ca, s)
+				if again, _, _ := cs.counts(s); again == listed {
+					t.Fatal("state still trusted a TTL after the commit")
+				}
+			})
 		}
 	})
 }

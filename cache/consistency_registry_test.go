@@ -124,12 +124,13 @@ func TestUpdatedAtMovesOnlyOnContentAppends(t *testing.T) {
 		go func() {
 			defer busy.Done()
 			for range rounds {
+				mark := c.MarkOf(s)
 				res, err := w.store.Commit(bg, s, layout.CommitRequest{Type: layout.Provisional})
 				if err != nil {
 					errc <- err
 					continue
 				}
-				c.Committed(s, res)
+				c.Committed(s, res, mark)
 			}
 		}()
 		busy.Wait()
@@ -160,7 +161,7 @@ func TestUpdatedAtMovesOnlyOnContentAppends(t *testing.T) {
 		// Content appends move it: through Committed (own commit), and
 		// through a refresh; a tombstone is content too.
 		t3, t4 := epoch.Add(3*time.Hour), epoch.Add(4*time.Hour)
-		c.Committed(s, w.commit(s, textDesc("c.txt", "c", t3)))
+		c.Committed(s, w.commit(s, textDesc("c.txt", "c", t3)), Mark{})
 		if st, _ := c.State(bg, s); !st.UpdatedAt.Equal(t3) {
 			t.Fatalf("after a content commit: updated_at %v, want %v", st.UpdatedAt, t3)
 		}
@@ -276,6 +277,7 @@ func TestRegistryListPointInTime(t *testing.T) {
 			defer writers.Done()
 			for range commits {
 				v := *final[id] + 1
+				mark := c.MarkOf(id)
 				res, err := store.Commit(bg, id, layout.CommitRequest{Type: layout.Provisional,
 					Descriptors: []layout.Descriptor{textDesc("x", "x", base[id].Add(time.Duration(v)*time.Second))}})
 				if err != nil || res.Version != v {
@@ -284,7 +286,7 @@ func TestRegistryListPointInTime(t *testing.T) {
 				}
 				*final[id] = v
 				if i%2 == 0 {
-					c.Committed(id, res)
+					c.Committed(id, res, mark)
 				} else if _, err := c.State(bg, id); err != nil {
 					fail("state: %v", err)
 				}

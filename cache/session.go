@@ -446,10 +446,32 @@ func (st *State) applySnaps(slots map[string]layout.Entry, snaps [][]layout.Desc
 	}
 }
 
+// Mark is when a commit to a session began and how often the session had
+// been invalidated then (MarkOf). Committed takes the commit for a check
+// of the session as of that time. The zero Mark claims nothing.
+type Mark struct {
+	at    int64 // UnixNano, from Options.Now
+	inval uint64
+}
+
+// MarkOf returns session id's Mark now. Take it before the commit's
+// first request.
+func (c *Cache) MarkOf(id layout.SessionID) Mark {
+	return Mark{at: c.opts.Now().UnixNano(), inval: c.entry(id).inval.Load()}
+}
+
 // Committed folds a commit this mount made into the cached state, so the
 // writer sees it at once. If the commit is not the next version (others
 // landed in between), the state is marked for re-check instead.
-func (c *Cache) Committed(id layout.SessionID, res layout.CommitResult) {
+//
+// A commit that is the next version is also a check of the session, as
+// of m: it landed with a conditional create of the next free version
+// (§13), and versions are dense, so every snapshot that existed when it
+// began is in the state now. A writer that commits one change after
+// another (rsync's close, chmod, utimes and rename of each file) then
+// sends no LIST between them. An Invalidate since m announced a change
+// the commit may not cover, and keeps the state due for a re-check.
+func (c *Cache) Committed(id layout.SessionID, res layout.CommitResult, m Mark) {
 	s := c.entry(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -462,6 +484,9 @@ func (c *Cache) Committed(id layout.SessionID, res layout.CommitResult) {
 	st := prev.with(res.Version, [][]layout.Descriptor{res.Descriptors})
 	s.st.Store(st)
 	c.observe(s, st)
+	if m.at > s.checked.Load() {
+		s.markChecked(time.Unix(0, m.at), m.inval)
+	}
 }
 
 // Dir is a directory of the live tree built from slot names (decisions.md

@@ -751,6 +751,7 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 	}
 	var res layout.CommitResult
 	var se *layout.StaleError
+	mark := w.cache.MarkOf(id)
 	for {
 		req.Base = &base
 		res, err = w.store.Commit(ctx, id, req)
@@ -783,7 +784,7 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 	w.st.commits.Add(int64(len(req.Descriptors)))
 	w.st.snapshots.Add(1)
 	w.st.descriptors.Add(int64(len(res.Descriptors)))
-	w.cache.Committed(id, res)
+	w.cache.Committed(id, res, mark)
 	w.cache.SetName(id, st.Manifest.Name)
 	files := b.live(b.files)
 	w.mu.Lock()

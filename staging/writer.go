@@ -67,8 +67,11 @@ type States interface {
 	State(ctx context.Context, id layout.SessionID) (*cache.State, error)
 	// Peek returns the state as cached, without asking the bucket.
 	Peek(id layout.SessionID) (*cache.State, bool)
+	// MarkOf is taken before a commit and given to Committed, which
+	// takes the commit for a check of the session as of then.
+	MarkOf(id layout.SessionID) cache.Mark
 	// Committed folds a commit of this mount into the cached state.
-	Committed(id layout.SessionID, res layout.CommitResult)
+	Committed(id layout.SessionID, res layout.CommitResult, m cache.Mark)
 	// Invalidate drops the cached state after a failed commit: the
 	// session moved under it.
 	Invalidate(id layout.SessionID)
