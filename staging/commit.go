@@ -703,6 +703,20 @@ func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error)
 			s.mu.RUnlock()
 			continue // written to since it was hashed
 		}
+		if c := s.committed; c != nil && c.Digest == d.Digest {
+			// The bytes it was filled from or last committed (a touch,
+			// an fchmod, a rewrite with the same bytes): a committed
+			// descriptor names that blob, which is stored whatever a
+			// descriptor carries (§3.1) and stays when names go (§10).
+			// Put again, it was a round trip that stored nothing.
+			s.mu.RUnlock()
+			s.mu.Lock()
+			if s.gen == gen {
+				s.dirty = false
+			}
+			s.mu.Unlock()
+			return d, nil
+		}
 		info, err := w.store.PutBlobFile(ctx, s.file, d.Digest, d.Size, layout.BlobOptions{ContentType: d.ContentType})
 		if info.Linked {
 			s.linked.Store(true) // before any writer gets mu (unshareLocked)
