@@ -78,7 +78,7 @@ func (w *Writer) SetAttrs(ctx context.Context, id layout.SessionID, name string,
 	for attempt := 1; ; attempt++ {
 		// A refused commit (another mount rewrote the file after it
 		// was read) looks again: see setCommittedAttrs.
-		e, staged, err = w.setCommittedAttrs(ctx, id, name, c)
+		e, staged, err = w.setCommittedAttrs(ctx, id, name, c, attempt > 1)
 		if !errors.Is(err, layout.ErrChangedUnder) || attempt == lookAgain {
 			break
 		}
@@ -119,7 +119,17 @@ func (w *Writer) SetAttrs(ctx context.Context, id layout.SessionID, name string,
 //
 // It holds nsMu, as rename does, so that no release commits the name
 // between the look at its state and the new descriptor.
-func (w *Writer) setCommittedAttrs(ctx context.Context, id layout.SessionID, name string, c AttrChange) (e *layout.Entry, staged bool, err error) {
+//
+// The new descriptor copies the digest of the entry in the state, as
+// trusted for the metadata TTL (or confirmed by this mount's last
+// commit, cache.Committed): a chmod or utimes costs one PUT. It is
+// guarded by the entry it copies, so another mount's rewrite or removal
+// of the file that the state does not show refuses the commit
+// (ErrChangedUnder), and SetAttrs looks again with recheck set: the state
+// read from the bucket (one LIST). Taken from a stale state unguarded, a
+// touch would have committed the old bytes again over the rewrite, or
+// brought back the removed file.
+func (w *Writer) setCommittedAttrs(ctx context.Context, id layout.SessionID, name string, c AttrChange, recheck bool) (e *layout.Entry, staged bool, err error) {
 	ws := w.session(id)
 	ws.nsMu.Lock()
 	defer ws.nsMu.Unlock()
@@ -127,19 +137,20 @@ func (w *Writer) setCommittedAttrs(ctx context.Context, id layout.SessionID, nam
 	if w.Staged(id, name) != nil {
 		return nil, true, nil
 	}
-	// The new descriptor copies the digest of the entry read here: read
-	// from the bucket, not from a state trusted for the metadata TTL (one
-	// LIST). Otherwise a touch or chmod within the TTL of another mount's
-	// rewrite committed the old bytes again, and the rewrite was lost.
-	// A rewrite that lands after this read refuses the commit (the
-	// descriptor is guarded by the entry it copies).
-	w.cache.Invalidate(id)
-	st, err := w.cache.State(ctx, id)
+	st, err := w.stateFor(ctx, id, recheck)
 	if err != nil {
 		return nil, false, err
 	}
 	slots, _ := w.Live(st)
 	cur, ok := slots[name]
+	if !ok && !recheck {
+		// Made by another mount after the state: the kernel has seen it.
+		if st, err = w.stateFor(ctx, id, true); err != nil {
+			return nil, false, err
+		}
+		slots, _ = w.Live(st)
+		cur, ok = slots[name]
+	}
 	if !ok || w.Hidden(id, name) {
 		return nil, false, ErrNotExist
 	}

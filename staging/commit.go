@@ -830,7 +830,11 @@ func (b *batch) guards(id layout.SessionID) map[string]guard {
 			continue
 		}
 		if fb := b.bases[i]; fb != nil {
-			out[b.descs[i].Name] = guard{base: *fb, member: b.owner[i], moved: true, soft: b.soft[fb], index: i}
+			// Made from the file: its removal under the change
+			// refuses it too, where the change would bring it back.
+			base := *fb
+			base.MustExist = true
+			out[b.descs[i].Name] = guard{base: base, member: b.owner[i], moved: true, soft: b.soft[fb], index: i}
 		}
 		if s == nil {
 			continue

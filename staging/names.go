@@ -158,7 +158,7 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 		return ErrCrossSend
 	}
 	for attempt := 1; ; attempt++ {
-		err := w.rename(ctx, id, from, to, noReplace)
+		err := w.rename(ctx, id, from, to, noReplace, attempt > 1)
 		if !errors.Is(err, layout.ErrChangedUnder) || attempt == lookAgain {
 			return err
 		}
@@ -170,16 +170,31 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 const lookAgain = 4
 
 // rename is one attempt of Rename; a refused commit moved nothing.
-func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to string, noReplace bool) error {
+//
+// The first attempt of a file's rename trusts the state for the metadata
+// TTL (liveNow): its removal of the old name is guarded by the file it
+// moves, so a rewrite or removal by another mount that the state does
+// not show refuses the commit, and the next attempt (recheck) reads the
+// session from the bucket. A directory's rename, a rename that must not
+// replace, and one of a name the state does not have are decided on the
+// bucket's state at once: the files another mount put under the
+// directory, or the target it made, are not guarded.
+func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to string, noReplace, recheck bool) error {
 	ws := w.session(id)
 	ws.nsMu.Lock()
 	defer ws.nsMu.Unlock()
-	slots, tree, err := w.liveNow(ctx, id, from, to)
+	slots, tree, err := w.liveNow(ctx, id, from, to, recheck)
 	if err != nil {
 		return err
 	}
 	exists := func(name string) (file, dir bool) { return w.kindOf(ws, slots, tree, name) }
 	srcFile, srcDir := exists(from)
+	if !recheck && (!srcFile || noReplace) {
+		if slots, tree, err = w.liveNow(ctx, id, from, to, true); err != nil {
+			return err
+		}
+		srcFile, srcDir = exists(from)
+	}
 	if !srcFile && !srcDir {
 		return ErrNotExist
 	}
@@ -326,20 +341,28 @@ func (w *Writer) moveLocalLocked(ws *session, from, to string, staged, dirs []st
 // has taken its name already: it lands first, then the view is read.
 // Renaming under it moved a file whose descriptor still had the old
 // name, and the file ended at the old name, or the rename found it
-// neither staged nor committed. The state is read from the bucket (one
-// LIST), not trusted for the metadata TTL: the descriptors the change
-// writes copy the digests read here, and mv of a file another mount
-// rewrote within the TTL moved the old bytes, losing the rewrite (as for
-// chmod, attrs.go).
-func (w *Writer) liveNow(ctx context.Context, id layout.SessionID, from, to string) (map[string]layout.Entry, *cache.Dir, error) {
+// neither staged nor committed. With fresh, the state is read from the
+// bucket (one LIST), not trusted for the metadata TTL (stateFor).
+func (w *Writer) liveNow(ctx context.Context, id layout.SessionID, from, to string, fresh bool) (map[string]layout.Entry, *cache.Dir, error) {
 	w.waitCommits(id, from, to)
-	w.cache.Invalidate(id)
-	st, err := w.cache.State(ctx, id)
+	st, err := w.stateFor(ctx, id, fresh)
 	if err != nil {
 		return nil, nil, err
 	}
 	slots, tree := w.Live(st)
 	return slots, tree, nil
+}
+
+// stateFor is the state of session id that a change made from what the
+// bucket holds (a rename, a chmod, a link) copies digests from: with
+// fresh, read from the bucket (one LIST); else as trusted for the
+// metadata TTL, for a change whose commit is guarded by the files it
+// copies.
+func (w *Writer) stateFor(ctx context.Context, id layout.SessionID, fresh bool) (*cache.State, error) {
+	if fresh {
+		w.cache.Invalidate(id)
+	}
+	return w.cache.State(ctx, id)
 }
 
 // kindOf reports whether name is a file and whether it is a directory in
@@ -391,7 +414,8 @@ func (w *Writer) link(ctx context.Context, id layout.SessionID, from, to string)
 	ws := w.session(id)
 	ws.nsMu.Lock()
 	defer ws.nsMu.Unlock()
-	slots, tree, err := w.liveNow(ctx, id, from, to)
+	// The target must not exist, which no guard checks: the bucket says.
+	slots, tree, err := w.liveNow(ctx, id, from, to, true)
 	if err != nil {
 		return nil, err
 	}

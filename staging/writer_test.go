@@ -54,9 +54,9 @@ func newWriterRigCfg(t *testing.T, edit func(*Config)) *writerRig {
 
 // newWriterRigTTL is newWriterRigCfg with a session cache that trusts
 // what it loaded for ttl, as a mount with --metadata-ttl does.
-func newWriterRigTTL(t *testing.T, ttl time.Duration, edit func(*Config)) *writerRig {
+func newWriterRigTTL(t *testing.T, ttl time.Duration, edit func(*Config), cacheEdit ...func(*cache.Options)) *writerRig {
 	t.Helper()
-	r := testrig.New(t, ttl)
+	r := testrig.New(t, ttl, cacheEdit...)
 	dir := t.TempDir()
 	cfg := Config{StagingDir: dir, FailedDir: filepath.Join(dir, "failed")}
 	if edit != nil {

@@ -29,8 +29,9 @@ type Rig struct {
 // New returns a rig whose session cache trusts what it loaded for ttl
 // (as a mount with --metadata-ttl does) and whose blob cache has 8 MiB.
 // The blob cache is closed at the test's cleanup, after whatever the
-// test registers later (cleanups run last registered first).
-func New(t testing.TB, ttl time.Duration) *Rig {
+// test registers later (cleanups run last registered first). edit, if
+// any, changes the session cache's options first (a clock of the test's).
+func New(t testing.TB, ttl time.Duration, edit ...func(*cache.Options)) *Rig {
 	t.Helper()
 	inj := faultblob.NewInjector(faultblob.Options{})
 	store := layout.New(faultblob.Wrap(memblob.OpenBucket(nil), inj), nil)
@@ -38,7 +39,11 @@ func New(t testing.TB, ttl time.Duration) *Rig {
 	if _, _, err := store.CreateSession(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
-	c, err := cache.New(store, cache.Options{MetadataTTL: ttl})
+	opts := cache.Options{MetadataTTL: ttl}
+	for _, e := range edit {
+		e(&opts)
+	}
+	c, err := cache.New(store, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
