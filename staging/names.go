@@ -173,24 +173,27 @@ const lookAgain = 4
 //
 // The first attempt of a file's rename trusts the state for the metadata
 // TTL (liveNow): its removal of the old name is guarded by the file it
-// moves, so a rewrite or removal by another mount that the state does
-// not show refuses the commit, and the next attempt (recheck) reads the
-// session from the bucket. A directory's rename, a rename that must not
-// replace, and one of a name the state does not have are decided on the
-// bucket's state at once: the files another mount put under the
-// directory, or the target it made, are not guarded.
+// moves, and with noReplace (GNU mv's first try) the new name by its
+// absence, so a rewrite or removal of the file, or a file made under the
+// new name, by another mount that the state does not show refuses the
+// commit, and the next attempt (recheck) reads the session from the
+// bucket. A directory's rename and one of a name the state does not have
+// are decided on the bucket's state at once: the files another mount put
+// under the directory are not guarded. So is a noReplace rename with
+// --commit=fsync, whose guards drop single descriptors (queue): dropped,
+// the new name's left the old one's removal to land alone.
 func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to string, noReplace, recheck bool) error {
 	ws := w.session(id)
 	ws.nsMu.Lock()
 	defer ws.nsMu.Unlock()
-	slots, tree, err := w.liveNow(ctx, id, from, to, recheck)
+	slots, tree, at, err := w.liveNow(ctx, id, from, to, recheck)
 	if err != nil {
 		return err
 	}
 	exists := func(name string) (file, dir bool) { return w.kindOf(ws, slots, tree, name) }
 	srcFile, srcDir := exists(from)
-	if !recheck && (!srcFile || noReplace) {
-		if slots, tree, err = w.liveNow(ctx, id, from, to, true); err != nil {
+	if !recheck && (!srcFile || noReplace && w.cfg.Commit == CommitOnFsync) {
+		if slots, tree, at, err = w.liveNow(ctx, id, from, to, true); err != nil {
 			return err
 		}
 		srcFile, srcDir = exists(from)
@@ -247,7 +250,14 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		// mount's rewrite of from that lands before the commit would be
 		// removed with the old name.
 		gone := layout.Descriptor{Name: from, Deleted: true, CreatedAt: now}
-		if err := w.queue(ctx, id, []pendingOp{{desc: &gone, base: fileBase(id, &e)}, {desc: &moved}}); err != nil {
+		var absent *layout.FileBase
+		if noReplace && w.cfg.Commit != CommitOnFsync {
+			// Not there as of the state: another mount's file made
+			// under the name since refuses the commit, as a create's
+			// with O_EXCL (File.absent).
+			absent = &layout.FileBase{Version: at}
+		}
+		if err := w.queue(ctx, id, []pendingOp{{desc: &gone, base: fileBase(id, &e)}, {desc: &moved, base: absent}}); err != nil {
 			return err
 		}
 		w.keepParents(id, from)
@@ -342,15 +352,16 @@ func (w *Writer) moveLocalLocked(ws *session, from, to string, staged, dirs []st
 // Renaming under it moved a file whose descriptor still had the old
 // name, and the file ended at the old name, or the rename found it
 // neither staged nor committed. With fresh, the state is read from the
-// bucket (one LIST), not trusted for the metadata TTL (stateFor).
-func (w *Writer) liveNow(ctx context.Context, id layout.SessionID, from, to string, fresh bool) (map[string]layout.Entry, *cache.Dir, error) {
+// bucket (one LIST), not trusted for the metadata TTL (stateFor). at is
+// the version of the state.
+func (w *Writer) liveNow(ctx context.Context, id layout.SessionID, from, to string, fresh bool) (slots map[string]layout.Entry, tree *cache.Dir, at uint32, err error) {
 	w.waitCommits(id, from, to)
 	st, err := w.stateFor(ctx, id, fresh)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	slots, tree := w.Live(st)
-	return slots, tree, nil
+	slots, tree = w.Live(st)
+	return slots, tree, st.Version, nil
 }
 
 // stateFor is the state of session id that a change made from what the
@@ -415,7 +426,7 @@ func (w *Writer) link(ctx context.Context, id layout.SessionID, from, to string)
 	ws.nsMu.Lock()
 	defer ws.nsMu.Unlock()
 	// The target must not exist, which no guard checks: the bucket says.
-	slots, tree, err := w.liveNow(ctx, id, from, to, true)
+	slots, tree, _, err := w.liveNow(ctx, id, from, to, true)
 	if err != nil {
 		return nil, err
 	}

@@ -50,7 +50,9 @@ func TestWriterSeriesSendsNoList(t *testing.T) {
 			t.Fatalf("chmod %s: %v", tmp, err)
 		}
 		step()
-		if err := r.w.Rename(ctx, r.id, tmp, final, false); err != nil {
+		// GNU mv asks not to replace first (RENAME_NOREPLACE); rsync
+		// does not.
+		if err := r.w.Rename(ctx, r.id, tmp, final, i%2 == 0); err != nil {
 			t.Fatalf("rename %s: %v", tmp, err)
 		}
 	}
@@ -102,6 +104,7 @@ func TestWriterStaleStateGuarded(t *testing.T) {
 		return err
 	}
 	rename := func(r *writerRig) error { return r.w.Rename(ctx, r.id, "f", "g", false) }
+	noReplace := func(r *writerRig) error { return r.w.Rename(ctx, r.id, "f", "g", true) }
 	for _, c := range []struct {
 		name    string
 		change  func(*writerRig) error
@@ -110,6 +113,7 @@ func TestWriterStaleStateGuarded(t *testing.T) {
 	}{
 		{"chmod-rewritten", chmod, false, "f"},
 		{"rename-rewritten", rename, false, "g"},
+		{"rename-noreplace-rewritten", noReplace, false, "g"},
 		{"chmod-removed", chmod, true, ""},
 		{"rename-removed", rename, true, ""},
 	} {
@@ -152,6 +156,44 @@ func TestWriterStaleStateGuarded(t *testing.T) {
 				}
 			} else if e, _ := r.slot(t, "f"); layout.PosixMode(e.Metadata, 0) != mode {
 				t.Fatalf("f has mode %o, want %o", layout.PosixMode(e.Metadata, 0), mode)
+			}
+		})
+	}
+}
+
+// TestWriterNoReplaceStaleTarget: a rename that must not replace (GNU
+// mv's first try) of a file to a name another mount made after this
+// mount's state is EEXIST, and moves nothing, with either commit mode:
+// the new name is guarded by its absence (or, with --commit=fsync, the
+// rename looks first). Committed, it replaced the other mount's file.
+func TestWriterNoReplaceStaleTarget(t *testing.T) {
+	ctx := context.Background()
+	for name, mode := range map[string]CommitMode{"close": CommitOnClose, "fsync": CommitOnFsync} {
+		t.Run(name, func(t *testing.T) {
+			r := newWriterRigTTL(t, time.Hour, func(c *Config) { c.Commit = mode })
+			r.write(t, "f", "mine\n")
+			if mode == CommitOnFsync {
+				if err := r.w.FsyncSession(ctx, r.id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.otherWriter(t, "g", "theirs\n")
+			if st, _ := r.cache.State(ctx, r.id); st != nil {
+				if _, ok := st.Slot("g"); ok {
+					t.Fatal("the state shows the other mount's file: the test tests nothing")
+				}
+			}
+			if err := r.w.Rename(ctx, r.id, "f", "g", true); !errors.Is(err, ErrExist) {
+				t.Fatalf("rename without replacing onto another mount's new file: %v, want ErrExist", err)
+			}
+			if err := r.w.FsyncSession(ctx, r.id); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.slotBody(t, "g"); got != "theirs\n" {
+				t.Fatalf("g = %q, want the other mount's file", got)
+			}
+			if got := r.slotBody(t, "f"); got != "mine\n" {
+				t.Fatalf("f = %q, want it where it was", got)
 			}
 		})
 	}
