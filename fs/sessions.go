@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -611,10 +612,19 @@ var _ = (gofs.NodeMkdirer)((*sessionsNode)(nil))
 // takes it; the listing shows the canonical lower case.
 func (n *sessionsNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	id, err := layout.ParseSessionID(name)
-	if err != nil || id.IsZero() {
-		return nil, syscall.EINVAL
+	if err == nil && id.IsZero() {
+		err = fmt.Errorf("%w: the all-zero ID is no session (§4.1)", layout.ErrInvalid)
 	}
-	if err := n.f.recs.CreateSession(context.WithoutCancel(ctx), id); err != nil {
+	if err == nil {
+		err = n.f.recs.CreateSession(context.WithoutCancel(ctx), id)
+	}
+	if errors.Is(err, layout.ErrInvalid) {
+		// EINVAL alone does not say that a random 32-hex name's first
+		// 8 digits are an hour past year 9999.
+		n.f.log.Info("mkdir in sessions/ refused: not a session ID this bucket can hold ("+
+			"32 hex digits, the first 8 the hour it was made; pugfs session new prints one)", "name", name, "err", err)
+	}
+	if err != nil {
 		return nil, n.f.errnoOf("create session "+name, err)
 	}
 	return n.f.materialise(ctx, &n.Inode, n.f.sessionChild(name, id), out)
