@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and is not in go.mod: fuse3 (for
-# fusermount3 and the kernel helpers), attr (getfattr/setfattr, used by the
-# end-to-end tests as a user would), versitygw (a real S3 server, built from
-# the Go module proxy), fake-gcs-server (a GCS emulator, from the Go module
-# proxy), Azurite (the Azure Blob emulator, from npm; needs node and npm)
-# and staticcheck. Idempotent: each step is skipped when its tool is
-# already there at the pinned version.
+# fusermount3 and the kernel helpers), attr (getfattr/setfattr) and
+# rsync, used by the end-to-end tests as a user would, tree, versitygw (a
+# real S3 server, built from the Go module proxy), fake-gcs-server (a GCS
+# emulator, from the Go module proxy), Azurite (the Azure Blob emulator,
+# from npm; needs node and npm) and staticcheck. Idempotent: each step
+# is skipped when its tool is already there at the pinned version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLS=$PWD/.tools/bin
@@ -20,6 +20,7 @@ need_apt=()
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 command -v getfattr >/dev/null || need_apt+=(attr)
 command -v tree >/dev/null || need_apt+=(tree)
+command -v rsync >/dev/null || need_apt+=(rsync)
 command -v npm >/dev/null || need_apt+=(nodejs npm)
 if ((${#need_apt[@]})); then
 	if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
