@@ -44,7 +44,8 @@ func (w *Writer) Release(ctx context.Context, id layout.SessionID, s *File) erro
 		// must not stall every other writer operation until it ends.
 		s.mu.RLock()
 		dirty, failed := s.dirty && !s.unlinked, s.failed != nil
-		unknown := errors.Is(s.failed, layout.ErrOutcomeUnknown)
+		var unknown *layout.OutcomeUnknownError
+		errors.As(s.failed, &unknown)
 		s.mu.RUnlock()
 		mine := ws.files[s.name] == s
 		if dirty && !failed && mine && w.cfg.Commit == CommitOnFsync {
@@ -62,10 +63,10 @@ func (w *Writer) Release(ctx context.Context, id layout.SessionID, s *File) erro
 		}
 		s.opens--
 		switch {
-		case dirty && unknown:
+		case dirty && unknown != nil:
 			// The close said EIO; the bytes may be in the session all
 			// the same, and the copy is what to compare them with.
-			w.salvageLocked(id, s, "commit outcome unknown (the bucket did not answer whether it landed: if it did, a later listing shows the file); staged data kept")
+			w.keepUnknownLocked(id, s, unknown)
 		case dirty:
 			w.salvageLocked(id, s, "commit failed; staged data kept")
 		}

@@ -44,19 +44,20 @@ func (w *Writer) Shutdown() {
 
 // salvageLocked keeps the bytes of a staged file whose commit failed (or
 // never happened) and whose last descriptor is gone, so that data is
-// never dropped silently; msg says why in the log.
-func (w *Writer) salvageLocked(id layout.SessionID, s *File, msg string) {
+// never dropped silently; msg says why in the log. It returns the copy's
+// path, "" when none could be kept.
+func (w *Writer) salvageLocked(id layout.SessionID, s *File, msg string) string {
 	dir := filepath.Join(w.cfg.FailedDir, id.String())
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		w.log.Error("could not keep the data of a failed commit", "session", id, "name", s.name, "err", err)
-		return
+		return ""
 	}
 	dst := filepath.Join(dir, failedName(s.name)+"."+time.Now().UTC().Format("20060102T150405.000000000"))
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if linkSpill(s, dst) == nil {
 		w.log.Error(msg, "session", id, "name", s.name, "path", dst)
-		return
+		return dst
 	}
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err == nil {
@@ -79,9 +80,10 @@ func (w *Writer) salvageLocked(id layout.SessionID, s *File, msg string) {
 		// A cut copy would read as the data: nothing is better.
 		os.Remove(dst)
 		w.log.Error("could not keep the data of a failed commit", "session", id, "name", s.name, "err", err)
-		return
+		return ""
 	}
 	w.log.Error(msg, "session", id, "name", s.name, "path", dst)
+	return dst
 }
 
 // linkSpill gives s's spill file the name dst, without a copy: the

@@ -108,9 +108,15 @@ type Writer struct {
 	// has them (the front end drops what the kernel cached of them).
 	onCommit func(id layout.SessionID, ds []layout.Descriptor)
 
-	// mu guards ss and the maps and counters of every session in it.
+	// mu guards ss and the maps and counters of every session in it,
+	// and unknown.
 	mu sync.Mutex
 	ss map[layout.SessionID]*session // GUARDED_BY(mu)
+	// unknown holds the commits whose outcome was unknown, by
+	// transaction ID, while resolveLater asks about them, and those that
+	// landed after all until Shutdown (a file released later keeps no
+	// copy then). GUARDED_BY(mu)
+	unknown map[uint64]*unknownOutcome
 
 	st struct {
 		commits, snapshots, descriptors, errors, conflicts atomic.Int64
@@ -230,7 +236,7 @@ func New(cfg Config, store Store, c States, blobs Blobs, onCommit func(layout.Se
 		onCommit = func(layout.SessionID, []layout.Descriptor) {}
 	}
 	w := &Writer{cfg: cfg, store: store, cache: c, blobs: blobs, log: cfg.Log, onCommit: onCommit,
-		ss: map[layout.SessionID]*session{}}
+		ss: map[layout.SessionID]*session{}, unknown: map[uint64]*unknownOutcome{}}
 	w.laterCtx, w.laterCancel = context.WithCancel(context.Background())
 	return w
 }

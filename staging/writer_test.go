@@ -433,6 +433,44 @@ func TestWriterFailedCommit(t *testing.T) {
 		if e, ok := r.slot(t, "f"); !ok || string(e.Data) != "maybe" {
 			t.Errorf("f after the commit landed: %+v, %v", e, ok)
 		}
+		// The session holds the bytes: the copy that said "not
+		// committed" is gone.
+		if kept := r.failedFiles(t); len(kept) != 0 {
+			t.Errorf("failed/ holds %v after the commit was found landed, want nothing", kept)
+		}
+	})
+	t.Run("outcome unknown, landed before the release", func(t *testing.T) {
+		// A second descriptor holds the file: its release comes after
+		// the bucket said the commit landed, and keeps no copy.
+		var logged syncbuf.Buffer
+		r := newWriterRigCfg(t, func(c *Config) { c.Log = logged.Logger(slog.LevelInfo) })
+		key, _ := layout.SnapshotKey(r.id, 1)
+		put := r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: key}, FailProb: 1, LoseResponse: true})
+		read := r.inj.Add(faultblob.Rule{Ops: faultblob.OpGet | faultblob.OpHead, Match: faultblob.Match{Prefix: key}, FailProb: 1})
+		s := r.written(t, "f", "maybe")
+		other, err := r.w.Open(context.Background(), r.id, "f", nil, false)
+		if err != nil || other != s {
+			t.Fatalf("second open: %v (same file: %v)", err, other == s)
+		}
+		if err := r.w.Flush(context.Background(), r.id, s, true); !errors.Is(err, layout.ErrOutcomeUnknown) {
+			t.Fatalf("flush: %v, want ErrOutcomeUnknown", err)
+		}
+		r.inj.Remove(put)
+		r.inj.Remove(read)
+		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logged.String(), "landed after all"); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no word of the commit once the bucket answered:\n%s", logged.String())
+			}
+		}
+		for range 2 {
+			r.w.Release(context.Background(), r.id, s)
+		}
+		if kept := r.failedFiles(t); len(kept) != 0 {
+			t.Errorf("failed/ holds %v for a commit found landed before the release, want nothing", kept)
+		}
+		if e, ok := r.slot(t, "f"); !ok || string(e.Data) != "maybe" {
+			t.Errorf("f after the commit landed: %+v, %v", e, ok)
+		}
 	})
 	t.Run("unmount", func(t *testing.T) {
 		r := newWriterRig(t, CommitOnFsync)
