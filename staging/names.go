@@ -180,8 +180,9 @@ const lookAgain = 4
 // bucket. A directory's rename and one of a name the state does not have
 // are decided on the bucket's state at once: the files another mount put
 // under the directory are not guarded. So is a noReplace rename with
-// --commit=fsync, whose guards drop single descriptors (queue): dropped,
-// the new name's left the old one's removal to land alone.
+// --commit=fsync: there a refused guard drops its own descriptor only
+// (queue), and dropping the new name would leave the old name's removal
+// to land by itself.
 func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to string, noReplace, recheck bool) error {
 	ws := w.session(id)
 	ws.nsMu.Lock()
