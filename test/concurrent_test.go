@@ -275,8 +275,10 @@ func TestTwoMountsConcurrentWriters(t *testing.T) {
 // rewrite, truncate and setfattr of a path apply to a's content, mv
 // moves a's content, and >> or an O_RDWR open of a name a created keeps
 // what a wrote. Before,
-// each of them built on what b had loaded and replaced a's change. Each
-// case has a session of its own: a check refreshes the whole session.
+// each of them built on what b had loaded and replaced a's change. A
+// chmod or mv of a file a removed fails and does not bring it back, and
+// mv -n does not replace a file a made. Each case has a session of its
+// own: a check refreshes the whole session.
 func TestTwoMountsWithinTTLStartFromTheBucket(t *testing.T) {
 	type files = map[string]string
 	cases := []struct {
@@ -304,6 +306,17 @@ func TestTwoMountsWithinTTLStartFromTheBucket(t *testing.T) {
 		{name: "rename", a: "echo new > f", b: "mv f g", want: files{"g": "new\n"}},
 		{name: "rename directory", seed: files{"d/x": "old\n", "d/y": "old\n"}, a: "echo new > d/x",
 			b: "mv d e", want: files{"e/x": "new\n", "e/y": "old\n"}},
+		// A file a removed: b's chmod and mv fail, and never bring it
+		// back (b commits them from its view, guarded by the file).
+		{name: "chmod removed", seed: files{"f": "old\n", "x": "x\n"}, a: "rm f",
+			b: "! chmod 755 f 2>/dev/null", want: files{"x": "x\n"}},
+		{name: "rename removed", seed: files{"f": "old\n", "x": "x\n"}, a: "rm f",
+			b: "! mv f g 2>/dev/null", want: files{"x": "x\n"}},
+		// A name a made: mv -n keeps it (GNU mv asks the kernel not to
+		// replace), a plain mv replaces it.
+		{name: "rename no-replace onto created", a: "echo theirs > g", b: "mv -n f g 2>/dev/null; true",
+			want: files{"f": "old\n", "g": "theirs\n"}},
+		{name: "rename onto created", a: "echo theirs > g", b: "mv f g", want: files{"g": "old\n"}},
 	}
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
 		a := mount(t, bk, "--metadata-ttl", "1h")
