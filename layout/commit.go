@@ -84,25 +84,25 @@ type CommitRequest struct {
 type FileBase struct {
 	Digest  Digest
 	Version uint32
-	// MustExist makes a later removal of the name a change too: for a
-	// descriptor made from the file itself (a chmod's copy, a rename's
-	// removal of the old name), which would bring back a file another
-	// writer removed. New content written over a file is its own; a
-	// removal under it does not count.
-	MustExist bool
+	// AnyChange makes any later descriptor of the name a change: a
+	// removal, or a new descriptor of the same bytes (another writer's
+	// chmod, utimes or setfattr), not only new bytes. For a descriptor
+	// made from the file itself (a chmod's copy of it, a rename's
+	// removal of the old name), which carries the file's metadata as it
+	// was read: it would undo the other writer's change, or bring back
+	// the file it removed. New content written over a file is its own;
+	// a removal or a metadata change under it does not count.
+	AnyChange bool
 }
 
 // ChangedSince reports whether d, at version v, gives the file b is the
-// base of other bytes than b's: a later write of the name, or with
-// MustExist its removal.
+// base of other bytes than b's (a later write of the name), or with
+// AnyChange any later descriptor of it.
 func (b FileBase) ChangedSince(d *Descriptor, v uint32) bool {
 	if v <= b.Version || !d.IsSlot() {
 		return false
 	}
-	if d.Deleted {
-		return b.MustExist
-	}
-	return d.Digest != b.Digest
+	return b.AnyChange || !d.Deleted && d.Digest != b.Digest
 }
 
 // CommitResult describes a landed snapshot.

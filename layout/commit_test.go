@@ -439,31 +439,33 @@ func TestSection6_1_VersionSpaceExhausted(t *testing.T) {
 // it would land above gives that file other bytes: the other writer's
 // bytes would be lost under it (two mounts appending to one file kept
 // one line). A removal, other files, or the same bytes with other
-// metadata (a chmod) do not refuse it; with MustExist (a chmod's copy of
-// the file, a rename's removal of it) a removal does.
+// metadata (a chmod) do not refuse it; with AnyChange (a chmod's copy of
+// the file, a rename's removal of it) a removal and a chmod do.
 func TestCommitUnchanged(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
 		s := newStore(t, b, nil)
 		orig := desc("f", "line 1\n")
 		removed := []Descriptor{{Name: "f", Deleted: true, CreatedAt: testNow}}
+		sameBytes := []Descriptor{func() Descriptor {
+			d := desc("f", "line 1\n")
+			d.Metadata = map[string]string{MetaPosixMode: "0600"}
+			return d
+		}()}
 		for _, c := range []struct {
 			name      string
 			other     []Descriptor // what another writer commits meanwhile
-			mustExist bool
+			anyChange bool
 			stale     bool
 		}{
 			{"rewritten", []Descriptor{desc("f", "line 1\nline 2\n")}, false, true},
 			{"rewritten-among-others", []Descriptor{desc("a", "x"), desc("f", "other\n"), desc("z", "y")}, false, true},
 			{"other-files", []Descriptor{desc("g", "x")}, false, false},
 			{"removed", removed, false, false},
-			{"removed-must-exist", removed, true, true},
-			{"rewritten-must-exist", []Descriptor{desc("f", "other\n")}, true, true},
-			{"other-files-must-exist", []Descriptor{desc("g", "x")}, true, false},
-			{"same-bytes", []Descriptor{func() Descriptor {
-				d := desc("f", "line 1\n")
-				d.Metadata = map[string]string{MetaPosixMode: "0600"}
-				return d
-			}()}, true, false},
+			{"same-bytes", sameBytes, false, false},
+			{"removed-any-change", removed, true, true},
+			{"rewritten-any-change", []Descriptor{desc("f", "other\n")}, true, true},
+			{"same-bytes-any-change", sameBytes, true, true},
+			{"other-files-any-change", []Descriptor{desc("g", "x")}, true, false},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				id := newSession(t, s)
@@ -473,7 +475,7 @@ func TestCommitUnchanged(t *testing.T) {
 				commit(t, s, id, Provisional, desc("unrelated", "u")) // version 3
 				mine := desc("f", "line 1\nmine\n")
 				r, err := s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: []Descriptor{mine}, Base: &base,
-					Unchanged: map[string]FileBase{"f": {Digest: orig.Digest, Version: 1, MustExist: c.mustExist}}})
+					Unchanged: map[string]FileBase{"f": {Digest: orig.Digest, Version: 1, AnyChange: c.anyChange}}})
 				if !c.stale {
 					if err != nil || r.Version != 4 {
 						t.Fatalf("landed at %d, %v; want 4", r.Version, err)

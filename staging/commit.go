@@ -831,10 +831,11 @@ func (b *batch) guards(id layout.SessionID) map[string]guard {
 			continue
 		}
 		if fb := b.bases[i]; fb != nil {
-			// Made from the file: its removal under the change
-			// refuses it too, where the change would bring it back.
+			// Made from the file, with its metadata as read: any
+			// later descriptor of it refuses the change, which
+			// would undo that descriptor's change or removal.
 			base := *fb
-			base.MustExist = true
+			base.AnyChange = true
 			out[b.descs[i].Name] = guard{base: base, member: b.owner[i], moved: true, soft: b.soft[fb], index: i}
 		}
 		if s == nil {

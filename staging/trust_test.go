@@ -90,12 +90,14 @@ func TestWriterSeriesSendsNoList(t *testing.T) {
 	}
 }
 
-// TestWriterStaleStateGuarded: a chmod or a file's rename made from a
-// state that does not show another mount's change yet (within the
-// metadata TTL) never undoes it. A rewrite refuses the commit, and the
-// change is made again on the rewrite; a removal refuses it, and the
-// change is ENOENT: a chmod or rename of the removed file brought it
-// back, with the bytes it had before.
+// TestWriterStaleStateGuarded: a chmod, utimes or a file's rename made
+// from a state that does not show another mount's change yet (within
+// the metadata TTL) never undoes it. A rewrite or a chmod refuses the
+// commit, and the change is made again on what the other mount made
+// (its bytes, its mode); a removal refuses it, and the change is ENOENT:
+// a chmod or rename of the removed file brought it back, with the bytes
+// it had before, and one over another mount's chmod put its old mode
+// back.
 func TestWriterStaleStateGuarded(t *testing.T) {
 	ctx := context.Background()
 	mode := uint32(0o600)
@@ -105,35 +107,52 @@ func TestWriterStaleStateGuarded(t *testing.T) {
 	}
 	rename := func(r *writerRig) error { return r.w.Rename(ctx, r.id, "f", "g", false) }
 	noReplace := func(r *writerRig) error { return r.w.Rename(ctx, r.id, "f", "g", true) }
+	utimes := func(r *writerRig) error {
+		mtime := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+		_, err := r.w.SetAttrs(ctx, r.id, "f", AttrChange{Mtime: &mtime}, func() *layout.Entry { return nil }, nil)
+		return err
+	}
+	const (
+		rewrites = iota
+		removes
+		chmods // the same bytes, another mode: 0640
+	)
 	for _, c := range []struct {
-		name    string
-		change  func(*writerRig) error
-		removed bool   // the other mount removes f, else rewrites it
-		at      string // where the rewrite is after the change
+		name   string
+		change func(*writerRig) error
+		other  int    // what the other mount does to f
+		at     string // where f's bytes are after the change
 	}{
-		{"chmod-rewritten", chmod, false, "f"},
-		{"rename-rewritten", rename, false, "g"},
-		{"rename-noreplace-rewritten", noReplace, false, "g"},
-		{"chmod-removed", chmod, true, ""},
-		{"rename-removed", rename, true, ""},
+		{"chmod-rewritten", chmod, rewrites, "f"},
+		{"rename-rewritten", rename, rewrites, "g"},
+		{"rename-noreplace-rewritten", noReplace, rewrites, "g"},
+		{"chmod-removed", chmod, removes, ""},
+		{"rename-removed", rename, removes, ""},
+		{"utimes-chmodded", utimes, chmods, "f"},
+		{"rename-chmodded", rename, chmods, "g"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newWriterRigTTL(t, time.Hour, nil)
 			r.write(t, "f", "base\n")
-			if c.removed {
+			f, _ := r.slot(t, "f")
+			removed := c.other == removes
+			switch c.other {
+			case removes:
 				r.otherRemove(t, "f")
-			} else {
+			case rewrites:
 				r.otherWriter(t, "f", "rewritten\n")
+			case chmods:
+				r.otherChmod(t, f, 0o640)
 			}
 			st, err := r.cache.State(ctx, r.id)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if e, ok := st.Slot("f"); !ok || string(e.Data) != "base\n" {
+			if e, ok := st.Slot("f"); !ok || string(e.Data) != "base\n" || e.Metadata[layout.MetaPosixMode] != "" {
 				t.Fatal("the state shows the other mount's change: the test tests nothing")
 			}
 			err = c.change(r)
-			if c.removed {
+			if removed {
 				if !errors.Is(err, ErrNotExist) {
 					t.Fatalf("%s of a file removed by another mount: %v, want ErrNotExist", c.name, err)
 				}
@@ -147,14 +166,23 @@ func TestWriterStaleStateGuarded(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := r.slotBody(t, c.at); got != "rewritten\n" {
-				t.Fatalf("%s = %q after the %s, want the other mount's rewrite", c.at, got, c.name)
-			}
 			if c.at != "f" {
 				if _, ok := r.slot(t, "f"); ok {
 					t.Fatal("f still there after the rename")
 				}
-			} else if e, _ := r.slot(t, "f"); layout.PosixMode(e.Metadata, 0) != mode {
+			}
+			e, _ := r.slot(t, c.at)
+			if c.other == chmods {
+				// The other mount's mode stays, with this one's change.
+				if got := layout.PosixMode(e.Metadata, 0); string(e.Data) != "base\n" || got != 0o640 {
+					t.Fatalf("%s = %q with mode %o after the %s, want the other mount's mode 640", c.at, e.Data, got, c.name)
+				}
+				return
+			}
+			if got := string(e.Data); got != "rewritten\n" {
+				t.Fatalf("%s = %q after the %s, want the other mount's rewrite", c.at, got, c.name)
+			}
+			if c.at == "f" && layout.PosixMode(e.Metadata, 0) != mode {
 				t.Fatalf("f has mode %o, want %o", layout.PosixMode(e.Metadata, 0), mode)
 			}
 		})
@@ -196,6 +224,19 @@ func TestWriterNoReplaceStaleTarget(t *testing.T) {
 				t.Fatalf("f = %q, want it where it was", got)
 			}
 		})
+	}
+}
+
+// otherChmod commits e's file again with its bytes and mode, as another
+// mount's chmod would: straight to the bucket, unseen by the rig's cache
+// until it looks again.
+func (r *writerRig) otherChmod(t *testing.T, e layout.Entry, mode uint32) {
+	t.Helper()
+	d := e.Descriptor.Clone()
+	d.Metadata = map[string]string{layout.MetaPosixMode: layout.FormatPosixMode(mode)}
+	d.CreatedAt = time.Now().UTC()
+	if _, err := r.store.Commit(context.Background(), r.id, layout.CommitRequest{Type: layout.Provisional, Descriptors: []layout.Descriptor{d}}); err != nil {
+		t.Fatal(err)
 	}
 }
 

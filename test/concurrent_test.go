@@ -276,8 +276,9 @@ func TestTwoMountsConcurrentWriters(t *testing.T) {
 // moves a's content, and >> or an O_RDWR open of a name a created keeps
 // what a wrote. Before,
 // each of them built on what b had loaded and replaced a's change. A
-// chmod or mv of a file a removed fails and does not bring it back, and
-// mv -n does not replace a file a made. Each case has a session of its
+// chmod or mv of a file a removed fails and does not bring it back, mv
+// -n does not replace a file a made, and a chmod or utimes keeps the
+// metadata a set. Each case has a session of its
 // own: a check refreshes the whole session.
 func TestTwoMountsWithinTTLStartFromTheBucket(t *testing.T) {
 	type files = map[string]string
@@ -317,6 +318,12 @@ func TestTwoMountsWithinTTLStartFromTheBucket(t *testing.T) {
 		{name: "rename no-replace onto created", a: "echo theirs > g", b: "mv -n f g 2>/dev/null; true",
 			want: files{"f": "old\n", "g": "theirs\n"}},
 		{name: "rename onto created", a: "echo theirs > g", b: "mv f g", want: files{"g": "old\n"}},
+		// a changed f's metadata only: b's change of other metadata
+		// keeps a's (it put back what b had loaded).
+		{name: "chmod after setfattr", a: "setfattr -n user.pugmark.meta.k -v v f", b: "chmod 755 f",
+			want: files{"f": "old\n"}, meta: files{"k": "v", layout.MetaPosixMode: "0755"}},
+		{name: "utimes after chmod", a: "chmod 600 f", b: `python3 -c 'import os; os.utime("f", (978307200, 978307200))'`,
+			want: files{"f": "old\n"}, meta: files{layout.MetaPosixMode: "0600"}},
 	}
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
 		a := mount(t, bk, "--metadata-ttl", "1h")
