@@ -386,6 +386,29 @@ func TestWriterFsyncMode(t *testing.T) {
 	}
 }
 
+// unknownOutcomeRig is a rig whose first snapshot PUT lands with its
+// reply lost, and whose reads of it get no answer, so that the commit's
+// outcome is unknown; answer lets the bucket answer again and waits for
+// the writer's background check to log that the commit landed.
+func unknownOutcomeRig(t *testing.T) (r *writerRig, logged *syncbuf.Buffer, answer func()) {
+	t.Helper()
+	logged = &syncbuf.Buffer{}
+	r = newWriterRigCfg(t, func(c *Config) { c.Log = logged.Logger(slog.LevelInfo) })
+	key, _ := layout.SnapshotKey(r.id, 1)
+	put := r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: key}, FailProb: 1, LoseResponse: true})
+	read := r.inj.Add(faultblob.Rule{Ops: faultblob.OpGet | faultblob.OpHead, Match: faultblob.Match{Prefix: key}, FailProb: 1})
+	return r, logged, func() {
+		t.Helper()
+		r.inj.Remove(put)
+		r.inj.Remove(read)
+		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logged.String(), "landed after all"); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no word of the commit once the bucket answered:\n%s", logged.String())
+			}
+		}
+	}
+}
+
 // TestWriterFailedCommit: a commit that fails for good returns its error
 // to the close, and the content is kept in the failed directory; what an
 // unmount finds staged (fsync mode, never fsynced) is kept there too.
@@ -408,11 +431,7 @@ func TestWriterFailedCommit(t *testing.T) {
 		// no answer (audit 4): close says EIO, the copy is kept, and the
 		// log says the commit may be in the session, then, once the
 		// bucket answers, that it is.
-		var logged syncbuf.Buffer
-		r := newWriterRigCfg(t, func(c *Config) { c.Log = logged.Logger(slog.LevelInfo) })
-		key, _ := layout.SnapshotKey(r.id, 1)
-		put := r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: key}, FailProb: 1, LoseResponse: true})
-		read := r.inj.Add(faultblob.Rule{Ops: faultblob.OpGet | faultblob.OpHead, Match: faultblob.Match{Prefix: key}, FailProb: 1})
+		r, logged, answer := unknownOutcomeRig(t)
 		err := r.w.Release(context.Background(), r.id, r.written(t, "f", "maybe"))
 		if !errors.Is(err, layout.ErrOutcomeUnknown) {
 			t.Fatalf("release: %v, want ErrOutcomeUnknown", err)
@@ -423,13 +442,7 @@ func TestWriterFailedCommit(t *testing.T) {
 		if !strings.Contains(logged.String(), "commit outcome unknown") {
 			t.Errorf("the log does not say the outcome is unknown:\n%s", logged.String())
 		}
-		r.inj.Remove(put)
-		r.inj.Remove(read)
-		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logged.String(), "landed after all"); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no word of the commit once the bucket answered:\n%s", logged.String())
-			}
-		}
+		answer()
 		if e, ok := r.slot(t, "f"); !ok || string(e.Data) != "maybe" {
 			t.Errorf("f after the commit landed: %+v, %v", e, ok)
 		}
@@ -442,11 +455,7 @@ func TestWriterFailedCommit(t *testing.T) {
 	t.Run("outcome unknown, landed before the release", func(t *testing.T) {
 		// A second descriptor holds the file: its release comes after
 		// the bucket said the commit landed, and keeps no copy.
-		var logged syncbuf.Buffer
-		r := newWriterRigCfg(t, func(c *Config) { c.Log = logged.Logger(slog.LevelInfo) })
-		key, _ := layout.SnapshotKey(r.id, 1)
-		put := r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: key}, FailProb: 1, LoseResponse: true})
-		read := r.inj.Add(faultblob.Rule{Ops: faultblob.OpGet | faultblob.OpHead, Match: faultblob.Match{Prefix: key}, FailProb: 1})
+		r, _, answer := unknownOutcomeRig(t)
 		s := r.written(t, "f", "maybe")
 		other, err := r.w.Open(context.Background(), r.id, "f", nil, false)
 		if err != nil || other != s {
@@ -455,13 +464,7 @@ func TestWriterFailedCommit(t *testing.T) {
 		if err := r.w.Flush(context.Background(), r.id, s, true); !errors.Is(err, layout.ErrOutcomeUnknown) {
 			t.Fatalf("flush: %v, want ErrOutcomeUnknown", err)
 		}
-		r.inj.Remove(put)
-		r.inj.Remove(read)
-		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logged.String(), "landed after all"); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no word of the commit once the bucket answered:\n%s", logged.String())
-			}
-		}
+		answer()
 		for range 2 {
 			r.w.Release(context.Background(), r.id, s)
 		}
