@@ -6,8 +6,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"gocloud.dev/blob"
+
+	"github.com/pugmark/pugfs/layout/faultblob"
 )
 
 // §13.2: transaction IDs are non-zero and random.
@@ -573,5 +576,53 @@ func TestCommitPathClash(t *testing.T) {
 				t.Fatalf("landed at %d, %v; want 2", r.Version, err)
 			}
 		})
+	})
+}
+
+// TestCommitReadsAboveAtOnce: a guarded commit that lands above
+// snapshots it has not seen (another writer's) reads them at once, and
+// takes its position from them. Read one after another, a commit that
+// another mount's stream of commits kept stepping over spent a round trip
+// per version at every try, fell further behind each time, and failed
+// after 100 tries (audit 5, repro-2).
+func TestCommitReadsAboveAtOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		fb, inj, _ := faulty(t, b)
+		s := newStore(t, fb, nil)
+		id := newSession(t, s)
+		commit(t, s, id, Provisional, desc("f", "x"))
+		base, err := s.PositionAt(bg, id, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const above = 8
+		for i := range above {
+			commit(t, s, id, Provisional, desc("o"+strconv.Itoa(i), "y"))
+		}
+		prefix, _ := SnapshotsPrefix(id)
+		gate := faultblob.NewGate()
+		inj.Add(faultblob.Rule{Ops: faultblob.OpGet, Match: faultblob.Match{Prefix: prefix}, Stall: gate})
+		done := make(chan error, 1)
+		var r CommitResult
+		go func() {
+			var err error
+			r, err = s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("g"), Base: &base, Paths: true})
+			done <- err
+		}()
+		for deadline := time.Now().Add(10 * time.Second); gate.Waiting() < above; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				n := gate.Waiting()
+				gate.Release()
+				<-done
+				t.Fatalf("%d snapshot reads at once, want the %d the commit lands above", n, above)
+			}
+		}
+		gate.Release()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if r.Version != above+2 || r.Descriptors[0].SequenceNumber != above+2 {
+			t.Fatalf("landed at version %d with sequence number %d, want %d and %d", r.Version, r.Descriptors[0].SequenceNumber, above+2, above+2)
+		}
 	})
 }
