@@ -685,13 +685,13 @@ func (n *slotFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	}
 	s, e := n.current()
 	if s != nil {
-		k, err := s.ReadAt(dest, off)
+		k, err := s.ReadAt(ctx, dest, off)
 		if errors.Is(err, staging.ErrClosed) {
 			// Its last release forgot it since current(): the content
 			// is the committed entry now.
 			s, e = n.current()
 			if s != nil {
-				k, err = s.ReadAt(dest, off)
+				k, err = s.ReadAt(ctx, dest, off)
 			}
 		}
 		if s != nil {
@@ -731,7 +731,7 @@ func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 	}
 	if sz, ok := in.GetSize(); ok {
 		if h, ok := fh.(*whandle); ok && !h.readOnly {
-			if err := h.s.Truncate(int64(sz)); err != nil {
+			if err := h.s.Truncate(ctx, int64(sz)); err != nil {
 				return n.f.errnoOf("truncate "+n.slot(), err)
 			}
 		} else {
@@ -898,7 +898,7 @@ var (
 )
 
 func (h *whandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	k, err := h.s.ReadAt(dest, off)
+	k, err := h.s.ReadAt(ctx, dest, off)
 	if err != nil {
 		return nil, h.f.errnoOf("read "+h.s.Name(), err)
 	}
@@ -912,9 +912,9 @@ func (h *whandle) Write(ctx context.Context, data []byte, off int64) (uint32, sy
 	var k int
 	var err error
 	if h.append {
-		k, err = h.s.Append(data)
+		k, err = h.s.Append(ctx, data)
 	} else {
-		k, err = h.s.WriteAt(data, off)
+		k, err = h.s.WriteAt(ctx, data, off)
 	}
 	if err != nil {
 		return uint32(k), h.f.errnoOf("write "+h.s.Name(), err)

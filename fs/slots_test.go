@@ -102,7 +102,7 @@ func TestListingShowsStagedFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.WriteAt([]byte("b\n"), 2); err != nil {
+	if _, err := s.WriteAt(context.Background(), []byte("b\n"), 2); err != nil {
 		t.Fatal(err)
 	}
 	cs, err := (&sessionDir{f: r.f, id: r.id}).list(ctx)

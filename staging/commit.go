@@ -99,15 +99,20 @@ func (w *Writer) TruncateName(ctx context.Context, id layout.SessionID, name str
 			return nil, err
 		}
 	}
-	s.mu.Lock()
 	var was *layout.Entry // what s holds when the cut is refused
-	if !s.dirty && s.werr == nil && s.committed != nil {
-		was = s.committed
-	}
-	touched, meta := s.touched, cloneMap(s.meta)
-	err := s.truncateLocked(size)
-	gen := s.gen
-	s.mu.Unlock()
+	var touched bool
+	var meta map[string]string
+	var gen uint64
+	err := s.withContent(ctx, func() error {
+		was = nil
+		if !s.dirty && s.werr == nil && s.committed != nil {
+			was = s.committed
+		}
+		touched, meta = s.touched, cloneMap(s.meta)
+		err := s.truncateLocked(size)
+		gen = s.gen
+		return err
+	})
 	if err == nil && commit {
 		if err = w.Flush(ctx, id, s, true); err != nil && was != nil {
 			w.restore(ctx, s, gen, was, touched, meta)
@@ -129,17 +134,15 @@ func (w *Writer) restore(ctx context.Context, s *File, gen uint64, e *layout.Ent
 		return // written, removed or committed meanwhile: that stands
 	}
 	s.gen++
-	s.summed = -1
 	err := s.unshareLocked()
 	if err == nil {
-		err = s.file.Truncate(0)
+		if err = s.file.Truncate(0); err == nil {
+			s.size = 0
+			err = s.holdLazilyLocked(ctx, e)
+		}
 	}
-	var n int64
-	if err == nil {
-		n, err = w.copyIn(ctx, s.file, e)
-	}
-	s.size = n
 	if err != nil {
+		s.summed = -1
 		// The refused cut is what s holds now, or part of e: it is not
 		// committed, and close(2) says why.
 		s.werr = fmt.Errorf("restore %s after its truncate failed: %w", s.name, err)
@@ -704,12 +707,13 @@ func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error)
 			s.mu.RUnlock()
 			continue // written to since it was hashed
 		}
-		if c := s.committed; c != nil && c.Digest == d.Digest {
-			// The bytes it was filled from or last committed (a touch,
-			// an fchmod, a rewrite with the same bytes): a committed
-			// descriptor names that blob, which is stored whatever a
-			// descriptor carries (§3.1) and stays when names go (§10).
-			// Put again, it was a round trip that stored nothing.
+		if c := s.committed; s.lazy != nil || c != nil && c.Digest == d.Digest {
+			// The bytes it was staged from or last committed (a touch,
+			// an fchmod, a rewrite with the same bytes, a copy of a file
+			// held lazily): a committed descriptor names that blob,
+			// which is stored whatever a descriptor carries (§3.1) and
+			// stays when names go (§10). Put again, it was a round trip
+			// that stored nothing.
 			s.mu.RUnlock()
 			s.mu.Lock()
 			if s.gen == gen {

@@ -6,8 +6,11 @@
 // # Where a write goes
 //
 // open(2) for writing stages the file (Writer.Open, OpenFrom): a File, a
-// spill file in the staging directory, filled from the committed content
-// unless the open truncates. write(2), truncate(2) and setxattr change the
+// spill file in the staging directory. Unless the open truncates, the File
+// holds the committed content lazily: reads go to its blob, and the first
+// write (or a cut to another size than nothing) copies it into the spill
+// file; a File closed with its bytes unfetched (touch, chmod) commits a
+// descriptor of the same blob. write(2), truncate(2) and setxattr change the
 // File; its running SHA-256 follows appends, so a commit hashes only what
 // was written elsewhere. close(2) commits it (Writer.Flush, then Release):
 // the blob is stored from the spill file (layout.Store.PutBlobFile: on a

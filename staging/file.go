@@ -26,6 +26,10 @@ import (
 // staging directory, never whole in memory. It is shared by every handle
 // open on the same name in one session.
 type File struct {
+	// fillMu serialises fills of the lazy content (fill), which run
+	// without mu: one copy at a time. Taken with no lock of the Writer
+	// held, and before mu.
+	fillMu sync.Mutex
 	// mu guards everything below and serialises I/O on the spill file.
 	// An upload holds it shared: reads and stats of the file go on while
 	// its blob is stored, writes wait.
@@ -100,6 +104,16 @@ type File struct {
 	// bytes to a new spill file first (unshareLocked), never into the
 	// bucket's object.
 	linked atomic.Bool
+	// lazy is the entry an open for writing without O_TRUNC kept the
+	// content of, while the spill file does not hold it yet (empty):
+	// reads go to the entry's blob, and the first change that needs the
+	// bytes copies them in (fill). A file only opened, touched,
+	// chmod'ed or renamed never fetches them: its commit names the same
+	// blob. `touch` of a committed 1 GB file on a remote bucket
+	// downloaded all of it at the open (audit 5).
+	lazy *layout.Entry
+	// blobs reads lazy's content. Set before the file is shared.
+	blobs Blobs
 	// werr is set when a write or truncate of the content failed (the
 	// staging disk is full, say): the file does not hold what was
 	// written to it, so it is not committed (the error is returned by
@@ -107,49 +121,150 @@ type File struct {
 	werr error
 }
 
-// newStaged creates a spill file, filled from base when the write does not
-// truncate.
+// newStaged creates a spill file. A file that keeps the base's content
+// (no truncate) holds it lazily: copied in only when a change needs it,
+// except an inline body, which costs no request.
 func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry, truncate bool) (*File, error) {
 	f, err := w.spill()
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: %w", name, err)
 	}
-	s := &File{name: name, file: f, dir: w.cfg.StagingDir, created: w.cfg.Now(), sum: sha256.New()}
-	if base != nil {
-		s.meta = cloneMap(base.Metadata)
-		s.schema = base.SchemaURL
-		// Another writer's cache-control stays through an edit: a
-		// touch, which opens the file for writing, dropped it.
-		s.cacheControl = base.CacheControl
-		if truncate {
-			e := *base
-			s.replaced = &e
-			// Cut: the content changed at the open, so a time set on
-			// the old content is not the file's (open(O_TRUNC) and
-			// truncate(2) set mtime, even to an empty file's size).
-			s.contentChangedLocked()
-		} else {
-			n, err := w.copyIn(ctx, f, base)
-			if err != nil {
-				f.Close()
-				return nil, fmt.Errorf("stage %s: copy current content: %w", name, err)
-			}
-			s.size = n
-			// A content type the name and content do not give was set
-			// on purpose (setxattr): it stays through later edits.
-			var head [512]byte
-			k, _ := f.ReadAt(head[:], 0)
-			if base.ContentType != "" && base.ContentType != ContentTypeOf(name, head[:k]) {
-				s.ctype = base.ContentType
-			}
-			// Until it changes, the copy is the entry it was filled
-			// from: an open for writing that writes nothing leaves the
-			// name showing that entry (and its mtime) once released.
-			e := *base
-			s.committed = &e
+	s := &File{name: name, file: f, dir: w.cfg.StagingDir, created: w.cfg.Now(), sum: sha256.New(), blobs: w.blobs}
+	if base == nil {
+		return s, nil
+	}
+	s.meta = cloneMap(base.Metadata)
+	s.schema = base.SchemaURL
+	// Another writer's cache-control stays through an edit: a touch,
+	// which opens the file for writing, dropped it.
+	s.cacheControl = base.CacheControl
+	e := *base
+	switch {
+	case truncate:
+		s.replaced = &e
+		// Cut: the content changed at the open, so a time set on the
+		// old content is not the file's (open(O_TRUNC) and truncate(2)
+		// set mtime, even to an empty file's size).
+		s.contentChangedLocked()
+		return s, nil
+	case e.InlineOK():
+		n, sum, ctype, err := copyContent(ctx, w.blobs, f, &e, name)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("stage %s: %w", name, err)
+		}
+		s.size, s.sum, s.summed, s.ctype = n, sum, n, ctype
+	default:
+		if err := s.holdLazilyLocked(ctx, &e); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("stage %s: size of the current content: %w", name, err)
 		}
 	}
+	// Until it changes, the file is the entry it was staged from: an open
+	// for writing that writes nothing leaves the name showing that entry
+	// (and its mtime) once released.
+	s.committed = &e
 	return s, nil
+}
+
+// holdLazilyLocked makes s hold e's content without a copy (lazy); the
+// spill file must be empty. Caller holds s.mu.
+func (s *File) holdLazilyLocked(ctx context.Context, e *layout.Entry) error {
+	size, err := s.blobs.Size(ctx, &e.Descriptor)
+	if err != nil {
+		return err
+	}
+	s.lazy, s.size = e, size
+	s.sum.Reset()
+	s.summed = 0
+	return nil
+}
+
+// errNeedsFill is what a change of a file held lazily returns, with s.mu
+// held, when it needs the bytes: the caller lets mu go, fills (fill) and
+// tries again (withContent).
+var errNeedsFill = errors.New("the content is not staged yet")
+
+// withContent runs change with s.mu held, filling s first (without mu)
+// when change says it needs the content.
+func (s *File) withContent(ctx context.Context, change func() error) error {
+	for {
+		s.mu.Lock()
+		err := change()
+		s.mu.Unlock()
+		if !errors.Is(err, errNeedsFill) {
+			return err
+		}
+		if err := s.fill(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// fill copies the content s holds lazily into a new spill file and makes
+// it s's. It holds fillMu (one copy at a time), not mu: stat, reads
+// (which go to the blob meanwhile) and listings of the directory go on
+// while a large file is fetched. What could change the content while it
+// is lazy (a cut to nothing, a restore, the last release) makes the copy
+// stale, which the swap checks.
+func (s *File) fill(ctx context.Context) error {
+	s.fillMu.Lock()
+	defer s.fillMu.Unlock()
+	s.mu.RLock()
+	e, name, open := s.lazy, s.name, s.file != nil
+	s.mu.RUnlock()
+	if !open {
+		return ErrClosed
+	}
+	if e == nil {
+		return nil
+	}
+	nf, err := createSpill(s.dir)
+	if err != nil {
+		return fmt.Errorf("stage %s: %w", name, err)
+	}
+	n, sum, ctype, err := copyContent(ctx, s.blobs, nf, e, name)
+	if err != nil {
+		nf.Close()
+		return fmt.Errorf("stage %s: %w", name, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lazy != e || s.file == nil {
+		nf.Close()
+		if s.file == nil {
+			return ErrClosed
+		}
+		return nil // the caller looks at what s holds now
+	}
+	s.file.Close() // empty
+	s.file, s.size, s.sum, s.summed, s.lazy = nf, n, sum, n, nil
+	if s.ctype == "" {
+		s.ctype = ctype
+	}
+	return nil
+}
+
+// copyContent copies e's (decoded) content into the empty file f,
+// hashing it on the way (an append then hashes only what it adds). It
+// returns the size, the hash state, and the content type to keep: one e
+// has that neither its name (name when e has none) nor its content gives
+// was set on purpose (setxattr) and stays through edits.
+func copyContent(ctx context.Context, blobs Blobs, f *os.File, e *layout.Entry, name string) (int64, hash.Hash, string, error) {
+	sum := sha256.New()
+	n, err := copyIn(ctx, blobs, f, e, sum)
+	if err != nil {
+		return 0, nil, "", fmt.Errorf("copy current content: %w", err)
+	}
+	var head [512]byte
+	k, _ := f.ReadAt(head[:], 0)
+	if e.Name != "" {
+		name = e.Name
+	}
+	if e.ContentType != "" && e.ContentType != ContentTypeOf(name, head[:k]) {
+		return n, sum, e.ContentType, nil
+	}
+	return n, sum, "", nil
 }
 
 // spill makes a spill file in the staging directory (createSpill),
@@ -211,16 +326,17 @@ func (s *File) unshareLocked() error {
 	return nil
 }
 
-// copyIn copies the current (decoded) content of e into f.
-func (w *Writer) copyIn(ctx context.Context, f *os.File, e *layout.Entry) (int64, error) {
+// copyIn copies the current (decoded) content of e into f, and into sum.
+func copyIn(ctx context.Context, blobs Blobs, f *os.File, e *layout.Entry, sum io.Writer) (int64, error) {
 	buf := make([]byte, 1<<20)
 	var off int64
 	for {
-		n, err := w.blobs.ReadAt(ctx, &e.Descriptor, buf, off)
+		n, err := blobs.ReadAt(ctx, &e.Descriptor, buf, off)
 		if n > 0 {
 			if _, werr := f.WriteAt(buf[:n], off); werr != nil {
 				return off, werr
 			}
+			sum.Write(buf[:n])
 			off += int64(n)
 		}
 		if errors.Is(err, io.EOF) || (err == nil && n == 0) {
@@ -252,11 +368,14 @@ func (s *File) Name() string {
 }
 
 // WriteAt writes p at off, as pwrite(2); the running hash follows
-// writes that continue where it stopped.
-func (s *File) WriteAt(p []byte, off int64) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.writeAtLocked(p, off, false)
+// writes that continue where it stopped. The first write of a file held
+// lazily fetches its content (ctx bounds that).
+func (s *File) WriteAt(ctx context.Context, p []byte, off int64) (n int, err error) {
+	err = s.withContent(ctx, func() error {
+		n, err = s.writeAtLocked(p, off, false)
+		return err
+	})
+	return n, err
 }
 
 // Append writes p at the end the file has now (O_APPEND), not at the
@@ -265,14 +384,20 @@ func (s *File) WriteAt(p []byte, off int64) (int, error) {
 // invalidated the name makes a second), each with its own size, and a
 // write at a stale one overwrote another appender's bytes or left a hole
 // of zeros.
-func (s *File) Append(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.writeAtLocked(p, 0, true)
+func (s *File) Append(ctx context.Context, p []byte) (n int, err error) {
+	err = s.withContent(ctx, func() error {
+		n, err = s.writeAtLocked(p, 0, true)
+		return err
+	})
+	return n, err
 }
 
-// writeAtLocked writes p at off, or at the end with atEnd. s.mu is held.
+// writeAtLocked writes p at off, or at the end with atEnd; errNeedsFill
+// when s holds its content lazily. s.mu is held.
 func (s *File) writeAtLocked(p []byte, off int64, atEnd bool) (int, error) {
+	if s.lazy != nil {
+		return 0, errNeedsFill
+	}
 	if err := s.unshareLocked(); err != nil {
 		return 0, fmt.Errorf("stage %s: copy the committed bytes: %w", s.name, err)
 	}
@@ -302,8 +427,9 @@ func (s *File) writeAtLocked(p []byte, off int64, atEnd bool) (int, error) {
 }
 
 // ReadAt reads what the file holds at off; past its end it reads
-// nothing, a sparse tail reads as zeros.
-func (s *File) ReadAt(p []byte, off int64) (int, error) {
+// nothing, a sparse tail reads as zeros. A file held lazily is read from
+// its blob.
+func (s *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.file == nil {
@@ -314,6 +440,13 @@ func (s *File) ReadAt(p []byte, off int64) (int, error) {
 	}
 	if max := s.size - off; int64(len(p)) > max {
 		p = p[:max]
+	}
+	if e := s.lazy; e != nil {
+		n, err := s.blobs.ReadAt(ctx, &e.Descriptor, p, off)
+		if errors.Is(err, io.EOF) && n == len(p) {
+			err = nil
+		}
+		return n, err
 	}
 	n, err := s.file.ReadAt(p, off)
 	if errors.Is(err, io.EOF) {
@@ -326,15 +459,27 @@ func (s *File) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// Truncate sets the size, as ftruncate(2).
-func (s *File) Truncate(n int64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.truncateLocked(n)
+// Truncate sets the size, as ftruncate(2). Cutting a file held lazily
+// to another size than nothing fetches its content first (ctx bounds
+// that); cutting it to nothing fetches nothing.
+func (s *File) Truncate(ctx context.Context, n int64) error {
+	return s.withContent(ctx, func() error { return s.truncateLocked(n) })
 }
 
-// truncateLocked is Truncate. Caller holds s.mu.
+// truncateLocked is Truncate; errNeedsFill when s holds its content
+// lazily and n is neither nothing nor its size. Caller holds s.mu.
 func (s *File) truncateLocked(n int64) error {
+	if s.lazy != nil {
+		switch n {
+		case 0:
+			s.lazy = nil // the spill file is empty: what is cut is never fetched
+		case s.size:
+			s.touched = true
+			return nil
+		default:
+			return errNeedsFill
+		}
+	}
 	if n != s.size {
 		if err := s.unshareLocked(); err != nil {
 			return fmt.Errorf("stage %s: copy the committed bytes: %w", s.name, err)
@@ -376,6 +521,9 @@ func (s *File) contentChangedLocked() {
 // Sum does not change the hash state).
 func (s *File) cleanDigestLocked() (layout.Digest, bool) {
 	var d layout.Digest
+	if e := s.lazy; e != nil {
+		return e.Digest, !s.dirty && !s.unlinked
+	}
 	if s.dirty || s.unlinked || s.summed != s.size || s.sum == nil {
 		return d, false
 	}
@@ -386,6 +534,9 @@ func (s *File) cleanDigestLocked() (layout.Digest, bool) {
 // describeLocked hashes the spill file (what the running hash has not
 // seen of it) and returns the descriptor it becomes. Caller holds s.mu.
 func (s *File) describeLocked(now time.Time) (layout.Descriptor, error) {
+	if e := s.lazy; e != nil {
+		return s.describeLazyLocked(e, now), nil
+	}
 	fi, err := s.file.Stat()
 	if err != nil {
 		return layout.Descriptor{}, err
@@ -439,6 +590,26 @@ func (s *File) describeLocked(now time.Time) (layout.Descriptor, error) {
 		}
 	}
 	return d, nil
+}
+
+// describeLazyLocked is describeLocked for a file whose content is still
+// e's (lazy): e's blob, encoding and fields of a later spec, under the
+// file's name and with its attributes, as a chmod of a committed file
+// describes it. Caller holds s.mu.
+func (s *File) describeLazyLocked(e *layout.Entry, now time.Time) layout.Descriptor {
+	d := e.Descriptor.Clone()
+	d.Name = s.name
+	d.CreatedAt = now.UTC()
+	d.Metadata = cloneMap(s.meta)
+	d.SchemaURL = s.schema
+	d.CacheControl = s.cacheControl
+	switch {
+	case s.ctype != "":
+		d.ContentType = s.ctype
+	case e.Name != s.name:
+		retype(&d, e.Name, s.name) // renamed while open
+	}
+	return d
 }
 
 // ContentTypeOf picks a type from the name's extension, else sniffs.

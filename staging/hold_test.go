@@ -26,7 +26,7 @@ func (r *writerRig) write(t *testing.T, name, body string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.WriteAt([]byte(body), 0); err != nil {
+	if _, err := s.WriteAt(context.Background(), []byte(body), 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.w.Release(ctx, r.id, s); err != nil {

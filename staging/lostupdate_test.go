@@ -46,7 +46,7 @@ func (r *writerRig) appendTo(t *testing.T, name, line string) *File {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append([]byte(line)); err != nil {
+	if _, err := s.Append(context.Background(), []byte(line)); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -354,7 +354,7 @@ func TestWriterExclusiveCreate(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		if _, err := s.WriteAt([]byte(body), 0); err != nil {
+		if _, err := s.WriteAt(context.Background(), []byte(body), 0); err != nil {
 			t.Fatal(err)
 		}
 		return s, nil
@@ -405,7 +405,7 @@ func TestWriterExclusiveCreate(t *testing.T) {
 		if err := r.w.Sync(ctx, r.id, s); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.WriteAt([]byte("two\n"), 4); err != nil {
+		if _, err := s.WriteAt(context.Background(), []byte("two\n"), 4); err != nil {
 			t.Fatal(err)
 		}
 		if err := r.w.Release(ctx, r.id, s); err != nil {

@@ -470,12 +470,14 @@ func (w *Writer) stageCopy(ws *session, s *File, to string) (*File, error) {
 	s.mu.Lock()
 	c := &File{name: to, file: nf, dir: w.cfg.StagingDir, created: w.cfg.Now(), sum: sha256.New(),
 		size: s.size, dirty: true, touched: true, meta: cloneMap(s.meta), ctype: s.ctype,
-		schema: s.schema, cacheControl: s.cacheControl}
-	// copy_file_range where the file system has it (an io.LimitedReader
-	// of an *os.File): no copy through here.
-	_, err = s.file.Seek(0, io.SeekStart)
-	if err == nil {
-		_, err = io.Copy(nf, io.LimitReader(s.file, s.size))
+		schema: s.schema, cacheControl: s.cacheControl, blobs: w.blobs, lazy: s.lazy}
+	if s.lazy == nil {
+		// copy_file_range where the file system has it (an
+		// io.LimitedReader of an *os.File): no copy through here.
+		_, err = s.file.Seek(0, io.SeekStart)
+		if err == nil {
+			_, err = io.Copy(nf, io.LimitReader(s.file, s.size))
+		}
 	}
 	s.mu.Unlock()
 	if err != nil {

@@ -47,6 +47,16 @@ func (w *Writer) Shutdown() {
 // never dropped silently; msg says why in the log. It returns the copy's
 // path, "" when none could be kept.
 func (w *Writer) salvageLocked(id layout.SessionID, s *File, msg string) string {
+	s.mu.RLock()
+	lazy := s.lazy
+	s.mu.RUnlock()
+	if lazy != nil {
+		// Its bytes are a blob in the bucket, never fetched: only its
+		// name or attributes changed, and a copy would be a download.
+		w.log.Error(strings.Replace(msg, "staged data kept", "its content is unchanged, the blob of the version it was opened on", 1),
+			"session", id, "name", s.name, "blob", lazy.Digest.String())
+		return ""
+	}
 	dir := filepath.Join(w.cfg.FailedDir, id.String())
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		w.log.Error("could not keep the data of a failed commit", "session", id, "name", s.name, "err", err)

@@ -26,12 +26,12 @@ func TestWriterSameBytesNotUploaded(t *testing.T) {
 	}{
 		{"touch", func(t *testing.T, s *File) {}, false, body},
 		{"same-bytes", func(t *testing.T, s *File) {
-			if _, err := s.WriteAt([]byte(body[:100]), 0); err != nil {
+			if _, err := s.WriteAt(context.Background(), []byte(body[:100]), 0); err != nil {
 				t.Fatal(err)
 			}
 		}, false, body},
 		{"new-bytes", func(t *testing.T, s *File) {
-			if _, err := s.Append([]byte("more")); err != nil {
+			if _, err := s.Append(context.Background(), []byte("more")); err != nil {
 				t.Fatal(err)
 			}
 		}, true, body + "more"},

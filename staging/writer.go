@@ -83,6 +83,10 @@ type States interface {
 // cache): a write to an existing file starts from it.
 type Blobs interface {
 	ReadAt(ctx context.Context, d *layout.Descriptor, p []byte, off int64) (int, error)
+	// Size is the size of that content (the decoded size of an encoded
+	// body): a file opened for writing shows it before its bytes are
+	// fetched.
+	Size(ctx context.Context, d *layout.Descriptor) (int64, error)
 }
 
 // Writer turns writes through the tree into commits: it holds the staged
@@ -97,7 +101,9 @@ type Blobs interface {
 // file's commit in flight (File.committing) is waited for with none of
 // Writer.mu, File.mu or commitMu held. The session cache's own locks
 // come after all of these (Committed and State are called with commitMu
-// held).
+// held). File.fillMu (the copy of a file's committed bytes at its first
+// write, which runs without File.mu) is taken with none of them held,
+// before File.mu.
 type Writer struct {
 	cfg   Config
 	store Store
@@ -480,7 +486,7 @@ func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string,
 	for attempt := 0; ; attempt++ {
 		if s := w.share(ws, name); s != nil {
 			if truncate {
-				if err := s.Truncate(0); err != nil {
+				if err := s.Truncate(ctx, 0); err != nil {
 					return nil, err
 				}
 			}

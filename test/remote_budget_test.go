@@ -200,6 +200,57 @@ func TestRemoteBudgetSmallWrite(t *testing.T) {
 	}
 }
 
+// budgetBlobReads is the fault injector's count of blob GETs.
+var budgetBlobReads = regexp.MustCompile(`(?m)^faults counted objects/: get (\d+),`)
+
+// TestRemoteBudgetOpenForWriting: opening a committed file for writing
+// and closing it without writing to it (touch, `>>` of nothing, `<>`)
+// reads no blob and stores none: the file is fetched only when a write
+// needs its bytes. `touch` of a committed 100 MB file on a bucket 20 ms
+// away downloaded all of it (audit 5).
+func TestRemoteBudgetOpenForWriting(t *testing.T) {
+	t.Parallel()
+	bk := relLocalBucket(t)
+	id := relSession(t, bk)
+	body := strings.Repeat("a line of the big file\n", 200_000) // 4.6 MB
+	relCommitFiles(t, bk, id, map[string]string{"big.txt": body})
+	fb := relWithFaults(bk, map[string]string{"fault_count_prefix": "objects/"})
+	m := relMountOn(t, fb, t.TempDir(), "--cache-dir", t.TempDir())
+	blobs := func() (get, put int64) {
+		st := relReadStats(t, m).raw
+		g, w := budgetBlobReads.FindStringSubmatch(st), budgetBlobWrites.FindStringSubmatch(st)
+		if g == nil || w == nil {
+			t.Fatalf("no count of objects/ requests in .pugmark/stats")
+		}
+		get, _ = strconv.ParseInt(g[1], 10, 64)
+		put, _ = strconv.ParseInt(w[2], 10, 64)
+		return get, put
+	}
+	dir := filepath.Join(m.Dir, sess(id))
+	sh(t, dir, "stat -c %s big.txt")
+	for _, step := range []struct{ what, script string }{
+		{"touch", "touch -d @981173106 big.txt"},
+		{"an append of nothing", ": >> big.txt"},
+		{"an open for reading and writing", "exec 3<> big.txt; exec 3>&-"},
+		{"a chmod while open for writing", "exec 3>> big.txt; chmod 640 /proc/self/fd/3; exec 3>&-"},
+	} {
+		g0, p0 := blobs()
+		sh(t, dir, step.script)
+		if g1, p1 := blobs(); g1 != g0 || p1 != p0 {
+			t.Errorf("%s: %d blob GETs and %d blob PUTs, want none", step.what, g1-g0, p1-p0)
+		}
+	}
+	if got := sh(t, dir, "stat -c '%s %Y %a' big.txt"); got != fmt.Sprintf("%d 981173106 640\n", len(body)) {
+		t.Errorf("after the opens: size, mtime and mode %q", got)
+	}
+	src := filepath.Join(t.TempDir(), "big.txt")
+	if err := os.WriteFile(src, []byte(body+"one more\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A write fetches the bytes it adds to.
+	sh(t, dir, "echo 'one more' >> big.txt && cmp big.txt "+src)
+}
+
 // TestRemoteBudgetCopyIn: copying files into a session with the tools
 // people use sends no LIST per file within the metadata TTL: rsync -a
 // (a temporary name closed, its times and mode set, then renamed over
