@@ -626,3 +626,66 @@ func TestCommitReadsAboveAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestCommitStepsOverInOneRoundTrip: a provisional commit that finds its
+// version taken reads that version's metadata (its own, after a lost
+// reply?) and the snapshots from it up at once, and goes above the
+// newest of them without listing: one round trip between its PUTs, as a
+// mount committing back to back takes, where a listing and then the reads
+// took three and another mount's chmod loop starved the commit (audit 5).
+// When every version it read is taken, it lists.
+func TestCommitStepsOverInOneRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		above int   // versions committed above the base
+		lists int64 // LISTs the commit sends
+	}{{3, 0}, {stepReads - 1, 0}, {stepReads + 2, 1}} {
+		t.Run(strconv.Itoa(c.above), func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+				fb, inj, _ := faulty(t, b)
+				s := newStore(t, fb, nil)
+				id := newSession(t, s)
+				commit(t, s, id, Provisional, desc("f", "x"))
+				base, err := s.PositionAt(bg, id, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range c.above {
+					commit(t, s, id, Provisional, desc("o"+strconv.Itoa(i), "y"))
+				}
+				prefix, _ := SnapshotsPrefix(id)
+				gate := faultblob.NewGate()
+				inj.Add(faultblob.Rule{Ops: faultblob.OpGet | faultblob.OpHead, Match: faultblob.Match{Prefix: prefix}, Stall: gate})
+				lists := inj.Stats().Ops[faultblob.OpList].Requests
+				done := make(chan error, 1)
+				var r CommitResult
+				go func() {
+					var err error
+					r, err = s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("g"), Base: &base})
+					done <- err
+				}()
+				// The metadata of version 2 and the snapshots 2 to 9.
+				want := 1 + stepReads
+				for deadline := time.Now().Add(10 * time.Second); gate.Waiting() < want; time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						n := gate.Waiting()
+						gate.Release()
+						<-done
+						t.Fatalf("%d reads at once after the refused PUT, want %d", n, want)
+					}
+				}
+				gate.Release()
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				top := uint32(c.above + 2)
+				if r.Version != top || r.Descriptors[0].SequenceNumber != int64(top) || r.Attempts != 2 {
+					t.Fatalf("landed at version %d with sequence number %d after %d attempts, want %d, %d, 2",
+						r.Version, r.Descriptors[0].SequenceNumber, r.Attempts, top, top)
+				}
+				if n := inj.Stats().Ops[faultblob.OpList].Requests - lists; n != c.lists {
+					t.Fatalf("%d LISTs, want %d", n, c.lists)
+				}
+			})
+		})
+	}
+}
