@@ -309,8 +309,8 @@ const stepReads = 8
 // reports v as the commit's own snapshot, which a PUT retried after a
 // lost reply finds there), at once with the snapshots v to
 // v+stepReads-1, the first missing one ending the log. Versions are
-// dense (a snapshot is created only above one that exists) and a read
-// after a create sees it on every backend, which a listing need not.
+// dense (a snapshot is created only above one that exists) and a GET
+// after a create sees it (§2.5), which a LIST need not (§14.3).
 // Only when all of them exist does it list for the newest.
 //
 // Reading the metadata, then listing, then reading the snapshots was
