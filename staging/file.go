@@ -750,10 +750,15 @@ func (s *File) Attrs() Attrs {
 }
 
 // ChangeAttrs changes the user-set descriptor fields with fn. The file is
-// dirty but not touched: a metadata change alone does not make the next
-// flush commit while the file is open for writing (a shell's setfattr
-// child closes its inherited copy of the descriptor first), so the
-// metadata lands with the content, in one descriptor.
+// dirty, and touched when it holds committed content: the next flush
+// commits the change then, and close(2) says if that fails, as for a
+// chmod through a descriptor; left to the release, a refused commit of
+// it reached nobody (audit 6: close returned 0, the metadata went to
+// failed/). A file created and not committed yet is not touched: a
+// metadata change alone does not make the next flush commit it (a
+// shell's setfattr child closes its inherited copy of the descriptor
+// first, which would commit it empty), so the metadata lands with the
+// content, in one descriptor.
 func (s *File) ChangeAttrs(fn func(*Attrs)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -761,6 +766,9 @@ func (s *File) ChangeAttrs(fn func(*Attrs)) {
 	fn(&a)
 	s.meta, s.ctype, s.schema = a.Meta, a.ContentType, a.SchemaURL
 	s.changedLocked()
+	if s.committed != nil {
+		s.touched = true
+	}
 }
 
 // CleanDigest returns the digest of the content when it is what its last

@@ -3,6 +3,7 @@ package staging
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -250,4 +251,60 @@ func TestWriterFillHoldsNothing(t *testing.T) {
 	if err := r.w.Release(ctx, r.id, s); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestWriterXattrOfCommittedFileCommitsAtClose: setxattr of a committed
+// file open for writing commits at the descriptor's close, as a chmod
+// through it does, so that close(2) says when the commit is refused (here
+// another mount rewrote the file since it was opened). Left to the
+// release, the refusal reached nobody: close returned 0 and the metadata
+// went to failed/ (audit 6). A file created and never committed keeps its
+// metadata for the commit of its content.
+func TestWriterXattrOfCommittedFileCommitsAtClose(t *testing.T) {
+	ctx := context.Background()
+	setK := func(s *File) {
+		s.ChangeAttrs(func(a *Attrs) { a.Meta = map[string]string{"k": "v"} })
+	}
+	t.Run("committed", func(t *testing.T) {
+		r := newWriterRigTTL(t, time.Hour, nil)
+		base := r.commitBlob(t, "f", big("base\n"), "")
+		s, err := r.w.Open(ctx, r.id, "f", &base, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.otherWriter(t, "f", "theirs\n")
+		setK(s)
+		if err := r.w.Flush(ctx, r.id, s, false); !errors.Is(err, layout.ErrChangedUnder) {
+			t.Fatalf("close after setxattr: %v, want the refusal (%v)", err, layout.ErrChangedUnder)
+		}
+		r.w.Release(ctx, r.id, s)
+		if got := r.slotBody(t, "f"); got != "theirs\n" {
+			t.Fatalf("f holds %q, want the other mount's", got)
+		}
+	})
+	t.Run("created", func(t *testing.T) {
+		r := newWriterRigTTL(t, time.Hour, nil)
+		v := r.latest(t)
+		s, err := r.w.Open(ctx, r.id, "g", nil, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		setK(s)
+		if err := r.w.Flush(ctx, r.id, s, false); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.latest(t); got != v {
+			t.Fatalf("a flush of a new file with metadata only committed version %d", got)
+		}
+		if _, err := s.WriteAt(ctx, []byte("body\n"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.w.Release(ctx, r.id, s); err != nil {
+			t.Fatal(err)
+		}
+		e, ok := r.slot(t, "g")
+		if !ok || e.Version != v+1 || e.Metadata["k"] != "v" || string(e.Data) != "body\n" {
+			t.Fatalf("g at version %d (%v), metadata %v, %q; want one commit of both at %d", e.Version, ok, e.Metadata, e.Data, v+1)
+		}
+	})
 }
