@@ -45,7 +45,7 @@ func futimens(s *File) {
 // without O_TRUNC holds its committed content lazily. An open, a touch,
 // a cut to nothing or to its own size, and a rename read no blob (the
 // bucket refuses every blob read here) and store none: the commit names
-// the same blob. A read, a write or a cut to another size fetches the
+// the same blob, as does a hard link's copy. A read, a write or a cut to another size fetches the
 // content; when that fetch fails the change fails, and the file is still
 // what it was, whole. `touch` of a committed 1 GB file on a remote bucket
 // downloaded all of it at the open (audit 5).
@@ -71,6 +71,10 @@ func TestWriterOpenFetchesOnlyWhatAChangeNeeds(t *testing.T) {
 		{name: "rename", change: func(w *Writer, id layout.SessionID, s *File) error {
 			return w.Rename(ctx, id, "f", "g.md", false)
 		}, want: body, as: "g.md", ctype: "text/markdown; charset=utf-8"},
+		{name: "link", change: func(w *Writer, id layout.SessionID, s *File) error {
+			futimens(s) // changed and not committed: the link copies the staged file
+			return w.Link(ctx, id, "f", "h")
+		}, want: body, as: "h"},
 		{name: "read", fetches: true, change: func(_ *Writer, _ layout.SessionID, s *File) error {
 			buf := make([]byte, 10)
 			k, err := s.ReadAt(ctx, buf, 5)
