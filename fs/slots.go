@@ -151,7 +151,22 @@ var (
 func (n *sessDirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	c, err := n.dir().find(ctx, name)
 	if err != nil {
-		return nil, n.f.errnoOf("lookup "+name, err)
+		errno := n.f.errnoOf("lookup "+name, err)
+		if errno == syscall.ENOENT {
+			// Not kept by the kernel as a negative entry (go-fuse
+			// makes one for the metadata TTL when no timeout is set):
+			// the absence comes from this mount's view of the session,
+			// which a refused commit re-reads at once. A negative entry
+			// outlived that re-read: renameat2(RENAME_NOREPLACE) said
+			// EEXIST for a file another mount made, and the lstat GNU
+			// mv makes next still said ENOENT; coreutils 9.1 then reads
+			// a stat buffer it never filled, and mv failed now and then
+			// with "cannot overwrite directory". The next lookup of the
+			// name is answered from the view, with no bucket request
+			// inside the TTL.
+			out.SetEntryTimeout(uncached)
+		}
+		return nil, errno
 	}
 	return n.f.materialise(ctx, &n.Inode, c, out)
 }

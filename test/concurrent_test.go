@@ -318,6 +318,19 @@ func TestTwoMountsWithinTTLStartFromTheBucket(t *testing.T) {
 		{name: "rename no-replace onto created", a: "echo theirs > g", b: "mv -n f g 2>/dev/null; true",
 			want: files{"f": "old\n", "g": "theirs\n"}},
 		{name: "rename onto created", a: "echo theirs > g", b: "mv f g", want: files{"g": "old\n"}},
+		// GNU mv's first step alone: the no-replace rename is EEXIST, so
+		// the name must then be there to lstat on b too. b's kernel had
+		// looked it up as absent (from b's view, trusted for the TTL):
+		// kept as a negative entry, lstat said ENOENT, and mv (coreutils
+		// 9.1) went on with a stat buffer it never filled, failing now
+		// and then with "cannot overwrite directory 'g'".
+		{name: "no-replace rename onto created, then lstat", a: "echo theirs > g", b: `python3 -c '
+import ctypes, errno, os, stat
+libc = ctypes.CDLL(None, use_errno=True)
+r = libc.renameat2(-100, b"f", -100, b"g", 1)  # AT_FDCWD, RENAME_NOREPLACE
+assert r == -1 and ctypes.get_errno() == errno.EEXIST, (r, ctypes.get_errno())
+assert stat.S_ISREG(os.lstat("g").st_mode)
+'`, want: files{"f": "old\n", "g": "theirs\n"}},
 		// a changed f's metadata only: b's change of other metadata
 		// keeps a's (it put back what b had loaded).
 		{name: "chmod after setfattr", a: "setfattr -n user.pugmark.meta.k -v v f", b: "chmod 755 f",
