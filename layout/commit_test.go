@@ -2,6 +2,7 @@ package layout
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -579,67 +580,22 @@ func TestCommitPathClash(t *testing.T) {
 	})
 }
 
-// TestCommitReadsAboveAtOnce: a guarded commit that lands above
-// snapshots it has not seen (another writer's) reads them at once, and
-// takes its position from them. Read one after another, a commit that
-// another mount's stream of commits kept stepping over spent a round trip
-// per version at every try, fell further behind each time, and failed
-// after 100 tries (audit 5, repro-2).
-func TestCommitReadsAboveAtOnce(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
-		fb, inj, _ := faulty(t, b)
-		s := newStore(t, fb, nil)
-		id := newSession(t, s)
-		commit(t, s, id, Provisional, desc("f", "x"))
-		base, err := s.PositionAt(bg, id, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		const above = 8
-		for i := range above {
-			commit(t, s, id, Provisional, desc("o"+strconv.Itoa(i), "y"))
-		}
-		prefix, _ := SnapshotsPrefix(id)
-		gate := faultblob.NewGate()
-		inj.Add(faultblob.Rule{Ops: faultblob.OpGet, Match: faultblob.Match{Prefix: prefix}, Stall: gate})
-		done := make(chan error, 1)
-		var r CommitResult
-		go func() {
-			var err error
-			r, err = s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("g"), Base: &base, Paths: true})
-			done <- err
-		}()
-		for deadline := time.Now().Add(10 * time.Second); gate.Waiting() < above; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				n := gate.Waiting()
-				gate.Release()
-				<-done
-				t.Fatalf("%d snapshot reads at once, want the %d the commit lands above", n, above)
-			}
-		}
-		gate.Release()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		if r.Version != above+2 || r.Descriptors[0].SequenceNumber != above+2 {
-			t.Fatalf("landed at version %d with sequence number %d, want %d and %d", r.Version, r.Descriptors[0].SequenceNumber, above+2, above+2)
-		}
-	})
-}
-
 // TestCommitStepsOverInOneRoundTrip: a provisional commit that finds its
 // version taken reads that version's metadata (its own, after a lost
 // reply?) and the snapshots from it up at once, and goes above the
 // newest of them without listing: one round trip between its PUTs, as a
 // mount committing back to back takes, where a listing and then the reads
 // took three and another mount's chmod loop starved the commit (audit 5).
-// When every version it read is taken, it lists.
+// When every version it read is taken, it lists. The guards (here
+// Paths) are checked on what it read, and on the rest of the versions
+// above when it lists.
 func TestCommitStepsOverInOneRoundTrip(t *testing.T) {
 	for _, c := range []struct {
 		above int   // versions committed above the base
+		paths bool  // the commit is guarded (Paths)
 		lists int64 // LISTs the commit sends
-	}{{3, 0}, {stepReads - 1, 0}, {stepReads + 2, 1}} {
-		t.Run(strconv.Itoa(c.above), func(t *testing.T) {
+	}{{3, false, 0}, {stepReads - 1, false, 0}, {stepReads + 2, false, 1}, {3, true, 0}, {stepReads + 4, true, 1}} {
+		t.Run(fmt.Sprintf("%d,paths=%v", c.above, c.paths), func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b *blob.Bucket) {
 				fb, inj, _ := faulty(t, b)
 				s := newStore(t, fb, nil)
@@ -660,7 +616,7 @@ func TestCommitStepsOverInOneRoundTrip(t *testing.T) {
 				var r CommitResult
 				go func() {
 					var err error
-					r, err = s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("g"), Base: &base})
+					r, err = s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("g"), Base: &base, Paths: c.paths})
 					done <- err
 				}()
 				// The metadata of version 2 and the snapshots 2 to 9.
