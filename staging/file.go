@@ -428,26 +428,31 @@ func (s *File) writeAtLocked(p []byte, off int64, atEnd bool) (int, error) {
 
 // ReadAt reads what the file holds at off; past its end it reads
 // nothing, a sparse tail reads as zeros. A file held lazily is read from
-// its blob.
+// its blob, without mu: a read that waits for the bucket holds up no
+// stat and no fill (a writer waiting for mu would make every later
+// reader of it wait too), and the blob does not change.
 func (s *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
 	if s.file == nil {
+		s.mu.RUnlock()
 		return 0, ErrClosed
 	}
 	if off >= s.size {
+		s.mu.RUnlock()
 		return 0, nil
 	}
 	if max := s.size - off; int64(len(p)) > max {
 		p = p[:max]
 	}
 	if e := s.lazy; e != nil {
+		s.mu.RUnlock()
 		n, err := s.blobs.ReadAt(ctx, &e.Descriptor, p, off)
 		if errors.Is(err, io.EOF) && n == len(p) {
 			err = nil
 		}
 		return n, err
 	}
+	defer s.mu.RUnlock()
 	n, err := s.file.ReadAt(p, off)
 	if errors.Is(err, io.EOF) {
 		// A sparse tail past the last write reads as zeros.

@@ -222,6 +222,7 @@ func TestWriterFillHoldsNothing(t *testing.T) {
 	var armed atomic.Bool
 	armed.Store(true)
 	g := faultblob.NewGate()
+	t.Cleanup(g.Release) // before the rig's: a failure here must not hang its shutdown
 	r.inj.Add(faultblob.Rule{Ops: faultblob.OpGet, Match: faultblob.Match{Prefix: layout.ObjectsPrefix}, Stall: g, While: armed.Load})
 	wrote := make(chan error, 1)
 	go func() {
@@ -311,4 +312,44 @@ func TestWriterXattrOfCommittedFileCommitsAtClose(t *testing.T) {
 			t.Fatalf("g at version %d (%v), metadata %v, %q; want one commit of both at %d", e.Version, ok, e.Metadata, e.Data, v+1)
 		}
 	})
+}
+
+// TestWriterLazyReadHoldsNothing: a read of a file held lazily that
+// waits for the bucket holds up no change of the file's attributes (and
+// so no stat behind that change).
+func TestWriterLazyReadHoldsNothing(t *testing.T) {
+	ctx := context.Background()
+	r := newWriterRigTTL(t, time.Hour, nil)
+	base := r.commitBlob(t, "f", big("0123456789abcdef\n"), "")
+	s, err := r.w.Open(ctx, r.id, "f", &base, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := faultblob.NewGate()
+	t.Cleanup(g.Release) // before the rig's: a failure here must not hang its shutdown
+	r.inj.Add(faultblob.Rule{Ops: faultblob.OpGet, Match: faultblob.Match{Prefix: layout.ObjectsPrefix}, Stall: g})
+	read := make(chan error, 1)
+	go func() {
+		_, err := s.ReadAt(ctx, make([]byte, 10), 0)
+		read <- err
+	}()
+	waitStalled(t, g, 1)
+	changed := make(chan struct{})
+	go func() {
+		futimens(s)
+		_ = s.Stat()
+		close(changed)
+	}()
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a change of the file's attributes waits for a read of its blob")
+	}
+	g.Release()
+	if err := <-read; err != nil {
+		t.Fatal(err)
+	}
+	if err := r.w.Release(ctx, r.id, s); err != nil {
+		t.Fatal(err)
+	}
 }
