@@ -338,24 +338,33 @@ func (s *Store) stepOver(ctx context.Context, id SessionID, v uint32, txn uint64
 		return Position{}, true, nil
 	}
 	latest := v + uint32(n) - 1
+	unread := false // a version there that could not be read
 	for i, err := range errs {
 		if err == nil {
 			continue
 		}
-		if i == 0 || !errors.Is(err, ErrNotFound) {
+		if i > 0 && errors.Is(err, ErrNotFound) {
+			latest, snaps = v+uint32(i)-1, snaps[:i]
+			break
+		}
+		if req.guarded() {
 			return Position{}, false, fmt.Errorf("commit to %s: inspect version %d: %w", id, v+uint32(i), err)
 		}
-		latest, snaps = v+uint32(i)-1, snaps[:i]
-		break
+		// Unguarded, a commit needs the newest snapshot only (as it
+		// did before it read these): a bad one below it is not its
+		// business.
+		unread = true
 	}
-	if uint64(latest-v)+1 == n {
-		// All there: more may have landed than one round reads.
+	if unread || uint64(latest-v)+1 == n {
+		// All there (more may have landed than one round reads), or
+		// one could not be read: list.
 		newest, err := s.LatestVersion(ctx, id)
 		if err != nil {
 			return Position{}, false, fmt.Errorf("commit to %s: %w", id, err)
 		}
-		if newest > latest && !req.guarded() {
+		if unread || newest > latest && !req.guarded() {
 			// The newest alone gives the position.
+			newest = max(newest, latest)
 			if pos, err = s.positionAt(ctx, id, newest); err != nil {
 				return Position{}, false, fmt.Errorf("commit to %s: %w", id, err)
 			}

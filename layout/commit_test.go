@@ -645,3 +645,35 @@ func TestCommitStepsOverInOneRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// TestCommitStepsOverABadSnapshot: an unguarded commit that steps over a
+// snapshot it cannot read (not the newest) lands above the newest, as it
+// did when it read the newest alone; a guarded one, which must read
+// them all, fails.
+func TestCommitStepsOverABadSnapshot(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		id := newSession(t, s)
+		commit(t, s, id, Provisional, desc("f", "x"))
+		base, err := s.PositionAt(bg, id, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		commit(t, s, id, Provisional, desc("g", "y"))
+		key, _ := SnapshotKey(id, 3)
+		putRaw(t, b, key, []byte("not a snapshot"), nil)
+		if _, err := s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("h"), Base: &Position{Version: 3, LastSeq: 5}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("k"), Base: &base, Paths: true}); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("guarded commit over a bad snapshot: %v, want %v", err, ErrCorrupt)
+		}
+		r, err := s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("k"), Base: &base})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Version != 5 || r.Descriptors[0].SequenceNumber != 7 {
+			t.Fatalf("landed at version %d with sequence number %d, want 5 and 7", r.Version, r.Descriptors[0].SequenceNumber)
+		}
+	})
+}
