@@ -190,7 +190,7 @@ func FuzzXattrs(f *testing.F) {
 	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string, small int) {
 		e := layout.Entry{Descriptor: layout.Descriptor{Name: "f", SequenceNumber: 1,
 			Metadata: map[string]string{k1: v1, k2: v2}}}
-		x := descXattrs(e)
+		x := descXattrs(&e)
 		for k, v := range e.Metadata {
 			name := "user.pugmark.meta." + k
 			if len(name) > 255 || strings.IndexByte(name, 0) >= 0 {
@@ -252,7 +252,7 @@ func TestXattrsManyKeys(t *testing.T) {
 	for i := range 10000 {
 		meta[fmt.Sprintf("key%05d", i)] = fmt.Sprint(i)
 	}
-	x := descXattrs(layout.Entry{Descriptor: layout.Descriptor{Name: "f", SequenceNumber: 1, ContentType: "text/plain", Metadata: meta}})
+	x := descXattrs(&layout.Entry{Descriptor: layout.Descriptor{Name: "f", SequenceNumber: 1, ContentType: "text/plain", Metadata: meta}})
 	n, errno := listxattr(x, nil)
 	if errno != 0 || n > 64<<10 || n < 60<<10 {
 		t.Fatalf("listxattr: %d bytes, %v; want a list filled up to 64 KiB", n, errno)

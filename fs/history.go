@@ -385,8 +385,8 @@ func (s *seqDir) child(e layout.Entry) child {
 	return child{name: name, mode: syscall.S_IFREG, ttl: historyTTL,
 		ino: inoOf("seq", s.id.String(), name),
 		node: func() gofsNode {
-			c := &blobContent{f: f, d: e.Descriptor, born: s.id.Time(), ahead: &s.ahead, aheadName: name}
-			return &fileNode{f: f, c: c, x: descXattrs(e)}
+			c := &blobContent{f: f, d: &e.Descriptor, born: s.id.Time(), ahead: &s.ahead, aheadName: name}
+			return &fileNode{f: f, c: c, x: descXattrs(&e)}
 		}}
 }
 

@@ -1,7 +1,7 @@
 package fs
 
 import (
-	"hash/fnv"
+	"encoding/binary"
 	"strconv"
 	"sync"
 
@@ -15,12 +15,41 @@ import (
 // distinct (a slot file's session, name and digest), so the same content
 // under two names is two inodes with their own attributes.
 func inoOf(parts ...string) uint64 {
-	h := fnv.New64a()
+	k := newInoHash()
 	for _, p := range parts {
-		h.Write([]byte(p))
-		h.Write([]byte{0})
+		k.str(p)
 	}
-	v := h.Sum64() & (1<<63 - 1)
+	return k.ino()
+}
+
+// inoHash is FNV-1a over the parts of a node identity, each followed by a
+// zero byte. It is inoOf without allocations: a listing computes one
+// number per entry, and hash.Hash's Write made each part a heap copy.
+type inoHash uint64
+
+func newInoHash() inoHash { return 14695981039346656037 } // FNV-1a 64 offset basis
+
+func (k *inoHash) byte(b byte) { *k = (*k ^ inoHash(b)) * 1099511628211 } // FNV-1a 64 prime
+
+// str adds a part given as a string.
+func (k *inoHash) str(s string) {
+	for i := 0; i < len(s); i++ {
+		k.byte(s[i])
+	}
+	k.byte(0)
+}
+
+// raw adds a part given as bytes.
+func (k *inoHash) raw(b []byte) {
+	for _, c := range b {
+		k.byte(c)
+	}
+	k.byte(0)
+}
+
+// ino is the number: in [2, 2^63).
+func (k inoHash) ino() uint64 {
+	v := uint64(k) & (1<<63 - 1)
 	if v < 2 {
 		v += 2
 	}
@@ -44,7 +73,15 @@ func (f *FS) slotIno(id layout.SessionID, view, full string, e *layout.Entry) ui
 			return kept
 		}
 	}
-	return inoOf("slot", id.String(), view, full, e.Digest.String(), strconv.FormatInt(e.SequenceNumber, 10))
+	k := newInoHash()
+	k.str("slot")
+	k.raw(id[:])
+	k.str(view)
+	k.str(full)
+	k.raw(e.Digest[:])
+	var seq [8]byte
+	k.raw(binary.BigEndian.AppendUint64(seq[:0], uint64(e.SequenceNumber)))
+	return k.ino()
 }
 
 // sdirIno is the inode number of directory path in session id's view.

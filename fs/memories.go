@@ -146,7 +146,7 @@ func (f *FS) memSubdir(name, ns string) child {
 // memNode returns the node of a memory record file.
 func (f *FS) memNode(ns string, e layout.Entry) gofsNode {
 	if !f.sharedWritable() {
-		return &fileNode{f: f, c: &blobContent{f: f, d: e.Descriptor}, x: descXattrs(e)}
+		return &fileNode{f: f, c: &blobContent{f: f, d: &e.Descriptor}, x: descXattrs(&e)}
 	}
 	return &memFile{f: f, ns: ns, e: e, has: true}
 }

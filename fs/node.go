@@ -458,7 +458,7 @@ func (n *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 	if b, ok := n.c.(*blobContent); ok {
 		// A committed descriptor (history, a read-only mount, seq/):
 		// its posix-mode and posix-mtime, as on the live tree.
-		n.f.descAttr(&out.Attr, &b.d, !n.writable, b.born)
+		n.f.descAttr(&out.Attr, b.d, !n.writable, b.born)
 	}
 	if n.private {
 		out.Mode &^= 0o077

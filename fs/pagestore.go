@@ -135,13 +135,13 @@ func (f *FS) storeBody(pos readahead.Pos, d *layout.Descriptor, wait bool) {
 	}
 	// A body shown decoded (--sniff-encoding) has another size: not
 	// one piece.
-	if sz, err := f.blobs.Size(context.Background(), &b.d); err != nil || sz != d.Size {
+	if sz, err := f.blobs.Size(context.Background(), b.d); err != nil || sz != d.Size {
 		return
 	}
 	buf := make([]byte, d.Size)
 	// The blob cache directly, not b.readAt: this is not the program's
 	// read, and must not move the read-ahead.
-	k, err := f.blobs.ReadAt(context.Background(), &b.d, buf, 0)
+	k, err := f.blobs.ReadAt(context.Background(), b.d, buf, 0)
 	if err != nil || int64(k) != d.Size {
 		return
 	}

@@ -56,10 +56,10 @@ type pinnable interface {
 	pin(ctx context.Context, off int64) (*blobcache.Pinned, error)
 }
 
-func (b *blobContent) canPin() bool { return b.f.blobs.CanPin(&b.d) }
+func (b *blobContent) canPin() bool { return b.f.blobs.CanPin(b.d) }
 func (b *blobContent) pin(ctx context.Context, off int64) (*blobcache.Pinned, error) {
 	b.started(ctx, off)
-	return b.f.blobs.Pin(ctx, &b.d)
+	return b.f.blobs.Pin(ctx, b.d)
 }
 
 func (r *rawContent) canPin() bool { return r.f.blobs.CanPinRaw(r.n) }

@@ -173,21 +173,24 @@ func (d *sessionDir) list(ctx context.Context) ([]child, error) {
 	}
 	dir, ok := tree.Walk(d.parts)
 	var out []child
-	// The hidden .pugmark/ is not listed, also when staged files under
-	// .pugmark/send/ make it a local directory.
-	seen := map[string]bool{".pugmark": len(d.parts) == 0}
 	if ok {
-		for _, c := range d.children(ctx, st, dir) {
+		kids := d.children(ctx, st, dir)
+		out = make([]child, 0, len(kids))
+		for _, c := range kids {
 			if !(d.live() && d.f.w.Hidden(d.id, d.full(c.name))) {
 				out = append(out, c)
-				seen[c.name] = true
 			}
 		}
 	}
 	if local != nil {
 		at := make(map[string]int, len(out))
+		// The hidden .pugmark/ is not listed, also when staged files
+		// under .pugmark/send/ make it a local directory.
+		seen := make(map[string]bool, len(out)+1)
+		seen[".pugmark"] = len(d.parts) == 0
 		for i, c := range out {
 			at[c.name] = i
+			seen[c.name] = true
 		}
 		for _, c := range local(seen) {
 			// A staged file shadows the committed entry of its name:
@@ -380,7 +383,7 @@ func (f *FS) sendTarget(ctx context.Context, name string) error {
 
 func (d *sessionDir) childOf(st *cache.State, dir *cache.Dir, name string) (child, bool) {
 	if e, ok := dir.Files[name]; ok {
-		return d.f.slotChild(d, name, *e), true
+		return d.f.slotChild(d, name, e), true
 	}
 	if _, ok := dir.Dirs[name]; ok {
 		sub := &sessionDir{f: d.f, id: d.id, parts: appendPart(d.parts, name), hist: d.hist, at: d.at}
@@ -463,19 +466,23 @@ func (f *FS) sessionRootAttr(out *fuse.Attr, id layout.SessionID, updated time.T
 // slotChild is a file backed by a descriptor. The inode is keyed on
 // session, version view, name and digest, so new content is a new inode
 // and old pages can stay cached (FOPEN_KEEP_CACHE) for the old one.
-func (f *FS) slotChild(d *sessionDir, name string, e layout.Entry) child {
+//
+// e is the tree's entry, shared and never changed: the child and its
+// node keep the pointer rather than a copy (a listing of 10,000 files
+// made 10,000 copies of every descriptor, twice).
+func (f *FS) slotChild(d *sessionDir, name string, e *layout.Entry) child {
 	full := cache.JoinName(appendPart(d.parts, name))
 	ttl := f.ttl
 	if !d.live() {
 		ttl = historyTTL
 	}
-	c := child{name: name, mode: syscall.S_IFREG, ino: f.slotIno(d.id, viewKey(d), full, &e), ttl: ttl, node: func() gofs.InodeEmbedder {
+	c := child{name: name, mode: syscall.S_IFREG, ino: f.slotIno(d.id, viewKey(d), full, e), ttl: ttl, node: func() gofs.InodeEmbedder {
 		return f.slotNode(d, full, e)
 	}}
 	if d.live() && f.sessionWritable(d.id) {
 		c.refresh = func(in *gofs.Inode) {
 			if n, ok := in.Operations().(*slotFile); ok {
-				n.adopt(e)
+				n.adopt(*e)
 			}
 		}
 	}
@@ -485,8 +492,10 @@ func (f *FS) slotChild(d *sessionDir, name string, e layout.Entry) child {
 // blobContent is a file showing a descriptor's (decoded) body; pos,
 // when set, is where it shows in a session's tree, for read-ahead.
 type blobContent struct {
-	f   *FS
-	d   layout.Descriptor
+	f *FS
+	// d is the descriptor shown, shared with the tree it came from:
+	// descriptors are immutable once decoded.
+	d   *layout.Descriptor
 	pos *readahead.Pos
 	// born is the mtime shown when the descriptor has no time (descMtime):
 	// its session's hour; zero (the mount's start) outside a session.
@@ -497,10 +506,10 @@ type blobContent struct {
 	aheadName string
 }
 
-func (b *blobContent) size(ctx context.Context) (int64, error) { return b.f.blobs.Size(ctx, &b.d) }
+func (b *blobContent) size(ctx context.Context) (int64, error) { return b.f.blobs.Size(ctx, b.d) }
 func (b *blobContent) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 	b.started(ctx, off)
-	n, err := b.f.blobs.ReadAt(ctx, &b.d, p, off)
+	n, err := b.f.blobs.ReadAt(ctx, b.d, p, off)
 	if errors.Is(err, io.EOF) {
 		err = nil
 	}
@@ -518,7 +527,7 @@ func (b *blobContent) started(ctx context.Context, off int64) {
 		b.ahead.read(b.f, b.aheadName)
 		return
 	}
-	b.f.ra.Read(b.pos, &b.d, callerThread(ctx))
+	b.f.ra.Read(b.pos, b.d, callerThread(ctx))
 }
 
 // callerThread is the thread that made the request ctx serves (FUSE
@@ -530,11 +539,11 @@ func callerThread(ctx context.Context) uint32 {
 	return 0
 }
 
-func (b *blobContent) mtime() time.Time { return descMtime(&b.d, b.born) }
+func (b *blobContent) mtime() time.Time { return descMtime(b.d, b.born) }
 func (b *blobContent) immutable() bool  { return true }
 
 // descXattrs are the extended attributes of a slot file (tree.md).
-func descXattrs(e layout.Entry) xattrs {
+func descXattrs(e *layout.Entry) xattrs {
 	return func() map[string]string {
 		d := e.Descriptor
 		m := map[string]string{

@@ -33,13 +33,13 @@ func (f *FS) sessionNode(sd *sessionDir) gofsNode {
 }
 
 // slotNode returns the node of a slot file.
-func (f *FS) slotNode(d *sessionDir, full string, e layout.Entry) gofsNode {
+func (f *FS) slotNode(d *sessionDir, full string, e *layout.Entry) gofsNode {
 	if d.live() && f.sessionWritable(d.id) {
 		n := &slotFile{f: f, id: d.id, name: full}
-		n.ent.Store(&e)
+		n.ent.Store(e)
 		return n
 	}
-	return &fileNode{f: f, c: &blobContent{f: f, d: e.Descriptor, pos: &readahead.Pos{ID: d.id, At: d.at, Name: full}, born: d.id.Time()}, x: descXattrs(e)}
+	return &fileNode{f: f, c: &blobContent{f: f, d: &e.Descriptor, pos: &readahead.Pos{ID: d.id, At: d.at, Name: full}, born: d.id.Time()}, x: descXattrs(e)}
 }
 
 // stagedChild is a child for a staged (not yet committed) file.
@@ -687,7 +687,7 @@ func (n *slotFile) openCommitted(ctx context.Context) (gofs.FileHandle, uint32, 
 	if n.pt.open.Load() > 0 && n.ptDigest != e.Digest {
 		return nil, 0, false, syscall.ETXTBSY
 	}
-	fh, fl, ok, errno := n.f.openPassthrough(ctx, &n.pt, &blobContent{f: n.f, d: e.Descriptor})
+	fh, fl, ok, errno := n.f.openPassthrough(ctx, &n.pt, &blobContent{f: n.f, d: &e.Descriptor})
 	if ok {
 		n.ptDigest = e.Digest
 	}
@@ -723,7 +723,7 @@ func (n *slotFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	if off == 0 {
 		pos = &readahead.Pos{ID: n.id, Name: n.slot()}
 	}
-	res, err := n.f.readContent(ctx, &blobContent{f: n.f, d: e.Descriptor, pos: pos}, dest, off)
+	res, err := n.f.readContent(ctx, &blobContent{f: n.f, d: &e.Descriptor, pos: pos}, dest, off)
 	if err != nil {
 		return nil, n.f.errnoOf("read "+n.slot(), err)
 	}
@@ -807,7 +807,7 @@ func (n *slotFile) xattrs() map[string]string {
 		return m
 	}
 	if e != nil {
-		return descXattrs(*e)()
+		return descXattrs(e)()
 	}
 	return nil
 }
