@@ -2,6 +2,7 @@ package layout
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -389,5 +390,53 @@ func TestSection9_RefNames(t *testing.T) {
 	}
 	if SessionRefName("demo") != "sessions/demo" {
 		t.Error("SessionRefName")
+	}
+}
+
+// TestParseDigestCases: keys and ParseDigest take lower-case hex only,
+// a descriptor's digest field (parseDescriptorDigest, §7) either case;
+// both refuse anything else whole, and neither allocates on success (a
+// snapshot's descriptors are parsed by the thousand).
+func TestParseDigestCases(t *testing.T) {
+	const hexHello = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+	want, err := ParseDigest("sha256:" + hexHello)
+	if err != nil || want.Hex() != hexHello {
+		t.Fatalf("ParseDigest(sha256:%s) = %v, %v", hexHello, want, err)
+	}
+	mixed := strings.ToUpper(hexHello[:10]) + hexHello[10:]
+	for _, c := range []struct {
+		in              string
+		key, descriptor bool // accepted by ParseDigest, by parseDescriptorDigest
+	}{
+		{"sha256:" + hexHello, true, true},
+		{"sha256:" + strings.ToUpper(hexHello), false, true},
+		{"sha256:" + mixed, false, true},
+		{"SHA256:" + hexHello, false, false},
+		{"sha256:" + hexHello[:63], false, false},
+		{"sha256:" + hexHello + "0", false, false},
+		{"sha256:" + hexHello[:63] + "g", false, false},
+		{"sha256:" + hexHello[:63] + "G", false, false},
+		{"sha256:" + hexHello[:62] + " 0", false, false},
+		{"sha256:" + hexHello[:63] + "\x00", false, false},
+	} {
+		for _, p := range []struct {
+			name   string
+			parse  func(string) (Digest, error)
+			accept bool
+		}{{"ParseDigest", ParseDigest, c.key}, {"parseDescriptorDigest", parseDescriptorDigest, c.descriptor}} {
+			got, err := p.parse(c.in)
+			switch {
+			case p.accept && (err != nil || got != want):
+				t.Errorf("%s(%q) = %v, %v; want %s", p.name, c.in, got, err, want)
+			case !p.accept && err == nil:
+				t.Errorf("%s(%q) = %v; want an error", p.name, c.in, got)
+			case !p.accept && (!errors.Is(err, ErrInvalid) || !got.IsZero()):
+				t.Errorf("%s(%q) = %v, %v; want the zero digest and ErrInvalid", p.name, c.in, got, err)
+			}
+		}
+	}
+	upper := "sha256:" + strings.ToUpper(hexHello)
+	if n := testing.AllocsPerRun(100, func() { _, _ = parseDescriptorDigest(upper) }); n != 0 {
+		t.Errorf("parseDescriptorDigest allocates %v times a call, want 0", n)
 	}
 }
