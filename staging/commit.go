@@ -593,6 +593,10 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
+		// upload marked the files it stored clean, but none of them is
+		// committed: left clean, the next fsync skipped them, their
+		// release forgot them and Shutdown kept no copy.
+		redirty(files)
 		w.st.errors.Add(1)
 		return layout.CommitResult{}, err
 	}
@@ -1087,8 +1091,13 @@ func (w *Writer) settleDropped(ws *session, b *batch, err error) error {
 // and nothing failed.
 var errAllDropped = errors.New("every change of the batch dropped")
 
-func (w *Writer) failBatch(b *batch) {
-	for _, s := range b.files {
+// failBatch marks the files of a batch that did not land dirty again.
+func (w *Writer) failBatch(b *batch) { redirty(b.files) }
+
+// redirty marks files (nil entries skipped) dirty: their uploads cleared
+// it, and the commit they were for did not land.
+func redirty(files []*File) {
+	for _, s := range files {
 		if s != nil {
 			s.mu.Lock()
 			s.dirty = true

@@ -2,11 +2,13 @@ package staging
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/faultblob"
+	"gocloud.dev/gcerrors"
 )
 
 // TestWriterSameBytesNotUploaded: a file committed with the bytes it was
@@ -68,6 +70,56 @@ func TestWriterSameBytesNotUploaded(t *testing.T) {
 			got, err := r.store.ReadBlob(ctx, e.Digest, 1<<20)
 			if err != nil || string(got) != c.want {
 				t.Fatalf("f's blob: %d bytes, %v; want %d bytes", len(got), err, len(c.want))
+			}
+		})
+	}
+}
+
+// TestWriterFailedUploadKeepsEveryFile: with --commit=fsync, an fsync
+// whose uploads fail for one file of two commits neither, and leaves
+// both staged: the next fsync commits both, and a shutdown keeps both.
+// The file whose blob did go up was marked clean by its upload, and the
+// failed commit never marked it dirty again: the next fsync committed
+// the other file only, and its release forgot it (a silent loss).
+func TestWriterFailedUploadKeepsEveryFile(t *testing.T) {
+	for _, then := range []string{"fsync again", "release, then shut down"} {
+		t.Run(then, func(t *testing.T) {
+			r := newWriterRig(t, CommitOnFsync)
+			ctx := context.Background()
+			a := r.written(t, "a", "content of a")
+			b := r.written(t, "b", "content of b")
+			refuse := r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, FailProb: 1,
+				Match: faultblob.Match{Prefix: layout.BlobKey(layout.DigestOf([]byte("content of b")))},
+				Err:   faultblob.PermanentError(gcerrors.PermissionDenied)})
+			if err := r.w.FsyncSession(ctx, r.id); err == nil {
+				t.Fatal("fsync succeeded with b's upload refused")
+			}
+			r.inj.Remove(refuse)
+			if _, ok := r.slot(t, "a"); ok {
+				t.Fatal("a committed by the fsync that failed")
+			}
+			switch then {
+			case "fsync again":
+				if err := r.w.FsyncSession(ctx, r.id); err != nil {
+					t.Fatal(err)
+				}
+				r.w.Release(ctx, r.id, a)
+				r.w.Release(ctx, r.id, b)
+				for _, name := range []string{"a", "b"} {
+					if _, ok := r.slot(t, name); !ok {
+						t.Errorf("%s not committed by the fsync after the failure", name)
+					}
+				}
+			case "release, then shut down":
+				r.w.Release(ctx, r.id, a)
+				r.w.Release(ctx, r.id, b)
+				r.w.Shutdown()
+				kept := strings.Join(r.failedFiles(t), " ")
+				for _, name := range []string{"a", "b"} {
+					if !strings.Contains(kept, name+".") {
+						t.Errorf("%s not kept at shutdown; the failed directory holds %q", name, kept)
+					}
+				}
 			}
 		})
 	}
