@@ -180,11 +180,17 @@ func (s *Store) getStamped(ctx context.Context, key string, max int64) ([]byte, 
 			return err
 		}
 		defer r.Close()
-		if r.Size() > max {
-			return fmt.Errorf("%w: %s is %d bytes, limit %d", ErrTooLarge, key, r.Size(), max)
+		size := r.Size()
+		if size > max {
+			return fmt.Errorf("%w: %s is %d bytes, limit %d", ErrTooLarge, key, size, max)
 		}
 		var buf bytes.Buffer
-		buf.Grow(int(r.Size()))
+		// A server that streams the body without a Content-Length
+		// reports no size (-1): that made Grow panic and took the mount
+		// down at its first manifest read. The limit is the LimitReader's.
+		if size > 0 {
+			buf.Grow(int(size))
+		}
 		n, err := io.Copy(&buf, io.LimitReader(r, max+1))
 		s.st.bytesRead.Add(n)
 		if err != nil {
@@ -193,8 +199,11 @@ func (s *Store) getStamped(ctx context.Context, key string, max int64) ([]byte, 
 		if n > max {
 			return fmt.Errorf("%w: %s grew past %d bytes", ErrTooLarge, key, max)
 		}
+		if size < 0 {
+			size = n
+		}
 		body = buf.Bytes()
-		st = stampOf(r.Size(), r.ModTime())
+		st = stampOf(size, r.ModTime())
 		return nil
 	})
 	if err != nil {
