@@ -3,6 +3,7 @@ package fs
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"maps"
 	"sync"
 	"sync/atomic"
@@ -108,14 +109,19 @@ func (o *openBufs[H]) empty() bool {
 }
 
 // truncate sets every open handle's content to sz bytes; it reports
-// whether there was any.
-func (o *openBufs[H]) truncate(sz uint64) bool {
+// whether there was any. A size past maxBuffered changes none.
+func (o *openBufs[H]) truncate(sz uint64) (bool, error) {
+	if sz > maxBuffered {
+		return false, errTooLargeToBuffer
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for h := range o.hs {
-		h.buffer().truncate(sz, false)
+		if err := h.buffer().truncate(sz, false); err != nil {
+			return false, err
+		}
 	}
-	return len(o.hs) > 0
+	return len(o.hs) > 0, nil
 }
 
 // drop marks every handle open now dropped (bufHandle.dropped): the
@@ -133,6 +139,16 @@ func (o *openBufs[H]) drop() {
 
 // writeSeq orders the writes of all buffered handles (bufHandle.written).
 var writeSeq atomic.Uint64
+
+// maxBuffered bounds the content of a buffered handle. Memory records
+// and refs are small, but the size is the caller's (truncate -s 1T, a
+// write far past the end) or the bucket's (a record read whole at open):
+// unbounded, one call made the daemon allocate it, and die with every
+// write of the mount staged in it.
+const maxBuffered = 64 << 20
+
+// errTooLargeToBuffer refuses a buffered content past maxBuffered.
+var errTooLargeToBuffer = fmt.Errorf("memory records and refs are edited in memory, up to %d MiB: %w", maxBuffered>>20, syscall.EFBIG)
 
 // bufHandle is an open handle whose content is held whole in memory:
 // memory records and refs, which are small. Embedders commit it on Flush.
@@ -244,7 +260,10 @@ func (h *bufHandle) settle(gen uint64, err error) {
 	}
 }
 
-func (h *bufHandle) truncate(sz uint64, touch bool) {
+func (h *bufHandle) truncate(sz uint64, touch bool) error {
+	if sz > maxBuffered {
+		return errTooLargeToBuffer
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if int(sz) <= len(h.buf) {
@@ -258,6 +277,7 @@ func (h *bufHandle) truncate(sz uint64, touch bool) {
 	h.appendedFrom = -1
 	delete(h.meta, layout.MetaPosixMtime)
 	h.written = writeSeq.Add(1)
+	return nil
 }
 
 func (h *bufHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -274,6 +294,9 @@ func (h *bufHandle) Write(ctx context.Context, data []byte, off int64) (uint32, 
 	defer h.mu.Unlock()
 	if h.appending {
 		off = int64(len(h.buf))
+	}
+	if off > maxBuffered-int64(len(data)) {
+		return 0, syscall.EFBIG // errTooLargeToBuffer
 	}
 	if end := off + int64(len(data)); end > int64(len(h.buf)) {
 		h.buf = append(h.buf, make([]byte, end-int64(len(h.buf)))...)

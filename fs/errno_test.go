@@ -136,6 +136,7 @@ func TestErrnoOf(t *testing.T) {
 		{"access", func(*testing.T) error { return fmt.Errorf("open: %w", syscall.EACCES) }, syscall.EACCES, false},
 		{"name too long", func(*testing.T) error { return syscall.ENAMETOOLONG }, syscall.ENAMETOOLONG, false},
 		{"file too big", func(*testing.T) error { return &os.PathError{Op: "write", Path: "/s", Err: syscall.EFBIG} }, syscall.EFBIG, false},
+		{"memory record too big to edit", func(*testing.T) error { return fmt.Errorf("truncate memory ns: %w", errTooLargeToBuffer) }, syscall.EFBIG, false},
 		{"too many open files", func(*testing.T) error { return &os.PathError{Op: "open", Path: "/s", Err: syscall.EMFILE} }, syscall.EMFILE, false},
 		{"xattr range", func(*testing.T) error { return syscall.ERANGE }, syscall.ERANGE, false},
 

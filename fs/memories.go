@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"sort"
@@ -609,8 +610,12 @@ func (n *memFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetA
 	}
 	if sz, ok := in.GetSize(); ok {
 		if h, ok := fh.(*memHandle); ok {
-			h.truncate(sz, true)
-		} else if !n.bufs.truncate(sz) {
+			if err := h.truncate(sz, true); err != nil {
+				return n.f.errnoOf("truncate memory "+n.ns, err)
+			}
+		} else if open, err := n.bufs.truncate(sz); err != nil {
+			return n.f.errnoOf("truncate memory "+n.ns, err)
+		} else if !open {
 			// truncate(2) of a record nobody has open: a commit of its
 			// own.
 			hh, _, errno := n.Open(ctx, syscall.O_RDWR)
@@ -618,7 +623,10 @@ func (n *memFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetA
 				return errno
 			}
 			h := hh.(*memHandle)
-			h.truncate(sz, true)
+			if err := h.truncate(sz, true); err != nil {
+				h.Release(ctx)
+				return n.f.errnoOf("truncate memory "+n.ns, err)
+			}
 			errno = h.Flush(ctx)
 			h.Release(ctx)
 			if errno != 0 {
@@ -682,6 +690,9 @@ func readAll(ctx context.Context, f *FS, d *layout.Descriptor) ([]byte, error) {
 	var out bytes.Buffer
 	buf := make([]byte, 1<<20)
 	for off := int64(0); ; {
+		if off > maxBuffered {
+			return nil, fmt.Errorf("memory record %s: more than %d bytes: %w", d.Name, maxBuffered, errTooLargeToBuffer)
+		}
 		k, err := f.blobs.ReadAt(ctx, d, buf, off)
 		out.Write(buf[:k])
 		off += int64(k)

@@ -288,13 +288,17 @@ func (r *refFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetA
 	}
 	if sz, ok := in.GetSize(); ok {
 		if h, ok := fh.(*refHandle); ok {
-			h.truncate(sz, true)
+			if err := h.truncate(sz, true); err != nil {
+				return r.f.errnoOf("truncate ref", err)
+			}
 			return r.Getattr(ctx, fh, out)
 		}
 		// The O_TRUNC follow-up reaches the handles open for writing;
 		// truncate(2) of a ref nobody has open would only make it empty,
 		// which no ref can be: nothing to do.
-		r.bufs.truncate(sz)
+		if _, err := r.bufs.truncate(sz); err != nil {
+			return r.f.errnoOf("truncate ref", err)
+		}
 	}
 	return r.Getattr(ctx, fh, out)
 }
