@@ -691,6 +691,14 @@ func (s *File) waitCommitLocked() {
 	}
 }
 
+// waitIdle waits until s.mu is free (an upload holds it shared while it
+// lasts) and no commit of s is in flight. The caller holds no lock.
+func (s *File) waitIdle() {
+	s.mu.Lock()
+	s.waitCommitLocked()
+	s.mu.Unlock()
+}
+
 // changedLocked marks a change of metadata: the file must be committed
 // again, and an earlier failed commit of it is history. Caller holds
 // s.mu.

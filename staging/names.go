@@ -37,6 +37,11 @@ func (w *Writer) unstage(ws *session, name string) (s *File, committed bool) {
 // mu held, once no commit of it is in flight (nil, holding nothing, when
 // none is staged). A commit that starts later takes the name the file
 // has when it joins a batch (namedNowLocked).
+//
+// The file's mu may be held for as long as an upload of it takes (a
+// flush that began after the caller's wait for commits in flight): it
+// is waited for with w.mu released, since every lookup of every session
+// needs w.mu.
 func (w *Writer) stagedIdle(ws *session, name string) *File {
 	for {
 		w.mu.Lock()
@@ -45,7 +50,11 @@ func (w *Writer) stagedIdle(ws *session, name string) *File {
 			w.mu.Unlock()
 			return nil
 		}
-		s.mu.Lock() // waits for an upload in flight
+		if !s.mu.TryLock() {
+			w.mu.Unlock()
+			s.waitIdle()
+			continue
+		}
 		if s.committing == nil {
 			return s
 		}
@@ -53,6 +62,42 @@ func (w *Writer) stagedIdle(ws *session, name string) *File {
 		s.mu.Unlock()
 		w.mu.Unlock()
 		<-ch
+	}
+}
+
+// lockStaged returns with w.mu held, and the mu of each file staged in
+// ws under one of names held too; unlock releases the files' (w.mu
+// stays held). A file's mu is held shared for as long as an upload of
+// it takes, and every lookup of every session needs w.mu: a busy file is
+// waited for with w.mu released, and then everything is taken again.
+func (w *Writer) lockStaged(ws *session, names []string) (unlock func()) {
+	for {
+		w.mu.Lock()
+		var held []*File
+		var busy *File
+		for _, name := range names {
+			s := ws.files[name]
+			if s == nil {
+				continue
+			}
+			if !s.mu.TryLock() {
+				busy = s
+				break
+			}
+			held = append(held, s)
+		}
+		if busy == nil {
+			return func() {
+				for _, s := range held {
+					s.mu.Unlock()
+				}
+			}
+		}
+		for _, s := range held {
+			s.mu.Unlock()
+		}
+		w.mu.Unlock()
+		busy.waitIdle()
 	}
 }
 
@@ -288,7 +333,7 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		ops = append(ops, pendingOp{desc: &layout.Descriptor{Name: e.Name, Deleted: true, CreatedAt: now}, base: fileBase(id, &e)},
 			pendingOp{desc: &moved})
 	}
-	w.mu.Lock()
+	unlock := w.lockStaged(ws, src.staged)
 	var dirs []string
 	for d := range ws.dirs {
 		if d == from || strings.HasPrefix(d, from+"/") {
@@ -296,6 +341,7 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		}
 	}
 	w.moveLocalLocked(ws, from, to, src.staged, dirs)
+	unlock()
 	if len(ops) == 0 {
 		ws.dirs[to] = true
 	}
@@ -306,16 +352,17 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 			// Left moved, the local directories showed the target as an
 			// empty directory beside the source, and the mv tried again
 			// moved the source into it.
-			w.mu.Lock()
 			var back []string
 			for _, name := range src.staged {
 				back = append(back, to+strings.TrimPrefix(name, from))
 			}
+			unlock := w.lockStaged(ws, back)
 			var backDirs []string
 			for _, d := range dirs {
 				backDirs = append(backDirs, to+strings.TrimPrefix(d, from))
 			}
 			w.moveLocalLocked(ws, to, from, back, backDirs)
+			unlock()
 			w.mu.Unlock()
 			return err
 		}
@@ -327,16 +374,13 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 // moveLocalLocked renames the staged files named staged and the local
 // directories dirs, all under from, to the same places under to. The
 // caller holds ws.nsMu (releases wait for it, so every staged file is
-// still there) and w.mu.
+// still there), w.mu and the mu of every file in staged (lockStaged).
 func (w *Writer) moveLocalLocked(ws *session, from, to string, staged, dirs []string) {
 	for _, name := range staged {
 		s := ws.files[name]
 		delete(ws.files, name)
-		nn := to + strings.TrimPrefix(name, from)
-		s.mu.Lock()
-		s.name = nn
-		s.mu.Unlock()
-		ws.files[nn] = s
+		s.name = to + strings.TrimPrefix(name, from)
+		ws.files[s.name] = s
 	}
 	for _, d := range dirs {
 		delete(ws.dirs, d)
@@ -513,9 +557,7 @@ func (w *Writer) waitCommits(id layout.SessionID, names ...string) {
 	}
 	w.mu.Unlock()
 	for _, s := range busy {
-		s.mu.Lock()
-		s.waitCommitLocked()
-		s.mu.Unlock()
+		s.waitIdle()
 	}
 }
 

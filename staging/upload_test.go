@@ -124,3 +124,57 @@ func TestWriterFailedUploadKeepsEveryFile(t *testing.T) {
 		})
 	}
 }
+
+// TestWriterLinkWaitsForUploadAlone: a link that reaches a staged file
+// while a flush of it uploads (the flush began during the link's LIST,
+// after its wait for commits in flight) waits for that upload; every
+// other call of the writer goes on meanwhile. It waited with Writer.mu
+// held (stagedIdle), and a lookup in any session stalled for as long as
+// the upload took (minutes for a large file on a remote bucket).
+func TestWriterLinkWaitsForUploadAlone(t *testing.T) {
+	r := newWriterRig(t)
+	ctx := context.Background()
+	s := r.written(t, "f", big("uploading "))
+	lists := faultblob.NewGate()
+	t.Cleanup(lists.Release)
+	stallLists := r.inj.Add(faultblob.Rule{Ops: faultblob.OpList, Stall: lists})
+	linked := make(chan error, 1)
+	go func() { linked <- r.w.Link(ctx, r.id, "f", "g") }()
+	waitStalled(t, lists, 1) // past its wait for commits, reading the session
+	puts := faultblob.NewGate()
+	t.Cleanup(puts.Release)
+	r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: layout.ObjectsPrefix}, Stall: puts})
+	flushed := make(chan error, 1)
+	go func() { flushed <- r.w.Flush(ctx, r.id, s, true) }()
+	waitStalled(t, puts, 1) // the upload holds the file's lock shared
+	r.inj.Remove(stallLists)
+	lists.Release()
+	// The link now waits for the file's lock: a waiting writer shuts
+	// new readers out.
+	deadline := time.Now().Add(10 * time.Second)
+	for s.mu.TryRLock() {
+		s.mu.RUnlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the link never reached the file being uploaded")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	looked := make(chan struct{})
+	go func() { r.w.Lookup(layout.SessionID{7}, "x"); close(looked) }()
+	select {
+	case <-looked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lookup in another session waits for the upload")
+	}
+	puts.Release()
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-linked; err != nil {
+		t.Fatal(err)
+	}
+	r.w.Release(ctx, r.id, s)
+	if e, ok := r.slot(t, "g"); !ok || e.Digest != layout.DigestOf([]byte(big("uploading "))) {
+		t.Fatalf("g after the link: %+v, %v; want the uploaded bytes", e, ok)
+	}
+}

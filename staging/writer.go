@@ -97,7 +97,11 @@ type Blobs interface {
 //
 // LOCK ORDERING: session.fsyncMu, then session.nsMu, then
 // session.commitMu, then Writer.mu, then File.mu. Writer.mu guards the
-// per-session maps only; uploads and commits run without it. A staged
+// per-session maps only; uploads and commits run without it. An upload
+// holds its File.mu shared for as long as the PUT takes, so File.mu is
+// never waited for with Writer.mu held: it is taken with TryLock, and a
+// busy file is waited for with Writer.mu released (stagedIdle,
+// lockStaged). A staged
 // file's commit in flight (File.committing) is waited for with none of
 // Writer.mu, File.mu or commitMu held. The session cache's own locks
 // come after all of these (Committed and State are called with commitMu
