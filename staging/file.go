@@ -22,10 +22,14 @@ import (
 	"github.com/pugmark/pugfs/layout"
 )
 
-// staged is a file being written: its bytes live in a spill file in the
-// staging directory, never whole in memory. It is shared by every handle
-// open on the same name in one session.
+// File is a staged file, one being written: its bytes live in a spill
+// file in the staging directory, never whole in memory. It is shared by
+// every handle open on the same name in one session.
 type File struct {
+	// opens counts the handles open on the file. GUARDED_BY(Writer.mu),
+	// not mu: it decides, under Writer.mu, whether a release is the
+	// last and the file is forgotten.
+	opens int
 	// fillMu serialises fills of the lazy content (fill), which run
 	// without mu: one copy at a time. Taken with no lock of the Writer
 	// held, and before mu.
@@ -53,7 +57,6 @@ type File struct {
 	ctype        string // set by setxattr user.pugmark.content-type
 	schema       string
 	created      time.Time
-	opens        int
 	// committing is closed when the commit in flight for this file ends.
 	committing chan struct{}
 	// failed is the error of a commit of the current content that failed
@@ -96,8 +99,10 @@ type File struct {
 	// (OpenFresh): the front end's size of it is older. Set before the
 	// file is shared, never changed.
 	rebased bool
-	// dir is the staging directory the spill file lives in.
-	dir string
+	// spill makes a new spill file (Writer.spill, which makes the
+	// staging directory again if it was removed). Set before the file
+	// is shared, never changed.
+	spill func() (*os.File, error)
 	// linked is set (while an upload holds mu shared, so before any
 	// writer gets it) when the backend published the spill file itself as
 	// the blob (the local driver links it): the next change copies the
@@ -129,7 +134,7 @@ func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: %w", name, err)
 	}
-	s := &File{name: name, file: f, dir: w.cfg.StagingDir, created: w.cfg.Now(), sum: sha256.New(), blobs: w.blobs}
+	s := &File{name: name, file: f, spill: w.spill, created: w.cfg.Now(), sum: sha256.New(), blobs: w.blobs}
 	if base == nil {
 		return s, nil
 	}
@@ -219,7 +224,7 @@ func (s *File) fill(ctx context.Context) error {
 	if e == nil {
 		return nil
 	}
-	nf, err := createSpill(s.dir)
+	nf, err := s.spill()
 	if err != nil {
 		return fmt.Errorf("stage %s: %w", name, err)
 	}
@@ -308,7 +313,7 @@ func (s *File) unshareLocked() error {
 	if !s.linked.Load() {
 		return nil
 	}
-	nf, err := createSpill(s.dir)
+	nf, err := s.spill()
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -351,5 +352,34 @@ func TestWriterLazyReadHoldsNothing(t *testing.T) {
 	}
 	if err := r.w.Release(ctx, r.id, s); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWriterFillRemakesStagingDir: the first write to a committed file
+// opened without O_TRUNC (held lazily) copies its bytes into a new spill
+// file; when the staging directory was removed meanwhile (a cleaner
+// emptying ~/.cache), that copy makes it again, as a create does. It
+// failed with ENOENT, on an open descriptor, until some create happened
+// to make the directory again.
+func TestWriterFillRemakesStagingDir(t *testing.T) {
+	ctx := context.Background()
+	r := newWriterRigTTL(t, time.Hour, nil)
+	body := big("0123456789abcdef\n")
+	base := r.commitBlob(t, "f", body, "")
+	s, err := r.w.Open(ctx, r.id, "f", &base, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(r.cfg.StagingDir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteAt(ctx, []byte("X"), 0); err != nil {
+		t.Fatalf("first write after the staging directory was removed: %v", err)
+	}
+	if err := r.w.Release(ctx, r.id, s); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := r.slot(t, "f"); !ok || e.Digest != layout.DigestOf([]byte("X"+body[1:])) {
+		t.Fatalf("f after the write: %+v, %v; want the edited bytes", e, ok)
 	}
 }
