@@ -491,6 +491,11 @@ func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string,
 		if s := w.share(ws, name); s != nil {
 			if truncate {
 				if err := s.Truncate(ctx, 0); err != nil {
+					// The caller gets no handle to release: the open
+					// share took is dropped here, or the file's last
+					// release never came (never committed, never
+					// forgotten, its spill file open for good).
+					w.Release(ctx, id, s)
 					return nil, err
 				}
 			}

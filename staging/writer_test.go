@@ -1334,3 +1334,42 @@ func TestWriterStagingDirRemoved(t *testing.T) {
 		t.Fatalf("staging directory: %v", err)
 	}
 }
+
+// TestWriterFailedTruncatingOpenHoldsNothing: an open with O_TRUNC of a
+// file another handle holds staged, whose cut to nothing fails, holds
+// nothing of the file: the other handle's release is the last. (The
+// failed cut makes the content half-written, so that release refuses to
+// commit it and keeps it in the failed directory.) The failed open kept
+// its share of the file, which nobody released: the file was never
+// committed nor kept, never forgotten, its spill file open for good.
+func TestWriterFailedTruncatingOpenHoldsNothing(t *testing.T) {
+	ctx := context.Background()
+	r := newWriterRig(t)
+	s := r.written(t, "f", "kept")
+	// A spill file that cannot be cut: the open's truncate fails.
+	ro, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	s.mu.Lock()
+	spill := s.file
+	s.file = ro
+	s.mu.Unlock()
+	if _, err := r.w.Open(ctx, r.id, "f", nil, true); err == nil {
+		t.Fatal("an open with O_TRUNC of a file that cannot be cut succeeded")
+	}
+	s.mu.Lock()
+	s.file = spill
+	s.mu.Unlock()
+	if err := r.w.Release(ctx, r.id, s); err == nil {
+		t.Fatal("the last release committed a file whose cut failed")
+	}
+	if r.w.Staged(r.id, "f") != nil {
+		t.Fatal("f is still staged after its last release")
+	}
+	if kept := r.failedFiles(t); len(kept) != 1 {
+		t.Fatalf("failed directory holds %q, want f's copy", kept)
+	}
+}
+
