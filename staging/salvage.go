@@ -73,13 +73,15 @@ func (w *Writer) salvageLocked(id layout.SessionID, s *File, msg string) string 
 	if err == nil {
 		buf := make([]byte, 1<<20)
 		for off := int64(0); off < s.size && err == nil; {
-			n, rerr := s.file.ReadAt(buf, off)
+			n, rerr := s.file.ReadAt(buf[:min(int64(len(buf)), s.size-off)], off)
 			if n > 0 {
 				_, err = out.Write(buf[:n])
 				off += int64(n)
 			}
-			if rerr != nil {
-				break
+			if rerr != nil && off < s.size && err == nil {
+				// A read error, or the end before the size: the copy
+				// would be cut.
+				err = fmt.Errorf("read staged data at byte %d of %d: %w", off, s.size, rerr)
 			}
 		}
 		if cerr := out.Close(); err == nil {

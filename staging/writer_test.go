@@ -1373,3 +1373,39 @@ func TestWriterFailedTruncatingOpenHoldsNothing(t *testing.T) {
 	}
 }
 
+// TestWriterSalvageKeepsNoCutCopy: the copy kept of a staged file whose
+// commit failed is the whole file or nothing. A read of the spill file
+// that ended early (an I/O error, a file shorter than its size) left
+// the loop with no error, and the cut copy was kept and logged as the
+// data.
+func TestWriterSalvageKeepsNoCutCopy(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		short int64 // bytes the spill file lacks of the file's size
+	}{{"whole", 0}, {"spill file shorter than the file", 10}} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newWriterRig(t)
+			body := big("salvaged ")
+			s := r.written(t, "f", body)
+			s.mu.Lock()
+			s.size += c.short
+			s.mu.Unlock()
+			r.w.mu.Lock()
+			kept := r.w.salvageLocked(r.id, s, "test; staged data kept")
+			r.w.mu.Unlock()
+			s.mu.Lock()
+			s.size -= c.short
+			s.mu.Unlock()
+			if c.short > 0 {
+				if kept != "" || len(r.failedFiles(t)) != 0 {
+					t.Fatalf("kept %q (failed directory %q) of a file that could not be read whole", kept, r.failedFiles(t))
+				}
+				return
+			}
+			got, err := os.ReadFile(kept)
+			if err != nil || string(got) != body {
+				t.Fatalf("kept %q: %d bytes, %v; want the %d bytes of the file", kept, len(got), err, len(body))
+			}
+		})
+	}
+}
