@@ -127,9 +127,7 @@ func TestViewsRefReads(t *testing.T) {
 		for _, gate := range g.gates {
 			gate <- "t"
 		}
-		for !done.Load() {
-			time.Sleep(time.Millisecond)
-		}
+		waitFor(t, "PrefetchRefs to end", done.Load)
 		for _, n := range names {
 			if r, err := v.Ref(bg, n); err != nil || r.Target != "t" {
 				t.Fatalf("ref %s: %+v, %v", n, r, err)

@@ -82,7 +82,9 @@ func (d *failedDir) find(ctx context.Context, name string) (child, error) {
 	defer root.Close()
 	st, err := root.Lstat(filepath.Join(d.sub, name))
 	if err != nil {
-		return child{}, syscall.ENOENT
+		// ENOENT for a missing name; anything else (EACCES, EIO of the
+		// staging disk) is the caller's errnoOf's to map and log.
+		return child{}, err
 	}
 	c, ok := d.child(name, st.IsDir())
 	if !ok {

@@ -501,6 +501,7 @@ type OutcomeUnknownError struct {
 	Err           error
 }
 
+// Error says that the outcome is unknown, and why.
 func (e *OutcomeUnknownError) Error() string {
 	return fmt.Sprintf("%v: %v", ErrOutcomeUnknown, e.Err)
 }

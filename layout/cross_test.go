@@ -1,8 +1,8 @@
 package layout
 
 import (
+	"fmt"
 	"testing"
-	"time"
 
 	"gocloud.dev/blob"
 
@@ -137,9 +137,8 @@ func TestSection12_2_ConcurrentDeliveries(t *testing.T) {
 				results <- result{dl, err}
 			}()
 		}
-		for gate.Waiting() < len(runs) {
-			time.Sleep(time.Millisecond)
-		}
+		waitFor(t, func() bool { return gate.Waiting() >= len(runs) },
+			func() string { return fmt.Sprintf("%d of %d deliveries reached the gate", gate.Waiting(), len(runs)) })
 		gate.Release()
 		outcomes := map[DeliveryOutcome]int{}
 		for range runs {

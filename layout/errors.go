@@ -73,6 +73,8 @@ type StaleError struct {
 	Clashes []string
 }
 
+// Error names the first name that changed, or clashes, and the version
+// that did it.
 func (e *StaleError) Error() string {
 	if slices.Contains(e.Clashes, e.Names[0]) {
 		return fmt.Sprintf("commit to %s: %s clashes with a file or directory another writer made at version %d (one name cannot be both): %v", e.Session, e.Names[0], e.Versions[0], ErrChangedUnder)
