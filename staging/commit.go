@@ -127,6 +127,8 @@ func (w *Writer) TruncateName(ctx context.Context, id layout.SessionID, name str
 // restore fills s again with e, the entry it held before a truncate whose
 // commit failed, unless s changed since (gen).
 func (w *Writer) restore(ctx context.Context, s *File, gen uint64, e *layout.Entry, touched bool, meta map[string]string) {
+	// Without mu: stat and reads of s go on meanwhile (holdLazilyLocked).
+	size, err := s.blobs.Size(ctx, &e.Descriptor)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.waitCommitLocked()
@@ -134,11 +136,13 @@ func (w *Writer) restore(ctx context.Context, s *File, gen uint64, e *layout.Ent
 		return // written, removed or committed meanwhile: that stands
 	}
 	s.gen++
-	err := s.unshareLocked()
+	if err == nil {
+		err = s.unshareLocked()
+	}
 	if err == nil {
 		if err = s.file.Truncate(0); err == nil {
 			s.size = 0
-			err = s.holdLazilyLocked(ctx, e)
+			s.holdLazilyLocked(e, size)
 		}
 	}
 	if err != nil {

@@ -160,10 +160,12 @@ func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 		}
 		s.size, s.sum, s.summed, s.ctype = n, sum, n, ctype
 	default:
-		if err := s.holdLazilyLocked(ctx, &e); err != nil {
+		size, err := s.blobs.Size(ctx, &e.Descriptor)
+		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("stage %s: size of the current content: %w", name, err)
 		}
+		s.holdLazilyLocked(&e, size)
 	}
 	// Until it changes, the file is the entry it was staged from: an open
 	// for writing that writes nothing leaves the name showing that entry
@@ -172,17 +174,14 @@ func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 	return s, nil
 }
 
-// holdLazilyLocked makes s hold e's content without a copy (lazy); the
-// spill file must be empty. Caller holds s.mu.
-func (s *File) holdLazilyLocked(ctx context.Context, e *layout.Entry) error {
-	size, err := s.blobs.Size(ctx, &e.Descriptor)
-	if err != nil {
-		return err
-	}
+// holdLazilyLocked makes s hold e's content, of (decoded) size size,
+// without a copy (lazy); the spill file must be empty. Caller holds
+// s.mu, and took the size without it: for an encoded blob whose decoded
+// size is not known yet, that is a pass over the whole blob.
+func (s *File) holdLazilyLocked(e *layout.Entry, size int64) {
 	s.lazy, s.size = e, size
 	s.sum.Reset()
 	s.summed = 0
-	return nil
 }
 
 // errNeedsFill is what a change of a file held lazily returns, with s.mu
