@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
@@ -67,16 +68,33 @@ func NewDecoder(r io.Reader, enc string) (io.ReadCloser, error) {
 		}
 		return zr, nil
 	case EncodingZstd:
-		return newZstdReader(r, maxZstdWindow)
+		br := bufio.NewReader(r)
+		head, _ := br.Peek(zstd.HeaderMaxSize)
+		return newZstdReader(br, maxZstdWindow, head)
 	}
 	return nil, fmt.Errorf("%w: unknown content-encoding %q", ErrCorrupt, truncate(enc))
 }
 
-// maxZstdWindow bounds the window a zstd stream may ask for; the decoder
-// allocates it up front, so an 11-byte frame can claim it.
-const maxZstdWindow = 64 << 20
+// maxZstdWindow bounds the window a zstd stream decoded as it is read may
+// ask for: libzstd's default limit (window log 27), so that what its
+// zstd -d decodes without --memory decodes here too (zstd --long writes
+// such frames; §6.2: encoder options do not affect interoperability). The
+// decoder keeps that much history, allocated as the first block is
+// decoded, so an 11-byte frame can claim it: decoders that did are not
+// pooled (zstdPoolWindow). A body decoded whole (openBody) needs no
+// window at all.
+const maxZstdWindow = 128 << 20
 
-func newZstdReader(r io.Reader, window uint64) (io.ReadCloser, error) {
+// zstdPoolWindow is the largest window a pooled decoder may have decoded
+// a frame with: its history ring stays that large while it idles. 8 MiB
+// is what encoders use for streams of unknown size.
+const zstdPoolWindow = 8 << 20
+
+// newZstdReader decodes r with a decoder from the pool of window (the
+// largest window a frame may declare). head is the start of r, when the
+// caller has it: a frame that declares a window past zstdPoolWindow
+// leaves its decoder out of the pool.
+func newZstdReader(r io.Reader, window uint64, head []byte) (io.ReadCloser, error) {
 	p, ok := zstdPools.Load(window)
 	if !ok {
 		p, _ = zstdPools.LoadOrStore(window, &sync.Pool{})
@@ -95,7 +113,12 @@ func newZstdReader(r io.Reader, window uint64) (io.ReadCloser, error) {
 		zr.Close()
 		return nil, fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
 	}
-	return &zstdCloser{d: zr, pool: pool}, nil
+	c := &zstdCloser{d: zr, pool: pool}
+	var h zstd.Header
+	if h.Decode(head) == nil && h.WindowSize > zstdPoolWindow {
+		c.pool = nil
+	}
+	return c, nil
 }
 
 // zstdPools keeps idle streaming decoders, one pool per window bound: a
@@ -109,7 +132,8 @@ var zstdPools sync.Map // window (uint64) -> *sync.Pool of *zstd.Decoder
 // not hold a large blob's.
 const zstdPoolMax = 1 << 20
 
-// zstdCloser is a pooled decoder's stream; Close returns the decoder.
+// zstdCloser is a pooled decoder's stream; Close returns the decoder to
+// pool, or closes it when pool is nil.
 type zstdCloser struct {
 	d    *zstd.Decoder
 	pool *sync.Pool
@@ -129,7 +153,7 @@ func (z *zstdCloser) Close() error {
 	if z.d == nil {
 		return nil
 	}
-	if z.n <= zstdPoolMax && z.d.Reset(nil) == nil {
+	if z.pool != nil && z.n <= zstdPoolMax && z.d.Reset(nil) == nil {
 		z.pool.Put(z.d)
 	} else {
 		z.d.Close()
@@ -187,10 +211,21 @@ func openBody(body []byte, enc string, max int64) (io.ReadCloser, error) {
 		// A frame that declares more content than the bound is refused
 		// before anything is allocated for it.
 		var h zstd.Header
-		if h.Decode(body) == nil && h.HasFCS && h.FrameContentSize > uint64(max) {
+		parsed := h.Decode(body) == nil
+		if parsed && h.HasFCS && h.FrameContentSize > uint64(max) {
 			return nil, fmt.Errorf("%w: zstd frame declares %d bytes, limit %d", ErrTooLarge, h.FrameContentSize, max)
 		}
-		dr, err = newZstdReader(bytes.NewReader(body), zstdWindowFor(max))
+		if parsed && h.WindowSize > zstdWindowFor(max) {
+			// More window than a body of this bound needs (zstd --long
+			// declares 128 MiB for any body): decoded whole, into its
+			// output, which needs no window.
+			out, err := decodeZstdAll(body, max, h.WindowSize)
+			if err != nil {
+				return nil, err
+			}
+			return io.NopCloser(bytes.NewReader(out)), nil
+		}
+		dr, err = newZstdReader(bytes.NewReader(body), zstdWindowFor(max), body)
 	} else {
 		dr, err = NewDecoder(bytes.NewReader(body), enc)
 	}
@@ -199,6 +234,42 @@ func openBody(body []byte, enc string, max int64) (io.ReadCloser, error) {
 	}
 	return &boundedBody{r: dr, enc: enc, left: max}, nil
 }
+
+// decodeZstdAll decodes a zstd body whole, into at most limit bytes, when
+// its first frame declares window: the output is the decoder's history,
+// so the window costs no more than the output. The decoder refuses a
+// window past the output it may make, so the bound it is given is at
+// least the window (up to maxZstdWindow); a small limit is kept by the
+// capacity of the output instead, so that a frame declaring a large
+// window cannot make a large output before it is refused.
+func decodeZstdAll(body []byte, limit int64, window uint64) ([]byte, error) {
+	opts := []zstd.DOption{zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(zstd.MaxWindowSize),
+		zstd.WithDecoderMaxMemory(max(uint64(limit), min(window, maxZstdWindow)))}
+	var dst []byte
+	if limit < zstdCapLimit {
+		dst = make([]byte, 0, limit+1)
+		opts = append(opts, zstd.WithDecodeAllCapLimit(true))
+	}
+	d, err := zstd.NewReader(nil, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
+	}
+	defer d.Close()
+	out, err := d.DecodeAll(body, dst)
+	switch {
+	case errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded):
+		return nil, fmt.Errorf("%w: zstd body: %v", ErrTooLarge, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: zstd body: %v", ErrCorrupt, err)
+	case int64(len(out)) > limit:
+		return nil, fmt.Errorf("%w: zstd body decodes past %d bytes", ErrTooLarge, limit)
+	}
+	return out, nil
+}
+
+// zstdCapLimit: a body bounded below it is decoded whole into an output
+// of that capacity (decodeZstdAll).
+const zstdCapLimit = 16 << 20
 
 // boundedBody is a decoder's output, bounded and with classified errors.
 type boundedBody struct {
