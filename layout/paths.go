@@ -250,7 +250,10 @@ func RefKey(name string) (string, error) {
 func SessionRefName(name string) string { return sessionRefPrefix + name }
 
 // ValidateRefName checks §9's rule: a name, or a kind and a name separated by
-// one "/"; no empty, "." or ".." parts, no NUL or newline.
+// one "/"; no empty, "." or ".." parts, no NUL (which no path can hold).
+// Other control characters are names like any other (§9 restricts only
+// "/"): another writer's refs/sessions/<name> with a newline in it was
+// hidden from names/ and refs/, and fsck called its session unnamed.
 func ValidateRefName(name string) error {
 	if !utf8.ValidString(name) {
 		return fmt.Errorf("%w: ref name %q is not UTF-8", ErrInvalid, truncate(name))
@@ -260,7 +263,7 @@ func ValidateRefName(name string) error {
 		return fmt.Errorf("%w: ref name %q: at most one / (kind/name)", ErrInvalid, truncate(name))
 	}
 	for _, p := range parts {
-		if p == "" || p == "." || p == ".." || strings.ContainsAny(p, "\x00\n\r") {
+		if p == "" || p == "." || p == ".." || strings.IndexByte(p, 0) >= 0 {
 			return fmt.Errorf("%w: ref name %q: bad component %q", ErrInvalid, truncate(name), p)
 		}
 	}
