@@ -65,17 +65,22 @@ func (c *checker) checkBlob(ctx context.Context, d layout.Digest, be *blobEntry)
 			return err
 		}
 		defer r.Close()
-		// A declared encoding is decoded in the same pass: a body cut
-		// short still matches its digest (the digest names the stored
-		// bytes) and no reader can decode it.
-		var w io.Writer = h
-		var dc *decodeCheck
-		if attrs.enc == layout.EncodingGzip || attrs.enc == layout.EncodingZstd {
-			dc = newDecodeCheck(attrs.enc)
-			w = io.MultiWriter(h, dc)
-		}
+		// An encoding, the object's or else the one its first bytes
+		// announce (a descriptor may declare it), is decoded in the same
+		// pass: a body cut short still matches its digest (the digest
+		// names the stored bytes) and no reader can decode it.
 		m, err := io.ReadFull(r, head[:])
 		n += int64(m)
+		enc := attrs.enc
+		if enc == layout.EncodingNone {
+			enc = layout.Sniff(head[:m])
+		}
+		var w io.Writer = h
+		var dc *decodeCheck
+		if enc == layout.EncodingGzip || enc == layout.EncodingZstd {
+			dc = newDecodeCheck(enc)
+			w = io.MultiWriter(h, dc)
+		}
 		w.Write(head[:m])
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			err = nil // shorter than the head: all of it
@@ -98,6 +103,7 @@ func (c *checker) checkBlob(ctx context.Context, d layout.Digest, be *blobEntry)
 	c.stats.blobsRead.Add(1)
 	be.read = true
 	be.sniff = layout.Sniff(head[:min(int(n), 4)])
+	be.objEnc, be.decodeErr = attrs.enc, decErr
 	var got layout.Digest
 	copy(got[:], h.Sum(nil))
 	if got != d {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -137,8 +138,21 @@ func (c *checker) checkDescriptor(key, where string, d *layout.Descriptor, raw j
 		if be.size != d.Size {
 			c.errorf("§7", key, "%s: size %d, but %s is %d bytes", where, d.Size, be.key, be.size)
 		}
-		if be.read && (d.ContentEncoding == layout.EncodingGzip || d.ContentEncoding == layout.EncodingZstd) && be.sniff != d.ContentEncoding {
+		encoded := d.ContentEncoding == layout.EncodingGzip || d.ContentEncoding == layout.EncodingZstd
+		switch {
+		case !be.read:
+		case encoded && be.sniff != d.ContentEncoding:
 			c.errorf("§15", key, "%s: content-encoding %s, but %s does not start with the %s magic", where, d.ContentEncoding, be.key, d.ContentEncoding)
+		case encoded && be.decodeErr != nil && be.objEnc == layout.EncodingNone:
+			// (An object that declares it too was reported as a blob.)
+			c.errorf("§15", key, "%s: content-encoding %s, but %s does not decode (cut short?), and the tree shows it as EIO: %v", where, d.ContentEncoding, be.key, be.decodeErr)
+		case d.ContentEncoding == layout.EncodingNone && (be.objEnc == layout.EncodingGzip || be.objEnc == layout.EncodingZstd):
+			c.warnf("§15", key, "%s: declares no content-encoding, but %s has Content-Encoding %s: the tree shows the stored bytes (decisions.md \"Encodings without a declaration\"), decoded only on a mount with --sniff-encoding", where, be.key, be.objEnc)
+		}
+	}
+	if d.Data != nil && (d.ContentEncoding == layout.EncodingGzip || d.ContentEncoding == layout.EncodingZstd) && layout.DigestOf(d.Data) == d.Digest {
+		if err := decodes(d.Data, d.ContentEncoding); err != nil {
+			c.errorf("§15", key, "%s: content-encoding %s, but its inline data does not decode (cut short?), and the tree shows it as EIO: %v", where, d.ContentEncoding, err)
 		}
 	}
 	switch {
@@ -163,4 +177,16 @@ func (c *checker) countRef(d layout.Digest) {
 	if be := c.blobs[d]; be != nil {
 		be.refs.Add(1)
 	}
+}
+
+// decodes decodes body per enc to its end, keeping nothing, and returns
+// why it could not.
+func decodes(body []byte, enc string) error {
+	r, err := layout.NewDecoder(bytes.NewReader(body), enc)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	_, err = io.Copy(io.Discard, r)
+	return err
 }

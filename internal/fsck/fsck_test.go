@@ -494,6 +494,60 @@ func TestBlobCutShort(t *testing.T) {
 	}
 }
 
+// TestDescriptorDeclaredEncodingCutShort: an encoding a descriptor
+// declares, on a blob whose object does not repeat it, is decoded too:
+// the blob as read, and inline data. A body cut short was reported clean
+// while the mount answered EIO (audit 7, a writer that sets the
+// descriptor's content-encoding only). An object that carries an
+// encoding its descriptor does not declare is a warning: the tree shows
+// its stored bytes.
+func TestDescriptorDeclaredEncodingCutShort(t *testing.T) {
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	for i := range 3000 {
+		fmt.Fprintf(zw, "%d ", i*i*i) // a few KiB compressed: not inlined
+	}
+	zw.Close()
+	cut := gz.Bytes()[:gz.Len()-12]
+	small := cut[:200] // a stream of 200 bytes is inlined
+	for _, c := range []struct {
+		name          string
+		body          []byte
+		objEnc, dsEnc string
+		inline        bool
+		sev           fsck.Severity
+		substr        string
+	}{
+		{"blob cut short", cut, "", layout.EncodingGzip, false, fsck.Error, "does not decode"},
+		{"inline data cut short", small, "", layout.EncodingGzip, true, fsck.Error, "inline data does not decode"},
+		{"whole", gz.Bytes(), "", layout.EncodingGzip, false, 0, ""},
+		{"object encoded, descriptor silent", gz.Bytes(), layout.EncodingGzip, "", false, fsck.Warning, "shows the stored bytes"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			d := layout.DigestOf(c.body)
+			f.put(layout.BlobKey(d), c.body, &blob.WriterOptions{CacheControl: layout.CacheImmutable, ContentEncoding: c.objEnc})
+			f.rewrite(f.root, 1, func(ds []layout.Descriptor) []layout.Descriptor {
+				ds[1].Digest, ds[1].Size, ds[1].ContentEncoding, ds[1].Data = d, int64(len(c.body)), c.dsEnc, nil
+				if c.inline {
+					ds[1].Data = c.body
+				}
+				return ds
+			})
+			rep := f.check(fsck.Options{})
+			if c.substr != "" {
+				want(t, rep, c.sev, "§15", snapKey(f.root, 1), c.substr)
+				return
+			}
+			for _, fd := range rep.Findings {
+				if fd.Rule == "§15" {
+					t.Errorf("a whole body: %v", fd)
+				}
+			}
+		})
+	}
+}
+
 func TestUnknownContentEncoding(t *testing.T) {
 	f := newFixture(t)
 	f.rewrite(f.root, 1, func(ds []layout.Descriptor) []layout.Descriptor {

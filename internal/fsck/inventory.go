@@ -20,9 +20,14 @@ type blobEntry struct {
 	// concurrently by the snapshot and memory phases.
 	refs atomic.Int64
 	// Set by the blob phase (read-only afterwards): read tells whether the
-	// body was read, sniff the encoding its first bytes announce.
-	read  bool
-	sniff string
+	// body was read, sniff the encoding its first bytes announce, objEnc
+	// the object's own Content-Encoding, and decodeErr why the body did
+	// not decode per objEnc, or else per sniff (nil if it did, or was
+	// not decoded).
+	read      bool
+	sniff     string
+	objEnc    string
+	decodeErr error
 }
 
 // sessionEntry is one session directory.
