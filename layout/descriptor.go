@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -173,6 +175,56 @@ type MemoryCommit struct {
 	Session     SessionID `json:"session"`
 	Version     uint32    `json:"version"`
 	Transaction uint64    `json:"transaction"`
+	// Extra holds the envelope's unknown fields verbatim, by JSON key:
+	// a memory merge writes another writer's records back as they were
+	// (decisions.md), their envelopes included.
+	Extra map[string]json.RawMessage `json:"-"`
+}
+
+// memoryCommitFields is MemoryCommit's known fields, for encoding/json.
+type memoryCommitFields MemoryCommit
+
+// UnmarshalJSON reads the known fields with encoding/json's rules and
+// keeps the others in Extra.
+func (c *MemoryCommit) UnmarshalJSON(b []byte) error {
+	var known memoryCommitFields
+	if err := json.Unmarshal(b, &known); err != nil {
+		return err
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(b, &all); err != nil {
+		return err
+	}
+	for k, v := range all {
+		if strings.EqualFold(k, "session") || strings.EqualFold(k, "version") || strings.EqualFold(k, "transaction") {
+			continue
+		}
+		if known.Extra == nil {
+			known.Extra = make(map[string]json.RawMessage)
+		}
+		known.Extra[k] = canonicalRaw(v)
+	}
+	*c = MemoryCommit(known)
+	return nil
+}
+
+// MarshalJSON writes the known fields, then the unknown ones sorted by
+// key.
+func (c MemoryCommit) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(memoryCommitFields(c))
+	if err != nil || len(c.Extra) == 0 {
+		return b, err
+	}
+	keys := slices.Sorted(maps.Keys(c.Extra))
+	out := bytes.TrimSuffix(b, []byte("}"))
+	for _, k := range keys {
+		kb, err := json.Marshal(k)
+		if err != nil {
+			return nil, err
+		}
+		out = append(append(append(append(out, ','), kb...), ':'), c.Extra[k]...)
+	}
+	return append(out, '}'), nil
 }
 
 // IsSlot reports whether d occupies a named slot in the live tree
@@ -197,6 +249,12 @@ func (d Descriptor) Clone() Descriptor {
 	}
 	if d.Commit != nil {
 		cm := *d.Commit
+		if cm.Extra != nil {
+			cm.Extra = make(map[string]json.RawMessage, len(d.Commit.Extra))
+			for k, v := range d.Commit.Extra {
+				cm.Extra[k] = append(json.RawMessage(nil), v...)
+			}
+		}
 		c.Commit = &cm
 	}
 	if d.Extra != nil {

@@ -209,7 +209,7 @@ func TestSection8_UnknownFieldsSurviveMerge(t *testing.T) {
 		s := newStore(t, b, nil)
 		// "odd" is damaged (Damage): its unreadable fields are written
 		// back as stored, not dropped.
-		body := `[{"name":"kept","digest":"sha256:` + DigestOf([]byte("k")).Hex() + `","x-future":{"deep":[1,"two"]},"commit":{"session":"` + NewSessionID(testNow).String() + `","version":1,"transaction":5}},` +
+		body := `[{"name":"kept","digest":"sha256:` + DigestOf([]byte("k")).Hex() + `","x-future":{"deep":[1,"two"]},"commit":{"session":"` + NewSessionID(testNow).String() + `","version":1,"transaction":5,"x-env":{"host":"h1"}}},` +
 			`{"name":"odd","digest":"sha256:nothex","size":"12","created-at":"yesterday"}]`
 		key, _ := MemoryKey("ns", 1)
 		putRaw(t, b, key, []byte(body), nil) // plain JSON: sniffed (§15)
@@ -223,7 +223,8 @@ func TestSection8_UnknownFieldsSurviveMerge(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Contains(plain, []byte(`"x-future":{"deep":[1,"two"]}`)) || !bytes.Contains(plain, []byte(`"transaction":5`)) {
+		// The commit envelope's own unknown fields too (audit 7).
+		if !bytes.Contains(plain, []byte(`"x-future":{"deep":[1,"two"]}`)) || !bytes.Contains(plain, []byte(`"transaction":5,"x-env":{"host":"h1"}`)) {
 			t.Fatalf("unknown field lost: %s", plain)
 		}
 		for _, f := range []string{`"digest":"sha256:nothex"`, `"size":"12"`, `"created-at":"yesterday"`} {
