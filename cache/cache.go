@@ -89,6 +89,8 @@ type Cache struct {
 	store Store
 	opts  Options
 	log   *slog.Logger
+	// warned logs each skipped bucket key once.
+	warned keyWarnings
 
 	mu       sync.Mutex // the global state lock; see the package comment
 	sessions *simplelru.LRU[layout.SessionID, *Session]
@@ -184,7 +186,7 @@ func New(store Store, opts Options) (*Cache, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	c := &Cache{store: store, opts: opts, log: opts.Logger}
+	c := &Cache{store: store, opts: opts, log: opts.Logger, warned: keyWarnings{log: opts.Logger}}
 	var err error
 	c.sessions, err = simplelru.NewLRU[layout.SessionID, *Session](opts.MaxSessions, func(_ layout.SessionID, s *Session) {
 		// Called under c.mu. A load in flight on s publishes to s only,

@@ -162,10 +162,10 @@ func (c *Cache) hourCreatedLocked(id layout.SessionID) {
 	}
 }
 
-// skipKey logs a key under sessions/ that is not a session path; it is
-// left out of listings.
+// skipKey logs, once, a key under sessions/ that is not a session path;
+// it is left out of listings.
 func (c *Cache) skipKey(key string, err error) {
-	c.log.Warn("skipping a key under sessions/ that is not a session path", "key", key, "err", err)
+	c.warned.warn("skipping a key under sessions/ that is not a session path", key, err)
 }
 
 // knownHoursLocked returns the hour partitions this cache has seen: those

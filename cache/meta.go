@@ -31,6 +31,8 @@ type Views struct {
 	ttl   time.Duration
 	now   func() time.Time
 	log   func(msg string, args ...any)
+	// skip logs, once, a key a listing skips.
+	skip func(msg, key string, err error)
 
 	mu      sync.Mutex // guards the maps below; no I/O while held
 	refs    memo[[]string]
@@ -81,7 +83,7 @@ type memKey struct {
 // NewViews returns the bucket-wide views over store.
 func (c *Cache) NewViews(store MetaStore) *Views {
 	v := &Views{store: store, ttl: c.opts.MetadataTTL, now: c.opts.Now, refVals: map[string]memo[layout.Ref]{},
-		log: func(msg string, args ...any) { c.log.Warn(msg, args...) }}
+		log: func(msg string, args ...any) { c.log.Warn(msg, args...) }, skip: c.warned.warn}
 	v.metas, _ = simplelru.NewLRU[metaKey, layout.SnapshotMeta](65536, nil)
 	v.mems, _ = simplelru.NewLRU[memKey, []layout.Descriptor](1024, nil)
 	return v
@@ -207,7 +209,7 @@ const checkpointWindow = 32
 // Refs lists ref names, re-listed at most once per TTL.
 func (v *Views) Refs(ctx context.Context) ([]string, error) {
 	return readFresh(v, func() memo[[]string] { return v.refs }, func(m memo[[]string]) { v.refs = m }, func() ([]string, error) {
-		return v.store.ListRefs(ctx, func(key string, err error) { v.log("skipping malformed ref key", "key", key, "err", err) })
+		return v.store.ListRefs(ctx, func(key string, err error) { v.skip("skipping malformed ref key", key, err) })
 	})
 }
 
@@ -291,7 +293,7 @@ func (v *Views) InvalidateRefs() {
 // once per TTL.
 func (v *Views) Namespaces(ctx context.Context) ([]layout.Namespace, error) {
 	return readFresh(v, func() memo[[]layout.Namespace] { return v.ns }, func(m memo[[]layout.Namespace]) { v.ns = m }, func() ([]layout.Namespace, error) {
-		return v.store.ListNamespaces(ctx, func(key string, err error) { v.log("skipping malformed memory key", "key", key, "err", err) })
+		return v.store.ListNamespaces(ctx, func(key string, err error) { v.skip("skipping malformed memory key", key, err) })
 	})
 }
 
