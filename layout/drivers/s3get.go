@@ -183,7 +183,8 @@ func (d *directGet) NewRangeReader(ctx context.Context, key string, offset, leng
 		return nil, responseError(resp, key)
 	}
 	size := resp.ContentLength
-	if cr := resp.Header.Get("Content-Range"); cr != "" {
+	cr := resp.Header.Get("Content-Range")
+	if cr != "" {
 		if _, total, ok := strings.Cut(cr, "/"); ok {
 			if n, err := strconv.ParseInt(total, 10, 64); err == nil {
 				size = n
@@ -191,10 +192,9 @@ func (d *directGet) NewRangeReader(ctx context.Context, key string, offset, leng
 		}
 	}
 	modTime, _ := http.ParseTime(resp.Header.Get("Last-Modified"))
-	body := resp.Body
-	if length == 0 {
-		resp.Body.Close()
-		body = http.NoBody
+	body, err := rangeBody(resp, key, offset, length, cr)
+	if err != nil {
+		return nil, err
 	}
 	return &directReader{body: body, attrs: driver.ReaderAttributes{
 		ContentType: resp.Header.Get("Content-Type"),
@@ -232,6 +232,42 @@ func (r *directReader) Close() error                         { return r.body.Clo
 func (r *directReader) Attributes() *driver.ReaderAttributes { return &r.attrs }
 func (r *directReader) As(any) bool                          { return false }
 
+// rangeBody returns the bytes of the range asked for from an answer: a
+// 206 must start where asked, and an answer of 200 to a ranged GET (a
+// server or proxy that ignores Range) is read from its start to there.
+// Taken as the range, the object's first bytes failed the digest, and
+// the blob was held bad for a while though it was whole. length < 0
+// reads to the end; a zero-length read gets no body.
+func rangeBody(resp *http.Response, key string, offset, length int64, cr string) (io.ReadCloser, error) {
+	if length == 0 {
+		resp.Body.Close()
+		return http.NoBody, nil
+	}
+	if offset == 0 && length < 0 {
+		return resp.Body, nil // no Range was asked for
+	}
+	switch resp.StatusCode {
+	case http.StatusPartialContent:
+		first, _, _ := strings.Cut(strings.TrimPrefix(cr, "bytes "), "-")
+		if start, err := strconv.ParseInt(first, 10, 64); err != nil || start != offset {
+			resp.Body.Close()
+			return nil, fmt.Errorf("s3 GET %s: asked for the bytes from %d, answered Content-Range %q", key, offset, cr)
+		}
+	case http.StatusOK:
+		if _, err := io.CopyN(io.Discard, resp.Body, offset); err != nil && err != io.EOF {
+			resp.Body.Close()
+			return nil, fmt.Errorf("s3 GET %s: skipping to byte %d of a whole answer: %w", key, offset, err)
+		}
+	}
+	if length < 0 {
+		return resp.Body, nil
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(resp.Body, length), resp.Body}, nil
+}
+
 // statusError is an S3 error answer to a direct GET.
 type statusError struct {
 	Status int
@@ -250,6 +286,13 @@ func (e *statusError) Error() string {
 	}
 	return s
 }
+
+// HTTPStatusCode is the answer's status: the request scheduler lowers its
+// limit on a 503 (schedblob's throttled), as it does for the SDK's errors.
+func (e *statusError) HTTPStatusCode() int { return e.Status }
+
+// ErrorCode is S3's error code (SlowDown, ...), when the answer had one.
+func (e *statusError) ErrorCode() string { return e.Code }
 
 // code maps the answer as s3blob's ErrorCode maps the SDK's errors, and
 // a 401 or 403 by its status whatever its S3 code (s3blob's Unknown for a
