@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/pugmark/pugfs/internal/goroutines"
@@ -41,9 +42,13 @@ type fakeBlobSource struct {
 	blocks func(off int64) bool        // which reads wait for gate (nil: all)
 	tamper func(off int64, b []byte)   // changes the bytes a read returns
 	fail   func(d layout.Digest) error // makes a read fail
-	reads  atomic.Int64
-	open   atomic.Int64 // readers not closed yet
-	peak   atomic.Int64 // most readers open at once
+	// cut, if it says so for a read, ends its body half way with
+	// io.ErrUnexpectedEOF, as net/http does for a connection closed
+	// before Content-Length.
+	cut   func(off int64) bool
+	reads atomic.Int64
+	open  atomic.Int64 // readers not closed yet
+	peak  atomic.Int64 // most readers open at once
 }
 
 type fakeBlobReader struct {
@@ -85,7 +90,7 @@ func (f *fakeBlobSource) set(fn func(f *fakeBlobSource)) {
 func (f *fakeBlobSource) OpenBlob(ctx context.Context, d layout.Digest, off, length int64) (io.ReadCloser, error) {
 	f.reads.Add(1)
 	f.mu.Lock()
-	gate, blocks, tamper, fail := f.gate, f.blocks, f.tamper, f.fail
+	gate, blocks, tamper, fail, cut := f.gate, f.blocks, f.tamper, f.fail, f.cut
 	body, ok := f.blobs[d]
 	f.mu.Unlock()
 	if gate != nil && (blocks == nil || blocks(off)) {
@@ -119,7 +124,11 @@ func (f *fakeBlobSource) OpenBlob(ctx context.Context, d layout.Digest, off, len
 			break
 		}
 	}
-	return &fakeBlobReader{Reader: bytes.NewReader(b), f: f}, nil
+	var r io.Reader = bytes.NewReader(b)
+	if cut != nil && cut(off) {
+		r = io.MultiReader(bytes.NewReader(b[:len(b)/2]), iotest.ErrReader(io.ErrUnexpectedEOF))
+	}
+	return &fakeBlobReader{Reader: r, f: f}, nil
 }
 
 func newTestBlobCache(t testing.TB, src Source, opts Options) *Cache {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -383,5 +384,47 @@ func TestBlobDecodedCopyDamaged(t *testing.T) {
 	}
 	if log.Count("damaged") == 0 {
 		t.Fatalf("damage not reported:\n%s", log.String())
+	}
+}
+
+// TestBlobAnswerCutShort: an answer that stops before its length (a
+// connection closed early: net/http's io.ErrUnexpectedEOF) is read
+// again, not taken for a blob shorter than its descriptor. Taken so, a
+// healthy blob was held bad, and every read of it failed with EIO for a
+// while without asking the bucket again. A cut that keeps happening
+// fails the read, as a backend error, and holds nothing bad.
+func TestBlobAnswerCutShort(t *testing.T) {
+	ctx := context.Background()
+	body := blobTestBody(5000, 3)
+	for _, c := range []struct {
+		name   string
+		cuts   int64 // answers cut before the bucket answers whole
+		failed bool  // the first read fails
+	}{
+		{"cut once", 1, false},
+		{"cut every time", 1 << 30, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src := newFakeBlobSource()
+			dg := src.put(body)
+			var cuts atomic.Int64
+			src.set(func(f *fakeBlobSource) { f.cut = func(int64) bool { return cuts.Add(1) <= c.cuts } })
+			bc := newTestBlobCache(t, src, Options{ChunkSize: 1024})
+			d := &layout.Descriptor{Digest: dg, Size: int64(len(body))}
+			got, err := readAll(ctx, bc, d, 1000)
+			switch {
+			case c.failed && (err == nil || errors.Is(err, layout.ErrCorrupt)):
+				t.Fatalf("answers always cut: %v, want a backend error, not corruption", err)
+			case !c.failed && (err != nil || !bytes.Equal(got, body)):
+				t.Fatalf("one answer cut: %d bytes, %v; want the body", len(got), err)
+			}
+			if bc.Stats().VerifyFailures != 0 {
+				t.Errorf("%d verify failures, want none: the blob is whole", bc.Stats().VerifyFailures)
+			}
+			src.set(func(f *fakeBlobSource) { f.cut = nil })
+			if got, err := readAll(ctx, bc, d, 1000); err != nil || !bytes.Equal(got, body) {
+				t.Fatalf("once the bucket answers whole: %d bytes, %v", len(got), err)
+			}
+		})
 	}
 }

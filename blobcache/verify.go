@@ -449,20 +449,53 @@ func (c *Cache) fetchPart(ctx context.Context, d layout.Digest, size, first, k i
 		return
 	}
 	defer func() { <-c.fetchSem }()
-	c.st.backendReads.Add(1)
 	c.st.inFlight.Add(1)
 	defer c.st.inFlight.Add(-1)
-	rc, err := c.src.OpenBlob(ctx, d, off, length)
-	if err != nil {
-		fail(fmt.Errorf("cache: fetch %s at %d: %w", layout.BlobKey(d), off, err))
+	var rc *endSeen
+	open := func(from int64) error {
+		c.st.backendReads.Add(1)
+		l := length
+		if l >= 0 {
+			l = off + n - from
+		}
+		r, err := c.src.OpenBlob(ctx, d, from, l)
+		if err != nil {
+			return fmt.Errorf("cache: fetch %s at %d: %w", layout.BlobKey(d), from, err)
+		}
+		rc = &endSeen{r: r}
+		return nil
+	}
+	if err := open(off); err != nil {
+		fail(err)
 		return
 	}
-	defer rc.Close()
+	defer func() { rc.r.Close() }()
+	cuts := 0
 	for j := int64(0); j < k; j++ {
 		at := off + j*c.cs
 		buf := ring.get(min(c.cs, size-at))
 		got, err := io.ReadFull(rc, buf)
 		c.st.bytesFetched.Add(int64(got))
+		if (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) && !rc.end {
+			// The body stopped before the stored body's end said so:
+			// the connection was cut (net/http's unexpected EOF), not
+			// a short blob. Held for corrupt, a healthy blob failed
+			// every read for a while. The chunk is read again.
+			ring.put(buf)
+			rc.r.Close()
+			if cuts++; cuts > maxFetchCuts {
+				rc.r = io.NopCloser(nil)
+				fail(fmt.Errorf("cache: fetch %s at %d: the answer was cut short %d times: %w", layout.BlobKey(d), at+int64(got), cuts, err))
+				return
+			}
+			if err := open(at); err != nil {
+				rc.r = io.NopCloser(nil)
+				fail(err)
+				return
+			}
+			j--
+			continue
+		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			ring.put(buf)
 			fail(&blobMismatch{detail: fmt.Sprintf("stored body ends at byte %d, descriptor size is %d", at+int64(got), size)})
@@ -483,6 +516,27 @@ func (c *Cache) fetchPart(ctx context.Context, d layout.Digest, size, first, k i
 		}
 		out <- blobChunkResult{buf: buf}
 	}
+}
+
+// maxFetchCuts is how often fetchPart opens a read again after an answer
+// cut short, for one part.
+const maxFetchCuts = 2
+
+// endSeen reads r and records whether it ended cleanly (io.EOF): a body
+// that stops with another error (io.ErrUnexpectedEOF from net/http when
+// the connection closes before Content-Length) did not reach the stored
+// body's end.
+type endSeen struct {
+	r   io.ReadCloser
+	end bool
+}
+
+func (e *endSeen) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if errors.Is(err, io.EOF) { // not io.ErrUnexpectedEOF, another value
+		e.end = true
+	}
+	return n, err
 }
 
 // fetchRange reads [off, off+n) of the stored body with one ranged read
