@@ -146,19 +146,27 @@ func (c *Cache) Keep(key string, st layout.Stamp, body []byte) {
 	if q.pending == nil {
 		q.pending = make(map[string]keptItem)
 	}
+	first := len(q.pending) == 0
 	if old, ok := q.pending[key]; ok {
 		q.bytes -= int64(len(old.body))
 	}
 	q.pending[key] = keptItem{st, bytes.Clone(body)}
 	q.bytes += int64(len(body))
-	full := q.bytes >= keptQueueMax
-	if q.timer == nil {
-		q.timer = time.AfterFunc(keptIdle, func() { c.flushKeptIdle(false) })
-	} else if full {
-		q.timer.Stop()
-	}
-	if full {
+	switch {
+	case q.bytes >= keptQueueMax:
+		if q.timer != nil {
+			q.timer.Stop()
+		}
 		go c.flushKeptIdle(true)
+	case first:
+		// Armed by the first copy of each batch: armed once per
+		// process, the copies after the first flush waited for 16 MiB
+		// more of them or the unmount, and a crash lost them.
+		if q.timer == nil {
+			q.timer = time.AfterFunc(keptIdle, func() { c.flushKeptIdle(false) })
+		} else {
+			q.timer.Reset(keptIdle)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pugmark/pugfs/layout"
 )
@@ -135,6 +136,30 @@ func TestKeptDecode(t *testing.T) {
 		strings.Replace(string(rec), "3 -5", "3-5", 1), strings.Replace(string(rec), "3 -5", "x -5", 1)} {
 		if _, _, _, ok := keptDecode([]byte(bad)); ok {
 			t.Errorf("accepted %q", bad)
+		}
+	}
+}
+
+// TestKeptWrittenWhileMounted: each batch of kept copies goes to disk
+// once the cache has been idle a moment, not only the first: the idle
+// timer was armed once per process, so every copy after the first
+// flush waited for 16 MiB more of them or the unmount (a crash lost
+// them, and another mount sharing the directory never saw them).
+func TestKeptWrittenWhileMounted(t *testing.T) {
+	dir := t.TempDir()
+	c := newTestBlobCache(t, newFakeBlobSource(), diskOpts(dir))
+	st := layout.Stamp{Size: 3, Mod: 1700000000}
+	for _, key := range []string{"sessions/a/manifest.json", "sessions/b/manifest.json", "sessions/c/manifest.json"} {
+		c.Keep(key, st, []byte("abc"))
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, err := os.Lstat(keptPath(dir, key)); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not on disk 10 s after it was kept, with the cache idle", key)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 }
