@@ -579,7 +579,7 @@ func (c *Cache) ReadRawAt(ctx context.Context, digest layout.Digest, size int64,
 	if c.isClosed() {
 		return 0, errBlobClosed
 	}
-	if digest.IsZero() || size < 0 || off < 0 {
+	if digest.IsZero() || size < 0 || size > maxBlobSize || off < 0 {
 		return 0, fmt.Errorf("cache: read blob %s size %d at %d: %w", digest, size, off, layout.ErrInvalid)
 	}
 	if len(p) == 0 {
@@ -618,8 +618,8 @@ func (c *Cache) checkDescriptor(d *layout.Descriptor) error {
 	if d.Digest.IsZero() {
 		return fmt.Errorf("cache: descriptor %q: %w: a live file with no blob (zero digest)", d.Name, layout.ErrCorrupt)
 	}
-	if d.Size < 0 {
-		return fmt.Errorf("cache: descriptor %q: %w: negative size", d.Name, layout.ErrCorrupt)
+	if d.Size < 0 || d.Size > maxBlobSize {
+		return fmt.Errorf("cache: descriptor %q of %s: %w: size %d", d.Name, layout.BlobKey(d.Digest), layout.ErrCorrupt, d.Size)
 	}
 	// An empty file is never fetched (the kernel reads nothing past a
 	// size of 0), so its digest is the only check there is: a size left

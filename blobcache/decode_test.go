@@ -428,3 +428,56 @@ func TestBlobAnswerCutShort(t *testing.T) {
 		})
 	}
 }
+
+// TestBlobSizeFromTheBucketIsBounded: a size from the bucket near 2^63
+// is refused as corrupt, on every path in. It overflowed the count of
+// chunks, and with the empty body's digest the verify pass over nothing
+// recorded a verified blob of 8 EiB.
+func TestBlobSizeFromTheBucketIsBounded(t *testing.T) {
+	ctx := context.Background()
+	src := newFakeBlobSource()
+	src.put(nil)
+	c := newTestBlobCache(t, src, Options{ChunkSize: 16 << 10, MemBytes: 1 << 20})
+	const huge = int64(^uint64(0) >> 1)
+	d := &layout.Descriptor{Name: "f", Digest: emptyDigest, Size: huge}
+	for _, p := range []struct {
+		name string
+		do   func() error
+	}{
+		{"verify", func() error { _, _, err := c.verified(ctx, emptyDigest, huge, blobPassMode{}, 0); return err }},
+		{"size", func() error { _, err := c.Size(ctx, d); return err }},
+		{"read", func() error { _, err := c.ReadAt(ctx, d, make([]byte, 1), 0); return err }},
+		{"raw read", func() error { _, err := c.ReadRawAt(ctx, emptyDigest, huge, make([]byte, 1), 0); return err }},
+	} {
+		if err := p.do(); err == nil {
+			t.Errorf("%s of a %d-byte empty body: no error", p.name, huge)
+		}
+	}
+}
+
+// TestBlobWrongSizeAfterItsMetaLeft: a descriptor whose size is smaller
+// than its blob's is refused also once the blob's meta (the proof of
+// its size) has left the cache while its chunks stay: the chunks' keys
+// hold no size, and a size that is a multiple of the chunk size read
+// the blob's first chunks as the whole file, with no error.
+func TestBlobWrongSizeAfterItsMetaLeft(t *testing.T) {
+	ctx := context.Background()
+	src := newFakeBlobSource()
+	body := blobTestBody(4*(16<<10), 5) // four chunks
+	dg := src.put(body)
+	c := newTestBlobCache(t, src, Options{ChunkSize: 16 << 10, MemBytes: 1 << 20})
+	good := &layout.Descriptor{Name: "f", Digest: dg, Size: int64(len(body))}
+	if got, err := readAll(ctx, c, good, 16<<10); err != nil || !bytes.Equal(got, body) {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.metas.Remove(dg) // as blobMaxMetas or blobMetaHashes do
+	c.mu.Unlock()
+	bad := &layout.Descriptor{Name: "g", Digest: dg, Size: 2 * (16 << 10)}
+	if n, err := c.ReadAt(ctx, bad, make([]byte, len(body)), 0); err == nil || errors.Is(err, io.EOF) {
+		t.Fatalf("a descriptor of %d bytes for a %d-byte blob read %d bytes, %v", bad.Size, len(body), n, err)
+	}
+	if got, err := readAll(ctx, c, good, 16<<10); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("the right size after the wrong one: %d bytes, %v", len(got), err)
+	}
+}

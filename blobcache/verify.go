@@ -35,6 +35,13 @@ func (m *blobMismatch) Error() string { return "mismatch: " + m.detail }
 
 func (c *Cache) numChunks(size int64) int64 { return (size + c.cs - 1) / c.cs }
 
+// maxBlobSize bounds the size of a blob the cache takes from a
+// descriptor, far above what any store holds (S3's limit is 5 TiB): a
+// size from the bucket near 2^63 overflowed numChunks, a pass over
+// nothing, and with the empty body's digest a "verified" blob of 8 EiB.
+// Below it, a size the stored body does not have fails its pass.
+const maxBlobSize = 1 << 62
+
 func (c *Cache) sizeMismatch(d layout.Digest, claimed, actual int64) error {
 	return fmt.Errorf("%s: %w: descriptor size %d, but the verified blob is %d bytes", layout.BlobKey(d), layout.ErrCorrupt, claimed, actual)
 }
@@ -43,6 +50,9 @@ func (c *Cache) sizeMismatch(d layout.Digest, claimed, actual int64) error {
 // verify pass when there is none. The pass result is returned only to
 // callers that waited for a pass.
 func (c *Cache) verified(ctx context.Context, d layout.Digest, size int64, mode blobPassMode, want int64) (*blobMeta, *blobPassResult, error) {
+	if size < 0 || size > maxBlobSize {
+		return nil, nil, fmt.Errorf("%s: %w: size %d", layout.BlobKey(d), layout.ErrCorrupt, size)
+	}
 	c.mu.Lock()
 	m, ok := c.metas.Get(d)
 	c.mu.Unlock()
@@ -614,15 +624,20 @@ func (c *Cache) rawChunk(ctx context.Context, d layout.Digest, size, idx int64) 
 	k := blobChunkKey{d, blobRaw, idx}
 	c.mu.Lock()
 	buf, ok := c.chunks.Get(k)
-	m, known := c.metas.Peek(d)
+	// Get, not Peek: the meta is the proof of the size that the chunks'
+	// key does not hold, so a blob being read keeps it.
+	m, known := c.metas.Get(d)
 	c.mu.Unlock()
 	if known && m.size != size {
 		return nil, c.sizeMismatch(d, size, m.size)
 	}
-	if ok {
+	if ok && known {
 		c.st.hits.Add(1)
 		return buf, nil
 	}
+	// A chunk whose blob's meta was evicted is served only once a pass
+	// proved the size again: a descriptor of the same digest with a
+	// smaller size read the blob's first chunks as the whole file.
 	c.st.misses.Add(1)
 	meta, _, err := c.verified(ctx, d, size, blobPassMode{}, idx)
 	if err != nil {
