@@ -100,10 +100,11 @@ from refs/sessions/<name>), per tree.md "Running a handler":
    the failed directory.
 
 The handler's environment has no cloud credentials (AWS_*, AZURE_*,
-GOOGLE_* secrets) unless --pass-credentials. Exit status: COMMAND's, 75
-when nothing landed but a retry may succeed, 74 when the checkpoint may
-have landed but the bucket did not answer whether it did (asked again
-for 5x --request-timeout), 1 when pugfs exec failed, 2 for a usage error.`,
+GOOGLE_* secrets) unless --pass-credentials. Exit status: COMMAND's (but
+1 for its own 74), 75 when nothing landed but a retry may succeed, 74
+when the checkpoint may have landed but the bucket did not answer whether
+it did (asked again for 5x --request-timeout), 1 when pugfs exec failed,
+2 for a usage error.`,
 		examples: `  pugfs exec ./bucket demo -- sh -c 'wc -l notes/*.md > summary.txt'
   pugfs exec s3://bucket?region=eu-west-1 0190a1b2c3d4e5f60718293a4b5c6d7e -- ./handler.py
   pugfs exec --cache-dir=/var/cache/pugfs ./bucket inbox -- ./triage.py`,
@@ -399,6 +400,13 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	}
 	if code != 0 {
 		env.fs.DiscardSession(id)
+		if code == exitUnknown {
+			// 74 is this command's "the checkpoint may have landed": passed
+			// on, a supervisor would take the command's own EX_IOERR for
+			// that, and not run it again.
+			fmt.Fprintf(sio.err, "pugfs exec: the command exited %d; nothing was committed; exiting 1 (%d means a checkpoint may have landed)\n", code, exitUnknown)
+			return exitCode(1)
+		}
 		return exitCode(code)
 	}
 	cctx := context.WithoutCancel(ctx)
