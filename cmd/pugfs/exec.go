@@ -844,20 +844,26 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 	// The handler must not outlive pugfs exec: nothing it wrote could
 	// land, and it would hold the mount.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("start %s: %w (nothing committed)", cfg.argv[0], err)
-	}
 	// SIGINT and SIGTERM (they cancel ctx) go to the handler and to every
 	// process under it, as a terminal's Ctrl-C reaches a whole foreground
 	// job: a shell handler waiting for its child would otherwise wait it
 	// out. A second one kills them: a handler that ignores the first
 	// (trap '' TERM) kept pugfs exec running until a SIGKILL, which
-	// leaves a supervisor nothing to clean up with.
+	// leaves a supervisor nothing to clean up with. Counted from before
+	// the start: a signal that came earlier (during the mount) starts no
+	// handler at all.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	if ctx.Err() != nil {
+		fmt.Fprintf(sio.err, "pugfs exec: %s before the command started; nothing run, nothing committed\n", unix.SignalName(signalOf(ctx)))
+		return 128 + int(signalOf(ctx)), nil
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start %s: %w (nothing committed)", cfg.argv[0], err)
+	}
 	done := make(chan struct{})
 	go quitTo(cmd.Process.Pid, cfg.quits, done)
 	go func() {
