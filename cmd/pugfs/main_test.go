@@ -349,7 +349,8 @@ func TestParseSize(t *testing.T) {
 			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "MiB", "-1", "1XB", "1e400"} {
+	// 8388608t is 2^63 bytes, one past what an int64 holds.
+	for _, in := range []string{"", "MiB", "-1", "1XB", "1e400", "8388608t", "9223372036854775808"} {
 		if _, err := parseSize(in); err == nil {
 			t.Errorf("parseSize(%q) accepted", in)
 		}

@@ -463,7 +463,8 @@ func parseSize(v string) (int64, error) {
 		"t": 1 << 40, "tib": 1 << 40, "tb": 1e12,
 	}[strings.ToLower(unit)]
 	f, err := strconv.ParseFloat(num, 64)
-	if !ok || err != nil || f < 0 || f*mult > math.MaxInt64 {
+	// float64(math.MaxInt64) is 2^63, which int64 cannot hold: >=.
+	if !ok || err != nil || f < 0 || f*mult >= math.MaxInt64 {
 		return 0, fmt.Errorf("size %q: want a number with an optional unit (e.g. 512MiB, 2G, 1000000)", v)
 	}
 	return int64(f * mult), nil
