@@ -775,6 +775,11 @@ func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 // the file has one, else as a new descriptor of the same blob.
 func (n *slotFile) changeAttrs(ctx context.Context, c staging.AttrChange) syscall.Errno {
 	name := n.slot()
+	// The new descriptor of the same bytes keeps the number the kernel
+	// knows (ino.go), also for a file this mount never wrote: a number
+	// that changed under a chmod let a second flock of the file in while
+	// the first held the old inode.
+	n.keepIno(name, n.StableAttr().Ino)
 	r, err := n.f.w.SetAttrs(ctx, n.id, name, c, n.base, n.ent.Load())
 	if err != nil {
 		return n.f.errnoOf("setattr "+name, err)
@@ -856,7 +861,7 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 	if err != nil {
 		return n.f.errnoOf("setxattr "+n.slot(), err)
 	}
-	n.st.Store(s)
+	n.writesThrough(s) // its commit keeps this inode's number, as a chmod's
 	s.ChangeAttrs(func(a *staging.Attrs) {
 		switch {
 		case isMeta && remove:

@@ -238,3 +238,42 @@ func TestPosixModeNoPermissionBits(t *testing.T) {
 		}
 	}
 }
+
+// TestMetadataChangeKeepsInode: chmod, utimes and setxattr of a file
+// this mount never wrote commit a new descriptor of the same bytes, and
+// the file keeps the inode number the kernel knows (ino.go), as a rename
+// does: the number changed, so a lock held on the file (flock) no longer
+// excluded a second flock of it.
+func TestMetadataChangeKeepsInode(t *testing.T) {
+	t.Parallel()
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	names := []string{"chmod.txt", "touch.txt", "xattr.txt"}
+	files := map[string]string{}
+	for _, n := range names {
+		files[n] = n + "\n"
+	}
+	seed(t, bk, id, files)
+	m := mount(t, bk, "--metadata-ttl=0")
+	dir := sessDir(m, id)
+	for _, c := range []struct{ name, op string }{
+		{"chmod.txt", "chmod 600 chmod.txt"},
+		{"touch.txt", "touch -d 2021-05-06T07:08:09Z touch.txt"},
+		{"xattr.txt", "setfattr -n user.pugmark.meta.k -v v xattr.txt"},
+	} {
+		before := strings.TrimSpace(sh(t, dir, "stat -c %i "+c.name))
+		v := latest(t, bk, id)
+		sh(t, dir, c.op)
+		if latest(t, bk, id) == v {
+			t.Fatalf("%s committed nothing", c.op)
+		}
+		if after := strings.TrimSpace(sh(t, dir, "stat -c %i "+c.name)); after != before {
+			t.Errorf("%s: inode %s before, %s after", c.op, before, after)
+		}
+	}
+	// And a lock held across the change still excludes.
+	out := sh(t, dir, `exec 9<chmod.txt; flock -x 9; chmod 644 chmod.txt; flock -xn chmod.txt true && echo "second lock taken" || echo excluded`)
+	if strings.TrimSpace(out) != "excluded" {
+		t.Errorf("a flock held across a chmod: %q, want the second one excluded", out)
+	}
+}
