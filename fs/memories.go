@@ -807,6 +807,16 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 	h.committedAs(body, merged)
 	h.base = &d.Digest
 	n.mu.Lock()
+	if n.has && n.e.Digest != d.Digest {
+		// The node's number names the content it was looked up with
+		// (memRecordChild), which it no longer shows: a lookup that
+		// derives that number again, once the record holds those
+		// bytes again, must not get this node back (go-fuse returns
+		// the node it has under a number), or it read the newer bytes
+		// the record no longer holds, for as long as the kernel kept
+		// the node (an open descriptor).
+		f.moved.add(n.StableAttr().Ino)
+	}
 	n.e, n.has = layout.Entry{Descriptor: d}, true
 	n.mu.Unlock()
 	h.settle(gen, nil)
