@@ -1,7 +1,6 @@
 package readahead
 
 import (
-	"context"
 	"sort"
 	"time"
 
@@ -11,10 +10,8 @@ import (
 
 // raSessions is the sessions/ listing order name streams follow.
 type raSessions struct {
-	ids     []layout.SessionID
-	idx     map[layout.SessionID]int
-	at      time.Time
-	loading bool
+	ids []layout.SessionID
+	idx map[layout.SessionID]int
 }
 
 // name moves the name stream of name across sessions.
@@ -35,7 +32,13 @@ func (r *ReadAhead) name(id layout.SessionID, name string, read bool) {
 	s.lastID = id
 	p, ok := r.sessions.idx[id]
 	if !ok {
-		r.loadSessionsLocked(now)
+		// The order is the last listing of sessions/ (Listed), never
+		// learned here: a listing walks every hour partition of the
+		// bucket, one LIST each, and two lookups of a name by session
+		// ID (a program that knows its IDs, on a mount that never
+		// listed sessions/) made one, again every second for new
+		// sessions, for a prediction (tree.md: looking up an ID works
+		// even when a listing would be expensive).
 		return
 	}
 	if !r.stepLocked(s, p, now) {
@@ -129,28 +132,6 @@ func (r *ReadAhead) Listed(ids []layout.SessionID) {
 		idx[id] = i
 	}
 	r.mu.Lock()
-	r.sessions = raSessions{ids: sorted, idx: idx, at: time.Now()}
+	r.sessions = raSessions{ids: sorted, idx: idx}
 	r.mu.Unlock()
-}
-
-// loadSessionsLocked learns the sessions/ order in the background when
-// a name stream meets a session it does not know, at most once per
-// metadata TTL.
-func (r *ReadAhead) loadSessionsLocked(now time.Time) {
-	if r.sessions.loading || now.Sub(r.sessions.at) < max(r.ttl, time.Second) {
-		return
-	}
-	r.sessions.loading = true
-	go func() {
-		ids, err := r.states.Sessions(schedblob.Speculative(context.Background()))
-		if err == nil {
-			r.Listed(ids)
-		}
-		r.mu.Lock()
-		r.sessions.loading = false
-		if err != nil {
-			r.sessions.at = time.Now()
-		}
-		r.mu.Unlock()
-	}()
 }

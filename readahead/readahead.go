@@ -122,8 +122,6 @@ type States interface {
 	Peek(id layout.SessionID) (*cache.State, bool)
 	// State loads (or refreshes) a session's state.
 	State(ctx context.Context, id layout.SessionID) (*cache.State, error)
-	// Sessions lists every session ID.
-	Sessions(ctx context.Context) ([]layout.SessionID, error)
 	// TreeAt is the tree of st's session at version ver.
 	TreeAt(st *cache.State, ver uint32) *cache.Dir
 }
