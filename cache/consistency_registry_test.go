@@ -1,7 +1,11 @@
 package cache
 
 import (
+	"encoding/json"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -359,5 +363,71 @@ func TestRegistryListPointInTime(t *testing.T) {
 		if r.Version != *final[r.ID] || r.Name != r.ID.String()+"-final" {
 			t.Fatalf("final row %+v: want version %d", r, *final[r.ID])
 		}
+	}
+}
+
+// TestRegistryFileMergedAndBounded: two mounts sharing the cache
+// directory each keep the other's rows in the index file (each wrote
+// its own rows over the other's), a session both know keeps its later
+// append, and the file holds at most maxRows rows, the sessions
+// appended to last (it held every row ever seen, loaded at each start
+// and written back).
+func TestRegistryFileMergedAndBounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "index.json")
+	log := slog.New(slog.DiscardHandler)
+	var mu1, mu2 sync.Mutex
+	r1, _ := newRegistry(path, time.Hour, &mu1, log)
+	r2, _ := newRegistry(path, time.Hour, &mu2, log)
+	put := func(r *Registry, mu *sync.Mutex, id byte, at time.Time) {
+		mu.Lock()
+		r.rows[layout.SessionID{id}] = &Row{ID: layout.SessionID{id}, UpdatedAt: at}
+		r.dirty = true
+		r.gen++
+		mu.Unlock()
+	}
+	read := func() map[layout.SessionID]time.Time {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []Row
+		if err := json.Unmarshal(b, &rows); err != nil {
+			t.Fatal(err)
+		}
+		out := map[layout.SessionID]time.Time{}
+		for _, row := range rows {
+			out[row.ID] = row.UpdatedAt
+		}
+		return out
+	}
+	put(r1, &mu1, 1, epoch)
+	put(r1, &mu1, 3, epoch.Add(3*time.Minute))
+	if err := r1.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	put(r2, &mu2, 2, epoch.Add(time.Minute))
+	put(r2, &mu2, 3, epoch.Add(time.Minute)) // older than r1's row
+	if err := r2.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got := read()
+	want := map[layout.SessionID]time.Time{{1}: epoch, {2}: epoch.Add(time.Minute), {3}: epoch.Add(3 * time.Minute)}
+	if len(got) != len(want) {
+		t.Fatalf("index holds %v, want %v", got, want)
+	}
+	for id, at := range want {
+		if !got[id].Equal(at) {
+			t.Errorf("session %s: %v in the index, want %v", id, got[id], at)
+		}
+	}
+	r1.maxRows = 2
+	put(r1, &mu1, 4, epoch.Add(4*time.Minute))
+	if err := r1.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got = read()
+	if _, ok := got[layout.SessionID{4}]; len(got) != 2 || !ok || !got[layout.SessionID{3}].Equal(epoch.Add(3*time.Minute)) {
+		t.Fatalf("bounded to 2 rows, the index holds %v; want sessions 3 and 4", got)
 	}
 }

@@ -45,13 +45,20 @@ type Registry struct {
 	// with the captured rows, after the state lock is released and before
 	// the file is written.
 	hookWrite func(rows []Row)
+	// maxRows bounds the rows the file holds (maxIndexRows).
+	maxRows int
 }
+
+// maxIndexRows bounds the index file: the sessions last appended to are
+// kept. It was every row any mount sharing the directory ever saw,
+// loaded at each start and written back.
+const maxIndexRows = 1 << 17
 
 func newRegistry(path string, delay time.Duration, state *sync.Mutex, log *slog.Logger) (*Registry, error) {
 	if delay <= 0 {
 		delay = 2 * time.Second
 	}
-	r := &Registry{state: state, rows: map[layout.SessionID]*Row{}, path: path, delay: delay, log: log}
+	r := &Registry{state: state, rows: map[layout.SessionID]*Row{}, path: path, delay: delay, log: log, maxRows: maxIndexRows}
 	if path == "" {
 		return r, nil
 	}
@@ -195,6 +202,7 @@ func (r *Registry) Flush() error {
 	if hook != nil {
 		hook(rows)
 	}
+	rows = r.mergeWithFile(rows)
 	sort.Slice(rows, func(i, j int) bool { return rows[i].ID.String() < rows[j].ID.String() })
 	b, err := json.MarshalIndent(rows, "", " ")
 	if err == nil {
@@ -215,6 +223,35 @@ func (r *Registry) Flush() error {
 	}
 	r.state.Unlock()
 	return nil
+}
+
+// mergeWithFile adds to rows what the index file holds of sessions they
+// do not have (another mount sharing the directory wrote them: written
+// over, they were lost), and for a session both have keeps the row of
+// the later append; then it keeps the maxRows rows appended to last.
+// Called with flushMu held, not the state lock.
+func (r *Registry) mergeWithFile(rows []Row) []Row {
+	if b, err := os.ReadFile(r.path); err == nil {
+		var onDisk []Row
+		if json.Unmarshal(b, &onDisk) == nil {
+			at := make(map[layout.SessionID]int, len(rows))
+			for i, row := range rows {
+				at[row.ID] = i
+			}
+			for _, d := range onDisk {
+				if i, ok := at[d.ID]; !ok {
+					rows = append(rows, d)
+				} else if d.UpdatedAt.After(rows[i].UpdatedAt) {
+					rows[i] = d
+				}
+			}
+		}
+	}
+	if len(rows) > r.maxRows {
+		sort.Slice(rows, func(i, j int) bool { return rows[i].UpdatedAt.After(rows[j].UpdatedAt) })
+		rows = rows[:r.maxRows]
+	}
+	return rows
 }
 
 // lockFlush waits for this flush's turn to capture and publish (a named
