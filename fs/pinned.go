@@ -81,7 +81,7 @@ func (f *FS) readContent(ctx context.Context, c content, dest []byte, off int64)
 				pd.Release()
 				return fuse.ReadResultData(nil), nil
 			}
-			return &pinnedResult{p: pd, off: off, sz: int(min(int64(len(dest)), pd.Size-off))}, nil
+			return &pinnedResult{f: f, p: pd, off: off, sz: int(min(int64(len(dest)), pd.Size-off))}, nil
 		}
 	}
 	k, err := c.readAt(ctx, dest, off)
@@ -95,6 +95,7 @@ func (f *FS) readContent(ctx context.Context, c content, dest []byte, off int64)
 // it (Seekable) or, failing that, reads it into its buffer (Bytes); Done
 // unpins it once the reply is written.
 type pinnedResult struct {
+	f   *FS
 	p   *blobcache.Pinned
 	off int64
 	sz  int
@@ -105,7 +106,9 @@ var _ fuse.ReadResult = (*pinnedResult)(nil)
 func (r *pinnedResult) Bytes(buf []byte) ([]byte, fuse.Status) {
 	n, err := r.p.F.ReadAt(buf[:min(len(buf), r.sz)], r.off)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fuse.EIO
+		// Through errnoOf, which logs it: the disk copy failed, and a
+		// bare EIO left nothing to go on.
+		return nil, fuse.Status(r.f.errnoOf("read the verified disk copy "+r.p.F.Name(), err))
 	}
 	return buf[:n], fuse.OK
 }
