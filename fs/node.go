@@ -103,8 +103,15 @@ func (f *FS) materialise(ctx context.Context, parent *gofs.Inode, c child, out *
 		in = parent.NewInode(ctx, c.node(), gofs.StableAttr{Mode: c.mode, Ino: c.ino})
 	}
 	if c.refresh != nil {
-		// Also after NewInode: it returns a node the kernel still
-		// holds under that number, made for an older descriptor.
+		// Also after NewInode, which makes a new node every time. When
+		// the kernel still holds another node under the number (its
+		// name dropped, a descriptor open), go-fuse answers with that
+		// one once this lookup returns (v2.12 registerNew), and this
+		// refresh and the attributes below went to the new node it
+		// drops: the old one shows its own entry until it is
+		// forgotten. Numbers are therefore kept for the same bytes only
+		// (inoKeeper), and a node that comes to show other bytes gives
+		// its number up (memory records: FS.moved).
 		c.refresh(in)
 	}
 	if c.attr != nil {
