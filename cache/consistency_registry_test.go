@@ -1,10 +1,8 @@
 package cache
 
 import (
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -387,17 +385,9 @@ func TestRegistryFileMergedAndBounded(t *testing.T) {
 	}
 	read := func() map[layout.SessionID]time.Time {
 		t.Helper()
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rows []Row
-		if err := json.Unmarshal(b, &rows); err != nil {
-			t.Fatal(err)
-		}
 		out := map[layout.SessionID]time.Time{}
-		for _, row := range rows {
-			out[row.ID] = row.UpdatedAt
+		for id, row := range readIndex(t, path) {
+			out[id] = row.UpdatedAt
 		}
 		return out
 	}

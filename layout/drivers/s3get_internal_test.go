@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/pugmark/pugfs/layout/schedblob"
+	"gocloud.dev/blob"
 )
 
 // TestDirectGetRequest checks what the direct path sends: the key in the
@@ -30,17 +31,7 @@ func TestDirectGetRequest(t *testing.T) {
 		w.Write([]byte("234"))
 	}))
 	defer srv.Close()
-	t.Setenv("AWS_ACCESS_KEY_ID", "AKTEST")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
-	t.Setenv("AWS_SESSION_TOKEN", "")
-	t.Setenv("AWS_PROFILE", "")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	u, _ := url.Parse("s3://bkt?endpoint=" + url.QueryEscape(srv.URL) + "&use_path_style=true&disable_https=true&region=eu-west-3")
-	b, err := OpenS3(context.Background(), u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := openTestS3(t, srv.URL)
 	for _, tc := range []struct {
 		key, path string
 		direct    bool
@@ -87,18 +78,8 @@ func openDirect(t *testing.T, h http.HandlerFunc) (read func(key string, off, n 
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	t.Setenv("AWS_ACCESS_KEY_ID", "AKTEST")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
-	t.Setenv("AWS_SESSION_TOKEN", "")
-	t.Setenv("AWS_PROFILE", "")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	t.Setenv("AWS_MAX_ATTEMPTS", "1")
-	u, _ := url.Parse("s3://bkt?endpoint=" + url.QueryEscape(srv.URL) + "&use_path_style=true&disable_https=true&region=eu-west-3")
-	b, err := OpenS3(context.Background(), u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	b := openTestS3(t, srv.URL)
 	s = schedblob.New(8)
 	sb := schedblob.Wrap(b, s)
 	return func(key string, off, n int64) ([]byte, error) {
@@ -178,4 +159,23 @@ func TestDirectGetSlowDownThrottles(t *testing.T) {
 			t.Errorf("%s: a 503 SlowDown did not count as throttling", key)
 		}
 	}
+}
+
+// openTestS3 opens the S3 driver on the test server at endpoint, in
+// eu-west-3 with static test keys and nothing else from the environment;
+// the test closes it.
+func openTestS3(t *testing.T, endpoint string) *blob.Bucket {
+	t.Helper()
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKTEST")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("AWS_SESSION_TOKEN", "")
+	t.Setenv("AWS_PROFILE", "")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	u, _ := url.Parse("s3://bkt?endpoint=" + url.QueryEscape(endpoint) + "&use_path_style=true&disable_https=true&region=eu-west-3")
+	b, err := OpenS3(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
 }
