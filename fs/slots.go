@@ -633,7 +633,12 @@ func (n *slotFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 				return nil, 0, syscall.ETXTBSY // pinned.go: the kernel would refuse it (EIO)
 			}
 			if n.f.w.Retain(n.id, s) {
-				return &whandle{f: n.f, id: n.id, s: s, n: n, readOnly: true, counted: true}, fuse.FOPEN_DIRECT_IO, 0
+				// Read past the page cache, which is left alone: an open
+				// that drops it waits for the page a WRITE holds, which
+				// is all of a first write's fetch of the committed bytes
+				// (audit 6: cat waited seconds behind an editor's save).
+				// The pages are what writes through this inode made.
+				return &whandle{f: n.f, id: n.id, s: s, n: n, readOnly: true, counted: true}, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_KEEP_CACHE, 0
 			}
 			// Released meanwhile: the committed entry answers, below.
 		}

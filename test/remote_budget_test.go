@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -409,5 +410,52 @@ func TestRemoteBudgetMemories(t *testing.T) {
 	}
 	if peak < 4 {
 		t.Errorf("at most %d requests were in flight at once; want the namespaces read wide in parallel", peak)
+	}
+}
+
+// TestFirstWriteFetchLeavesReadersAlone: while the first write to a file
+// opened without O_TRUNC waits for its committed bytes (a bucket 1 s
+// away), another process's open of the file for reading answers at
+// once. It waited for the whole fetch (audit 6: cat and an editor's
+// read behind a save): the reader's open dropped the page cache, which
+// waits for the page the pending WRITE holds.
+func TestFirstWriteFetchLeavesReadersAlone(t *testing.T) {
+	t.Parallel()
+	bk := relLocalBucket(t)
+	id := relSession(t, bk)
+	body := strings.Repeat("a line of the big file\n", 100_000) // 2.3 MB
+	relCommitFiles(t, bk, id, map[string]string{"big.txt": body})
+	fb := relWithFaults(bk, map[string]string{"fault_latency": "1s"})
+	m := relMountOn(t, fb, t.TempDir(), "--cache-dir", t.TempDir(), "--metadata-ttl", "1h")
+	dir := filepath.Join(m.Dir, sess(id))
+	sh(t, dir, "stat -c %s big.txt")
+	written := filepath.Join(t.TempDir(), "written")
+	writer := exec.Command("python3", "-c", `
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+os.pwrite(fd, b"XXXX", 1000)
+open(sys.argv[2], "w").close()
+os.close(fd)`, filepath.Join(dir, "big.txt"), written)
+	if err := writer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { writer.Process.Kill(); writer.Wait() })
+	// The writer's fetch is in flight: its WRITE holds the page.
+	inFlight := regexp.MustCompile(`(?m)^blob cache backend: reads \d+, bytes [^,]*, in flight ([1-9]\d*)`)
+	for deadline := time.Now().Add(30 * time.Second); !inFlight.MatchString(relReadStats(t, m).raw); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first write never fetched; stats:\n%s", relReadStats(t, m).raw)
+		}
+	}
+	out := sh(t, dir, `exec 3< big.txt; if [ -e '`+written+`' ]; then echo after; else echo before; fi`)
+	if strings.TrimSpace(out) != "before" {
+		t.Errorf("an open for reading answered %s the first write's fetch ended, want before", strings.TrimSpace(out))
+	}
+	if err := writer.Wait(); err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+	want := body[:1000] + "XXXX" + body[1004:]
+	if got := sh(t, dir, "cat big.txt"); got != want {
+		t.Errorf("after the write: %d bytes, want the file with XXXX at 1000", len(got))
 	}
 }
