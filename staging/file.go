@@ -82,8 +82,9 @@ type File struct {
 	// committed is the descriptor this staged file last became; before
 	// its first commit, the entry it was filled from (if any).
 	committed *layout.Entry
-	// absent, for a file created with O_EXCL (OpenExclusive), is the
-	// name as found absent then: zero digest, the version of the state
+	// absent, for a file created with O_EXCL (OpenExclusive) or created
+	// keeping content (OpenFresh: >> of a new name), is the name as
+	// found absent then: zero digest, the version of the state
 	// it was absent in, and the name (absentAs). Until the file's first
 	// commit it guards that commit as committed guards a file built on
 	// what it held: another writer's file committed under the name

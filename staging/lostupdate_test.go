@@ -417,6 +417,55 @@ func TestWriterExclusiveCreate(t *testing.T) {
 	})
 }
 
+// TestWriterCreateKeepingContent: a create that keeps content (O_CREAT
+// without O_TRUNC or O_EXCL: the first `>>` of a log) of a name absent
+// when it was checked is built on nothing, as an append to an empty file:
+// a file another writer committed under the name after the check is not
+// replaced (ESTALE at close, the data kept), and without one the file
+// commits. Two mounts' first `>>` of one new log both closed with 0, and
+// the later line replaced the earlier one (audit 8 #1).
+func TestWriterCreateKeepingContent(t *testing.T) {
+	ctx := context.Background()
+	create := func(t *testing.T, r *writerRig, body string) *File {
+		t.Helper()
+		s, err := r.w.OpenFresh(ctx, r.id, "log", func() *layout.Entry { return nil }, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Append(ctx, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, mode := range []CommitMode{CommitOnClose, CommitOnFsync} {
+		name := map[CommitMode]string{CommitOnClose: "close", CommitOnFsync: "fsync"}[mode]
+		t.Run("committed-meanwhile/"+name, func(t *testing.T) {
+			r := newWriterRigTTL(t, time.Hour, func(c *Config) { c.Commit = mode })
+			s := create(t, r, "mine\n")
+			r.otherWriter(t, "log", "other\n")
+			if err := r.w.Sync(ctx, r.id, s); !errors.Is(err, layout.ErrChangedUnder) {
+				t.Fatalf("commit: %v, want ErrChangedUnder", err)
+			}
+			if got := r.slotBody(t, "log"); got != "other\n" {
+				t.Fatalf("log = %q, want the other writer's", got)
+			}
+		})
+		t.Run("alone/"+name, func(t *testing.T) {
+			r := newWriterRigTTL(t, time.Hour, func(c *Config) { c.Commit = mode })
+			s := create(t, r, "mine\n")
+			if err := r.w.Sync(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.slotBody(t, "log"); got != "mine\n" {
+				t.Fatalf("log = %q", got)
+			}
+		})
+	}
+}
+
 // TestWriterPathClash: a file committed where another writer has just
 // made a directory (x where it wrote x/y), or a file under what another
 // writer has just made a file, is refused (ESTALE at close, the data

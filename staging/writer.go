@@ -503,6 +503,7 @@ func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string,
 		}
 		base := baseOf()
 		rebased := false
+		var absent *layout.FileBase
 		if fresh && base != nil && !truncate {
 			var err error
 			if base, rebased, err = w.checkBase(ctx, id, name, base); err != nil {
@@ -514,7 +515,7 @@ func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string,
 			// mount may have committed it within the TTL, and staging
 			// from nothing would replace what it committed.
 			var err error
-			if base, err = w.checkAbsent(ctx, id, name); err != nil {
+			if base, absent, err = w.checkAbsent(ctx, id, name); err != nil {
 				return nil, err
 			}
 			rebased = base != nil
@@ -524,6 +525,13 @@ func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string,
 			return nil, err
 		}
 		s.rebased = rebased
+		if absent != nil {
+			// Built on nothing, as an append to an empty file: a file
+			// another mount committed under the name after the check
+			// is not replaced (two mounts' first `>>` of one log kept
+			// only the later line, both closes succeeding; audit 8).
+			s.absent, s.absentAs = absent, name
+		}
 		if base == nil || truncate {
 			s.dirty = true // a new or truncated file is a change even if empty
 		}
@@ -597,30 +605,31 @@ func (w *Writer) checkBase(ctx context.Context, id layout.SessionID, name string
 	return &now, now.Digest != base.Digest || now.Size != base.Size, nil
 }
 
-// checkAbsent returns the entry name has in the bucket now, or nil, for
-// a create that keeps content (OpenFresh with no base and no truncation):
-// one LIST, as checkBase, and none for a session holding pending
-// --commit=fsync changes, whose local view is newer than the bucket's.
-func (w *Writer) checkAbsent(ctx context.Context, id layout.SessionID, name string) (*layout.Entry, error) {
+// checkAbsent returns the entry name has in the bucket now, for a create
+// that keeps content (OpenFresh with no base and no truncation), or, when
+// the name is absent, the guard of that absence (File.absent): one LIST,
+// as checkBase, and none for a session holding pending --commit=fsync
+// changes, whose local view is newer than the bucket's.
+func (w *Writer) checkAbsent(ctx context.Context, id layout.SessionID, name string) (*layout.Entry, *layout.FileBase, error) {
 	w.mu.Lock()
 	ws := w.ss[id]
 	pending := ws != nil && len(ws.pending) > 0
 	w.mu.Unlock()
 	if pending {
-		return nil, nil
+		return nil, nil, nil
 	}
 	w.cache.Invalidate(id)
 	st, err := w.cache.State(ctx, id)
 	if errors.Is(err, layout.ErrSessionNotFound) {
-		return nil, nil // the create fails, or makes the session, as before
+		return nil, nil, nil // the create fails, or makes the session, as before
 	}
 	if err != nil {
-		return nil, fmt.Errorf("create %s: check the session: %w", name, err)
+		return nil, nil, fmt.Errorf("create %s: check the session: %w", name, err)
 	}
 	if now, ok := st.Slots()[name]; ok {
-		return &now, nil
+		return &now, nil, nil
 	}
-	return nil, nil
+	return nil, &layout.FileBase{Version: st.Version}, nil
 }
 
 // liveView is the live state of a session as this mount shows it: the
