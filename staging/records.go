@@ -211,8 +211,11 @@ func (r *Records) AppendMemory(ctx context.Context, ns string, e layout.Descript
 }
 
 // appendAttempts bounds how often AppendMemory puts its bytes on a
-// record other writers keep changing.
-const appendAttempts = 5
+// record other writers keep changing: as often as a session's commit
+// retries (decisions.md §13.3), since each lost race is another writer's
+// landed change. With five, two mounts appending to one record in a loop
+// failed one close in 25 (audit 8).
+const appendAttempts = 100
 
 // RemoveMemory removes record name of namespace ns; ErrNotExist when it
 // has none.
