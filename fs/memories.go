@@ -181,15 +181,19 @@ func (n *memDirNode) Create(ctx context.Context, name string, flags uint32, mode
 		return nil, nil, 0, syscall.EINVAL
 	}
 	node := &memFile{f: n.f, ns: n.prefix, e: layout.Entry{Descriptor: layout.Descriptor{Name: name}}}
+	h := &memHandle{n: node, bufHandle: bufHandle{dirty: true}, write: true}
+	if errno := n.createOn(ctx, node, h, flags); errno != 0 {
+		return nil, nil, 0, errno
+	}
+	if m := mode & layout.KeptModeBits; m != recordMode && !node.has {
+		h.meta = map[string]string{layout.MetaPosixMode: layout.FormatPosixMode(m)}
+	}
+	h.appending, h.appendedFrom = flags&syscall.O_APPEND != 0, len(h.buf)
 	// A number of its own: a file of the name created again while the
 	// last one is still open after its unlink (vim's swap file) is
 	// another file.
 	ino := inoOf("mem-new", n.prefix, name, strconv.FormatUint(stagedSeq.Add(1), 10))
 	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
-	h := &memHandle{n: node, bufHandle: bufHandle{dirty: true}, write: true}
-	if m := mode & layout.KeptModeBits; m != recordMode {
-		h.meta = map[string]string{layout.MetaPosixMode: layout.FormatPosixMode(m)}
-	}
 	node.bufs.add(h)
 	n.f.mem.mu.Lock()
 	n.f.mem.pending[memKey(n.prefix, name)] = node
@@ -199,6 +203,40 @@ func (n *memDirNode) Create(ctx context.Context, name string, flags uint32, mode
 	out.SetEntryTimeout(uncached)
 	out.SetAttrTimeout(uncached)
 	return in, h, fuse.FOPEN_DIRECT_IO, 0
+}
+
+// createOn sets up h, the first descriptor of node, a record the kernel
+// found absent, for what the create builds on. The kernel's answer may be
+// a TTL old: with O_CREAT alone (>>, O_RDWR) the record another mount
+// committed meanwhile is kept and built on (one LIST, as an open for
+// writing does), and a record found absent, here or with O_EXCL, is
+// fresh (memFile.fresh), guarded as absent: a record another writer commits
+// under the name before this one refuses the write, or, for a
+// descriptor that only appended, takes its bytes after the other's.
+// Two mounts' first >> of one new record both closed with 0, the later
+// line replacing the earlier (audit 8 #2). O_TRUNC replaces whatever is
+// there, as on any file system.
+func (n *memDirNode) createOn(ctx context.Context, node *memFile, h *memHandle, flags uint32) syscall.Errno {
+	if flags&syscall.O_TRUNC != 0 {
+		return 0
+	}
+	if flags&syscall.O_EXCL == 0 {
+		cur, ok, err := n.f.latestRecord(ctx, n.prefix, node.e.Name)
+		if err != nil {
+			return n.f.errnoOf("create memory "+n.prefix+"/"+node.e.Name, err)
+		}
+		if ok {
+			body, err := readAll(ctx, n.f, &cur.Descriptor)
+			if err != nil {
+				return n.f.errnoOf("create memory "+n.prefix+"/"+node.e.Name, err)
+			}
+			node.e, node.has = cur, true
+			h.buf, h.base, h.dirty, h.meta = body, &cur.Digest, false, maps.Clone(cur.Metadata)
+			return 0
+		}
+	}
+	node.fresh = true
+	return 0
 }
 
 func (n *memDirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -355,6 +393,7 @@ func (n *memFile) rename(name string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.e.Name = name
+	n.fresh = false // replaces what is there, as a rename does
 }
 
 func (n *memDirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -490,10 +529,15 @@ type memFile struct {
 	f    *FS
 	ns   string
 	bufs openBufs[*memHandle]
-	// mu guards e and has: the record as last read or committed.
+	// mu guards e, has and fresh: the record as last read or committed.
 	mu  sync.Mutex
 	e   layout.Entry
 	has bool
+	// fresh is set for a record created here under a name found absent
+	// (createOn) until its first commit: a record another writer
+	// commits under the name first refuses it (a zero base), unless it
+	// was renamed over a record since, which it then replaces.
+	fresh bool
 	// commits is held shared by every commit of a handle across its
 	// look at bufHandle.dropped and its write; an unlink takes it whole
 	// after dropping the handles, so that a commit that started before
@@ -774,7 +818,7 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 	n.commits.RLock()
 	defer n.commits.RUnlock()
 	n.mu.Lock()
-	e := n.e
+	e, fresh := n.e, n.fresh
 	n.mu.Unlock()
 	if h.isDropped() {
 		h.settle(gen, nil)
@@ -785,7 +829,11 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 	var d layout.Descriptor
 	var err error
 	merged := body
-	if from := h.appendOnly(); from >= 0 && h.base != nil {
+	base := h.base
+	if base == nil && fresh {
+		base = new(layout.Digest) // built on no record (createOn)
+	}
+	if from := h.appendOnly(); from >= 0 && base != nil {
 		// Only appended: onto the record as it is at the commit, as
 		// O_APPEND does, when another writer changed it since.
 		current := func(ctx context.Context) ([]byte, *layout.Digest, error) {
@@ -796,9 +844,9 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 			b, err := readAll(ctx, f, &cur.Descriptor)
 			return b, &cur.Digest, err
 		}
-		d, merged, err = f.recs.AppendMemory(context.WithoutCancel(ctx), n.ns, desc, body, h.base, len(body)-from, current)
+		d, merged, err = f.recs.AppendMemory(context.WithoutCancel(ctx), n.ns, desc, body, base, len(body)-from, current)
 	} else {
-		d, err = f.recs.PutMemory(context.WithoutCancel(ctx), n.ns, desc, body, h.base)
+		d, err = f.recs.PutMemory(context.WithoutCancel(ctx), n.ns, desc, body, base)
 	}
 	if err != nil {
 		h.settle(gen, err)
@@ -817,7 +865,7 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 		// the node (an open descriptor).
 		f.moved.add(n.StableAttr().Ino)
 	}
-	n.e, n.has = layout.Entry{Descriptor: d}, true
+	n.e, n.has, n.fresh = layout.Entry{Descriptor: d}, true, false
 	n.mu.Unlock()
 	h.settle(gen, nil)
 	return 0

@@ -328,16 +328,26 @@ try:
 except OSError as e:
     print("b:", errno.errorcode[e.errno])
 `
-	run := func(t *testing.T, first, second, mode, lineA, lineB, want string) {
+	runOn := func(t *testing.T, rec, first, second, mode, lineA, lineB, want string) {
 		t.Helper()
 		out, err := exec.Command("python3", "-c", overlap, filepath.Join(first, rec), filepath.Join(second, rec), mode, lineA, lineB).CombinedOutput()
 		if err != nil || string(out) != want {
 			t.Fatalf("python (second writer %q): %v\n%s, want %s", mode, err, out, want)
 		}
 	}
+	run := func(t *testing.T, first, second, mode, lineA, lineB, want string) {
+		t.Helper()
+		runOn(t, rec, first, second, mode, lineA, lineB, want)
+	}
 	run(t, a.Dir, b.Dir, "a", "from a", "from b", "b closed\n")
 	if got, v := memRecords(t, bk, "team"); got["log.md"] != "base\nfrom a\nfrom b\n" || v != 3 {
 		t.Fatalf("log.md = %q at version %d after two mounts' appends, want both at 3", got["log.md"], v)
+	}
+	// A record neither mount has yet, created by both with >> at once:
+	// the later line went over the earlier (audit 8 #2).
+	runOn(t, "memories/team/new.md", a.Dir, b.Dir, "a", "new a", "new b", "b closed\n")
+	if got, _ := memRecords(t, bk, "team"); got["new.md"] != "new a\nnew b\n" {
+		t.Fatalf("new.md = %q after two mounts created it with >>, want both lines", got["new.md"])
 	}
 	run(t, a.Dir, a.Dir, "a", "a1", "a2", "b closed\n")
 	if got, _ := memRecords(t, bk, "team"); got["log.md"] != "base\nfrom a\nfrom b\na1\na2\n" {
