@@ -485,9 +485,13 @@ func (s *Store) commitAt(ctx context.Context, id SessionID, v uint32, t Snapshot
 	if herr == nil {
 		return false, nil // someone else's snapshot: the caller inspects it
 	}
-	if errors.Is(herr, ErrNotFound) {
-		return false, err // nothing landed
+	if errors.Is(herr, ErrNotFound) && refused(err) {
+		return false, err // the backend said no: nothing landed
 	}
+	// Not there yet is no answer after a PUT that may be under way still
+	// (a deadline cut it, the connection broke): a server can complete
+	// it after this read, and "nothing landed" sent pugfs exec's
+	// supervisor to run the handler again, its outputs landing twice.
 	return false, &OutcomeUnknownError{id, v, txn, fmt.Errorf("%w (and reading it back: %v)", err, herr)}
 }
 

@@ -103,6 +103,19 @@ func isPrecondition(err error) bool {
 	return gcerrors.Code(err) == gcerrors.FailedPrecondition
 }
 
+// refused reports a write error after which nothing landed: the backend
+// answered with an error (a refusal, a 500, a 503), or the request was
+// never sent. A request cut by a deadline, a broken connection or a
+// cancel has no answer: it may have reached the backend, which can still
+// complete it.
+func refused(err error) bool {
+	switch gcerrors.Code(err) {
+	case gcerrors.DeadlineExceeded, gcerrors.Canceled, gcerrors.Unknown:
+		return false
+	}
+	return true
+}
+
 // isPermanent reports backend errors that retrying cannot fix.
 func isPermanent(err error) bool {
 	switch gcerrors.Code(err) {

@@ -213,28 +213,52 @@ var _ = errors.Is
 // not answer, is a commit whose outcome is unknown (ErrOutcomeUnknown),
 // not one that failed: the reply may have been lost after it landed, and
 // then the snapshot is there once the bucket answers (audit 4). Only a
-// read-back that finds nothing makes it a plain failure.
+// read-back that finds nothing after the backend's own error makes it a
+// plain failure: a PUT cut by a deadline may still land after that
+// read (review 4), and "nothing landed" made pugfs exec's supervisor run
+// the handler again.
 func TestSection13_2_OutcomeUnknown(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
 		for _, tc := range []struct {
 			name                       string
 			landed, readsFail, unknown bool
+			// deadline: the PUTs end with no answer (a deadline cut
+			// them), not with the backend's error; early: the read-back
+			// answers "not found" though the PUT landed (it ran before
+			// the backend completed the write).
+			deadline, early bool
 		}{
-			{"reply lost, no answer", true, true, true},
-			{"request lost, no answer", false, true, true},
-			{"request lost, answered", false, false, false},
+			{"reply lost, no answer", true, true, true, false, false},
+			{"request lost, no answer", false, true, true, false, false},
+			{"request lost, answered", false, false, false, false, false},
+			{"cut by a deadline, read back too early", true, false, true, true, true},
+			{"cut by a deadline, not there", false, false, true, true, false},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				fb, inj, _ := faulty(t, b)
-				s := newStore(t, fb, &Options{Retries: 1})
+				retries := 1
+				if tc.deadline {
+					// One attempt: a retry would meet the snapshot its
+					// first attempt landed, and settle it.
+					retries = -1
+				}
+				s := newStore(t, fb, &Options{Retries: retries})
 				id := newSession(t, s)
 				commit(t, s, id, Checkpoint, desc("base", "0"))
 				before, _ := s.LatestVersion(bg, id)
 				prefix, _ := SnapshotsPrefix(id)
 				key, _ := SnapshotKey(id, before+1)
-				rules := []faultblob.RuleID{inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: prefix}, FailFirst: 100, LoseResponse: tc.landed})}
+				put := faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: prefix}, FailFirst: 100, LoseResponse: tc.landed}
+				if tc.deadline {
+					put.Err = faultblob.TransientError(gcerrors.DeadlineExceeded)
+				}
+				rules := []faultblob.RuleID{inj.Add(put)}
 				if tc.readsFail {
 					rules = append(rules, inj.Add(faultblob.Rule{Ops: faultblob.OpGet | faultblob.OpHead, Match: faultblob.Match{Prefix: key}, FailFirst: 100}))
+				}
+				if tc.early {
+					rules = append(rules, inj.Add(faultblob.Rule{Ops: faultblob.OpGet | faultblob.OpHead, Match: faultblob.Match{Prefix: key}, FailFirst: 100,
+						Err: faultblob.PermanentError(gcerrors.NotFound)}))
 				}
 				_, err := s.Commit(bg, id, CommitRequest{Type: Checkpoint, Descriptors: descs("x")})
 				for _, r := range rules {
