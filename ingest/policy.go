@@ -50,6 +50,9 @@ type Source struct {
 	// ContentType is the source's type: the object's stored type, or for
 	// a local file a guess from its extension.
 	ContentType string
+	// ContentEncoding is the object's stored encoding (gzip, zstd), which
+	// its blob keeps (§15); none for a local file.
+	ContentEncoding string
 	// URL is the source, with credentials removed, for logs and errors.
 	URL string
 }
@@ -95,12 +98,18 @@ func (p *Policy) Open(ctx context.Context, uri string, c Caller) (*Source, error
 	if err != nil {
 		return nil, redact.Err(fmt.Errorf("ingest %s: open bucket: %w", shown, err), bu)
 	}
+	// The encoding is no reader's attribute: one HEAD.
+	a, err := b.Attributes(ctx, t.key)
+	if err != nil {
+		b.Close()
+		return nil, redact.Err(fmt.Errorf("ingest %s: %w", shown, err), bu)
+	}
 	r, err := b.NewReader(ctx, t.key, nil)
 	if err != nil {
 		b.Close()
 		return nil, redact.Err(fmt.Errorf("ingest %s: %w", shown, err), bu)
 	}
-	return &Source{ReadCloser: &bucketReader{r, b}, ContentType: r.ContentType(), URL: shown}, nil
+	return &Source{ReadCloser: &bucketReader{r, b}, ContentType: r.ContentType(), ContentEncoding: a.ContentEncoding, URL: shown}, nil
 }
 
 // bucketReader closes the source bucket with its reader.

@@ -224,20 +224,36 @@ func (s *Store) Ingest(ctx context.Context, uri string, open BucketOpener, tmpDi
 		return Descriptor{}, fmt.Errorf("ingest %s: open bucket: %w", uri, err)
 	}
 	defer src.Close()
+	// The encoding is no reader's attribute: one HEAD.
+	a, err := src.Attributes(ctx, key)
+	if err != nil {
+		return Descriptor{}, fmt.Errorf("ingest %s: %w", uri, err)
+	}
 	r, err := src.NewReader(ctx, key, nil)
 	if err != nil {
 		return Descriptor{}, fmt.Errorf("ingest %s: %w", uri, err)
 	}
 	defer r.Close()
-	return s.IngestReader(ctx, uri, r, r.ContentType(), tmpDir)
+	return s.IngestReader(ctx, uri, r, BlobOptions{ContentType: r.ContentType(), ContentEncoding: a.ContentEncoding}, tmpDir)
 }
 
 // IngestReader is Ingest for a body the caller opened itself (a local file
 // opened on behalf of a less privileged user, say): r is streamed through
-// a temporary file in tmpDir while hashed, and stored as a blob of type
-// contentType. name says where the body came from in errors; it is shown
+// a temporary file in tmpDir while hashed, and stored as a blob with o's
+// type and encoding, the source's (§3.2 stores the body as it is, and
+// §15 has every PUT and descriptor declare its encoding). An encoding
+// §2.3 does not allow is refused; one the body does not begin as (a
+// transport or the service decoded it on the way, as GCS does for gzip)
+// is dropped. name says where the body came from in errors; it is shown
 // as given, so callers pass it with credentials removed.
-func (s *Store) IngestReader(ctx context.Context, name string, r io.Reader, contentType, tmpDir string) (Descriptor, error) {
+func (s *Store) IngestReader(ctx context.Context, name string, r io.Reader, o BlobOptions, tmpDir string) (Descriptor, error) {
+	switch o.ContentEncoding {
+	case "identity":
+		o.ContentEncoding = ""
+	case "", EncodingGzip, EncodingZstd:
+	default:
+		return Descriptor{}, fmt.Errorf("ingest %s: %w: content-encoding %q (a blob is stored as it is, and only gzip and zstd are allowed, §2.3)", name, ErrInvalid, truncate(o.ContentEncoding))
+	}
 	f, err := os.CreateTemp(tmpDir, "pugfs-ingest-*")
 	if err != nil {
 		return Descriptor{}, fmt.Errorf("ingest %s: spill file: %w", name, err)
@@ -251,11 +267,17 @@ func (s *Store) IngestReader(ctx context.Context, name string, r io.Reader, cont
 	}
 	var d Digest
 	copy(d[:], h.Sum(nil))
-	ct := contentType
-	if _, err := s.PutBlobFile(ctx, f, d, n, BlobOptions{ContentType: ct}); err != nil {
+	if o.ContentEncoding != "" {
+		head := make([]byte, 4)
+		k, _ := f.ReadAt(head, 0)
+		if Sniff(head[:k]) != o.ContentEncoding {
+			o.ContentEncoding = ""
+		}
+	}
+	if _, err := s.PutBlobFile(ctx, f, d, n, o); err != nil {
 		return Descriptor{}, fmt.Errorf("ingest %s: %w", name, err)
 	}
-	desc := Descriptor{Digest: d, Size: n, ContentType: ct, CreatedAt: s.opts.Now().UTC()}
+	desc := Descriptor{Digest: d, Size: n, ContentType: o.ContentType, ContentEncoding: o.ContentEncoding, CreatedAt: s.opts.Now().UTC()}
 	if n <= InlineLimit {
 		if desc.Data, err = io.ReadAll(io.NewSectionReader(f, 0, n)); err != nil {
 			return Descriptor{}, fmt.Errorf("ingest %s: %w", name, err)

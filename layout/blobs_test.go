@@ -2,6 +2,7 @@ package layout
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"io"
@@ -166,6 +167,53 @@ func TestSection3_2_Ingest(t *testing.T) {
 		}
 		if _, err := s.Ingest(bg, "s3://other-bucket/path/to/missing", open, t.TempDir()); err == nil {
 			t.Fatal("ingested a missing object")
+		}
+
+		// §15: the body is stored as it is, so its encoding is kept on
+		// the blob and in the descriptor (a gzip object showed its
+		// compressed bytes: review 4); one the body does not begin as
+		// was decoded on the way (GCS serves gzip decoded) and is
+		// dropped; one §2.3 does not allow is refused.
+		plain := bytes.Repeat([]byte(`{"k":"v"}`+"\n"), 200)
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		zw.Write(plain)
+		zw.Close()
+		cases := []struct {
+			key, enc string
+			body     []byte
+			want     string // the encoding kept; "refused" for an error
+		}{
+			{"gz", EncodingGzip, gz.Bytes(), EncodingGzip},
+			{"decoded-on-the-way", EncodingGzip, plain, ""},
+			{"identity", "identity", plain, ""},
+			{"brotli", "br", plain, "refused"},
+		}
+		encSrc := memBucket()
+		for _, tc := range cases {
+			if err := encSrc.WriteAll(bg, "enc/"+tc.key, tc.body, &blob.WriterOptions{ContentType: "application/json", ContentEncoding: tc.enc}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		open = func(ctx context.Context, u string) (*blob.Bucket, error) { return blob.PrefixedBucket(encSrc, ""), nil }
+		for _, tc := range cases {
+			d, err := s.Ingest(bg, "s3://other-bucket/enc/"+tc.key, open, t.TempDir())
+			if tc.want == "refused" {
+				if !errors.Is(err, ErrInvalid) {
+					t.Fatalf("%s: ingest: %v, want ErrInvalid", tc.key, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", tc.key, err)
+			}
+			a, err := s.BlobAttributes(bg, d.Digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Digest != DigestOf(tc.body) || d.ContentEncoding != tc.want || a.ContentEncoding != tc.want {
+				t.Fatalf("%s: descriptor encoding %q, blob's %q, want %q (digest of the stored bytes: %v)", tc.key, d.ContentEncoding, a.ContentEncoding, tc.want, d.Digest == DigestOf(tc.body))
+			}
 		}
 	})
 }

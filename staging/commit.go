@@ -1112,9 +1112,10 @@ func redirty(files []*File) {
 
 // Ingest stores what r yields as a blob (§3.2: hashed as it streams,
 // spilled to the staging directory) and commits it as file name of a
-// session, as one change (Queue). source names r in errors and logs.
-func (w *Writer) Ingest(ctx context.Context, id layout.SessionID, name, source string, r io.Reader, contentType string) (layout.Descriptor, error) {
-	d, err := w.store.IngestReader(ctx, source, r, contentType, w.cfg.StagingDir)
+// session, as one change (Queue), with o's type and encoding (the
+// source's). source names r in errors and logs.
+func (w *Writer) Ingest(ctx context.Context, id layout.SessionID, name, source string, r io.Reader, o layout.BlobOptions) (layout.Descriptor, error) {
+	d, err := w.store.IngestReader(ctx, source, r, o, w.cfg.StagingDir)
 	if err != nil {
 		return d, err
 	}

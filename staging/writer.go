@@ -55,7 +55,7 @@ type Config struct {
 type Store interface {
 	PutBlobFile(ctx context.Context, f *os.File, d layout.Digest, size int64, opts layout.BlobOptions) (layout.BlobInfo, error)
 	Commit(ctx context.Context, id layout.SessionID, req layout.CommitRequest) (layout.CommitResult, error)
-	IngestReader(ctx context.Context, name string, r io.Reader, contentType, tmpDir string) (layout.Descriptor, error)
+	IngestReader(ctx context.Context, name string, r io.Reader, o layout.BlobOptions, tmpDir string) (layout.Descriptor, error)
 	// ResolveCommit asks again about a commit whose outcome was unknown.
 	ResolveCommit(ctx context.Context, e *layout.OutcomeUnknownError) (layout.CommitResult, bool, error)
 }
