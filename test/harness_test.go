@@ -194,7 +194,10 @@ func startMountCmd(t *testing.T, bk *Bucket, dir string, wrap func(argv []string
 }
 
 // Stop unmounts gracefully and checks the process exited cleanly.
-func (m *Mount) Stop(t *testing.T) {
+func (m *Mount) Stop(t *testing.T) { m.StopWith(t, syscall.SIGTERM) }
+
+// StopWith is Stop by signal sig (SIGTERM, SIGINT or SIGHUP).
+func (m *Mount) StopWith(t *testing.T, sig syscall.Signal) {
 	select {
 	case <-m.done:
 		return
@@ -206,17 +209,17 @@ func (m *Mount) Stop(t *testing.T) {
 		t.Logf("log of the mount on %s:\n%s", m.Dir, logTail(m.Log(), 80))
 	}
 	id := mountID(m.Dir)
-	m.cmd.Process.Signal(syscall.SIGTERM)
+	m.cmd.Process.Signal(sig)
 	select {
 	case <-m.done:
 		if m.err != nil {
-			t.Errorf("pugfs exited with %v\n%s", m.err, m.Log())
+			t.Errorf("pugfs exited with %v after %v\n%s", m.err, sig, m.Log())
 		}
 	case <-time.After(30 * time.Second):
 		report := mountHolders(id) + hangReport(m.cmd.Process.Pid)
 		quitAndWait(m.cmd.Process.Pid, m.done)
 		m.Kill()
-		t.Errorf("pugfs did not exit 30s after SIGTERM\n%s\n%s", report, m.Log())
+		t.Errorf("pugfs did not exit 30s after %v\n%s\n%s", sig, report, m.Log())
 	}
 }
 

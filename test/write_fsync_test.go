@@ -5,10 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/pugmark/pugfs/layout"
+	"golang.org/x/sys/unix"
 )
 
 // seed commits files (name -> content) to id as one checkpoint.
@@ -129,32 +131,43 @@ func TestWriteFsyncUploadsTogether(t *testing.T) {
 // TestWriteFsyncModeUnmountKeepsData: what --commit=fsync still holds when
 // the mount stops without an fsync is not committed (no fsync asked for
 // it) and not dropped silently: written files go to the failed directory,
-// pending renames and removals are logged.
+// pending renames and removals are logged. SIGHUP (a terminal or ssh
+// session gone) stops it so too: it killed the process, leaving a dead
+// mount and keeping nothing (review 5).
 func TestWriteFsyncModeUnmountKeepsData(t *testing.T) {
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
-		id := newSession(t, bk)
-		seed(t, bk, id, map[string]string{"old.txt": "old\n"})
-		cacheDir := t.TempDir()
-		m := mount(t, bk, "--commit=fsync", "--cache-dir", cacheDir)
-		shE(t, sessDir(m, id), `echo "never fsynced" > pending.txt; mv old.txt renamed.txt`)
-		m.Stop(t)
-		if v := latest(t, bk, id); v != 1 {
-			t.Fatalf("version %d after unmount, want 1", v)
-		}
-		var kept []string
-		filepath.Walk(cacheDir, func(p string, fi os.FileInfo, err error) error {
-			if err == nil && !fi.IsDir() && strings.Contains(fi.Name(), "pending.txt") {
-				if b, _ := os.ReadFile(p); string(b) == "never fsynced\n" {
-					kept = append(kept, p)
-				}
-			}
-			return nil
-		})
-		if len(kept) != 1 {
-			t.Fatalf("kept copies of pending.txt: %v\n%s", kept, m.Log())
-		}
-		if log := m.Log(); !strings.Contains(log, "renamed.txt") || !strings.Contains(log, "not committed") {
-			t.Fatalf("the log does not name the pending rename:\n%s", log)
+		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP} {
+			t.Run(unix.SignalName(sig), func(t *testing.T) { fsyncModeStopKeepsData(t, bk, sig) })
 		}
 	})
+}
+
+func fsyncModeStopKeepsData(t *testing.T, bk *Bucket, sig syscall.Signal) {
+	id := newSession(t, bk)
+	seed(t, bk, id, map[string]string{"old.txt": "old\n"})
+	cacheDir := t.TempDir()
+	m := mount(t, bk, "--commit=fsync", "--cache-dir", cacheDir)
+	shE(t, sessDir(m, id), `echo "never fsynced" > pending.txt; mv old.txt renamed.txt`)
+	m.StopWith(t, sig)
+	if mountID(m.Dir) != "" {
+		t.Fatalf("a mount is left on %s after %v", m.Dir, sig)
+	}
+	if v := latest(t, bk, id); v != 1 {
+		t.Fatalf("version %d after unmount, want 1", v)
+	}
+	var kept []string
+	filepath.Walk(cacheDir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() && strings.Contains(fi.Name(), "pending.txt") {
+			if b, _ := os.ReadFile(p); string(b) == "never fsynced\n" {
+				kept = append(kept, p)
+			}
+		}
+		return nil
+	})
+	if len(kept) != 1 {
+		t.Fatalf("kept copies of pending.txt: %v\n%s", kept, m.Log())
+	}
+	if log := m.Log(); !strings.Contains(log, "renamed.txt") || !strings.Contains(log, "not committed") {
+		t.Fatalf("the log does not name the pending rename:\n%s", log)
+	}
 }

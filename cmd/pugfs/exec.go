@@ -205,11 +205,11 @@ func runExecOuter(ctx context.Context, sio *stdio) (code int, ok bool) {
 	if err != nil {
 		return 0, false
 	}
-	// SIGINT and SIGTERM go to the child, which passes them to the
+	// SIGINT, SIGTERM and SIGHUP go to the child, which passes them to the
 	// handler and commits nothing; SIGQUIT goes too (quitTo). They are caught from here on, and
 	// one that came before (main caught it) means no run at all.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT)
+	signal.Notify(sigs, append(stopSignals, syscall.SIGQUIT)...)
 	defer signal.Stop(sigs)
 	if ctx.Err() != nil {
 		return 128 + int(signalOf(ctx)), true
@@ -825,7 +825,7 @@ func handlerPath(name string) (string, error) {
 }
 
 // runHandler runs the command in the session's directory of the mount and
-// returns its exit status. SIGINT and SIGTERM are passed on to it.
+// returns its exit status. SIGINT, SIGTERM and SIGHUP are passed on to it.
 func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id layout.SessionID, version uint32) (int, error) {
 	prog, err := handlerPath(cfg.argv[0])
 	if err != nil {
@@ -844,7 +844,7 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 	// The handler must not outlive pugfs exec: nothing it wrote could
 	// land, and it would hold the mount.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	// SIGINT and SIGTERM (they cancel ctx) go to the handler and to every
+	// SIGINT, SIGTERM and SIGHUP (they cancel ctx) go to the handler and to every
 	// process under it, as a terminal's Ctrl-C reaches a whole foreground
 	// job: a shell handler waiting for its child would otherwise wait it
 	// out. A second one kills them: a handler that ignores the first
@@ -853,7 +853,7 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 	// the start: a signal that came earlier (during the mount) starts no
 	// handler at all.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
 	if ctx.Err() != nil {
 		fmt.Fprintf(sio.err, "pugfs exec: %s before the command started; nothing run, nothing committed\n", unix.SignalName(signalOf(ctx)))
@@ -929,8 +929,12 @@ func quitTo(pid int, quits <-chan os.Signal, done <-chan struct{}) {
 // cause names it ("interrupt signal received"); anything else counts as
 // SIGTERM.
 func signalOf(ctx context.Context) syscall.Signal {
-	if c := context.Cause(ctx); c != nil && strings.HasPrefix(c.Error(), syscall.SIGINT.String()+" ") {
-		return syscall.SIGINT
+	if c := context.Cause(ctx); c != nil {
+		for _, s := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP} {
+			if strings.HasPrefix(c.Error(), s.String()+" ") {
+				return s
+			}
+		}
 	}
 	return syscall.SIGTERM
 }

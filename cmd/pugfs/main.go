@@ -46,12 +46,19 @@ import (
 // version is set at build time: go build -ldflags "-X main.version=v1.2.3".
 var version = "dev"
 
+// stopSignals end a command cleanly: a mount unmounts (keeping what it
+// could not commit in failed/), pugfs exec passes them to its handler and
+// commits nothing. SIGHUP is one: a foreground mount whose terminal or
+// ssh session went away died of Go's default action, leaving a dead
+// mount (ENOTCONN) and losing --commit=fsync changes not yet fsynced.
+var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
+
 func main() {
 	execTrampoline()
 	if isMountHelper(os.Args[0], os.Args[1:], commands()) {
 		os.Exit(runMountHelper(filepath.Base(os.Args[0]), os.Args[1:], os.Stderr))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
 	if len(os.Args) > 1 && os.Args[1] == "exec" {
 		catchQuit() // from the start: a SIGQUIT is the handler's
 	}

@@ -144,7 +144,7 @@ func mountCommand() *command {
 		short:    "mount a bucket as a directory tree (foreground; Ctrl-C unmounts)",
 		long: `
 Mounts the pugmark bucket at BUCKET-URL on MOUNTPOINT, an existing
-directory, and serves it until interrupted (Ctrl-C or SIGTERM unmounts).
+directory, and serves it until interrupted (Ctrl-C, SIGTERM or SIGHUP unmounts).
 Sessions appear under sessions/<id>/ as their latest state, with history
 under sessions/<id>/.pugmark/; memories/, refs/, names/ and objects/ show
 the rest of the bucket. Unless --read-only, files written into a session are
