@@ -32,27 +32,36 @@ const lockSuffix = ".lock"
 // ownDir makes a new directory under root, held by this process until
 // release (which the caller calls once it has removed dir, or not: an
 // unlocked directory is the next sweep's). The lock file comes first, so
-// a sweep never sees the directory without it.
+// a sweep never sees the directory without it, and it is locked before
+// the directory is made: a sweep that finds the new lock file before its
+// lock, with no directory yet, takes it for a dead owner's and removes
+// it. The name is then taken again; had the owner gone on, its directory
+// would have no lock file, and the next sweep would remove it in use
+// (review 5).
 func ownDir(root string) (dir string, release func(), err error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return "", nil, err
 	}
 	var lock *os.File
-	for range 8 {
+	for attempt := 0; ; attempt++ {
+		if attempt == 16 {
+			return "", nil, fmt.Errorf("lock a directory under %s: swept away %d times", root, attempt)
+		}
 		var b [8]byte
 		rand.Read(b[:])
 		dir = filepath.Join(root, "p"+hex.EncodeToString(b[:])) // never a PID: see orphans
-		if lock, err = os.OpenFile(dir+lockSuffix, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600); !errors.Is(err, os.ErrExist) {
+		lock, err = os.OpenFile(dir+lockSuffix, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", nil, err
+		}
+		if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil && namesFile(dir+lockSuffix, lock) {
 			break
 		}
-	}
-	if err != nil {
-		return "", nil, err
-	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		// A sweep holds it, or removed it: it removes what it holds.
 		lock.Close()
-		os.Remove(dir + lockSuffix)
-		return "", nil, fmt.Errorf("lock %s: %w", dir+lockSuffix, err)
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		lock.Close()
@@ -63,6 +72,16 @@ func ownDir(root string) (dir string, release func(), err error) {
 		os.Remove(dir + lockSuffix)
 		lock.Close()
 	}, nil
+}
+
+// namesFile reports whether path names the open file f.
+func namesFile(path string, f *os.File) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	pi, err := os.Stat(path)
+	return err == nil && os.SameFile(fi, pi)
 }
 
 // orphans calls gone for each directory under root whose owner is gone,

@@ -129,3 +129,41 @@ func TestReportFailed(t *testing.T) {
 		t.Errorf("reported again: %q", got)
 	}
 }
+
+// TestOwnDirAgainstASweep: a directory ownDir makes keeps its lock file
+// and is never taken for an orphan, while another pugfs sweeps the same
+// root. A sweep that found the new lock file before its owner locked it,
+// with no directory yet, removed it; the owner went on with a directory
+// without a lock file, which the next sweep removed in use (its staged
+// files, or a pugfs exec's mountpoint), or failed to start (review 5).
+func TestOwnDirAgainstASweep(t *testing.T) {
+	root := t.TempDir()
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				orphans(root, func(dir string) { os.RemoveAll(dir) })
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := 0; i < 2000; i++ {
+		dir, release, err := ownDir(root)
+		if err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+		if _, err := os.Stat(dir + lockSuffix); err != nil {
+			t.Fatalf("start %d: a live directory without its lock file: %v", i, err)
+		}
+		orphans(root, func(d string) { os.RemoveAll(d) })
+		if _, err := os.Stat(dir); err != nil {
+			t.Fatalf("start %d: a live directory removed by a sweep: %v", i, err)
+		}
+		os.Remove(dir)
+		release()
+	}
+}
