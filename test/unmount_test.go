@@ -128,3 +128,47 @@ func unmountBusy(t *testing.T, dir string) {
 		t.Fatalf("unmount: %v", err)
 	}
 }
+
+// TestStopWithFileOpenForWriting: a mount stopped (SIGTERM) while a
+// program keeps a file open for writing detaches, waits a while for its
+// last users, then keeps what was written in the failed directory and
+// exits. It waited for the writer for as long as it lived, its bytes
+// neither committed nor kept, until the supervisor's SIGKILL lost them
+// (review 5).
+func TestStopWithFileOpenForWriting(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	cacheDir := t.TempDir()
+	m := mount(t, bk, "--cache-dir", cacheDir)
+	file := filepath.Join(sessDir(m, id), "held.txt")
+	// No shell: its redirections close a duplicate of the descriptor,
+	// and that close commits the file.
+	writer := exec.Command("python3", "-c", `
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+os.write(fd, b"written, never closed")
+time.sleep(600)
+`, file)
+	writer.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := writer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-writer.Process.Pid, syscall.SIGKILL); writer.Wait() })
+	waitFor(t, "the write", func() bool { st, err := os.Stat(file); return err == nil && st.Size() > 0 })
+	m.Stop(t) // fails after 30 s
+	if !strings.Contains(m.Log(), "still in use after the stop signal") {
+		t.Fatalf("the mount did not say why it stopped with a file open:\n%s", m.Log())
+	}
+	var kept []string
+	filepath.Walk(cacheDir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() && strings.Contains(fi.Name(), "held.txt") {
+			if b, _ := os.ReadFile(p); string(b) == "written, never closed" {
+				kept = append(kept, p)
+			}
+		}
+		return nil
+	})
+	if len(kept) != 1 {
+		t.Fatalf("kept copies of held.txt: %v\n%s", kept, m.Log())
+	}
+}

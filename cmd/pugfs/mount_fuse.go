@@ -91,10 +91,28 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 	case <-ctx.Done():
 	}
 	log.Info("unmounting", "mountpoint", cfg.Mountpoint)
-	err = unmountServer(srv, cfg.Mountpoint, log)
-	<-done
-	return err
+	unmounted := make(chan error, 1)
+	go func() { unmounted <- unmountServer(srv, cfg.Mountpoint, log) }()
+	grace := time.NewTimer(stopGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+		return <-unmounted
+	case <-grace.C:
+		// Detached, and still in use (a writer keeps its descriptor):
+		// waiting for it kept pugfs running for as long, its staged
+		// bytes neither committed nor kept, until the supervisor's
+		// SIGKILL lost them (review 5). Stopping now keeps them in
+		// failed/ (FS.Close); the descriptors get ENOTCONN.
+		log.Warn("the mount is still in use after the stop signal; stopping: what is open for writing is kept in failed/, and the open descriptors fail from now on",
+			"mountpoint", cfg.Mountpoint, "after", stopGrace)
+		return nil
+	}
 }
+
+// stopGrace is how long a stopped mount waits for its last users (files
+// still open on it) once it is unmounted, or detached if busy.
+const stopGrace = 10 * time.Second
 
 // unmountServer unmounts srv from dir, retrying while the mountpoint is
 // busy and detaching it (MNT_DETACH) if it stays busy.
