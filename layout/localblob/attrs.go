@@ -247,6 +247,57 @@ func (b *bucket) writeSidecar(f *os.File, a *storedAttrs) (string, error) {
 // removeSidecar deletes the sidecar of an inode that no longer backs an
 // object. Best effort: a leftover sidecar is ignored by readers because its
 // binding no longer matches.
+// victim is an object a write or a delete is about to unlink, held open
+// (O_PATH) until its sidecar is gone: the sidecar is named by the inode
+// number, which the file system gives to the next new file once the
+// inode is freed, so removed after the unlink it could be another
+// writer's new sidecar (review 5: new objects published without their
+// metadata). The zero victim holds nothing.
+type victim struct {
+	ino uint64
+	fd  int // 0: none (never stdin: an O_PATH open gets a higher number)
+}
+
+// pinVictim holds the object base of dfd (its directory lock held) when
+// it may have a sidecar: a metadata directory exists and the object has
+// no other link.
+func (b *bucket) pinVictim(dfd int, base string) victim {
+	if mfd, _ := b.metaDir(false); mfd < 0 {
+		return victim{}
+	}
+	var fd int
+	err := retryEINTR(func() error {
+		var err error
+		fd, err = unix.Openat(dfd, base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		return err
+	})
+	if err != nil {
+		return victim{}
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || !isReg(&st) || st.Nlink != 1 {
+		unix.Close(fd)
+		return victim{}
+	}
+	return victim{ino: st.Ino, fd: fd}
+}
+
+// unpin lets v's inode go, keeping its sidecar (it was not unlinked).
+func (v victim) unpin() {
+	if v.fd > 0 {
+		unix.Close(v.fd)
+	}
+}
+
+// dropVictim removes the sidecar of v, unlinked now, then lets its inode
+// go.
+func (b *bucket) dropVictim(v victim) {
+	if v.fd > 0 {
+		b.removeSidecar(v.ino)
+		unix.Close(v.fd)
+	}
+}
+
 func (b *bucket) removeSidecar(ino uint64) {
 	mfd, err := b.metaDir(false)
 	if err != nil || mfd < 0 {

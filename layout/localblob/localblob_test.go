@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -544,6 +546,66 @@ func TestReservedNamesAreKeys(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "%2Epugfs-tmp", "x")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSidecarOfAFreedInode: in sidecar mode, a delete or an overwrite
+// removes the sidecar of the object it unlinks while its inode is still
+// held, so that no new object gets the number and loses its metadata. The
+// sidecar was removed after the unlink and the directory fsync, by which
+// time the file system (ext4) had given the freed number to another
+// writer's new file, whose sidecar went: objects published with no
+// metadata (review 5).
+func TestSidecarOfAFreedInode(t *testing.T) {
+	ctx := context.Background()
+	b, _ := newBucket(t, &Options{forceSidecar: true})
+	stop := make(chan struct{})
+	var churn sync.WaitGroup
+	for g := range 2 { // free inodes: write, delete, overwrite
+		churn.Add(1)
+		go func() {
+			defer churn.Done()
+			key := fmt.Sprintf("churn/%d", g)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = b.WriteAll(ctx, key, []byte("x"), &blob.WriterOptions{ContentType: "text/plain"})
+				if i%2 == 0 {
+					_ = b.Delete(ctx, key)
+				}
+			}
+		}()
+	}
+	defer func() { close(stop); churn.Wait() }()
+	errs := make(chan error, 2)
+	for w := range 2 {
+		go func() {
+			for i := range 1000 {
+				key := fmt.Sprintf("obj/%d-%d", w, i)
+				md := map[string]string{"pugmark-transaction-id": strconv.Itoa(i + 1)}
+				if err := b.WriteAll(ctx, key, []byte("body"), &blob.WriterOptions{ContentType: "application/json", Metadata: md}); err != nil {
+					errs <- err
+					return
+				}
+				a, err := b.Attributes(ctx, key)
+				if err == nil && a.Metadata["pugmark-transaction-id"] != md["pugmark-transaction-id"] {
+					err = fmt.Errorf("%s published without its metadata: %v, content type %q", key, a.Metadata, a.ContentType)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -323,49 +323,51 @@ func (b *bucket) Delete(_ context.Context, key string, opts *driver.DeleteOption
 	if err := lockDir(dfd); err != nil {
 		return newError(codeUnknown, "delete", key, fmt.Errorf("lock: %w", err))
 	}
-	st, err := b.deleteLocked(dfd, kp.base, key, dopts)
+	gone, err := b.deleteLocked(dfd, kp.base, key, dopts)
 	unlockDir(dfd)
 	if err != nil {
 		return err
 	}
+	defer b.dropVictim(gone)
 	if err := fsyncFD(dfd); err != nil {
 		return newError(codeUnknown, "delete", key, fmt.Errorf("fsync directory: %w", err))
-	}
-	if st.Nlink == 1 {
-		b.removeSidecar(st.Ino)
 	}
 	pruneDirs(fds, kp.dirs)
 	return nil
 }
 
-func (b *bucket) deleteLocked(dfd int, base, key string, dopts DeleteOptions) (unix.Stat_t, error) {
+// deleteLocked removes the object base in dfd (its directory lock held)
+// and returns it pinned (dropVictim).
+func (b *bucket) deleteLocked(dfd int, base, key string, dopts DeleteOptions) (victim, error) {
 	st, err := fstatat(dfd, base)
 	if err != nil {
 		if notFound(err) {
-			return st, newError(codeNotFound, "delete", key, err)
+			return victim{}, newError(codeNotFound, "delete", key, err)
 		}
-		return st, newError(codeUnknown, "delete", key, err)
+		return victim{}, newError(codeUnknown, "delete", key, err)
 	}
 	if !isReg(&st) {
-		return st, newError(codeNotFound, "delete", key, errNotObject)
+		return victim{}, newError(codeNotFound, "delete", key, errNotObject)
 	}
 	if dopts.IfMatch != "" {
 		info, err := b.statObjectAt(dfd, base, key)
 		if err != nil {
 			if hasCode(err, codeNotFound) {
-				return st, newError(codePrecondition, "delete", key, fmt.Errorf("%w: If-Match: no object", ErrPreconditionFailed))
+				return victim{}, newError(codePrecondition, "delete", key, fmt.Errorf("%w: If-Match: no object", ErrPreconditionFailed))
 			}
-			return st, err
+			return victim{}, err
 		}
 		if !sameETag(info.ETag, dopts.IfMatch) {
-			return st, newError(codePrecondition, "delete", key, fmt.Errorf("%w: If-Match %s, current ETag %s", ErrPreconditionFailed, dopts.IfMatch, info.ETag))
+			return victim{}, newError(codePrecondition, "delete", key, fmt.Errorf("%w: If-Match %s, current ETag %s", ErrPreconditionFailed, dopts.IfMatch, info.ETag))
 		}
 	}
+	v := b.pinVictim(dfd, base)
 	if err := unix.Unlinkat(dfd, base, 0); err != nil {
+		v.unpin()
 		if notFound(err) {
-			return st, newError(codeNotFound, "delete", key, err)
+			return victim{}, newError(codeNotFound, "delete", key, err)
 		}
-		return st, newError(codeUnknown, "delete", key, err)
+		return victim{}, newError(codeUnknown, "delete", key, err)
 	}
-	return st, nil
+	return v, nil
 }

@@ -239,9 +239,7 @@ func (w *writer) Close() (err error) {
 		return err
 	}
 	replaced, err := w.publish()
-	if replaced != 0 {
-		w.b.removeSidecar(replaced)
-	}
+	w.b.dropVictim(replaced)
 	// An error after publication (a failed directory fsync) is still
 	// reported: the object is visible but its durability is unknown.
 	return err
@@ -336,9 +334,9 @@ var errRetry = errors.New("directory vanished; retry")
 // publish moves the temp file to the key under the directory's flock, so
 // that the If-Match comparison and the publication are one atomic step
 // with respect to every other writer and deleter of the same directory, in
-// this process or any other. It returns the inode number of a replaced
-// object whose sidecar should go.
-func (w *writer) publish() (replaced uint64, err error) {
+// this process or any other. It returns the replaced object, pinned,
+// whose sidecar should go (dropVictim).
+func (w *writer) publish() (replaced victim, err error) {
 	for attempt := 0; attempt < 32; attempt++ {
 		// A compare-and-swap needs an existing object, hence existing
 		// directories: do not create them just to fail.
@@ -348,17 +346,17 @@ func (w *writer) publish() (replaced uint64, err error) {
 		}
 		if err != nil {
 			if errors.Is(err, ErrKeyConflict) {
-				return 0, newError(codeInvalid, "write", w.key, err)
+				return victim{}, newError(codeInvalid, "write", w.key, err)
 			}
 			if w.wopts.IfMatch != "" && notFound(err) {
-				return 0, newError(codePrecondition, "write", w.key, fmt.Errorf("%w: If-Match: no object", ErrPreconditionFailed))
+				return victim{}, newError(codePrecondition, "write", w.key, fmt.Errorf("%w: If-Match: no object", ErrPreconditionFailed))
 			}
-			return 0, newError(codeUnknown, "write", w.key, err)
+			return victim{}, newError(codeUnknown, "write", w.key, err)
 		}
 		dfd := fds[len(fds)-1]
 		if err := lockDir(dfd); err != nil {
 			closeAll(fds)
-			return 0, newError(codeUnknown, "write", w.key, fmt.Errorf("lock: %w", err))
+			return victim{}, newError(codeUnknown, "write", w.key, fmt.Errorf("lock: %w", err))
 		}
 		replaced, err = w.commitLocked(dfd)
 		unlockDir(dfd)
@@ -380,21 +378,21 @@ func (w *writer) publish() (replaced uint64, err error) {
 		closeAll(fds)
 		return replaced, err
 	}
-	return 0, newError(codeUnknown, "write", w.key, errors.New("target directory kept disappearing"))
+	return victim{}, newError(codeUnknown, "write", w.key, errors.New("target directory kept disappearing"))
 }
 
-func (w *writer) commitLocked(dfd int) (replaced uint64, err error) {
+func (w *writer) commitLocked(dfd int) (replaced victim, err error) {
 	base := w.kp.base
 	if w.wopts.IfMatch != "" {
 		info, err := w.b.statObjectAt(dfd, base, w.key)
 		if err != nil {
 			if hasCode(err, codeNotFound) {
-				return 0, newError(codePrecondition, "write", w.key, fmt.Errorf("%w: If-Match: no object", ErrPreconditionFailed))
+				return victim{}, newError(codePrecondition, "write", w.key, fmt.Errorf("%w: If-Match: no object", ErrPreconditionFailed))
 			}
-			return 0, err
+			return victim{}, err
 		}
 		if !sameETag(info.ETag, w.wopts.IfMatch) {
-			return 0, newError(codePrecondition, "write", w.key, fmt.Errorf("%w: If-Match %s, current ETag %s", ErrPreconditionFailed, w.wopts.IfMatch, info.ETag))
+			return victim{}, newError(codePrecondition, "write", w.key, fmt.Errorf("%w: If-Match %s, current ETag %s", ErrPreconditionFailed, w.wopts.IfMatch, info.ETag))
 		}
 	}
 	if w.ifNotExist {
@@ -403,23 +401,20 @@ func (w *writer) commitLocked(dfd int) (replaced uint64, err error) {
 		err := retryEINTR(func() error { return unix.Linkat(w.tfd, w.tmp, dfd, base, 0) })
 		switch {
 		case err == nil:
-			return 0, nil
+			return victim{}, nil
 		case errors.Is(err, unix.EEXIST):
 			if st, serr := fstatat(dfd, base); serr == nil && !isReg(&st) {
-				return 0, newError(codeInvalid, "write", w.key, ErrKeyConflict)
+				return victim{}, newError(codeInvalid, "write", w.key, ErrKeyConflict)
 			}
-			return 0, newError(codePrecondition, "write", w.key, fmt.Errorf("%w: object exists", ErrPreconditionFailed))
+			return victim{}, newError(codePrecondition, "write", w.key, fmt.Errorf("%w: object exists", ErrPreconditionFailed))
 		}
-		return 0, w.publishErr(err)
+		return victim{}, w.publishErr(err)
 	}
-	if mfd, _ := w.b.metaDir(false); mfd >= 0 {
-		if st, err := fstatat(dfd, base); err == nil && isReg(&st) && st.Nlink == 1 {
-			replaced = st.Ino
-		}
-	}
+	replaced = w.b.pinVictim(dfd, base)
 	err = retryEINTR(func() error { return unix.Renameat(w.tfd, w.tmp, dfd, base) })
 	if err != nil {
-		return 0, w.publishErr(err)
+		replaced.unpin()
+		return victim{}, w.publishErr(err)
 	}
 	return replaced, nil
 }
