@@ -358,7 +358,7 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	// the handler runs, nor at all if it fails; cross-session output
 	// goes through .pugmark/send/.
 	env.fs.WriteOnly(id)
-	srv, err := pfs.Mount(mnt, env.fs, pfs.MountOptions{FsName: env.shownURL})
+	srv, err := pfs.Mount(mnt, env.fs, pfs.MountOptions{FsName: env.shownURL, Debug: cfg.mount.Debug})
 	if err != nil {
 		return mountError(err)
 	}

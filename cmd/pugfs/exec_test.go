@@ -131,3 +131,18 @@ func TestTrampolineKeepsPdeathsig(t *testing.T) {
 		})
 	}
 }
+
+// TestExecDebug: pugfs exec --debug logs the handler's FUSE requests and
+// the bucket calls, as its help says; the FUSE requests were missing
+// (review 5).
+func TestExecDebug(t *testing.T) {
+	r := pugfs(t, "exec", "--debug", "--cache-dir="+t.TempDir(), newDemo(t), "demo", "--", "sh", "-c", "cat README.md >/dev/null")
+	if r.code != 0 {
+		t.Fatalf("exec: %s", r)
+	}
+	for _, want := range []string{"bucket request", "LOOKUP"} {
+		if !strings.Contains(r.err, want) {
+			t.Errorf("pugfs exec --debug logged no %q line:\n%s", want, r.err)
+		}
+	}
+}
