@@ -42,6 +42,9 @@ DIR must be empty or absent, so that a demo never mixes into real data;
 				if err != nil {
 					return err
 				}
+				// As every other command's (openStore): a bucket that
+				// stops answering fails the demo instead of hanging it.
+				b = deadlineblob.Wrap(b, deadlineblob.DefaultTimeout)
 				defer b.Close()
 				empty, err := isEmptyBucket(ctx, b)
 				if err != nil {
