@@ -404,6 +404,18 @@ func TestSection5_ManifestCodec(t *testing.T) {
 	if err != nil || back.Parent != nil || back.Session != m.Session {
 		t.Fatalf("%+v %v", back, err)
 	}
+	// Names match exactly: one in another case is an unknown field
+	// ("Parent" made another session the parent, its files shown as
+	// this one's: review 4). A name given twice, the last wins, and
+	// invalid UTF-8 reads, as encoding/json had them.
+	back, err = DecodeManifest([]byte(`{"session":"` + m.Session.String() + `","name":"mine","Name":"not-a-name","Parent":{"session":"` + m.Parent.Session.String() + `","version":1},"parent":{"Session":"` + m.Parent.Session.String() + `","version":2}}`))
+	if err != nil || back.Name != "mine" || back.Parent != nil {
+		t.Fatalf("names in another case: %+v %v", back, err)
+	}
+	back, err = DecodeManifest([]byte(`{"session":"` + m.Session.String() + `","name":"first","name":"` + "last\xff" + `"}`))
+	if err != nil || back.Name != "last\ufffd" {
+		t.Fatalf("a name twice, invalid UTF-8: %+v %v", back, err)
+	}
 	if _, err := EncodeManifest(&Manifest{}); err == nil {
 		t.Fatal("encoded a manifest without a session")
 	}

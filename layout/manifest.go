@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 )
 
@@ -111,7 +112,13 @@ func DecodeManifest(body []byte) (*Manifest, error) {
 		Metadata json.RawMessage `json:"metadata"`
 	}
 	doc.Manifest = &m
-	if err := json.Unmarshal(body, &doc); err != nil {
+	// JSON names match exactly, as a descriptor's do (descriptor.go):
+	// encoding/json matched them in any case, so an unknown "Parent" or
+	// "Name" (§18: additive fields are ignored) became the session's
+	// parent, and its chain was shown as the session's files (review 4).
+	// What encoding/json let by stays readable: invalid UTF-8, and a name
+	// given twice (the last wins).
+	if err := jsonv2.Unmarshal(body, &doc, jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true)); err != nil {
 		return nil, fmt.Errorf("%w: manifest: %v", ErrCorrupt, err)
 	}
 	m.Agent, m.Handler = looseString(doc.Agent), looseString(doc.Handler)
