@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -195,6 +196,9 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 			return CommitResult{}, fmt.Errorf("commit to %s: %w: version space exhausted", id, ErrInvalid)
 		}
 		v := pos.Version + 1
+		if err := seqRoom(id, pos.LastSeq, len(req.Descriptors)); err != nil {
+			return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
+		}
 		ds := renumber(id, req.Descriptors, pos.LastSeq+1)
 		landed, err := s.commitAt(ctx, id, v, req.Type, txn, ds)
 		if err != nil {
@@ -432,6 +436,17 @@ func (s *Store) ownCommit(ctx context.Context, id SessionID, v uint32, txn uint6
 
 // renumber copies ds with sequence numbers from first on and the
 // self-targeted cross-session field dropped (§12.3).
+// seqRoom reports whether n more descriptors can follow last in session
+// id's log: sequence numbers are int64s, and one past the largest wraps
+// to the most negative, a log §7.3 forbids (another writer's snapshot can
+// end anywhere; review 4).
+func seqRoom(id SessionID, last int64, n int) error {
+	if last > math.MaxInt64-int64(n) {
+		return fmt.Errorf("%w: sequence numbers of %s exhausted (the last is %d)", ErrInvalid, id, last)
+	}
+	return nil
+}
+
 func renumber(id SessionID, ds []Descriptor, first int64) []Descriptor {
 	out := make([]Descriptor, len(ds))
 	for i, d := range ds {

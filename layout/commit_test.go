@@ -3,6 +3,7 @@ package layout
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -676,4 +677,22 @@ func TestCommitStepsOverABadSnapshot(t *testing.T) {
 			t.Fatalf("landed at version %d with sequence number %d, want 5 and 7", r.Version, r.Descriptors[0].SequenceNumber)
 		}
 	})
+}
+
+// §7.3: sequence numbers are int64s; after another writer's snapshot
+// that ends at the largest, a commit is refused (ErrInvalid, nothing
+// written) where its numbers wrapped to the most negative (review 4).
+func TestSection7_3_SequenceNumbersExhausted(t *testing.T) {
+	b := memBucket()
+	s := newStore(t, b, nil)
+	id := newSession(t, s)
+	d := desc("a", "x")
+	d.SequenceNumber = math.MaxInt64
+	putSnapshot(t, b, id, 1, map[string]string{MetaSnapshotType: "checkpoint", MetaTransactionID: "7"}, d)
+	if r, err := s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("b")}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("commit after sequence number %d: %+v, %v; want ErrInvalid", int64(math.MaxInt64), r, err)
+	}
+	if v, err := s.LatestVersion(bg, id); err != nil || v != 1 {
+		t.Fatalf("latest version %d %v after the refused commit, want 1", v, err)
+	}
 }

@@ -92,6 +92,9 @@ func (s *Store) deliver(ctx context.Context, writer SessionID, version uint32, t
 		if err != nil {
 			return Delivery{}, err
 		}
+		if err := seqRoom(target, pos.LastSeq, len(ds)); err != nil {
+			return Delivery{}, fmt.Errorf("deliver to %s: %w", target, err)
+		}
 		copies := make([]Descriptor, len(ds))
 		for i, d := range ds {
 			c := d.Clone()

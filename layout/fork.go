@@ -66,6 +66,9 @@ func (s *Store) MaterializeFork(ctx context.Context, f PendingFork) (*Manifest, 
 	if err != nil {
 		return nil, fmt.Errorf("materialise fork %s: parent position: %w", child, err)
 	}
+	if err := seqRoom(f.Parent, pos.LastSeq, 1); err != nil {
+		return nil, fmt.Errorf("materialise fork %s: %w", child, err)
+	}
 	m := &Manifest{
 		Session:             child,
 		Parent:              &ParentRef{Session: f.Parent, Version: f.Version},
