@@ -232,7 +232,10 @@ func (n *sessDirNode) Create(ctx context.Context, name string, flags uint32, mod
 	out.Attr = ao.Attr
 	out.SetEntryTimeout(f.ttl)
 	out.SetAttrTimeout(f.ttl)
-	h := &whandle{f: f, id: n.sd.id, s: s, n: node, counted: true, append: flags&syscall.O_APPEND != 0}
+	h := &whandle{f: f, id: n.sd.id, s: s, n: node, counted: true, append: flags&syscall.O_APPEND != 0, whole: flags&syscall.O_TRUNC != 0}
+	if h.whole {
+		s.OpenedWhole()
+	}
 	return in, h, h.openFlags(), 0
 }
 
@@ -664,7 +667,10 @@ func (n *slotFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		return nil, 0, n.f.errnoOf("open "+n.slot(), err)
 	}
 	n.writesThrough(s)
-	h := &whandle{f: n.f, id: n.id, s: s, n: n, counted: true, append: flags&syscall.O_APPEND != 0}
+	h := &whandle{f: n.f, id: n.id, s: s, n: n, counted: true, append: flags&syscall.O_APPEND != 0, whole: flags&syscall.O_TRUNC != 0}
+	if h.whole {
+		s.OpenedWhole()
+	}
 	if s.Rebased() {
 		// The kernel's size of the file is older than the file. Its
 		// reads refresh it by themselves when they reach past that size
@@ -898,7 +904,12 @@ type whandle struct {
 	counted  bool
 	// append marks an O_APPEND open: its writes go at the staged file's
 	// end (staging.File.Append), whatever offset the kernel sent.
-	append   bool
+	append bool
+	// whole marks an O_TRUNC open: what it writes replaces the file, so
+	// while it is open the file's commits are not refused for another
+	// writer's commit since the shared staged file's last commit
+	// (staging.File.OpenedWhole).
+	whole    bool
 	released atomic.Bool
 }
 
@@ -981,6 +992,9 @@ func (h *whandle) Release(ctx context.Context) syscall.Errno {
 	// Release errors reach no program, so this one is logged.
 	if err := h.f.w.Release(ctx, h.id, h.s); err != nil {
 		h.f.log.Error("commit on release failed", "session", h.id, "name", h.s.Name(), "err", err)
+	}
+	if h.whole {
+		h.s.ClosedWhole()
 	}
 	return 0
 }

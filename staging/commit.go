@@ -854,7 +854,7 @@ func (b *batch) guards(id layout.SessionID) map[string]guard {
 			continue
 		}
 		s.mu.RLock()
-		if e := s.committed; e != nil && e.Name == b.descs[i].Name {
+		if e := s.committed; e != nil && e.Name == b.descs[i].Name && s.wholeOpens.Load() == 0 {
 			out[e.Name] = guard{base: *fileBase(id, e), member: b.owner[i]}
 		} else if e == nil && s.absent != nil && s.absentAs == b.descs[i].Name {
 			out[s.absentAs] = guard{base: *s.absent, member: b.owner[i]}

@@ -91,6 +91,14 @@ type File struct {
 	// since refuses it.
 	absent   *layout.FileBase
 	absentAs string
+	// wholeOpens counts the descriptors opened with O_TRUNC that are
+	// still open (OpenedWhole): while there is one, what the file holds
+	// replaces the name, as a new O_TRUNC file does, and its commits are
+	// not guarded by the entry it last became. Two threads on one mount
+	// writing a file whole share its staged file, and the second close
+	// was refused (ESTALE) for another mount's commit after the first
+	// close's (audit 8).
+	wholeOpens atomic.Int32
 	// replaced is the entry an open(O_TRUNC) cut away (committed stays
 	// nil: nothing was filled from it). Until a commit lands, it is what
 	// the name shows if the commit is refused (Shows).
@@ -806,6 +814,13 @@ func (s *File) Committed() *layout.Entry {
 	defer s.mu.RUnlock()
 	return s.committed
 }
+
+// OpenedWhole counts a descriptor opened with O_TRUNC (File.wholeOpens);
+// ClosedWhole, once it is released.
+func (s *File) OpenedWhole() { s.wholeOpens.Add(1) }
+
+// ClosedWhole: see OpenedWhole.
+func (s *File) ClosedWhole() { s.wholeOpens.Add(-1) }
 
 // Shows is what the name shows instead of the staged bytes, or nil: when
 // the file's last commit failed (close(2) or fsync(2) said so) and it has

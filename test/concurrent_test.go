@@ -435,6 +435,35 @@ for i in range(1, 41):
 	t.Logf("%d appends landed, %d refused with ESTALE", len(ok), len(stale))
 }
 
+// TestTwoMountsWholeRewrites: two descriptors of one mount that opened a
+// file with O_TRUNC share its staged file; the first close commits it,
+// another mount then writes the file, and the second close still lands:
+// a file written whole replaces whatever is there (README), as a lone
+// O_TRUNC open's does. It was refused (ESTALE, the bytes in failed/) as
+// a lost update, built on what the first close committed (audit 8).
+func TestTwoMountsWholeRewrites(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	seed(t, bk, id, map[string]string{"f": "start\n"})
+	a, b := mount(t, bk), mount(t, bk)
+	const writer = `
+import os, subprocess, sys
+fd1 = os.open("f", os.O_WRONLY | os.O_TRUNC)
+fd2 = os.open("f", os.O_WRONLY | os.O_TRUNC)
+os.write(fd1, b"one\n")
+os.close(fd1)
+subprocess.run(["sh", "-c", "echo other > f"], cwd=sys.argv[1], check=True)
+os.write(fd2, b"two\n")
+os.close(fd2)
+`
+	cmd := exec.Command("python3", "-c", writer, sessDir(b, id))
+	cmd.Dir = sessDir(a, id)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s\n%s", err, out, a.Log())
+	}
+	wantSlots(t, bk, id, map[string]string{"f": "two\n"})
+}
+
 // TestTwoMountsExclusiveCreate: O_EXCL across mounts within the metadata
 // TTL. A mount that saw the name absent and creates it with O_EXCL after
 // another mount committed it gets ESTALE at close, the other mount's file
