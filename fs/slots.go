@@ -760,6 +760,7 @@ func (n *slotFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 			if err := h.s.Truncate(ctx, int64(sz)); err != nil {
 				return n.f.errnoOf("truncate "+n.slot(), err)
 			}
+			h.wrote.Store(h.s.Gen())
 		} else {
 			// truncate(2) of a path (open(O_TRUNC) is an OPEN with
 			// O_TRUNC, ATOMIC_O_TRUNC): committed at once, as close(2)
@@ -909,7 +910,10 @@ type whandle struct {
 	// while it is open the file's commits are not refused for another
 	// writer's commit since the shared staged file's last commit
 	// (staging.File.OpenedWhole).
-	whole    bool
+	whole bool
+	// wrote is the staged file's generation after this descriptor's last
+	// write (staging.File.Gen), for its close (FlushSince); 0 before any.
+	wrote    atomic.Uint64
 	released atomic.Bool
 }
 
@@ -955,6 +959,7 @@ func (h *whandle) Write(ctx context.Context, data []byte, off int64) (uint32, sy
 	if err != nil {
 		return uint32(k), h.f.errnoOf("write "+h.s.Name(), err)
 	}
+	h.wrote.Store(h.s.Gen())
 	return uint32(k), 0
 }
 
@@ -966,7 +971,7 @@ func (h *whandle) Flush(ctx context.Context) syscall.Errno {
 	if h.readOnly {
 		return 0
 	}
-	if err := h.f.w.Flush(ctx, h.id, h.s, false); err != nil {
+	if err := h.f.w.FlushSince(ctx, h.id, h.s, h.wrote.Load()); err != nil {
 		return h.f.errnoOf("close "+h.s.Name(), err)
 	}
 	return 0

@@ -171,6 +171,21 @@ func (w *Writer) dropOpen(s *File) bool {
 // untouchedToo false, a created file nobody has written to yet is left for
 // release.
 func (w *Writer) Flush(ctx context.Context, id layout.SessionID, s *File, untouchedToo bool) error {
+	return w.flush(ctx, id, s, untouchedToo, 0)
+}
+
+// FlushSince is Flush (untouchedToo false) for the close of a descriptor
+// whose last write left s at generation wrote (File.Gen): once a commit
+// that took s at that generation or later has landed, the descriptor's
+// bytes are in the session and its close succeeds, though s may hold
+// another descriptor's later writes whose commit was refused (that
+// descriptor's own close said so). The close got the other's error, and
+// a writer that retried on it wrote its line twice (audit 8).
+func (w *Writer) FlushSince(ctx context.Context, id layout.SessionID, s *File, wrote uint64) error {
+	return w.flush(ctx, id, s, false, wrote)
+}
+
+func (w *Writer) flush(ctx context.Context, id layout.SessionID, s *File, untouchedToo bool, wrote uint64) error {
 	if w.cfg.Commit == CommitOnFsync {
 		return nil
 	}
@@ -178,6 +193,10 @@ func (w *Writer) Flush(ctx context.Context, id layout.SessionID, s *File, untouc
 	// Closes of dup'd descriptors can flush the same staged file at
 	// once: wait for a commit in flight, then decide on what is left.
 	s.waitCommitLocked()
+	if wrote != 0 && wrote <= s.landed {
+		s.mu.Unlock()
+		return nil
+	}
 	dirty, touched := s.dirty, s.touched
 	if !dirty || (!touched && !untouchedToo) || s.unlinked {
 		s.mu.Unlock()
@@ -196,6 +215,9 @@ func (w *Writer) Flush(ctx context.Context, id layout.SessionID, s *File, untouc
 	s.committing = nil
 	if err != nil && s.gen == gen {
 		s.failed = err // else changed meanwhile: the new content may commit
+	}
+	if err == nil {
+		s.landed = max(s.landed, gen)
 	}
 	close(ch)
 	s.mu.Unlock()

@@ -91,6 +91,10 @@ type File struct {
 	// since refuses it.
 	absent   *layout.FileBase
 	absentAs string
+	// landed is the generation (gen) of the content the last commit that
+	// landed took (Flush): writes up to it are in the session, whatever
+	// later commits of the file do (FlushSince).
+	landed uint64
 	// wholeOpens counts the descriptors opened with O_TRUNC that are
 	// still open (OpenedWhole): while there is one, what the file holds
 	// replaces the name, as a new O_TRUNC file does, and its commits are
@@ -813,6 +817,14 @@ func (s *File) Committed() *layout.Entry {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.committed
+}
+
+// Gen returns the file's generation, which every change of its content or
+// metadata moves on: a descriptor notes it after its writes (FlushSince).
+func (s *File) Gen() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.gen
 }
 
 // OpenedWhole counts a descriptor opened with O_TRUNC (File.wholeOpens);

@@ -527,3 +527,49 @@ func TestWriterPathClash(t *testing.T) {
 		}
 	})
 }
+
+// TestWriterCloseOfLandedWrites: descriptors of one mount share a staged
+// file. One close commits every write so far; a later write through a
+// third descriptor is refused as a lost update (another writer changed
+// the file since). The first descriptor's close succeeds: its bytes
+// landed with the commit. It got the third's ESTALE, and a writer that
+// retried on it appended its line twice (audit 8 #4).
+func TestWriterCloseOfLandedWrites(t *testing.T) {
+	ctx := context.Background()
+	r := newWriterRig(t)
+	r.write(t, "f", "base\n")
+	base, _ := r.slot(t, "f")
+	var s *File
+	for range 3 { // three descriptors, one staged file
+		var err error
+		if s, err = r.w.Open(ctx, r.id, "f", &base, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendLine := func(line string) uint64 {
+		t.Helper()
+		if _, err := s.Append(ctx, []byte(line)); err != nil {
+			t.Fatal(err)
+		}
+		return s.Gen()
+	}
+	wrote1 := appendLine("L1\n")
+	wrote2 := appendLine("L2\n")
+	if err := r.w.FlushSince(ctx, r.id, s, wrote2); err != nil {
+		t.Fatal(err)
+	}
+	wrote3 := appendLine("L3\n")
+	r.otherWriter(t, "f", "base\nL1\nL2\nB1\n")
+	if err := r.w.FlushSince(ctx, r.id, s, wrote3); !errors.Is(err, layout.ErrChangedUnder) {
+		t.Fatalf("close of the descriptor whose line the other writer's commit went over: %v, want ErrChangedUnder", err)
+	}
+	if err := r.w.FlushSince(ctx, r.id, s, wrote1); err != nil {
+		t.Fatalf("close of a descriptor whose line landed: %v, want success", err)
+	}
+	if got := r.slotBody(t, "f"); got != "base\nL1\nL2\nB1\n" {
+		t.Fatalf("f = %q", got)
+	}
+	for range 3 {
+		r.w.Release(ctx, r.id, s)
+	}
+}
