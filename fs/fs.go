@@ -245,6 +245,11 @@ func (f *FS) CommitSession(ctx context.Context, id layout.SessionID, base layout
 	return f.w.CommitSession(ctx, id, base, late)
 }
 
+// KeepSession keeps what is staged in session id in the failed directory
+// now and reports how many files were kept and how many could not be
+// (staging.Writer.KeepSession).
+func (f *FS) KeepSession(id layout.SessionID) (kept, lost int) { return f.w.KeepSession(id) }
+
 // DiscardSession drops everything staged in session id without keeping
 // it (a handler that failed: its changes are not output).
 func (f *FS) DiscardSession(id layout.SessionID) { f.w.Discard(id) }

@@ -22,17 +22,7 @@ func (w *Writer) Shutdown() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for id, ws := range w.ss {
-		for _, s := range ws.files {
-			s.mu.RLock()
-			keep := s.dirty && !s.unlinked
-			s.mu.RUnlock()
-			if keep {
-				w.salvageLocked(id, s, "unmounted with uncommitted data; staged data kept")
-				s.mu.Lock()
-				s.dirty = false // kept once: a second Shutdown keeps nothing again
-				s.mu.Unlock()
-			}
-		}
+		w.keepLocked(id, ws)
 		for _, op := range ws.pending {
 			if d := op.desc; d != nil {
 				w.log.Error("unmounted before fsync: change not committed", "session", id, "name", d.Name, "removal", d.Deleted)
@@ -40,6 +30,43 @@ func (w *Writer) Shutdown() {
 		}
 		ws.pending = nil
 	}
+}
+
+// KeepSession keeps what is staged in session id in the failed directory
+// now, as Shutdown does at the end, and reports how many files were kept
+// and how many could not be (a full disk): pugfs exec says which, where it
+// said "kept" of copies that were never made (audit 8).
+func (w *Writer) KeepSession(id layout.SessionID) (kept, lost int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ws := w.ss[id]; ws != nil {
+		kept, lost = w.keepLocked(id, ws)
+	}
+	return kept, lost
+}
+
+// keepLocked keeps the dirty staged files of ws (salvageLocked), once
+// each, and counts them; a file holding only the blob it was opened on
+// is neither (that blob is in the bucket). Caller holds w.mu.
+func (w *Writer) keepLocked(id layout.SessionID, ws *session) (kept, lost int) {
+	for _, s := range ws.files {
+		s.mu.RLock()
+		keep, lazy := s.dirty && !s.unlinked, s.lazy != nil
+		s.mu.RUnlock()
+		if !keep {
+			continue
+		}
+		switch {
+		case w.salvageLocked(id, s, "unmounted with uncommitted data; staged data kept") != "":
+			kept++
+		case !lazy:
+			lost++
+		}
+		s.mu.Lock()
+		s.dirty = false // kept once: a second Shutdown keeps nothing again
+		s.mu.Unlock()
+	}
+	return kept, lost
 }
 
 // salvageLocked keeps the bytes of a staged file whose commit failed (or

@@ -970,6 +970,36 @@ func TestExecTransientCommitFailure(t *testing.T) {
 	wantSlots(t, bk, id, map[string]string{"f.txt": "important\n"})
 }
 
+// TestExecFullStateDir: with the state directory on a full disk, a run
+// whose output cannot land (a write of it failed: ENOSPC) exits 75, and
+// what it says of the staged files is true: kept under failed/, or how
+// many could not be. It said "kept" of copies the disk never let be made
+// (audit 8).
+func TestExecFullStateDir(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	cache := relTmpfs(t, "size=2m")
+	_, errOut, code := runExec(t, bk, cache, id.String(), "sh", "-c",
+		"echo small > small.txt; dd if=/dev/zero of=big bs=1M count=4 2>/dev/null; exit 0")
+	if code != 75 {
+		t.Fatalf("exit %d, want 75\n%s", code, errOut)
+	}
+	kept := execFailed(cache, id)
+	switch {
+	case strings.Contains(errOut, "staged files are kept under"):
+		if len(kept) < 2 {
+			t.Fatalf("stderr says the staged files are kept, failed/ holds %v:\n%s", kept, errOut)
+		}
+	case strings.Contains(errOut, "could NOT be kept"):
+		if len(kept) >= 2 {
+			t.Fatalf("stderr says files could not be kept, failed/ holds %v:\n%s", kept, errOut)
+		}
+	default:
+		t.Fatalf("stderr says nothing of the staged files:\n%s", errOut)
+	}
+	wantSlots(t, bk, id, map[string]string{})
+}
+
 // TestExecCommitOutcomeUnknown: a checkpoint whose PUT landed but whose
 // reply was lost, read back while the bucket does not answer, may have
 // landed (audit 4: exit 75, "nothing landed", after which a supervisor

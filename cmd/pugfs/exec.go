@@ -410,17 +410,27 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 		return exitCode(code)
 	}
 	cctx := context.WithoutCancel(ctx)
-	kept := filepath.Join(env.failedDir, id.String())
+	// kept keeps what is staged and says where, or that it could not:
+	// "kept" of copies a full disk never let be made told a supervisor
+	// the output could be recovered (audit 8).
+	kept := func() string {
+		dir := filepath.Join(env.failedDir, id.String())
+		n, lost := env.fs.KeepSession(id)
+		if lost > 0 {
+			return fmt.Sprintf("%d staged file(s) could NOT be kept (the log says why), %d kept under %s", lost, n, dir)
+		}
+		return "staged files are kept under " + dir
+	}
 	for _, n := range names {
 		if err := store.CheckSessionRef(cctx, n, id); err != nil {
 			if errors.Is(err, layout.ErrRefMoved) || errors.Is(err, layout.ErrNotFound) {
-				fmt.Fprintf(sio.err, "pugfs exec: nothing committed: the session's name moved (§9.1): %v; staged files are kept under %s\n", err, kept)
+				fmt.Fprintf(sio.err, "pugfs exec: nothing committed: the session's name moved (§9.1): %v; %s\n", err, kept())
 				return exitCode(exitTempFail)
 			}
 			if transient(err) {
 				// The bucket failed or did not answer: a retry may
 				// succeed, as for a commit the backend failed.
-				fmt.Fprintf(sio.err, "pugfs exec: nothing committed: re-check refs/sessions/%s: %v; staged files are kept under %s\n", n, oneLine(err), kept)
+				fmt.Fprintf(sio.err, "pugfs exec: nothing committed: re-check refs/sessions/%s: %v; %s\n", n, oneLine(err), kept())
 				return exitCode(exitTempFail)
 			}
 			return fmt.Errorf("re-check refs/sessions/%s: %w (nothing committed)", n, err)
@@ -432,10 +442,10 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 		r, landed, rerr := resolveCheckpoint(cctx, sio.err, store, unknown, resolveFor*cfg.mount.RequestTimeout)
 		switch {
 		case rerr != nil:
-			fmt.Fprintf(sio.err, "pugfs exec: the checkpoint may have landed (its outcome is unknown: %v); it did if, once the bucket answers, the session's .pugmark/checkpoint is above %d; staged files are kept under %s\n", oneLine(err), base.Version, kept)
+			fmt.Fprintf(sio.err, "pugfs exec: the checkpoint may have landed (its outcome is unknown: %v); it did if, once the bucket answers, the session's .pugmark/checkpoint is above %d; %s\n", oneLine(err), base.Version, kept())
 			return exitCode(exitUnknown)
 		case !landed:
-			fmt.Fprintf(sio.err, "pugfs exec: nothing committed: the bucket answered that checkpoint %d did not land (%v); staged files are kept under %s\n", unknown.Version, oneLine(err), kept)
+			fmt.Fprintf(sio.err, "pugfs exec: nothing committed: the bucket answered that checkpoint %d did not land (%v); %s\n", unknown.Version, oneLine(err), kept())
 			return exitCode(exitTempFail)
 		}
 		// It landed: what is staged is in the bucket, not a failure
@@ -445,11 +455,11 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	}
 	if err != nil {
 		if errors.Is(err, layout.ErrLateInput) {
-			fmt.Fprintf(sio.err, "pugfs exec: nothing committed: input arrived while the handler ran (--late-input=abort; the next run sees it): %v; staged files are kept under %s\n", err, kept)
+			fmt.Fprintf(sio.err, "pugfs exec: nothing committed: input arrived while the handler ran (--late-input=abort; the next run sees it): %v; %s\n", err, kept())
 			return exitCode(exitTempFail)
 		}
 		if errors.Is(err, layout.ErrConflict) || errors.Is(err, layout.ErrRetriesExhausted) || transient(err) {
-			fmt.Fprintf(sio.err, "pugfs exec: nothing committed: %v; staged files are kept under %s\n", err, kept)
+			fmt.Fprintf(sio.err, "pugfs exec: nothing committed: %v; %s\n", err, kept())
 			return exitCode(exitTempFail)
 		}
 		return err
