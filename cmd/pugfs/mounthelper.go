@@ -100,8 +100,17 @@ func helperFlags(args []string) (flags []string, fake, verbose bool, err error) 
 			return nil, false, false, fmt.Errorf("unexpected argument %q", a)
 		}
 	}
-	for _, o := range opts {
+	for i, o := range opts {
 		name, value, hasValue := strings.Cut(o, "=")
+		if name == "ingest_from" {
+			// Its value is a comma-separated list (--ingest-from), which
+			// the split on commas above cut apart: the URLs that follow
+			// belong to it.
+			for ; i+1 < len(opts) && isIngestURL(opts[i+1]); i++ {
+				value += "," + opts[i+1]
+				opts[i+1] = ""
+			}
+		}
 		switch {
 		case o == "" || helperIgnored[o] || strings.HasPrefix(o, "x-") ||
 			hasValue && (name == "comment" || name == "fsname" || name == "subtype" || name == "user"):
@@ -114,6 +123,13 @@ func helperFlags(args []string) (flags []string, fake, verbose bool, err error) 
 		}
 	}
 	return flags, fake, verbose, nil
+}
+
+// isIngestURL reports whether an option of mount(8)'s list is a URL that
+// continues ingest_from's list: a scheme and no option name before it.
+func isIngestURL(o string) bool {
+	scheme, _, ok := strings.Cut(o, "://")
+	return ok && scheme != "" && !strings.ContainsAny(scheme, "=/")
 }
 
 // runMountHelper mounts as mount(8) expects of a helper: it starts pugfs

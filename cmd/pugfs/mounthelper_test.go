@@ -44,6 +44,9 @@ func TestHelperFlags(t *testing.T) {
 		{[]string{"-o", "rw,uid=1000,metadata_ttl=5s", "-t", "fuse.pugfs"}, []string{"--uid=1000", "--metadata-ttl=5s"}, false, ""},
 		{[]string{"-ocache_dir=/var/cache/a b,commit=fsync"}, []string{"--cache-dir=/var/cache/a b", "--commit=fsync"}, false, ""},
 		{[]string{"-fnv", "-o", "ro"}, []string{"--read-only"}, true, ""},
+		// --ingest-from's list survives the split on commas (review 5).
+		{[]string{"-o", "ro,ingest_from=s3://team-a/,s3://team-b/,file:///srv/x/,uid=7"}, []string{"--read-only", "--ingest-from=s3://team-a/,s3://team-b/,file:///srv/x/", "--uid=7"}, false, ""},
+		{[]string{"-o", "ingest_from=s3://a/,ingest_from=gs://b/"}, []string{"--ingest-from=s3://a/", "--ingest-from=gs://b/"}, false, ""},
 		{[]string{"-r"}, []string{"--read-only"}, false, ""},
 		{[]string{"-o", "ro,colour=blue"}, nil, false, `unknown option "colour=blue"`},
 		{[]string{"-o", "uid"}, nil, false, `unknown option "uid"`},
