@@ -39,8 +39,10 @@ type adaptState struct {
 }
 
 // floorOf is the lowest limit for a bound of n: halving stops there, so
-// a mount that was throttled keeps some parallelism.
-func floorOf(n int) int { return max(1, min(n, 4, n/8)) }
+// a mount that was throttled keeps some parallelism: 4, or an eighth of n
+// when that is less, and never below 2 (a slot for a program beside
+// read-ahead's, specLimit) unless n is 1.
+func floorOf(n int) int { return max(min(n, 2), min(4, n/8)) }
 
 // adaptLocked moves the limit after a request admitted in epoch ended
 // with o.

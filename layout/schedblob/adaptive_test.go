@@ -196,3 +196,29 @@ func TestPromotedRequestLeavesTheSpeculativeQueue(t *testing.T) {
 		t.Error("Inherit lost the speculative mark")
 	}
 }
+
+// TestSlotsForPrograms: at every bound, read-ahead leaves a slot to a
+// program's request, and throttling never leaves a mount fewer than two
+// slots (unless it was given one): at a floor of 1, or a bound of 2, the
+// speculative share was the whole limit, and a program's read waited
+// behind a read-ahead reader (review 5).
+func TestSlotsForPrograms(t *testing.T) {
+	for _, tc := range []struct{ max, spec, floor int }{
+		{1, 1, 1}, {2, 1, 2}, {3, 2, 2}, {4, 3, 2}, {8, 6, 2}, {15, 12, 2}, {16, 12, 2}, {32, 24, 4}, {64, 48, 4}, {256, 192, 4},
+	} {
+		s := New(tc.max)
+		if got := s.Stats().SpeculativeLimit; got != tc.spec {
+			t.Errorf("--max-requests=%d: speculative share %d, want %d", tc.max, got, tc.spec)
+		}
+		if got := floorOf(tc.max); got != tc.floor {
+			t.Errorf("--max-requests=%d: floor %d, want %d", tc.max, got, tc.floor)
+		}
+		s.mu.Lock()
+		s.setLimitLocked(floorOf(tc.max))
+		spec, limit := s.specLimit, s.limit
+		s.mu.Unlock()
+		if limit > 1 && spec >= limit {
+			t.Errorf("--max-requests=%d throttled to %d: read-ahead may hold all %d slots", tc.max, limit, spec)
+		}
+	}
+}

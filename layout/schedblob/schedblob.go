@@ -122,7 +122,11 @@ func New(n int) *Scheduler {
 // setLimitLocked sets the number of slots and the speculative share.
 func (s *Scheduler) setLimitLocked(n int) {
 	s.limit = n
-	s.specLimit = max(1, n*3/4)
+	// Three quarters, leaving at least one slot to blocking requests: at
+	// a limit of 1 or 2 (a throttled mount's floor was 1) read-ahead held
+	// every slot while a program waited (review 5). A single slot, which
+	// only --max-requests=1 gives now, read-ahead shares.
+	s.specLimit = max(1, n-max(1, n/4))
 }
 
 // Stats returns the scheduler's counters.
