@@ -9,8 +9,10 @@ import (
 	"testing"
 
 	"github.com/pugmark/pugfs/layout/blobwrap"
+	_ "github.com/pugmark/pugfs/layout/faultblob" // fault+mem://
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/memblob"
+	"gocloud.dev/gcerrors"
 )
 
 // slowDown is what an S3 client returns for a 503 SlowDown: an error with
@@ -220,5 +222,41 @@ func TestSlotsForPrograms(t *testing.T) {
 		if limit > 1 && spec >= limit {
 			t.Errorf("--max-requests=%d throttled to %d: read-ahead may hold all %d slots", tc.max, limit, spec)
 		}
+	}
+}
+
+// TestThrottledWriteLowersTheLimit: an upload is answered at its close,
+// where it commits; a throttled answer there halves the limit as one to a
+// HEAD does. It counted as its opening had gone, a success, so a
+// write-heavy load (cp -r into an S3 mount) kept every slot busy against
+// a bucket asking it to slow down (review 5).
+func TestThrottledWriteLowersTheLimit(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		op   string
+		call func(b *blob.Bucket) error
+	}{
+		{"head", func(b *blob.Bucket) error { _, err := b.Attributes(ctx, "k"); return err }},
+		{"put", func(b *blob.Bucket) error {
+			return b.WriteAll(ctx, "k", []byte("body"), &blob.WriterOptions{ContentType: "text/plain"})
+		}},
+	} {
+		t.Run(tc.op, func(t *testing.T) {
+			inner, err := blob.OpenBucket(ctx, "fault+mem://?fault_ops="+tc.op+"&fault_error_rate=1&fault_error_code=ResourceExhausted")
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := New(8)
+			b := Wrap(inner, s)
+			defer b.Close()
+			for range 3 {
+				if err := tc.call(b); gcerrors.Code(err) != gcerrors.ResourceExhausted {
+					t.Fatalf("%s: %v, want the injected ResourceExhausted", tc.op, err)
+				}
+			}
+			if st := s.Stats(); st.Throttled != 3 || st.Limit >= 8 {
+				t.Errorf("after 3 throttled %s requests: throttled %d, limit %d; want 3, and 8 lowered", tc.op, st.Throttled, st.Limit)
+			}
+		})
 	}
 }

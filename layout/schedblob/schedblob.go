@@ -338,7 +338,14 @@ type stream struct {
 // back before the reader is closed.
 func (s *stream) Step(step blobwrap.Step, call func() error) error {
 	err := call()
-	if step == blobwrap.StepOpen {
+	switch {
+	case step == blobwrap.StepOpen:
+		s.o = outcomeOf(err)
+	case err != nil && err != io.EOF:
+		// A writer's request is answered at its close, where the upload
+		// commits: a throttled PUT (503 SlowDown) counted as its opening
+		// did, a success, and never lowered the limit (review 5). A body
+		// that fails midway is that request's answer too.
 		s.o = outcomeOf(err)
 	}
 	if err == io.EOF {
