@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/layout/deadlineblob"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/memblob"
 	"gocloud.dev/gcerrors"
@@ -795,5 +796,34 @@ func TestSweptWriterFailsCleanly(t *testing.T) {
 	}
 	if ok, _ := b.Exists(ctx, "k"); ok {
 		t.Fatal("swept write was published")
+	}
+}
+
+// TestDurableWriteOutlastsADeadline: a write whose body is durable lands,
+// though a deadline on silence ran out during its fsync (an fsync says
+// nothing of its progress). The write was thrown away after the fsync,
+// and every retry of it the same way: a body of GiBs on a slow disk under
+// the mount's --request-timeout never landed (review 5).
+func TestDurableWriteOutlastsADeadline(t *testing.T) {
+	ctx := context.Background()
+	raw, _ := newBucket(t, nil)
+	// The deadline leaves room for each Write, none for the fsync of
+	// 128 MiB (about 0.1 s on this project's CI disk).
+	b := deadlineblob.Wrap(raw, 20*time.Millisecond)
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	w, err := b.NewWriter(ctx, "objects/big", &blob.WriterOptions{ContentType: "application/octet-stream"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 128 {
+		if _, err := w.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("close of a 128 MiB write: %v", err)
+	}
+	if a, err := raw.Attributes(ctx, "objects/big"); err != nil || a.Size != 128<<20 {
+		t.Fatalf("the object after the close: %+v %v", a, err)
 	}
 }

@@ -235,9 +235,12 @@ func (w *writer) Close() (err error) {
 		return newError(codeUnknown, "write", w.key, err)
 	}
 	w.f = nil
-	if err := w.ctx.Err(); err != nil {
-		return err
-	}
+	// No look at the context here: the body is durable, and publishing
+	// it is one rename. A deadline that ran out during the fsync
+	// (deadlineblob bounds silence, and an fsync reports no progress)
+	// threw a durable write away, and each retry of it the same way: a
+	// body of GiBs on a slow disk never landed (review 5). A write
+	// cancelled before its Close is refused above.
 	replaced, err := w.publish()
 	w.b.dropVictim(replaced)
 	// An error after publication (a failed directory fsync) is still
