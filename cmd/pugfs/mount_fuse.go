@@ -632,8 +632,6 @@ func pugfsRunning(pid int) bool {
 	return bytes.Contains(cmdline, []byte("pugfs"))
 }
 
-// extraStats adds the request scheduler's line to .pugmark/stats, then
-// the fault injector's lines when there is one.
 // decorators stacks the mount's bucket decorators over next as drivers,
 // for one portable bucket over them all (blobwrap.Over): a portable
 // bucket each cost a sixth of a cold grep -r's CPU on a local bucket.
@@ -645,6 +643,9 @@ func pugfsRunning(pid int) bool {
 // queued is not counted against an attempt; the --debug log (reqLog, nil
 // for none) is outside both, so a line's time is what the caller waited.
 func decorators(next driver.Bucket, timeout time.Duration, sched *schedblob.Scheduler, reqLog *slog.Logger) driver.Bucket {
+	// Queued requests give up on a silent bucket by the same timeout
+	// (each retry of a request queued behind the others again).
+	sched.SetSilence(timeout)
 	d := deadlineblob.Over(next, timeout)
 	d = schedblob.Over(d, sched)
 	if reqLog != nil {
@@ -653,6 +654,8 @@ func decorators(next driver.Bucket, timeout time.Duration, sched *schedblob.Sche
 	return d
 }
 
+// extraStats adds the request scheduler's line to .pugmark/stats, then
+// the fault injector's lines when there is one.
 func extraStats(s *schedblob.Scheduler, faults func() string) func() string {
 	return func() string {
 		out := s.Stats().String() + "\n"

@@ -26,14 +26,17 @@ package schedblob
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pugmark/pugfs/layout/blobwrap"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/driver"
+	"gocloud.dev/gcerrors"
 )
 
 // DefaultMaxRequests is the bound on requests in flight when the caller
@@ -95,6 +98,11 @@ type Scheduler struct {
 	adapt        adaptState
 
 	requests, waited, cancelled, promoted atomic.Int64
+
+	// silence, when set (SetSilence), is how long queued requests wait
+	// while no request in flight shows a sign of life; alive is when one
+	// last did (UnixNano): an answer, or a chunk of a body.
+	silence, alive atomic.Int64
 }
 
 // waiter is one queued request. granted is set, under Scheduler.mu, when
@@ -116,7 +124,34 @@ func New(n int) *Scheduler {
 	s := &Scheduler{max: n, floor: floorOf(n)}
 	s.setLimitLocked(n)
 	s.adapt.lowest = n
+	s.alive.Store(time.Now().UnixNano())
 	return s
+}
+
+// SetSilence makes a request waiting for a slot give up (an error that is
+// context.DeadlineExceeded) once no request in flight has shown a sign of
+// life for d, the mount's --request-timeout: each of those is cut by its
+// own deadline at d, and every retry of a request queued again behind the
+// others, so with the bucket silent a program's request failed only after
+// (queued / slots) x 5 x d, not the 5 x d the README promises (review 5).
+func (s *Scheduler) SetSilence(d time.Duration) { s.silence.Store(int64(d)) }
+
+// lived notes a sign of life of the bucket: any answer but a request cut
+// by a deadline or a cancel, or a chunk of a body.
+func (s *Scheduler) lived(err error) {
+	if err == nil || err == io.EOF || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		gcerrors.Code(err) == gcerrors.DeadlineExceeded || gcerrors.Code(err) == gcerrors.Canceled) {
+		s.alive.Store(time.Now().UnixNano())
+	}
+}
+
+// silentFor reports how long the bucket has been silent with requests in
+// flight, or 0. s.mu is held.
+func (s *Scheduler) silentForLocked() time.Duration {
+	if s.inFlight == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, s.alive.Load()))
 }
 
 // setLimitLocked sets the number of slots and the speculative share.
@@ -150,6 +185,9 @@ func (s *Scheduler) admitsLocked(spec bool) bool {
 
 // takeLocked hands a slot to a request of the given class.
 func (s *Scheduler) takeLocked(spec bool) *slot {
+	if s.inFlight == 0 {
+		s.alive.Store(time.Now().UnixNano()) // silence counts from here
+	}
 	s.inFlight++
 	if spec {
 		s.specInFlight++
@@ -208,11 +246,27 @@ func (s *Scheduler) acquire(ctx context.Context) (*slot, error) {
 	if spec {
 		promoted = mark.promoted
 	}
+	var look <-chan time.Time // a look at the bucket's silence
+	if d := time.Duration(s.silence.Load()); d > 0 {
+		t := time.NewTicker(d / 4)
+		defer t.Stop()
+		look = t.C
+	}
+	var silent error
 wait:
 	for {
 		select {
 		case <-w.ready:
 			return w.slot, nil
+		case <-look:
+			d := time.Duration(s.silence.Load())
+			s.mu.Lock()
+			quiet := s.silentForLocked()
+			s.mu.Unlock()
+			if quiet >= d {
+				silent = fmt.Errorf("no bucket request answered for %v: not waiting for a slot: %w", quiet.Round(time.Millisecond), context.DeadlineExceeded)
+				break wait
+			}
 		case <-promoted:
 			promoted = nil
 			s.mu.Lock()
@@ -238,6 +292,9 @@ wait:
 	s.removeLocked(w)
 	s.mu.Unlock()
 	s.cancelled.Add(1)
+	if silent != nil {
+		return nil, silent
+	}
 	return nil, ctx.Err()
 }
 
@@ -314,6 +371,7 @@ func (h hooks) Request(ctx context.Context, _ blobwrap.Op, _ string, call func(c
 		return err
 	}
 	err = call(ctx)
+	h.s.lived(err)
 	sl.release(outcomeOf(err))
 	return err
 }
@@ -338,6 +396,7 @@ type stream struct {
 // back before the reader is closed.
 func (s *stream) Step(step blobwrap.Step, call func() error) error {
 	err := call()
+	s.sl.s.lived(err)
 	switch {
 	case step == blobwrap.StepOpen:
 		s.o = outcomeOf(err)
