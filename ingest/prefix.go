@@ -166,14 +166,23 @@ func match(prefixes []Prefix, uri string) (target, error) {
 		user = u.User.String()
 	}
 	q, qerr := url.ParseQuery(u.RawQuery)
+	var otherQuery *Prefix // a prefix the target is under but for its query
 	for _, p := range prefixes {
 		if u.Scheme != p.scheme || u.Host != p.host || user != p.user || !strings.HasPrefix(u.Path, p.path) {
 			continue
 		}
 		if u.RawQuery != "" && (qerr != nil || !sameQuery(q, p.query)) {
-			return target{}, fmt.Errorf("%w: %s: its query differs from that of the allowed prefix %s (leave it out to use the prefix's)", ErrRefused, shown, p)
+			// Another prefix may admit it: one bucket name listed on
+			// two endpoints was refused for the first (review 4).
+			if otherQuery == nil {
+				otherQuery = &p
+			}
+			continue
 		}
 		return target{prefix: p, rel: strings.TrimPrefix(u.Path, p.path), key: strings.TrimPrefix(u.Path, "/")}, nil
+	}
+	if otherQuery != nil {
+		return target{}, fmt.Errorf("%w: %s: its query differs from that of the allowed prefix %s (leave it out to use the prefix's)", ErrRefused, shown, *otherQuery)
 	}
 	return target{}, fmt.Errorf("%w: %s is not under any --ingest-from prefix", ErrRefused, shown)
 }

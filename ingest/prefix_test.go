@@ -128,6 +128,18 @@ func TestMatch(t *testing.T) {
 			t.Errorf("match(%q).rel = %q, want %q", tc.uri, tg.rel, tc.rel)
 		}
 	}
+	// One bucket name on two endpoints: each prefix is tried, so the
+	// second admits what the first refuses for its query (review 4).
+	two, err := ParsePrefixes([]string{"s3://data/?endpoint=http://a:9000", "s3://data/?endpoint=http://b:9000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tg, err := match(two, "s3://data/in/x?endpoint=http://b:9000"); err != nil || tg.prefix.rawQuery != "endpoint=http://b:9000" {
+		t.Errorf("the second endpoint's object: %+v, %v; want its prefix", tg.prefix, err)
+	}
+	if _, err := match(two, "s3://data/in/x?endpoint=http://c:9000"); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "query differs") {
+		t.Errorf("a third endpoint: %v, want refused for its query", err)
+	}
 	// With no prefixes at all, every URL is refused.
 	if _, err := match(nil, "s3://team-inputs/a"); !errors.Is(err, ErrRefused) {
 		t.Errorf("no prefixes: %v", err)
