@@ -644,9 +644,10 @@ func pugfsRunning(pid int) bool {
 // for none) is outside both, so a line's time is what the caller waited.
 func decorators(next driver.Bucket, timeout time.Duration, sched *schedblob.Scheduler, reqLog *slog.Logger) driver.Bucket {
 	// Queued requests give up on a silent bucket by the same timeout
-	// (each retry of a request queued behind the others again).
+	// (each retry of a request queued behind the others again); the
+	// deadline tells the scheduler of uploads whose bytes keep leaving.
 	sched.SetSilence(timeout)
-	d := deadlineblob.Over(next, timeout)
+	d := deadlineblob.OverLive(next, timeout, sched.Alive)
 	d = schedblob.Over(d, sched)
 	if reqLog != nil {
 		d = logblob.Over(d, reqLog)

@@ -120,10 +120,20 @@ func Wrap(inner *blob.Bucket, timeout time.Duration) *blob.Bucket {
 // Over is Wrap as a driver over the driver next, for a stack of
 // decorators under one portable bucket (blobwrap.Over).
 func Over(next driver.Bucket, timeout time.Duration) driver.Bucket {
+	return OverLive(next, timeout, nil)
+}
+
+// OverLive is Over that calls alive (when not nil) whenever a request
+// moves without a step ending: an upload's bytes leaving (WatchBody),
+// which a decorator above sees nothing of. The mount's scheduler counts
+// it as a sign of life of the bucket (schedblob.Scheduler.SetSilence):
+// uploads of large files over a slow link, their bytes leaving, are no
+// silence.
+func OverLive(next driver.Bucket, timeout time.Duration, alive func()) driver.Bucket {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	return &bucket{Bucket: blobwrap.Over(next, &hooks{timeout: timeout})}
+	return &bucket{Bucket: blobwrap.Over(next, &hooks{timeout: timeout, alive: alive})}
 }
 
 // bucket is blobwrap's driver with the deadline hooks and the error code
@@ -148,6 +158,7 @@ func (b *bucket) ErrorCode(err error) gcerrors.ErrorCode {
 // hooks bounds every request and every step of a stream by timeout.
 type hooks struct {
 	timeout time.Duration
+	alive   func() // OverLive; nil for none
 }
 
 // watch cancels a request's context when the timeout passes while it is
@@ -158,6 +169,7 @@ type hooks struct {
 type watch struct {
 	cancel context.CancelFunc
 	d      time.Duration
+	alive  func() // hooks.alive, called on progress; nil for none
 
 	// mu orders the timer's expiry against arm, disarm and progress, so
 	// that an expiry racing the end of a step either cut the step off
@@ -173,9 +185,9 @@ type watch struct {
 }
 
 // start returns an armed watch over a new context derived from ctx.
-func start(ctx context.Context, d time.Duration) (context.Context, *watch) {
+func start(ctx context.Context, d time.Duration, alive func()) (context.Context, *watch) {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &watch{cancel: cancel, d: d, armed: true, last: time.Now()}
+	w := &watch{cancel: cancel, d: d, alive: alive, armed: true, last: time.Now()}
 	w.mu.Lock()
 	w.t = time.AfterFunc(d, w.expire)
 	w.mu.Unlock()
@@ -195,6 +207,7 @@ func (w *watch) expire() {
 	for q := range w.queues {
 		if q.moved() {
 			w.last = time.Now()
+			w.lived()
 		}
 	}
 	if rest := w.d - time.Since(w.last); rest > 0 {
@@ -229,6 +242,14 @@ func (w *watch) progress(q *sendQueue) {
 	defer w.mu.Unlock()
 	w.last = time.Now()
 	q.moved()
+	w.lived()
+}
+
+// lived passes a sign of progress on (OverLive).
+func (w *watch) lived() {
+	if w.alive != nil {
+		w.alive()
+	}
 }
 
 // follow adds q, the send queue of a request of the stream, on the
@@ -285,7 +306,7 @@ func (h *hooks) fail(parent context.Context, fired bool, op blobwrap.Op, key str
 
 // Request implements blobwrap.Hooks: one request under a deadline.
 func (h *hooks) Request(ctx context.Context, op blobwrap.Op, key string, call func(context.Context) error) error {
-	rctx, w := start(ctx, h.timeout)
+	rctx, w := start(ctx, h.timeout, h.alive)
 	err := call(rctx)
 	fired := w.disarm()
 	w.end()
@@ -296,7 +317,7 @@ func (h *hooks) Request(ctx context.Context, op blobwrap.Op, key string, call fu
 // between steps (drivers tie a body to it) and is cancelled when one step
 // waits longer than the timeout.
 func (h *hooks) Stream(ctx context.Context, op blobwrap.Op, key string) (context.Context, blobwrap.Stream, error) {
-	sctx, w := start(ctx, h.timeout)
+	sctx, w := start(ctx, h.timeout, h.alive)
 	if op == blobwrap.OpPut {
 		// The driver sends the body under this context: the HTTP
 		// transport finds the watch there (Transport, WatchBody).

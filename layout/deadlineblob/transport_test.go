@@ -10,10 +10,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/layout/blobwrap"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/driver"
 	"gocloud.dev/gcerrors"
@@ -72,8 +74,9 @@ const uploadLimit = time.Second
 
 // upload writes size bytes to "k" through a deadline wrapper over an
 // httpBucket whose PUTs the handler h serves on loopback. sndbuf, if not
-// zero, is the client's socket send buffer.
-func upload(t *testing.T, h http.HandlerFunc, size, sndbuf int) error {
+// zero, is the client's socket send buffer; alive, if not nil, is
+// OverLive's.
+func upload(t *testing.T, h http.HandlerFunc, size, sndbuf int, alive func()) error {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -90,7 +93,7 @@ func upload(t *testing.T, h http.HandlerFunc, size, sndbuf int) error {
 	}
 	t.Cleanup(tr.CloseIdleConnections)
 	inner := &httpBucket{client: &http.Client{Transport: Transport(tr)}, url: srv.URL}
-	b := Wrap(blob.NewBucket(inner), uploadLimit)
+	b := blob.NewBucket(OverLive(blobwrap.Portable(blob.NewBucket(inner)), uploadLimit, alive))
 	t.Cleanup(func() { b.Close() })
 	body := bytes.Repeat([]byte{'p'}, size)
 	return within(t, "upload", func() error {
@@ -110,7 +113,9 @@ func upload(t *testing.T, h http.HandlerFunc, size, sndbuf int) error {
 // steadily, for about twice the request timeout in all: it must land.
 // With a small send buffer, the HTTP client's reads of the body are the
 // progress; with the kernel's own (which on loopback takes megabytes at
-// once), the draining of the connection's send queue is.
+// once), the draining of the connection's send queue is. Either is told
+// to OverLive's alive, for the scheduler above, which sees no step of
+// the Close that sends the body.
 func TestSlowUploadCommits(t *testing.T) {
 	const size = 3 << 20
 	for _, tc := range []struct {
@@ -125,6 +130,7 @@ func TestSlowUploadCommits(t *testing.T) {
 				t.Skip("the send queue is followed on Linux only")
 			}
 			got := make(chan int, 1)
+			var lived atomic.Int64
 			err := upload(t, func(w http.ResponseWriter, r *http.Request) {
 				// 16 KiB every 10 ms, 1.6 MB/s at most: about two
 				// seconds for the body, no pause near the timeout.
@@ -139,9 +145,12 @@ func TestSlowUploadCommits(t *testing.T) {
 					time.Sleep(10 * time.Millisecond)
 				}
 				got <- n
-			}, size, tc.sndbuf)
+			}, size, tc.sndbuf, func() { lived.Add(1) })
 			if err != nil {
 				t.Fatalf("slow but steady upload: %v", err)
+			}
+			if lived.Load() == 0 {
+				t.Error("the upload's progress was not told to alive")
 			}
 			if n := <-got; n != size {
 				t.Errorf("server read %d bytes, want %d", n, size)
@@ -161,7 +170,7 @@ func TestStalledUploadTimesOut(t *testing.T) {
 		case <-r.Context().Done():
 		case <-stop:
 		}
-	}, 4<<20, 0)
+	}, 4<<20, 0, nil)
 	// Registered after upload's srv.Close, so run before it: the
 	// handler must return for the server to close.
 	t.Cleanup(func() { close(stop) })
@@ -191,7 +200,7 @@ func TestWatchBodyLeavesOtherRequests(t *testing.T) {
 			t.Errorf("body %v: WatchBody changed a request of no upload", body)
 		}
 	}
-	ctx, w := start(context.Background(), time.Minute)
+	ctx, w := start(context.Background(), time.Minute, nil)
 	defer w.end()
 	req, err := http.NewRequestWithContext(context.WithValue(ctx, uploadKey{}, w), http.MethodGet, "http://127.0.0.1/k", nil)
 	if err != nil {

@@ -136,6 +136,10 @@ func New(n int) *Scheduler {
 // (queued / slots) x 5 x d, not the 5 x d the README promises (review 5).
 func (s *Scheduler) SetSilence(d time.Duration) { s.silence.Store(int64(d)) }
 
+// Alive notes a sign of life of the bucket that the scheduler cannot see
+// itself: an upload's bytes leaving (deadlineblob.OverLive).
+func (s *Scheduler) Alive() { s.alive.Store(time.Now().UnixNano()) }
+
 // lived notes a sign of life of the bucket: any answer but a request cut
 // by a deadline or a cancel, or a chunk of a body.
 func (s *Scheduler) lived(err error) {
