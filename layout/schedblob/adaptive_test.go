@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pugmark/pugfs/layout/blobwrap"
 	_ "github.com/pugmark/pugfs/layout/faultblob" // fault+mem://
@@ -258,5 +259,35 @@ func TestThrottledWriteLowersTheLimit(t *testing.T) {
 				t.Errorf("after 3 throttled %s requests: throttled %d, limit %d; want 3, and 8 lowered", tc.op, st.Throttled, st.Limit)
 			}
 		})
+	}
+}
+
+// TestIdleReaderIsNoSilence: a reader holding a slot whose consumer has
+// not asked for more (no call to the bucket under way) is not the
+// bucket's silence: a request queued behind it waits for the slot, and
+// does not give up after the silence window.
+func TestIdleReaderIsNoSilence(t *testing.T) {
+	ctx := context.Background()
+	s := New(1)
+	s.SetSilence(50 * time.Millisecond)
+	b := Wrap(memblob.OpenBucket(nil), s)
+	defer b.Close()
+	if err := b.WriteAll(ctx, "k", []byte("body"), nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.NewReader(ctx, "k", nil) // holds the only slot, unread
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := b.Attributes(ctx, "k"); done <- err }()
+	select {
+	case err := <-done:
+		t.Fatalf("a request queued behind an idle reader ended (%v) before the slot was free", err)
+	case <-time.After(300 * time.Millisecond): // six silence windows
+	}
+	r.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("the queued request, once the slot was free: %v", err)
 	}
 }

@@ -101,8 +101,11 @@ type Scheduler struct {
 
 	// silence, when set (SetSilence), is how long queued requests wait
 	// while no request in flight shows a sign of life; alive is when one
-	// last did (UnixNano): an answer, or a chunk of a body.
-	silence, alive atomic.Int64
+	// last did (UnixNano): an answer, or a chunk of a body. calling counts
+	// the requests inside a call to the bucket: a reader whose consumer
+	// has not asked for more holds its slot without waiting for the
+	// bucket, which is no silence of the bucket's.
+	silence, alive, calling atomic.Int64
 }
 
 // waiter is one queued request. granted is set, under Scheduler.mu, when
@@ -152,7 +155,8 @@ func (s *Scheduler) lived(err error) {
 // silentFor reports how long the bucket has been silent with requests in
 // flight, or 0. s.mu is held.
 func (s *Scheduler) silentForLocked() time.Duration {
-	if s.inFlight == 0 {
+	if s.inFlight == 0 || s.calling.Load() == 0 {
+		s.alive.Store(time.Now().UnixNano()) // nobody waits for the bucket
 		return 0
 	}
 	return time.Since(time.Unix(0, s.alive.Load()))
@@ -374,7 +378,9 @@ func (h hooks) Request(ctx context.Context, _ blobwrap.Op, _ string, call func(c
 	if err != nil {
 		return err
 	}
+	h.s.calling.Add(1)
 	err = call(ctx)
+	h.s.calling.Add(-1)
 	h.s.lived(err)
 	sl.release(outcomeOf(err))
 	return err
@@ -399,7 +405,9 @@ type stream struct {
 // Step implements blobwrap.Stream: a body read to its end gives the slot
 // back before the reader is closed.
 func (s *stream) Step(step blobwrap.Step, call func() error) error {
+	s.sl.s.calling.Add(1)
 	err := call()
+	s.sl.s.calling.Add(-1)
 	s.sl.s.lived(err)
 	switch {
 	case step == blobwrap.StepOpen:
