@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -126,8 +128,68 @@ func (r *pinnedResult) Seekable() (fd uintptr, off int64, sz int) {
 type ptState struct {
 	mode atomic.Int32 // ptUndecided, ptOn, ptOff
 	// open counts the handles of this file that are (or may be) in
-	// passthrough mode.
+	// passthrough mode. Changed under mu; read without it.
 	open atomic.Int32
+
+	mu sync.Mutex
+	// closed is closed when open drops to zero; nil while nobody waits
+	// for that. GUARDED_BY(mu).
+	closed chan struct{}
+}
+
+// releaseWait bounds how long an open that the passthrough readers of a
+// file would refuse waits for them to go. The kernel forgets a reader at
+// its close(2) and tells pugfs with a RELEASE sent in the background, so
+// an open right after the last reader's close can arrive first; that
+// RELEASE is one request away, a reader still reading never goes.
+const releaseWait = time.Second
+
+// opened counts a passthrough handle.
+func (st *ptState) opened() {
+	st.mu.Lock()
+	st.open.Add(1)
+	st.mu.Unlock()
+}
+
+// released uncounts a passthrough handle and wakes the opens waiting for
+// the last one.
+func (st *ptState) released() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.open.Add(-1) == 0 && st.closed != nil {
+		close(st.closed)
+		st.closed = nil
+	}
+}
+
+// busy reports whether the file still has passthrough readers after
+// waiting up to releaseWait (or until ctx ends, an interrupted open) for
+// the RELEASEs of readers that already closed.
+func (st *ptState) busy(ctx context.Context) bool {
+	if st.open.Load() == 0 {
+		return false
+	}
+	timer := time.NewTimer(releaseWait)
+	defer timer.Stop()
+	for {
+		st.mu.Lock()
+		if st.open.Load() == 0 {
+			st.mu.Unlock()
+			return false
+		}
+		if st.closed == nil {
+			st.closed = make(chan struct{})
+		}
+		ch := st.closed
+		st.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timer.C:
+			return st.open.Load() > 0
+		case <-ctx.Done():
+			return st.open.Load() > 0
+		}
+	}
 }
 
 const (
@@ -161,7 +223,7 @@ func (f *FS) openPassthrough(ctx context.Context, st *ptState, c content) (fh go
 		}
 		// A passthrough file without a copy now (the disk cache gave
 		// up, say): DIRECT_IO suits the inode whatever mode it is in.
-		st.open.Add(1)
+		st.opened()
 		return h, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_NOFLUSH, true, 0
 	}
 	fd, err := unix.FcntlInt(pd.F.Fd(), unix.F_DUPFD_CLOEXEC, 0)
@@ -174,7 +236,7 @@ func (f *FS) openPassthrough(ctx context.Context, st *ptState, c content) (fh go
 		h.close()
 		return nil, 0, false, 0
 	}
-	st.open.Add(1)
+	st.opened()
 	return h, fuse.FOPEN_NOFLUSH, true, 0
 }
 
@@ -208,7 +270,7 @@ func (h *ptHandle) close() {
 func (h *ptHandle) Release(ctx context.Context) syscall.Errno {
 	if !h.released.Swap(true) {
 		h.close()
-		h.st.open.Add(-1)
+		h.st.released()
 	}
 	return 0
 }

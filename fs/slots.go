@@ -632,7 +632,7 @@ func (n *slotFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	write := flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0
 	if !write {
 		if s, _ := n.current(); s != nil {
-			if n.pt.open.Load() > 0 {
+			if n.pt.busy(ctx) {
 				return nil, 0, syscall.ETXTBSY // pinned.go: the kernel would refuse it (EIO)
 			}
 			if n.f.w.Retain(n.id, s) {
@@ -650,7 +650,7 @@ func (n *slotFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		}
 		return nil, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0 // no handle: nothing to flush (fileNode.Open)
 	}
-	if n.pt.open.Load() > 0 {
+	if n.pt.busy(ctx) {
 		// Being read through passthrough: the kernel refuses any other
 		// open of the inode (pinned.go), so say what a running program's
 		// file says instead of its EIO.
@@ -695,7 +695,7 @@ func (n *slotFile) openCommitted(ctx context.Context) (gofs.FileHandle, uint32, 
 	}
 	n.ptMu.Lock()
 	defer n.ptMu.Unlock()
-	if n.pt.open.Load() > 0 && n.ptDigest != e.Digest {
+	if n.ptDigest != e.Digest && n.pt.busy(ctx) {
 		return nil, 0, false, syscall.ETXTBSY
 	}
 	fh, fl, ok, errno := n.f.openPassthrough(ctx, &n.pt, &blobContent{f: n.f, d: &e.Descriptor})
