@@ -971,10 +971,22 @@ func (h *whandle) Flush(ctx context.Context) syscall.Errno {
 	if h.readOnly {
 		return 0
 	}
+	defer h.dropIfRebased(h.s.Rebases())
 	if err := h.f.w.FlushSince(ctx, h.id, h.s, h.wrote.Load()); err != nil {
 		return h.f.errnoOf("close "+h.s.Name(), err)
 	}
 	return 0
+}
+
+// dropIfRebased drops the kernel's pages and size of the file when a
+// commit since the file was at rebases (staging.File.Rebases) moved its
+// appended bytes onto another writer's content: the kernel's are older
+// than the file. From a goroutine: sent from inside a request, a
+// notification can deadlock against the kernel (notify.go).
+func (h *whandle) dropIfRebased(rebases uint64) {
+	if h.s.Rebases() != rebases {
+		go h.n.NotifyContent(0, 0)
+	}
 }
 
 func (h *whandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
@@ -982,6 +994,7 @@ func (h *whandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	if h.readOnly {
 		s = nil // nothing of it to commit (a close of it commits nothing either)
 	}
+	defer h.dropIfRebased(h.s.Rebases())
 	if err := h.f.w.Sync(ctx, h.id, s); err != nil {
 		return h.f.errnoOf("fsync "+h.s.Name(), err)
 	}
@@ -995,6 +1008,7 @@ func (h *whandle) Release(ctx context.Context) syscall.Errno {
 	// The backstop: Flush normally committed already, and a failure
 	// there went back to close(2) and is not retried (staging's Release).
 	// Release errors reach no program, so this one is logged.
+	defer h.dropIfRebased(h.s.Rebases())
 	if err := h.f.w.Release(ctx, h.id, h.s); err != nil {
 		h.f.log.Error("commit on release failed", "session", h.id, "name", h.s.Name(), "err", err)
 	}

@@ -211,6 +211,16 @@ func (w *Writer) flush(ctx context.Context, id layout.SessionID, s *File, untouc
 	gen := s.gen
 	s.mu.Unlock()
 	_, err := w.commit(ctx, id, []pendingOp{{file: s}}, nil)
+	for attempt := 1; err != nil && attempt < appendAttempts; attempt++ {
+		// Refused for another writer's commit of a file this one only
+		// appended to: its bytes go onto that commit, again.
+		g, ok := w.rebaseAppended(ctx, id, s, err)
+		if !ok {
+			break
+		}
+		gen = g
+		_, err = w.commit(ctx, id, []pendingOp{{file: s}}, nil)
+	}
 	s.mu.Lock()
 	s.committing = nil
 	if err != nil && s.gen == gen {
@@ -845,6 +855,10 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 			e := layout.Entry{Descriptor: d, Session: id, Version: res.Version}
 			s.mu.Lock()
 			s.committed = &e
+			if s.appendFrom >= 0 || !s.dirty {
+				// What it holds is e's bytes and, at most, appends.
+				s.appendFrom = d.Size
+			}
 			s.mu.Unlock()
 		}
 	}

@@ -132,6 +132,17 @@ type File struct {
 	lazy *layout.Entry
 	// blobs reads lazy's content. Set before the file is shared.
 	blobs Blobs
+	// appendFrom is the size of the content the file was staged from
+	// (none: 0), or last committed as, while every change since appended
+	// to it through an O_APPEND descriptor (Append); -1 once anything
+	// else changed it (a write at an offset, a truncate, a metadata
+	// change, an O_TRUNC or O_EXCL open). Such a file's bytes past it go
+	// onto what another writer committed meanwhile, as O_APPEND does on
+	// one disk, instead of its close being refused (rebaseAppended).
+	appendFrom int64
+	// rebases counts those rebases: the front end's pages and size of
+	// the file are older than the file after one (Rebases).
+	rebases atomic.Uint64
 	// werr is set when a write or truncate of the content failed (the
 	// staging disk is full, say): the file does not hold what was
 	// written to it, so it is not committed (the error is returned by
@@ -148,6 +159,9 @@ func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 		return nil, fmt.Errorf("stage %s: %w", name, err)
 	}
 	s := &File{name: name, file: f, spill: w.spill, created: w.cfg.Now(), sum: sha256.New(), blobs: w.blobs}
+	if truncate {
+		s.appendFrom = -1
+	}
 	if base == nil {
 		return s, nil
 	}
@@ -172,6 +186,7 @@ func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 			return nil, fmt.Errorf("stage %s: %w", name, err)
 		}
 		s.size, s.sum, s.summed, s.ctype = n, sum, n, ctype
+		s.appendFrom = n
 	default:
 		size, err := s.blobs.Size(ctx, &e.Descriptor)
 		if err != nil {
@@ -179,6 +194,7 @@ func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 			return nil, fmt.Errorf("stage %s: size of the current content: %w", name, err)
 		}
 		s.holdLazilyLocked(&e, size)
+		s.appendFrom = size
 	}
 	// Until it changes, the file is the entry it was staged from: an open
 	// for writing that writes nothing leaves the name showing that entry
@@ -420,6 +436,10 @@ func (s *File) writeAtLocked(p []byte, off int64, atEnd bool) (int, error) {
 	}
 	if atEnd {
 		off = s.size
+	} else {
+		// At an offset the writer chose: moved onto other content,
+		// the bytes would land elsewhere.
+		s.appendFrom = -1
 	}
 	n, err := s.file.WriteAt(p, off)
 	if end := off + int64(n); end > s.size {
@@ -495,6 +515,7 @@ func (s *File) truncateLocked(n int64) error {
 		switch n {
 		case 0:
 			s.lazy = nil // the spill file is empty: what is cut is never fetched
+			s.appendFrom = -1
 		case s.size:
 			s.touched = true
 			return nil
@@ -521,6 +542,7 @@ func (s *File) truncateLocked(n int64) error {
 	}
 	if n != s.size {
 		s.size = n
+		s.appendFrom = -1
 		s.dirty, s.failed = true, nil
 		s.gen++
 		s.contentChangedLocked()
@@ -795,6 +817,7 @@ func (s *File) ChangeAttrs(fn func(*Attrs)) {
 	a := Attrs{Meta: s.meta, ContentType: s.ctype, SchemaURL: s.schema}
 	fn(&a)
 	s.meta, s.ctype, s.schema = a.Meta, a.ContentType, a.SchemaURL
+	s.appendFrom = -1 // rebased, the other writer's attributes would go
 	s.changedLocked()
 	if s.committed != nil {
 		s.touched = true
@@ -850,6 +873,12 @@ func (s *File) Shows() *layout.Entry {
 	}
 	return s.replaced
 }
+
+// Rebases counts the times the file's appended bytes went onto content
+// another writer committed meanwhile (rebaseAppended): after one, what
+// the front end keeps of the file (a kernel's pages and size) is older
+// than the file.
+func (s *File) Rebases() uint64 { return s.rebases.Load() }
 
 // Rebased reports whether the file was staged from content another
 // writer committed after the front end looked its name up (OpenFresh):

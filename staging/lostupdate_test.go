@@ -52,23 +52,43 @@ func (r *writerRig) appendTo(t *testing.T, name, line string) *File {
 	return s
 }
 
-// TestWriterLostUpdate: a file written on what it held (an append, an edit
-// in place) is not committed over bytes another writer committed since:
-// the close (or fsync) fails with ESTALE (layout.ErrChangedUnder), the
-// data is kept in the failed directory, and the other writer's bytes stay.
-// Two mounts appending a line each to one file kept only the last line to
-// close, with both closes succeeding. A write that replaces the file
-// (O_TRUNC) is not guarded: the last one wins, as on any file system.
+// editAt opens name for writing without truncating and writes line at
+// its end through an offset (pwrite, dd conv=notrunc: an edit in place,
+// not O_APPEND), not released.
+func (r *writerRig) editAt(t *testing.T, name, line string) *File {
+	t.Helper()
+	base, ok := r.slot(t, name)
+	if !ok {
+		t.Fatalf("%s is not committed", name)
+	}
+	s, err := r.w.Open(context.Background(), r.id, name, &base, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteAt(context.Background(), []byte(line), base.Size); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestWriterLostUpdate: a file written on what it held (an edit in place)
+// is not committed over bytes another writer committed since: the close
+// (or fsync) fails with ESTALE (layout.ErrChangedUnder), the data is kept
+// in the failed directory, and the other writer's bytes stay. Two mounts
+// writing a line each to one file kept only the last line to close, with
+// both closes succeeding. A write that replaces the file (O_TRUNC) is not
+// guarded: the last one wins, as on any file system. (An O_APPEND write
+// goes onto the other's: TestWriterAppendOntoOtherWriters.)
 func TestWriterLostUpdate(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
 		name string
 		ttl  time.Duration // the cache's: stale, the commit itself finds the change
 	}{{"fresh-state", 0}, {"stale-state", time.Hour}} {
-		t.Run(c.name+"/append", func(t *testing.T) {
+		t.Run(c.name+"/edit", func(t *testing.T) {
 			r := newWriterRigTTL(t, c.ttl, nil)
 			r.write(t, "f", "base\n")
-			s := r.appendTo(t, "f", "mine\n")
+			s := r.editAt(t, "f", "mine\n")
 			r.otherWriter(t, "f", "base\nother\n")
 			err := r.w.Release(ctx, r.id, s)
 			var se *layout.StaleError
@@ -117,7 +137,7 @@ func TestWriterLostUpdate(t *testing.T) {
 		done := make(chan error, 3)
 		go func() { done <- r.w.Release(ctx, r.id, hold) }()
 		waitStalled(t, g, 1)
-		stale := r.appendTo(t, "f", "mine\n")
+		stale := r.editAt(t, "f", "mine\n")
 		fine := r.appendTo(t, "x", "more\n")
 		r.inj.Reset() // the other writer's commit goes through
 		r.otherWriter(t, "f", "base\nother\n")
@@ -421,27 +441,49 @@ func TestWriterExclusiveCreate(t *testing.T) {
 // without O_TRUNC or O_EXCL: the first `>>` of a log) of a name absent
 // when it was checked is built on nothing, as an append to an empty file:
 // a file another writer committed under the name after the check is not
-// replaced (ESTALE at close, the data kept), and without one the file
-// commits. Two mounts' first `>>` of one new log both closed with 0, and
-// the later line replaced the earlier one (audit 8 #1).
+// replaced (ESTALE at close, the data kept; with O_APPEND in close mode
+// the bytes go after the other's), and without one the file commits.
+// Two mounts' first `>>` of one new log both closed with 0, and the
+// later line replaced the earlier one (audit 8 #1).
 func TestWriterCreateKeepingContent(t *testing.T) {
 	ctx := context.Background()
-	create := func(t *testing.T, r *writerRig, body string) *File {
+	create := func(t *testing.T, r *writerRig, body string, appending bool) *File {
 		t.Helper()
 		s, err := r.w.OpenFresh(ctx, r.id, "log", func() *layout.Entry { return nil }, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Append(ctx, []byte(body)); err != nil {
+		if appending {
+			_, err = s.Append(ctx, []byte(body))
+		} else {
+			_, err = s.WriteAt(ctx, []byte(body), 0)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
+	t.Run("appended-meanwhile/close", func(t *testing.T) {
+		r := newWriterRigTTL(t, time.Hour, nil)
+		s := create(t, r, "mine\n", true)
+		r.otherWriter(t, "log", "other\n")
+		if err := r.w.Sync(ctx, r.id, s); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.w.Release(ctx, r.id, s); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.slotBody(t, "log"); got != "other\nmine\n" {
+			t.Fatalf("log = %q, want the other writer's line, then this one", got)
+		}
+	})
 	for _, mode := range []CommitMode{CommitOnClose, CommitOnFsync} {
 		name := map[CommitMode]string{CommitOnClose: "close", CommitOnFsync: "fsync"}[mode]
 		t.Run("committed-meanwhile/"+name, func(t *testing.T) {
 			r := newWriterRigTTL(t, time.Hour, func(c *Config) { c.Commit = mode })
-			s := create(t, r, "mine\n")
+			// O_APPEND too in fsync mode: its one snapshot is not
+			// moved onto other content.
+			s := create(t, r, "mine\n", mode == CommitOnFsync)
 			r.otherWriter(t, "log", "other\n")
 			if err := r.w.Sync(ctx, r.id, s); !errors.Is(err, layout.ErrChangedUnder) {
 				t.Fatalf("commit: %v, want ErrChangedUnder", err)
@@ -452,7 +494,7 @@ func TestWriterCreateKeepingContent(t *testing.T) {
 		})
 		t.Run("alone/"+name, func(t *testing.T) {
 			r := newWriterRigTTL(t, time.Hour, func(c *Config) { c.Commit = mode })
-			s := create(t, r, "mine\n")
+			s := create(t, r, "mine\n", true)
 			if err := r.w.Sync(ctx, r.id, s); err != nil {
 				t.Fatal(err)
 			}
@@ -529,10 +571,10 @@ func TestWriterPathClash(t *testing.T) {
 }
 
 // TestWriterCloseOfLandedWrites: descriptors of one mount share a staged
-// file. One close commits every write so far; a later write through a
-// third descriptor is refused as a lost update (another writer changed
-// the file since). The first descriptor's close succeeds: its bytes
-// landed with the commit. It got the third's ESTALE, and a writer that
+// file. One close commits every write so far; a later write in place
+// through a third descriptor is refused as a lost update (another writer
+// changed the file since). The first descriptor's close succeeds: its
+// bytes landed with the commit. It got the third's ESTALE, and a writer that
 // retried on it appended its line twice (audit 8 #4).
 func TestWriterCloseOfLandedWrites(t *testing.T) {
 	ctx := context.Background()
@@ -558,7 +600,10 @@ func TestWriterCloseOfLandedWrites(t *testing.T) {
 	if err := r.w.FlushSince(ctx, r.id, s, wrote2); err != nil {
 		t.Fatal(err)
 	}
-	wrote3 := appendLine("L3\n")
+	if _, err := s.WriteAt(ctx, []byte("L3\n"), int64(len("base\nL1\nL2\n"))); err != nil {
+		t.Fatal(err)
+	}
+	wrote3 := s.Gen()
 	r.otherWriter(t, "f", "base\nL1\nL2\nB1\n")
 	if err := r.w.FlushSince(ctx, r.id, s, wrote3); !errors.Is(err, layout.ErrChangedUnder) {
 		t.Fatalf("close of the descriptor whose line the other writer's commit went over: %v, want ErrChangedUnder", err)

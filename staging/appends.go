@@ -1,0 +1,89 @@
+package staging
+
+import (
+	"context"
+	"errors"
+	"io"
+	"slices"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// rebaseAppended answers a commit of s that err refused because another
+// writer changed the file since s read it (a layout.StaleError naming
+// it, not as a clash), when everything s did since was append through
+// O_APPEND descriptors (File.appendFrom): s becomes the content the
+// session holds now followed by the bytes s appended, guarded by that
+// content, and ok says to commit it again. It returns the generation s
+// is at then. Two mounts appending lines to one log then both land, as
+// two processes appending to one file on a disk do; their closes were
+// ESTALE, one line in failed/ for each lost race (audit 8). A file
+// removed meanwhile, or one another change of s made more than an append
+// since, stays refused.
+//
+// The caller is s's commit in flight (s.committing is its): no other
+// commit of s runs meanwhile; writes may, and the bytes they append
+// are taken along.
+func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *File, err error) (gen uint64, ok bool) {
+	var se *layout.StaleError
+	if !errors.As(err, &se) {
+		return 0, false
+	}
+	s.mu.RLock()
+	name, from, lazy := s.name, s.appendFrom, s.lazy != nil
+	s.mu.RUnlock()
+	if from < 0 || lazy || !slices.Contains(se.Names, name) || slices.Contains(se.Clashes, name) {
+		return 0, false
+	}
+	// The refusal invalidated the session's state, or found the change
+	// in it: either way the state read here shows that change or a later
+	// one, and the commit's guard refuses any other.
+	st, serr := w.cache.State(ctx, id)
+	if serr != nil {
+		w.log.Warn("appended file not moved onto another writer's commit: reading the session failed", "session", id, "name", name, "err", serr)
+		return 0, false
+	}
+	cur, exists := st.Slots()[name]
+	if !exists {
+		return 0, false // removed meanwhile: nothing to append to
+	}
+	// The other writer's content is fetched into a new spill file
+	// without s.mu: reads and stats of s, and more appends, go on.
+	nf, serr := s.spill()
+	if serr != nil {
+		w.log.Warn("appended file not moved onto another writer's commit", "session", id, "name", name, "err", serr)
+		return 0, false
+	}
+	n, sum, ctype, serr := copyContent(ctx, s.blobs, nf, &cur, name)
+	if serr != nil {
+		nf.Close()
+		w.log.Warn("appended file not moved onto another writer's commit: reading its content failed", "session", id, "name", name, "err", serr)
+		return 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.appendFrom < 0 || s.lazy != nil || s.unlinked || s.file == nil || s.name != name || s.werr != nil {
+		nf.Close()
+		return 0, false // changed otherwise, removed or renamed meanwhile
+	}
+	tail := s.size - s.appendFrom
+	if _, serr = io.Copy(io.MultiWriter(io.NewOffsetWriter(nf, n), sum), io.NewSectionReader(s.file, s.appendFrom, tail)); serr != nil {
+		nf.Close()
+		w.log.Warn("appended file not moved onto another writer's commit: copying its appended bytes failed", "session", id, "name", name, "err", serr)
+		return 0, false
+	}
+	s.file.Close()
+	s.file, s.size, s.sum, s.summed = nf, n+tail, sum, n+tail
+	s.linked.Store(false)
+	s.appendFrom = n
+	s.committed, s.absent, s.replaced = &cur, nil, nil
+	// The other writer's attributes: this file only added bytes.
+	s.meta, s.schema, s.cacheControl, s.ctype = cloneMap(cur.Metadata), cur.SchemaURL, cur.CacheControl, ctype
+	s.contentChangedLocked()
+	s.dirty, s.failed = true, nil
+	s.gen++
+	s.rebases.Add(1)
+	w.log.Info("appended bytes moved onto another writer's commit of the file", "session", id, "name", name,
+		"version", cur.Version, "appended", tail)
+	return s.gen, true
+}

@@ -1,0 +1,208 @@
+package staging
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/internal/testrig"
+	"github.com/pugmark/pugfs/layout"
+)
+
+// bodyOf is the whole content the committed slot name holds, inline or
+// in its blob (decoded).
+func (r *writerRig) bodyOf(t *testing.T, name string) string {
+	t.Helper()
+	e, ok := r.slot(t, name)
+	if !ok {
+		return "(none)"
+	}
+	return readEntry(t, r.w.blobs, &e)
+}
+
+// readEntry reads e's whole (decoded) content.
+func readEntry(t *testing.T, blobs Blobs, e *layout.Entry) string {
+	t.Helper()
+	var b []byte
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := blobs.ReadAt(context.Background(), &e.Descriptor, buf, int64(len(b)))
+		b = append(b, buf[:n]...)
+		if errors.Is(err, io.EOF) || err == nil && n == 0 {
+			return string(b)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestWriterAppendOntoOtherWriters: a file only appended to through
+// O_APPEND descriptors since it was read is, when another writer
+// committed the file meanwhile, committed as that writer's content
+// followed by the appended bytes: its close succeeds, nothing goes to the
+// failed directory, and the staged file (what the descriptors still open
+// read) shows the merged content. Two mounts appending lines to one log
+// got ESTALE for one close in each lost race, the line in failed/ (audit
+// 8). Whatever else changed the file keeps it refused
+// (TestWriterLostUpdate).
+func TestWriterAppendOntoOtherWriters(t *testing.T) {
+	ctx := context.Background()
+	base, other := big("base line\n"), big("base line\n")+"other\n"
+	for _, c := range []struct {
+		name string
+		ttl  time.Duration // the cache's: stale, the commit itself finds the change
+		enc  string        // the other writer's blob's encoding
+	}{
+		{"fresh-state", 0, ""},
+		{"stale-state", time.Hour, ""},
+		{"gzip", time.Hour, layout.EncodingGzip},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newWriterRigTTL(t, c.ttl, nil)
+			r.commitBlob(t, "log", base, "")
+			s := r.appendTo(t, "log", "mine\n")
+			if c.ttl == 0 {
+				r.commitBlob(t, "log", other, c.enc)
+			} else {
+				r.otherBlob(t, "log", other, c.enc) // the commit finds it
+			}
+			if err := r.w.Flush(ctx, r.id, s, false); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+			want := other + "mine\n"
+			if got := r.bodyOf(t, "log"); got != want {
+				t.Fatalf("log ends %q, want the other writer's content, then this line", got[max(0, len(got)-40):])
+			}
+			buf := make([]byte, len(want)+10)
+			if n, err := s.ReadAt(ctx, buf, 0); err != nil || string(buf[:n]) != want || s.Stat().Size != int64(len(want)) {
+				t.Fatalf("the staged file after the close reads %d bytes (%v), size %d; want the merged %d", n, err, s.Stat().Size, len(want))
+			}
+			if s.Rebases() != 1 {
+				t.Errorf("Rebases = %d, want 1 (the front end drops its pages by it)", s.Rebases())
+			}
+			// More appends build on what landed: once.
+			if _, err := s.Append(ctx, []byte("more\n")); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.bodyOf(t, "log"); got != want+"more\n" {
+				t.Fatalf("after one more append, log ends %q", got[max(0, len(got)-40):])
+			}
+			if f := r.failedFiles(t); len(f) != 0 {
+				t.Fatalf("failed directory %v, want nothing", f)
+			}
+		})
+	}
+	t.Run("attributes-changed", func(t *testing.T) {
+		r := newWriterRig(t)
+		r.write(t, "log", "base\n")
+		s := r.appendTo(t, "log", "mine\n")
+		s.ChangeAttrs(func(a *Attrs) { a.Meta = map[string]string{"k": "v"} })
+		r.otherWriter(t, "log", "base\nother\n")
+		if err := r.w.Release(ctx, r.id, s); !errors.Is(err, layout.ErrChangedUnder) {
+			t.Fatalf("close: %v, want ErrChangedUnder: moved, the other's attributes would go", err)
+		}
+		if got := r.slotBody(t, "log"); got != "base\nother\n" {
+			t.Fatalf("log = %q", got)
+		}
+	})
+	t.Run("removed-then-committed", func(t *testing.T) {
+		// Removed and made again by the other writer: O_APPEND writes
+		// to the file the name has at the close.
+		r := newWriterRig(t)
+		r.write(t, "log", "base\n")
+		s := r.appendTo(t, "log", "mine\n")
+		r.otherRemove(t, "log")
+		r.otherWriter(t, "log", "new\n")
+		if err := r.w.Release(ctx, r.id, s); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.slotBody(t, "log"); got != "new\nmine\n" {
+			t.Fatalf("log = %q", got)
+		}
+	})
+}
+
+// TestWriterAppendersRace: two writers on one bucket (two mounts), each
+// appending lines to one log through O_APPEND descriptors, each line one
+// open, write and close, at once: every close succeeds, and the log holds
+// every line once, each writer's in its order.
+func TestWriterAppendersRace(t *testing.T) {
+	ctx := context.Background()
+	r := testrig.New(t, time.Hour)
+	const lines = 25
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*lines)
+	for _, who := range []string{"a", "b"} {
+		c, err := cache.New(r.Store, cache.Options{MetadataTTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		w := New(Config{StagingDir: dir, FailedDir: filepath.Join(dir, "failed")}, r.Store, c, r.Blobs, nil)
+		t.Cleanup(w.Shutdown)
+		baseOf := func() *layout.Entry {
+			st, err := c.State(ctx, r.Session)
+			if err != nil {
+				return nil
+			}
+			if e, ok := st.Slots()["log"]; ok {
+				return &e
+			}
+			return nil
+		}
+		wg.Go(func() {
+			for i := range lines {
+				s, err := w.OpenFresh(ctx, r.Session, "log", baseOf, false)
+				if err != nil {
+					errs <- fmt.Errorf("%s open %d: %w", who, i, err)
+					continue
+				}
+				if _, err := s.Append(ctx, fmt.Appendf(nil, "%s%02d\n", who, i)); err != nil {
+					errs <- err
+				}
+				if err := w.FlushSince(ctx, r.Session, s, s.Gen()); err != nil {
+					errs <- fmt.Errorf("%s close %d: %w", who, i, err)
+				}
+				if err := w.Release(ctx, r.Session, s); err != nil {
+					errs <- fmt.Errorf("%s release %d: %w", who, i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	c, err := cache.New(r.Store, cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.State(ctx, r.Session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := st.Slots()["log"]
+	got := strings.Fields(readEntry(t, r.Blobs, &e))
+	next := map[byte]int{}
+	for _, l := range got {
+		if want := fmt.Sprintf("%c%02d", l[0], next[l[0]]); l != want {
+			t.Fatalf("line %q where %q was next: log %q", l, want, got)
+		}
+		next[l[0]]++
+	}
+	if next['a'] != lines || next['b'] != lines {
+		t.Fatalf("log holds %d lines of a, %d of b, want %d each: %q", next['a'], next['b'], lines, got)
+	}
+}
