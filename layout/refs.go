@@ -79,19 +79,22 @@ func (s *Store) Link(ctx context.Context, name, target string) error {
 	return nil
 }
 
-// linkIfAbsent creates ref name only if it does not exist.
-func (s *Store) linkIfAbsent(ctx context.Context, name, target string) (bool, error) {
+// linkIfAbsent creates ref name only if it does not exist. lost reports
+// that the ref existed before this call wrote anything (its first PUT was
+// refused): it is another writer's for certain, whatever a re-read says.
+// A refusal after a retry may meet this call's own earlier PUT.
+func (s *Store) linkIfAbsent(ctx context.Context, name, target string) (won, lost bool, err error) {
 	key, err := RefKey(name)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	wo := refOptions()
 	wo.IfNotExist = true
-	err = s.put(ctx, key, []byte(target), &wo)
+	attempts, err := s.putCounted(ctx, key, []byte(target), &wo)
 	if isPrecondition(err) {
-		return false, nil
+		return false, attempts == 1, nil
 	}
-	return err == nil, err
+	return err == nil, false, err
 }
 
 // ErrWeakCAS reports that a rename went through on a backend without
@@ -262,17 +265,30 @@ func (s *Store) CreateNamedSession(ctx context.Context, name string, m *Manifest
 		return nil, false, err
 	}
 	key, _ := ManifestKey(m.Session)
-	won, claimErr := s.linkIfAbsent(ctx, refName, key)
+	won, lost, claimErr := s.linkIfAbsent(ctx, refName, key)
 	// Re-read the ref as §9.2 prescribes, so that a writer using plain
 	// Link (another implementation) is detected too — and so that a claim
 	// whose outcome is unknown (an error after the PUT may have landed,
 	// §13.2) is settled by what the ref now says.
 	winner, err := s.ResolveSessionName(ctx, name)
 	if err != nil {
-		if claimErr != nil {
-			return nil, false, fmt.Errorf("create named session %s: claim ref: %w", name, claimErr)
+		if lost && made {
+			// Lost for certain: the manifest dangles, whatever the
+			// re-read would say (§9.2 2). Left, the bucket kept two
+			// sessions of the name, one without its ref (review 4).
+			if derr := s.delete(ctx, key); derr != nil {
+				return nil, false, fmt.Errorf("create named session %s: lost the name to another writer; re-read ref: %w; delete dangling manifest %s: %v", name, err, key, derr)
+			}
+			return nil, false, fmt.Errorf("create named session %s: lost the name to another writer; re-read ref: %w", name, err)
 		}
-		return nil, false, fmt.Errorf("create named session %s: re-read ref: %w", name, err)
+		dangling := ""
+		if made {
+			dangling = fmt.Sprintf(" (its manifest %s is left: it dangles unless the claim landed; pugfs fsck finds it)", key)
+		}
+		if claimErr != nil {
+			return nil, false, fmt.Errorf("create named session %s: claim ref: %w%s", name, claimErr, dangling)
+		}
+		return nil, false, fmt.Errorf("create named session %s: re-read ref: %w%s", name, err, dangling)
 	}
 	if winner == m.Session {
 		// won is false only when our own claim's response was lost and

@@ -9,8 +9,10 @@ import (
 	"testing"
 
 	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
 
 	"github.com/pugmark/pugfs/internal/testbucket"
+	"github.com/pugmark/pugfs/layout/faultblob"
 )
 
 // §9: Link is an unconditional PUT of one text/plain line with
@@ -269,3 +271,65 @@ func TestSection9_RenameRefCAS(t *testing.T) {
 }
 
 var _ = fmt.Sprint
+
+// TestNamedSessionLoserWhoseReReadFails: §9.2. A writer whose claim of
+// refs/sessions/<name> was refused at its first PUT lost the name for
+// certain and deletes its manifest even when its re-read of the ref then
+// fails; it returned the error and left the manifest, naming <name>, in
+// the bucket for good (review 4: two sessions of one name, one without
+// its ref). When the claim's outcome is unknown (an error after a PUT
+// that may have landed), the manifest may be the winner's: it is left,
+// and the error names it.
+func TestNamedSessionLoserWhoseReReadFails(t *testing.T) {
+	refKey, _ := RefKey(SessionRefName("job"))
+	for _, c := range []struct {
+		name     string
+		rules    []faultblob.Rule
+		wantErr  string
+		dangling bool // the loser's manifest stays
+	}{
+		{"lost", []faultblob.Rule{
+			// The loser's first look does not see the winner's ref yet,
+			// then the ref's HEADs fail.
+			{Ops: faultblob.OpHead, Match: faultblob.Match{Prefix: refKey}, FailNth: 1, Err: faultblob.PermanentError(gcerrors.NotFound)},
+			{Ops: faultblob.OpHead, Match: faultblob.Match{Prefix: refKey}, FailProb: 1},
+		}, "lost the name to another writer", false},
+		{"unknown", []faultblob.Rule{
+			{Ops: faultblob.OpHead, Match: faultblob.Match{Prefix: refKey}, FailNth: 1, Err: faultblob.PermanentError(gcerrors.NotFound)},
+			{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: refKey}, FailProb: 1},
+			{Ops: faultblob.OpHead, Match: faultblob.Match{Prefix: refKey}, FailProb: 1},
+		}, "is left: it dangles unless the claim landed", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			inj := faultblob.NewInjector(faultblob.Options{Seed: 1})
+			s := newStore(t, faultblob.Wrap(memBucket(), inj), &Options{Retries: 1})
+			winner, _, err := s.CreateNamedSession(bg, "job", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range c.rules {
+				inj.Add(r)
+			}
+			if _, _, err := s.CreateNamedSession(bg, "job", nil); err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Fatalf("loser: %v, want an error saying %q", err, c.wantErr)
+			}
+			inj.Reset()
+			if got, _, err := s.CreateNamedSession(bg, "job", nil); err != nil || got.Session != winner.Session {
+				t.Fatalf("the caller's retry: %v %v, want the winner", got, err)
+			}
+			ids, err := s.ListSessions(bg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			named := 0
+			for _, id := range ids {
+				if m, err := s.LoadManifest(bg, id); err == nil && m.Name == "job" && id != winner.Session {
+					named++
+				}
+			}
+			if dangling := named > 0; dangling != c.dangling {
+				t.Fatalf("%d other sessions named job in the bucket, want dangling %v", named, c.dangling)
+			}
+		})
+	}
+}

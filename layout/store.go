@@ -246,7 +246,17 @@ func (s *Store) exists(ctx context.Context, key string) (bool, error) {
 // IfNotExist, a retry after a lost response may report precondition-failed
 // for our own write, which callers resolve (transaction IDs, digests).
 func (s *Store) put(ctx context.Context, key string, body []byte, wo *blob.WriterOptions) error {
-	err := s.retry(ctx, func() error {
+	_, err := s.putCounted(ctx, key, body, wo)
+	return err
+}
+
+// putCounted is put, also returning how many attempts it made: a
+// precondition refusal of the first attempt means no PUT of this call
+// landed; after a retry, the refusal may be this call's own earlier PUT
+// whose reply was lost.
+func (s *Store) putCounted(ctx context.Context, key string, body []byte, wo *blob.WriterOptions) (attempts int, err error) {
+	err = s.retry(ctx, func() error {
+		attempts++
 		s.st.puts.Add(1)
 		opts := *wo
 		err := s.b.WriteAll(ctx, key, body, &opts)
@@ -256,9 +266,9 @@ func (s *Store) put(ctx context.Context, key string, body []byte, wo *blob.Write
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("put %s: %w", key, err)
+		return attempts, fmt.Errorf("put %s: %w", key, err)
 	}
-	return nil
+	return attempts, nil
 }
 
 // walk calls fn for every object and (with delim) prefix under prefix, in
