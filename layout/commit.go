@@ -48,9 +48,12 @@ type CommitRequest struct {
 	Base *Position
 	// TransactionID, if non-zero, is used instead of a fresh one; a
 	// retry of a commit whose outcome is unknown passes the same ID
-	// (§13.2). Such a retry inspects every version above Base for its
-	// own snapshot; without a Base it inspects the latest versions down
-	// to and including the newest checkpoint.
+	// (§13.2) and the Base of its first attempt: it inspects every
+	// version above Base for its own snapshot. Without a Base it is
+	// ErrInvalid: no version tells where the search may stop (the newest
+	// checkpoint did not: another writer's checkpoint may land above the
+	// lost attempt, which was then committed again; review 4).
+	// ResolveCommit settles an OutcomeUnknownError without committing.
 	TransactionID uint64
 	// Exact lands the snapshot at Base.Version+1 or not at all: a
 	// snapshot found above Base is ErrLateInput instead of being merged
@@ -174,18 +177,12 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 	if req.Base != nil {
 		pos = *req.Base
 	} else {
+		if retry {
+			return CommitResult{}, fmt.Errorf("commit to %s: %w: a retry with a transaction ID needs the base of its first attempt", id, ErrInvalid)
+		}
 		v, err := s.LatestVersion(ctx, id)
 		if err != nil {
 			return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
-		}
-		if retry {
-			r, ok, err := s.findOwnCommit(ctx, id, v, txn)
-			if err != nil {
-				return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
-			}
-			if ok {
-				return r, nil
-			}
 		}
 		if pos, err = s.positionAt(ctx, id, v); err != nil {
 			return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
@@ -400,25 +397,6 @@ func (s *Store) ownCommitAt(ctx context.Context, id SessionID, v uint32, txn uin
 	}
 	r.Attempts = attempt
 	return r, nil
-}
-
-// findOwnCommit looks for transaction txn at versions latest, latest-1, ...
-// down to and including the newest checkpoint (§13.2 retry without a base).
-func (s *Store) findOwnCommit(ctx context.Context, id SessionID, latest uint32, txn uint64) (CommitResult, bool, error) {
-	for v := latest; v > 0; v-- {
-		meta, err := s.ReadSnapshotMeta(ctx, id, v)
-		if err != nil {
-			return CommitResult{}, false, err
-		}
-		if meta.TransactionID == txn {
-			r, err := s.ownCommit(ctx, id, v, txn)
-			return r, err == nil, err
-		}
-		if meta.Type == Checkpoint {
-			break
-		}
-	}
-	return CommitResult{}, false, nil
 }
 
 // ownCommit describes our own snapshot found at version v, as stored.
