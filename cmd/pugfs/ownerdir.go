@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -29,15 +30,19 @@ import (
 // lockSuffix ends the name of a directory's lock file.
 const lockSuffix = ".lock"
 
+// newLockSuffix ends the name a lock file has while its owner locks it,
+// before it takes its name (ownDir).
+const newLockSuffix = ".lock-new"
+
 // ownDir makes a new directory under root, held by this process until
 // release (which the caller calls once it has removed dir, or not: an
 // unlocked directory is the next sweep's). The lock file comes first, so
-// a sweep never sees the directory without it, and it is locked before
-// the directory is made: a sweep that finds the new lock file before its
-// lock, with no directory yet, takes it for a dead owner's and removes
-// it. The name is then taken again; had the owner gone on, its directory
-// would have no lock file, and the next sweep would remove it in use
-// (review 5).
+// a sweep never sees the directory without it, and it takes its name
+// locked: made and locked under a name sweeps leave alone, then renamed.
+// A sweep that found a new lock file before its lock took it for a dead
+// owner's and removed it (review 5); the owner then made another, and
+// with a sweep running in a loop (a test on a loaded machine) gave up
+// after 16 (CI).
 func ownDir(root string) (dir string, release func(), err error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return "", nil, err
@@ -45,23 +50,32 @@ func ownDir(root string) (dir string, release func(), err error) {
 	var lock *os.File
 	for attempt := 0; ; attempt++ {
 		if attempt == 16 {
-			return "", nil, fmt.Errorf("lock a directory under %s: swept away %d times", root, attempt)
+			return "", nil, fmt.Errorf("lock a directory under %s: %d names taken", root, attempt)
 		}
 		var b [8]byte
 		rand.Read(b[:])
 		dir = filepath.Join(root, "p"+hex.EncodeToString(b[:])) // never a PID: see orphans
-		lock, err = os.OpenFile(dir+lockSuffix, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+		lock, err = os.OpenFile(dir+newLockSuffix, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 		if errors.Is(err, os.ErrExist) {
 			continue
 		}
 		if err != nil {
 			return "", nil, err
 		}
-		if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil && namesFile(dir+lockSuffix, lock) {
+		if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			lock.Close()
+			os.Remove(dir + newLockSuffix)
+			return "", nil, fmt.Errorf("lock %s: %w", dir+newLockSuffix, err)
+		}
+		err = renameNoReplace(dir+newLockSuffix, dir+lockSuffix)
+		if err == nil {
 			break
 		}
-		// A sweep holds it, or removed it: it removes what it holds.
 		lock.Close()
+		os.Remove(dir + newLockSuffix)
+		if !errors.Is(err, unix.EEXIST) {
+			return "", nil, fmt.Errorf("name the lock file %s: %w", dir+lockSuffix, err)
+		}
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		lock.Close()
@@ -74,14 +88,18 @@ func ownDir(root string) (dir string, release func(), err error) {
 	}, nil
 }
 
-// namesFile reports whether path names the open file f.
-func namesFile(path string, f *os.File) bool {
-	fi, err := f.Stat()
-	if err != nil {
-		return false
+// renameNoReplace renames from to to unless to exists (EEXIST): with
+// RENAME_NOREPLACE, or on a file system without it, a hard link and the
+// removal of from. Either way the open file keeps its lock.
+func renameNoReplace(from, to string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE)
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS) {
+		return err
 	}
-	pi, err := os.Stat(path)
-	return err == nil && os.SameFile(fi, pi)
+	if err := unix.Link(from, to); err != nil {
+		return err
+	}
+	return os.Remove(from)
 }
 
 // orphans calls gone for each directory under root whose owner is gone,
@@ -101,6 +119,10 @@ func orphans(root string, gone func(dir string)) {
 		name := e.Name()
 		if base, ok := strings.CutSuffix(name, lockSuffix); ok {
 			sweepLocked(filepath.Join(root, base), names[base], gone)
+			continue
+		}
+		if base, ok := strings.CutSuffix(name, newLockSuffix); ok && ownName(base) {
+			sweepNewLock(filepath.Join(root, name))
 			continue
 		}
 		if !e.IsDir() || names[name+lockSuffix] {
@@ -126,6 +148,24 @@ func ownName(name string) bool {
 	}
 	_, err := hex.DecodeString(name[1:])
 	return err == nil
+}
+
+// sweepNewLock removes a lock file that never took its name (ownDir):
+// its owner died between making and renaming it. One that is not a
+// minute old may be a live owner's that has not locked it yet.
+func sweepNewLock(path string) {
+	lock, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return
+	}
+	defer lock.Close()
+	fi, err := lock.Stat()
+	if err != nil || time.Since(fi.ModTime()) < time.Minute {
+		return
+	}
+	if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+		os.Remove(path)
+	}
 }
 
 // sweepLocked hands dir to gone if its lock can be taken.

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pugmark/pugfs/internal/syncbuf"
 )
 
@@ -165,5 +167,36 @@ func TestOwnDirAgainstASweep(t *testing.T) {
 		}
 		os.Remove(dir)
 		release()
+	}
+}
+
+// TestOrphansSweepUnnamedLocks: a lock file that never took its name
+// (its owner died between making and renaming it, ownDir) is removed by
+// a sweep once it is a minute old and nobody holds it; a younger one, or
+// one held, may be a live owner's and stays.
+func TestOrphansSweepUnnamedLocks(t *testing.T) {
+	root := t.TempDir()
+	old := time.Now().Add(-2 * time.Minute)
+	path := func(name string) string { return filepath.Join(root, name+newLockSuffix) }
+	for _, name := range []string{"p0000000000000001", "p0000000000000002", "p0000000000000003"} {
+		if err := os.WriteFile(path(name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chtimes(path("p0000000000000001"), old, old) // dead owner's
+	os.Chtimes(path("p0000000000000003"), old, old) // held
+	held, err := os.Open(path("p0000000000000003"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := unix.Flock(int(held.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	orphans(root, func(string) { t.Error("a directory handed over: there is none") })
+	for name, want := range map[string]bool{"p0000000000000001": false, "p0000000000000002": true, "p0000000000000003": true} {
+		if _, err := os.Stat(path(name)); (err == nil) != want {
+			t.Errorf("%s after a sweep: %v, want kept %v", name, err, want)
+		}
 	}
 }
