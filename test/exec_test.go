@@ -343,13 +343,13 @@ func TestExecFailingHandler(t *testing.T) {
 			t.Fatalf("a failed handler's output was kept: %v", kept)
 		}
 		wantSlots(t, bk, id, map[string]string{"a.txt": "a\n"})
-		// A handler's own 74 is not passed on: 74 is pugfs exec's "the
-		// checkpoint may have landed", and a supervisor would not run
-		// it again. Its own 75 (retry) is.
-		for _, c := range []struct{ handler, want int }{{74, 1}, {75, 75}} {
-			_, errOut, code := runExec(t, bk, cache, id.String(), "sh", "-c", fmt.Sprintf("echo x > out.txt; exit %d", c.handler))
-			if code != c.want || latest(t, bk, id) != 1 {
-				t.Errorf("a handler that exits %d: exit %d, version %d; want exit %d and nothing landed\n%s", c.handler, code, latest(t, bk, id), c.want, errOut)
+		// A handler's own 74 and 75, pugfs exec's "may have landed" and
+		// "nothing landed", are passed on too (tree.md: the command's
+		// status), and stderr says that nothing was committed.
+		for _, status := range []int{74, 75} {
+			_, errOut, code := runExec(t, bk, cache, id.String(), "sh", "-c", fmt.Sprintf("echo x > out.txt; exit %d", status))
+			if code != status || latest(t, bk, id) != 1 || !strings.Contains(errOut, "nothing was committed") {
+				t.Errorf("a handler that exits %d: exit %d, version %d; want exit %d, nothing landed, stderr saying so\n%s", status, code, latest(t, bk, id), status, errOut)
 			}
 		}
 		// A command that does not exist is 127, and named as given: a

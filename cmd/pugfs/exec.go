@@ -100,8 +100,8 @@ from refs/sessions/<name>), per tree.md "Running a handler":
    the failed directory.
 
 The handler's environment has no cloud credentials (AWS_*, AZURE_*,
-GOOGLE_* secrets) unless --pass-credentials. Exit status: COMMAND's (but
-1 for its own 74), 75 when nothing landed but a retry may succeed, 74
+GOOGLE_* secrets) unless --pass-credentials. Exit status: COMMAND's
+(its 74 and 75 too), 75 when nothing landed but a retry may succeed, 74
 when the checkpoint may have landed but the bucket did not answer whether
 it did (asked again for 5x --request-timeout), 1 when pugfs exec failed,
 2 for a usage error.`,
@@ -399,13 +399,14 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 		return runErr
 	}
 	if code != 0 {
+		// tree.md: "pugfs exec exits with the command's status", its 74
+		// and 75 too, as a shell's exec would. A supervisor that takes
+		// a 74 for "may have landed" finds the checkpoint where it was
+		// (the session's .pugmark/checkpoint is not above the run's
+		// PUGMARK_VERSION): nothing landed.
 		env.fs.DiscardSession(id)
-		if code == exitUnknown {
-			// 74 is this command's "the checkpoint may have landed": passed
-			// on, a supervisor would take the command's own EX_IOERR for
-			// that, and not run it again.
-			fmt.Fprintf(sio.err, "pugfs exec: the command exited %d; nothing was committed; exiting 1 (%d means a checkpoint may have landed)\n", code, exitUnknown)
-			return exitCode(1)
+		if code == exitUnknown || code == exitTempFail {
+			fmt.Fprintf(sio.err, "pugfs exec: the command exited %d; nothing was committed\n", code)
 		}
 		return exitCode(code)
 	}
