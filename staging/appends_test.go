@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -144,13 +143,7 @@ func TestWriterAppendersRace(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*lines)
 	for _, who := range []string{"a", "b"} {
-		c, err := cache.New(r.Store, cache.Options{MetadataTTL: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir := t.TempDir()
-		w := New(Config{StagingDir: dir, FailedDir: filepath.Join(dir, "failed")}, r.Store, c, r.Blobs, nil)
-		t.Cleanup(w.Shutdown)
+		w, c := mountOn(t, r)
 		baseOf := func() *layout.Entry {
 			st, err := c.State(ctx, r.Session)
 			if err != nil {

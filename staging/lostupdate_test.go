@@ -34,22 +34,11 @@ func (r *writerRig) slotBody(t *testing.T, name string) string {
 	return string(e.Data)
 }
 
-// appendTo opens name for writing without truncating (>>, an edit in
-// place) and appends line, not released.
+// appendTo opens name for writing without truncating and appends line
+// through O_APPEND (>>), not released.
 func (r *writerRig) appendTo(t *testing.T, name, line string) *File {
 	t.Helper()
-	base, ok := r.slot(t, name)
-	if !ok {
-		t.Fatalf("%s is not committed", name)
-	}
-	s, err := r.w.Open(context.Background(), r.id, name, &base, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Append(context.Background(), []byte(line)); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return r.openWriting(t, name, line, true)
 }
 
 // editAt opens name for writing without truncating and writes line at
@@ -57,6 +46,12 @@ func (r *writerRig) appendTo(t *testing.T, name, line string) *File {
 // not O_APPEND), not released.
 func (r *writerRig) editAt(t *testing.T, name, line string) *File {
 	t.Helper()
+	return r.openWriting(t, name, line, false)
+}
+
+// openWriting is appendTo (appending) or editAt.
+func (r *writerRig) openWriting(t *testing.T, name, line string, appending bool) *File {
+	t.Helper()
 	base, ok := r.slot(t, name)
 	if !ok {
 		t.Fatalf("%s is not committed", name)
@@ -65,7 +60,12 @@ func (r *writerRig) editAt(t *testing.T, name, line string) *File {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.WriteAt(context.Background(), []byte(line), base.Size); err != nil {
+	if appending {
+		_, err = s.Append(context.Background(), []byte(line))
+	} else {
+		_, err = s.WriteAt(context.Background(), []byte(line), base.Size)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	return s

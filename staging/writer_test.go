@@ -813,6 +813,20 @@ func TestWriterLostFsyncCheckpointStaysLost(t *testing.T) {
 	}
 }
 
+// mountOn is a Writer with a session cache of its own over r's store, as
+// another mount of the bucket is; it trusts what it loaded for an hour.
+func mountOn(t *testing.T, r *testrig.Rig) (*Writer, *cache.Cache) {
+	t.Helper()
+	c, err := cache.New(r.Store, cache.Options{MetadataTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	w := New(Config{StagingDir: dir, FailedDir: filepath.Join(dir, "failed")}, r.Store, c, r.Blobs, nil)
+	t.Cleanup(w.Shutdown)
+	return w, c
+}
+
 // TestWriterOpenFreshSeesOtherWriters: two writers (two mounts) over one
 // bucket, each trusting its session cache for an hour. Once one has
 // changed a file, the other's OpenFresh of the entry it loaded opens the
@@ -823,16 +837,7 @@ func TestWriterLostFsyncCheckpointStaysLost(t *testing.T) {
 func TestWriterOpenFreshSeesOtherWriters(t *testing.T) {
 	ctx := context.Background()
 	r := testrig.New(t, time.Hour)
-	writer := func() (*Writer, *cache.Cache) {
-		c, err := cache.New(r.Store, cache.Options{MetadataTTL: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir := t.TempDir()
-		w := New(Config{StagingDir: dir, FailedDir: filepath.Join(dir, "failed")}, r.Store, c, r.Blobs, nil)
-		t.Cleanup(w.Shutdown)
-		return w, c
-	}
+	writer := func() (*Writer, *cache.Cache) { return mountOn(t, r) }
 	commit := func(w *Writer, name, content string, base *layout.Entry) {
 		t.Helper()
 		s, err := w.Open(ctx, r.Session, name, base, base == nil)
