@@ -2,6 +2,7 @@ package staging
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"io"
 	"slices"
@@ -18,8 +19,10 @@ import (
 // is at then. Two mounts appending lines to one log then both land, as
 // two processes appending to one file on a disk do; their closes were
 // ESTALE, one line in failed/ for each lost race (audit 8). A file
-// removed meanwhile, or one another change of s made more than an append
-// since, stays refused.
+// removed (or renamed) meanwhile is made again with the appended bytes
+// alone, guarded by its absence, as a rotated log's writer starts the
+// next one; it came back with all it had read. One that another change
+// of s made more than an append since stays refused.
 //
 // The caller is s's commit in flight (s.committing is its): no other
 // commit of s runs meanwhile; writes may, and the bytes they append
@@ -33,7 +36,7 @@ func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *Fil
 	name, from, lazy := s.name, s.appendFrom, s.lazy != nil
 	s.mu.RUnlock()
 	if from < 0 || lazy || !slices.Contains(se.Names, name) || slices.Contains(se.Clashes, name) {
-		return 0, false
+		return 0, false // an edit, or a clash: refused
 	}
 	// The refusal invalidated the session's state, or found the change
 	// in it: either way the state read here shows that change or a later
@@ -44,9 +47,6 @@ func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *Fil
 		return 0, false
 	}
 	cur, exists := st.Slots()[name]
-	if !exists {
-		return 0, false // removed meanwhile: nothing to append to
-	}
 	// The other writer's content is fetched into a new spill file
 	// without s.mu: reads and stats of s, and more appends, go on.
 	nf, serr := s.spill()
@@ -54,17 +54,22 @@ func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *Fil
 		w.log.Warn("appended file not moved onto another writer's commit", "session", id, "name", name, "err", serr)
 		return 0, false
 	}
-	n, sum, ctype, serr := copyContent(ctx, s.blobs, nf, &cur, name)
-	if serr != nil {
-		nf.Close()
-		w.log.Warn("appended file not moved onto another writer's commit: reading its content failed", "session", id, "name", name, "err", serr)
-		return 0, false
+	var n int64
+	sum, ctype := sha256.New(), ""
+	if exists {
+		n, sum, ctype, serr = copyContent(ctx, s.blobs, nf, &cur, name)
+		if serr != nil {
+			nf.Close()
+			w.log.Warn("appended file not moved onto another writer's commit: reading its content failed", "session", id, "name", name, "err", serr)
+			return 0, false
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.appendFrom < 0 || s.lazy != nil || s.unlinked || s.file == nil || s.name != name || s.werr != nil {
 		nf.Close()
-		return 0, false // changed otherwise, removed or renamed meanwhile
+		w.log.Info("appended file not moved onto another writer's commit: changed otherwise, removed or renamed here meanwhile", "session", id, "name", name)
+		return 0, false
 	}
 	tail := s.size - s.appendFrom
 	if _, serr = io.Copy(io.MultiWriter(io.NewOffsetWriter(nf, n), sum), io.NewSectionReader(s.file, s.appendFrom, tail)); serr != nil {
@@ -76,14 +81,19 @@ func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *Fil
 	s.file, s.size, s.sum, s.summed = nf, n+tail, sum, n+tail
 	s.linked.Store(false)
 	s.appendFrom = n
-	s.committed, s.absent, s.replaced = &cur, nil, nil
-	// The other writer's attributes: this file only added bytes.
-	s.meta, s.schema, s.cacheControl, s.ctype = cloneMap(cur.Metadata), cur.SchemaURL, cur.CacheControl, ctype
+	s.replaced = nil
+	if exists {
+		s.committed, s.absent = &cur, nil
+		// The other writer's attributes: this file only added bytes.
+		s.meta, s.schema, s.cacheControl, s.ctype = cloneMap(cur.Metadata), cur.SchemaURL, cur.CacheControl, ctype
+	} else {
+		s.committed, s.absent, s.absentAs = nil, &layout.FileBase{Version: st.Version}, name
+	}
 	s.contentChangedLocked()
 	s.dirty, s.failed = true, nil
 	s.gen++
 	s.rebases.Add(1)
 	w.log.Info("appended bytes moved onto another writer's commit of the file", "session", id, "name", name,
-		"version", cur.Version, "appended", tail)
+		"version", st.Version, "onto", n, "appended", tail)
 	return s.gen, true
 }

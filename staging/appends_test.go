@@ -115,6 +115,36 @@ func TestWriterAppendOntoOtherWriters(t *testing.T) {
 			t.Fatalf("log = %q", got)
 		}
 	})
+	for _, ttl := range []time.Duration{0, time.Hour} {
+		// Removed (a log rotated: mv log old) by the other writer, seen
+		// in the state or found by the commit: the appended bytes make
+		// the file again alone. It came back with all it had read, every
+		// line in both files.
+		t.Run(fmt.Sprintf("removed/ttl=%v", ttl), func(t *testing.T) {
+			r := newWriterRigTTL(t, ttl, nil)
+			r.write(t, "log", "base\n")
+			s := r.appendTo(t, "log", "mine\n")
+			r.otherRemove(t, "log")
+			if err := r.w.Flush(ctx, r.id, s, false); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+			if got := r.slotBody(t, "log"); got != "mine\n" {
+				t.Fatalf("log = %q, want the appended line alone", got)
+			}
+			// Made again by a third writer meanwhile: after its bytes.
+			if _, err := s.Append(ctx, []byte("more\n")); err != nil {
+				t.Fatal(err)
+			}
+			r.otherRemove(t, "log")
+			r.otherWriter(t, "log", "third\n")
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.slotBody(t, "log"); got != "third\nmore\n" {
+				t.Fatalf("log = %q", got)
+			}
+		})
+	}
 	t.Run("removed-then-committed", func(t *testing.T) {
 		// Removed and made again by the other writer: O_APPEND writes
 		// to the file the name has at the close.

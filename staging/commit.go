@@ -211,15 +211,20 @@ func (w *Writer) flush(ctx context.Context, id layout.SessionID, s *File, untouc
 	gen := s.gen
 	s.mu.Unlock()
 	_, err := w.commit(ctx, id, []pendingOp{{file: s}}, nil)
-	for attempt := 1; err != nil && attempt < appendAttempts; attempt++ {
+	moved := 0
+	for err != nil && moved < appendAttempts {
 		// Refused for another writer's commit of a file this one only
 		// appended to: its bytes go onto that commit, again.
 		g, ok := w.rebaseAppended(ctx, id, s, err)
 		if !ok {
 			break
 		}
+		moved++
 		gen = g
 		_, err = w.commit(ctx, id, []pendingOp{{file: s}}, nil)
+	}
+	if err != nil && moved == appendAttempts {
+		w.log.Warn("appended bytes not committed: other writers changed the file before each of its commits", "session", id, "name", s.Name(), "commits", moved+1)
 	}
 	s.mu.Lock()
 	s.committing = nil
@@ -802,9 +807,9 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 	if b.base != nil {
 		base, req.Exact = b.base.pos, b.base.exact
 	} else {
-		w.refuseStale(b, id, st, b.guards(id), nil)
+		w.refuseStale(b, id, st, b.guards(id, w.rebases()), nil)
 		w.reapplyAttrs(b, id, st)
-		if req, err = b.request(id, w.cfg.SnapshotType); err != nil {
+		if req, err = b.request(id, w.cfg.SnapshotType, w.rebases()); err != nil {
 			return layout.CommitResult{}, w.settleDropped(ws, b, err) // every member refused or dropped
 		}
 	}
@@ -819,14 +824,14 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 		}
 		// Changed by another writer in a snapshot the commit was to
 		// land above: without the members that read it, again.
-		w.refuseStale(b, id, nil, b.guards(id), se)
+		w.refuseStale(b, id, nil, b.guards(id, w.rebases()), se)
 		if len(b.reapply) > 0 {
 			// On the state as the bucket has it now (refuseStale
 			// dropped this mount's); without it, the changes drop.
 			now, _ := w.cache.State(ctx, id)
 			w.reapplyAttrs(b, id, now)
 		}
-		if req, err = b.request(id, w.cfg.SnapshotType); err != nil {
+		if req, err = b.request(id, w.cfg.SnapshotType, w.rebases()); err != nil {
 			return layout.CommitResult{}, w.settleDropped(ws, b, err)
 		}
 	}
@@ -867,12 +872,17 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 	return res, nil
 }
 
+// rebases reports whether a file only appended to is moved onto another
+// writer's change instead of refused (rebaseAppended): its close
+// commits it alone, in close mode. An fsync's one snapshot is not moved.
+func (w *Writer) rebases() bool { return w.cfg.Commit == CommitOnClose }
+
 // guards returns what b's members not refused yet built on a committed
 // file: by name, that file's digest and version
 // (layout.CommitRequest.Unchanged), and the member. They are the files
 // whose new content was built on what they held, and the descriptors made
 // from a committed file (a rename's source, a chmod's).
-func (b *batch) guards(id layout.SessionID) map[string]guard {
+func (b *batch) guards(id layout.SessionID, rebases bool) map[string]guard {
 	out := map[string]guard{}
 	for i, s := range b.files {
 		if b.stale[b.owner[i]] != nil || b.dropped[i] {
@@ -890,10 +900,19 @@ func (b *batch) guards(id layout.SessionID) map[string]guard {
 			continue
 		}
 		s.mu.RLock()
+		// Only appended to: its bytes go onto whatever the file is by
+		// the commit (rebaseAppended), so any change of it counts, a
+		// removal too (then they make the file again alone). Committed
+		// whole, it came back with all it had read: a log rotated on
+		// another mount (mv log old) held every line in both files
+		// (audit 9).
+		appended := s.appendFrom >= 0 && rebases
 		if e := s.committed; e != nil && e.Name == b.descs[i].Name && s.wholeOpens.Load() == 0 {
-			out[e.Name] = guard{base: *fileBase(id, e), member: b.owner[i]}
+			base := *fileBase(id, e)
+			base.AnyChange = appended
+			out[e.Name] = guard{base: base, member: b.owner[i], appended: appended}
 		} else if e == nil && s.absent != nil && s.absentAs == b.descs[i].Name {
-			out[s.absentAs] = guard{base: *s.absent, member: b.owner[i]}
+			out[s.absentAs] = guard{base: *s.absent, member: b.owner[i], appended: appended}
 		}
 		s.mu.RUnlock()
 	}
@@ -912,6 +931,10 @@ type guard struct {
 	// member refused (pendingOp.soft).
 	soft  bool
 	index int
+	// appended marks a file only appended to since it was read, whose
+	// refused commit is moved onto the change (rebaseAppended): a
+	// removal refuses it too.
+	appended bool
 }
 
 // refuseStale refuses the members of b with a guarded file that another
@@ -951,6 +974,8 @@ func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs 
 				"session", err.Session, "name", name, "version", v)
 		case g.moved:
 			w.log.Info("change not committed: another writer changed the file since it was read; looking again", "session", err.Session, "name", name, "version", v)
+		case g.appended:
+			w.log.Info("another writer changed the file since it was read; its appended bytes go onto that change", "session", err.Session, "name", name, "version", v)
 		default:
 			w.log.Error("commit refused: another writer changed the file since it was read; data kept", "session", err.Session, "name", name, "version", v)
 		}
@@ -965,8 +990,12 @@ func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs 
 	}
 	for name, g := range gs {
 		if st != nil && st.Version >= g.base.Version {
-			if e, ok := st.Slots()[name]; ok && g.base.ChangedSince(&e.Descriptor, e.Version) {
+			e, ok := st.Slots()[name]
+			switch {
+			case ok && g.base.ChangedSince(&e.Descriptor, e.Version):
 				refuse(name, e.Version, g, false)
+			case !ok && g.appended && g.base.Digest != (layout.Digest{}) && st.Version > g.base.Version:
+				refuse(name, st.Version, g, false) // removed since
 			}
 		}
 	}
@@ -1088,14 +1117,14 @@ func (b *batch) live(xs []*File) []*File {
 
 // request is the commit of b's members not refused, guarded; an error
 // when every member was refused (nothing to commit).
-func (b *batch) request(id layout.SessionID, typ layout.SnapshotType) (layout.CommitRequest, error) {
+func (b *batch) request(id layout.SessionID, typ layout.SnapshotType, rebases bool) (layout.CommitRequest, error) {
 	req := layout.CommitRequest{Type: typ, Paths: true}
 	for i, d := range b.descs {
 		if b.stale[b.owner[i]] == nil && !b.dropped[i] {
 			req.Descriptors = append(req.Descriptors, d)
 		}
 	}
-	for name, g := range b.guards(id) {
+	for name, g := range b.guards(id, rebases) {
 		if req.Unchanged == nil {
 			req.Unchanged = map[string]layout.FileBase{}
 		}

@@ -113,9 +113,11 @@ func TestWriterLostUpdate(t *testing.T) {
 		}
 	})
 	t.Run("removed-elsewhere", func(t *testing.T) {
+		// An edit of a file another writer removed brings it back with
+		// what it holds. (Appended to: TestWriterAppendOntoOtherWriters.)
 		r := newWriterRig(t)
 		r.write(t, "f", "base\n")
-		s := r.appendTo(t, "f", "mine\n")
+		s := r.editAt(t, "f", "mine\n")
 		if _, err := r.store.Commit(ctx, r.id, layout.CommitRequest{Type: layout.Provisional, Descriptors: []layout.Descriptor{{Name: "f", Deleted: true, CreatedAt: time.Now().UTC()}}}); err != nil {
 			t.Fatal(err)
 		}

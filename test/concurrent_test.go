@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -477,6 +478,57 @@ print(repr(os.pread(rd, 100, 0)), os.fstat(rd).st_size)
 		t.Errorf("the reading descriptor shows %s", got)
 	}
 	wantSlots(t, bk, id, map[string]string{"f": "start\nother\nmine\n"})
+}
+
+// TestTwoMountsAppendAcrossRotation: a log one mount appends to is
+// rotated on another (mv log log.1) while a descriptor of the appender
+// is open: its close makes log again with the bytes it appended, and
+// log.1 keeps what was rotated. The close committed all it had read, so
+// every line before the rotation was in both files (audit 9).
+func TestTwoMountsAppendAcrossRotation(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	seed(t, bk, id, map[string]string{"log": "one\ntwo\n"})
+	a, b := mount(t, bk), mount(t, bk)
+	// The writer waits for the rotation on a pipe: a child it forked
+	// would close its copy of the descriptor at exec, and that flush
+	// would commit the line before the rotation.
+	const script = `
+import os, sys
+fd = os.open("log", os.O_WRONLY | os.O_APPEND)
+os.write(fd, b"three\n")
+print("written", flush=True)
+sys.stdin.readline()
+os.close(fd)
+`
+	cmd := exec.Command("python3", "-c", script)
+	cmd.Dir = sessDir(a, id)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(out).ReadString('\n'); line != "written\n" {
+		cmd.Process.Kill()
+		t.Fatalf("the writer said %q (%v)\n%s", line, err, stderr.String())
+	}
+	sh(t, sessDir(b, id), "mv log log.1")
+	in.Write([]byte("\n"))
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the writer: %v\n%s\n%s", err, stderr.String(), a.Log())
+	}
+	wantSlots(t, bk, id, map[string]string{"log": "three\n", "log.1": "one\ntwo\n"})
+	if log := a.Log(); strings.Contains(log, "level=ERROR") {
+		t.Errorf("the appender logged an error for a move of its bytes:\n%s", log)
+	}
 }
 
 // TestTwoMountsWholeRewrites: two descriptors of one mount that opened a
