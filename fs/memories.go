@@ -236,6 +236,7 @@ func (n *memDirNode) createOn(ctx context.Context, node *memFile, h *memHandle, 
 		}
 	}
 	node.fresh = true
+	h.absent = flags&syscall.O_APPEND != 0
 	return 0
 }
 
@@ -394,6 +395,7 @@ func (n *memFile) rename(name string) {
 	defer n.mu.Unlock()
 	n.e.Name = name
 	n.fresh = false // replaces what is there, as a rename does
+	n.renames++
 }
 
 func (n *memDirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -538,6 +540,8 @@ type memFile struct {
 	// commits under the name first refuses it (a zero base), unless it
 	// was renamed over a record since, which it then replaces.
 	fresh bool
+	// renames counts the renames of the record (memHandle.absent).
+	renames int
 	// commits is held shared by every commit of a handle across its
 	// look at bufHandle.dropped and its write; an unlink takes it whole
 	// after dropping the handles, so that a commit that started before
@@ -606,13 +610,25 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 			n.mu.Unlock()
 		}
 	}
-	if (!has || (!h.write && n.bufs.unsaved())) && flags&syscall.O_TRUNC == 0 {
+	appendingNew := h.write && !has && flags&(syscall.O_APPEND|syscall.O_TRUNC) == syscall.O_APPEND
+	if (!has || (!h.write && n.bufs.unsaved())) && flags&syscall.O_TRUNC == 0 && !appendingNew {
 		// Created here and not committed yet, or written through a
 		// descriptor still open (a temporary file renamed over this
 		// one before its close): what the descriptors hold, as on a
 		// local disk.
 		h.buf, _ = n.bufs.content()
 		has = false
+	}
+	if appendingNew {
+		// Appending to a record created here and not committed yet:
+		// its own bytes alone, which its commit puts after whatever
+		// the record holds by then. With the other descriptors' bytes
+		// too, those landed twice: with this commit, and again with
+		// their own, as appended bytes (audit 9 #2).
+		has = false
+		n.mu.Lock()
+		h.absent, h.absentRenames = n.fresh, n.renames
+		n.mu.Unlock()
 	}
 	if has && flags&syscall.O_TRUNC == 0 {
 		body, err := readAll(ctx, n.f, &e.Descriptor)
@@ -758,6 +774,16 @@ type memHandle struct {
 	// committed. Guarded by commitMu. A commit over a record another
 	// writer changed since is refused (Records.PutMemory).
 	base *layout.Digest
+	// absent marks an appending handle built on the name's absence: of a
+	// record created here (createOn), or opened to append to one created
+	// here and not committed yet. Until it commits, its commits are
+	// guarded by that absence (as memFile.fresh guards), also once
+	// another descriptor's commit cleared fresh, unless the record was
+	// renamed since absentRenames (memFile.renames): a rename replaces.
+	// The creating descriptor committed unguarded after the second's
+	// commit and replaced its line. Set before the handle is shared.
+	absent        bool
+	absentRenames int
 }
 
 var (
@@ -819,6 +845,7 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 	defer n.commits.RUnlock()
 	n.mu.Lock()
 	e, fresh := n.e, n.fresh
+	fresh = fresh || h.absent && h.absentRenames == n.renames
 	n.mu.Unlock()
 	if h.isDropped() {
 		h.settle(gen, nil)

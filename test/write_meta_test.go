@@ -297,6 +297,40 @@ func TestWriteRefsCompareAndSwap(t *testing.T) {
 	})
 }
 
+// TestWriteMemoryNewRecordTwoDescriptors: two descriptors of one mount
+// appending to a record created here and not committed yet each land
+// their bytes once, whichever closes first. The second took the first's
+// bytes as what the record held: closed first, it committed both, and
+// the creator's commit then replaced them with its own line (or, closing
+// at once, put it after them again: audit 9 #2).
+func TestWriteMemoryNewRecordTwoDescriptors(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	m := mount(t, bk)
+	shE(t, m.Dir, "mkdir memories/two")
+	const script = `
+import os, sys
+flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+first = os.open(sys.argv[1], flags, 0o644); os.write(first, b"one\n")
+second = os.open(sys.argv[1], flags, 0o644); os.write(second, b"two\n")
+if sys.argv[2] == "second":
+    os.close(second); os.close(first)
+else:
+    os.close(first); os.close(second)
+`
+	for _, c := range []struct{ closesFirst, want string }{
+		{"second", "two\none\n"},
+		{"first", "one\ntwo\n"},
+	} {
+		name := "rec-" + c.closesFirst
+		if out, err := exec.Command("python3", "-c", script, filepath.Join(m.Dir, "memories/two", name), c.closesFirst).CombinedOutput(); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if got, _ := memRecords(t, bk, "two"); got[name] != c.want {
+			t.Errorf("the %s descriptor closing first: %s = %q, want %q", c.closesFirst, name, got[name], c.want)
+		}
+	}
+}
+
 // TestWriteMemoryNoLostUpdate: two descriptors write one memory record
 // with their opens overlapping. Appends (O_APPEND) both land, the later
 // close putting its line on the record the earlier one left, as on a
