@@ -29,8 +29,8 @@ import (
 // are taken along.
 func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *File, err error) (gen uint64, ok bool) {
 	var se *layout.StaleError
-	if !errors.As(err, &se) {
-		return 0, false
+	if !errors.As(err, &se) || ctx.Err() != nil {
+		return 0, false // not a lost race, or the close was interrupted
 	}
 	s.mu.RLock()
 	name, from, lazy := s.name, s.appendFrom, s.lazy != nil

@@ -13,6 +13,7 @@ import (
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/internal/testrig"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/faultblob"
 )
 
 // bodyOf is the whole content the committed slot name holds, inline or
@@ -227,5 +228,49 @@ func TestWriterAppendersRace(t *testing.T) {
 	}
 	if next['a'] != lines || next['b'] != lines {
 		t.Fatalf("log holds %d lines of a, %d of b, want %d each: %q", next['a'], next['b'], lines, got)
+	}
+}
+
+// TestWriterAppendOutlastsOtherWriters: a close whose appended bytes
+// another writer's commit beats more than appendAttempts times in a row
+// moves them on until one lands, and succeeds. It gave up after 100,
+// ESTALE, and the bytes landed with the next append's commit all the
+// same: a retrying writer wrote them twice (audit 9, a mount on a 20 ms
+// bucket racing one whose commits cost less).
+func TestWriterAppendOutlastsOtherWriters(t *testing.T) {
+	ctx := context.Background()
+	r := newWriterRig(t)
+	r.write(t, "log", "base\n")
+	tail := big("mine\n") // past the inline limit: each commit stores a blob first
+	s := r.appendTo(t, "log", tail)
+	stallBlobs := func() *faultblob.Gate {
+		g := faultblob.NewGate()
+		r.inj.Reset()
+		r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: layout.ObjectsPrefix}, Stall: g})
+		return g
+	}
+	g := stallBlobs()
+	done := make(chan error, 1)
+	go func() { done <- r.w.Flush(ctx, r.id, s, false) }()
+	const races = appendAttempts + 20
+	for i := range races {
+		// The other writer's line (inline, no blob) lands while this
+		// close's blob is being stored.
+		waitStalled(t, g, 1)
+		r.otherWriter(t, "log", fmt.Sprintf("other %d\n", i))
+		prev := g
+		g = stallBlobs()
+		prev.Release()
+	}
+	r.inj.Reset()
+	g.Release()
+	if err := <-done; err != nil {
+		t.Fatalf("close after %d lost races: %v", races, err)
+	}
+	if got, want := r.bodyOf(t, "log"), fmt.Sprintf("other %d\n", races-1)+tail; got != want {
+		t.Fatalf("log = %q..., want the other writer's last line, then this close's bytes", got[:min(len(got), 40)])
+	}
+	if err := r.w.Release(ctx, r.id, s); err != nil || len(r.failedFiles(t)) != 0 {
+		t.Fatalf("release: %v, failed directory %v", err, r.failedFiles(t))
 	}
 }
