@@ -163,6 +163,89 @@ func TestWriterAppendOntoOtherWriters(t *testing.T) {
 	})
 }
 
+// TestWriterFsyncAppendsOntoOtherWriters: with --commit=fsync, a file
+// only appended to since it was read goes onto another writer's commit
+// of it at the fsync, as at a close in close mode: the one snapshot lands
+// with every staged change. The fsync was refused and the appended bytes
+// went to the failed directory (audit 9 #8). A file edited in place
+// stays refused; the appended ones then wait for the next fsync.
+func TestWriterFsyncAppendsOntoOtherWriters(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		ttl   time.Duration // stale: the commit itself finds the change
+		other func(r *writerRig)
+		edit  bool   // y edited in place and changed by the other writer too
+		want  string // f after the fsync
+	}{
+		{"committed/fresh-state", 0, func(r *writerRig) { r.otherWriter(t, "f", "other\n") }, false, "other\nmore\n"},
+		{"committed/stale-state", time.Hour, func(r *writerRig) { r.otherWriter(t, "f", "other\n") }, false, "other\nmore\n"},
+		{"removed", time.Hour, func(r *writerRig) { r.otherRemove(t, "f") }, false, "more\n"},
+		{"with-an-edit", 0, func(r *writerRig) { r.otherWriter(t, "f", "other\n") }, true, "other\nmore\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newWriterRigTTL(t, c.ttl, func(cfg *Config) { cfg.Commit = CommitOnFsync })
+			for _, n := range []string{"f", "x", "y"} {
+				r.write(t, n, n+"\n")
+			}
+			if err := r.w.FsyncSession(ctx, r.id); err != nil {
+				t.Fatal(err)
+			}
+			r.slot(t, "f")                    // the state is loaded (for the TTL)
+			f := r.appendTo(t, "f", "more\n") // held open over the fsync
+			if err := r.w.Release(ctx, r.id, r.appendTo(t, "x", "more\n")); err != nil {
+				t.Fatal(err)
+			}
+			if c.edit {
+				if err := r.w.Release(ctx, r.id, r.editAt(t, "y", "more\n")); err != nil {
+					t.Fatal(err)
+				}
+				r.otherWriter(t, "y", "other y\n")
+			}
+			c.other(r)
+			v := r.latest(t)
+			err := r.w.Sync(ctx, r.id, f)
+			if c.edit {
+				if !errors.Is(err, layout.ErrChangedUnder) {
+					t.Fatalf("fsync: %v, want ErrChangedUnder for the edited file", err)
+				}
+				if r.latest(t) != v {
+					t.Fatal("a refused fsync committed something")
+				}
+				if err = r.w.Sync(ctx, r.id, f); err != nil {
+					t.Fatalf("the next fsync: %v (the appended files were moved, and wait for it)", err)
+				}
+				if got := r.slotBody(t, "y"); got != "other y\n" {
+					t.Fatalf("y = %q, want the other writer's", got)
+				}
+				if ff := r.failedFiles(t); len(ff) != 1 {
+					t.Fatalf("failed directory %v, want y's refused edit alone", ff)
+				}
+			} else {
+				if err != nil {
+					t.Fatalf("fsync: %v", err)
+				}
+				if ff := r.failedFiles(t); len(ff) != 0 {
+					t.Fatalf("failed directory %v, want nothing", ff)
+				}
+			}
+			if got := r.latest(t); got != v+1 {
+				t.Fatalf("session at version %d after the fsync, want %d: one snapshot", got, v+1)
+			}
+			if got, x := r.slotBody(t, "f"), r.slotBody(t, "x"); got != c.want || x != "x\nmore\n" {
+				t.Fatalf("f = %q, x = %q; want %q, %q", got, x, c.want, "x\nmore\n")
+			}
+			buf := make([]byte, 64)
+			if n, _ := f.ReadAt(ctx, buf, 0); string(buf[:n]) != c.want || f.Rebases() != 1 {
+				t.Fatalf("the open file reads %q after the fsync (%d rebases), want %q", buf[:n], f.Rebases(), c.want)
+			}
+			if err := r.w.Release(ctx, r.id, f); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestWriterAppendersRace: two writers on one bucket (two mounts), each
 // appending lines to one log through O_APPEND descriptors, each line one
 // open, write and close, at once: every close succeeds, and the log holds

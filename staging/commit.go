@@ -395,6 +395,20 @@ func (w *Writer) commitStaged(ctx context.Context, id layout.SessionID, base *se
 		return layout.CommitResult{}, nil
 	}
 	res, err := w.commit(ctx, id, ops, base)
+	started := time.Now()
+	for moved := 1; err != nil && base == nil && w.cfg.Commit == CommitOnFsync && time.Since(started) < appendPatience; moved++ {
+		// As a close does (flush): files only appended to go onto the
+		// other writers' commits, and the one snapshot is tried again.
+		// It was refused, and those files went to the failed directory
+		// (audit 9).
+		if !w.rebaseStale(ctx, id, ops, gens, err) {
+			break
+		}
+		if moved == appendAttempts {
+			w.log.Warn("fsync still not committed: other writers keep changing files it appended to first; trying on", "session", id, "commits", moved)
+		}
+		res, err = w.commit(ctx, id, ops, base)
+	}
 	var se *layout.StaleError
 	if errors.As(err, &se) {
 		// Files another writer changed since they were read: those are
@@ -425,6 +439,40 @@ func (w *Writer) commitStaged(ctx context.Context, id layout.SessionID, base *se
 	}
 	w.mu.Unlock()
 	return res, nil
+}
+
+// rebaseStale moves the files of ops that err (a layout.StaleError)
+// names onto the other writers' commits (rebaseAppended) and reports
+// whether every name it gives was so moved: then gens holds their new
+// generations and the commit may be tried again. Else the files it
+// could not move are refused; the ones it moved stay staged (their
+// generation changed: refuseFiles leaves them), for the next fsync. The
+// caller holds the session's fsyncMu: in fsync mode no other commit of
+// a file runs (flush commits nothing).
+func (w *Writer) rebaseStale(ctx context.Context, id layout.SessionID, ops []pendingOp, gens []uint64, err error) bool {
+	var se *layout.StaleError
+	if !errors.As(err, &se) || len(se.Names) == 0 {
+		return false
+	}
+	moved := map[string]bool{}
+	next := slices.Clone(gens)
+	for i, op := range ops {
+		s := op.file
+		if s == nil || !slices.Contains(se.Names, s.Name()) {
+			continue
+		}
+		g, ok := w.rebaseAppended(ctx, id, s, err)
+		if ok {
+			moved[s.Name()], next[i] = true, g
+		}
+	}
+	for _, name := range se.Names {
+		if !moved[name] {
+			return false
+		}
+	}
+	copy(gens, next)
+	return true
 }
 
 // refuse settles the ops of a checkpoint that lost to another one
@@ -882,9 +930,10 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 }
 
 // rebases reports whether a file only appended to is moved onto another
-// writer's change instead of refused (rebaseAppended): its close
-// commits it alone, in close mode. An fsync's one snapshot is not moved.
-func (w *Writer) rebases() bool { return w.cfg.Commit == CommitOnClose }
+// writer's change instead of refused (rebaseAppended): by its close, or
+// by the fsync that commits it (rebaseStale). pugfs exec's checkpoint
+// (Hold) is not guarded at all.
+func (w *Writer) rebases() bool { return !w.cfg.Hold }
 
 // guards returns what b's members not refused yet built on a committed
 // file: by name, that file's digest and version

@@ -179,10 +179,13 @@ func TestWriterLostUpdate(t *testing.T) {
 		if err := r.w.FsyncSession(ctx, r.id); err != nil {
 			t.Fatal(err)
 		}
-		for _, n := range []string{"f", "x"} {
-			if err := r.w.Release(ctx, r.id, r.appendTo(t, n, "more\n")); err != nil {
-				t.Fatal(err)
-			}
+		// f edited in place (appended to, it would be moved:
+		// TestWriterFsyncAppendsOntoOtherWriters).
+		if err := r.w.Release(ctx, r.id, r.editAt(t, "f", "more\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.w.Release(ctx, r.id, r.appendTo(t, "x", "more\n")); err != nil {
+			t.Fatal(err)
 		}
 		r.otherWriter(t, "f", "other\n")
 		v := r.latest(t)
@@ -443,7 +446,7 @@ func TestWriterExclusiveCreate(t *testing.T) {
 // without O_TRUNC or O_EXCL: the first `>>` of a log) of a name absent
 // when it was checked is built on nothing, as an append to an empty file:
 // a file another writer committed under the name after the check is not
-// replaced (ESTALE at close, the data kept; with O_APPEND in close mode
+// replaced (ESTALE at close, the data kept; with O_APPEND
 // the bytes go after the other's), and without one the file commits.
 // Two mounts' first `>>` of one new log both closed with 0, and the
 // later line replaced the earlier one (audit 8 #1).
@@ -465,27 +468,25 @@ func TestWriterCreateKeepingContent(t *testing.T) {
 		}
 		return s
 	}
-	t.Run("appended-meanwhile/close", func(t *testing.T) {
-		r := newWriterRigTTL(t, time.Hour, nil)
-		s := create(t, r, "mine\n", true)
-		r.otherWriter(t, "log", "other\n")
-		if err := r.w.Sync(ctx, r.id, s); err != nil {
-			t.Fatal(err)
-		}
-		if err := r.w.Release(ctx, r.id, s); err != nil {
-			t.Fatal(err)
-		}
-		if got := r.slotBody(t, "log"); got != "other\nmine\n" {
-			t.Fatalf("log = %q, want the other writer's line, then this one", got)
-		}
-	})
 	for _, mode := range []CommitMode{CommitOnClose, CommitOnFsync} {
 		name := map[CommitMode]string{CommitOnClose: "close", CommitOnFsync: "fsync"}[mode]
+		t.Run("appended-meanwhile/"+name, func(t *testing.T) {
+			r := newWriterRigTTL(t, time.Hour, func(c *Config) { c.Commit = mode })
+			s := create(t, r, "mine\n", true)
+			r.otherWriter(t, "log", "other\n")
+			if err := r.w.Sync(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.slotBody(t, "log"); got != "other\nmine\n" {
+				t.Fatalf("log = %q, want the other writer's line, then this one", got)
+			}
+		})
 		t.Run("committed-meanwhile/"+name, func(t *testing.T) {
 			r := newWriterRigTTL(t, time.Hour, func(c *Config) { c.Commit = mode })
-			// O_APPEND too in fsync mode: its one snapshot is not
-			// moved onto other content.
-			s := create(t, r, "mine\n", mode == CommitOnFsync)
+			s := create(t, r, "mine\n", false)
 			r.otherWriter(t, "log", "other\n")
 			if err := r.w.Sync(ctx, r.id, s); !errors.Is(err, layout.ErrChangedUnder) {
 				t.Fatalf("commit: %v, want ErrChangedUnder", err)
