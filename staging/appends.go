@@ -47,6 +47,17 @@ func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *Fil
 		return 0, false
 	}
 	cur, exists := st.Slots()[name]
+	s.mu.RLock()
+	was := s.committed
+	s.mu.RUnlock()
+	if exists && was != nil && cur.Digest == was.Digest && cur.Version == was.Version && cur.Session == was.Session ||
+		!exists && was == nil {
+		// Refused, yet the file is what the commit was built on: moved,
+		// it would be refused again, as often as it tried (a fork's
+		// inherited file did so until appendPatience; review 6).
+		w.log.Error("appended file not moved: its commit was refused by the content it was built on", "session", id, "name", name, "version", cur.Version)
+		return 0, false
+	}
 	// The other writer's content is fetched into a new spill file
 	// without s.mu: reads and stats of s, and more appends, go on.
 	nf, serr := s.spill()

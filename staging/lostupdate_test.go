@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/cache"
+	"github.com/pugmark/pugfs/internal/testrig"
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/faultblob"
 )
@@ -620,4 +622,94 @@ func TestWriterCloseOfLandedWrites(t *testing.T) {
 	for range 3 {
 		r.w.Release(ctx, r.id, s)
 	}
+}
+
+// TestWriterForkInheritedFiles: in a fork, a file inherited from the
+// parent and not written in the fork yet (§11.3: its entry has the
+// parent's session and version) can be appended to, edited in place,
+// renamed and chmod'ed: the guard built on that entry is not refused by
+// the entry itself. An append's close moved its bytes onto that same
+// entry again and again until appendPatience (a FUSE close cannot be
+// interrupted: `echo x >> f` in a fork hung for 10 minutes), and mv and
+// chmod were ESTALE (review 6).
+func TestWriterForkInheritedFiles(t *testing.T) {
+	ctx := context.Background()
+	r := testrig.New(t, time.Hour)
+	w, c := mountOn(t, r)
+	parentBody := "parent line\n"
+	for _, n := range []string{"log", "doc", "old", "perm"} {
+		d := layout.Descriptor{Name: n, Data: []byte(parentBody), Digest: layout.DigestOf([]byte(parentBody)), Size: int64(len(parentBody)), ContentType: "text/plain", CreatedAt: time.Now().UTC()}
+		if _, err := r.Store.Commit(ctx, r.Session, layout.CommitRequest{Type: layout.Provisional, Descriptors: []layout.Descriptor{d}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fb := []byte("f")
+	child, err := r.Store.Fork(ctx, r.Session, layout.ForkRequest{Descriptor: layout.Descriptor{Name: "fork", Data: fb, Digest: layout.DigestOf(fb), Size: 1, ContentType: "text/plain", CreatedAt: time.Now().UTC()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.State(ctx, child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, at := range map[string]int64{"log": -1, "doc": 0} { // appended, edited in place
+		e, ok := st.Slots()[name]
+		if !ok || e.Session == child {
+			t.Fatalf("%s: not inherited (%v, session %s)", name, ok, e.Session)
+		}
+		s, err := w.Open(ctx, child, name, &e, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at < 0 {
+			_, err = s.Append(ctx, []byte("fork line\n"))
+		} else {
+			_, err = s.WriteAt(ctx, []byte("FORK"), at)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Bounded: the close moved for as long as it tried.
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = w.Flush(cctx, child, s, false)
+		cancel()
+		if err != nil || s.Rebases() != 0 {
+			t.Fatalf("close of inherited %s: %v after %d moves", name, err, s.Rebases())
+		}
+		if err := w.Release(ctx, child, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Rename(ctx, child, "old", "new", false); err != nil {
+		t.Errorf("mv of an inherited file: %v", err)
+	}
+	mode := uint32(0o600)
+	if _, err := w.SetAttrs(ctx, child, "perm", AttrChange{Mode: &mode}, func() *layout.Entry { return nil }, nil); err != nil {
+		t.Errorf("chmod of an inherited file: %v", err)
+	}
+	check := func(id layout.SessionID, want map[string]string) {
+		t.Helper()
+		fresh, err := cache.New(r.Store, cache.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := fresh.State(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for name, e := range st.Slots() {
+			got[name] = readEntry(t, r.Blobs, &e)
+		}
+		for name, body := range want {
+			if got[name] != body {
+				t.Errorf("%s of %s = %q, want %q", name, id, got[name], body)
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s holds %v, want %v", id, got, want)
+		}
+	}
+	check(child, map[string]string{"log": parentBody + "fork line\n", "doc": "FORKnt line\n", "new": parentBody, "perm": parentBody, "fork": "f"})
+	check(r.Session, map[string]string{"log": parentBody, "doc": parentBody, "old": parentBody, "perm": parentBody})
 }

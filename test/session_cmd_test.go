@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -128,6 +129,39 @@ func TestSessionNewCommand(t *testing.T) {
 		shE(t, m.Dir, `echo via-name > names/review/note.txt`)
 		wantSlots(t, bk, named, map[string]string{"note.txt": "via-name\n"})
 	})
+}
+
+// TestForkInheritedFilesChange: in a session made by pugfs fork, the
+// files inherited from the parent can be appended to, edited in place,
+// renamed and chmod'ed through the mount, and the parent keeps its own.
+// mv and chmod were ESTALE, and `echo x >> f` hung in its close for 10
+// minutes: each commit was refused by the inherited entry it was built
+// on (review 6).
+func TestForkInheritedFilesChange(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	m := mount(t, bk)
+	parent := newSession(t, bk)
+	shE(t, sessDir(m, parent), `for f in a b c d; do echo $f > $f.txt; done`)
+	child := parseID(t, pugfsCmd(t, bk, "fork", bk.URL, parent.String()))
+	cd := sessDir(m, child)
+	shE(t, cd, `mv a.txt a2.txt; chmod 600 b.txt; echo more >> c.txt; printf D | dd of=d.txt conv=notrunc status=none`)
+	if got := shE(t, cd, `stat -c %a b.txt; cat a2.txt c.txt d.txt`); got != "600\na\nc\nmore\nD\n" {
+		t.Fatalf("the fork shows %q", got)
+	}
+	want := map[string]string{"a2.txt": "a\n", "b.txt": "b\n", "c.txt": "c\nmore\n", "d.txt": "D\n"}
+	for name, body := range slots(t, bk, child) {
+		if name == ".pugmark-fork.json" {
+			continue
+		}
+		if string(body.Data) != want[name] {
+			t.Errorf("the fork's %s = %q, want %q", name, body.Data, want[name])
+		}
+		delete(want, name)
+	}
+	if len(want) != 0 {
+		t.Errorf("the fork lacks %v", want)
+	}
+	wantSlots(t, bk, parent, map[string]string{"a.txt": "a\n", "b.txt": "b\n", "c.txt": "c\n", "d.txt": "d\n"})
 }
 
 // TestForkCommand: pugfs fork runs both phases (§11): the fork record in
