@@ -10,6 +10,60 @@ import (
 	"github.com/pugmark/pugfs/layout"
 )
 
+// moveOn answers a commit of s that err refused because the file
+// changed since s read it: a change that is s's own commit whose outcome
+// was unknown (adoptLanded), or another writer's under bytes s only
+// appended (rebaseAppended). ok says to commit s again, at generation
+// gen.
+func (w *Writer) moveOn(ctx context.Context, id layout.SessionID, s *File, err error) (gen uint64, ok bool) {
+	if gen, ok = w.adoptLanded(ctx, id, s, err); ok {
+		return gen, ok
+	}
+	return w.rebaseAppended(ctx, id, s, err)
+}
+
+// adoptLanded answers a commit of s refused by a change that is s's own
+// earlier commit, whose close was EIO for an unknown outcome and which
+// landed after all (File.unknownAs): s was committed as that, and builds
+// on it now. The next append's close was refused by it and moved the
+// bytes of both appends onto it, the first one twice; an edit's close
+// was ESTALE (review 6).
+func (w *Writer) adoptLanded(ctx context.Context, id layout.SessionID, s *File, err error) (uint64, bool) {
+	var se *layout.StaleError
+	if !errors.As(err, &se) || ctx.Err() != nil {
+		return 0, false
+	}
+	s.mu.RLock()
+	u, name := s.unknownAs, s.name
+	s.mu.RUnlock()
+	if u == nil || u.Name != name || !slices.Contains(se.Names, name) || slices.Contains(se.Clashes, name) {
+		return 0, false
+	}
+	// The refusal invalidated the session's state: this one is fresh.
+	st, serr := w.cache.State(ctx, id)
+	if serr != nil {
+		return 0, false
+	}
+	cur, exists := st.Slots()[name]
+	if !exists || cur.Session != id || cur.Digest != u.Digest {
+		return 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unknownAs != u || s.name != name || s.unlinked {
+		return 0, false
+	}
+	s.committed, s.absent, s.unknownAs = &cur, nil, nil
+	if s.appendFrom >= 0 {
+		// Only appended to since: what it holds past that commit.
+		s.appendFrom = u.Size
+	}
+	s.dirty, s.failed = true, nil
+	s.gen++
+	w.log.Info("a commit whose outcome was unknown had landed: the file's next commit builds on it", "session", id, "name", name, "version", cur.Version)
+	return s.gen, true
+}
+
 // rebaseAppended answers a commit of s that err refused because another
 // writer changed the file since s read it (a layout.StaleError naming
 // it, not as a clash), when everything s did since was append through

@@ -221,7 +221,7 @@ func (w *Writer) flush(ctx context.Context, id layout.SessionID, s *File, untouc
 		// with the next append's commit all the same (audit 9: a mount
 		// appending to a 20 ms bucket lost 100 races in a row to one
 		// whose commits are cheaper, 0.5% of closes).
-		g, ok := w.rebaseAppended(ctx, id, s, err)
+		g, ok := w.moveOn(ctx, id, s, err)
 		if !ok {
 			break
 		}
@@ -465,7 +465,7 @@ func (w *Writer) rebaseStale(ctx context.Context, id layout.SessionID, ops []pen
 		if s == nil || !slices.Contains(se.Names, s.Name()) {
 			continue
 		}
-		g, ok := w.rebaseAppended(ctx, id, s, err)
+		g, ok := w.moveOn(ctx, id, s, err)
 		if ok {
 			moved[s.Name()], next[i] = true, g
 		}
@@ -902,6 +902,16 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 		if errors.Is(err, layout.ErrConflict) {
 			w.st.conflicts.Add(1)
 		}
+		if errors.Is(err, layout.ErrOutcomeUnknown) {
+			for i, s := range b.live(b.files) {
+				if s != nil {
+					d := req.Descriptors[i]
+					s.mu.Lock()
+					s.unknownAs = &d
+					s.mu.Unlock()
+				}
+			}
+		}
 		w.cache.Invalidate(id)
 		return res, fmt.Errorf("commit to session %s: %w", id, err)
 	}
@@ -920,7 +930,7 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 		if s := files[i]; s != nil {
 			e := layout.Entry{Descriptor: d, Session: id, Version: res.Version}
 			s.mu.Lock()
-			s.committed = &e
+			s.committed, s.unknownAs = &e, nil
 			if s.appendFrom >= 0 || !s.dirty {
 				// What it holds is e's bytes and, at most, appends.
 				s.appendFrom = d.Size

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -425,14 +426,17 @@ func TestWriterFsyncMode(t *testing.T) {
 }
 
 // unknownOutcomeRig is a rig whose first snapshot PUT lands with its
-// reply lost, and whose reads of it get no answer, so that the commit's
+// reply lost (after the commits of before, if any, at once), and whose reads of it get no answer, so that the commit's
 // outcome is unknown; answer lets the bucket answer again and waits for
 // the writer's background check to log that the commit landed.
-func unknownOutcomeRig(t *testing.T) (r *writerRig, logged *syncbuf.Buffer, answer func()) {
+func unknownOutcomeRig(t *testing.T, before ...func(r *writerRig)) (r *writerRig, logged *syncbuf.Buffer, answer func()) {
 	t.Helper()
 	logged = &syncbuf.Buffer{}
 	r = newWriterRigCfg(t, func(c *Config) { c.Log = logged.Logger(slog.LevelInfo) })
-	key, _ := layout.SnapshotKey(r.id, 1)
+	for _, b := range before {
+		b(r)
+	}
+	key, _ := layout.SnapshotKey(r.id, r.latest(t)+1)
 	put := r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: key}, FailProb: 1, LoseResponse: true})
 	read := r.inj.Add(faultblob.Rule{Ops: faultblob.OpGet | faultblob.OpHead, Match: faultblob.Match{Prefix: key}, FailProb: 1})
 	return r, logged, func() {
@@ -513,6 +517,41 @@ func TestWriterFailedCommit(t *testing.T) {
 			t.Errorf("f after the commit landed: %+v, %v", e, ok)
 		}
 	})
+	for _, appending := range []bool{true, false} {
+		// Written again after a close that was EIO for a commit that
+		// landed: the next close builds on that commit, which is this
+		// mount's own. Appended, the first line landed twice (moved
+		// onto itself); edited in place, the close was ESTALE (review
+		// 6).
+		t.Run(fmt.Sprintf("outcome unknown, landed, then more/appending=%v", appending), func(t *testing.T) {
+			ctx := context.Background()
+			base := big("base\n")
+			r, logged, answer := unknownOutcomeRig(t, func(r *writerRig) { r.commitBlob(t, "log", base, "") })
+			s := r.openWriting(t, "log", "one\n", appending)
+			if err := r.w.Flush(ctx, r.id, s, false); !errors.Is(err, layout.ErrOutcomeUnknown) {
+				t.Fatalf("first close: %v, want ErrOutcomeUnknown", err)
+			}
+			answer()
+			var err error
+			if appending {
+				_, err = s.Append(ctx, []byte("two\n"))
+			} else {
+				_, err = s.WriteAt(ctx, []byte("two\n"), int64(len(base)+4))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.w.Flush(ctx, r.id, s, false); err != nil {
+				t.Fatalf("second close: %v\n%s", err, logged.String())
+			}
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.bodyOf(t, "log"); got != base+"one\ntwo\n" {
+				t.Errorf("log ends %q, want %q", got[min(len(got), len(base)):], "one\ntwo\n")
+			}
+		})
+	}
 	t.Run("unmount", func(t *testing.T) {
 		r := newWriterRig(t, CommitOnFsync)
 		if err := r.w.Release(context.Background(), r.id, r.written(t, "f", "kept")); err != nil {
