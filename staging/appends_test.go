@@ -146,6 +146,32 @@ func TestWriterAppendOntoOtherWriters(t *testing.T) {
 			}
 		})
 	}
+	t.Run("session-directory-fsync", func(t *testing.T) {
+		// fsync(2) of the session directory in close mode, by another
+		// process, while the appender holds the file open: it moves
+		// the bytes as the close would. It committed every staged file
+		// as one snapshot, so the appended one was refused, and its
+		// close was then ESTALE, the line in failed/ (review 6).
+		r := newWriterRig(t)
+		r.write(t, "log", "base\n")
+		s := r.appendTo(t, "log", "mine\n")
+		r.otherWriter(t, "log", "base\nother\n")
+		if err := r.w.FsyncSession(ctx, r.id); err != nil {
+			t.Fatalf("fsync of the session directory: %v", err)
+		}
+		if got := r.slotBody(t, "log"); got != "base\nother\nmine\n" {
+			t.Fatalf("log = %q after the fsync", got)
+		}
+		if err := r.w.Flush(ctx, r.id, s, false); err != nil {
+			t.Fatalf("the appender's close: %v", err)
+		}
+		if err := r.w.Release(ctx, r.id, s); err != nil {
+			t.Fatal(err)
+		}
+		if got, f := r.slotBody(t, "log"), r.failedFiles(t); got != "base\nother\nmine\n" || len(f) != 0 {
+			t.Fatalf("log = %q, failed directory %v", got, f)
+		}
+	})
 	t.Run("removed-then-committed", func(t *testing.T) {
 		// Removed and made again by the other writer: O_APPEND writes
 		// to the file the name has at the close.

@@ -252,15 +252,55 @@ func (w *Writer) flush(ctx context.Context, id layout.SessionID, s *File, untouc
 // minutes it was (review 6).
 const appendPatience = 2 * time.Minute
 
-// FsyncSession commits everything staged in a session as one snapshot
-// (--commit=fsync), or the one file in close mode. With Config.Hold it
+// FsyncSession is fsync(2) of a session's directory: with
+// --commit=fsync it commits everything staged in the session as one
+// snapshot; in close mode it commits every staged file written since its
+// last commit, as their closes would (flushSession). With Config.Hold it
 // commits nothing: only CommitSession does.
 func (w *Writer) FsyncSession(ctx context.Context, id layout.SessionID) error {
 	if w.cfg.Hold {
 		return nil
 	}
+	if w.cfg.Commit == CommitOnClose {
+		return w.flushSession(ctx, id)
+	}
 	_, err := w.commitStaged(ctx, id, nil, false)
 	return err
+}
+
+// flushSession flushes every staged file of a session that is dirty and
+// not failed, at once (they share a snapshot as concurrent closes do),
+// each as its close does: after a commit of it in flight, moved onto
+// another writer's commit when only appended to. Committed all in one
+// snapshot (commitStaged), an appended file another mount had committed
+// meanwhile was refused, and its writer's close was then ESTALE with its
+// bytes in the failed directory (review 6).
+func (w *Writer) flushSession(ctx context.Context, id layout.SessionID) error {
+	ws := w.session(id)
+	w.mu.Lock()
+	var files []*File
+	for _, s := range ws.files {
+		s.mu.RLock()
+		dirty := s.dirty && s.failed == nil && !s.unlinked
+		s.mu.RUnlock()
+		if dirty {
+			s.opens++ // held until flushed: its last release may come meanwhile
+			files = append(files, s)
+		}
+	}
+	w.mu.Unlock()
+	errs := make([]error, len(files))
+	var wg sync.WaitGroup
+	for i, s := range files {
+		wg.Go(func() {
+			errs[i] = w.Flush(ctx, id, s, true)
+			if err := w.Release(ctx, id, s); errs[i] == nil {
+				errs[i] = err
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // Sync is fsync(2) of a descriptor of s (nil when nothing is staged for
