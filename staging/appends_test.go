@@ -272,6 +272,53 @@ func TestWriterFsyncAppendsOntoOtherWriters(t *testing.T) {
 	}
 }
 
+// TestWriterReleaseMovesWithoutNamespaceLock: the last release of a file
+// that must move its appended bytes (here stalled fetching the other
+// writer's content) does not hold the session's namespace: an unlink of
+// another file of the session goes on meanwhile. The release held it
+// for its whole loop of moves, so one log losing races stalled every
+// rm, mv and chmod in the session (review 6).
+func TestWriterReleaseMovesWithoutNamespaceLock(t *testing.T) {
+	ctx := context.Background()
+	r := newWriterRig(t)
+	r.write(t, "x", "x\n")
+	r.commitBlob(t, "log", big("base\n"), "")
+	s := r.appendTo(t, "log", "mine\n")
+	other := big("base\n") + "other\n"
+	r.otherBlob(t, "log", other, "")
+	gate, release := r.inj.Stall(faultblob.OpGet, faultblob.Match{Prefix: layout.BlobKey(layout.DigestOf([]byte(other)))})
+	defer release()
+	done := make(chan error, 1)
+	go func() { done <- r.w.Release(ctx, r.id, s) }()
+	for deadline := time.Now().Add(10 * time.Second); gate.Waiting() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the release never fetched the other writer's content")
+		}
+	}
+	unlinked := make(chan error, 1)
+	go func() { unlinked <- r.w.Unlink(ctx, r.id, []string{"x"}) }()
+	select {
+	case err := <-unlinked:
+		if err != nil {
+			t.Fatalf("unlink: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		release()
+		<-unlinked
+		t.Fatal("an unlink of another file waited for the release's move")
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if got := r.bodyOf(t, "log"); got != other+"mine\n" {
+		t.Fatalf("log ends %q", got[len(got)-20:])
+	}
+	if _, ok := r.slot(t, "x"); ok {
+		t.Fatal("x still there")
+	}
+}
+
 // TestWriterAppendersRace: two writers on one bucket (two mounts), each
 // appending lines to one log through O_APPEND descriptors, each line one
 // open, write and close, at once: every close succeeds, and the log holds

@@ -56,9 +56,13 @@ func (w *Writer) Release(ctx context.Context, id layout.SessionID, s *File) erro
 		if dirty && !failed && w.cfg.Commit == CommitOnClose {
 			// This call still holds the last open, so nobody releases s
 			// under it; an open that arrives meanwhile takes the duty
-			// over (the next round sees opens > 1).
+			// over (the next round sees opens > 1). Not under nsMu: a
+			// commit that moves appended bytes can take long, and every
+			// rm, mv and chmod of the session waited for it (review 6).
 			w.mu.Unlock()
+			ws.nsMu.Unlock()
 			err = w.Flush(ctx, id, s, true)
+			ws.nsMu.Lock()
 			continue
 		}
 		s.opens--
