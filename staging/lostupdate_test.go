@@ -713,3 +713,50 @@ func TestWriterForkInheritedFiles(t *testing.T) {
 	check(child, map[string]string{"log": parentBody + "fork line\n", "doc": "FORKnt line\n", "new": parentBody, "perm": parentBody, "fork": "f"})
 	check(r.Session, map[string]string{"log": parentBody, "doc": parentBody, "old": parentBody, "perm": parentBody})
 }
+
+// TestWriterRenameWrittenFile: mv of a file this mount is writing (staged,
+// not closed yet) removes the old name only if that is still what the
+// file was built on. Another mount's rewrite of it since refuses the
+// rename (nothing moves), and the close then settles the file as it
+// would without the rename: an edit refused, appended bytes moved after
+// the other mount's. The removal was not guarded and the close under the
+// new name was not either: the other mount's rewrite was in neither name
+// while every call returned 0 (review 6). Without another writer the
+// rename goes through.
+func TestWriterRenameWrittenFile(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name      string
+		appending bool
+		other     bool
+		wantClose error
+		want      map[string]string
+	}{
+		{"edit/alone", false, false, nil, map[string]string{"f": "(none)", "g": "base\nmine\n"}},
+		{"append/alone", true, false, nil, map[string]string{"f": "(none)", "g": "base\nmine\n"}},
+		{"edit/rewritten-elsewhere", false, true, layout.ErrChangedUnder, map[string]string{"f": "base\nother\n", "g": "(none)"}},
+		{"append/rewritten-elsewhere", true, true, nil, map[string]string{"f": "base\nother\nmine\n", "g": "(none)"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newWriterRig(t)
+			r.write(t, "f", "base\n")
+			s := r.openWriting(t, "f", "mine\n", c.appending)
+			if c.other {
+				r.otherWriter(t, "f", "base\nother\n")
+			}
+			err := r.w.Rename(ctx, r.id, "f", "g", false)
+			if c.other != errors.Is(err, layout.ErrChangedUnder) {
+				t.Fatalf("rename: %v (another writer: %v)", err, c.other)
+			}
+			if err := r.w.Flush(ctx, r.id, s, false); !errors.Is(err, c.wantClose) || (err == nil) != (c.wantClose == nil) {
+				t.Fatalf("close: %v, want %v", err, c.wantClose)
+			}
+			r.w.Release(ctx, r.id, s)
+			for name, want := range c.want {
+				if got := r.slotBody(t, name); got != want {
+					t.Errorf("%s = %q, want %q", name, got, want)
+				}
+			}
+		})
+	}
+}

@@ -256,6 +256,10 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		if dstDir {
 			return ErrIsDir
 		}
+		guarded, err := w.removeWrittenSource(ctx, id, ws, from, slots, now)
+		if err != nil {
+			return err // nothing moved
+		}
 		// A file open under the target name is replaced: its descriptors
 		// now write to an unlinked file.
 		w.unstage(ws, to)
@@ -278,7 +282,7 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 			w.mu.Unlock()
 			if dirty {
 				// Its commit happens on close, under the new name.
-				if _, ok := slots[from]; ok {
+				if _, ok := slots[from]; ok && !guarded {
 					if err := w.Queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}}); err != nil {
 						return err
 					}
@@ -388,6 +392,53 @@ func (w *Writer) moveLocalLocked(ws *session, from, to string, staged, dirs []st
 	for _, d := range dirs {
 		ws.dirs[to+strings.TrimPrefix(d, from)] = true
 	}
+}
+
+// removeWrittenSource commits the removal of from, a name being renamed
+// whose staged file holds changes built on what it read of the name (an
+// edit in place, an append, a create that found it absent), guarded by
+// that: when another mount changed the name since, the rename is refused
+// (ESTALE) and nothing moves, as that file's close would be refused.
+// The removal was not guarded and the close under the new name was not
+// either (its entry has the old name): another mount's rewrite of the
+// name was gone from both names, every call returning 0 (review 6). It
+// reports whether it committed the removal; with nothing so built on the
+// name, it does nothing. The caller holds ws.nsMu.
+func (w *Writer) removeWrittenSource(ctx context.Context, id layout.SessionID, ws *session, from string, slots map[string]layout.Entry, now time.Time) (bool, error) {
+	if _, listed := slots[from]; !listed {
+		return false, nil
+	}
+	s := w.stagedIdle(ws, from)
+	if s == nil {
+		return false, nil
+	}
+	var base *layout.FileBase
+	switch {
+	case !s.dirty || s.unlinked || s.wholeOpens.Load() > 0:
+	case s.committed != nil && s.committed.Name == from:
+		base = fileBase(id, s.committed)
+	case s.committed == nil && s.absent != nil && s.absentAs == from:
+		b := *s.absent
+		base = &b
+	}
+	if base == nil {
+		s.mu.Unlock()
+		w.mu.Unlock()
+		return false, nil
+	}
+	// No commit of s starts meanwhile (a close's waits for this one):
+	// s stays what the removal is guarded by, under nsMu at from.
+	ch := make(chan struct{})
+	s.committing = ch
+	s.mu.Unlock()
+	w.mu.Unlock()
+	gone := layout.Descriptor{Name: from, Deleted: true, CreatedAt: now}
+	err := w.queue(ctx, id, []pendingOp{{desc: &gone, base: base}})
+	s.mu.Lock()
+	s.committing = nil
+	close(ch)
+	s.mu.Unlock()
+	return err == nil, err
 }
 
 // liveNow is the live view of session id for a change of names from and
