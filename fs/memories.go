@@ -592,6 +592,12 @@ func (n *memFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	h := &memHandle{n: n, write: flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0}
 	n.mu.Lock()
+	has := n.has
+	n.mu.Unlock()
+	if h.write && flags&syscall.O_TRUNC == 0 && !has {
+		n.commitOthers(ctx)
+	}
+	n.mu.Lock()
 	e, has := n.e, n.has
 	n.mu.Unlock()
 	if h.write && flags&syscall.O_TRUNC == 0 {
@@ -653,6 +659,26 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 		n.bufs.add(h)
 	}
 	return h, fuse.FOPEN_DIRECT_IO, 0
+}
+
+// commitOthers commits what the descriptors open on a record created
+// here hold and have not committed, for a descriptor opened to write on
+// it (close-to-open): it then builds on that record, as on any, and the
+// others' closes find nothing left to commit. Each held its own bytes:
+// a second descriptor that read the creator's bytes and added its own
+// committed both, and the creator's close then put its bytes on again
+// (appended) or replaced the second's (written at an offset; review 6).
+// A commit that fails here is the creator's close's to report: it
+// commits again.
+func (n *memFile) commitOthers(ctx context.Context) {
+	for _, o := range n.bufs.all() {
+		if o.isDropped() {
+			continue
+		}
+		if errno := o.Flush(ctx); errno != 0 {
+			n.f.log.Info("memory record not committed before another descriptor opened it; its own close commits it again", "namespace", n.ns, "errno", errno.Error())
+		}
+	}
 }
 
 func (n *memFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {

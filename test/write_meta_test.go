@@ -298,35 +298,40 @@ func TestWriteRefsCompareAndSwap(t *testing.T) {
 }
 
 // TestWriteMemoryNewRecordTwoDescriptors: two descriptors of one mount
-// appending to a record created here and not committed yet each land
-// their bytes once, whichever closes first. The second took the first's
-// bytes as what the record held: closed first, it committed both, and
-// the creator's commit then replaced them with its own line (or, closing
-// at once, put it after them again: audit 9 #2).
+// writing a record created here and not committed yet leave it as on a
+// local disk, whichever closes first: the first one's line, then the
+// second one's, once each. A descriptor opened to write such a record
+// commits what the others hold first, then builds on it. Each held its
+// own bytes: the creator's commit replaced the second's line, or put its
+// own on again after the second had committed both (audit 9 #2, review
+// 6 #3, #4).
 func TestWriteMemoryNewRecordTwoDescriptors(t *testing.T) {
 	bk := openBucket(t, testbucket.Local)
 	m := mount(t, bk)
 	shE(t, m.Dir, "mkdir memories/two")
 	const script = `
 import os, sys
-flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-first = os.open(sys.argv[1], flags, 0o644); os.write(first, b"one\n")
-second = os.open(sys.argv[1], flags, 0o644); os.write(second, b"two\n")
-if sys.argv[2] == "second":
+path, closes_first, first_mode, second_mode = sys.argv[1:]
+modes = {"append": os.O_WRONLY | os.O_CREAT | os.O_APPEND, "write": os.O_WRONLY | os.O_CREAT, "rdwr": os.O_RDWR}
+first = os.open(path, modes[first_mode], 0o644); os.write(first, b"one\n")
+second = os.open(path, modes[second_mode], 0o644)
+if second_mode == "rdwr":
+    assert os.read(second, 100) == b"one\n"
+os.lseek(second, 0, os.SEEK_END); os.write(second, b"two\n")
+if closes_first == "second":
     os.close(second); os.close(first)
 else:
     os.close(first); os.close(second)
 `
-	for _, c := range []struct{ closesFirst, want string }{
-		{"second", "two\none\n"},
-		{"first", "one\ntwo\n"},
-	} {
-		name := "rec-" + c.closesFirst
-		if out, err := exec.Command("python3", "-c", script, filepath.Join(m.Dir, "memories/two", name), c.closesFirst).CombinedOutput(); err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
-		if got, _ := memRecords(t, bk, "two"); got[name] != c.want {
-			t.Errorf("the %s descriptor closing first: %s = %q, want %q", c.closesFirst, name, got[name], c.want)
+	for _, closesFirst := range []string{"second", "first"} {
+		for _, modes := range [][2]string{{"append", "append"}, {"append", "rdwr"}, {"write", "append"}, {"write", "rdwr"}} {
+			name := fmt.Sprintf("rec-%s-%s-%s", closesFirst, modes[0], modes[1])
+			if out, err := exec.Command("python3", "-c", script, filepath.Join(m.Dir, "memories/two", name), closesFirst, modes[0], modes[1]).CombinedOutput(); err != nil {
+				t.Fatalf("%s: %v\n%s", name, err, out)
+			}
+			if got, _ := memRecords(t, bk, "two"); got[name] != "one\ntwo\n" {
+				t.Errorf("%s = %q, want %q", name, got[name], "one\ntwo\n")
+			}
 		}
 	}
 }
