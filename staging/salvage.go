@@ -75,13 +75,19 @@ func (w *Writer) keepLocked(id layout.SessionID, ws *session) (kept, lost int) {
 // path, "" when none could be kept.
 func (w *Writer) salvageLocked(id layout.SessionID, s *File, msg string) string {
 	s.mu.RLock()
-	lazy := s.lazy
+	lazy, cause := s.lazy, s.failed
 	s.mu.RUnlock()
+	// Why the commit failed, when it did: the line said only that
+	// (audit 10: a session removed by another writer).
+	why := []any{}
+	if cause != nil {
+		why = []any{"err", cause}
+	}
 	if lazy != nil {
 		// Its bytes are a blob in the bucket, never fetched: only its
 		// name or attributes changed, and a copy would be a download.
 		w.log.Error(strings.Replace(msg, "staged data kept", "its content is unchanged, the blob of the version it was opened on", 1),
-			"session", id, "name", s.name, "blob", lazy.Digest.String())
+			append([]any{"session", id, "name", s.name, "blob", lazy.Digest.String()}, why...)...)
 		return ""
 	}
 	dir := filepath.Join(w.cfg.FailedDir, id.String())
@@ -93,7 +99,7 @@ func (w *Writer) salvageLocked(id layout.SessionID, s *File, msg string) string 
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if linkSpill(s, dst) == nil {
-		w.log.Error(msg, "session", id, "name", s.name, "path", dst)
+		w.log.Error(msg, append([]any{"session", id, "name", s.name, "path", dst}, why...)...)
 		return dst
 	}
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
@@ -121,7 +127,7 @@ func (w *Writer) salvageLocked(id layout.SessionID, s *File, msg string) string 
 		w.log.Error("could not keep the data of a failed commit", "session", id, "name", s.name, "err", err)
 		return ""
 	}
-	w.log.Error(msg, "session", id, "name", s.name, "path", dst)
+	w.log.Error(msg, append([]any{"session", id, "name", s.name, "path", dst}, why...)...)
 	return dst
 }
 

@@ -456,13 +456,19 @@ func unknownOutcomeRig(t *testing.T, before ...func(r *writerRig)) (r *writerRig
 // unmount finds staged (fsync mode, never fsynced) is kept there too.
 func TestWriterFailedCommit(t *testing.T) {
 	t.Run("close", func(t *testing.T) {
-		r := newWriterRig(t)
+		logged := &syncbuf.Buffer{}
+		r := newWriterRigCfg(t, func(c *Config) { c.Log = logged.Logger(slog.LevelInfo) })
 		r.failBlobPuts()
-		if err := r.w.Release(context.Background(), r.id, r.written(t, "f", big("kept"))); err == nil {
+		err := r.w.Release(context.Background(), r.id, r.written(t, "f", big("kept")))
+		if err == nil {
 			t.Fatal("release of a file whose upload failed returned no error")
 		}
 		if kept := r.failedFiles(t); len(kept) != 1 {
 			t.Fatalf("failed/ holds %v, want the file", kept)
+		}
+		// The line that says where the bytes are says why (audit 10).
+		if line := logged.String(); !strings.Contains(line, "staged data kept") || !strings.Contains(line, "PermissionDenied") {
+			t.Errorf("the log does not say why the commit failed:\n%s", line)
 		}
 		if _, ok := r.slot(t, "f"); ok {
 			t.Fatal("f committed although its upload failed")
