@@ -233,7 +233,7 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	go func() { probeErr <- probe(ctx, b, log) }()
 	env.probed = sync.OnceValue(func() error {
 		if err := <-probeErr; err != nil {
-			return fmt.Errorf("bucket %s is not usable: %v", redact.URL(u), err)
+			return fmt.Errorf("bucket %s is not usable: %v%s", redact.URL(u), err, probeHint(err))
 		}
 		return nil
 	})
@@ -452,8 +452,12 @@ func mountError(err error) error {
 	}
 }
 
-// probeFor bounds the check that a bucket answers, retries included.
-const probeFor = 30 * time.Second
+// probeFor bounds the check that a bucket answers, retries included,
+// and probeAttempts the LISTs it sends.
+const (
+	probeFor      = 30 * time.Second
+	probeAttempts = 5
+)
 
 // probe checks that the bucket answers, so a wrong URL or missing
 // credentials fail the mount instead of every later request. A transient
@@ -467,15 +471,20 @@ func probe(ctx context.Context, b *blob.Bucket, log *slog.Logger) error {
 	delay := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		_, _, err := b.ListPage(ctx, blob.FirstPageToken, 1, &blob.ListOptions{Prefix: layout.SessionsPrefix, Delimiter: "/"})
-		if err == nil || attempt >= 4 || ctx.Err() != nil {
+		if err == nil || attempt+1 >= probeAttempts || ctx.Err() != nil {
 			return err
 		}
-		switch gcerrors.Code(err) {
-		case gcerrors.NotFound, gcerrors.PermissionDenied, gcerrors.InvalidArgument, gcerrors.Unimplemented:
+		if refused(err) {
 			return err // retrying cannot help
 		}
 		if attempt == 0 {
-			log.Warn("bucket not answering; retrying", "for", probeFor, "err", err)
+			// Silence and an error are told apart: the line said "not
+			// answering" of a server that answered 500 (audit 10).
+			what := "bucket answered with an error; trying again"
+			if gcerrors.Code(err) == gcerrors.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
+				what = "bucket not answering; trying again"
+			}
+			log.Warn(what, "attempts", probeAttempts, "within", probeFor, "err", err)
 		}
 		select {
 		case <-time.After(delay):
@@ -484,6 +493,34 @@ func probe(ctx context.Context, b *blob.Bucket, log *slog.Logger) error {
 		}
 		delay *= 2
 	}
+}
+
+// refused reports an error that asking again cannot change: a missing
+// bucket, credentials refused, a request the server rejects as malformed
+// (an HTTP 4xx but 408 and 429: S3's 400 for a bucket name it does not
+// accept was retried as if the bucket were silent, audit 10).
+func refused(err error) bool {
+	switch gcerrors.Code(err) {
+	case gcerrors.NotFound, gcerrors.PermissionDenied, gcerrors.InvalidArgument, gcerrors.Unimplemented:
+		return true
+	}
+	var st interface{ HTTPStatusCode() int }
+	if errors.As(err, &st) {
+		c := st.HTTPStatusCode()
+		return c >= 400 && c < 500 && c != 408 && c != 429
+	}
+	return false
+}
+
+// probeHint is what to look at for a probe's error the SDK's text does
+// not explain: a 400 to a LIST is the request, not the bucket's
+// content (a bucket name the server does not accept, a wrong region).
+func probeHint(err error) string {
+	var st interface{ HTTPStatusCode() int }
+	if errors.As(err, &st) && st.HTTPStatusCode() == 400 {
+		return " (the server rejected the request itself: is the bucket name one it accepts, and the region right?)"
+	}
+	return ""
 }
 
 // shownFlags is the command line as .pugmark/flags shows it: URLs

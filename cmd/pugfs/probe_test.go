@@ -2,17 +2,22 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pugmark/pugfs/internal/syncbuf"
 )
 
-// TestProbeRetries: a bucket that answers no LIST fails the probe after
-// its retries, says so once while retrying (a refused endpoint must not
-// keep a mount silent), and its error reads without gocloud's prefixes.
+// TestProbeRetries: a bucket that answers every LIST with an error fails
+// the probe after its retries, says so once while retrying (a refused
+// endpoint must not keep a mount silent), as an error, not as silence,
+// and its error reads without gocloud's prefixes.
 func TestProbeRetries(t *testing.T) {
 	ctx := context.Background()
 	b, _, err := openBucket(ctx, "fault+mem://?fault_ops=list&fault_error_rate=1", false, 5*time.Second)
@@ -25,10 +30,51 @@ func TestProbeRetries(t *testing.T) {
 	if err == nil {
 		t.Fatal("probe of a bucket whose every LIST fails succeeded")
 	}
-	if n := logged.Count("bucket not answering; retrying"); n != 1 {
+	if n := logged.Count("bucket answered with an error; trying again"); n != 1 {
 		t.Errorf("logged the retry %d times, want once:\n%s", n, logged.String())
 	}
 	if text := oneLine(err); strings.Contains(text, "code=") {
 		t.Errorf("error text keeps gocloud's prefix: %s", text)
+	}
+}
+
+// TestProbeRequestRejected: an S3 server that rejects the request itself
+// (HTTP 400, InvalidBucketName for a name it does not accept) fails the
+// probe at its first LIST, with a hint, and no "retrying": it was asked
+// five times as if it were silent, then reported as the SDK's bare text
+// (audit 10).
+func TestProbeRequestRejected(t *testing.T) {
+	var lists atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("prefix") == "sessions/" {
+			lists.Add(1) // the probe's (openBucket's check lists the bucket first)
+		}
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidBucketName</Code><Message>The specified bucket is not valid.</Message></Error>`)
+	}))
+	defer srv.Close()
+	t.Setenv("AWS_ACCESS_KEY_ID", "k")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "s")
+	t.Setenv("AWS_PROFILE", "")
+	ctx := context.Background()
+	b, _, err := openBucket(ctx, "s3://b1?endpoint="+srv.URL+"&use_path_style=true&disable_https=true&region=us-east-1", false, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var logged syncbuf.Buffer
+	err = probe(ctx, b, logged.Logger(slog.LevelInfo))
+	if err == nil {
+		t.Fatal("probe of a bucket that rejects every request succeeded")
+	}
+	if n := lists.Load(); n != 1 {
+		t.Errorf("the probe sent %d LISTs, want 1: a 400 is no reason to ask again", n)
+	}
+	if strings.Contains(logged.String(), "trying again") {
+		t.Errorf("logged a retry of a rejected request:\n%s", logged.String())
+	}
+	if h := probeHint(err); !strings.Contains(h, "bucket name") {
+		t.Errorf("no hint for a 400 (%v): %q", err, h)
 	}
 }
