@@ -410,6 +410,11 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 		}
 		return exitCode(code)
 	}
+	// From here on a signal stops nothing: stopped, the checkpoint's
+	// outcome would be unknown. Each says so (three Ctrl-Cs got 30 s of
+	// silence from a run committing to a bucket that had stopped: audit
+	// 10).
+	defer noteSignals(sio.err)()
 	cctx := context.WithoutCancel(ctx)
 	// kept keeps what is staged and says where, or that it could not:
 	// "kept" of copies a full disk never let be made told a supervisor
@@ -907,6 +912,36 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 		code = 128 + int(signalOf(ctx))
 	}
 	return code, nil
+}
+
+// noteSignals says on w, for each SIGINT, SIGTERM or SIGHUP that comes
+// until stop is called, that it changes nothing: the run is committing
+// its checkpoint.
+func noteSignals(w io.Writer) (stop func()) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, stopSignals...)
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		for {
+			select {
+			case s := <-sigs:
+				name := s.String()
+				if n, ok := s.(syscall.Signal); ok {
+					name = unix.SignalName(n)
+				}
+				fmt.Fprintf(w, "pugfs exec: %s ignored: the command has exited and its checkpoint is being committed; stopped now, whether it landed would be unknown (a SIGKILL leaves it so: then it did if the session's .pugmark/checkpoint is above PUGMARK_VERSION)\n", name)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+		<-ended
+	}
 }
 
 // catchQuit makes SIGQUIT (Ctrl-\\) the handler's, as a terminal's is

@@ -11,7 +11,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
+
+	"github.com/pugmark/pugfs/internal/syncbuf"
+	"golang.org/x/sys/unix"
 )
 
 // TestHandlerEnv: the handler's environment loses the cloud credentials
@@ -144,5 +148,29 @@ func TestExecDebug(t *testing.T) {
 		if !strings.Contains(r.err, want) {
 			t.Errorf("pugfs exec --debug logged no %q line:\n%s", want, r.err)
 		}
+	}
+}
+
+// TestNoteSignals: while a run commits its checkpoint, SIGINT, SIGTERM
+// and SIGHUP are caught and each says on stderr that it changes nothing
+// and why; the process does not die of them. Three Ctrl-Cs to a run
+// committing to a stopped bucket got 30 s of silence (audit 10).
+func TestNoteSignals(t *testing.T) {
+	var out syncbuf.Buffer
+	stop := noteSignals(&out)
+	for _, s := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		if err := syscall.Kill(os.Getpid(), s); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), unix.SignalName(s)+" ignored"); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				stop()
+				t.Fatalf("no word of %s:\n%s", unix.SignalName(s), out.String())
+			}
+		}
+	}
+	stop()
+	if !strings.Contains(out.String(), "being committed") || !strings.Contains(out.String(), ".pugmark/checkpoint") {
+		t.Errorf("the note does not say why, or what a SIGKILL leaves:\n%s", out.String())
 	}
 }
