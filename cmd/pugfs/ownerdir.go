@@ -135,6 +135,15 @@ func orphans(root string, gone func(dir string)) {
 			continue
 		}
 		if ownName(name) {
+			// A listing is no snapshot: a lock file renamed into place
+			// while it was read can be missing from it, with the
+			// directory its owner made next there (a live directory was
+			// swept so, once in 500 starts under load). The owner names
+			// its lock before it makes the directory: looked at again,
+			// a live one's is there.
+			if _, err := os.Lstat(filepath.Join(root, name+lockSuffix)); err == nil {
+				continue
+			}
 			gone(filepath.Join(root, name))
 		}
 	}
