@@ -14,19 +14,26 @@ import (
 	"github.com/pugmark/pugfs/internal/syncbuf"
 )
 
+// probeOf opens url as a mount does and probes it: what the probe
+// logged, and its error.
+func probeOf(t *testing.T, url string) (*syncbuf.Buffer, error) {
+	t.Helper()
+	ctx := context.Background()
+	b, _, err := openBucket(ctx, url, false, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	logged := &syncbuf.Buffer{}
+	return logged, probe(ctx, b, logged.Logger(slog.LevelInfo))
+}
+
 // TestProbeRetries: a bucket that answers every LIST with an error fails
 // the probe after its retries, says so once while retrying (a refused
 // endpoint must not keep a mount silent), as an error, not as silence,
 // and its error reads without gocloud's prefixes.
 func TestProbeRetries(t *testing.T) {
-	ctx := context.Background()
-	b, _, err := openBucket(ctx, "fault+mem://?fault_ops=list&fault_error_rate=1", false, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	var logged syncbuf.Buffer
-	err = probe(ctx, b, logged.Logger(slog.LevelInfo))
+	logged, err := probeOf(t, "fault+mem://?fault_ops=list&fault_error_rate=1")
 	if err == nil {
 		t.Fatal("probe of a bucket whose every LIST fails succeeded")
 	}
@@ -57,14 +64,7 @@ func TestProbeRequestRejected(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "k")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "s")
 	t.Setenv("AWS_PROFILE", "")
-	ctx := context.Background()
-	b, _, err := openBucket(ctx, "s3://b1?endpoint="+srv.URL+"&use_path_style=true&disable_https=true&region=us-east-1", false, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	var logged syncbuf.Buffer
-	err = probe(ctx, b, logged.Logger(slog.LevelInfo))
+	logged, err := probeOf(t, "s3://b1?endpoint="+srv.URL+"&use_path_style=true&disable_https=true&region=us-east-1")
 	if err == nil {
 		t.Fatal("probe of a bucket that rejects every request succeeded")
 	}
