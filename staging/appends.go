@@ -12,56 +12,73 @@ import (
 
 // moveOn answers a commit of s that err refused because the file
 // changed since s read it: a change that is s's own commit whose outcome
-// was unknown (adoptLanded), or another writer's under bytes s only
+// was unknown (settleUnknown), or another writer's under bytes s only
 // appended (rebaseAppended). ok says to commit s again, at generation
 // gen.
 func (w *Writer) moveOn(ctx context.Context, id layout.SessionID, s *File, err error) (gen uint64, ok bool) {
-	if gen, ok = w.adoptLanded(ctx, id, s, err); ok {
-		return gen, ok
-	}
-	return w.rebaseAppended(ctx, id, s, err)
-}
-
-// adoptLanded answers a commit of s refused by a change that is s's own
-// earlier commit, whose close was EIO for an unknown outcome and which
-// landed after all (File.unknownAs): s was committed as that, and builds
-// on it now. The next append's close was refused by it and moved the
-// bytes of both appends onto it, the first one twice; an edit's close
-// was ESTALE (review 6).
-func (w *Writer) adoptLanded(ctx context.Context, id layout.SessionID, s *File, err error) (uint64, bool) {
 	var se *layout.StaleError
 	if !errors.As(err, &se) || ctx.Err() != nil {
 		return 0, false
 	}
+	adopted, uerr := w.settleUnknown(ctx, id, s)
+	switch {
+	case uerr != nil:
+		// Moved, its bytes could land twice: refused instead.
+		w.log.Warn("file not moved onto the session's changes: whether its last commit landed is still unknown", "session", id, "name", s.Name(), "err", uerr)
+		return 0, false
+	case adopted:
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return s.gen, true
+	}
+	return w.rebaseAppended(ctx, id, s, err)
+}
+
+// settleUnknown asks the bucket what became of s's last commit when its
+// outcome was unknown (File.unknown; one GET, by its transaction ID):
+// landed, it is what s was committed as, and s builds on it (adopted);
+// not landed, s is as it was. A file written again after a close that
+// was EIO for such a commit had its next commit refused by it, as by
+// another writer's: appended to, the close moved both appends onto it
+// and the first landed twice; edited, or renamed, it was ESTALE (review
+// 6, review 7). A commit of the same bytes by another writer is not
+// taken for s's own. The error is the bucket's when it cannot tell yet.
+func (w *Writer) settleUnknown(ctx context.Context, id layout.SessionID, s *File) (adopted bool, err error) {
 	s.mu.RLock()
-	u, name := s.unknownAs, s.name
+	u, name := s.unknown, s.unknownName
 	s.mu.RUnlock()
-	if u == nil || u.Name != name || !slices.Contains(se.Names, name) || slices.Contains(se.Clashes, name) {
-		return 0, false
+	if u == nil {
+		return false, nil
 	}
-	// The refusal invalidated the session's state: this one is fresh.
-	st, serr := w.cache.State(ctx, id)
-	if serr != nil {
-		return 0, false
-	}
-	cur, exists := st.Slots()[name]
-	if !exists || cur.Session != id || cur.Digest != u.Digest {
-		return 0, false
+	res, landed, err := w.store.ResolveCommit(ctx, u)
+	if err != nil {
+		return false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.unknownAs != u || s.name != name || s.unlinked {
-		return 0, false
+	if s.unknown != u {
+		return false, nil // settled meanwhile
 	}
-	s.committed, s.absent, s.unknownAs = &cur, nil, nil
-	if s.appendFrom >= 0 {
-		// Only appended to since: what it holds past that commit.
-		s.appendFrom = u.Size
+	s.unknown = nil
+	if !landed || s.unlinked {
+		return false, nil
 	}
-	s.dirty, s.failed = true, nil
-	s.gen++
-	w.log.Info("a commit whose outcome was unknown had landed: the file's next commit builds on it", "session", id, "name", name, "version", cur.Version)
-	return s.gen, true
+	for _, d := range res.Descriptors {
+		if d.Name != name || d.Deleted {
+			continue
+		}
+		e := layout.Entry{Descriptor: d, Session: id, Version: res.Version}
+		s.committed, s.absent = &e, nil
+		if s.appendFrom >= 0 {
+			// Only appended to since: what it holds past that commit.
+			s.appendFrom = d.Size
+		}
+		s.dirty, s.failed = true, nil
+		s.gen++
+		w.log.Info("a commit whose outcome was unknown had landed: the file's next commit builds on it", "session", id, "name", name, "version", res.Version)
+		return true, nil
+	}
+	return false, nil
 }
 
 // rebaseAppended answers a commit of s that err refused because another
@@ -104,8 +121,7 @@ func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *Fil
 	s.mu.RLock()
 	was := s.committed
 	s.mu.RUnlock()
-	if exists && was != nil && cur.Digest == was.Digest && cur.Version == was.Version && cur.Session == was.Session ||
-		!exists && was == nil {
+	if exists && was != nil && cur.Digest == was.Digest && cur.Version == was.Version && cur.Session == was.Session {
 		// Refused, yet the file is what the commit was built on: moved,
 		// it would be refused again, as often as it tried (a fork's
 		// inherited file did so until appendPatience; review 6).

@@ -146,6 +146,33 @@ func TestWriterAppendOntoOtherWriters(t *testing.T) {
 			}
 		})
 	}
+	t.Run("made-and-removed-elsewhere", func(t *testing.T) {
+		// >> of a new log while another mount makes the name and
+		// removes it again (a log rotated there): the commit built on
+		// the name's absence is refused for the making, and made again
+		// on the new absence. A check for moves that go nowhere took it
+		// for one: ESTALE, the line in failed/ (review 7).
+		r := newWriterRigTTL(t, time.Hour, nil)
+		r.otherWriter(t, "other", "x")
+		s, err := r.w.OpenFresh(ctx, r.id, "log", func() *layout.Entry { return nil }, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Append(ctx, []byte("mine\n")); err != nil {
+			t.Fatal(err)
+		}
+		r.otherWriter(t, "log", "theirs\n")
+		r.otherRemove(t, "log")
+		if err := r.w.Flush(ctx, r.id, s, true); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		if err := r.w.Release(ctx, r.id, s); err != nil {
+			t.Fatal(err)
+		}
+		if got, f := r.slotBody(t, "log"), r.failedFiles(t); got != "mine\n" || len(f) != 0 {
+			t.Fatalf("log = %q, failed directory %v", got, f)
+		}
+	})
 	t.Run("session-directory-fsync", func(t *testing.T) {
 		// fsync(2) of the session directory in close mode, by another
 		// process, while the appender holds the file open: it moves

@@ -946,12 +946,12 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 		if errors.Is(err, layout.ErrConflict) {
 			w.st.conflicts.Add(1)
 		}
-		if errors.Is(err, layout.ErrOutcomeUnknown) {
+		var unknown *layout.OutcomeUnknownError
+		if errors.As(err, &unknown) {
 			for i, s := range b.live(b.files) {
 				if s != nil {
-					d := req.Descriptors[i]
 					s.mu.Lock()
-					s.unknownAs = &d
+					s.unknown, s.unknownName = unknown, req.Descriptors[i].Name
 					s.mu.Unlock()
 				}
 			}
@@ -974,7 +974,7 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 		if s := files[i]; s != nil {
 			e := layout.Entry{Descriptor: d, Session: id, Version: res.Version}
 			s.mu.Lock()
-			s.committed, s.unknownAs = &e, nil
+			s.committed, s.unknown = &e, nil
 			if s.appendFrom >= 0 || !s.dirty {
 				// What it holds is e's bytes and, at most, appends.
 				s.appendFrom = d.Size

@@ -91,10 +91,12 @@ type File struct {
 	// since refuses it.
 	absent   *layout.FileBase
 	absentAs string
-	// unknownAs is the descriptor the file's last commit gave it when
-	// that commit's outcome was unknown (its close was EIO): landed
-	// after all, it is what the file was committed as (adoptLanded).
-	unknownAs *layout.Descriptor
+	// unknown is the file's last commit when its outcome was unknown
+	// (its close was EIO), and unknownName the name it committed the
+	// file under: landed after all, it is what the file was committed
+	// as (settleUnknown).
+	unknown     *layout.OutcomeUnknownError
+	unknownName string
 	// landed is the generation (gen) of the content the last commit that
 	// landed took (Flush): writes up to it are in the session, whatever
 	// later commits of the file do (FlushSince).

@@ -714,6 +714,54 @@ func TestWriterForkInheritedFiles(t *testing.T) {
 	check(r.Session, map[string]string{"log": parentBody, "doc": parentBody, "old": parentBody, "perm": parentBody})
 }
 
+// TestWriterRenameWrittenFileClosedMeanwhile: mv log log.1 of a log being
+// appended to while its writer closes it: the close that comes while the
+// rename commits the removal of log waits until the file is log.1, and
+// commits it there. It committed the file under log in between, refused
+// by that removal, so its appended bytes made log again alone, and the
+// rename's next look moved those onto log.1: the base content was in
+// neither name, every call 0 (review 7). The gap is widened by a file
+// staged under the target name whose lock is held (as its upload does).
+func TestWriterRenameWrittenFileClosedMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	r := newWriterRig(t)
+	r.write(t, "log", "base\n")
+	s := r.appendTo(t, "log", "mine\n")
+	target := r.written(t, "log.1", "old target\n")
+	gate := r.stallSnapshots()
+	renamed := make(chan error, 1)
+	go func() { renamed <- r.w.Rename(ctx, r.id, "log", "log.1", false) }()
+	waitStalled(t, gate, 1) // the removal of log is being committed
+	target.mu.RLock()
+	closed := make(chan error, 1)
+	go func() { closed <- r.w.Flush(ctx, r.id, s, false) }()
+	gate.Release()
+	// Given the time to commit under log (a bounded wait for the
+	// failure, not a synchronisation: a late close passes either way).
+	var cerr error
+	early := false
+	select {
+	case cerr = <-closed:
+		early = true
+	case <-time.After(2 * time.Second):
+	}
+	target.mu.RUnlock()
+	if !early {
+		cerr = <-closed
+	}
+	rerr := <-renamed
+	if rerr != nil || cerr != nil {
+		t.Fatalf("rename %v, close %v", rerr, cerr)
+	}
+	if err := r.w.Release(ctx, r.id, s); err != nil {
+		t.Fatal(err)
+	}
+	r.w.Release(ctx, r.id, target)
+	if l, l1 := r.slotBody(t, "log"), r.slotBody(t, "log.1"); l != "(none)" || l1 != "base\nmine\n" {
+		t.Fatalf("log = %q, log.1 = %q; want log.1 = the log with the line", l, l1)
+	}
+}
+
 // TestWriterRenameWrittenFile: mv of a file this mount is writing (staged,
 // not closed yet) removes the old name only if that is still what the
 // file was built on. Another mount's rewrite of it since refuses the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"time"
 
@@ -256,9 +257,11 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		if dstDir {
 			return ErrIsDir
 		}
-		guarded, err := w.removeWrittenSource(ctx, id, ws, from, slots, now)
-		if err != nil {
-			return err // nothing moved
+		if moved, err := w.moveWrittenFile(ctx, id, ws, from, to, slots, now); err != nil || moved {
+			if moved {
+				w.keepParents(id, from)
+			}
+			return err // refused: nothing moved
 		}
 		// A file open under the target name is replaced: its descriptors
 		// now write to an unlinked file.
@@ -282,7 +285,7 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 			w.mu.Unlock()
 			if dirty {
 				// Its commit happens on close, under the new name.
-				if _, ok := slots[from]; ok && !guarded {
+				if _, ok := slots[from]; ok {
 					if err := w.Queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}}); err != nil {
 						return err
 					}
@@ -394,19 +397,32 @@ func (w *Writer) moveLocalLocked(ws *session, from, to string, staged, dirs []st
 	}
 }
 
-// removeWrittenSource commits the removal of from, a name being renamed
-// whose staged file holds changes built on what it read of the name (an
-// edit in place, an append, a create that found it absent), guarded by
-// that: when another mount changed the name since, the rename is refused
-// (ESTALE) and nothing moves, as that file's close would be refused.
-// The removal was not guarded and the close under the new name was not
-// either (its entry has the old name): another mount's rewrite of the
-// name was gone from both names, every call returning 0 (review 6). It
-// reports whether it committed the removal; with nothing so built on the
-// name, it does nothing. The caller holds ws.nsMu.
-func (w *Writer) removeWrittenSource(ctx context.Context, id layout.SessionID, ws *session, from string, slots map[string]layout.Entry, now time.Time) (bool, error) {
+// moveWrittenFile renames from to to when from's staged file holds
+// changes built on what it read of the name (an edit in place, an
+// append, a create that found it absent): the removal of from is
+// committed first, guarded by what the file was built on, and the file
+// then takes its new name with no commit of it in between. When another
+// mount changed the name since, the rename is refused (ESTALE) and
+// nothing moves, as that file's close would be refused. The removal was
+// not guarded and the close under the new name was not either (its
+// entry has the old name): another mount's rewrite of the name was gone
+// from both names, every call returning 0 (review 6). A close that came
+// while the removal was committed committed the file under the old name
+// first, refused by that removal, and its bytes went on alone (review 7).
+// It reports whether it moved the file; with nothing so built on the
+// name, it does nothing, and the caller renames. The caller holds
+// ws.nsMu.
+func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *session, from, to string, slots map[string]layout.Entry, now time.Time) (bool, error) {
 	if _, listed := slots[from]; !listed {
 		return false, nil
+	}
+	if s := w.Staged(id, from); s != nil {
+		// What the file was committed as, when its last commit's
+		// outcome was unknown: its own landed commit would refuse the
+		// removal (review 7).
+		if _, err := w.settleUnknown(ctx, id, s); err != nil {
+			return false, err
+		}
 	}
 	s := w.stagedIdle(ws, from)
 	if s == nil {
@@ -426,19 +442,44 @@ func (w *Writer) removeWrittenSource(ctx context.Context, id layout.SessionID, w
 		w.mu.Unlock()
 		return false, nil
 	}
-	// No commit of s starts meanwhile (a close's waits for this one):
-	// s stays what the removal is guarded by, under nsMu at from.
+	// No commit of s starts until it has its new name (a close's waits
+	// for this one): nsMu keeps it staged at from meanwhile.
 	ch := make(chan struct{})
 	s.committing = ch
 	s.mu.Unlock()
 	w.mu.Unlock()
+	done := func() {
+		s.mu.Lock()
+		s.committing = nil
+		close(ch)
+		s.mu.Unlock()
+	}
 	gone := layout.Descriptor{Name: from, Deleted: true, CreatedAt: now}
-	err := w.queue(ctx, id, []pendingOp{{desc: &gone, base: base}})
-	s.mu.Lock()
+	if err := w.queue(ctx, id, []pendingOp{{desc: &gone, base: base}}); err != nil {
+		done()
+		return false, err
+	}
+	// A file open under the target name is replaced: its descriptors
+	// now write to an unlinked file.
+	w.unstage(ws, to)
+	for {
+		// s.mu may be held shared a moment (a read, a stat); no upload
+		// of s runs while committing is set.
+		w.mu.Lock()
+		if s.mu.TryLock() {
+			break
+		}
+		w.mu.Unlock()
+		runtime.Gosched()
+	}
+	delete(ws.files, from)
+	s.name = to
+	ws.files[to] = s
 	s.committing = nil
 	close(ch)
 	s.mu.Unlock()
-	return err == nil, err
+	w.mu.Unlock()
+	return true, nil
 }
 
 // liveNow is the live view of session id for a change of names from and

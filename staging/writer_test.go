@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -425,6 +424,81 @@ func TestWriterFsyncMode(t *testing.T) {
 	}
 }
 
+// TestWriterAfterUnknownOutcome: a file written again after a close that
+// was EIO for a commit whose outcome was unknown: the mount asks the
+// bucket (by the commit's transaction ID) what became of it when the
+// file's next commit or rename is refused, and builds on it if it
+// landed. Appended to, the next close moved both appends onto the
+// landed commit, the first line twice, also under another mount's
+// append on top of it; edited or renamed, it was ESTALE (review 6 #2,
+// review 7 #2, #5). Another writer's commit of the same bytes is not
+// taken for the mount's own (review 7 #3).
+func TestWriterAfterUnknownOutcome(t *testing.T) {
+	ctx := context.Background()
+	base := big("base\n")
+	for _, c := range []struct {
+		name      string
+		landed    bool
+		appending bool
+		// between runs after the close; then line "two" is written, and
+		// the file closed (or, with rename, renamed to log.1).
+		between func(r *writerRig)
+		rename  bool
+		want    string // the log's content past base
+	}{
+		{"landed/append", true, true, nil, false, "one\ntwo\n"},
+		{"landed/edit", true, false, nil, false, "one\ntwo\n"},
+		{"landed/other-appended-on-top", true, true, func(r *writerRig) { r.otherBlob(t, "log", base+"one\nother\n", "") }, false, "one\nother\ntwo\n"},
+		{"not-landed/other-committed-the-same-bytes", false, true, func(r *writerRig) { r.otherBlob(t, "log", base+"one\n", "") }, false, "one\none\ntwo\n"},
+		{"landed/renamed/append", true, true, nil, true, "one\n"},
+		{"landed/renamed/edit", true, false, nil, true, "one\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			logged := &syncbuf.Buffer{}
+			r := newWriterRigCfg(t, func(cfg *Config) { cfg.Log = logged.Logger(slog.LevelInfo) })
+			r.commitBlob(t, "log", base, "")
+			key, _ := layout.SnapshotKey(r.id, r.latest(t)+1)
+			put := r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: key}, FailProb: 1, LoseResponse: c.landed})
+			read := r.inj.Add(faultblob.Rule{Ops: faultblob.OpGet | faultblob.OpHead, Match: faultblob.Match{Prefix: key}, FailProb: 1})
+			s := r.openWriting(t, "log", "one\n", c.appending)
+			if err := r.w.Flush(ctx, r.id, s, false); !errors.Is(err, layout.ErrOutcomeUnknown) {
+				t.Fatalf("first close: %v, want ErrOutcomeUnknown", err)
+			}
+			r.inj.Remove(put)
+			r.inj.Remove(read)
+			if c.between != nil {
+				c.between(r)
+			}
+			name := "log"
+			if c.rename {
+				if err := r.w.Rename(ctx, r.id, "log", "log.1", false); err != nil {
+					t.Fatalf("rename: %v\n%s", err, logged.String())
+				}
+				name = "log.1"
+			} else {
+				var err error
+				if c.appending {
+					_, err = s.Append(ctx, []byte("two\n"))
+				} else {
+					_, err = s.WriteAt(ctx, []byte("two\n"), int64(len(base)+4))
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := r.w.Flush(ctx, r.id, s, false); err != nil {
+					t.Fatalf("second close: %v\n%s", err, logged.String())
+				}
+			}
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.bodyOf(t, name); got != base+c.want {
+				t.Errorf("%s ends %q, want %q\n%s", name, got[min(len(got), len(base)):], c.want, logged.String())
+			}
+		})
+	}
+}
+
 // unknownOutcomeRig is a rig whose first snapshot PUT lands with its
 // reply lost (after the commits of before, if any, at once), and whose reads of it get no answer, so that the commit's
 // outcome is unknown; answer lets the bucket answer again and waits for
@@ -523,41 +597,6 @@ func TestWriterFailedCommit(t *testing.T) {
 			t.Errorf("f after the commit landed: %+v, %v", e, ok)
 		}
 	})
-	for _, appending := range []bool{true, false} {
-		// Written again after a close that was EIO for a commit that
-		// landed: the next close builds on that commit, which is this
-		// mount's own. Appended, the first line landed twice (moved
-		// onto itself); edited in place, the close was ESTALE (review
-		// 6).
-		t.Run(fmt.Sprintf("outcome unknown, landed, then more/appending=%v", appending), func(t *testing.T) {
-			ctx := context.Background()
-			base := big("base\n")
-			r, logged, answer := unknownOutcomeRig(t, func(r *writerRig) { r.commitBlob(t, "log", base, "") })
-			s := r.openWriting(t, "log", "one\n", appending)
-			if err := r.w.Flush(ctx, r.id, s, false); !errors.Is(err, layout.ErrOutcomeUnknown) {
-				t.Fatalf("first close: %v, want ErrOutcomeUnknown", err)
-			}
-			answer()
-			var err error
-			if appending {
-				_, err = s.Append(ctx, []byte("two\n"))
-			} else {
-				_, err = s.WriteAt(ctx, []byte("two\n"), int64(len(base)+4))
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.w.Flush(ctx, r.id, s, false); err != nil {
-				t.Fatalf("second close: %v\n%s", err, logged.String())
-			}
-			if err := r.w.Release(ctx, r.id, s); err != nil {
-				t.Fatal(err)
-			}
-			if got := r.bodyOf(t, "log"); got != base+"one\ntwo\n" {
-				t.Errorf("log ends %q, want %q", got[min(len(got), len(base)):], "one\ntwo\n")
-			}
-		})
-	}
 	t.Run("unmount", func(t *testing.T) {
 		r := newWriterRig(t, CommitOnFsync)
 		if err := r.w.Release(context.Background(), r.id, r.written(t, "f", "kept")); err != nil {
