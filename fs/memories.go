@@ -594,7 +594,7 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 	n.mu.Lock()
 	has := n.has
 	n.mu.Unlock()
-	if h.write && flags&syscall.O_TRUNC == 0 && !has {
+	if h.write && !has {
 		n.commitOthers(ctx)
 	}
 	n.mu.Lock()
@@ -669,10 +669,18 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 // committed both, and the creator's close then put its bytes on again
 // (appended) or replaced the second's (written at an offset; review 6).
 // A commit that fails here is the creator's close's to report: it
-// commits again.
+// commits again. A creator that has written nothing yet (exec 3>rec) is
+// committed too, as its release would: empty, it replaced the second
+// descriptor's line at that release (review 7).
 func (n *memFile) commitOthers(ctx context.Context) {
 	for _, o := range n.bufs.all() {
-		if o.isDropped() {
+		o.mu.Lock()
+		skip := o.dropped || o.failed || !o.dirty
+		if !skip {
+			o.touched = true
+		}
+		o.mu.Unlock()
+		if skip {
 			continue
 		}
 		if errno := o.Flush(ctx); errno != 0 {

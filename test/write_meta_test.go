@@ -302,9 +302,10 @@ func TestWriteRefsCompareAndSwap(t *testing.T) {
 // local disk, whichever closes first: the first one's line, then the
 // second one's, once each. A descriptor opened to write such a record
 // commits what the others hold first, then builds on it. Each held its
-// own bytes: the creator's commit replaced the second's line, or put its
+// own bytes: the creator's commit replaced the second's line (with
+// nothing, for a creator that wrote nothing: exec 3>rec), or put its
 // own on again after the second had committed both (audit 9 #2, review
-// 6 #3, #4).
+// 6 #3, #4, review 7 #6).
 func TestWriteMemoryNewRecordTwoDescriptors(t *testing.T) {
 	bk := openBucket(t, testbucket.Local)
 	m := mount(t, bk)
@@ -312,11 +313,14 @@ func TestWriteMemoryNewRecordTwoDescriptors(t *testing.T) {
 	const script = `
 import os, sys
 path, closes_first, first_mode, second_mode = sys.argv[1:]
-modes = {"append": os.O_WRONLY | os.O_CREAT | os.O_APPEND, "write": os.O_WRONLY | os.O_CREAT, "rdwr": os.O_RDWR}
-first = os.open(path, modes[first_mode], 0o644); os.write(first, b"one\n")
+modes = {"append": os.O_WRONLY | os.O_CREAT | os.O_APPEND, "write": os.O_WRONLY | os.O_CREAT, "rdwr": os.O_RDWR,
+         "trunc": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "silent": os.O_WRONLY | os.O_CREAT | os.O_TRUNC}
+first = os.open(path, modes[first_mode], 0o644)
+if first_mode != "silent":  # exec 3>rec: made, nothing written
+    os.write(first, b"one\n")
 second = os.open(path, modes[second_mode], 0o644)
 if second_mode == "rdwr":
-    assert os.read(second, 100) == b"one\n"
+    assert os.read(second, 100) == (b"" if first_mode == "silent" else b"one\n")
 os.lseek(second, 0, os.SEEK_END); os.write(second, b"two\n")
 if closes_first == "second":
     os.close(second); os.close(first)
@@ -324,13 +328,18 @@ else:
     os.close(first); os.close(second)
 `
 	for _, closesFirst := range []string{"second", "first"} {
-		for _, modes := range [][2]string{{"append", "append"}, {"append", "rdwr"}, {"write", "append"}, {"write", "rdwr"}} {
+		for _, modes := range [][2]string{{"append", "append"}, {"append", "rdwr"}, {"write", "append"}, {"write", "rdwr"},
+			{"trunc", "append"}, {"silent", "append"}, {"silent", "rdwr"}} {
 			name := fmt.Sprintf("rec-%s-%s-%s", closesFirst, modes[0], modes[1])
 			if out, err := exec.Command("python3", "-c", script, filepath.Join(m.Dir, "memories/two", name), closesFirst, modes[0], modes[1]).CombinedOutput(); err != nil {
 				t.Fatalf("%s: %v\n%s", name, err, out)
 			}
-			if got, _ := memRecords(t, bk, "two"); got[name] != "one\ntwo\n" {
-				t.Errorf("%s = %q, want %q", name, got[name], "one\ntwo\n")
+			want := "one\ntwo\n"
+			if modes[0] == "silent" {
+				want = "two\n"
+			}
+			if got, _ := memRecords(t, bk, "two"); got[name] != want {
+				t.Errorf("%s = %q, want %q", name, got[name], want)
 			}
 		}
 	}
