@@ -166,7 +166,8 @@ it did (asked again for 5x --request-timeout), 1 when pugfs exec failed,
 				}
 				err = runExec(ctx, sio, cfg)
 				var ee *exitError
-				if err != nil && ctx.Err() != nil && !errors.As(err, &ee) {
+				var ce *commitError
+				if err != nil && ctx.Err() != nil && !errors.As(err, &ee) && !errors.As(err, &ce) {
 					// Interrupted before the handler ran (or while it was
 					// committed): the status a shell shows for a signal.
 					fmt.Fprintf(sio.err, "pugfs exec: interrupted: %v (nothing committed)\n", oneLine(err))
@@ -305,7 +306,14 @@ func statusOf(ps *os.ProcessState, err error) int {
 }
 
 // runExec is one handler invocation: forks, mount, command, commit.
-func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
+func runExec(ctx context.Context, sio *stdio, cfg execConfig) (err error) {
+	committing := false
+	defer func() {
+		var ee *exitError
+		if committing && err != nil && !errors.As(err, &ee) {
+			err = &commitError{err}
+		}
+	}()
 	cfg.quits = catchQuit()
 	level := slog.LevelWarn // stderr belongs to the handler
 	if cfg.mount.Debug {
@@ -415,6 +423,7 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) error {
 	// silence from a run committing to a bucket that had stopped: audit
 	// 10).
 	defer noteSignals(sio.err)()
+	committing = true
 	cctx := context.WithoutCancel(ctx)
 	// kept keeps what is staged and says where, or that it could not:
 	// "kept" of copies a full disk never let be made told a supervisor
@@ -913,6 +922,13 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 	}
 	return code, nil
 }
+
+// commitError is an error of pugfs exec's commit, after the command
+// exited 0: a signal that came meanwhile was noted and changed nothing
+// (noteSignals), so the status is not 128 + that signal (review 7).
+type commitError struct{ error }
+
+func (e *commitError) Unwrap() error { return e.error }
 
 // noteSignals says on w, for each SIGINT, SIGTERM or SIGHUP that comes
 // until stop is called, that it changes nothing: the run is committing
