@@ -497,8 +497,10 @@ func probe(ctx context.Context, b *blob.Bucket, log *slog.Logger) error {
 
 // refused reports an error that asking again cannot change: a missing
 // bucket, credentials refused, a request the server rejects as malformed
-// (an HTTP 4xx but 408 and 429: S3's 400 for a bucket name it does not
-// accept was retried as if the bucket were silent, audit 10).
+// (an HTTP 4xx but the ones S3 uses for a passing state: 408, 409 and
+// 429; the SDK itself asks again after a 400 RequestTimeout). S3's 400
+// for a bucket name it does not accept was retried as if the bucket
+// were silent (audit 10).
 func refused(err error) bool {
 	switch gcerrors.Code(err) {
 	case gcerrors.NotFound, gcerrors.PermissionDenied, gcerrors.InvalidArgument, gcerrors.Unimplemented:
@@ -507,7 +509,7 @@ func refused(err error) bool {
 	var st interface{ HTTPStatusCode() int }
 	if errors.As(err, &st) {
 		c := st.HTTPStatusCode()
-		return c >= 400 && c < 500 && c != 408 && c != 429
+		return c >= 400 && c < 500 && c != 408 && c != 409 && c != 429
 	}
 	return false
 }

@@ -49,32 +49,44 @@ func TestProbeRetries(t *testing.T) {
 // (HTTP 400, InvalidBucketName for a name it does not accept) fails the
 // probe at its first LIST, with a hint, and no "retrying": it was asked
 // five times as if it were silent, then reported as the SDK's bare text
-// (audit 10).
+// (audit 10). The 4xx answers S3 gives for a passing state are asked
+// again.
 func TestProbeRequestRejected(t *testing.T) {
-	var lists atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Query().Get("prefix") == "sessions/" {
-			lists.Add(1) // the probe's (openBucket's check lists the bucket first)
-		}
-		w.Header().Set("Content-Type", "application/xml")
-		w.WriteHeader(http.StatusBadRequest)
-		fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidBucketName</Code><Message>The specified bucket is not valid.</Message></Error>`)
-	}))
-	defer srv.Close()
 	t.Setenv("AWS_ACCESS_KEY_ID", "k")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "s")
 	t.Setenv("AWS_PROFILE", "")
-	logged, err := probeOf(t, "s3://b1?endpoint="+srv.URL+"&use_path_style=true&disable_https=true&region=us-east-1")
-	if err == nil {
-		t.Fatal("probe of a bucket that rejects every request succeeded")
-	}
-	if n := lists.Load(); n != 1 {
-		t.Errorf("the probe sent %d LISTs, want 1: a 400 is no reason to ask again", n)
-	}
-	if strings.Contains(logged.String(), "trying again") {
-		t.Errorf("logged a retry of a rejected request:\n%s", logged.String())
-	}
-	if h := probeHint(err); !strings.Contains(h, "bucket name") {
-		t.Errorf("no hint for a 400 (%v): %q", err, h)
+	for _, c := range []struct {
+		status    int
+		code      string
+		wantLists int32
+	}{
+		{http.StatusBadRequest, "InvalidBucketName", 1},
+		{http.StatusConflict, "OperationAborted", probeAttempts},
+	} {
+		t.Run(c.code, func(t *testing.T) {
+			var lists atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Query().Get("prefix") == "sessions/" {
+					lists.Add(1) // the probe's (openBucket's check lists the bucket first)
+				}
+				w.Header().Set("Content-Type", "application/xml")
+				w.WriteHeader(c.status)
+				fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>no</Message></Error>`, c.code)
+			}))
+			defer srv.Close()
+			logged, err := probeOf(t, "s3://b1?endpoint="+srv.URL+"&use_path_style=true&disable_https=true&region=us-east-1")
+			if err == nil {
+				t.Fatal("probe of a bucket that rejects every request succeeded")
+			}
+			if n := lists.Load(); n != c.wantLists {
+				t.Errorf("the probe sent %d LISTs, want %d", n, c.wantLists)
+			}
+			if retried := strings.Contains(logged.String(), "trying again"); retried != (c.wantLists > 1) {
+				t.Errorf("retry logged %v, want %v:\n%s", retried, c.wantLists > 1, logged.String())
+			}
+			if h := probeHint(err); c.status == http.StatusBadRequest && !strings.Contains(h, "bucket name") {
+				t.Errorf("no hint for a 400 (%v): %q", err, h)
+			}
+		})
 	}
 }
