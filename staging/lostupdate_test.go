@@ -714,6 +714,36 @@ func TestWriterForkInheritedFiles(t *testing.T) {
 	check(r.Session, map[string]string{"log": parentBody, "doc": parentBody, "old": parentBody, "perm": parentBody})
 }
 
+// TestWriterRenameWrittenFileShowsAtOnce: mv of a file this mount is
+// writing (open, not closed) gives the new name what the file was last
+// committed as in the rename's own snapshot; the close then lands the
+// changes there. The rename committed only the old name's removal: other
+// mounts saw neither name until the close, and a mount that died before
+// it lost the file, bytes an earlier close had acknowledged included
+// (audit 11).
+func TestWriterRenameWrittenFileShowsAtOnce(t *testing.T) {
+	ctx := context.Background()
+	for _, appending := range []bool{true, false} {
+		t.Run(map[bool]string{true: "append", false: "edit"}[appending], func(t *testing.T) {
+			r := newWriterRig(t)
+			r.write(t, "log", "base\n")
+			s := r.openWriting(t, "log", "mine\n", appending)
+			if err := r.w.Rename(ctx, r.id, "log", "log.1", false); err != nil {
+				t.Fatal(err)
+			}
+			if l, l1 := r.slotBody(t, "log"), r.slotBody(t, "log.1"); l != "(none)" || l1 != "base\n" {
+				t.Fatalf("before the close: log = %q, log.1 = %q; want log.1 = what log held", l, l1)
+			}
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			if l1 := r.slotBody(t, "log.1"); l1 != "base\nmine\n" {
+				t.Fatalf("after the close: log.1 = %q", l1)
+			}
+		})
+	}
+}
+
 // TestWriterRenameWrittenFileClosedMeanwhile: mv log log.1 of a log being
 // appended to while its writer closes it: the close that comes while the
 // rename commits the removal of log waits until the file is log.1, and

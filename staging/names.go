@@ -257,7 +257,11 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		if dstDir {
 			return ErrIsDir
 		}
-		if moved, err := w.moveWrittenFile(ctx, id, ws, from, to, slots, now); err != nil || moved {
+		var absentTo *layout.FileBase
+		if noReplace && w.cfg.Commit != CommitOnFsync {
+			absentTo = &layout.FileBase{Version: at} // as below
+		}
+		if moved, err := w.moveWrittenFile(ctx, id, ws, from, to, slots, now, absentTo); err != nil || moved {
 			if moved {
 				w.keepParents(id, from)
 			}
@@ -409,10 +413,16 @@ func (w *Writer) moveLocalLocked(ws *session, from, to string, staged, dirs []st
 // from both names, every call returning 0 (review 6). A close that came
 // while the removal was committed committed the file under the old name
 // first, refused by that removal, and its bytes went on alone (review 7).
+// In close mode the same snapshot gives to what the file was last
+// committed as (its changes since land at its close, under to): with
+// the removal alone, other mounts saw neither name until that close,
+// and a mount that died before it lost the file, bytes an earlier close
+// had acknowledged included (audit 11). absentTo, if set, guards to by
+// its absence (a rename that must not replace).
 // It reports whether it moved the file; with nothing so built on the
 // name, it does nothing, and the caller renames. The caller holds
 // ws.nsMu.
-func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *session, from, to string, slots map[string]layout.Entry, now time.Time) (bool, error) {
+func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *session, from, to string, slots map[string]layout.Entry, now time.Time, absentTo *layout.FileBase) (bool, error) {
 	if _, listed := slots[from]; !listed {
 		return false, nil
 	}
@@ -429,10 +439,11 @@ func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *s
 		return false, nil
 	}
 	var base *layout.FileBase
+	var was *layout.Entry
 	switch {
 	case !s.dirty || s.unlinked || s.wholeOpens.Load() > 0:
 	case s.committed != nil && s.committed.Name == from:
-		base = fileBase(id, s.committed)
+		base, was = fileBase(id, s.committed), s.committed
 	case s.committed == nil && s.absent != nil && s.absentAs == from:
 		b := *s.absent
 		base = &b
@@ -455,7 +466,23 @@ func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *s
 		s.mu.Unlock()
 	}
 	gone := layout.Descriptor{Name: from, Deleted: true, CreatedAt: now}
-	if err := w.queue(ctx, id, []pendingOp{{desc: &gone, base: base}}); err != nil {
+	ops := []pendingOp{{desc: &gone, base: base}}
+	var landed *layout.Entry
+	if was != nil && w.cfg.Commit == CommitOnClose {
+		moved := movedTo(*was, id, to, now)
+		retype(&moved, from, to)
+		ops = append(ops, pendingOp{desc: &moved, base: absentTo})
+		res, err := w.commit(ctx, id, ops, nil)
+		if err != nil {
+			done()
+			return false, err
+		}
+		for _, d := range res.Descriptors {
+			if d.Name == to && !d.Deleted {
+				landed = &layout.Entry{Descriptor: d, Session: id, Version: res.Version}
+			}
+		}
+	} else if err := w.queue(ctx, id, ops); err != nil {
 		done()
 		return false, err
 	}
@@ -475,6 +502,11 @@ func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *s
 	delete(ws.files, from)
 	s.name = to
 	ws.files[to] = s
+	if landed != nil {
+		// Its close builds on what to holds now: guarded by it, as
+		// it was by what from held.
+		s.committed = landed
+	}
 	s.committing = nil
 	close(ch)
 	s.mu.Unlock()
