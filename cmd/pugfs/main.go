@@ -227,7 +227,9 @@ func runCommand(ctx context.Context, sio *stdio, c *command, args []string) int 
 		fmt.Fprintf(sio.err, "%s: interrupted\n", prefix)
 		return 1
 	default:
-		fmt.Fprintf(sio.err, "%s: %s\n", prefix, oneLine(err))
+		// A 400 of the bucket read as the SDK's bare text in every
+		// command but mount and exec, whose probe explains it (audit 11).
+		fmt.Fprintf(sio.err, "%s: %s%s\n", prefix, oneLine(err), probeHint(err))
 		return 1
 	}
 }

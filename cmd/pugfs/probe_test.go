@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -86,6 +87,14 @@ func TestProbeRequestRejected(t *testing.T) {
 			}
 			if h := probeHint(err); c.status == http.StatusBadRequest && !strings.Contains(h, "bucket name") {
 				t.Errorf("no hint for a 400 (%v): %q", err, h)
+			}
+			if c.status != http.StatusBadRequest {
+				return
+			}
+			// The other commands say it too.
+			var out, errOut bytes.Buffer
+			if code := run(context.Background(), []string{"session", "new", "s3://b1?endpoint=" + srv.URL + "&use_path_style=true&disable_https=true&region=us-east-1"}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "bucket name") {
+				t.Errorf("pugfs session new: exit %d, stderr without the hint:\n%s", code, errOut.String())
 			}
 		})
 	}
