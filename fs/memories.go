@@ -675,8 +675,11 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 func (n *memFile) commitOthers(ctx context.Context) {
 	for _, o := range n.bufs.all() {
 		o.mu.Lock()
-		skip := o.dropped || o.failed || !o.dirty
+		skip := o.dropped || !o.dirty
 		if !skip {
+			// A failed one too: its close commits it again, unguarded
+			// once this one's commit cleared the record's freshness,
+			// over this one's bytes (review 8).
 			o.touched = true
 		}
 		o.mu.Unlock()

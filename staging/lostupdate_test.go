@@ -744,6 +744,52 @@ func TestWriterRenameWrittenFileShowsAtOnce(t *testing.T) {
 	}
 }
 
+// TestWriterRenameWrittenFileOverAnOpenTarget: mv log log.1 of a log
+// being appended to, over a file of this mount still open under log.1
+// (echo other > log.1) that is closed while the rename commits: the
+// target is replaced (its close commits nothing), and log.1 ends as the
+// log with its line. The target was dropped only after the rename's
+// commit: its close landed "other" over the rename's log.1, the log's
+// close put its line after that, and the log's content was in neither
+// name, every call 0 (review 8).
+func TestWriterRenameWrittenFileOverAnOpenTarget(t *testing.T) {
+	ctx := context.Background()
+	r := newWriterRig(t)
+	r.write(t, "log", "base\n")
+	s := r.appendTo(t, "log", "mine\n")
+	target := r.written(t, "log.1", "other\n")
+	gate := r.stallSnapshots()
+	renamed := make(chan error, 1)
+	go func() { renamed <- r.w.Rename(ctx, r.id, "log", "log.1", false) }()
+	waitStalled(t, gate, 1) // the rename's snapshot is being committed
+	closed := make(chan error, 1)
+	go func() { closed <- r.w.Flush(ctx, r.id, target, false) }()
+	// The target's close returns at once (replaced) or waits to join
+	// the next batch; either way it has its chance before the rename
+	// lands (a bounded wait for the failure, not a synchronisation).
+	var cerr error
+	early := false
+	select {
+	case cerr = <-closed:
+		early = true
+	case <-time.After(2 * time.Second):
+	}
+	gate.Release()
+	if !early {
+		cerr = <-closed
+	}
+	if rerr := <-renamed; rerr != nil || cerr != nil {
+		t.Fatalf("rename %v, target close %v", rerr, cerr)
+	}
+	r.w.Release(ctx, r.id, target)
+	if err := r.w.Release(ctx, r.id, s); err != nil {
+		t.Fatalf("the log's close: %v", err)
+	}
+	if l, l1 := r.slotBody(t, "log"), r.slotBody(t, "log.1"); l != "(none)" || l1 != "base\nmine\n" {
+		t.Fatalf("log = %q, log.1 = %q; want log.1 = the log with its line", l, l1)
+	}
+}
+
 // TestWriterRenameWrittenFileClosedMeanwhile: mv log log.1 of a log being
 // appended to while its writer closes it: the close that comes while the
 // rename commits the removal of log waits until the file is log.1, and

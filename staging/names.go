@@ -465,6 +465,12 @@ func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *s
 		close(ch)
 		s.mu.Unlock()
 	}
+	// A file open under the target name is replaced: its descriptors
+	// now write to an unlinked file. Before the commit, as a rename of
+	// a file not being written does: a close of it during the commit
+	// landed its bytes over the new name's, and the moved file's close
+	// then put its own after them (review 8).
+	w.unstage(ws, to)
 	gone := layout.Descriptor{Name: from, Deleted: true, CreatedAt: now}
 	ops := []pendingOp{{desc: &gone, base: base}}
 	var landed *layout.Entry
@@ -486,9 +492,6 @@ func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *s
 		done()
 		return false, err
 	}
-	// A file open under the target name is replaced: its descriptors
-	// now write to an unlinked file.
-	w.unstage(ws, to)
 	for {
 		// s.mu may be held shared a moment (a read, a stat); no upload
 		// of s runs while committing is set.
