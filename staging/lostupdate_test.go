@@ -744,97 +744,65 @@ func TestWriterRenameWrittenFileShowsAtOnce(t *testing.T) {
 	}
 }
 
-// TestWriterRenameWrittenFileOverAnOpenTarget: mv log log.1 of a log
+// TestWriterRenameWrittenFileClosedMeanwhile: mv log log.1 of a log
 // being appended to, over a file of this mount still open under log.1
-// (echo other > log.1) that is closed while the rename commits: the
-// target is replaced (its close commits nothing), and log.1 ends as the
-// log with its line. The target was dropped only after the rename's
-// commit: its close landed "other" over the rename's log.1, the log's
-// close put its line after that, and the log's content was in neither
-// name, every call 0 (review 8).
-func TestWriterRenameWrittenFileOverAnOpenTarget(t *testing.T) {
-	ctx := context.Background()
-	r := newWriterRig(t)
-	r.write(t, "log", "base\n")
-	s := r.appendTo(t, "log", "mine\n")
-	target := r.written(t, "log.1", "other\n")
-	gate := r.stallSnapshots()
-	renamed := make(chan error, 1)
-	go func() { renamed <- r.w.Rename(ctx, r.id, "log", "log.1", false) }()
-	waitStalled(t, gate, 1) // the rename's snapshot is being committed
-	closed := make(chan error, 1)
-	go func() { closed <- r.w.Flush(ctx, r.id, target, false) }()
-	// The target's close returns at once (replaced) or waits to join
-	// the next batch; either way it has its chance before the rename
-	// lands (a bounded wait for the failure, not a synchronisation).
-	var cerr error
-	early := false
-	select {
-	case cerr = <-closed:
-		early = true
-	case <-time.After(2 * time.Second):
-	}
-	gate.Release()
-	if !early {
-		cerr = <-closed
-	}
-	if rerr := <-renamed; rerr != nil || cerr != nil {
-		t.Fatalf("rename %v, target close %v", rerr, cerr)
-	}
-	r.w.Release(ctx, r.id, target)
-	if err := r.w.Release(ctx, r.id, s); err != nil {
-		t.Fatalf("the log's close: %v", err)
-	}
-	if l, l1 := r.slotBody(t, "log"), r.slotBody(t, "log.1"); l != "(none)" || l1 != "base\nmine\n" {
-		t.Fatalf("log = %q, log.1 = %q; want log.1 = the log with its line", l, l1)
-	}
-}
-
-// TestWriterRenameWrittenFileClosedMeanwhile: mv log log.1 of a log being
-// appended to while its writer closes it: the close that comes while the
-// rename commits the removal of log waits until the file is log.1, and
-// commits it there. It committed the file under log in between, refused
-// by that removal, so its appended bytes made log again alone, and the
-// rename's next look moved those onto log.1: the base content was in
-// neither name, every call 0 (review 7). The gap is widened by a file
-// staged under the target name whose lock is held (as its upload does).
+// (echo other > log.1), while the rename's snapshot is being committed:
+// a close of either file then ends with log.1 holding the log with its
+// line, and every call 0.
+//   - The log's own close waits until the file is log.1 and commits it
+//     there. It committed under log in between, refused by the rename's
+//     removal, so its line made log again alone and the rename's next
+//     look moved that onto log.1: the log's content was in neither name
+//     (review 7).
+//   - The target is replaced before the commit: its close commits
+//     nothing. It was dropped only after, so its close landed "other"
+//     over the new log.1 and the log's close put its line after that
+//     (review 8).
 func TestWriterRenameWrittenFileClosedMeanwhile(t *testing.T) {
 	ctx := context.Background()
-	r := newWriterRig(t)
-	r.write(t, "log", "base\n")
-	s := r.appendTo(t, "log", "mine\n")
-	target := r.written(t, "log.1", "old target\n")
-	gate := r.stallSnapshots()
-	renamed := make(chan error, 1)
-	go func() { renamed <- r.w.Rename(ctx, r.id, "log", "log.1", false) }()
-	waitStalled(t, gate, 1) // the removal of log is being committed
-	target.mu.RLock()
-	closed := make(chan error, 1)
-	go func() { closed <- r.w.Flush(ctx, r.id, s, false) }()
-	gate.Release()
-	// Given the time to commit under log (a bounded wait for the
-	// failure, not a synchronisation: a late close passes either way).
-	var cerr error
-	early := false
-	select {
-	case cerr = <-closed:
-		early = true
-	case <-time.After(2 * time.Second):
-	}
-	target.mu.RUnlock()
-	if !early {
-		cerr = <-closed
-	}
-	rerr := <-renamed
-	if rerr != nil || cerr != nil {
-		t.Fatalf("rename %v, close %v", rerr, cerr)
-	}
-	if err := r.w.Release(ctx, r.id, s); err != nil {
-		t.Fatal(err)
-	}
-	r.w.Release(ctx, r.id, target)
-	if l, l1 := r.slotBody(t, "log"), r.slotBody(t, "log.1"); l != "(none)" || l1 != "base\nmine\n" {
-		t.Fatalf("log = %q, log.1 = %q; want log.1 = the log with the line", l, l1)
+	for _, closing := range []string{"log", "target"} {
+		t.Run(closing, func(t *testing.T) {
+			r := newWriterRig(t)
+			r.write(t, "log", "base\n")
+			s := r.appendTo(t, "log", "mine\n")
+			target := r.written(t, "log.1", "other\n")
+			gate := r.stallSnapshots()
+			renamed := make(chan error, 1)
+			go func() { renamed <- r.w.Rename(ctx, r.id, "log", "log.1", false) }()
+			waitStalled(t, gate, 1) // the rename's snapshot is being committed
+			closed := make(chan error, 1)
+			go func() {
+				if closing == "log" {
+					closed <- r.w.Flush(ctx, r.id, s, false)
+				} else {
+					closed <- r.w.Flush(ctx, r.id, target, false)
+				}
+			}()
+			// The close has its chance before the rename lands: it
+			// returns at once or waits; a bounded wait for the
+			// failure, not a synchronisation (a late close passes).
+			var cerr error
+			early := false
+			select {
+			case cerr = <-closed:
+				early = true
+			case <-time.After(2 * time.Second):
+			}
+			gate.Release()
+			if !early {
+				cerr = <-closed
+			}
+			if rerr := <-renamed; rerr != nil || cerr != nil {
+				t.Fatalf("rename %v, close %v", rerr, cerr)
+			}
+			r.w.Release(ctx, r.id, target)
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatalf("the log's close: %v", err)
+			}
+			if l, l1 := r.slotBody(t, "log"), r.slotBody(t, "log.1"); l != "(none)" || l1 != "base\nmine\n" {
+				t.Fatalf("log = %q, log.1 = %q; want log.1 = the log with its line", l, l1)
+			}
+		})
 	}
 }
 
