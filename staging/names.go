@@ -480,8 +480,10 @@ func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *s
 		ops = append(ops, pendingOp{desc: &moved, base: absentTo})
 		res, err := w.commit(ctx, id, ops, nil)
 		if err != nil {
-			done()
-			return false, err
+			if res, err = w.settleMove(ctx, id, err); err != nil {
+				done()
+				return false, err
+			}
 		}
 		for _, d := range res.Descriptors {
 			if d.Name == to && !d.Deleted {
@@ -515,6 +517,40 @@ func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *s
 	s.mu.Unlock()
 	w.mu.Unlock()
 	return true, nil
+}
+
+// settleMove answers err, the failed commit of a rename of a file open
+// with changes (moveWrittenFile): when its outcome was unknown, it asks
+// the bucket at once, by the commit's transaction ID, a few times over
+// about three seconds, and returns the commit as it landed. Left to the
+// background check (resolveLater), a rename whose snapshot had landed
+// answered EIO and kept the file at the old name, where its close put
+// the changes back: the file ended split across both names (review 8).
+// A commit that did not land, or that the bucket still says nothing
+// about, is err.
+func (w *Writer) settleMove(ctx context.Context, id layout.SessionID, err error) (layout.CommitResult, error) {
+	var u *layout.OutcomeUnknownError
+	if !errors.As(err, &u) {
+		return layout.CommitResult{}, err
+	}
+	for delay := 100 * time.Millisecond; ; delay *= 2 {
+		res, landed, rerr := w.store.ResolveCommit(ctx, u)
+		switch {
+		case rerr == nil && landed:
+			w.log.Info("a rename whose outcome was unknown had landed", "session", id, "version", res.Version)
+			w.onCommit(id, res.Descriptors)
+			return res, nil
+		case rerr == nil:
+			return layout.CommitResult{}, err
+		case delay > 2*time.Second:
+			return layout.CommitResult{}, err
+		}
+		select {
+		case <-ctx.Done():
+			return layout.CommitResult{}, err
+		case <-time.After(delay):
+		}
+	}
 }
 
 // liveNow is the live view of session id for a change of names from and

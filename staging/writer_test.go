@@ -499,6 +499,88 @@ func TestWriterAfterUnknownOutcome(t *testing.T) {
 	}
 }
 
+// TestWriterRenameWrittenFileUnknownOutcome: a mv of a file open with
+// changes whose snapshot (the old name removed, the new one given what
+// the file was committed as) lands with its reply lost. The rename asks
+// the bucket at once: when the snapshot is there, the mv succeeded, and
+// the file's close lands its changes under the new name. Answering EIO
+// left the file at the old name, and its close then put the changes
+// back there, the file split across both names (review 8 #3). When the
+// snapshot is not there, the mv fails and the file stays where it was.
+func TestWriterRenameWrittenFileUnknownOutcome(t *testing.T) {
+	ctx := context.Background()
+	base := big("base\n")
+	for _, c := range []struct {
+		name      string
+		landed    bool
+		appending bool
+		// what log and log.1 hold once the file is closed
+		log, log1 string
+	}{
+		{"landed/append", true, true, "(none)", base + "one\n"},
+		{"landed/edit", true, false, "(none)", base + "one\n"},
+		{"not-landed/append", false, true, base + "one\n", "(none)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			logged := &syncbuf.Buffer{}
+			var answered atomic.Bool
+			r := newWriterRigCfg(t, func(cfg *Config) { cfg.Log = logged.Logger(slog.LevelInfo) })
+			// The bucket answers about the snapshot again once asked
+			// by transaction ID, not before.
+			r.w.store = answeringStore{r.w.store, func() { answered.Store(true) }}
+			r.commitBlob(t, "log", base, "")
+			s := r.openWriting(t, "log", "one\n", c.appending)
+			key, _ := layout.SnapshotKey(r.id, r.latest(t)+1)
+			// The PUT fails (with its reply lost: it landed), and so
+			// do the commit's reads of it back: the outcome is unknown.
+			put := r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: key}, FailProb: 1, LoseResponse: c.landed})
+			r.inj.Add(faultblob.Rule{Ops: faultblob.OpGet | faultblob.OpHead, Match: faultblob.Match{Prefix: key}, FailProb: 1,
+				While: func() bool { return !answered.Load() }})
+			err := r.w.Rename(ctx, r.id, "log", "log.1", false)
+			switch {
+			case c.landed && err != nil:
+				t.Fatalf("rename whose snapshot landed: %v\n%s", err, logged.String())
+			case !c.landed && !errors.Is(err, layout.ErrOutcomeUnknown):
+				t.Fatalf("rename whose snapshot did not land: %v, want ErrOutcomeUnknown", err)
+			}
+			r.inj.Remove(put)
+			if err := r.w.Flush(ctx, r.id, s, false); err != nil {
+				t.Fatalf("close: %v\n%s", err, logged.String())
+			}
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			r.cache.Invalidate(r.id)
+			if got := r.bodyOf(t, "log"); got != c.log {
+				t.Errorf("log holds %q, want %q\n%s", tail(got, base), tail(c.log, base), logged.String())
+			}
+			if got := r.bodyOf(t, "log.1"); got != c.log1 {
+				t.Errorf("log.1 holds %q, want %q\n%s", tail(got, base), tail(c.log1, base), logged.String())
+			}
+		})
+	}
+}
+
+// answeringStore is a Store that calls asked before each ResolveCommit.
+type answeringStore struct {
+	Store
+	asked func()
+}
+
+func (a answeringStore) ResolveCommit(ctx context.Context, e *layout.OutcomeUnknownError) (layout.CommitResult, bool, error) {
+	a.asked()
+	return a.Store.ResolveCommit(ctx, e)
+}
+
+// tail is s past base when s starts with it (the test's large base
+// spares the log), s otherwise.
+func tail(s, base string) string {
+	if rest, ok := strings.CutPrefix(s, base); ok {
+		return "base+" + rest
+	}
+	return s
+}
+
 // unknownOutcomeRig is a rig whose first snapshot PUT lands with its
 // reply lost (after the commits of before, if any, at once), and whose reads of it get no answer, so that the commit's
 // outcome is unknown; answer lets the bucket answer again and waits for
