@@ -78,8 +78,15 @@ func (n *notifier) send(nt notice) {
 				break
 			}
 		}
-		if dir != nil {
-			dir.NotifyEntry(parts[len(parts)-1])
+		if dir == nil {
+			continue
 		}
+		leaf := parts[len(parts)-1]
+		if child := dir.GetChild(leaf); child != nil {
+			if sf, ok := child.Operations().(*slotFile); ok {
+				sf.dropIfRebased()
+			}
+		}
+		dir.NotifyEntry(leaf)
 	}
 }

@@ -465,6 +465,14 @@ type slotFile struct {
 	pt       ptState
 	ptMu     sync.Mutex
 	ptDigest layout.Digest
+	// dropped is the staged file and its rebase count the kernel's
+	// pages and size were last dropped for by a commit's notice
+	// (dropIfRebased); droppedMu guards both (a leaf lock).
+	droppedMu sync.Mutex
+	dropped   struct {
+		st      *staging.File
+		rebases uint64
+	}
 }
 
 var (
@@ -976,6 +984,28 @@ func (h *whandle) Flush(ctx context.Context) syscall.Errno {
 		return h.f.errnoOf("close "+h.s.Name(), err)
 	}
 	return 0
+}
+
+// dropIfRebased drops the kernel's pages and size of the file when a
+// commit moved the appended bytes of its staged file onto another
+// writer's content since they were last dropped: the notifier calls it
+// after every commit naming the file, for the commits no descriptor of
+// the file asked for (an fsync of another file with --commit=fsync, or
+// of the session directory) and that whandle.dropIfRebased therefore
+// misses. Never from inside a request (notify.go).
+func (n *slotFile) dropIfRebased() {
+	st := n.st.Load()
+	if st == nil {
+		return
+	}
+	r := st.Rebases()
+	n.droppedMu.Lock()
+	drop := r != 0 && (n.dropped.st != st || n.dropped.rebases != r)
+	n.dropped.st, n.dropped.rebases = st, r
+	n.droppedMu.Unlock()
+	if drop {
+		n.NotifyContent(0, 0)
+	}
 }
 
 // dropIfRebased drops the kernel's pages and size of the file when a

@@ -456,14 +456,14 @@ for i in range(int(sys.argv[2])):
 
 // TestTwoMountsAppendUnderOpenReader: a descriptor that reads a file
 // while an O_APPEND descriptor of the same mount appends to it sees the
-// file as it is after that append's close moved the line onto another
+// file as it is after that append's commit moved the line onto another
 // mount's commit: the other mount's line, then this one; its size and
-// its reads, not the size and pages the kernel had before the move.
+// its reads, not the size and pages the kernel had before the move. The
+// commit is the appender's close, an fsync of another file with
+// --commit=fsync (which commits the session's every staged change) or
+// of the session directory: with the appender still open, those kept
+// the old pages until the metadata TTL (an hour here).
 func TestTwoMountsAppendUnderOpenReader(t *testing.T) {
-	bk := openBucket(t, testbucket.Local)
-	id := newSession(t, bk)
-	seed(t, bk, id, map[string]string{"f": "start\n"})
-	a, b := mount(t, bk, "--metadata-ttl", "1h"), mount(t, bk, "--metadata-ttl", "1h")
 	const script = `
 import os, subprocess, sys, time
 rd = os.open("f", os.O_RDWR)
@@ -472,23 +472,47 @@ ap = os.open("f", os.O_WRONLY | os.O_APPEND)
 subprocess.run(["sh", "-c", "echo other >> f"], cwd=sys.argv[1], check=True)
 os.write(ap, b"mine\n")
 os.pread(rd, 100, 0), os.fstat(rd)  # so does the reader, following the log
-os.close(ap)
-# The kernel is told after the close returns: poll for it.
+if sys.argv[2] == "close":
+    os.close(ap)
+elif sys.argv[2] == "fsync-other":
+    g = os.open("g", os.O_WRONLY | os.O_CREAT)
+    os.write(g, b"g\n")
+    os.fsync(g)
+else:
+    d = os.open(".", os.O_RDONLY)
+    os.fsync(d)
+# The kernel is told after the call returns: poll for it.
 want, end = b"start\nother\nmine\n", time.monotonic() + 20
 while (os.pread(rd, 100, 0), os.fstat(rd).st_size) != (want, len(want)) and time.monotonic() < end:
     time.sleep(0.01)
 print(repr(os.pread(rd, 100, 0)), os.fstat(rd).st_size)
 `
-	cmd := exec.Command("python3", "-c", script, sessDir(b, id))
-	cmd.Dir = sessDir(a, id)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v\n%s\n%s", err, out, a.Log())
+	for _, c := range []struct {
+		name, commit, how string
+	}{
+		{"close", "close", "close"},
+		{"fsync-of-another-file", "fsync", "fsync-other"},
+		{"fsync-of-the-directory", "close", "fsync-dir"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bk := openBucket(t, testbucket.Local)
+			id := newSession(t, bk)
+			seed(t, bk, id, map[string]string{"f": "start\n"})
+			a, b := mount(t, bk, "--metadata-ttl", "1h", "--commit", c.commit), mount(t, bk, "--metadata-ttl", "1h")
+			cmd := exec.Command("python3", "-c", script, sessDir(b, id), c.how)
+			cmd.Dir = sessDir(a, id)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v\n%s\n%s", err, out, a.Log())
+			}
+			if got := strings.TrimSpace(string(out)); got != `b'start\nother\nmine\n' 17` {
+				t.Errorf("the reading descriptor shows %s", got)
+			}
+			if f := string(body(t, bk, slots(t, bk, id)["f"].Descriptor)); f != "start\nother\nmine\n" {
+				t.Errorf("f holds %q", f)
+			}
+		})
 	}
-	if got := strings.TrimSpace(string(out)); got != `b'start\nother\nmine\n' 17` {
-		t.Errorf("the reading descriptor shows %s", got)
-	}
-	wantSlots(t, bk, id, map[string]string{"f": "start\nother\nmine\n"})
 }
 
 // TestTwoMountsAppendAcrossRotation: a log one mount appends to is
