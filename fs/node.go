@@ -559,6 +559,13 @@ func (n *fileNode) Setxattr(ctx context.Context, attr string, data []byte, flags
 // xattrPrefix is what every attribute pugfs shows starts with.
 const xattrPrefix = "user.pugmark."
 
+// posixXattrs are the attributes of the POSIX metadata keys, which
+// listxattr leaves out (xattrNames).
+var posixXattrs = map[string]bool{
+	xattrPrefix + "meta." + layout.MetaPosixMode:  true,
+	xattrPrefix + "meta." + layout.MetaPosixMtime: true,
+}
+
 func getxattr(x xattrs, attr string, dest []byte) (uint32, syscall.Errno) {
 	// ls -l asks every file for security.selinux and the POSIX ACLs:
 	// answered without building the file's attributes.
@@ -609,10 +616,17 @@ func listxattr(x xattrs, dest []byte) (uint32, syscall.Errno) {
 // listed name reads). A file whose metadata does not fit (thousands of
 // keys, from the bucket) lists what fits, and getxattr still reads each
 // key by name.
+//
+// posix-mode and posix-mtime are not listed: they are the file's mode and
+// mtime, which stat shows and chmod and utimes set. Listed, tools that
+// copy both a file's mode and its extended attributes fought over them:
+// `rsync -aX` chmod'ed a file 0600, then removed the posix-mode the source
+// file has no attribute for, and the file was 0644, again at every run
+// (audit 12). getxattr still reads them by name.
 func xattrNames(m map[string]string) []string {
 	names := make([]string, 0, len(m))
 	for k, v := range m {
-		if len(v) <= xattrSizeMax {
+		if len(v) <= xattrSizeMax && !posixXattrs[k] {
 			names = append(names, k)
 		}
 	}

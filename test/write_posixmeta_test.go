@@ -144,6 +144,18 @@ func TestWritePosixMeta(t *testing.T) {
 	sh(t, src, `mkdir '`+dir+`/tar' && tar cf - . | tar -C '`+dir+`/tar' -xf -`)
 	wantPosixTree(t, filepath.Join(dir, "tar"), 0, true)
 
+	// So does rsync -aX with the filter the README gives to keep the
+	// meta. keys, and its second run changes nothing: listed as
+	// attributes, posix-mode was removed by rsync after its chmod (the
+	// source file has no such attribute), every file then 0644, again at
+	// every run (audit 12).
+	const filter = `--filter='-x user.pugmark.[a-ln-z]*'`
+	sh(t, src, `mkdir '`+dir+`/x' && rsync -aX `+filter+` ./ '`+dir+`/x/'`)
+	wantPosixTree(t, filepath.Join(dir, "x"), 0, false)
+	if out := sh(t, src, `rsync -aXi --omit-dir-times `+filter+` ./ '`+dir+`/x/'`); out != "" {
+		t.Errorf("second rsync -aXi listed changes:\n%s", out)
+	}
+
 	// chown to the mount's own owner succeeds; to anyone else, EPERM.
 	for _, c := range []struct {
 		uid, gid int
