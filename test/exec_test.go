@@ -197,7 +197,7 @@ func (g gate) open(t *testing.T) {
 
 // failedFiles lists what pugfs exec kept for session id under cacheDir.
 func execFailed(cacheDir string, id layout.SessionID) []string {
-	ents, _ := os.ReadDir(filepath.Join(cacheDir, "failed", id.String()))
+	ents, _ := os.ReadDir(filepath.Join(bucketCacheDir(cacheDir), "failed", id.String()))
 	var out []string
 	for _, e := range ents {
 		out = append(out, e.Name())

@@ -249,15 +249,15 @@ func TestReliabilityPermanentFaultIsEIOForThatCallOnly(t *testing.T) {
 	// staging directory that unmount removes. (Before FailedDir they were,
 	// and a clean unmount deleted them.)
 	mnt.Stop(t)
-	kept, _ := filepath.Glob(filepath.Join(cache, "failed", id.String(), "failing.txt.*"))
+	kept, _ := filepath.Glob(filepath.Join(bucketCacheDir(cache), "failed", id.String(), "failing.txt.*"))
 	if len(kept) != 1 {
 		t.Fatalf("salvage files after unmount: %v", kept)
 	}
 	if b, _ := os.ReadFile(kept[0]); string(b) != "lost-then-kept\n" {
 		t.Fatalf("salvaged %q", b)
 	}
-	// A later mount shows it too, and rm there deletes it.
-	mnt = mount(t, bk, "--cache-dir", cache)
+	// A later mount of the bucket shows it too, and rm there deletes it.
+	mnt = mount(t, fb, "--cache-dir", cache)
 	failed := filepath.Join(mnt.Dir, ".pugmark", "failed", id.String())
 	if err := os.Remove(filepath.Join(failed, filepath.Base(kept[0]))); err != nil {
 		t.Fatalf("rm of the kept file through the mount: %v", err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
 	"golang.org/x/sys/unix"
 )
@@ -169,5 +170,40 @@ func fsyncModeStopKeepsData(t *testing.T, bk *Bucket, sig syscall.Signal) {
 	}
 	if log := m.Log(); !strings.Contains(log, "renamed.txt") || !strings.Contains(log, "not committed") {
 		t.Fatalf("the log does not name the pending rename:\n%s", log)
+	}
+}
+
+// TestWriteFailedPerBucket: mounts of two buckets sharing one
+// --cache-dir each show their own failed commits: what a mount of one
+// bucket kept at its stop (a --commit=fsync change never fsynced) showed
+// in the other bucket's .pugmark/failed/, under a session that bucket
+// does not have, and counted in its stats (audit 12).
+func TestWriteFailedPerBucket(t *testing.T) {
+	t.Parallel()
+	bx, by := openBucket(t, testbucket.Local), openBucket(t, testbucket.Local)
+	idx := newSession(t, bx)
+	newSession(t, by)
+	cacheDir := t.TempDir()
+	mx := mount(t, bx, "--commit=fsync", "--cache-dir", cacheDir)
+	shE(t, sessDir(mx, idx), `echo "never fsynced" > pending.txt`)
+	mx.Stop(t)
+
+	kept := func(m *Mount) []string {
+		var out []string
+		filepath.WalkDir(filepath.Join(m.Dir, ".pugmark", "failed"), func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				out = append(out, strings.TrimPrefix(p, m.Dir))
+			}
+			return nil
+		})
+		return out
+	}
+	my := mount(t, by, "--cache-dir", cacheDir)
+	if got := kept(my); len(got) != 0 {
+		t.Errorf("bucket Y's mount shows bucket X's failed commits: %v", got)
+	}
+	mx = mount(t, bx, "--cache-dir", cacheDir)
+	if got := kept(mx); len(got) != 1 || !strings.Contains(got[0], idx.String()+"/pending.txt.") {
+		t.Errorf("bucket X's mount shows %v as its failed commits, want its pending.txt", got)
 	}
 }

@@ -273,3 +273,15 @@ func shE(t *testing.T, dir, script string) string {
 	t.Helper()
 	return sh(t, dir, "set -e\n"+script)
 }
+
+// bucketCacheDir is the directory of the one bucket mounted with
+// --cache-dir dir that keeps that bucket's own state (its staged writes,
+// failed/, index and summaries): buckets/<hash of its URL>/ (dir itself
+// when no mount made one).
+func bucketCacheDir(dir string) string {
+	own, _ := filepath.Glob(filepath.Join(dir, "buckets", "*"))
+	if len(own) != 1 {
+		return dir
+	}
+	return own[0]
+}

@@ -260,12 +260,21 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 		}
 		stateDir = fb
 	}
-	failed := filepath.Join(stateDir, "failed")
+	// Staged writes and the failed directory are the bucket's own: a
+	// --cache-dir shared by mounts of several buckets showed one
+	// bucket's failed commits in every other's .pugmark/failed/, and
+	// its sweep moved a dead mount's kept bytes to whichever bucket
+	// mounted next (audit 12).
+	own := bucketStateDir(cfg, stateDir, u)
+	failed := filepath.Join(own, "failed")
 	env.stateDir, env.failedDir = stateDir, failed
-	cleanStaging(stateDir, failed, log)
-	staging, release, err := ownDir(filepath.Join(stateDir, "staging"))
+	cleanStaging(own, failed, log)
+	if own != stateDir {
+		sweepOthers(stateDir, own, log)
+	}
+	staging, release, err := ownDir(filepath.Join(own, "staging"))
 	if err != nil {
-		return nil, fmt.Errorf("staging directory in %s: %w", stateDir, err)
+		return nil, fmt.Errorf("staging directory in %s: %w", own, err)
 	}
 	env.closers = append(env.closers, func() { os.RemoveAll(staging); release() })
 	if os.Getenv("GOMEMLIMIT") == "" {
@@ -299,7 +308,7 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 		// of the bucket, in the directory the staged writes use (the
 		// per-bucket one under the user's cache directory unless
 		// --cache-dir says otherwise). Several mounts may share it.
-		if own := bucketStateDir(cfg, stateDir, u); os.MkdirAll(own, 0o700) == nil {
+		if os.MkdirAll(own, 0o700) == nil {
 			copts.IndexPath = filepath.Join(own, "index.json")
 			copts.SummaryPath = filepath.Join(own, "summaries")
 		}
@@ -577,6 +586,28 @@ func stateDirFor(cfg mountConfig, u string) (string, error) {
 // of failed commits inside them are moved to failedDir first, and the
 // files kept there are reported.
 func cleanStaging(stateDir, failedDir string, log *slog.Logger) {
+	sweepStaging(stateDir, failedDir, log)
+	reportFailed(stateDir, failedDir, log)
+}
+
+// sweepOthers is cleanStaging of the other buckets' directories in a
+// cache directory shared by several (cacheDir/buckets/*, and cacheDir
+// itself, where pugfs kept every bucket's before), each into its own
+// failed directory, unreported: a mount killed is swept by the next
+// mount to use the directory, of whichever bucket, as before staging
+// went per bucket; its kept bytes stay with its bucket.
+func sweepOthers(cacheDir, own string, log *slog.Logger) {
+	dirs, _ := filepath.Glob(filepath.Join(cacheDir, "buckets", "*"))
+	for _, dir := range append(dirs, cacheDir) {
+		if dir != own {
+			sweepStaging(dir, filepath.Join(dir, "failed"), log)
+		}
+	}
+}
+
+// sweepStaging removes the staging directories under stateDir of mounts
+// that are gone, their salvage files moved to failedDir first.
+func sweepStaging(stateDir, failedDir string, log *slog.Logger) {
 	orphans(filepath.Join(stateDir, "staging"), func(dir string) {
 		keepFailed(filepath.Join(dir, "failed"), failedDir, log)
 		if err := os.RemoveAll(dir); err != nil {
@@ -589,7 +620,6 @@ func cleanStaging(stateDir, failedDir string, log *slog.Logger) {
 		// was any; a mount killed is worth a warning all the same.
 		log.Warn("a mount or pugfs exec run that is gone (killed, or its machine crashed) left its staging directory, now removed; what it had staged and not committed died with it: files still open for writing and, with --commit=fsync, changes not yet fsynced", "dir", dir)
 	})
-	reportFailed(stateDir, failedDir, log)
 }
 
 // reportFailed says how many files the failed directory keeps: a
