@@ -57,6 +57,11 @@ type File struct {
 	ctype        string // set by setxattr user.pugmark.content-type
 	schema       string
 	created      time.Time
+	// changed is when the content last changed (contentChangedLocked),
+	// the mtime stat shows while the file is being written; now is the
+	// Writer's clock.
+	changed time.Time
+	now     func() time.Time
 	// committing is closed when the commit in flight for this file ends.
 	committing chan struct{}
 	// failed is the error of a commit of the current content that failed
@@ -164,7 +169,7 @@ func (w *Writer) newStaged(ctx context.Context, name string, base *layout.Entry,
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: %w", name, err)
 	}
-	s := &File{name: name, file: f, spill: w.spill, created: w.cfg.Now(), sum: sha256.New(), blobs: w.blobs}
+	s := &File{name: name, file: f, spill: w.spill, created: w.cfg.Now(), now: w.cfg.Now, sum: sha256.New(), blobs: w.blobs}
 	if truncate {
 		s.appendFrom = -1
 	}
@@ -562,6 +567,9 @@ func (s *File) truncateLocked(n int64) error {
 // again (cp -p, tar x and rsync set times last). Caller holds s.mu.
 func (s *File) contentChangedLocked() {
 	delete(s.meta, layout.MetaPosixMtime)
+	if s.now != nil {
+		s.changed = s.now()
+	}
 }
 
 // cleanDigestLocked returns the digest of the content when it is what
@@ -766,8 +774,14 @@ func (s *File) Stat() FileStat {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	mt := s.created
-	if c := s.committed; c != nil && !s.dirty {
+	switch c := s.committed; {
+	case c != nil && !s.dirty:
 		mt = c.CreatedAt // what it became, as after its release
+	case s.changed.After(mt):
+		// Being written: the time of the last write, as a disk shows
+		// it; its commit's created-at comes later still. It stayed at
+		// the open until the close (audit 12).
+		mt = s.changed
 	}
 	return FileStat{Size: s.size, Mode: layout.PosixMode(s.meta, layout.DefaultFileMode), Mtime: layout.PosixMtime(s.meta, mt)}
 }

@@ -675,7 +675,7 @@ func (w *Writer) stageCopy(ws *session, s *File, to string) (*File, error) {
 		return nil, fmt.Errorf("stage %s: %w", to, err)
 	}
 	s.mu.Lock()
-	c := &File{name: to, file: nf, spill: w.spill, created: w.cfg.Now(), sum: sha256.New(),
+	c := &File{name: to, file: nf, spill: w.spill, created: w.cfg.Now(), now: w.cfg.Now, sum: sha256.New(),
 		size: s.size, dirty: true, touched: true, meta: cloneMap(s.meta), ctype: s.ctype,
 		schema: s.schema, cacheControl: s.cacheControl, blobs: w.blobs, lazy: s.lazy}
 	if s.lazy == nil {

@@ -1586,3 +1586,44 @@ func TestWriterSalvageKeepsNoCutCopy(t *testing.T) {
 		})
 	}
 }
+
+// TestWriterMtimeWhileWriting: a file being written shows the time of its
+// last write as its mtime, as a disk does, and its commit's created-at
+// (the mtime after the close) is later still; it showed the time of its
+// open until the close (audit 12). A file opened and not written shows
+// its open.
+func TestWriterMtimeWhileWriting(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	var clock atomic.Int64
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	r := newWriterRigCfg(t, func(c *Config) {
+		c.Now = func() time.Time { return at(time.Duration(clock.Load())) }
+	})
+	s, err := r.w.Open(ctx, r.id, "f", nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Stat().Mtime; !got.Equal(at(0)) {
+		t.Errorf("mtime after the open: %v, want %v", got, at(0))
+	}
+	for i, d := range []time.Duration{time.Second, time.Minute} {
+		clock.Store(int64(d))
+		if _, err := s.WriteAt(ctx, []byte("x"), int64(i)); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Stat().Mtime; !got.Equal(at(d)) {
+			t.Errorf("mtime after a write at +%v: %v, want the write's time", d, got)
+		}
+	}
+	clock.Store(int64(time.Hour))
+	if err := r.w.Flush(ctx, r.id, s, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.w.Release(ctx, r.id, s); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := r.slot(t, "f"); !e.CreatedAt.Equal(at(time.Hour)) {
+		t.Errorf("created-at %v, want the close's time %v", e.CreatedAt, at(time.Hour))
+	}
+}
