@@ -50,6 +50,7 @@ type Store interface {
 	ListHourVersions(ctx context.Context, hour uint32, maxPages int, bad func(key string, err error), shown func([]layout.ListedSession)) ([]layout.ListedSession, error)
 	LoadManifest(ctx context.Context, id layout.SessionID) (*layout.Manifest, error)
 	ReadSnapshotRange(ctx context.Context, id layout.SessionID, from, to uint32, par int) ([][]layout.Descriptor, error)
+	SnapshotVersions(ctx context.Context, id layout.SessionID) ([]uint32, error)
 	ListSessionVersions(ctx context.Context, known []uint32, full func(hour uint32, partitions int) bool, bad func(key string, err error)) ([]layout.ListedSession, error)
 	ListHours(ctx context.Context, par int, known []uint32, bad func(key string, err error)) ([]uint32, error)
 	ListHour(ctx context.Context, hour uint32, bad func(key string, err error)) ([]layout.SessionID, error)

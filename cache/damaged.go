@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/pugmark/pugfs/layout"
@@ -76,13 +77,35 @@ func (c *Cache) Snapshot(ctx context.Context, id layout.SessionID, v uint32) ([]
 	if rerr != nil {
 		return nil, rerr
 	}
-	if v == 0 || v > r.version {
-		return nil, fmt.Errorf("session %s: %w: version %d, latest %d", id, layout.ErrNotFound, v, r.version)
+	if ds, ok := r.snaps[v]; ok {
+		return ds, nil
 	}
-	if r.snaps[v-1] == nil {
-		return nil, r.errs[v]
+	if err, ok := r.errs[v]; ok {
+		return nil, err
 	}
-	return r.snaps[v-1], nil
+	return nil, fmt.Errorf("session %s: %w: version %d is not in the bucket (latest %d)", id, layout.ErrNotFound, v, r.version)
+}
+
+// Versions returns the latest version of id and, when the session is
+// damaged, the versions of its own snapshots that are in the bucket, in
+// order (nil when it loads: then every version up to the latest). Those
+// of a damaged session may leave gaps, or end with a version far past
+// the others (a stray key): history lists them, not every number up to
+// the latest (audit 13: 4,294,967,295 of them for one such key, the
+// mount then out of memory).
+func (c *Cache) Versions(ctx context.Context, id layout.SessionID) (latest uint32, listed []uint32, err error) {
+	st, err := c.State(ctx, id)
+	if err == nil {
+		return st.Version, nil, nil
+	}
+	if !errors.Is(err, layout.ErrCorrupt) {
+		return 0, nil, err
+	}
+	r, rerr := c.readableOf(ctx, id)
+	if rerr != nil {
+		return 0, nil, rerr
+	}
+	return r.version, r.versions, nil
 }
 
 // Seq returns the descriptor of id whose sequence number is n
@@ -103,10 +126,10 @@ func (c *Cache) Seq(ctx context.Context, id layout.SessionID, n int64) (e layout
 	if rerr != nil {
 		return layout.Entry{}, false, rerr
 	}
-	for i, ds := range r.snaps {
-		for _, d := range ds {
+	for _, v := range r.versions {
+		for _, d := range r.snaps[v] {
 			if d.SequenceNumber == n {
-				return layout.Entry{Descriptor: d, Session: id, Version: uint32(i) + 1}, true, nil
+				return layout.Entry{Descriptor: d, Session: id, Version: v}, true, nil
 			}
 		}
 	}
@@ -114,17 +137,24 @@ func (c *Cache) Seq(ctx context.Context, id layout.SessionID, n int64) (e layout
 }
 
 // readable is what can be read of a damaged session's own snapshots,
-// each read alone: snaps[v-1] is version v's delta, nil when it cannot be
-// read, and errs says why.
+// each read alone: snaps[v] is version v's delta, errs says why a listed
+// version could not be read, and versions are the versions listed, in
+// order.
 type readable struct {
-	version uint32
-	snaps   [][]layout.Descriptor
-	errs    map[uint32]error
+	version  uint32
+	versions []uint32
+	snaps    map[uint32][]layout.Descriptor
+	errs     map[uint32]error
 }
 
-// readableOf reads every snapshot of the damaged session id one by one,
-// c.opts.Parallel at a time, and keeps the result (c.readable) until the
-// session has a newer version. An error other than damage fails it.
+// readableOf reads the snapshots of the damaged session id that its
+// listing shows (one LIST a 1,000), one by one, c.opts.Parallel at a
+// time, and keeps the result (c.readable) until the session has a newer
+// version. A version missing from the listing is a gap, not a read:
+// reading 1..latest sent a request per missing version (a gap of
+// 100,000 blocked a listing for 10 minutes) and failed the readable ones
+// with the first "not found" (audit 13). An error other than damage, or
+// a snapshot gone since it was listed, fails it.
 func (c *Cache) readableOf(ctx context.Context, id layout.SessionID) (*readable, error) {
 	latest, _, err := c.freshVersion(ctx, id)
 	if err != nil {
@@ -136,37 +166,48 @@ func (c *Cache) readableOf(ctx context.Context, id layout.SessionID) (*readable,
 	if ok && r.version == latest {
 		return r, nil
 	}
-	r = &readable{version: latest, snaps: make([][]layout.Descriptor, latest), errs: map[uint32]error{}}
-	errs := make([]error, latest)
+	listed, err := c.store.SnapshotVersions(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	r = &readable{version: latest, snaps: map[uint32][]layout.Descriptor{}, errs: map[uint32]error{}}
+	for _, v := range listed {
+		if v <= latest {
+			r.versions = append(r.versions, v)
+		}
+	}
+	slices.Sort(r.versions)
+	snaps := make([][]layout.Descriptor, len(r.versions))
+	errs := make([]error, len(r.versions))
 	sem := make(chan struct{}, c.opts.Parallel)
 	var wg sync.WaitGroup
-	for v := uint32(1); v <= latest; v++ {
+	for i, v := range r.versions {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			snaps, err := c.store.ReadSnapshotRange(ctx, id, v, v, 1)
-			if err == nil && len(snaps) == 1 {
-				r.snaps[v-1] = snaps[0]
-				if r.snaps[v-1] == nil {
-					r.snaps[v-1] = []layout.Descriptor{}
-				}
-				return
+			got, err := c.store.ReadSnapshotRange(ctx, id, v, v, 1)
+			switch {
+			case err != nil:
+				errs[i] = err
+			case len(got) != 1:
+				errs[i] = fmt.Errorf("snapshot %d of %s: %w", v, id, layout.ErrNotFound)
+			case got[0] == nil:
+				snaps[i] = []layout.Descriptor{}
+			default:
+				snaps[i] = got[0]
 			}
-			if err == nil {
-				err = fmt.Errorf("snapshot %d of %s: %w", v, id, layout.ErrNotFound)
-			}
-			errs[v-1] = err
 		})
 	}
 	wg.Wait()
-	for i, err := range errs {
-		if err == nil {
-			continue
-		}
-		if !errors.Is(err, layout.ErrCorrupt) {
+	for i, v := range r.versions {
+		switch err := errs[i]; {
+		case err == nil:
+			r.snaps[v] = snaps[i]
+		case errors.Is(err, layout.ErrCorrupt):
+			r.errs[v] = err
+		default:
 			return nil, err
 		}
-		r.errs[uint32(i)+1] = err
 	}
 	c.mu.Lock()
 	c.readable.Add(id, r)

@@ -123,15 +123,26 @@ func FuzzMetaNames(f *testing.F) {
 		f.Add(s, uint32(7), uint32(1))
 	}
 	f.Fuzz(func(t *testing.T, name string, latest, min uint32) {
-		v, ok := parseVersion(name, latest, min)
+		v, ok := parseVersion(name, min)
 		if !ok {
 			return
 		}
 		if strconv.FormatUint(uint64(v), 10) != name {
 			t.Fatalf("parseVersion(%q) = %d: not the canonical name", name, v)
 		}
-		if v < min || v > latest {
-			t.Fatalf("parseVersion(%q) = %d outside [%d, %d]", name, v, min, latest)
+		if v < min {
+			t.Fatalf("parseVersion(%q) = %d below %d", name, v, min)
+		}
+		// A damaged session's listed versions: 1, 3 and latest.
+		all := []versions{{latest: latest}}
+		if latest > 3 {
+			all = append(all, versions{latest: latest, listed: []uint32{1, 3, latest}})
+		}
+		for _, vs := range all {
+			in := v >= 1 && v <= latest && (vs.listed == nil || v == 1 || v == 3 || v == latest)
+			if vs.has(v) != in {
+				t.Fatalf("versions %+v has(%d) = %v", vs, v, !in)
+			}
 		}
 		if base, ok := cutSuffix(name+".json", ".json"); !ok || base != name {
 			t.Fatalf("cutSuffix(%q.json) = %q, %v", name, base, ok)

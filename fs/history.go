@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -176,24 +177,14 @@ func logJSONL(log []layout.Entry) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// versionNames lists from..latest (from is 1 or 0).
-func versionNames(latest, from uint32) []uint32 {
-	var out []uint32
-	for v := from; v <= latest; v++ {
-		out = append(out, v)
-		if v == ^uint32(0) {
-			break
-		}
-	}
-	return out
-}
-
-func parseVersion(name string, latest, min uint32) (uint32, bool) {
+// parseVersion parses a version name, min or more, written as the
+// listing writes it.
+func parseVersion(name string, min uint32) (uint32, bool) {
 	if name == "" || (len(name) > 1 && name[0] == '0') {
 		return 0, false
 	}
 	v, err := strconv.ParseUint(name, 10, 32)
-	if err != nil || uint32(v) < min || uint32(v) > latest {
+	if err != nil || uint32(v) < min {
 		return 0, false
 	}
 	return uint32(v), true
@@ -255,21 +246,20 @@ func snapTime(st *cache.State, v uint32) time.Time {
 }
 
 func (s *snapshotsDir) list(ctx context.Context) ([]child, error) {
-	st, latest, err := s.f.historyOf(ctx, s.id)
+	st, vers, err := s.f.versionsOf(ctx, s.id)
 	if err != nil {
 		return nil, err
 	}
 	var out []child
-	vers := versionNames(latest, 1)
-	for _, v := range vers {
+	for _, v := range vers.all() {
 		out = append(out, s.child(st, v))
 	}
-	s.f.views.PrefetchSnapshotMeta(ctx, s.id, vers)
+	s.f.views.PrefetchSnapshotMeta(ctx, s.id, vers.all())
 	return out, nil
 }
 
 func (s *snapshotsDir) find(ctx context.Context, name string) (child, error) {
-	st, latest, err := s.f.historyOf(ctx, s.id)
+	st, vers, err := s.f.versionsOf(ctx, s.id)
 	if err != nil {
 		return child{}, err
 	}
@@ -277,8 +267,8 @@ func (s *snapshotsDir) find(ctx context.Context, name string) (child, error) {
 	if !ok {
 		return child{}, syscall.ENOENT
 	}
-	v, ok := parseVersion(base, latest, 1)
-	if !ok {
+	v, ok := parseVersion(base, 1)
+	if !ok || !vers.has(v) {
 		return child{}, syscall.ENOENT
 	}
 	return s.child(st, v), nil
@@ -327,27 +317,67 @@ func (a *atDir) child(v uint32) child {
 }
 
 func (a *atDir) list(ctx context.Context) ([]child, error) {
-	_, latest, err := a.f.historyOf(ctx, a.id)
+	_, vers, err := a.f.versionsOf(ctx, a.id)
 	if err != nil {
 		return nil, err
 	}
-	var out []child
-	for _, v := range versionNames(latest, 0) {
+	out := []child{a.child(0)}
+	for _, v := range vers.all() {
 		out = append(out, a.child(v))
 	}
 	return out, nil
 }
 
 func (a *atDir) find(ctx context.Context, name string) (child, error) {
-	_, latest, err := a.f.historyOf(ctx, a.id)
+	_, vers, err := a.f.versionsOf(ctx, a.id)
 	if err != nil {
 		return child{}, err
 	}
-	v, ok := parseVersion(name, latest, 0)
-	if !ok {
+	v, ok := parseVersion(name, 0)
+	if !ok || v > 0 && !vers.has(v) {
 		return child{}, syscall.ENOENT
 	}
 	return a.child(v), nil
+}
+
+// versionsOf returns a session's state (nil for a damaged session, as
+// historyOf) and the versions its history shows (cache.Versions): every
+// one up to the latest, or, for a damaged session, those in the bucket.
+func (f *FS) versionsOf(ctx context.Context, id layout.SessionID) (st *cache.State, vers versions, err error) {
+	st, _, err = f.historyOf(ctx, id)
+	if err != nil {
+		return nil, versions{}, err
+	}
+	vers.latest, vers.listed, err = f.cache.Versions(ctx, id)
+	return st, vers, err
+}
+
+// versions are the versions of a session's history: 1..latest, or those
+// listed (ascending) when listed is not nil.
+type versions struct {
+	latest uint32
+	listed []uint32
+}
+
+// has reports whether v (1 or more) is one of them.
+func (vs versions) has(v uint32) bool {
+	if vs.listed == nil {
+		return v >= 1 && v <= vs.latest
+	}
+	_, ok := slices.BinarySearch(vs.listed, v)
+	return ok
+}
+
+// all returns them in order.
+func (vs versions) all() []uint32 {
+	if vs.listed != nil {
+		return vs.listed
+	}
+	out := make([]uint32, vs.latest)
+	for i := range out {
+		out[i] = uint32(i) + 1
+	}
+	return out
 }
 
 // historyOf returns a session's state and latest version, for its

@@ -110,6 +110,22 @@ func TestReadCorruptObjects(t *testing.T) {
 			}
 		}
 		gapSnap2, _ := layout.SnapshotKey(gap, 2)
+		var gapSeq int64
+		if v3, err := s.ReadSnapshot(ctx, gap, 3); err != nil {
+			t.Fatal(err)
+		} else {
+			gapSeq = v3[0].SequenceNumber
+		}
+		// far: a stray snapshot key of the last version there can be
+		// (4,294,967,295) beside snapshot 1. Its history listed every
+		// number up to it, and the mount ran out of memory (audit 13).
+		far := newSess(file("a.txt", "a\n"))
+		func() {
+			defer rdCatch(t)
+			rdPutRawSnapshot(t, s.Bucket(), far, ^uint32(0), "provisional", 11, []json.RawMessage{
+				json.RawMessage(fmt.Sprintf(`{"name":"w.txt","digest":%q,"size":5,"sequence-number":99}`, also.Digest)),
+			})
+		}()
 		bare := newSess(file("a.txt", "a\n"))
 		bareManifest, _ := layout.ManifestKey(bare)
 		// nosize: a descriptor that left its size out (0) for a body
@@ -199,6 +215,21 @@ func TestReadCorruptObjects(t *testing.T) {
 		r.fails("cat "+sess(gap)+"/a.txt", eio)
 		r.eq("the version of a session with a gap", r.sh("cat "+meta(gap)+"/version"), "3\n")
 		r.eq("the history before the gap", r.sh("cat "+meta(gap)+"/at/1/a.txt"), "a\n")
+		// Its history shows the versions in the bucket, each readable
+		// alone; the missing one is no name. Snapshots 1 and 3 were
+		// ENOENT, though listed with 2 (audit 13).
+		r.eq("the versions of a session with a gap", r.sh("ls "+meta(gap)+"/at"), "0\n1\n3\n")
+		r.eq("its snapshots", r.sh("ls "+meta(gap)+"/snapshots"), "1.json\n3.json\n")
+		r.eq("the snapshot after the gap", r.sh("grep -c '\"c.txt\"' "+meta(gap)+"/snapshots/1.json "+meta(gap)+"/snapshots/3.json"),
+			meta(gap)+"/snapshots/1.json:0\n"+meta(gap)+"/snapshots/3.json:1\n")
+		r.fails("cat "+meta(gap)+"/snapshots/2.json", "No such file")
+		r.eq("a body of the snapshot after the gap", r.sh(fmt.Sprintf("cat %s/seq/%d", meta(gap), gapSeq)), "c\n")
+		r.fails("ls "+meta(gap)+"/at/3", eio)
+		r.eq("the version of a session with a stray last key", r.sh("cat "+meta(far)+"/version"), "4294967295\n")
+		r.eq("its versions", r.sh("ls "+meta(far)+"/at"), "0\n1\n4294967295\n")
+		r.eq("its snapshots", r.sh("ls "+meta(far)+"/snapshots"), "1.json\n4294967295.json\n")
+		r.eq("its history", r.sh("cat "+meta(far)+"/at/1/a.txt"), "a\n")
+		r.fails("ls "+sess(far), eio)
 		r.fails("ls "+sess(bare), eio)
 		r.eq("an invalid snapshot type", r.sh("grep -c '\"type-invalid\": \"weird\"' "+meta(weird)+"/snapshots/1.json"), "1\n")
 		waitFor(t, "a log line about the invalid type", func() bool { return strings.Contains(m.Log(), `type=weird`) })
