@@ -519,10 +519,14 @@ func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *s
 	return true, nil
 }
 
+// settleMoveFor bounds how long a rename asks the bucket about its
+// commit of unknown outcome (settleMove). A var for tests.
+var settleMoveFor = 3 * time.Second
+
 // settleMove answers err, the failed commit of a rename of a file open
 // with changes (moveWrittenFile): when its outcome was unknown, it asks
-// the bucket at once, by the commit's transaction ID, a few times over
-// about three seconds, and returns the commit as it landed. Left to the
+// the bucket at once, by the commit's transaction ID, a few times within
+// settleMoveFor, and returns the commit as it landed. Left to the
 // background check (resolveLater), a rename whose snapshot had landed
 // answered EIO and kept the file at the old name, where its close put
 // the changes back: the file ended split across both names (review 8).
@@ -533,6 +537,13 @@ func (w *Writer) settleMove(ctx context.Context, id layout.SessionID, err error)
 	if !errors.As(err, &u) {
 		return layout.CommitResult{}, err
 	}
+	// One deadline over every try: each is a HEAD and a GET to a bucket
+	// that just left a PUT unanswered, and the rename holds the
+	// session's nsMu meanwhile (every close, rm and mv of it waits).
+	// Bounded by --request-timeout alone, six tries held them minutes
+	// (review 9).
+	ctx, cancel := context.WithTimeout(ctx, settleMoveFor)
+	defer cancel()
 	for delay := 100 * time.Millisecond; ; delay *= 2 {
 		res, landed, rerr := w.store.ResolveCommit(ctx, u)
 		switch {
@@ -541,8 +552,6 @@ func (w *Writer) settleMove(ctx context.Context, id layout.SessionID, err error)
 			w.onCommit(id, res.Descriptors)
 			return res, nil
 		case rerr == nil:
-			return layout.CommitResult{}, err
-		case delay > 2*time.Second:
 			return layout.CommitResult{}, err
 		}
 		select {

@@ -1627,3 +1627,62 @@ func TestWriterMtimeWhileWriting(t *testing.T) {
 		t.Errorf("created-at %v, want the close's time %v", e.CreatedAt, at(time.Hour))
 	}
 }
+
+// slowResolveStore is a Store whose ResolveCommit waits d (or its
+// context) before it asks: a bucket that does not answer, each try
+// waiting for --request-timeout.
+type slowResolveStore struct {
+	Store
+	d     time.Duration
+	calls atomic.Int32
+}
+
+func (s *slowResolveStore) ResolveCommit(ctx context.Context, e *layout.OutcomeUnknownError) (layout.CommitResult, bool, error) {
+	s.calls.Add(1)
+	select {
+	case <-time.After(s.d):
+	case <-ctx.Done():
+		return layout.CommitResult{}, false, ctx.Err()
+	}
+	return s.Store.ResolveCommit(ctx, e)
+}
+
+// TestWriterRenameSettleBounded: a rename of a file being written whose
+// commit's outcome is unknown asks the bucket within one deadline
+// (settleMoveFor), whatever each try takes: it holds the session's nsMu
+// meanwhile, and a close of another file of the session waits for it.
+// Each try bounded by the request timeout alone, six of them held both
+// for minutes (review 9: 11.9 s with tries of 1 s).
+func TestWriterRenameSettleBounded(t *testing.T) {
+	old := settleMoveFor
+	settleMoveFor = time.Second
+	t.Cleanup(func() { settleMoveFor = old })
+	ctx := context.Background()
+	r := newWriterRigCfg(t, nil)
+	r.commitBlob(t, "log", big("base\n"), "")
+	r.commitBlob(t, "other", "o\n", "")
+	s := r.openWriting(t, "log", "one\n", true)
+	o := r.openWriting(t, "other", "two\n", true)
+	slow := &slowResolveStore{Store: r.w.store, d: time.Second}
+	r.w.store = slow
+	key, _ := layout.SnapshotKey(r.id, r.latest(t)+1)
+	r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: key}, FailProb: 1, LoseResponse: true})
+	r.inj.Add(faultblob.Rule{Ops: faultblob.OpGet | faultblob.OpHead, Match: faultblob.Match{Prefix: key}, FailProb: 1})
+	renamed := make(chan error, 1)
+	start := time.Now()
+	go func() { renamed <- r.w.Rename(ctx, r.id, "log", "log.1", false) }()
+	for slow.calls.Load() == 0 {
+		time.Sleep(time.Millisecond) // polls for the settling to start
+	}
+	// Its commit reads the rename's snapshot, which the bucket does
+	// not answer for: what counts is how long it waited.
+	r.w.Release(ctx, r.id, o)
+	closed := time.Since(start)
+	if err := <-renamed; !errors.Is(err, layout.ErrOutcomeUnknown) {
+		t.Errorf("rename: %v, want ErrOutcomeUnknown", err)
+	}
+	if took := time.Since(start); took > 5*time.Second || closed > 5*time.Second {
+		t.Errorf("the rename took %v and a close of another file waited %v (%d tries); settling is bounded by %v", took, closed, slow.calls.Load(), settleMoveFor)
+	}
+	r.w.Release(ctx, r.id, s)
+}
