@@ -86,26 +86,18 @@ func (c *Cache) Snapshot(ctx context.Context, id layout.SessionID, v uint32) ([]
 	return nil, fmt.Errorf("session %s: %w: version %d is not in the bucket (latest %d)", id, layout.ErrNotFound, v, r.version)
 }
 
-// Versions returns the latest version of id and, when the session is
-// damaged, the versions of its own snapshots that are in the bucket, in
-// order (nil when it loads: then every version up to the latest). Those
-// of a damaged session may leave gaps, or end with a version far past
-// the others (a stray key): history lists them, not every number up to
-// the latest (audit 13: 4,294,967,295 of them for one such key, the
-// mount then out of memory).
-func (c *Cache) Versions(ctx context.Context, id layout.SessionID) (latest uint32, listed []uint32, err error) {
-	st, err := c.State(ctx, id)
-	if err == nil {
-		return st.Version, nil, nil
+// DamagedVersions returns the versions of the damaged session id's own
+// snapshots that are in the bucket, in order (never nil). They may leave
+// gaps, or end with a version far past the others (a stray key): the
+// history of a damaged session lists them, not every number up to its
+// latest (audit 13: 4,294,967,295 of them for one such key, the mount
+// then out of memory).
+func (c *Cache) DamagedVersions(ctx context.Context, id layout.SessionID) ([]uint32, error) {
+	r, err := c.readableOf(ctx, id)
+	if err != nil {
+		return nil, err
 	}
-	if !errors.Is(err, layout.ErrCorrupt) {
-		return 0, nil, err
-	}
-	r, rerr := c.readableOf(ctx, id)
-	if rerr != nil {
-		return 0, nil, rerr
-	}
-	return r.version, r.versions, nil
+	return r.versions, nil
 }
 
 // Seq returns the descriptor of id whose sequence number is n
@@ -170,7 +162,7 @@ func (c *Cache) readableOf(ctx context.Context, id layout.SessionID) (*readable,
 	if err != nil {
 		return nil, err
 	}
-	r = &readable{version: latest, snaps: map[uint32][]layout.Descriptor{}, errs: map[uint32]error{}}
+	r = &readable{version: latest, versions: []uint32{}, snaps: map[uint32][]layout.Descriptor{}, errs: map[uint32]error{}}
 	for _, v := range listed {
 		if v <= latest {
 			r.versions = append(r.versions, v)
@@ -209,8 +201,13 @@ func (c *Cache) readableOf(ctx context.Context, id layout.SessionID) (*readable,
 			return nil, err
 		}
 	}
-	c.mu.Lock()
-	c.readable.Add(id, r)
-	c.mu.Unlock()
+	if n := len(r.versions); n > 0 && r.versions[n-1] == latest {
+		// Kept only when the listing has caught up with the latest
+		// version (LIST may lag, §2.5): a listing short of it would
+		// stay until the session moved on.
+		c.mu.Lock()
+		c.readable.Add(id, r)
+		c.mu.Unlock()
+	}
 	return r, nil
 }

@@ -341,15 +341,20 @@ func (a *atDir) find(ctx context.Context, name string) (child, error) {
 }
 
 // versionsOf returns a session's state (nil for a damaged session, as
-// historyOf) and the versions its history shows (cache.Versions): every
-// one up to the latest, or, for a damaged session, those in the bucket.
+// historyOf) and the versions its history shows: every one up to the
+// latest, or, for a damaged session, those in the bucket
+// (cache.DamagedVersions). The session's state is loaded once: a failed
+// load is not kept, and loading it again doubled its requests.
 func (f *FS) versionsOf(ctx context.Context, id layout.SessionID) (st *cache.State, vers versions, err error) {
-	st, _, err = f.historyOf(ctx, id)
-	if err != nil {
-		return nil, versions{}, err
+	st, latest, err := f.historyOf(ctx, id)
+	if err != nil || st != nil {
+		return st, versions{latest: latest}, err
 	}
-	vers.latest, vers.listed, err = f.cache.Versions(ctx, id)
-	return st, vers, err
+	listed, err := f.cache.DamagedVersions(ctx, id)
+	if listed == nil {
+		listed = []uint32{} // damaged: never every version up to the latest
+	}
+	return nil, versions{latest: latest, listed: listed}, err
 }
 
 // versions are the versions of a session's history: 1..latest, or those
