@@ -466,8 +466,8 @@ type slotFile struct {
 	ptMu     sync.Mutex
 	ptDigest layout.Digest
 	// dropped is the staged file and its rebase count the kernel's
-	// pages and size were last dropped for by a commit's notice
-	// (dropIfRebased); droppedMu guards both (a leaf lock).
+	// pages and size were last dropped for (dropRebased); droppedMu
+	// guards both (a leaf lock).
 	droppedMu sync.Mutex
 	dropped   struct {
 		st      *staging.File
@@ -994,10 +994,17 @@ func (h *whandle) Flush(ctx context.Context) syscall.Errno {
 // of the session directory) and that whandle.dropIfRebased therefore
 // misses. Never from inside a request (notify.go).
 func (n *slotFile) dropIfRebased() {
-	st := n.st.Load()
-	if st == nil {
-		return
+	if st := n.st.Load(); st != nil {
+		n.dropRebased(st)
 	}
+}
+
+// dropRebased drops the kernel's pages and size of the file when st
+// was rebased since they were last dropped for it: once for each
+// rebase, whether the commit's notice or the descriptor whose close or
+// fsync made it comes first (each dropped them, and the kernel read the
+// file again, at every close of two mounts' appends: review 9).
+func (n *slotFile) dropRebased(st *staging.File) {
 	r := st.Rebases()
 	n.droppedMu.Lock()
 	drop := r != 0 && (n.dropped.st != st || n.dropped.rebases != r)
@@ -1015,7 +1022,7 @@ func (n *slotFile) dropIfRebased() {
 // notification can deadlock against the kernel (notify.go).
 func (h *whandle) dropIfRebased(rebases uint64) {
 	if h.s.Rebases() != rebases {
-		go h.n.NotifyContent(0, 0)
+		go h.n.dropRebased(h.s)
 	}
 }
 

@@ -2,11 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/pugmark/pugfs/blobcache"
+	"github.com/pugmark/pugfs/internal/syncbuf"
 	"github.com/pugmark/pugfs/layout"
 	"gocloud.dev/blob/memblob"
 )
@@ -47,5 +52,32 @@ func TestCacheDirPerBucket(t *testing.T) {
 	}
 	if da, db := own(dir, a), own(dir, b); da == db || filepath.Dir(da) != filepath.Dir(db) {
 		t.Errorf("--cache-dir shared by two buckets: their own directories are %s and %s", da, db)
+	}
+}
+
+// TestCacheDirLegacyFailed: the failed directory an earlier pugfs kept
+// at the top of a --cache-dir, for every bucket, is no mount's since each
+// bucket's went under buckets/: a mount says where its files are, and
+// how many, rather than hiding what may be the only copy of a write
+// whose close failed (review 9).
+func TestCacheDirLegacyFailed(t *testing.T) {
+	bucket, cacheDir := t.TempDir(), t.TempDir()
+	old := filepath.Join(cacheDir, "failed", "00079d6d8b34fc068e48c348f7c7cc10", "notes.txt.20261201T000000")
+	if err := os.MkdirAll(filepath.Dir(old), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(old, []byte("bytes a close returned EIO for\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logged syncbuf.Buffer
+	cfg := mountConfig{BucketURL: "file://" + bucket, Mountpoint: t.TempDir(), CacheDir: cacheDir, CacheSize: 16 << 20,
+		MetadataTTL: time.Second, RequestTimeout: 10 * time.Second, MaxRequests: 16, SnapshotType: layout.Provisional}
+	env, err := prepareMount(context.Background(), cfg, logged.Logger(slog.LevelInfo), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.close()
+	if got := logged.String(); !strings.Contains(got, "dir="+filepath.Join(cacheDir, "failed")+" files=1") {
+		t.Errorf("the mount does not report the earlier failed directory:\n%s", got)
 	}
 }

@@ -271,6 +271,7 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	cleanStaging(own, failed, log)
 	if own != stateDir {
 		sweepOthers(stateDir, own, log)
+		reportLegacyFailed(filepath.Join(stateDir, "failed"), log)
 	}
 	staging, release, err := ownDir(filepath.Join(own, "staging"))
 	if err != nil {
@@ -602,6 +603,25 @@ func sweepOthers(cacheDir, own string, log *slog.Logger) {
 		if dir != own {
 			sweepStaging(dir, filepath.Join(dir, "failed"), log)
 		}
+	}
+}
+
+// reportLegacyFailed warns of the files in dir, the failed directory
+// that a --cache-dir held for every bucket before each bucket's went
+// under buckets/ (and where sweepOthers keeps what a dead mount of such
+// a pugfs left): no mount shows them under .pugmark/failed/ any more,
+// and they may be the only copy of a write whose close failed (review
+// 9).
+func reportLegacyFailed(dir string, log *slog.Logger) {
+	n := 0
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			n++
+		}
+		return nil
+	})
+	if n > 0 {
+		log.Warn("data of failed commits kept by an earlier pugfs for a mount of some bucket with this cache directory is not shown under .pugmark/failed/ (each bucket's is kept under buckets/<hash of its URL>/failed/ now); copy back what you need and delete the rest", "dir", dir, "files", n)
 	}
 }
 
