@@ -25,13 +25,45 @@ func (w *Writer) unstage(ws *session, name string) (s *File, committed bool) {
 	if s == nil {
 		return nil, false
 	}
-	delete(ws.files, name)
 	committed = s.committed != nil
+	w.unstageLocked(ws, name, s)
+	return s, committed
+}
+
+// unstageLocked is unstage of s, staged under name, with w.mu and s.mu
+// held (stagedIdle), which it releases.
+func (w *Writer) unstageLocked(ws *session, name string, s *File) {
+	delete(ws.files, name)
 	s.dirty = false // unlinked before commit: nothing to keep
 	s.unlinked = true
 	s.mu.Unlock()
 	w.mu.Unlock()
-	return s, committed
+}
+
+// unstageOver is unstage of a rename's target, and returns what puts it
+// back if the rename then fails: its open descriptors write to it again
+// and its close commits it, as a failed rename(2) leaves its target on
+// a disk. Left unlinked, a writer's bytes went nowhere, its close 0,
+// while the bucket kept both names as they were (review 9). Caller
+// holds ws.nsMu (so no other change of names runs meanwhile).
+func (w *Writer) unstageOver(ws *session, name string) (undo func()) {
+	s := w.stagedIdle(ws, name)
+	if s == nil {
+		return func() {}
+	}
+	dirty := s.dirty
+	w.unstageLocked(ws, name, s)
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if ws.files[name] != nil {
+			return // the rename moved its source there before it failed
+		}
+		s.mu.Lock()
+		s.unlinked, s.dirty = false, dirty
+		s.mu.Unlock()
+		ws.files[name] = s
+	}
 }
 
 // stagedIdle returns the file staged under name in ws with w.mu and its
@@ -268,8 +300,8 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 			return err // refused: nothing moved
 		}
 		// A file open under the target name is replaced: its descriptors
-		// now write to an unlinked file.
-		w.unstage(ws, to)
+		// now write to an unlinked file (unless the rename fails).
+		undo := w.unstageOver(ws, to)
 		// A file still being written moves with its staged data; open
 		// handles keep writing to it under the new name.
 		e, ok := slots[from]
@@ -299,6 +331,7 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 			}
 		}
 		if !ok {
+			undo()
 			return ErrNotExist
 		}
 		moved := movedTo(e, id, to, now)
@@ -315,6 +348,7 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 			absent = &layout.FileBase{Version: at}
 		}
 		if err := w.queue(ctx, id, []pendingOp{{desc: &gone, base: fileBase(id, &e)}, {desc: &moved, base: absent}}); err != nil {
+			undo()
 			return err
 		}
 		w.keepParents(id, from)
@@ -470,7 +504,7 @@ func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *s
 	// a file not being written does: a close of it during the commit
 	// landed its bytes over the new name's, and the moved file's close
 	// then put its own after them (review 8).
-	w.unstage(ws, to)
+	undo := w.unstageOver(ws, to)
 	gone := layout.Descriptor{Name: from, Deleted: true, CreatedAt: now}
 	ops := []pendingOp{{desc: &gone, base: base}}
 	var landed *layout.Entry
@@ -481,6 +515,7 @@ func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *s
 		res, err := w.commit(ctx, id, ops, nil)
 		if err != nil {
 			if res, err = w.settleMove(ctx, id, err); err != nil {
+				undo()
 				done()
 				return false, err
 			}
@@ -491,6 +526,7 @@ func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *s
 			}
 		}
 	} else if err := w.queue(ctx, id, ops); err != nil {
+		undo()
 		done()
 		return false, err
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -1685,4 +1686,47 @@ func TestWriterRenameSettleBounded(t *testing.T) {
 		t.Errorf("the rename took %v and a close of another file waited %v (%d tries); settling is bounded by %v", took, closed, slow.calls.Load(), settleMoveFor)
 	}
 	r.w.Release(ctx, r.id, s)
+}
+
+// TestWriterRenameOverOpenFileFails: a rename over a file open with
+// changes whose commit fails leaves that file as it was, as a failed
+// rename(2) does on a disk: its writer's close commits its bytes. The
+// target was unstaged before the commit and left so: its descriptors
+// wrote to an unlinked file, and its close returned 0 with the bytes
+// gone, while the bucket kept both names as they were (review 9). Both
+// kinds of source: a committed file, and one being written itself.
+func TestWriterRenameOverOpenFileFails(t *testing.T) {
+	ctx := context.Background()
+	for _, writing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("source-being-written=%v", writing), func(t *testing.T) {
+			r := newWriterRigCfg(t, nil)
+			r.commitBlob(t, "a", "a\n", "")
+			r.commitBlob(t, "b", "b\n", "")
+			var src *File
+			if writing {
+				src = r.openWriting(t, "a", "more a\n", true)
+			}
+			b := r.openWriting(t, "b", "more b\n", true)
+			refuse := r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Regexp: regexp.MustCompile(`/snapshots/`)}, FailProb: 1,
+				Err: faultblob.PermanentError(gcerrors.PermissionDenied)})
+			if err := r.w.Rename(ctx, r.id, "a", "b", false); err == nil {
+				t.Fatal("rename with its commit refused: no error")
+			}
+			r.inj.Remove(refuse)
+			if err := r.w.Flush(ctx, r.id, b, false); err != nil {
+				t.Fatalf("close of b: %v", err)
+			}
+			if err := r.w.Release(ctx, r.id, b); err != nil {
+				t.Fatal(err)
+			}
+			if src != nil {
+				if err := r.w.Release(ctx, r.id, src); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := r.bodyOf(t, "b"); got != "b\nmore b\n" {
+				t.Errorf("b holds %q, want its writer's bytes", got)
+			}
+		})
+	}
 }
