@@ -6,12 +6,15 @@ import (
 	"github.com/pugmark/pugfs/layout"
 )
 
-// notifier invalidates kernel dentries for names a commit changed. It runs
-// in its own goroutine: a notification sent from inside a request handler
-// can deadlock against the kernel (engineering.md).
+// notifier invalidates kernel dentries for names a commit changed, and
+// drops the pages of files a commit rebased (slotFile.dropIfRebased). It
+// runs in its own goroutine: a notification sent from inside a request
+// handler can deadlock against the kernel (engineering.md).
 type notifier struct {
-	f    *FS
-	ch   chan notice
+	f *FS
+	q noticeQueue
+	// wake has a value while the queue may hold notices.
+	wake chan struct{}
 	done chan struct{}
 	once sync.Once
 }
@@ -21,8 +24,56 @@ type notice struct {
 	names []string
 }
 
+// noticeQueue holds the names commits changed, per session, until the
+// notifier sends them: a name committed twice meanwhile is sent once.
+// It never drops one. A queue of 1,024 notices dropped the rest when
+// full (a burst of commits while the kernel was slow to take
+// notifications), and a rebased file's pages then stayed until the
+// metadata TTL (review 9).
+type noticeQueue struct {
+	mu      sync.Mutex
+	pending map[layout.SessionID]map[string]struct{} // GUARDED_BY(mu)
+	order   []layout.SessionID                       // GUARDED_BY(mu): sessions in the order of their first notice
+}
+
+// add queues names of session id.
+func (q *noticeQueue) add(id layout.SessionID, names []string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.pending == nil {
+		q.pending = map[layout.SessionID]map[string]struct{}{}
+	}
+	set := q.pending[id]
+	if set == nil {
+		set = map[string]struct{}{}
+		q.pending[id] = set
+		q.order = append(q.order, id)
+	}
+	for _, name := range names {
+		set[name] = struct{}{}
+	}
+}
+
+// take returns what is queued, a notice per session, and empties the
+// queue.
+func (q *noticeQueue) take() []notice {
+	q.mu.Lock()
+	pending, order := q.pending, q.order
+	q.pending, q.order = nil, nil
+	q.mu.Unlock()
+	out := make([]notice, 0, len(order))
+	for _, id := range order {
+		nt := notice{id: id}
+		for name := range pending[id] {
+			nt.names = append(nt.names, name)
+		}
+		out = append(out, nt)
+	}
+	return out
+}
+
 func newNotifier(f *FS) *notifier {
-	n := &notifier{f: f, ch: make(chan notice, 1024), done: make(chan struct{})}
+	n := &notifier{f: f, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go n.run()
 	return n
 }
@@ -32,10 +83,10 @@ func (n *notifier) enqueue(id layout.SessionID, ds []layout.Descriptor) {
 	for _, d := range ds {
 		names = append(names, d.Name)
 	}
+	n.q.add(id, names)
 	select {
-	case n.ch <- notice{id, names}:
-	default:
-		// The queue is full: entries expire by their TTL anyway.
+	case n.wake <- struct{}{}:
+	default: // already woken: the run takes these too
 	}
 }
 
@@ -48,8 +99,10 @@ func (n *notifier) run() {
 		select {
 		case <-n.done:
 			return
-		case nt := <-n.ch:
-			n.send(nt)
+		case <-n.wake:
+			for _, nt := range n.q.take() {
+				n.send(nt)
+			}
 		}
 	}
 }
