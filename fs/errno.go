@@ -98,6 +98,9 @@ var errnoRules = []errnoRule{
 	// missing name.
 	{name: "blob missing", match: isErr(layout.ErrBlobMissing), errno: syscall.EIO},
 	{name: "not found", match: isErr(layout.ErrNotFound), errno: syscall.ENOENT},
+	// Another writer's name that JSON cannot carry: readable, never
+	// written back (as file systems that hold names to UTF-8 answer).
+	{name: "name not UTF-8", match: isErr(layout.ErrNotUTF8), errno: syscall.EILSEQ},
 	{name: "invalid", match: isErr(layout.ErrInvalid), errno: syscall.EINVAL},
 	{name: "corrupt", match: isErr(layout.ErrCorrupt), errno: syscall.EIO},
 	{name: "too large", match: isErr(layout.ErrTooLarge), errno: syscall.EIO},

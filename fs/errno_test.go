@@ -96,6 +96,7 @@ func TestErrnoOf(t *testing.T) {
 		{"session not found", func(*testing.T) error { return layout.ErrSessionNotFound }, syscall.ENOENT, false},
 		{"blob missing", func(*testing.T) error { return fmt.Errorf("open blob objects/x: %w", layout.ErrBlobMissing) }, syscall.EIO, true},
 		{"invalid", func(*testing.T) error { return fmt.Errorf("name: %w", layout.ErrInvalid) }, syscall.EINVAL, false},
+		{"name not UTF-8", func(*testing.T) error { return fmt.Errorf("commit: %w", layout.CheckUTF8("caf\xe9")) }, syscall.EILSEQ, false},
 		{"corrupt", func(*testing.T) error { return fmt.Errorf("snapshot: %w", layout.ErrCorrupt) }, syscall.EIO, true},
 		{"too large", func(*testing.T) error { return fmt.Errorf("manifest: %w", layout.ErrTooLarge) }, syscall.EIO, true},
 		{"retries exhausted", func(*testing.T) error { return fmt.Errorf("commit: %w", layout.ErrRetriesExhausted) }, syscall.EIO, true},

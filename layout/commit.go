@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"unicode/utf8"
 
 	"gocloud.dev/blob"
 )
@@ -161,9 +160,9 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 		if d.Fork && d.TargetSession == id {
 			return CommitResult{}, fmt.Errorf("commit to %s: %w: descriptor %q: a session cannot fork into itself", id, ErrInvalid, d.Name)
 		}
-		if !utf8.ValidString(d.Name) {
+		if err := CheckUTF8(d.Name); err != nil {
 			// JSON would carry it as U+FFFD: two names would become one.
-			return CommitResult{}, fmt.Errorf("commit to %s: %w: descriptor name %q is not UTF-8", id, ErrInvalid, d.Name)
+			return CommitResult{}, fmt.Errorf("commit to %s: descriptor: %w", id, err)
 		}
 	}
 	txn := req.TransactionID

@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -19,10 +21,11 @@ import (
 // raw values, is several times faster. The rules are encoding/json's as
 // the schema uses them, which FuzzDescriptorDecoderOracle checks against
 // encoding/json itself: keys match exactly, the last of duplicate keys
-// wins, null leaves a field zero, invalid UTF-8 becomes U+FFFD, unknown
-// keys are kept. Where encoding/json would fail, a field the log can do
-// without becomes the descriptor's Damage instead (descriptor.go), and
-// a metadata value that is not a string becomes its JSON text.
+// wins, null leaves a field zero, invalid UTF-8 becomes U+FFFD (but in a
+// name: unquoteName), unknown keys are kept. Where encoding/json would
+// fail, a field the log can do without becomes the descriptor's Damage
+// instead (descriptor.go), and a metadata value that is not a string
+// becomes its JSON text.
 
 // jsonOptions are the tokenizer's rules made encoding/json's.
 var jsonOptions = []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}
@@ -280,6 +283,11 @@ func (f *descriptorFields) read(dec *jsontext.Decoder, field descField) error {
 		return nil
 	default:
 		want = "a string"
+		if k == '"' && field == fName {
+			v, err := dec.ReadValue()
+			f.str[field] = unquoteName(v)
+			return err
+		}
 		if k == '"' {
 			tok, err := dec.ReadToken()
 			f.str[field] = tok.String()
@@ -293,6 +301,54 @@ func (f *descriptorFields) read(dec *jsontext.Decoder, field descField) error {
 	}
 	f.raw[field] = canonicalRaw(json.RawMessage(v))
 	return nil
+}
+
+// unquoteName decodes the JSON string literal v of a descriptor name,
+// keeping bytes that are not UTF-8 as they are where encoding/json makes
+// each U+FFFD: another writer's "caf\xe9.txt" and "caf\xea.txt" were one
+// name, the later hiding the other, and a name with a real U+FFFD in it
+// could hide either. Such a name is a path like any other (decisions.md
+// "Names as paths"), readable under its own bytes; pugfs cannot write it
+// back, since JSON cannot carry it (staging.ErrNotUTF8), and fsck reports
+// it. Only literal bytes can be invalid: an escape (\uXXXX) is ASCII, and
+// a lone surrogate escape is U+FFFD as encoding/json has it.
+func unquoteName(v jsontext.Value) string {
+	if utf8.Valid(v) {
+		if bytes.IndexByte(v, '\\') < 0 {
+			return string(v[1 : len(v)-1])
+		}
+		b, _ := jsontext.AppendUnquote(nil, v)
+		return string(b)
+	}
+	in := v[1 : len(v)-1]
+	out := make([]byte, 0, len(in))
+	quoted := make([]byte, 0, len(in)+2)
+	for len(in) > 0 {
+		// The longest valid run, unquoted as JSON, then the bytes that
+		// are not UTF-8 as stored.
+		n := 0
+		for n < len(in) {
+			r, size := utf8.DecodeRune(in[n:])
+			if r == utf8.RuneError && size == 1 {
+				break
+			}
+			n += size
+		}
+		if n > 0 {
+			quoted = append(append(append(quoted[:0], '"'), in[:n]...), '"')
+			out, _ = jsontext.AppendUnquote(out, quoted)
+		}
+		for n < len(in) {
+			r, size := utf8.DecodeRune(in[n:])
+			if r != utf8.RuneError || size != 1 {
+				break
+			}
+			out = append(out, in[n])
+			n++
+		}
+		in = in[n:]
+	}
+	return string(out)
 }
 
 // readMetadata reads the metadata object: string values, null as "", and

@@ -607,3 +607,41 @@ func TestSection15_DecompressionBomb(t *testing.T) {
 		wantErrIs(t, err, ErrTooLarge)
 	})
 }
+
+// TestDescriptorNameNotUTF8 checks that a name another writer stored with
+// bytes that are not UTF-8 keeps them, in a descriptor alone and in a
+// snapshot body: two such names that differ only there are two files, not
+// one name with U+FFFD where the later hid the earlier (audit 13 C3).
+func TestDescriptorNameNotUTF8(t *testing.T) {
+	for _, tc := range []struct {
+		stored string // the name's JSON string literal as stored
+		want   string
+	}{
+		{`"caf` + "\xe9" + `.txt"`, "caf\xe9.txt"},
+		{`"caf` + "\xea" + `.txt"`, "caf\xea.txt"},
+		{`"caf\ufffd.txt"`, "caf\uFFFD.txt"},
+		{`"` + "\xff\xfe" + `"`, "\xff\xfe"},
+		{`"a\u00e9` + "\xe9" + `\n"`, "a\u00e9\xe9\n"},
+		{`"` + "\xe9" + `\ud83d\ude00/b"`, "\xe9\U0001F600/b"},
+		{`"x` + "\xe2\x82" + `"`, "x\xe2\x82"},
+		{`"d\u00e9j\u00e0 vu"`, "d\u00e9j\u00e0 vu"},
+		{`"plain/name.txt"`, "plain/name.txt"},
+	} {
+		var d Descriptor
+		if err := json.Unmarshal([]byte(`{"name":`+tc.stored+`,"size":0}`), &d); err != nil {
+			t.Fatalf("%q: %v", tc.stored, err)
+		}
+		if d.Name != tc.want {
+			t.Errorf("%q: name %q, want %q", tc.stored, d.Name, tc.want)
+		}
+	}
+	body := "[" + `{"name":"caf` + "\xe9" + `.txt","sequence-number":1}` + "," +
+		`{"name":"caf` + "\xea" + `.txt","sequence-number":2}` + "]"
+	ds, err := DecodeDescriptors([]byte(body), EncodingNone, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 2 || ds[0].Name != "caf\xe9.txt" || ds[1].Name != "caf\xea.txt" {
+		t.Fatalf("snapshot body: names %q", []string{ds[0].Name, ds[len(ds)-1].Name})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unicode/utf8"
 
 	"gocloud.dev/gcerrors"
 )
@@ -54,7 +55,26 @@ var (
 	// in the bucket, and a later listing shows it if it is; a retry of the
 	// same transaction ID finds out.
 	ErrOutcomeUnknown = errors.New("outcome unknown: the bucket did not answer whether the snapshot landed")
+	// ErrNotUTF8: a name to be written holds bytes that are not UTF-8.
+	// JSON carries only UTF-8 (encoding/json writes U+FFFD for the rest),
+	// so such a name, which another writer's snapshot can hold, can be
+	// read but never written back. It also matches ErrInvalid.
+	ErrNotUTF8 = &invalidError{"name is not UTF-8"}
 )
+
+// invalidError is an ErrInvalid of its own kind.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+
+// CheckUTF8 returns ErrNotUTF8, naming name, unless name is UTF-8.
+func CheckUTF8(name string) error {
+	if utf8.ValidString(name) {
+		return nil
+	}
+	return fmt.Errorf("%w: %q", ErrNotUTF8, truncate(name))
+}
 
 type notFoundError struct{ msg string }
 

@@ -72,6 +72,9 @@ type AttrResult struct {
 // (OpenFrom), and the entry the file shows now, whose mtime a metadata
 // change of clean content keeps.
 func (w *Writer) SetAttrs(ctx context.Context, id layout.SessionID, name string, c AttrChange, baseOf func() *layout.Entry, shown *layout.Entry) (AttrResult, error) {
+	if err := layout.CheckUTF8(name); err != nil {
+		return AttrResult{}, err
+	}
 	var e *layout.Entry
 	var staged bool
 	var err error

@@ -1306,6 +1306,9 @@ func redirty(files []*File) {
 // session, as one change (Queue), with o's type and encoding (the
 // source's). source names r in errors and logs.
 func (w *Writer) Ingest(ctx context.Context, id layout.SessionID, name, source string, r io.Reader, o layout.BlobOptions) (layout.Descriptor, error) {
+	if err := layout.CheckUTF8(name); err != nil {
+		return layout.Descriptor{}, err // before the upload, not after
+	}
 	d, err := w.store.IngestReader(ctx, source, r, o, w.cfg.StagingDir)
 	if err != nil {
 		return d, err

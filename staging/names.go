@@ -161,6 +161,9 @@ func (w *Writer) Mkdir(id layout.SessionID, full string) {
 // dropped, a committed one gets a tombstone.
 func (w *Writer) Unlink(ctx context.Context, id layout.SessionID, parts []string) error {
 	full := cache.JoinName(parts)
+	if err := layout.CheckUTF8(full); err != nil {
+		return err
+	}
 	ws := w.session(id)
 	ws.nsMu.Lock()
 	defer ws.nsMu.Unlock()
@@ -234,6 +237,9 @@ func (w *Writer) Rename(ctx context.Context, id layout.SessionID, from, to strin
 	}
 	if sendArea(from) != sendArea(to) {
 		return ErrCrossSend
+	}
+	if err := errors.Join(layout.CheckUTF8(from), layout.CheckUTF8(to)); err != nil {
+		return err // a directory's files are the commit's to refuse
 	}
 	for attempt := 1; ; attempt++ {
 		err := w.rename(ctx, id, from, to, noReplace, attempt > 1)
@@ -662,6 +668,9 @@ func (w *Writer) kindOf(ws *session, slots map[string]layout.Entry, tree *cache.
 func (w *Writer) Link(ctx context.Context, id layout.SessionID, from, to string) error {
 	if sendArea(from) != sendArea(to) {
 		return ErrCrossSend
+	}
+	if err := errors.Join(layout.CheckUTF8(from), layout.CheckUTF8(to)); err != nil {
+		return err
 	}
 	c, err := w.link(ctx, id, from, to)
 	if err != nil || c == nil {

@@ -450,6 +450,9 @@ func (w *Writer) OpenFresh(ctx context.Context, id layout.SessionID, name string
 // commit replaced the other mount's file. Checking the bucket at the
 // create would cost every new file a LIST.
 func (w *Writer) OpenExclusive(ctx context.Context, id layout.SessionID, name string) (*File, error) {
+	if err := layout.CheckUTF8(name); err != nil {
+		return nil, err
+	}
 	ws := w.session(id)
 	st, err := w.cache.State(ctx, id)
 	if err != nil {
@@ -486,6 +489,9 @@ func (w *Writer) share(ws *session, name string) *File {
 }
 
 func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string, baseOf func() *layout.Entry, truncate, fresh bool) (*File, error) {
+	if err := layout.CheckUTF8(name); err != nil {
+		return nil, err // refused at the open, not by the commit at close
+	}
 	ws := w.session(id)
 	for attempt := 0; ; attempt++ {
 		if s := w.share(ws, name); s != nil {

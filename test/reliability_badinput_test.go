@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -262,6 +266,19 @@ func TestReliabilityBadBucketContent(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Names another writer stored with bytes that are not UTF-8, beside
+	// one with a real U+FFFD where encoding/json would put one for them:
+	// three files, none hiding another.
+	un := relSession(t, bk)
+	notUTF8 := map[string]string{"caf\xe9.txt": "e9\n", "caf\xea.txt": "ea\n", "caf\uFFFD.txt": "fffd\n"}
+	var ujs []string
+	for n, body := range notUTF8 {
+		ujs = append(ujs, fmt.Sprintf(`{"name":"%s","digest":%q,"size":%d,"data":%q,"sequence-number":%d}`,
+			n, layout.DigestOf([]byte(body)).String(), len(body), base64.StdEncoding.EncodeToString([]byte(body)), len(ujs)+1))
+	}
+	ku, _ := layout.SnapshotKey(un, 1)
+	relPutRaw(t, bk, ku, enc.EncodeAll([]byte("["+strings.Join(ujs, ",")+"]"), nil), layout.EncodingZstd, relSnapshotMeta(un, 1))
+
 	// Refs pointing anywhere.
 	for name, target := range map[string]string{
 		"sessions/notakey":   "not a manifest key",
@@ -335,6 +352,41 @@ func TestReliabilityBadBucketContent(t *testing.T) {
 		}
 		if st, err := os.Stat(filepath.Join(mnt.Dir, sd, ".pugmark")); err != nil || !st.IsDir() {
 			t.Errorf("a slot named .pugmark hides the .pugmark directory: %v", err)
+		}
+		healthyReads(t)
+	})
+	t.Run("names_not_utf8", func(t *testing.T) {
+		sd := filepath.Join(mnt.Dir, "sessions", un.String())
+		ents, err := os.ReadDir(sd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		if want := []string{"caf\xe9.txt", "caf\xea.txt", "caf\uFFFD.txt"}; !slices.Equal(names, want) {
+			t.Errorf("the session lists %q, want %q", names, want)
+		}
+		for n, body := range notUTF8 {
+			if got, err := os.ReadFile(filepath.Join(sd, n)); err != nil || string(got) != body {
+				t.Errorf("%q reads %q, %v; want %q", n, got, err, body)
+			}
+		}
+		// pugfs cannot write such a name back: refused at once, and
+		// the file stays as it was.
+		bad := filepath.Join(sd, "caf\xe9.txt")
+		if _, err := os.OpenFile(bad, os.O_WRONLY|os.O_APPEND, 0); !errors.Is(err, syscall.EILSEQ) {
+			t.Errorf("open for appending: %v, want EILSEQ", err)
+		}
+		if err := os.Remove(bad); !errors.Is(err, syscall.EILSEQ) {
+			t.Errorf("rm: %v, want EILSEQ", err)
+		}
+		if err := os.Rename(bad, filepath.Join(sd, "cafe.txt")); !errors.Is(err, syscall.EILSEQ) {
+			t.Errorf("mv: %v, want EILSEQ", err)
+		}
+		if got, err := os.ReadFile(bad); err != nil || string(got) != notUTF8["caf\xe9.txt"] {
+			t.Errorf("after the refused writes %q reads %q, %v", bad, got, err)
 		}
 		healthyReads(t)
 	})

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/pugmark/pugfs/layout"
 )
@@ -102,6 +103,9 @@ func (c *checker) checkDescriptor(key, where string, d *layout.Descriptor, raw j
 	case layout.EncodingNone, "identity", layout.EncodingGzip, layout.EncodingZstd:
 	default:
 		c.errorf("§15", key, "%s: content-encoding %q; want empty, gzip or zstd", where, d.ContentEncoding)
+	}
+	if !utf8.ValidString(d.Name) {
+		c.errorf("§7", key, "%s: the name %q holds bytes that are not UTF-8, which JSON cannot carry (RFC 8259 §8.1): encoding/json reads each as U+FFFD, so two such names can become one; the tree shows it with its bytes, and pugfs cannot write it back", where, d.Name)
 	}
 	if d.Name != "" {
 		if !NameIsPath(d.Name) {

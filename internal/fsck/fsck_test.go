@@ -667,6 +667,16 @@ func TestHostileNames(t *testing.T) {
 	}
 }
 
+// A name with bytes that are not UTF-8 (another writer's raw JSON) is an
+// error: other readers see U+FFFD, and two such names can become one.
+func TestNameNotUTF8(t *testing.T) {
+	f := newFixture(t)
+	d := f.desc("x", []byte("latin-1\n"))
+	js := fmt.Sprintf(`[{"digest":%q,"size":%d,"name":"caf`+"\xe9"+`.txt","sequence-number":5}]`, d.Digest.String(), d.Size)
+	f.plantSnapshot(f.root, 3, zstdOf([]byte(js)), snapMeta(f.root, 3, "checkpoint"))
+	want(t, f.check(fsck.Options{}), fsck.Error, "§7", snapKey(f.root, 3), "not UTF-8")
+}
+
 func TestFileAndDirectoryName(t *testing.T) {
 	f := newFixture(t)
 	f.commit(layout.Checkpoint, f.desc("a.txt/inner", []byte("x\n")))
