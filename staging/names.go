@@ -40,30 +40,86 @@ func (w *Writer) unstageLocked(ws *session, name string, s *File) {
 	w.mu.Unlock()
 }
 
-// unstageOver is unstage of a rename's target, and returns what puts it
-// back if the rename then fails: its open descriptors write to it again
-// and its close commits it, as a failed rename(2) leaves its target on
-// a disk. Left unlinked, a writer's bytes went nowhere, its close 0,
-// while the bucket kept both names as they were (review 9). Caller
-// holds ws.nsMu (so no other change of names runs meanwhile).
-func (w *Writer) unstageOver(ws *session, name string) (undo func()) {
+// unstageOver is unstage of a rename's target until the rename's
+// outcome is known, which the rename then reports, once, to settle: on a
+// failure the target is put back (its open descriptors write to it
+// again and its close commits it, as a failed rename(2) leaves its
+// target on a disk), on a success it stays unlinked. Left unlinked, a
+// writer's bytes went nowhere, its close 0, while the bucket kept both
+// names as they were (review 9). Meanwhile the target is busy, as if
+// committing: its close waits for the outcome (it returned 0 at once, an
+// unlinked file's, and then the rename failed: review 10), and so does
+// an open of the name (replacing). Writes go on; the target is dirty
+// after a failure if it was before or was written since (review 10: a
+// write in the window was forgotten). The caller holds ws.nsMu (so no
+// other change of names runs meanwhile) and puts whatever it moved to
+// name back before it settles a failure.
+func (w *Writer) unstageOver(ws *session, name string) (settle func(failed bool)) {
 	s := w.stagedIdle(ws, name)
 	if s == nil {
-		return func() {}
+		return func(bool) {}
 	}
-	dirty := s.dirty
+	dirty, gen := s.dirty, s.gen
+	ch := make(chan struct{})
+	s.committing = ch
+	ws.replacing[name] = ch
 	w.unstageLocked(ws, name, s)
-	return func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if ws.files[name] != nil {
-			return // the rename moved its source there before it failed
+	return func(failed bool) {
+		w.lockFile(s)
+		if failed && ws.files[name] == nil {
+			s.unlinked, s.dirty = false, dirty || s.gen != gen
+			ws.files[name] = s
 		}
-		s.mu.Lock()
-		s.unlinked, s.dirty = false, dirty
+		s.committing = nil
+		if ws.replacing[name] == ch {
+			delete(ws.replacing, name)
+		}
+		close(ch)
 		s.mu.Unlock()
-		ws.files[name] = s
+		w.mu.Unlock()
 	}
+}
+
+// lockFile takes w.mu and s.mu. A read holds s.mu shared for a moment;
+// it is not waited for with w.mu held, which every lookup needs.
+func (w *Writer) lockFile(s *File) {
+	for {
+		w.mu.Lock()
+		if s.mu.TryLock() {
+			return
+		}
+		w.mu.Unlock()
+		runtime.Gosched()
+	}
+}
+
+// waitReplaced waits until no rename is replacing the file staged under
+// name (unstageOver): an open of it meanwhile staged the name anew, and a
+// failed rename could then not put its target back.
+func (w *Writer) waitReplaced(ws *session, name string) {
+	for {
+		w.mu.Lock()
+		ch := ws.replacing[name]
+		w.mu.Unlock()
+		if ch == nil {
+			return
+		}
+		<-ch
+	}
+}
+
+// moveBack undoes a rename's move of the staged file s from from to to,
+// when the rename then failed. The caller holds ws.nsMu.
+func (w *Writer) moveBack(ws *session, s *File, from, to string) {
+	w.lockFile(s)
+	defer w.mu.Unlock()
+	defer s.mu.Unlock()
+	if ws.files[to] != s || ws.files[from] != nil {
+		return
+	}
+	delete(ws.files, to)
+	s.name = from
+	ws.files[from] = s
 }
 
 // stagedIdle returns the file staged under name in ws with w.mu and its
@@ -307,10 +363,19 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		}
 		// A file open under the target name is replaced: its descriptors
 		// now write to an unlinked file (unless the rename fails).
-		undo := w.unstageOver(ws, to)
+		settle := w.unstageOver(ws, to)
 		// A file still being written moves with its staged data; open
-		// handles keep writing to it under the new name.
+		// handles keep writing to it under the new name. A failure
+		// below moves it back before the target is put back.
 		e, ok := slots[from]
+		var src *File
+		fail := func(err error) error {
+			if src != nil {
+				w.moveBack(ws, src, from, to)
+			}
+			settle(true)
+			return err
+		}
 		if s := w.stagedIdle(ws, from); s != nil {
 			// Held: w.mu and s.mu, with no commit of s in flight.
 			delete(ws.files, from)
@@ -325,20 +390,21 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 			s.mu.Unlock()
 			ws.files[to] = s
 			w.mu.Unlock()
+			src = s
 			if dirty {
 				// Its commit happens on close, under the new name.
 				if _, ok := slots[from]; ok {
 					if err := w.Queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}}); err != nil {
-						return err
+						return fail(err)
 					}
 				}
+				settle(false)
 				w.keepParents(id, from)
 				return nil
 			}
 		}
 		if !ok {
-			undo()
-			return ErrNotExist
+			return fail(ErrNotExist)
 		}
 		moved := movedTo(e, id, to, now)
 		retype(&moved, from, to)
@@ -354,9 +420,9 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 			absent = &layout.FileBase{Version: at}
 		}
 		if err := w.queue(ctx, id, []pendingOp{{desc: &gone, base: fileBase(id, &e)}, {desc: &moved, base: absent}}); err != nil {
-			undo()
-			return err
+			return fail(err)
 		}
+		settle(false)
 		w.keepParents(id, from)
 		return nil
 	}
@@ -510,7 +576,7 @@ func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *s
 	// a file not being written does: a close of it during the commit
 	// landed its bytes over the new name's, and the moved file's close
 	// then put its own after them (review 8).
-	undo := w.unstageOver(ws, to)
+	settle := w.unstageOver(ws, to)
 	gone := layout.Descriptor{Name: from, Deleted: true, CreatedAt: now}
 	ops := []pendingOp{{desc: &gone, base: base}}
 	var landed *layout.Entry
@@ -521,7 +587,7 @@ func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *s
 		res, err := w.commit(ctx, id, ops, nil)
 		if err != nil {
 			if res, err = w.settleMove(ctx, id, err); err != nil {
-				undo()
+				settle(true)
 				done()
 				return false, err
 			}
@@ -532,20 +598,13 @@ func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *s
 			}
 		}
 	} else if err := w.queue(ctx, id, ops); err != nil {
-		undo()
+		settle(true)
 		done()
 		return false, err
 	}
-	for {
-		// s.mu may be held shared a moment (a read, a stat); no upload
-		// of s runs while committing is set.
-		w.mu.Lock()
-		if s.mu.TryLock() {
-			break
-		}
-		w.mu.Unlock()
-		runtime.Gosched()
-	}
+	// s.mu may be held shared a moment (a read, a stat); no upload of s
+	// runs while committing is set.
+	w.lockFile(s)
 	delete(ws.files, from)
 	s.name = to
 	ws.files[to] = s
@@ -558,6 +617,8 @@ func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *s
 	close(ch)
 	s.mu.Unlock()
 	w.mu.Unlock()
+	// An open of to waits for this (replacing): it finds s there.
+	settle(false)
 	return true, nil
 }
 

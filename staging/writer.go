@@ -103,7 +103,9 @@ type Blobs interface {
 // busy file is waited for with Writer.mu released (stagedIdle,
 // lockStaged). A staged
 // file's commit in flight (File.committing) is waited for with none of
-// Writer.mu, File.mu or commitMu held. The session cache's own locks
+// Writer.mu, File.mu or commitMu held; so is a rename over a staged file
+// (unstageOver marks it committing, and session.replacing its name),
+// which holds nsMu until its outcome is known. The session cache's own locks
 // come after all of these (Committed and State are called with commitMu
 // held). File.fillMu (the copy of a file's committed bytes at its first
 // write, which runs without File.mu) is taken with none of them held,
@@ -148,6 +150,10 @@ type session struct {
 	files map[string]*File
 	// dirs are directories made by mkdir that hold nothing yet.
 	dirs map[string]bool
+	// replacing holds, by name, the rename in flight over the file that
+	// was staged under it (unstageOver): closed when its outcome is
+	// known. An open of the name waits for it (waitReplaced).
+	replacing map[string]chan struct{}
 	// gone hides names removed locally whose tombstones are pending
 	// (fsync mode) or in flight.
 	gone map[string]bool
@@ -264,7 +270,7 @@ func (w *Writer) session(id layout.SessionID) *session {
 	defer w.mu.Unlock()
 	ws := w.ss[id]
 	if ws == nil {
-		ws = &session{id: id, files: map[string]*File{}, dirs: map[string]bool{}, gone: map[string]bool{}}
+		ws = &session{id: id, files: map[string]*File{}, dirs: map[string]bool{}, gone: map[string]bool{}, replacing: map[string]chan struct{}{}}
 		w.ss[id] = ws
 	}
 	return ws
@@ -494,6 +500,7 @@ func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string,
 	}
 	ws := w.session(id)
 	for attempt := 0; ; attempt++ {
+		w.waitReplaced(ws, name)
 		if s := w.share(ws, name); s != nil {
 			if truncate {
 				if err := s.Truncate(ctx, 0); err != nil {
