@@ -655,7 +655,9 @@ func (w *Writer) settleMove(ctx context.Context, id layout.SessionID, err error)
 			w.onCommit(id, res.Descriptors)
 			return res, nil
 		case rerr == nil:
-			return layout.CommitResult{}, err
+			// Known now: not landed. Said so, not "outcome unknown"
+			// (review 9); the cause stays the bucket's failure (EIO).
+			return layout.CommitResult{}, fmt.Errorf("rename in %s: its snapshot %d did not land: %w", id, u.Version, u.Err)
 		}
 		select {
 		case <-ctx.Done():
