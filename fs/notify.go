@@ -29,7 +29,10 @@ type notice struct {
 // It never drops one. A queue of 1,024 notices dropped the rest when
 // full (a burst of commits while the kernel was slow to take
 // notifications), and a rebased file's pages then stayed until the
-// metadata TTL (review 9).
+// metadata TTL (review 9). Its size is bounded by the names committed
+// while the kernel takes one notification (a tar x into a directory a
+// slow rename holds): each is a string already held by the commit, and
+// a notification the kernel never takes would hold up more than this.
 type noticeQueue struct {
 	mu      sync.Mutex
 	pending map[layout.SessionID]map[string]struct{} // GUARDED_BY(mu)

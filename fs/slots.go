@@ -1005,10 +1005,14 @@ func (n *slotFile) dropIfRebased() {
 // fsync made it comes first (each dropped them, and the kernel read the
 // file again, at every close of two mounts' appends: review 9).
 func (n *slotFile) dropRebased(st *staging.File) {
-	r := st.Rebases()
 	n.droppedMu.Lock()
-	drop := r != 0 && (n.dropped.st != st || n.dropped.rebases != r)
-	n.dropped.st, n.dropped.rebases = st, r
+	// Read under the lock: a rebase count only grows, and two callers
+	// that read it outside could record the older one last (review 10).
+	r := st.Rebases()
+	drop := r != 0 && (n.dropped.st != st || n.dropped.rebases < r)
+	if drop {
+		n.dropped.st, n.dropped.rebases = st, r
+	}
 	n.droppedMu.Unlock()
 	if drop {
 		n.NotifyContent(0, 0)
