@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -282,7 +283,7 @@ type descriptorJSON struct {
 	ContentEncoding string            `json:"content-encoding,omitempty"`
 	CacheControl    string            `json:"cache-control,omitempty"`
 	SchemaURL       string            `json:"schema-url,omitempty"`
-	Name            string            `json:"name,omitempty"`
+	Name            storedName        `json:"name,omitempty"`
 	Metadata        map[string]string `json:"metadata,omitempty"`
 	SequenceNumber  int64             `json:"sequence-number,omitempty"`
 	Data            string            `json:"data,omitempty"`
@@ -292,6 +293,49 @@ type descriptorJSON struct {
 	Fork            bool              `json:"fork,omitempty"`
 	Deleted         bool              `json:"deleted,omitempty"`
 	Commit          *MemoryCommit     `json:"commit,omitempty"`
+}
+
+// storedName is a descriptor name as written: bytes of it that are not
+// UTF-8, which only another writer's snapshot or memory file can hold
+// (unquoteName; pugfs refuses to make such a name, ErrNotUTF8), are
+// written back as they were read. encoding/json writes U+FFFD for each:
+// a memory write carrying another writer's records "caf\xe9" and
+// "caf\xea" forward made them one name (review 11).
+type storedName string
+
+// MarshalJSON quotes n as encoding/json does, but for those bytes.
+func (n storedName) MarshalJSON() ([]byte, error) {
+	s := string(n)
+	if utf8.ValidString(s) {
+		return json.Marshal(s)
+	}
+	out := []byte{'"'}
+	for len(s) > 0 {
+		i := 0
+		for i < len(s) {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				break
+			}
+			i += size
+		}
+		if i > 0 {
+			q, err := json.Marshal(s[:i])
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, q[1:len(q)-1]...)
+		}
+		for i < len(s) {
+			if r, size := utf8.DecodeRuneInString(s[i:]); r != utf8.RuneError || size != 1 {
+				break
+			}
+			out = append(out, s[i])
+			i++
+		}
+		s = s[i:]
+	}
+	return append(out, '"'), nil
 }
 
 var knownDescriptorKeys = map[string]bool{
@@ -312,7 +356,7 @@ func (d Descriptor) MarshalJSON() ([]byte, error) {
 		ContentEncoding: d.ContentEncoding,
 		CacheControl:    d.CacheControl,
 		SchemaURL:       d.SchemaURL,
-		Name:            d.Name,
+		Name:            storedName(d.Name),
 		Metadata:        d.Metadata,
 		SequenceNumber:  d.SequenceNumber,
 		SourceVersion:   d.SourceVersion,

@@ -82,7 +82,7 @@ func (d *oracleDescriptor) UnmarshalJSON(b []byte) error {
 			}
 		}
 	}
-	j.Name = name
+	j.Name = storedName(name)
 	var err error
 	if out.Digest, err = parseDescriptorDigest(j.Digest); err != nil {
 		addDamage(&out, "digest", rawString(j.Digest))
@@ -103,7 +103,7 @@ func (d *oracleDescriptor) UnmarshalJSON(b []byte) error {
 		}
 	}
 	out.ContentType, out.ContentEncoding, out.CacheControl = j.ContentType, j.ContentEncoding, j.CacheControl
-	out.SchemaURL, out.Name, out.SequenceNumber = j.SchemaURL, j.Name, j.SequenceNumber
+	out.SchemaURL, out.Name, out.SequenceNumber = j.SchemaURL, name, j.SequenceNumber
 	if len(j.Metadata) > 0 {
 		out.Metadata = j.Metadata
 	}
@@ -114,20 +114,20 @@ func (d *oracleDescriptor) UnmarshalJSON(b []byte) error {
 		}
 	}
 	if out.TargetSession, err = parseOptionalID(j.TargetSession); err != nil {
-		return fmt.Errorf("%w: descriptor %q: target-session: %v", ErrCorrupt, truncate(j.Name), err)
+		return fmt.Errorf("%w: descriptor %q: target-session: %v", ErrCorrupt, truncate(name), err)
 	}
 	if out.SourceSession, err = parseOptionalID(j.SourceSession); err != nil {
-		return fmt.Errorf("%w: descriptor %q: source-session: %v", ErrCorrupt, truncate(j.Name), err)
+		return fmt.Errorf("%w: descriptor %q: source-session: %v", ErrCorrupt, truncate(name), err)
 	}
 	out.SourceVersion, out.Fork, out.Deleted, out.Commit = j.SourceVersion, j.Fork, j.Deleted, j.Commit
 	if legacy, ok := raw["fork-session-id"]; ok {
 		var s string
 		if err := json.Unmarshal(legacy, &s); err != nil {
-			return fmt.Errorf("%w: descriptor %q: fork-session-id: %v", ErrCorrupt, truncate(j.Name), err)
+			return fmt.Errorf("%w: descriptor %q: fork-session-id: %v", ErrCorrupt, truncate(name), err)
 		}
 		id, err := parseOptionalID(s)
 		if err != nil {
-			return fmt.Errorf("%w: descriptor %q: fork-session-id: %v", ErrCorrupt, truncate(j.Name), err)
+			return fmt.Errorf("%w: descriptor %q: fork-session-id: %v", ErrCorrupt, truncate(name), err)
 		}
 		// §7.2: a non-zero legacy ID means fork = true, target = id.
 		if !id.IsZero() {

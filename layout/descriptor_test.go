@@ -634,6 +634,16 @@ func TestDescriptorNameNotUTF8(t *testing.T) {
 		if d.Name != tc.want {
 			t.Errorf("%q: name %q, want %q", tc.stored, d.Name, tc.want)
 		}
+		// Written back (a memory merge carries others' records), the
+		// name keeps its bytes.
+		b, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Descriptor
+		if err := json.Unmarshal(b, &back); err != nil || back.Name != tc.want {
+			t.Errorf("%q written as %s reads back as %q, %v", tc.stored, b, back.Name, err)
+		}
 	}
 	body := "[" + `{"name":"caf` + "\xe9" + `.txt","sequence-number":1}` + "," +
 		`{"name":"caf` + "\xea" + `.txt","sequence-number":2}` + "]"

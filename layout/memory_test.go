@@ -300,3 +300,28 @@ func TestMemoryWriteUnchanged(t *testing.T) {
 		}
 	})
 }
+
+// TestMemoryMergeKeepsNamesNotUTF8: another writer's memory version holds
+// records named "caf\xe9" and "caf\xea" (raw bytes, not UTF-8). A merge
+// by pugfs of another record writes them back as they were: written as
+// encoding/json writes, both became "caf\ufffd", one name hiding the
+// other in the next version (review 11).
+func TestMemoryMergeKeepsNamesNotUTF8(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		s := newStore(t, b, nil)
+		body := `[{"name":"caf` + "\xe9" + `","digest":"sha256:` + DigestOf([]byte("1")).Hex() + `","size":1},` +
+			`{"name":"caf` + "\xea" + `","digest":"sha256:` + DigestOf([]byte("2")).Hex() + `","size":1}]`
+		key, _ := MemoryKey("ns", 1)
+		putRaw(t, b, key, []byte(body), nil)
+		if _, err := s.WriteMemory(bg, "ns", MemoryWrite{Put: descs("new")}); err != nil {
+			t.Fatal(err)
+		}
+		v2, err := s.ReadMemory(bg, "ns", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := recNames(v2), "caf\xe9,caf\xea,new"; got != want {
+			t.Errorf("version 2 holds %q, want %q", got, want)
+		}
+	})
+}

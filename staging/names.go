@@ -48,8 +48,8 @@ func (w *Writer) unstageLocked(ws *session, name string, s *File) {
 // writer's bytes went nowhere, its close 0, while the bucket kept both
 // names as they were (review 9). Meanwhile the target is busy, as if
 // committing: its close waits for the outcome (it returned 0 at once, an
-// unlinked file's, and then the rename failed: review 10), and so does
-// an open of the name (replacing). Writes go on; the target is dirty
+// unlinked file's, and then the rename failed: review 10), and an open
+// of the name waits too (holdName). Writes go on; the target is dirty
 // after a failure if it was before or was written since (review 10: a
 // write in the window was forgotten). The caller holds ws.nsMu (so no
 // other change of names runs meanwhile) and puts whatever it moved to
@@ -62,7 +62,7 @@ func (w *Writer) unstageOver(ws *session, name string) (settle func(failed bool)
 	dirty, gen := s.dirty, s.gen
 	ch := make(chan struct{})
 	s.committing = ch
-	ws.replacing[name] = ch
+	h := ws.holdName(name)
 	w.unstageLocked(ws, name, s)
 	return func(failed bool) {
 		w.lockFile(s)
@@ -71,10 +71,8 @@ func (w *Writer) unstageOver(ws *session, name string) (settle func(failed bool)
 			ws.files[name] = s
 		}
 		s.committing = nil
-		if ws.replacing[name] == ch {
-			delete(ws.replacing, name)
-		}
 		close(ch)
+		ws.releaseName(name, h, !failed)
 		s.mu.Unlock()
 		w.mu.Unlock()
 	}
@@ -93,33 +91,65 @@ func (w *Writer) lockFile(s *File) {
 	}
 }
 
-// waitReplaced waits until no rename is replacing the file staged under
-// name (unstageOver): an open of it meanwhile staged the name anew, and a
-// failed rename could then not put its target back.
-func (w *Writer) waitReplaced(ws *session, name string) {
+// nameHold is a rename in flight that moves a staged file from or over a
+// name (session.held). Without it an open of the name in that window
+// (the kernel sends one for a cached entry while a rename runs) staged
+// the name anew, and a failed rename could then put back neither its
+// source nor its target: the target's writer's bytes were lost, its
+// close 0 (review 11).
+type nameHold struct {
+	done chan struct{}
+	// moved is set before done is closed: the rename landed, and the
+	// file the open was for is not under the name any more.
+	moved bool
+}
+
+// holdName marks name as held by a rename in flight. Caller holds w.mu
+// and ws.nsMu (so no other rename holds it).
+func (ws *session) holdName(name string) *nameHold {
+	h := &nameHold{done: make(chan struct{})}
+	ws.held[name] = h
+	return h
+}
+
+// releaseName ends h, held on name, with the rename's outcome. Caller
+// holds w.mu.
+func (ws *session) releaseName(name string, h *nameHold, moved bool) {
+	h.moved = moved
+	if ws.held[name] == h {
+		delete(ws.held, name)
+	}
+	close(h.done)
+}
+
+// waitHeld waits until no rename holds name, and reports whether one
+// that did moved a file to or from it. The caller holds no lock.
+func (w *Writer) waitHeld(ws *session, name string) (moved bool) {
 	for {
 		w.mu.Lock()
-		ch := ws.replacing[name]
+		h := ws.held[name]
 		w.mu.Unlock()
-		if ch == nil {
-			return
+		if h == nil {
+			return moved
 		}
-		<-ch
+		<-h.done
+		moved = moved || h.moved
 	}
 }
 
 // moveBack undoes a rename's move of the staged file s from from to to,
-// when the rename then failed. The caller holds ws.nsMu.
-func (w *Writer) moveBack(ws *session, s *File, from, to string) {
+// when the rename then failed, and releases from (h). The caller holds
+// ws.nsMu: from is held, so nothing was staged there meanwhile.
+func (w *Writer) moveBack(ws *session, s *File, from, to string, h *nameHold) {
 	w.lockFile(s)
 	defer w.mu.Unlock()
 	defer s.mu.Unlock()
-	if ws.files[to] != s || ws.files[from] != nil {
-		return
+	if ws.files[to] == s && ws.files[from] == nil {
+		delete(ws.files, to)
+		s.name = from
+		ws.files[from] = s
 	}
-	delete(ws.files, to)
-	s.name = from
-	ws.files[from] = s
+	ws.releaseName(from, h, false)
 }
 
 // stagedIdle returns the file staged under name in ws with w.mu and its
@@ -369,16 +399,26 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		// below moves it back before the target is put back.
 		e, ok := slots[from]
 		var src *File
+		var srcHold *nameHold
 		fail := func(err error) error {
 			if src != nil {
-				w.moveBack(ws, src, from, to)
+				w.moveBack(ws, src, from, to, srcHold)
 			}
 			settle(true)
 			return err
 		}
+		succeed := func() {
+			if src != nil {
+				w.mu.Lock()
+				ws.releaseName(from, srcHold, true)
+				w.mu.Unlock()
+			}
+			settle(false)
+		}
 		if s := w.stagedIdle(ws, from); s != nil {
 			// Held: w.mu and s.mu, with no commit of s in flight.
 			delete(ws.files, from)
+			srcHold = ws.holdName(from)
 			s.name = to
 			dirty := s.dirty
 			if !ok && !dirty && s.committed != nil {
@@ -398,7 +438,7 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 						return fail(err)
 					}
 				}
-				settle(false)
+				succeed()
 				w.keepParents(id, from)
 				return nil
 			}
@@ -422,7 +462,7 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		if err := w.queue(ctx, id, []pendingOp{{desc: &gone, base: fileBase(id, &e)}, {desc: &moved, base: absent}}); err != nil {
 			return fail(err)
 		}
-		settle(false)
+		succeed()
 		w.keepParents(id, from)
 		return nil
 	}
@@ -442,6 +482,14 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 	src, err := w.dirEntries(ctx, id, from)
 	if err != nil {
 		return err
+	}
+	for _, e := range src.files {
+		// Another writer's name that JSON cannot carry: refused before
+		// anything moves. With --commit=fsync the queued ops were
+		// refused at every later fsync (review 11).
+		if err := layout.CheckUTF8(e.Name); err != nil {
+			return err
+		}
 	}
 	var ops []pendingOp
 	for _, e := range src.files {
@@ -656,8 +704,10 @@ func (w *Writer) settleMove(ctx context.Context, id layout.SessionID, err error)
 			return res, nil
 		case rerr == nil:
 			// Known now: not landed. Said so, not "outcome unknown"
-			// (review 9); the cause stays the bucket's failure (EIO).
-			return layout.CommitResult{}, fmt.Errorf("rename in %s: its snapshot %d did not land: %w", id, u.Version, u.Err)
+			// (review 9). The cause is text only: the rename failed
+			// for the bucket's silence (EIO), whatever the error the
+			// lost reply left (review 11).
+			return layout.CommitResult{}, fmt.Errorf("rename in %s: its snapshot %d did not land (the bucket did not answer: %v)", id, u.Version, u.Err)
 		}
 		select {
 		case <-ctx.Done():

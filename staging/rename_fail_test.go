@@ -2,6 +2,7 @@ package staging
 
 import (
 	"context"
+	"errors"
 	"regexp"
 	"testing"
 	"time"
@@ -214,5 +215,135 @@ func TestWriterRenameFailsOpenMeanwhile(t *testing.T) {
 	}
 	if got := r.bodyOf(t, "b"); got != "b\nmore b\n" {
 		t.Errorf("b holds %q, want %q", got, "b\nmore b\n")
+	}
+}
+
+// TestWriterRenameFailsSourceReopened: the rename's source is staged and
+// not moveWrittenFile's (open clean, or O_TRUNC'ed and written), so the
+// rename moves it to the target's name before its commit. An open of the
+// source's name while the commit was in flight staged the name anew;
+// the commit failed, the source could not be moved back (its name
+// taken), nor the target put back (its name held by the source): the
+// target's close returned 0 with its bytes nowhere, and with O_TRUNC the
+// source's bytes landed under the target's name (review 11). The open
+// now waits for the outcome and shares the source moved back.
+func TestWriterRenameFailsSourceReopened(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		whole bool
+	}{{"source-open-clean", false}, {"source-otrunc-written", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			r := newWriterRigCfg(t, nil)
+			r.commitBlob(t, "a", "a\n", "")
+			r.commitBlob(t, "b", "b\n", "")
+			abase, _ := r.slot(t, "a")
+			a, err := r.w.Open(ctx, r.id, "a", &abase, tc.whole)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.whole {
+				a.OpenedWhole()
+				if _, err := a.WriteAt(ctx, []byte("new a\n"), 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b := r.openWriting(t, "b", "more b\n", true)
+			g := faultblob.NewGate()
+			remove := r.refuseSnapshots(g)
+			renamed := make(chan error, 1)
+			go func() { renamed <- r.w.Rename(ctx, r.id, "a", "b", false) }()
+			waitStalled(t, g, 1)
+			type opened struct {
+				s   *File
+				err error
+			}
+			open := make(chan opened, 1)
+			go func() {
+				s, err := r.w.Open(ctx, r.id, "a", &abase, false) // open(2) of a, O_RDWR
+				open <- opened{s, err}
+			}()
+			select { // as in TestWriterRenameFailsCloseMeanwhile
+			case o := <-open:
+				t.Fatalf("open of a returned (%v) while a rename of it was in flight", o.err)
+			case <-time.After(100 * time.Millisecond):
+			}
+			g.Release()
+			if err := <-renamed; err == nil {
+				t.Fatal("rename with its commit refused: no error")
+			}
+			remove()
+			o := <-open
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			if o.s != a || a.Name() != "a" {
+				t.Errorf("after the failed rename the open of a got another file (%v), and the source is staged as %q", o.s != a, a.Name())
+			}
+			if err := r.w.Flush(ctx, r.id, b, false); err != nil {
+				t.Fatalf("close of b: %v", err)
+			}
+			if err := r.w.Release(ctx, r.id, b); err != nil {
+				t.Fatal(err)
+			}
+			if tc.whole {
+				a.ClosedWhole()
+			}
+			for _, s := range []*File{a, o.s} {
+				if err := r.w.Flush(ctx, r.id, s, true); err != nil {
+					t.Fatalf("close of a: %v", err)
+				}
+				r.w.Release(ctx, r.id, s)
+			}
+			if got := r.bodyOf(t, "b"); got != "b\nmore b\n" {
+				t.Errorf("b holds %q, want %q", got, "b\nmore b\n")
+			}
+		})
+	}
+}
+
+// TestWriterRenameLandsOpenMeanwhile: an open of the target's name that
+// waited for a rename over it that then landed is ErrChanged (ESTALE: the
+// kernel looks the name up again), not an open of the old target under
+// the name the moved file holds now (review 11).
+func TestWriterRenameLandsOpenMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	r := newWriterRigCfg(t, nil)
+	r.commitBlob(t, "a", "a\n", "")
+	r.commitBlob(t, "b", "b\n", "")
+	base, _ := r.slot(t, "b")
+	b := r.openWriting(t, "b", "more b\n", true)
+	g := r.stallSnapshots()
+	renamed := make(chan error, 1)
+	go func() { renamed <- r.w.Rename(ctx, r.id, "a", "b", false) }()
+	waitStalled(t, g, 1)
+	open := make(chan error, 1)
+	go func() {
+		s, err := r.w.Open(ctx, r.id, "b", &base, false)
+		if err == nil {
+			r.w.Release(ctx, r.id, s)
+		}
+		open <- err
+	}()
+	select { // as in TestWriterRenameFailsCloseMeanwhile
+	case err := <-open:
+		t.Fatalf("open of b returned (%v) while the rename over it was in flight", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	g.Release()
+	if err := <-renamed; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-open; !errors.Is(err, ErrChanged) {
+		t.Errorf("open of b after the rename over it landed: %v, want ErrChanged", err)
+	}
+	if err := r.w.Flush(ctx, r.id, b, false); err != nil {
+		t.Fatalf("close of the replaced b: %v", err)
+	}
+	if err := r.w.Release(ctx, r.id, b); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.bodyOf(t, "b"); got != "a\n" {
+		t.Errorf("b holds %q, want a's %q", got, "a\n")
 	}
 }

@@ -104,8 +104,8 @@ type Blobs interface {
 // lockStaged). A staged
 // file's commit in flight (File.committing) is waited for with none of
 // Writer.mu, File.mu or commitMu held; so is a rename over a staged file
-// (unstageOver marks it committing, and session.replacing its name),
-// which holds nsMu until its outcome is known. The session cache's own locks
+// (unstageOver marks it committing, and session.held its name), which
+// holds nsMu until its outcome is known. The session cache's own locks
 // come after all of these (Committed and State are called with commitMu
 // held). File.fillMu (the copy of a file's committed bytes at its first
 // write, which runs without File.mu) is taken with none of them held,
@@ -150,10 +150,9 @@ type session struct {
 	files map[string]*File
 	// dirs are directories made by mkdir that hold nothing yet.
 	dirs map[string]bool
-	// replacing holds, by name, the rename in flight over the file that
-	// was staged under it (unstageOver): closed when its outcome is
-	// known. An open of the name waits for it (waitReplaced).
-	replacing map[string]chan struct{}
+	// held are the names a rename in flight moves a staged file from or
+	// over (holdName): an open of one waits for its outcome (waitHeld).
+	held map[string]*nameHold
 	// gone hides names removed locally whose tombstones are pending
 	// (fsync mode) or in flight.
 	gone map[string]bool
@@ -270,7 +269,7 @@ func (w *Writer) session(id layout.SessionID) *session {
 	defer w.mu.Unlock()
 	ws := w.ss[id]
 	if ws == nil {
-		ws = &session{id: id, files: map[string]*File{}, dirs: map[string]bool{}, gone: map[string]bool{}, replacing: map[string]chan struct{}{}}
+		ws = &session{id: id, files: map[string]*File{}, dirs: map[string]bool{}, gone: map[string]bool{}, held: map[string]*nameHold{}}
 		w.ss[id] = ws
 	}
 	return ws
@@ -500,7 +499,12 @@ func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string,
 	}
 	ws := w.session(id)
 	for attempt := 0; ; attempt++ {
-		w.waitReplaced(ws, name)
+		if w.waitHeld(ws, name) {
+			// A rename moved another file to the name, or this one
+			// away, while the kernel sent the open: it looks the name
+			// up again (ESTALE) and opens what is there now.
+			return nil, ErrChanged
+		}
 		if s := w.share(ws, name); s != nil {
 			if truncate {
 				if err := s.Truncate(ctx, 0); err != nil {
