@@ -536,14 +536,30 @@ func probeHint(err error) string {
 }
 
 // shownFlags is the command line as .pugmark/flags shows it: URLs
-// redacted, and no credential anywhere.
+// redacted, and no credential anywhere. A URL may be a whole argument or
+// one of a list (--ingest-from=URL,URL; -o ingest_from=URL,allow_other
+// from mount(8)): each is redacted on its own, and the secrets of every
+// one are scrubbed from every argument. Redacting only arguments that
+// were URLs as a whole showed --ingest-from's passwords and tokens to
+// every user of a shared mount (audit 14).
 func shownFlags(args, secrets []string) string {
 	out := make([]string, len(args))
 	for i, a := range args {
-		if strings.Contains(a, "://") {
-			a = redact.URL(a)
+		parts := strings.Split(a, ",")
+		for j, p := range parts {
+			k := strings.Index(p, "://")
+			if k < 0 {
+				continue
+			}
+			// What precedes the URL: a flag's or an option's name.
+			cut := strings.LastIndexByte(p[:k], '=') + 1
+			secrets = append(secrets, redact.Secrets(p[cut:])...)
+			parts[j] = p[:cut] + redact.URL(p[cut:])
 		}
-		out[i] = redact.Scrub(a, secrets)
+		out[i] = strings.Join(parts, ",")
+	}
+	for i := range out {
+		out[i] = redact.Scrub(out[i], secrets)
 	}
 	return strings.Join(out, " ")
 }

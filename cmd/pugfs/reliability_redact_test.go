@@ -11,7 +11,18 @@ import (
 // URLs on it (internal/redact's test covers the redaction itself).
 // Without redact.URL in shownFlags, the query secret shows.
 func TestReliabilityRedact(t *testing.T) {
-	if got := shownFlags([]string{"mount", "--debug", "s3://b?awssecret=hunter22", "/mnt"}, redact.Secrets("s3://b?awssecret=hunter22")); strings.Contains(got, "hunter22") {
-		t.Errorf(".pugmark/flags: %q", got)
+	for _, args := range [][]string{
+		{"mount", "--debug", "s3://b?awssecret=hunter22", "/mnt"},
+		// --ingest-from's URLs, in every form a command line has them
+		// (audit 14: shown verbatim).
+		{"mount", "--ingest-from=s3://AKID:hunter22@team/in?sas_token=hunter22,azblob://c/in?account_key=hunter22", "b", "/mnt"},
+		{"mount", "--ingest-from", "file:///srv/in,s3://u:hunter22@team/in", "b", "/mnt"},
+		{"b", "/mnt", "-o", "rw,ingest_from=s3://u:hunter22@team/in?x-amz-security-token=hunter22,allow_other"},
+	} {
+		if got := shownFlags(args, redact.Secrets(args[2])); strings.Contains(got, "hunter22") {
+			t.Errorf(".pugmark/flags of %q: %q", args, got)
+		} else if !strings.Contains(got, "://") {
+			t.Errorf(".pugmark/flags of %q lost the URL: %q", args, got)
+		}
 	}
 }
