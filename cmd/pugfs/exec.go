@@ -159,6 +159,7 @@ it did (asked again for 5x --request-timeout), 1 when pugfs exec failed,
 				// exits, committed as the session's own checkpoint.
 				cfg.mount.Commit, cfg.mount.SnapshotType = commitOnFsync, layout.Checkpoint
 				cfg.mount.FastPath = fastAuto.resolve(false)
+				hideCredentials()
 				if os.Getenv(execInnerEnv) == "" {
 					if code, ok := runExecOuter(ctx, sio); ok {
 						return exitCode(code)
@@ -176,6 +177,21 @@ it did (asked again for 5x --request-timeout), 1 when pugfs exec failed,
 				return err
 			}
 		},
+	}
+}
+
+// hideCredentials makes this process non-dumpable, before it starts
+// the handler: the handler runs as the same user, and read the cloud
+// credentials it is not given (credentialEnv) from this process's
+// /proc/<pid>/environ, or could ptrace it for them (audit 14). A
+// non-dumpable process's /proc files and memory are closed to processes
+// without CAP_SYS_PTRACE; root keeps it, and a handler run as root can
+// read anything of the machine. Each process of pugfs exec sets it (an
+// execve resets it): the one the user started and the one it runs in
+// its namespaces.
+func hideCredentials() {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "pugfs exec: could not hide the credentials from the handler (prctl: %v)\n", err)
 	}
 }
 

@@ -33,6 +33,53 @@ func TestHandlerEnv(t *testing.T) {
 	}
 }
 
+// TestHideCredentials: a process of the same user and capabilities as
+// pugfs exec (its handler) cannot read the environment of pugfs exec once
+// it hid it; before, a handler read the cloud credentials it was not
+// given from /proc/<its parent>/environ (audit 14). Both run here as root
+// without capabilities: a process with capabilities its reader lacks is
+// closed to it anyway, whatever hideCredentials does.
+func TestHideCredentials(t *testing.T) {
+	if os.Getenv("PUGFS_TEST_HIDE") == "1" {
+		hideCredentials()
+		fmt.Println("ready")
+		var b [1]byte
+		os.Stdin.Read(b[:]) // until the test closes it
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("drops the capabilities of root")
+	}
+	canary := fmt.Sprintf("canary-%d", time.Now().UnixNano())
+	capless := []string{"setpriv", "--bounding-set=-all", "--inh-caps=-all", "--"}
+	holder := exec.Command(capless[0], append(capless[1:], os.Args[0], "-test.run=^TestHideCredentials$")...)
+	holder.Env = append(os.Environ(), "PUGFS_TEST_HIDE=1", "AWS_SECRET_ACCESS_KEY="+canary)
+	stdin, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncbuf.Buffer
+	holder.Stdout = &out
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Wait()
+	defer stdin.Close()
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), "ready"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder did not start: %q", out.String())
+		}
+	}
+	environ := fmt.Sprintf("/proc/%d/environ", holder.Process.Pid)
+	got, err := exec.Command(capless[0], append(capless[1:], "cat", environ)...).CombinedOutput()
+	if bytes.Contains(got, []byte(canary)) {
+		t.Fatalf("a process of the same user read the credentials from %s", environ)
+	}
+	if err == nil {
+		t.Errorf("%s was readable: %q", environ, got)
+	}
+}
+
 // TestExecUsage: exec wants a bucket, a session, -- and a command. A
 // command without -- before it is refused: its flags (./handler --debug)
 // would have been taken for pugfs's own.
