@@ -417,12 +417,12 @@ type seqDir struct {
 func (s *seqDir) child(e layout.Entry) child {
 	f := s.f
 	name := strconv.FormatInt(e.SequenceNumber, 10)
-	return child{name: name, mode: syscall.S_IFREG, ttl: historyTTL,
+	return f.privateRead(child{name: name, mode: syscall.S_IFREG, ttl: historyTTL,
 		ino: inoOf("seq", s.id.String(), name),
 		node: func() gofsNode {
 			c := &blobContent{f: f, d: &e.Descriptor, born: s.id.Time(), ahead: &s.ahead, aheadName: name}
 			return &fileNode{f: f, c: c, x: descXattrs(&e)}
-		}}
+		}})
 }
 
 func (s *seqDir) list(ctx context.Context) ([]child, error) {

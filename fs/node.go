@@ -754,7 +754,12 @@ func (f *FS) genFile(name string, ino uint64, mt time.Time, fixed bool, gen func
 // their modes (a blob of objects/, a snapshot's JSON and the log with
 // their inline data), readable by the mount's owner alone on a shared
 // mount: a file of mode 0600 was refused to other users by path and in
-// history, and handed to them by these (audit 3).
+// history, and handed to them by these (audit 3). History too (at/<N>/,
+// seq/, since-checkpoint/): a version shows the mode it was written
+// with, and a chmod 600 after the write (echo > f; chmod 600 f, the
+// usual way) left the first version readable by all for good (audit 14).
+// A mode set later cannot reach back into the versions before it, so
+// none is shown to other users.
 func (f *FS) privateRead(c child) child {
 	if !f.cfg.Shared {
 		return c

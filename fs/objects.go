@@ -40,7 +40,16 @@ func (o *objectsDir) find(ctx context.Context, name string) (child, error) {
 	return o.f.objectChild(d, size), nil
 }
 
-func (o *objectsDir) dirAttr(ctx context.Context, out *fuse.Attr) error { return nil }
+// dirAttr closes objects/ to other users of a shared mount: its files
+// are the owner's (privateRead), and a lookup of a name still told any
+// user whether a guessed content is stored (audit 14: a 4-digit PIN in
+// a file of mode 0600 found in 11 stats).
+func (o *objectsDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
+	if o.f.cfg.Shared {
+		out.Mode = syscall.S_IFDIR | 0o500
+	}
+	return nil
+}
 
 func (f *FS) objectChild(d layout.Digest, size int64) child {
 	return f.privateRead(child{name: d.String(), mode: syscall.S_IFREG, ino: inoOf("object", d.Hex()), ttl: historyTTL,

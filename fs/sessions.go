@@ -486,6 +486,9 @@ func (f *FS) slotChild(d *sessionDir, name string, e *layout.Entry) child {
 			}
 		}
 	}
+	if !d.live() {
+		c = f.privateRead(c) // history: see privateRead
+	}
 	return c
 }
 

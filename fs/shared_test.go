@@ -47,5 +47,31 @@ func TestMountSharedViewsPrivate(t *testing.T) {
 		if got := sh(t, mnt, "cat "+views[0]); got != "secret" {
 			t.Errorf("shared %v: the owner reads %q from objects/", shared, got)
 		}
+		// History: the first version of s was written 0644, then made
+		// 0600 (audit 14); on a shared mount no version is other
+		// users', and objects/ answers their lookups no more.
+		hist := []string{
+			"sessions/" + id + "/.pugmark/at/1/s",
+			"sessions/" + id + "/.pugmark/seq/1",
+			"sessions/" + id + "/.pugmark/since-checkpoint/s",
+		}
+		for _, v := range hist {
+			var st unix.Stat_t
+			if err := unix.Stat(filepath.Join(mnt, v), &st); err != nil {
+				t.Fatalf("stat %s: %v", v, err)
+			}
+			if other := st.Mode & 0o077; shared && other != 0 {
+				t.Errorf("shared: %s has mode %o, want none for others", v, st.Mode&0o777)
+			} else if !shared && !strings.Contains(v, "since") && st.Mode&0o444 != 0o444 {
+				t.Errorf("not shared: %s has mode %o, want its own (0644)", v, st.Mode&0o777)
+			}
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(mnt, "objects"), &st); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]uint32{false: 0o555, true: 0o500}[shared]; st.Mode&0o777 != want {
+			t.Errorf("shared %v: objects/ has mode %o, want %o", shared, st.Mode&0o777, want)
+		}
 	}
 }

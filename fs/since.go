@@ -96,11 +96,11 @@ func (s *sinceDir) childOf(d *cache.Dir, name string) child {
 	f := s.f
 	full := cache.JoinName(appendPart(s.parts, name))
 	if e, ok := d.Files[name]; ok {
-		return child{name: name, mode: syscall.S_IFREG, ttl: f.ttl,
+		return f.privateRead(child{name: name, mode: syscall.S_IFREG, ttl: f.ttl,
 			ino: inoOf("since", s.id.String(), full, e.Digest.String(), e.CreatedAt.String()),
 			node: func() gofs.InodeEmbedder {
 				return &fileNode{f: f, c: &blobContent{f: f, d: &e.Descriptor, born: s.id.Time()}, x: descXattrs(e)}
-			}}
+			}})
 	}
 	return f.dir(name, inoOf("since-dir", s.id.String(), full), f.ttl, &sinceDir{f: f, id: s.id, parts: appendPart(s.parts, name)})
 }
