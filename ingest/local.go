@@ -69,7 +69,10 @@ func openLocal(root, rel string, c Caller, shown string) (*os.File, error) {
 		if err := check(fd, c, permRead, false); err != nil {
 			unix.Close(fd)
 			if errors.Is(err, errNotRegular) {
-				return nil, fmt.Errorf("ingest %s: %w: %s is not a regular file", shown, layout.ErrInvalid, where)
+				// Refused (and logged with who asked), as any other
+				// ingestion the policy turns down: a FIFO or a directory
+				// under the prefix was a plain path's quiet EACCES.
+				return nil, fmt.Errorf("%w: %s: %s is not a regular file", ErrRefused, shown, where)
 			}
 			return nil, fmt.Errorf("%w: %s: %s: %v", ErrRefused, shown, where, err)
 		}

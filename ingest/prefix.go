@@ -3,6 +3,7 @@ package ingest
 import (
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 
 	"github.com/pugmark/pugfs/internal/redact"
@@ -144,6 +145,10 @@ func (e *errNotURL) Error() string {
 	return fmt.Sprintf("ingest %q: not a URL (want scheme://bucket/key or file:///path)", e.shown)
 }
 
+// schemeLike matches what starts as a URL does (RFC 3986 §3.1's scheme
+// and its colon).
+var schemeLike = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:`)
+
 // match finds the prefix that admits uri. Comparison is on the parsed
 // URL: scheme, host and user info exactly, the path component-wise below
 // the prefix's, and the query either absent (the prefix's is used) or the
@@ -153,6 +158,12 @@ func match(prefixes []Prefix, uri string) (target, error) {
 	shown := redact.URL(uri)
 	u, err := url.Parse(uri)
 	if err != nil || u.Scheme == "" || u.Opaque != "" {
+		if schemeLike.MatchString(uri) {
+			// scheme:... that is no URL pugfs takes (s3:bucket/key, a
+			// newline in it): an ingestion refused, which is logged
+			// with who asked, not a plain path (audit 14).
+			return target{}, fmt.Errorf("%w: %s: not a URL of the form scheme://bucket/key or file:///path", ErrRefused, shown)
+		}
 		return target{}, &errNotURL{shown}
 	}
 	if u.Fragment != "" || strings.Contains(uri, "#") {

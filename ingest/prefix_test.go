@@ -110,6 +110,12 @@ func TestMatch(t *testing.T) {
 		{uri: "fault+file:///srv/shared/a", rel: ""},
 		{uri: "/srv/shared/a", invalid: true},
 		{uri: "x", invalid: true},
+		{uri: "a/b:c", invalid: true},
+		// Started as URLs, but none pugfs takes: refused (and so
+		// logged with who asked), not a plain path (audit 14).
+		{uri: "s3:team-inputs/a", rel: ""},
+		{uri: "file:srv/shared/a", rel: ""},
+		{uri: "s3://team-inputs/a\nb", rel: ""},
 	} {
 		tg, err := match(ps, tc.uri)
 		var nu *errNotURL
