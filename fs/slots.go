@@ -870,6 +870,11 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 	if isMeta && key == "" {
 		return syscall.EINVAL
 	}
+	if isMeta && key == layout.MetaPosixMode && !remove && !layout.ValidPosixMode(val) {
+		// A mode no reader can use (0o600, " 600"): refused, where it was
+		// stored and the file then showed readers' fallback (audit 14).
+		return syscall.EINVAL
+	}
 	if !remove {
 		// Checked against what the file has now, before staging: two
 		// setxattrs racing can overshoot by one value, not without bound.

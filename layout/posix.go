@@ -24,23 +24,35 @@ const DefaultFileMode = 0o644
 const KeptModeBits = 0o777
 
 // PosixMode returns the permission bits a descriptor's metadata gives, or
-// def. The value is bucket data: anything but 1 to 4 octal digits within
-// 07777 is ignored, never half-used.
+// def without one. The value is bucket data: anything but 1 to 4 octal
+// digits is never half-used; it fails closed, to def's owner bits alone.
+// Its writer meant some mode, maybe a private one ("0o600" from another
+// tool), and def (0644) showed such a file to every user of a shared
+// mount (audit 14).
 func PosixMode(meta map[string]string, def uint32) uint32 {
 	v, ok := meta[MetaPosixMode]
-	if !ok || len(v) == 0 || len(v) > 4 {
+	if !ok {
 		return def
+	}
+	if !ValidPosixMode(v) {
+		return def & 0o700
+	}
+	m, _ := strconv.ParseUint(v, 8, 32)
+	return uint32(m) & KeptModeBits
+}
+
+// ValidPosixMode reports whether v is a posix-mode value: 1 to 4 octal
+// digits (strconv alone would take a sign or a 0o prefix).
+func ValidPosixMode(v string) bool {
+	if len(v) == 0 || len(v) > 4 {
+		return false
 	}
 	for _, c := range v {
 		if c < '0' || c > '7' {
-			return def // strconv would take a sign or 0o prefix
+			return false
 		}
 	}
-	m, err := strconv.ParseUint(v, 8, 32)
-	if err != nil || m > 0o7777 {
-		return def
-	}
-	return uint32(m) & KeptModeBits
+	return true
 }
 
 // PosixMtime returns a descriptor's modification time: its posix-mtime

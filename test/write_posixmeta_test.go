@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pugmark/pugfs/internal/testbucket"
+	"github.com/pugmark/pugfs/layout"
 )
 
 // posixTree is the source tree of TestWritePosixMeta: path -> mode and
@@ -248,6 +250,37 @@ func TestPosixModeNoPermissionBits(t *testing.T) {
 		if got := fi.Mode().Perm(); got != c.want {
 			t.Errorf("%s on %s: mode %v, want %v", c.name, c.m.Dir, got, c.want)
 		}
+	}
+}
+
+// TestPosixModeValueChecked: setfattr of a posix-mode no reader can use
+// (0o600, a space, 9) is EINVAL and leaves the file as it was, and a
+// value another writer stored that way fails closed, to 0600 (audit 14:
+// stored, then shown 0644 to every user).
+func TestPosixModeValueChecked(t *testing.T) {
+	t.Parallel()
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	m := mount(t, bk)
+	sd := sessDir(m, id)
+	sh(t, sd, `echo f > f && chmod 640 f`)
+	for _, v := range []string{"0o600", " 600", "0789", "rw-------"} {
+		if e := shErr(t, sd, "setfattr -n user.pugmark.meta.posix-mode -v '"+v+"' f"); !strings.Contains(e, "Invalid argument") {
+			t.Errorf("setfattr posix-mode %q: %q, want EINVAL", v, e)
+		}
+	}
+	if got := strings.TrimSpace(sh(t, sd, "stat -c %a f")); got != "640" {
+		t.Errorf("after refused posix-modes f is %s, want 640", got)
+	}
+	res, err := bk.Store.Commit(context.Background(), id, layout.CommitRequest{Descriptors: []layout.Descriptor{{
+		Name: "odd", Digest: layout.DigestOf([]byte("o\n")), Size: 2, Data: []byte("o\n"),
+		Metadata: map[string]string{layout.MetaPosixMode: "0o644"}, CreatedAt: time.Now()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro := mount(t, bk)
+	if got := strings.TrimSpace(sh(t, sessDir(ro, id), "stat -c %a odd")); got != "600" {
+		t.Errorf("a stored posix-mode 0o644 (version %d) shows %s, want 600", res.Version, got)
 	}
 }
 
