@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -208,5 +209,24 @@ func TestOpenBucket(t *testing.T) {
 	}
 	if len(opened) != 1 {
 		t.Errorf("a refused URL opened a bucket: %v", opened)
+	}
+}
+
+// TestPolicyBounded: a source that yields more than MaxSize (a file that
+// grew after its size was checked) fails with ErrRefused; one of MaxSize
+// bytes exactly reads whole.
+func TestPolicyBounded(t *testing.T) {
+	p := &Policy{MaxSize: 4}
+	for _, tc := range []struct {
+		body string
+		ok   bool
+	}{{"", true}, {"abcd", true}, {"abcde", false}, {strings.Repeat("x", 1<<16), false}} {
+		got, err := io.ReadAll(p.bounded(io.NopCloser(strings.NewReader(tc.body)), "file:///x"))
+		switch {
+		case tc.ok && (err != nil || string(got) != tc.body):
+			t.Errorf("%d bytes: %q, %v", len(tc.body), got, err)
+		case !tc.ok && !errors.Is(err, ErrRefused):
+			t.Errorf("%d bytes past a bound of 4: %v, want ErrRefused", len(tc.body), err)
+		}
 	}
 }

@@ -42,6 +42,13 @@ type Policy struct {
 	// ProcDir is where the callers' /proc/<pid>/status files are read
 	// for their supplementary groups; "" is /proc.
 	ProcDir string
+	// MaxSize refuses sources larger than this many bytes
+	// (--ingest-max-size); 0 is no bound. An ingestion holds the
+	// directory it lands in for as long as it streams (ln -s is one
+	// change of names, which the kernel serialises with listings of the
+	// directory), and a sparse source costs its caller no disk and the
+	// mount its whole size (audit 14).
+	MaxSize int64
 }
 
 // Source is an opened ingestion source.
@@ -55,6 +62,9 @@ type Source struct {
 	ContentEncoding string
 	// URL is the source, with credentials removed, for logs and errors.
 	URL string
+	// Size is the source's size in bytes as it was opened (a local file
+	// may still grow: the reader stops past Policy.MaxSize anyway).
+	Size int64
 }
 
 // Open checks uri against the policy for c and opens it for reading. A
@@ -83,11 +93,20 @@ func (p *Policy) Open(ctx context.Context, uri string, c Caller) (*Source, error
 		if err != nil {
 			return nil, err
 		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("ingest %s: %w", shown, err)
+		}
+		if err := p.fits(fi.Size(), shown); err != nil {
+			f.Close()
+			return nil, err
+		}
 		ct := mime.TypeByExtension(path.Ext(t.rel))
 		if ct == "" {
 			ct = "application/octet-stream"
 		}
-		return &Source{ReadCloser: f, ContentType: ct, URL: shown}, nil
+		return &Source{ReadCloser: p.bounded(f, shown), ContentType: ct, URL: shown, Size: fi.Size()}, nil
 	}
 	open := p.OpenBucket
 	if open == nil {
@@ -104,12 +123,59 @@ func (p *Policy) Open(ctx context.Context, uri string, c Caller) (*Source, error
 		b.Close()
 		return nil, redact.Err(fmt.Errorf("ingest %s: %w", shown, err), bu)
 	}
+	if err := p.fits(a.Size, shown); err != nil {
+		b.Close()
+		return nil, err
+	}
 	r, err := b.NewReader(ctx, t.key, nil)
 	if err != nil {
 		b.Close()
 		return nil, redact.Err(fmt.Errorf("ingest %s: %w", shown, err), bu)
 	}
-	return &Source{ReadCloser: &bucketReader{r, b}, ContentType: r.ContentType(), ContentEncoding: a.ContentEncoding, URL: shown}, nil
+	return &Source{ReadCloser: p.bounded(&bucketReader{r, b}, shown), ContentType: r.ContentType(), ContentEncoding: a.ContentEncoding, URL: shown, Size: a.Size}, nil
+}
+
+// fits refuses a source of size bytes past MaxSize.
+func (p *Policy) fits(size int64, shown string) error {
+	if p.MaxSize > 0 && size > p.MaxSize {
+		return fmt.Errorf("%w: %s: %d bytes, more than the mount ingests (--ingest-max-size %d)", ErrRefused, shown, size, p.MaxSize)
+	}
+	return nil
+}
+
+// bounded stops r with an error past MaxSize bytes: a source that grows
+// while it is read is no larger than one refused at its open.
+func (p *Policy) bounded(r io.ReadCloser, shown string) io.ReadCloser {
+	if p.MaxSize <= 0 {
+		return r
+	}
+	return &boundedReader{ReadCloser: r, left: p.MaxSize, shown: shown, max: p.MaxSize}
+}
+
+// boundedReader is Policy.bounded's reader.
+type boundedReader struct {
+	io.ReadCloser
+	left, max int64
+	shown     string
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.left < 0 {
+		return 0, b.err()
+	}
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1] // one byte past the bound tells
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	if b.left < 0 {
+		return 0, b.err()
+	}
+	return n, err
+}
+
+func (b *boundedReader) err() error {
+	return fmt.Errorf("%w: %s: grew past what the mount ingests (--ingest-max-size %d) while it was read", ErrRefused, b.shown, b.max)
 }
 
 // bucketReader closes the source bucket with its reader.

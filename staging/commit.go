@@ -9,10 +9,12 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
+	"golang.org/x/sys/unix"
 )
 
 // Release drops one open of s. The last open of a file left dirty
@@ -1304,10 +1306,17 @@ func redirty(files []*File) {
 // Ingest stores what r yields as a blob (§3.2: hashed as it streams,
 // spilled to the staging directory) and commits it as file name of a
 // session, as one change (Queue), with o's type and encoding (the
-// source's). source names r in errors and logs.
-func (w *Writer) Ingest(ctx context.Context, id layout.SessionID, name, source string, r io.Reader, o layout.BlobOptions) (layout.Descriptor, error) {
+// source's). source names r in errors and logs; size is what r is
+// expected to yield (-1 unknown): a source the staging directory has no
+// room for is ENOSPC before a byte is read, where the spill filled the
+// disk for everyone first (audit 14: a sparse file of 1 TiB costs its
+// owner nothing).
+func (w *Writer) Ingest(ctx context.Context, id layout.SessionID, name, source string, r io.Reader, size int64, o layout.BlobOptions) (layout.Descriptor, error) {
 	if err := layout.CheckUTF8(name); err != nil {
 		return layout.Descriptor{}, err // before the upload, not after
+	}
+	if err := roomFor(w.cfg.StagingDir, size); err != nil {
+		return layout.Descriptor{}, fmt.Errorf("ingest %s: %w", source, err)
 	}
 	d, err := w.store.IngestReader(ctx, source, r, o, w.cfg.StagingDir)
 	if err != nil {
@@ -1315,4 +1324,25 @@ func (w *Writer) Ingest(ctx context.Context, id layout.SessionID, name, source s
 	}
 	d.Name = name
 	return d, w.Queue(ctx, id, []layout.Descriptor{d})
+}
+
+// ingestReserve is the room an ingestion leaves on the staging directory's
+// file system: others' writes stage there too.
+const ingestReserve = 64 << 20
+
+// roomFor returns ENOSPC unless dir's file system has n bytes free for an
+// unprivileged writer, and ingestReserve beyond (n < 0: not known, not
+// checked; a statfs that fails checks nothing either).
+func roomFor(dir string, n int64) error {
+	if n < 0 {
+		return nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return nil
+	}
+	if free := int64(st.Bavail) * st.Frsize; n+ingestReserve > free {
+		return fmt.Errorf("%d bytes to stage, %d free in %s: %w", n, free, dir, syscall.ENOSPC)
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/pugmark/pugfs/internal/testbucket"
+	"golang.org/x/sys/unix"
 )
 
 // Ingestion (ln -s URL) on a shared mount: the mount fetches with its own
@@ -201,5 +202,58 @@ func TestReliabilityIngestOffByDefault(t *testing.T) {
 	}
 	if after := relKeyCount(t, bk); after != before {
 		t.Errorf("the bucket changed: %d keys, then %d", before, after)
+	}
+}
+
+// TestReliabilityIngestBounded: ln -s holds its directory while the
+// source streams, and a sparse file costs its owner no disk and the mount
+// its whole size (audit 14: a 2 GiB one held ls of the session for 7 s,
+// and a 1 TiB one would have filled the staging disk first). A source
+// past --ingest-max-size is refused (EACCES, logged) and one the staging
+// directory has no room for is ENOSPC, both before a byte is read; the
+// bucket is unchanged and nothing is left in staging.
+func TestReliabilityIngestBounded(t *testing.T) {
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "small.txt"), []byte("small\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "big.bin"), make([]byte, 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Sparse, and 1 GiB larger than the free space where the mount
+	// stages (its cache directory's file system).
+	var st unix.Statfs_t
+	if err := unix.Statfs(testCacheHome(t), &st); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(src, "sparse.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(int64(st.Bavail)*st.Frsize + 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	bk := relLocalBucket(t)
+	id := relSession(t, bk)
+	mnt := mount(t, bk, "--ingest-from=file://"+src+"/", "--ingest-max-size=1MiB")
+	sd := mnt.Dir + "/sessions/" + id.String()
+	before := relKeyCount(t, bk)
+	if e := shErr(t, sd, "ln -s file://"+src+"/big.bin big"); !strings.Contains(e, "Permission denied") {
+		t.Errorf("ln -s of 2 MiB past --ingest-max-size=1MiB: %q, want EACCES", e)
+	}
+	if !strings.Contains(mnt.Log(), "ingest refused") || !strings.Contains(mnt.Log(), "ingest-max-size") {
+		t.Errorf("the refusal is not logged:\n%s", mnt.Log())
+	}
+	unbounded := mount(t, bk, "--ingest-from=file://"+src+"/")
+	if e := shErr(t, unbounded.Dir+"/sessions/"+id.String(), "ln -s file://"+src+"/sparse.bin sparse"); !strings.Contains(e, "No space left") {
+		t.Errorf("ln -s of a sparse file larger than the free space: %q, want ENOSPC", e)
+	}
+	if after := relKeyCount(t, bk); after != before {
+		t.Errorf("the bucket changed: %d keys, then %d", before, after)
+	}
+	sh(t, sd, "ln -s file://"+src+"/small.txt small && cat small >/dev/null")
+	if got := sh(t, sd, "cat small"); got != "small\n" {
+		t.Errorf("small ingested as %q", got)
 	}
 }

@@ -84,6 +84,8 @@ type mountConfig struct {
 	// IngestFrom are the URL prefixes ln -s may ingest from; none refuses
 	// every ingestion (package ingest).
 	IngestFrom []ingest.Prefix
+	// IngestMaxSize bounds an ingested source (ingest.Policy.MaxSize).
+	IngestMaxSize int64
 	// SniffEncoding shows text bodies whose content-encoding was lost
 	// decoded when their head is gzip/zstd magic (§15), at the price of a
 	// blob read per file on the stat path (blobcache.Options).
@@ -184,6 +186,8 @@ for - (metadata_ttl=5s).`,
 				ingestFrom = append(ingestFrom, v)
 				return nil
 			})
+			var ingestMax sizeFlag
+			fs.Var(&ingestMax, "ingest-max-size", "refuse to ingest a source larger than `SIZE` (ln -s holds its directory while it streams); 0 is no bound but the staging directory's free space (default: 0)")
 			fs.BoolVar(&cfg.SniffEncoding, "sniff-encoding", false, "show a text file whose body is gzip or zstd without a declared content-encoding decoded (§15); costs a small read of every such file's head on stat (default: off)")
 			fs.DurationVar(&cfg.RequestTimeout, "request-timeout", deadlineblob.DefaultTimeout, "give up on a bucket request (each attempt) that has made no progress for this `DURATION` (such as 10s or 1m): no answer, no chunk of a body read, no bytes of an upload sent; the call then fails with EIO")
 			fs.IntVar(&cfg.MaxRequests, "max-requests", schedblob.DefaultMaxRequests, "at most `N` bucket requests in flight at once (fewer while the bucket answers 503 SlowDown); when all are taken, requests someone waits for go before speculative ones (read-ahead)")
@@ -241,6 +245,9 @@ for - (metadata_ttl=5s).`,
 				}
 				if cfg.IngestFrom, err = ingest.ParsePrefixes(ingestFrom); err != nil {
 					return usagef("--ingest-from: %v", err)
+				}
+				if cfg.IngestMaxSize = int64(ingestMax); cfg.IngestMaxSize < 0 {
+					return usagef("--ingest-max-size must not be negative")
 				}
 				switch fastPath(fastPathArg) {
 				case fastAuto, fastNoOpen, fastPassthrough, fastOff:

@@ -347,7 +347,7 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 		BucketURL: redact.URL(u), Flags: shownFlags(os.Args[1:], secrets),
 		ReadOnly: cfg.ReadOnly, Shared: cfg.AllowOther, NoOpen: cfg.FastPath == fastNoOpen, Passthrough: cfg.FastPath == fastPassthrough, NoXattrs: cfg.NoXattrs, Commit: mode, SnapshotType: cfg.SnapshotType, Hold: hold, Sends: hold,
 		StagingDir: staging, FailedDir: failed, UID: cfg.UID, GID: cfg.GID, Umask: cfg.Umask, Logger: log,
-		Ingest:     &ingest.Policy{Prefixes: cfg.IngestFrom},
+		Ingest:     &ingest.Policy{Prefixes: cfg.IngestFrom, MaxSize: cfg.IngestMaxSize},
 		ExtraStats: extraStats(sched, faultStats(b)),
 	})
 	if err != nil {

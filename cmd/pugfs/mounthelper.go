@@ -46,7 +46,7 @@ var (
 		"metadata_ttl": "--metadata-ttl", "cache_dir": "--cache-dir", "cache_size": "--cache-size",
 		"snapshot_type": "--snapshot-type", "metrics_addr": "--metrics-addr",
 		"request_timeout": "--request-timeout", "max_requests": "--max-requests",
-		"fast_path": "--fast-path", "ingest_from": "--ingest-from", "xattrs": "--xattrs",
+		"fast_path": "--fast-path", "ingest_from": "--ingest-from", "ingest_max_size": "--ingest-max-size", "xattrs": "--xattrs",
 	}
 )
 
