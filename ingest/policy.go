@@ -65,6 +65,9 @@ type Source struct {
 	// Size is the source's size in bytes as it was opened (a local file
 	// may still grow: the reader stops past Policy.MaxSize anyway).
 	Size int64
+	// Mode is a local file's permission bits, which the ingested file
+	// keeps (as cp does); 0 for an object, which has none.
+	Mode uint32
 }
 
 // Open checks uri against the policy for c and opens it for reading. A
@@ -106,7 +109,7 @@ func (p *Policy) Open(ctx context.Context, uri string, c Caller) (*Source, error
 		if ct == "" {
 			ct = "application/octet-stream"
 		}
-		return &Source{ReadCloser: p.bounded(f, shown), ContentType: ct, URL: shown, Size: fi.Size()}, nil
+		return &Source{ReadCloser: p.bounded(f, shown), ContentType: ct, URL: shown, Size: fi.Size(), Mode: uint32(fi.Mode().Perm())}, nil
 	}
 	open := p.OpenBucket
 	if open == nil {

@@ -1310,8 +1310,10 @@ func redirty(files []*File) {
 // expected to yield (-1 unknown): a source the staging directory has no
 // room for is ENOSPC before a byte is read, where the spill filled the
 // disk for everyone first (audit 14: a sparse file of 1 TiB costs its
-// owner nothing).
-func (w *Writer) Ingest(ctx context.Context, id layout.SessionID, name, source string, r io.Reader, size int64, o layout.BlobOptions) (layout.Descriptor, error) {
+// owner nothing). mode, unless 0, is the file's permission bits: a local
+// source's, which the file keeps as cp keeps them (a source its owner
+// kept 0600 became 0644 for every user of a shared mount: audit 14).
+func (w *Writer) Ingest(ctx context.Context, id layout.SessionID, name, source string, r io.Reader, size int64, mode uint32, o layout.BlobOptions) (layout.Descriptor, error) {
 	if err := layout.CheckUTF8(name); err != nil {
 		return layout.Descriptor{}, err // before the upload, not after
 	}
@@ -1323,6 +1325,9 @@ func (w *Writer) Ingest(ctx context.Context, id layout.SessionID, name, source s
 		return d, err
 	}
 	d.Name = name
+	if m := mode & layout.KeptModeBits; mode != 0 && m != layout.DefaultFileMode {
+		d.Metadata = map[string]string{layout.MetaPosixMode: layout.FormatPosixMode(m)}
+	}
 	return d, w.Queue(ctx, id, []layout.Descriptor{d})
 }
 

@@ -31,11 +31,11 @@ func TestWriterIngestRoom(t *testing.T) {
 		t.Fatal(err)
 	}
 	free := int64(st.Bavail) * st.Frsize
-	_, err := r.w.Ingest(ctx, r.id, "huge", "file:///src/huge", failingReader{t}, free+1<<30, layout.BlobOptions{})
+	_, err := r.w.Ingest(ctx, r.id, "huge", "file:///src/huge", failingReader{t}, free+1<<30, 0, layout.BlobOptions{})
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("ingest of %d bytes with %d free: %v, want ENOSPC", free+1<<30, free, err)
 	}
-	if _, err := r.w.Ingest(ctx, r.id, "small", "file:///src/small", strings.NewReader("small\n"), 6, layout.BlobOptions{}); err != nil {
+	if _, err := r.w.Ingest(ctx, r.id, "small", "file:///src/small", strings.NewReader("small\n"), 6, 0, layout.BlobOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := r.bodyOf(t, "small"); got != "small\n" {

@@ -211,7 +211,7 @@ func TestReliabilityIngestOffByDefault(t *testing.T) {
 // and a 1 TiB one would have filled the staging disk first). A source
 // past --ingest-max-size is refused (EACCES, logged) and one the staging
 // directory has no room for is ENOSPC, both before a byte is read; the
-// bucket is unchanged and nothing is left in staging.
+// bucket is unchanged. What is ingested keeps the source's mode.
 func TestReliabilityIngestBounded(t *testing.T) {
 	src := t.TempDir()
 	if err := os.WriteFile(filepath.Join(src, "small.txt"), []byte("small\n"), 0o644); err != nil {
@@ -255,5 +255,14 @@ func TestReliabilityIngestBounded(t *testing.T) {
 	sh(t, sd, "ln -s file://"+src+"/small.txt small && cat small >/dev/null")
 	if got := sh(t, sd, "cat small"); got != "small\n" {
 		t.Errorf("small ingested as %q", got)
+	}
+	// The source's mode comes along, as with cp (audit 14: a file kept
+	// 0600 became 0644).
+	if err := os.WriteFile(filepath.Join(src, "private.txt"), []byte("mine\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, sd, "ln -s file://"+src+"/private.txt private")
+	if got := sh(t, sd, "stat -c %a private small"); got != "600\n644\n" {
+		t.Errorf("modes of the ingested private (0600) and small (0644):\n%s", got)
 	}
 }
