@@ -542,19 +542,34 @@ func probeHint(err error) string {
 // one are scrubbed from every argument. Redacting only arguments that
 // were URLs as a whole showed --ingest-from's passwords and tokens to
 // every user of a shared mount (audit 14).
+//
+// An argument is read both ways, as one URL and as a list, for the
+// secrets it holds: a secret query value may hold a comma itself (review
+// 12), and then the whole argument's secrets scrub what the list's parts
+// left. A part that does not parse as a URL is not shown past its scheme
+// (redact.URL).
 func shownFlags(args, secrets []string) string {
+	for _, a := range args {
+		if k := strings.Index(a, "://"); k >= 0 {
+			cut := strings.LastIndexByte(a[:k], '=') + 1
+			secrets = append(secrets, redact.Secrets(a[cut:])...)
+		}
+	}
 	out := make([]string, len(args))
 	for i, a := range args {
+		a = redact.Scrub(a, secrets)
 		parts := strings.Split(a, ",")
 		for j, p := range parts {
 			k := strings.Index(p, "://")
 			if k < 0 {
 				continue
 			}
-			// What precedes the URL: a flag's or an option's name.
+			// What precedes the URL: a flag's or an option's name, and
+			// the blanks a list allows (ingest.ParsePrefixes trims them).
 			cut := strings.LastIndexByte(p[:k], '=') + 1
-			secrets = append(secrets, redact.Secrets(p[cut:])...)
-			parts[j] = p[:cut] + redact.URL(p[cut:])
+			u := strings.TrimSpace(p[cut:])
+			secrets = append(secrets, redact.Secrets(u)...)
+			parts[j] = p[:cut] + redact.URL(u)
 		}
 		out[i] = strings.Join(parts, ",")
 	}

@@ -18,6 +18,11 @@ func TestReliabilityRedact(t *testing.T) {
 		{"mount", "--ingest-from=s3://AKID:hunter22@team/in?sas_token=hunter22,azblob://c/in?account_key=hunter22", "b", "/mnt"},
 		{"mount", "--ingest-from", "file:///srv/in,s3://u:hunter22@team/in", "b", "/mnt"},
 		{"b", "/mnt", "-o", "rw,ingest_from=s3://u:hunter22@team/in?x-amz-security-token=hunter22,allow_other"},
+		// A secret value with a comma in it, and a list with blanks
+		// (review 12).
+		{"mount", "--allow-other", "s3://b?region=x&awssecret=abc,hunter22", "/mnt"},
+		{"mount", "--ingest-from=file:///srv/in, s3://u:hunter22@team/in", "s3://b", "/mnt"},
+		{"mount", "--ingest-from", "file:///srv/in, s3://team/in?sas_token=hunter22", "s3://b", "/mnt"},
 	} {
 		if got := shownFlags(args, redact.Secrets(args[2])); strings.Contains(got, "hunter22") {
 			t.Errorf(".pugmark/flags of %q: %q", args, got)

@@ -8,16 +8,24 @@ package redact
 import (
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 )
 
 // URL hides credentials a URL may carry: the password of its user info,
 // and the values of query parameters whose names say they hold one
 // (secret, token, password, key, signature, sas, credential...).
+//
+// A URL that does not parse is not shown past its scheme: what in it is
+// a credential cannot be told (review 12: a target with a newline was
+// logged whole, its password in it).
 func URL(u string) string {
 	p, err := url.Parse(u)
 	if err != nil {
-		return Scrub(u, Secrets(u))
+		if i := strings.Index(u, "://"); i >= 0 && !strings.ContainsAny(u[:i], "/?#@") {
+			return u[:i+3] + unparsed
+		}
+		return unparsed
 	}
 	q := p.Query()
 	hidden := false
@@ -39,6 +47,9 @@ func URL(u string) string {
 	}
 	return p.Redacted()
 }
+
+// unparsed stands for what URL cannot parse.
+const unparsed = "(a URL that does not parse, not shown)"
 
 // innerURL returns v, a query parameter's value, redacted when it is a
 // URL with a password of its own (endpoint=http://user:pass@proxy:8080,
@@ -118,10 +129,16 @@ func Secrets(u string) []string {
 	return out
 }
 
-// Scrub replaces every secret in s with REDACTED.
+// Scrub replaces every secret in s with REDACTED, the longest first: a
+// secret inside another ("abc" of "abc,hunter22") must not break the
+// longer one up before it is found.
 func Scrub(s string, secrets []string) string {
+	secrets = slices.Clone(secrets)
+	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
 	for _, sec := range secrets {
-		s = strings.ReplaceAll(s, sec, "REDACTED")
+		if sec != "" {
+			s = strings.ReplaceAll(s, sec, "REDACTED")
+		}
 	}
 	return s
 }

@@ -43,3 +43,22 @@ func TestRedact(t *testing.T) {
 		t.Errorf("Err lost the wrapped error: %v", err)
 	}
 }
+
+// TestURLUnparsed: a string that does not parse as a URL (a control
+// character, a leading space) is not shown past its scheme: Secrets
+// cannot find its credentials, and they came out whole (review 12).
+func TestURLUnparsed(t *testing.T) {
+	for _, u := range []string{
+		"s3://u:hunter22@b/in/x\n",
+		" s3://u:hunter22@team/in",
+		"s3://b/in?sas_token=hunter22\x7f",
+		"s3://b/in?x=%zz&awssecret=hunter22",
+	} {
+		if got := URL(u); strings.Contains(got, "hunter22") {
+			t.Errorf("URL(%q) = %q", u, got)
+		}
+	}
+	if got := URL("s3://b/in/x\n"); !strings.HasPrefix(got, "s3://") {
+		t.Errorf("URL of an unparsed s3 URL = %q, want its scheme kept", got)
+	}
+}
