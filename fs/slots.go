@@ -397,7 +397,11 @@ func (n *sessDirNode) Symlink(ctx context.Context, target, name string, out *fus
 		f.log.Error("ingest failed", "url", shown, "name", full, "uid", c.UID, "pid", c.PID, "err", err)
 		return nil, f.errnoOf("ingest "+shown, err)
 	}
-	d, err := f.w.Ingest(ictx, n.sd.id, full, shown, src, src.Size, src.Mode, layout.BlobOptions{ContentType: src.ContentType, ContentEncoding: src.ContentEncoding})
+	var mode *uint32
+	if src.HasMode {
+		mode = &src.Mode
+	}
+	d, err := f.w.Ingest(ictx, n.sd.id, full, shown, src, src.Size, mode, layout.BlobOptions{ContentType: src.ContentType, ContentEncoding: src.ContentEncoding})
 	src.Close()
 	if err != nil {
 		f.log.Error("ingest failed", "url", shown, "name", full, "uid", c.UID, "pid", c.PID, "err", err)

@@ -212,21 +212,48 @@ func TestOpenBucket(t *testing.T) {
 	}
 }
 
-// TestPolicyBounded: a source that yields more than MaxSize (a file that
-// grew after its size was checked) fails with ErrRefused; one of MaxSize
-// bytes exactly reads whole.
-func TestPolicyBounded(t *testing.T) {
-	p := &Policy{MaxSize: 4}
+// TestBounded: a source that yields more than the size it was checked at
+// (a file that grew after its open) fails with ErrRefused; one of that
+// size exactly reads whole.
+func TestBounded(t *testing.T) {
 	for _, tc := range []struct {
 		body string
 		ok   bool
 	}{{"", true}, {"abcd", true}, {"abcde", false}, {strings.Repeat("x", 1<<16), false}} {
-		got, err := io.ReadAll(p.bounded(io.NopCloser(strings.NewReader(tc.body)), "file:///x"))
+		got, err := io.ReadAll(bounded(io.NopCloser(strings.NewReader(tc.body)), "file:///x", 4))
 		switch {
 		case tc.ok && (err != nil || string(got) != tc.body):
 			t.Errorf("%d bytes: %q, %v", len(tc.body), got, err)
 		case !tc.ok && !errors.Is(err, ErrRefused):
 			t.Errorf("%d bytes past a bound of 4: %v, want ErrRefused", len(tc.body), err)
 		}
+	}
+}
+
+// TestOpenSourceGrows: a local source made larger after its open (a
+// sparse truncate costs its owner no disk) is not read past the size it
+// was opened with, which the staging directory's room was checked
+// against (review 12: it was read whole).
+func TestOpenSourceGrows(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "grow")
+	if err := os.WriteFile(p, []byte("tiny"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := ParsePrefixes([]string{"file://" + dir + "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := (&Policy{Prefixes: ps}).Open(context.Background(), "file://"+p, Caller{Groups: []uint32{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	if err := os.Truncate(p, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, src)
+	if !errors.Is(err, ErrRefused) || n > src.Size {
+		t.Errorf("a source opened at %d bytes yielded %d, %v; want at most that and ErrRefused", src.Size, n, err)
 	}
 }

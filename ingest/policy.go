@@ -65,9 +65,10 @@ type Source struct {
 	// Size is the source's size in bytes as it was opened (a local file
 	// may still grow: the reader stops past Policy.MaxSize anyway).
 	Size int64
-	// Mode is a local file's permission bits, which the ingested file
-	// keeps (as cp does); 0 for an object, which has none.
-	Mode uint32
+	// Mode is a local file's permission bits (HasMode), which the
+	// ingested file keeps as cp keeps them; an object has none.
+	Mode    uint32
+	HasMode bool
 }
 
 // Open checks uri against the policy for c and opens it for reading. A
@@ -109,7 +110,7 @@ func (p *Policy) Open(ctx context.Context, uri string, c Caller) (*Source, error
 		if ct == "" {
 			ct = "application/octet-stream"
 		}
-		return &Source{ReadCloser: p.bounded(f, shown), ContentType: ct, URL: shown, Size: fi.Size(), Mode: uint32(fi.Mode().Perm())}, nil
+		return &Source{ReadCloser: bounded(f, shown, fi.Size()), ContentType: ct, URL: shown, Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), HasMode: true}, nil
 	}
 	open := p.OpenBucket
 	if open == nil {
@@ -135,7 +136,7 @@ func (p *Policy) Open(ctx context.Context, uri string, c Caller) (*Source, error
 		b.Close()
 		return nil, redact.Err(fmt.Errorf("ingest %s: %w", shown, err), bu)
 	}
-	return &Source{ReadCloser: p.bounded(&bucketReader{r, b}, shown), ContentType: r.ContentType(), ContentEncoding: a.ContentEncoding, URL: shown, Size: a.Size}, nil
+	return &Source{ReadCloser: bounded(&bucketReader{r, b}, shown, a.Size), ContentType: r.ContentType(), ContentEncoding: a.ContentEncoding, URL: shown, Size: a.Size}, nil
 }
 
 // fits refuses a source of size bytes past MaxSize.
@@ -146,16 +147,16 @@ func (p *Policy) fits(size int64, shown string) error {
 	return nil
 }
 
-// bounded stops r with an error past MaxSize bytes: a source that grows
-// while it is read is no larger than one refused at its open.
-func (p *Policy) bounded(r io.ReadCloser, shown string) io.ReadCloser {
-	if p.MaxSize <= 0 {
-		return r
-	}
-	return &boundedReader{ReadCloser: r, left: p.MaxSize, shown: shown, max: p.MaxSize}
+// bounded stops r with an error past size bytes, the size the source had
+// when it was opened, which MaxSize and the staging directory's room were
+// checked against: a file made larger (a sparse truncate costs its owner
+// nothing) or an object replaced after its HEAD is not read past it
+// (review 12: it was read whole, both checks bypassed).
+func bounded(r io.ReadCloser, shown string, size int64) io.ReadCloser {
+	return &boundedReader{ReadCloser: r, left: size, shown: shown, max: size}
 }
 
-// boundedReader is Policy.bounded's reader.
+// boundedReader is bounded's reader.
 type boundedReader struct {
 	io.ReadCloser
 	left, max int64
@@ -178,7 +179,7 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 }
 
 func (b *boundedReader) err() error {
-	return fmt.Errorf("%w: %s: grew past what the mount ingests (--ingest-max-size %d) while it was read", ErrRefused, b.shown, b.max)
+	return fmt.Errorf("%w: %s: grew past the %d bytes it had when opened while it was read", ErrRefused, b.shown, b.max)
 }
 
 // bucketReader closes the source bucket with its reader.

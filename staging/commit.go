@@ -1310,23 +1310,29 @@ func redirty(files []*File) {
 // expected to yield (-1 unknown): a source the staging directory has no
 // room for is ENOSPC before a byte is read, where the spill filled the
 // disk for everyone first (audit 14: a sparse file of 1 TiB costs its
-// owner nothing). mode, unless 0, is the file's permission bits: a local
-// source's, which the file keeps as cp keeps them (a source its owner
-// kept 0600 became 0644 for every user of a shared mount: audit 14).
-func (w *Writer) Ingest(ctx context.Context, id layout.SessionID, name, source string, r io.Reader, size int64, mode uint32, o layout.BlobOptions) (layout.Descriptor, error) {
+// owner nothing); ingestions under way count against the room with
+// their sizes. mode, unless nil, is a local source's permission bits,
+// which the file keeps as cp keeps them under the usual umask (022: no
+// write bits for others): a source its owner kept 0600 became 0644 for
+// every user of a shared mount (audit 14).
+func (w *Writer) Ingest(ctx context.Context, id layout.SessionID, name, source string, r io.Reader, size int64, mode *uint32, o layout.BlobOptions) (layout.Descriptor, error) {
 	if err := layout.CheckUTF8(name); err != nil {
 		return layout.Descriptor{}, err // before the upload, not after
 	}
-	if err := roomFor(w.cfg.StagingDir, size); err != nil {
+	release, err := w.reserveStaging(size)
+	if err != nil {
 		return layout.Descriptor{}, fmt.Errorf("ingest %s: %w", source, err)
 	}
+	defer release()
 	d, err := w.store.IngestReader(ctx, source, r, o, w.cfg.StagingDir)
 	if err != nil {
 		return d, err
 	}
 	d.Name = name
-	if m := mode & layout.KeptModeBits; mode != 0 && m != layout.DefaultFileMode {
-		d.Metadata = map[string]string{layout.MetaPosixMode: layout.FormatPosixMode(m)}
+	if mode != nil {
+		if m := *mode & layout.KeptModeBits &^ 0o022; m != layout.DefaultFileMode {
+			d.Metadata = map[string]string{layout.MetaPosixMode: layout.FormatPosixMode(m)}
+		}
 	}
 	return d, w.Queue(ctx, id, []layout.Descriptor{d})
 }
@@ -1334,6 +1340,27 @@ func (w *Writer) Ingest(ctx context.Context, id layout.SessionID, name, source s
 // ingestReserve is the room an ingestion leaves on the staging directory's
 // file system: others' writes stage there too.
 const ingestReserve = 64 << 20
+
+// reserveStaging takes n bytes of the staging directory's room for an
+// ingestion until release: ENOSPC unless they are free beside those the
+// ingestions under way took (two of them each passed the check against
+// the same free space: review 12).
+func (w *Writer) reserveStaging(n int64) (release func(), err error) {
+	if n < 0 {
+		return func() {}, nil
+	}
+	w.ingestMu.Lock()
+	defer w.ingestMu.Unlock()
+	if err := roomFor(w.cfg.StagingDir, n+w.ingesting); err != nil {
+		return nil, err
+	}
+	w.ingesting += n
+	return func() {
+		w.ingestMu.Lock()
+		w.ingesting -= n
+		w.ingestMu.Unlock()
+	}, nil
+}
 
 // roomFor returns ENOSPC unless dir's file system has n bytes free for an
 // unprivileged writer, and ingestReserve beyond (n < 0: not known, not

@@ -61,7 +61,7 @@ func TestWriterNameNotUTF8(t *testing.T) {
 			return r.w.Link(ctx, r.id, "ok.txt", bad)
 		}},
 		{"ingest", func(ctx context.Context, r *writerRig) error {
-			_, err := r.w.Ingest(ctx, r.id, bad, "file:///src", strings.NewReader("body"), 4, 0, layout.BlobOptions{})
+			_, err := r.w.Ingest(ctx, r.id, bad, "file:///src", strings.NewReader("body"), 4, nil, layout.BlobOptions{})
 			return err
 		}},
 	} {

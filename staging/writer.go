@@ -134,6 +134,11 @@ type Writer struct {
 		commits, snapshots, descriptors, errors, conflicts atomic.Int64
 	}
 
+	// ingestMu guards ingesting, the bytes of the staging directory
+	// that ingestions under way took (reserveStaging).
+	ingestMu  sync.Mutex
+	ingesting int64 // GUARDED_BY(ingestMu)
+
 	// later runs the checks of commits whose outcome was unknown
 	// (resolveLater); Shutdown cancels them and waits.
 	later       sync.WaitGroup

@@ -261,8 +261,18 @@ func TestReliabilityIngestBounded(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(src, "private.txt"), []byte("mine\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sh(t, sd, "ln -s file://"+src+"/private.txt private")
-	if got := sh(t, sd, "stat -c %a private small"); got != "600\n644\n" {
-		t.Errorf("modes of the ingested private (0600) and small (0644):\n%s", got)
+	for name, mode := range map[string]os.FileMode{"none.txt": 0, "open.txt": 0o666} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(src, name), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sh(t, sd, "ln -s file://"+src+"/private.txt private && ln -s file://"+src+"/none.txt none && ln -s file://"+src+"/open.txt open")
+	// 0000 is a mode (it was taken for none: 0644), and others' write
+	// bits go as under the usual umask (review 12).
+	if got := sh(t, sd, "stat -c %a private small none open"); got != "600\n644\n0\n644\n" {
+		t.Errorf("modes of the ingested private (0600), small (0644), none (0000) and open (0666):\n%s", got)
 	}
 }
