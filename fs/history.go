@@ -403,7 +403,10 @@ func (f *FS) historyOf(ctx context.Context, id layout.SessionID) (st *cache.Stat
 	return nil, latest, err
 }
 
-func (a *atDir) dirAttr(ctx context.Context, out *fuse.Attr) error { return nil }
+func (a *atDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
+	a.f.privateDir(out)
+	return nil
+}
 
 // seqDir is .pugmark/seq/<n>: the body of the descriptor with sequence
 // number n.
@@ -463,7 +466,10 @@ func (s *seqDir) find(ctx context.Context, name string) (child, error) {
 	return s.child(e), nil
 }
 
-func (s *seqDir) dirAttr(ctx context.Context, out *fuse.Attr) error { return nil }
+func (s *seqDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
+	s.f.privateDir(out)
+	return nil
+}
 
 // forksDir is .pugmark/forks/<child-id>: links to every child recorded in
 // this session's snapshots, pending forks included (§17).

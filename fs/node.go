@@ -775,6 +775,17 @@ func (f *FS) privateRead(c child) child {
 	return c
 }
 
+// privateDir makes a directory of views privateRead keeps to the mount's
+// owner (objects/, a session's at/, seq/, since-checkpoint/) the owner's
+// on a shared mount: mode 0500, so that other users cannot list or look
+// up what its files would show (the names and sizes of removed files,
+// whether a content is stored: review 12, audit 14).
+func (f *FS) privateDir(out *fuse.Attr) {
+	if f.cfg.Shared {
+		out.Mode = syscall.S_IFDIR | 0o500
+	}
+}
+
 // symlink returns a child that is a symbolic link.
 func (f *FS) symlink(name string, ino uint64, target string, mt time.Time, ttl time.Duration) child {
 	return child{name: name, mode: syscall.S_IFLNK, ino: ino, ttl: ttl, node: func() gofs.InodeEmbedder {

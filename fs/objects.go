@@ -45,9 +45,7 @@ func (o *objectsDir) find(ctx context.Context, name string) (child, error) {
 // user whether a guessed content is stored (audit 14: a 4-digit PIN in
 // a file of mode 0600 found in 11 stats).
 func (o *objectsDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
-	if o.f.cfg.Shared {
-		out.Mode = syscall.S_IFDIR | 0o500
-	}
+	o.f.privateDir(out)
 	return nil
 }
 

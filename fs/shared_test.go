@@ -66,12 +66,16 @@ func TestMountSharedViewsPrivate(t *testing.T) {
 				t.Errorf("not shared: %s has mode %o, want its own (0644)", v, st.Mode&0o777)
 			}
 		}
-		var st unix.Stat_t
-		if err := unix.Stat(filepath.Join(mnt, "objects"), &st); err != nil {
-			t.Fatal(err)
-		}
-		if want := map[bool]uint32{false: 0o555, true: 0o500}[shared]; st.Mode&0o777 != want {
-			t.Errorf("shared %v: objects/ has mode %o, want %o", shared, st.Mode&0o777, want)
+		// Their directories too: a listing showed the names and sizes
+		// of removed files (review 12).
+		for _, d := range []string{"objects", "sessions/" + id + "/.pugmark/at", "sessions/" + id + "/.pugmark/seq", "sessions/" + id + "/.pugmark/since-checkpoint"} {
+			var st unix.Stat_t
+			if err := unix.Stat(filepath.Join(mnt, d), &st); err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]uint32{false: 0o555, true: 0o500}[shared]; st.Mode&0o777 != want {
+				t.Errorf("shared %v: %s/ has mode %o, want %o", shared, d, st.Mode&0o777, want)
+			}
 		}
 	}
 }

@@ -105,4 +105,7 @@ func (s *sinceDir) childOf(d *cache.Dir, name string) child {
 	return f.dir(name, inoOf("since-dir", s.id.String(), full), f.ttl, &sinceDir{f: f, id: s.id, parts: appendPart(s.parts, name)})
 }
 
-func (s *sinceDir) dirAttr(ctx context.Context, out *fuse.Attr) error { return nil }
+func (s *sinceDir) dirAttr(ctx context.Context, out *fuse.Attr) error {
+	s.f.privateDir(out)
+	return nil
+}
