@@ -111,6 +111,10 @@ func TestMatch(t *testing.T) {
 		{uri: "/srv/shared/a", invalid: true},
 		{uri: "x", invalid: true},
 		{uri: "a/b:c", invalid: true},
+		{uri: "a:b", invalid: true},
+		{uri: "notes:2024.txt", invalid: true},
+		{uri: "S3:team-inputs/a", rel: ""},
+		{uri: "http://h/a\nb", rel: ""},
 		// Started as URLs, but none pugfs takes: refused (and so
 		// logged with who asked), not a plain path (audit 14).
 		{uri: "s3:team-inputs/a", rel: ""},
