@@ -310,31 +310,13 @@ func (n storedName) MarshalJSON() ([]byte, error) {
 		return json.Marshal(s)
 	}
 	out := []byte{'"'}
-	for len(s) > 0 {
-		i := 0
-		for i < len(s) {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				break
-			}
-			i += size
-		}
-		if i > 0 {
-			q, err := json.Marshal(s[:i])
-			if err != nil {
-				return nil, err
-			}
+	splitUTF8(s, func(valid, invalid string) {
+		if valid != "" {
+			q, _ := json.Marshal(valid) // a string always marshals
 			out = append(out, q[1:len(q)-1]...)
 		}
-		for i < len(s) {
-			if r, size := utf8.DecodeRuneInString(s[i:]); r != utf8.RuneError || size != 1 {
-				break
-			}
-			out = append(out, s[i])
-			i++
-		}
-		s = s[i:]
-	}
+		out = append(out, invalid...)
+	})
 	return append(out, '"'), nil
 }
 

@@ -320,35 +320,42 @@ func unquoteName(v jsontext.Value) string {
 		b, _ := jsontext.AppendUnquote(nil, v)
 		return string(b)
 	}
-	in := v[1 : len(v)-1]
-	out := make([]byte, 0, len(in))
-	quoted := make([]byte, 0, len(in)+2)
-	for len(in) > 0 {
-		// The longest valid run, unquoted as JSON, then the bytes that
-		// are not UTF-8 as stored.
+	out := make([]byte, 0, len(v))
+	quoted := make([]byte, 0, len(v))
+	splitUTF8(string(v[1:len(v)-1]), func(valid, invalid string) {
+		// A valid run is unquoted as JSON; the bytes that are not UTF-8
+		// stay as stored.
+		if valid != "" {
+			quoted = append(append(append(quoted[:0], '"'), valid...), '"')
+			out, _ = jsontext.AppendUnquote(out, quoted)
+		}
+		out = append(out, invalid...)
+	})
+	return string(out)
+}
+
+// splitUTF8 calls fn with each run of s that is UTF-8 and the run of
+// bytes that are not after it (either may be empty), in order.
+func splitUTF8(s string, fn func(valid, invalid string)) {
+	for len(s) > 0 {
 		n := 0
-		for n < len(in) {
-			r, size := utf8.DecodeRune(in[n:])
+		for n < len(s) {
+			r, size := utf8.DecodeRuneInString(s[n:])
 			if r == utf8.RuneError && size == 1 {
 				break
 			}
 			n += size
 		}
-		if n > 0 {
-			quoted = append(append(append(quoted[:0], '"'), in[:n]...), '"')
-			out, _ = jsontext.AppendUnquote(out, quoted)
-		}
-		for n < len(in) {
-			r, size := utf8.DecodeRune(in[n:])
-			if r != utf8.RuneError || size != 1 {
+		m := n
+		for m < len(s) {
+			if r, size := utf8.DecodeRuneInString(s[m:]); r != utf8.RuneError || size != 1 {
 				break
 			}
-			out = append(out, in[n])
-			n++
+			m++
 		}
-		in = in[n:]
+		fn(s[:n], s[n:m])
+		s = s[m:]
 	}
-	return string(out)
 }
 
 // readMetadata reads the metadata object: string values, null as "", and

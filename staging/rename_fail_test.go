@@ -64,16 +64,22 @@ func TestWriterRenameFailsWriteMeanwhile(t *testing.T) {
 
 // TestWriterRenameFailsStagedSource: the rename's source is staged but
 // not moveWrittenFile's (open with nothing written, or opened with
-// O_TRUNC and written); rename moves the staged source to the target's
-// name before its commit, and on a failure it neither moved it back nor
-// (the target name then taken) put the target back: the target's close
+// O_TRUNC and written), so the rename moves it to the target's name
+// before its commit. On a failure it neither moved it back nor (the
+// target's name then taken) put the target back: the target's close
 // returned 0 with its bytes gone, and the source's staged file sat under
-// the target's name though rename(2) failed.
+// the target's name though rename(2) failed (review 10). With an open of
+// the source's name while the commit was in flight, that open staged the
+// name anew and blocked the same way (review 11): it now waits for the
+// outcome and shares the source moved back.
 func TestWriterRenameFailsStagedSource(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		whole bool
-	}{{"source-open-clean", false}, {"source-otrunc-written", true}} {
+		name          string
+		whole, reopen bool
+	}{
+		{"source-open-clean", false, false}, {"source-otrunc-written", true, false},
+		{"source-open-clean-reopened", false, true}, {"source-otrunc-written-reopened", true, true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			r := newWriterRigCfg(t, nil)
@@ -91,13 +97,40 @@ func TestWriterRenameFailsStagedSource(t *testing.T) {
 				}
 			}
 			b := r.openWriting(t, "b", "more b\n", true)
-			remove := r.refuseSnapshots(nil)
-			if err := r.w.Rename(ctx, r.id, "a", "b", false); err == nil {
+			g := faultblob.NewGate()
+			remove := r.refuseSnapshots(g)
+			renamed := make(chan error, 1)
+			go func() { renamed <- r.w.Rename(ctx, r.id, "a", "b", false) }()
+			waitStalled(t, g, 1)
+			type opened struct {
+				s   *File
+				err error
+			}
+			open := make(chan opened, 1)
+			if tc.reopen {
+				go func() {
+					s, err := r.w.Open(ctx, r.id, "a", &abase, false) // open(2) of a, O_RDWR
+					open <- opened{s, err}
+				}()
+				select { // as in TestWriterRenameFailsCloseMeanwhile
+				case o := <-open:
+					t.Fatalf("open of a returned (%v) while a rename of it was in flight", o.err)
+				case <-time.After(100 * time.Millisecond):
+				}
+			} else {
+				open <- opened{a, nil}
+			}
+			g.Release()
+			if err := <-renamed; err == nil {
 				t.Fatal("rename with its commit refused: no error")
 			}
 			remove()
-			if n := a.Name(); n != "a" {
-				t.Errorf("after the failed rename the source is staged as %q, want a", n)
+			o := <-open
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			if o.s != a || a.Name() != "a" {
+				t.Errorf("after the failed rename the open of a got another file (%v), and the source is staged as %q", o.s != a, a.Name())
 			}
 			if err := r.w.Flush(ctx, r.id, b, false); err != nil {
 				t.Fatalf("close of b: %v", err)
@@ -108,10 +141,16 @@ func TestWriterRenameFailsStagedSource(t *testing.T) {
 			if tc.whole {
 				a.ClosedWhole()
 			}
-			if err := r.w.Flush(ctx, r.id, a, true); err != nil {
-				t.Logf("close of a: %v", err)
+			handles := []*File{a}
+			if tc.reopen {
+				handles = append(handles, o.s)
 			}
-			r.w.Release(ctx, r.id, a)
+			for _, s := range handles {
+				if err := r.w.Flush(ctx, r.id, s, true); err != nil {
+					t.Fatalf("close of a: %v", err)
+				}
+				r.w.Release(ctx, r.id, s)
+			}
 			if got := r.bodyOf(t, "b"); got != "b\nmore b\n" {
 				t.Errorf("b holds %q after its close returned 0, want %q", got, "b\nmore b\n")
 			}
@@ -215,90 +254,6 @@ func TestWriterRenameFailsOpenMeanwhile(t *testing.T) {
 	}
 	if got := r.bodyOf(t, "b"); got != "b\nmore b\n" {
 		t.Errorf("b holds %q, want %q", got, "b\nmore b\n")
-	}
-}
-
-// TestWriterRenameFailsSourceReopened: the rename's source is staged and
-// not moveWrittenFile's (open clean, or O_TRUNC'ed and written), so the
-// rename moves it to the target's name before its commit. An open of the
-// source's name while the commit was in flight staged the name anew;
-// the commit failed, the source could not be moved back (its name
-// taken), nor the target put back (its name held by the source): the
-// target's close returned 0 with its bytes nowhere, and with O_TRUNC the
-// source's bytes landed under the target's name (review 11). The open
-// now waits for the outcome and shares the source moved back.
-func TestWriterRenameFailsSourceReopened(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		whole bool
-	}{{"source-open-clean", false}, {"source-otrunc-written", true}} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			r := newWriterRigCfg(t, nil)
-			r.commitBlob(t, "a", "a\n", "")
-			r.commitBlob(t, "b", "b\n", "")
-			abase, _ := r.slot(t, "a")
-			a, err := r.w.Open(ctx, r.id, "a", &abase, tc.whole)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tc.whole {
-				a.OpenedWhole()
-				if _, err := a.WriteAt(ctx, []byte("new a\n"), 0); err != nil {
-					t.Fatal(err)
-				}
-			}
-			b := r.openWriting(t, "b", "more b\n", true)
-			g := faultblob.NewGate()
-			remove := r.refuseSnapshots(g)
-			renamed := make(chan error, 1)
-			go func() { renamed <- r.w.Rename(ctx, r.id, "a", "b", false) }()
-			waitStalled(t, g, 1)
-			type opened struct {
-				s   *File
-				err error
-			}
-			open := make(chan opened, 1)
-			go func() {
-				s, err := r.w.Open(ctx, r.id, "a", &abase, false) // open(2) of a, O_RDWR
-				open <- opened{s, err}
-			}()
-			select { // as in TestWriterRenameFailsCloseMeanwhile
-			case o := <-open:
-				t.Fatalf("open of a returned (%v) while a rename of it was in flight", o.err)
-			case <-time.After(100 * time.Millisecond):
-			}
-			g.Release()
-			if err := <-renamed; err == nil {
-				t.Fatal("rename with its commit refused: no error")
-			}
-			remove()
-			o := <-open
-			if o.err != nil {
-				t.Fatal(o.err)
-			}
-			if o.s != a || a.Name() != "a" {
-				t.Errorf("after the failed rename the open of a got another file (%v), and the source is staged as %q", o.s != a, a.Name())
-			}
-			if err := r.w.Flush(ctx, r.id, b, false); err != nil {
-				t.Fatalf("close of b: %v", err)
-			}
-			if err := r.w.Release(ctx, r.id, b); err != nil {
-				t.Fatal(err)
-			}
-			if tc.whole {
-				a.ClosedWhole()
-			}
-			for _, s := range []*File{a, o.s} {
-				if err := r.w.Flush(ctx, r.id, s, true); err != nil {
-					t.Fatalf("close of a: %v", err)
-				}
-				r.w.Release(ctx, r.id, s)
-			}
-			if got := r.bodyOf(t, "b"); got != "b\nmore b\n" {
-				t.Errorf("b holds %q, want %q", got, "b\nmore b\n")
-			}
-		})
 	}
 }
 
