@@ -19,6 +19,16 @@ func (r failingReader) Read(p []byte) (int, error) {
 	return 0, errors.New("read")
 }
 
+// stagingFree is the room the staging directory's file system has.
+func (r *writerRig) stagingFree(t *testing.T) int64 {
+	t.Helper()
+	var st unix.Statfs_t
+	if err := unix.Statfs(r.cfg.StagingDir, &st); err != nil {
+		t.Fatal(err)
+	}
+	return int64(st.Bavail) * st.Frsize
+}
+
 // TestWriterIngestRoom: an ingestion of a source the staging directory
 // has no room for is ENOSPC before a byte of it is read (audit 14: a
 // sparse source filled the disk for everyone first); one that fits is
@@ -26,11 +36,7 @@ func (r failingReader) Read(p []byte) (int, error) {
 func TestWriterIngestRoom(t *testing.T) {
 	r := newWriterRig(t)
 	ctx := context.Background()
-	var st unix.Statfs_t
-	if err := unix.Statfs(r.cfg.StagingDir, &st); err != nil {
-		t.Fatal(err)
-	}
-	free := int64(st.Bavail) * st.Frsize
+	free := r.stagingFree(t)
 	_, err := r.w.Ingest(ctx, r.id, "huge", "file:///src/huge", failingReader{t}, free+1<<30, nil, layout.BlobOptions{})
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("ingest of %d bytes with %d free: %v, want ENOSPC", free+1<<30, free, err)
@@ -62,11 +68,7 @@ func (r blockingReader) Read(p []byte) (int, error) {
 func TestWriterIngestRoomShared(t *testing.T) {
 	r := newWriterRig(t)
 	ctx := context.Background()
-	var st unix.Statfs_t
-	if err := unix.Statfs(r.cfg.StagingDir, &st); err != nil {
-		t.Fatal(err)
-	}
-	each := int64(st.Bavail) * st.Frsize * 6 / 10
+	each := r.stagingFree(t) * 6 / 10
 	started, release := make(chan struct{}), make(chan struct{})
 	first := make(chan error, 1)
 	go func() {
