@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/faultblob"
 	"gocloud.dev/gcerrors"
 )
@@ -17,6 +18,76 @@ func (r *writerRig) refuseSnapshots(g *faultblob.Gate) func() {
 	id := r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Regexp: regexp.MustCompile(`/snapshots/`)}, FailProb: 1,
 		Err: faultblob.PermanentError(gcerrors.PermissionDenied), Stall: g})
 	return func() { r.inj.Remove(id) }
+}
+
+// newRenameRig is a writer rig with a and b committed.
+func newRenameRig(t *testing.T) *writerRig {
+	r := newWriterRigCfg(t, nil)
+	r.commitBlob(t, "a", "a\n", "")
+	r.commitBlob(t, "b", "b\n", "")
+	return r
+}
+
+// stalledRename starts mv a b with its snapshot PUT held, and refused
+// with refuse. finish lets it go on and returns its error; unrefuse ends
+// the refusal (a no-op without one).
+func (r *writerRig) stalledRename(t *testing.T, refuse bool) (finish func() error, unrefuse func()) {
+	t.Helper()
+	var g *faultblob.Gate
+	unrefuse = func() {}
+	if refuse {
+		g = faultblob.NewGate()
+		unrefuse = r.refuseSnapshots(g)
+	} else {
+		g = r.stallSnapshots()
+	}
+	renamed := make(chan error, 1)
+	go func() { renamed <- r.w.Rename(context.Background(), r.id, "a", "b", false) }()
+	waitStalled(t, g, 1)
+	return func() error {
+		g.Release()
+		return <-renamed
+	}, unrefuse
+}
+
+// waitsForRename fails t if ch yields within a moment: what sends on it
+// must wait for the rename in flight. There is nothing to poll for
+// that; a moment under load can only be too short to show the bug, never
+// fail a correct writer.
+func waitsForRename[T any](t *testing.T, ch <-chan T, what string) {
+	t.Helper()
+	select {
+	case v := <-ch:
+		t.Fatalf("%s came back (%v) while the rename was in flight", what, v)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// closeFile is the last close(2) of s: its flush, then its release.
+func (r *writerRig) closeFile(t *testing.T, s *File, untouchedToo bool) {
+	t.Helper()
+	if err := r.w.Flush(context.Background(), r.id, s, untouchedToo); err != nil {
+		t.Fatalf("close of %s: %v", s.Name(), err)
+	}
+	if err := r.w.Release(context.Background(), r.id, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// opened is what an open in a goroutine returned.
+type opened struct {
+	s   *File
+	err error
+}
+
+// openLater opens name from base in a goroutine, as open(2) does.
+func (r *writerRig) openLater(name string, base *layout.Entry) <-chan opened {
+	ch := make(chan opened, 1)
+	go func() {
+		s, err := r.w.Open(context.Background(), r.id, name, base, false)
+		ch <- opened{s, err}
+	}()
+	return ch
 }
 
 // Renames over a file open for writing whose commit fails (review 10):
@@ -30,33 +101,21 @@ func (r *writerRig) refuseSnapshots(g *faultblob.Gate) func() {
 // and its close returned 0 with the bytes nowhere.
 func TestWriterRenameFailsWriteMeanwhile(t *testing.T) {
 	ctx := context.Background()
-	r := newWriterRigCfg(t, nil)
-	r.commitBlob(t, "a", "a\n", "")
-	r.commitBlob(t, "b", "b\n", "")
+	r := newRenameRig(t)
 	base, _ := r.slot(t, "b")
 	b, err := r.w.Open(ctx, r.id, "b", &base, false) // open(O_WRONLY), nothing written yet
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := faultblob.NewGate()
-	remove := r.refuseSnapshots(g)
-	renamed := make(chan error, 1)
-	go func() { renamed <- r.w.Rename(ctx, r.id, "a", "b", false) }()
-	waitStalled(t, g, 1)
+	finish, unrefuse := r.stalledRename(t, true)
 	if _, err := b.WriteAt(ctx, []byte("more b\n"), base.Size); err != nil {
 		t.Fatal(err)
 	}
-	g.Release()
-	if err := <-renamed; err == nil {
+	if err := finish(); err == nil {
 		t.Fatal("rename with its commit refused: no error")
 	}
-	remove()
-	if err := r.w.Flush(ctx, r.id, b, false); err != nil {
-		t.Fatalf("close of b: %v", err)
-	}
-	if err := r.w.Release(ctx, r.id, b); err != nil {
-		t.Fatal(err)
-	}
+	unrefuse()
+	r.closeFile(t, b, false)
 	if got := r.bodyOf(t, "b"); got != "b\nmore b\n" {
 		t.Errorf("b holds %q after its close returned 0, want %q (the write during the failed rename is lost)", got, "b\nmore b\n")
 	}
@@ -82,9 +141,7 @@ func TestWriterRenameFailsStagedSource(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			r := newWriterRigCfg(t, nil)
-			r.commitBlob(t, "a", "a\n", "")
-			r.commitBlob(t, "b", "b\n", "")
+			r := newRenameRig(t)
 			abase, _ := r.slot(t, "a")
 			a, err := r.w.Open(ctx, r.id, "a", &abase, tc.whole)
 			if err != nil {
@@ -97,59 +154,36 @@ func TestWriterRenameFailsStagedSource(t *testing.T) {
 				}
 			}
 			b := r.openWriting(t, "b", "more b\n", true)
-			g := faultblob.NewGate()
-			remove := r.refuseSnapshots(g)
-			renamed := make(chan error, 1)
-			go func() { renamed <- r.w.Rename(ctx, r.id, "a", "b", false) }()
-			waitStalled(t, g, 1)
-			type opened struct {
-				s   *File
-				err error
-			}
-			open := make(chan opened, 1)
+			finish, unrefuse := r.stalledRename(t, true)
+			var open <-chan opened
 			if tc.reopen {
-				go func() {
-					s, err := r.w.Open(ctx, r.id, "a", &abase, false) // open(2) of a, O_RDWR
-					open <- opened{s, err}
-				}()
-				select { // as in TestWriterRenameFailsCloseMeanwhile
-				case o := <-open:
-					t.Fatalf("open of a returned (%v) while a rename of it was in flight", o.err)
-				case <-time.After(100 * time.Millisecond):
-				}
-			} else {
-				open <- opened{a, nil}
+				open = r.openLater("a", &abase) // open(2) of a, O_RDWR
+				waitsForRename(t, open, "open of a")
 			}
-			g.Release()
-			if err := <-renamed; err == nil {
+			if err := finish(); err == nil {
 				t.Fatal("rename with its commit refused: no error")
 			}
-			remove()
-			o := <-open
-			if o.err != nil {
-				t.Fatal(o.err)
+			unrefuse()
+			handles := []*File{a}
+			if tc.reopen {
+				o := <-open
+				if o.err != nil {
+					t.Fatal(o.err)
+				}
+				if o.s != a {
+					t.Error("the open of a during the failed rename got another file than the source moved back")
+				}
+				handles = append(handles, o.s)
 			}
-			if o.s != a || a.Name() != "a" {
-				t.Errorf("after the failed rename the open of a got another file (%v), and the source is staged as %q", o.s != a, a.Name())
+			if n := a.Name(); n != "a" {
+				t.Errorf("after the failed rename the source is staged as %q, want a", n)
 			}
-			if err := r.w.Flush(ctx, r.id, b, false); err != nil {
-				t.Fatalf("close of b: %v", err)
-			}
-			if err := r.w.Release(ctx, r.id, b); err != nil {
-				t.Fatal(err)
-			}
+			r.closeFile(t, b, false)
 			if tc.whole {
 				a.ClosedWhole()
 			}
-			handles := []*File{a}
-			if tc.reopen {
-				handles = append(handles, o.s)
-			}
 			for _, s := range handles {
-				if err := r.w.Flush(ctx, r.id, s, true); err != nil {
-					t.Fatalf("close of a: %v", err)
-				}
-				r.w.Release(ctx, r.id, s)
+				r.closeFile(t, s, true)
 			}
 			if got := r.bodyOf(t, "b"); got != "b\nmore b\n" {
 				t.Errorf("b holds %q after its close returned 0, want %q", got, "b\nmore b\n")
@@ -166,32 +200,18 @@ func TestWriterRenameFailsStagedSource(t *testing.T) {
 // commits the target itself: with the bucket still refusing, it fails.
 func TestWriterRenameFailsCloseMeanwhile(t *testing.T) {
 	ctx := context.Background()
-	r := newWriterRigCfg(t, nil)
-	r.commitBlob(t, "a", "a\n", "")
-	r.commitBlob(t, "b", "b\n", "")
+	r := newRenameRig(t)
 	b := r.openWriting(t, "b", "more b\n", true)
-	g := faultblob.NewGate()
-	remove := r.refuseSnapshots(g)
-	renamed := make(chan error, 1)
-	go func() { renamed <- r.w.Rename(ctx, r.id, "a", "b", false) }()
-	waitStalled(t, g, 1)
+	finish, unrefuse := r.stalledRename(t, true)
 	closed := make(chan error, 1)
 	go func() { closed <- r.w.Flush(ctx, r.id, b, false) }() // close(2) of b's descriptor
-	// The close must wait for the rename: nothing to poll for that, so
-	// it is given a moment to come back too early (it can only be too
-	// late to show the bug under load, never fail a correct writer).
-	select {
-	case err := <-closed:
-		t.Fatalf("close of b returned %v while the rename over it was in flight", err)
-	case <-time.After(100 * time.Millisecond):
-	}
-	g.Release()
-	if err := <-renamed; err == nil {
+	waitsForRename(t, closed, "close of b")
+	if err := finish(); err == nil {
 		t.Fatal("rename with its commit refused: no error")
 	}
 	closeErr := <-closed
 	_ = r.w.Release(ctx, r.id, b) // the bucket still refuses: logged only
-	remove()
+	unrefuse()
 	if got := r.bodyOf(t, "b"); closeErr == nil && got != "b\nmore b\n" {
 		t.Errorf("close of b returned 0 during the failed rename, but b holds %q, want %q", got, "b\nmore b\n")
 	}
@@ -207,36 +227,16 @@ func TestWriterRenameFailsCloseMeanwhile(t *testing.T) {
 // bytes were lost as its close returned 0. The open now waits for the
 // outcome and shares the target put back.
 func TestWriterRenameFailsOpenMeanwhile(t *testing.T) {
-	ctx := context.Background()
-	r := newWriterRigCfg(t, nil)
-	r.commitBlob(t, "a", "a\n", "")
-	r.commitBlob(t, "b", "b\n", "")
+	r := newRenameRig(t)
 	base, _ := r.slot(t, "b")
 	b := r.openWriting(t, "b", "more b\n", true)
-	g := faultblob.NewGate()
-	remove := r.refuseSnapshots(g)
-	renamed := make(chan error, 1)
-	go func() { renamed <- r.w.Rename(ctx, r.id, "a", "b", false) }()
-	waitStalled(t, g, 1)
-	type opened struct {
-		s   *File
-		err error
-	}
-	open := make(chan opened, 1)
-	go func() {
-		s, err := r.w.Open(ctx, r.id, "b", &base, false)
-		open <- opened{s, err}
-	}()
-	select { // as in TestWriterRenameFailsCloseMeanwhile
-	case o := <-open:
-		t.Fatalf("open of b returned (%v) while the rename over it was in flight", o.err)
-	case <-time.After(100 * time.Millisecond):
-	}
-	g.Release()
-	if err := <-renamed; err == nil {
+	finish, unrefuse := r.stalledRename(t, true)
+	open := r.openLater("b", &base)
+	waitsForRename(t, open, "open of b")
+	if err := finish(); err == nil {
 		t.Fatal("rename with its commit refused: no error")
 	}
-	remove()
+	unrefuse()
 	o := <-open
 	if o.err != nil {
 		t.Fatal(o.err)
@@ -244,14 +244,8 @@ func TestWriterRenameFailsOpenMeanwhile(t *testing.T) {
 	if o.s != b {
 		t.Error("the open during the failed rename staged b anew instead of sharing the target put back")
 	}
-	for _, s := range []*File{o.s, b} {
-		if err := r.w.Flush(ctx, r.id, s, false); err != nil {
-			t.Fatalf("close of b: %v", err)
-		}
-		if err := r.w.Release(ctx, r.id, s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r.closeFile(t, o.s, false)
+	r.closeFile(t, b, false)
 	if got := r.bodyOf(t, "b"); got != "b\nmore b\n" {
 		t.Errorf("b holds %q, want %q", got, "b\nmore b\n")
 	}
@@ -262,42 +256,22 @@ func TestWriterRenameFailsOpenMeanwhile(t *testing.T) {
 // kernel looks the name up again), not an open of the old target under
 // the name the moved file holds now (review 11).
 func TestWriterRenameLandsOpenMeanwhile(t *testing.T) {
-	ctx := context.Background()
-	r := newWriterRigCfg(t, nil)
-	r.commitBlob(t, "a", "a\n", "")
-	r.commitBlob(t, "b", "b\n", "")
+	r := newRenameRig(t)
 	base, _ := r.slot(t, "b")
 	b := r.openWriting(t, "b", "more b\n", true)
-	g := r.stallSnapshots()
-	renamed := make(chan error, 1)
-	go func() { renamed <- r.w.Rename(ctx, r.id, "a", "b", false) }()
-	waitStalled(t, g, 1)
-	open := make(chan error, 1)
-	go func() {
-		s, err := r.w.Open(ctx, r.id, "b", &base, false)
-		if err == nil {
-			r.w.Release(ctx, r.id, s)
+	finish, _ := r.stalledRename(t, false)
+	open := r.openLater("b", &base)
+	waitsForRename(t, open, "open of b")
+	if err := finish(); err != nil {
+		t.Fatal(err)
+	}
+	if o := <-open; !errors.Is(o.err, ErrChanged) {
+		if o.err == nil {
+			r.closeFile(t, o.s, false)
 		}
-		open <- err
-	}()
-	select { // as in TestWriterRenameFailsCloseMeanwhile
-	case err := <-open:
-		t.Fatalf("open of b returned (%v) while the rename over it was in flight", err)
-	case <-time.After(100 * time.Millisecond):
+		t.Errorf("open of b after the rename over it landed: %v, want ErrChanged", o.err)
 	}
-	g.Release()
-	if err := <-renamed; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-open; !errors.Is(err, ErrChanged) {
-		t.Errorf("open of b after the rename over it landed: %v, want ErrChanged", err)
-	}
-	if err := r.w.Flush(ctx, r.id, b, false); err != nil {
-		t.Fatalf("close of the replaced b: %v", err)
-	}
-	if err := r.w.Release(ctx, r.id, b); err != nil {
-		t.Fatal(err)
-	}
+	r.closeFile(t, b, false)
 	if got := r.bodyOf(t, "b"); got != "a\n" {
 		t.Errorf("b holds %q, want a's %q", got, "a\n")
 	}
