@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -195,7 +196,7 @@ func (g gate) open(t *testing.T) {
 	}
 }
 
-// failedFiles lists what pugfs exec kept for session id under cacheDir.
+// execFailed lists what pugfs exec kept for session id under cacheDir.
 func execFailed(cacheDir string, id layout.SessionID) []string {
 	ents, _ := os.ReadDir(filepath.Join(bucketCacheDir(cacheDir), "failed", id.String()))
 	var out []string
@@ -1081,6 +1082,64 @@ func TestExecHandlerDetachesItsMount(t *testing.T) {
 		t.Fatalf("exit %d, want 0\n%s", code, errOut)
 	}
 	wantSlots(t, bk, id, map[string]string{"e.txt": "e\n"})
+}
+
+// TestExecStderrGone: pugfs exec whose stderr is a pipe nobody reads any
+// more (a log shipper that died, exec ... 2>&1 | head) exits with the
+// status it means: the first line it wrote there killed it with SIGPIPE,
+// and its inner process (PID 1 of its namespace) exited 2, a usage error
+// (audit 15).
+func TestExecStderrGone(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // the reader is gone
+	defer w.Close()
+	cmd := exec.Command(pugfsBinary(t), "exec", "--cache-dir", t.TempDir(), bk.URL, id.String(), "--", "sh", "-c", "exit 75")
+	cmd.Env = append(os.Environ(), bk.Env...)
+	cmd.Stderr = w // exec says "the command exited 75" there
+	if err := cmd.Run(); cmd.ProcessState == nil {
+		t.Fatal(err)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 75 {
+		t.Errorf("exit %d with stderr gone, want the handler's 75", code)
+	}
+}
+
+// TestExecTooManyFiles: a run that stages more files than pugfs may hold
+// open (one descriptor each until the commit) fails the same way on
+// every retry: exit 1 saying so, the files kept (in a few lines of
+// stderr, not one a file), not 75 "a retry may succeed" (audit 15).
+func TestExecTooManyFiles(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	cache := t.TempDir()
+	cmd := exec.Command("sh", "-c", `ulimit -n 150 && exec "$@"`, "sh", pugfsBinary(t), "exec", "--cache-dir", cache, bk.URL, id.String(), "--",
+		"sh", "-c", `i=0; while [ $i -lt 300 ]; do echo $i > f$i 2>/dev/null || break; i=$((i+1)); done; exit 0`)
+	cmd.Env = append(os.Environ(), bk.Env...)
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Run(); cmd.ProcessState == nil {
+		t.Fatal(err)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(errOut.String(), "ulimit -n") {
+		e := errOut.String()
+		t.Errorf("exit %d, want 1 and the limit named:\n%s", code, e[max(0, len(e)-2000):])
+	}
+	if v := latest(t, bk, id); v != 0 {
+		t.Errorf("version %d after the failed run, want nothing landed", v)
+	}
+	kept := execFailed(cache, id)
+	if len(kept) < 100 {
+		t.Errorf("%d of the run's files kept under failed/, want them all", len(kept))
+	}
+	// Not a line each (audit 15: 20,000 lines for 20,000 files).
+	if n := strings.Count(errOut.String(), "staged data kept"); n > 12 {
+		t.Errorf("%d lines for the %d files kept", n, len(kept))
+	}
 }
 
 // TestExecSweepsDeadMount: the mountpoint of a run that died with its

@@ -475,6 +475,8 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) (err error) {
 		case rerr != nil:
 			fmt.Fprintf(sio.err, "pugfs exec: the checkpoint may have landed (its outcome is unknown: %v); it did if, once the bucket answers, the session's .pugmark/checkpoint is above %d; %s\n", oneLine(err), base.Version, kept())
 			return exitCode(exitUnknown)
+		case !landed && tooManyFiles(err):
+			return tooManyFilesExit(sio, err, kept)
 		case !landed:
 			fmt.Fprintf(sio.err, "pugfs exec: nothing committed: the bucket answered that checkpoint %d did not land (%v); %s\n", unknown.Version, oneLine(err), kept())
 			return exitCode(exitTempFail)
@@ -488,6 +490,9 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) (err error) {
 		if errors.Is(err, layout.ErrLateInput) {
 			fmt.Fprintf(sio.err, "pugfs exec: nothing committed: input arrived while the handler ran (--late-input=abort; the next run sees it): %v; %s\n", err, kept())
 			return exitCode(exitTempFail)
+		}
+		if tooManyFiles(err) {
+			return tooManyFilesExit(sio, err, kept)
 		}
 		if errors.Is(err, layout.ErrConflict) || errors.Is(err, layout.ErrRetriesExhausted) || transient(err) {
 			fmt.Fprintf(sio.err, "pugfs exec: nothing committed: %v; %s\n", err, kept())
@@ -538,6 +543,22 @@ func resolveCheckpoint(ctx context.Context, w io.Writer, store *layout.Store, u 
 		case <-time.After(delay):
 		}
 	}
+}
+
+// tooManyFiles reports a commit that failed for the descriptors pugfs
+// may hold: each staged file holds one until the commit, and a run of
+// more files than the limit fails the same way every time.
+func tooManyFiles(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}
+
+// tooManyFilesExit says so and exits 1, not 75 ("a retry may succeed":
+// audit 15).
+func tooManyFilesExit(sio *stdio, err error, kept func() string) error {
+	var lim unix.Rlimit
+	unix.Getrlimit(unix.RLIMIT_NOFILE, &lim)
+	fmt.Fprintf(sio.err, "pugfs exec: nothing committed: %v: the run staged more files than pugfs may hold open (ulimit -n %d; each staged file holds one until the commit), and a retry fails the same way unless the limit is raised; %s\n", oneLine(err), lim.Cur, kept())
+	return exitCode(1)
 }
 
 // transient reports whether a failed commit may succeed when retried: the

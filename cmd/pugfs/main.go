@@ -55,7 +55,20 @@ var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
 
 func main() {
 	execTrampoline()
-	if isMountHelper(os.Args[0], os.Args[1:], commands()) {
+	helper := isMountHelper(os.Args[0], os.Args[1:], commands())
+	if helper || len(os.Args) > 1 && (os.Args[1] == "mount" || os.Args[1] == "exec") {
+		// A mount and a run keep going when the reader of their log is
+		// gone (a log shipper that died, exec ... 2>&1 | head): a write
+		// to it fails, and is dropped. By default the first one killed
+		// the process with SIGPIPE, and pugfs exec's inner process (PID
+		// 1 of its namespace, which the signal does not kill) exited 2:
+		// a landed checkpoint reported as a usage error, a failed run's
+		// files not kept in failed/, staging left behind (audit 15).
+		// Caught, not ignored: an ignored signal stays ignored in the
+		// processes started (a handler's yes | head would not end).
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	}
+	if helper {
 		os.Exit(runMountHelper(filepath.Base(os.Args[0]), os.Args[1:], os.Stderr))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
