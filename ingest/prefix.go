@@ -158,14 +158,16 @@ var schemeLike = regexp.MustCompile(`(?i)^((s3|gs|azblob|file|fault\+[a-z]+):|[a
 func match(prefixes []Prefix, uri string) (target, error) {
 	shown := redact.URL(uri)
 	u, err := url.Parse(uri)
-	if err != nil || u.Scheme == "" || u.Opaque != "" {
-		if schemeLike.MatchString(uri) {
-			// scheme:... that is no URL pugfs takes (s3:bucket/key, a
-			// newline in it): an ingestion refused, which is logged
-			// with who asked, not a plain path (audit 14).
-			return target{}, fmt.Errorf("%w: %s: not a URL of the form scheme://bucket/key or file:///path", ErrRefused, shown)
-		}
+	if !schemeLike.MatchString(uri) {
+		// No URL pugfs could take, even when it parses as one (a:/b,
+		// C:/x): a plain path, a quiet EACCES (review 13).
 		return target{}, &errNotURL{shown}
+	}
+	if err != nil || u.Scheme == "" || u.Opaque != "" {
+		// scheme:... that is no URL pugfs takes (s3:bucket/key, a
+		// newline in it): an ingestion refused, which is logged with
+		// who asked, not a plain path (audit 14).
+		return target{}, fmt.Errorf("%w: %s: not a URL of the form scheme://bucket/key or file:///path", ErrRefused, shown)
 	}
 	if u.Fragment != "" || strings.Contains(uri, "#") {
 		return target{}, fmt.Errorf("%w: %s: a fragment (#) is not allowed", ErrRefused, shown)

@@ -113,6 +113,9 @@ func TestMatch(t *testing.T) {
 		{uri: "a/b:c", invalid: true},
 		{uri: "a:b", invalid: true},
 		{uri: "notes:2024.txt", invalid: true},
+		{uri: "notes:/2024.txt", invalid: true},
+		{uri: "C:/x", invalid: true},
+		{uri: "s3:/team-inputs/a", rel: ""},
 		{uri: "S3:team-inputs/a", rel: ""},
 		{uri: "http://h/a\nb", rel: ""},
 		// Started as URLs, but none pugfs takes: refused (and so

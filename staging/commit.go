@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -1319,11 +1320,12 @@ func (w *Writer) Ingest(ctx context.Context, id layout.SessionID, name, source s
 	if err := layout.CheckUTF8(name); err != nil {
 		return layout.Descriptor{}, err // before the upload, not after
 	}
-	release, err := w.reserveStaging(size)
+	res, err := w.reserveStaging(size)
 	if err != nil {
 		return layout.Descriptor{}, fmt.Errorf("ingest %s: %w", source, err)
 	}
-	defer release()
+	defer res.release()
+	r = res.counting(r)
 	d, err := w.store.IngestReader(ctx, source, r, o, w.cfg.StagingDir)
 	if err != nil {
 		return d, err
@@ -1342,12 +1344,15 @@ func (w *Writer) Ingest(ctx context.Context, id layout.SessionID, name, source s
 const ingestReserve = 64 << 20
 
 // reserveStaging takes n bytes of the staging directory's room for an
-// ingestion until release: ENOSPC unless they are free beside those the
-// ingestions under way took (two of them each passed the check against
-// the same free space: review 12).
-func (w *Writer) reserveStaging(n int64) (release func(), err error) {
+// ingestion: ENOSPC unless they are free beside what the ingestions
+// under way still have to stage (two of them each passed the check
+// against the same free space: review 12). What the ingestion has read
+// is on the disk, in its free space already, and no longer reserved
+// (counting): counted twice, a second ingestion that fit was ENOSPC
+// (review 13).
+func (w *Writer) reserveStaging(n int64) (*stagingRoom, error) {
 	if n < 0 {
-		return func() {}, nil
+		return &stagingRoom{w: w}, nil
 	}
 	w.ingestMu.Lock()
 	defer w.ingestMu.Unlock()
@@ -1355,12 +1360,40 @@ func (w *Writer) reserveStaging(n int64) (release func(), err error) {
 		return nil, err
 	}
 	w.ingesting += n
-	return func() {
-		w.ingestMu.Lock()
-		w.ingesting -= n
-		w.ingestMu.Unlock()
-	}, nil
+	return &stagingRoom{w: w, left: n}, nil
 }
+
+// stagingRoom is an ingestion's reservation (reserveStaging).
+type stagingRoom struct {
+	w    *Writer
+	left int64 // GUARDED_BY(w.ingestMu): reserved and not yet read
+}
+
+// take gives back n bytes read: they are staged now.
+func (r *stagingRoom) take(n int64) {
+	r.w.ingestMu.Lock()
+	n = min(n, r.left)
+	r.left -= n
+	r.w.ingesting -= n
+	r.w.ingestMu.Unlock()
+}
+
+// release gives back what is left when the ingestion ends.
+func (r *stagingRoom) release() { r.take(math.MaxInt64) }
+
+// counting returns rd, taking what is read of it off the reservation.
+func (r *stagingRoom) counting(rd io.Reader) io.Reader {
+	return readFunc(func(p []byte) (int, error) {
+		n, err := rd.Read(p)
+		r.take(int64(n))
+		return n, err
+	})
+}
+
+// readFunc is an io.Reader of a function.
+type readFunc func(p []byte) (int, error)
+
+func (f readFunc) Read(p []byte) (int, error) { return f(p) }
 
 // roomFor returns ENOSPC unless dir's file system has n bytes free for an
 // unprivileged writer, and ingestReserve beyond (n < 0: not known, not

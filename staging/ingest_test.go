@@ -3,6 +3,8 @@ package staging
 import (
 	"context"
 	"errors"
+	"io"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -89,3 +91,60 @@ func TestWriterIngestRoomShared(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// spillThenBlock yields n bytes, then (once they are all written to the
+// spill file) signals started and blocks until release, then EOF.
+type spillThenBlock struct {
+	left    int64
+	started chan<- struct{}
+	release <-chan struct{}
+}
+
+func (r *spillThenBlock) Read(p []byte) (int, error) {
+	if r.left > 0 {
+		k := min(int64(len(p)), r.left)
+		clear(p[:k])
+		r.left -= k
+		return int(k), nil
+	}
+	close(r.started)
+	<-r.release
+	return 0, io.EOF
+}
+
+// TestWriterIngestRoomStaged: what an ingestion under way has staged is
+// gone from the free space statfs reports, and was still counted in its
+// reservation too: a second ingestion that fit the room left was ENOSPC
+// (review 13). On a tmpfs of its own, so that free space is exact.
+func TestWriterIngestRoomStaged(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root for a tmpfs")
+	}
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=128m"); err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	r := newWriterRigCfg(t, func(c *Config) { c.StagingDir = dir })
+	ctx := context.Background()
+	const mb = 1 << 20
+	a := int64(24 * mb)
+	started, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := r.w.Ingest(ctx, r.id, "one", "file:///src/one", &spillThenBlock{left: a, started: started, release: release}, a, nil, layout.BlobOptions{})
+		first <- err
+	}()
+	<-started // a's bytes are all in its spill file
+	free := r.stagingFree(t)
+	b := int64(30 * mb)
+	t.Logf("free after a spilled: %d MiB; b needs %d MiB + the 64 MiB reserve; a needs nothing more", free/mb, b/mb)
+	_, err := r.w.Ingest(ctx, r.id, "two", "file:///src/two", &spillThenBlock{left: b, started: make(chan struct{}), release: closed()}, b, nil, layout.BlobOptions{})
+	close(release)
+	if errors.Is(err, syscall.ENOSPC) && b+ingestReserve <= free {
+		t.Errorf("ingestion of %d MiB with %d MiB free (the 64 MiB reserve beyond it) and nothing else to come: %v", b/mb, free/mb, err)
+	}
+	<-first
+}
+
+func closed() <-chan struct{} { c := make(chan struct{}); close(c); return c }

@@ -63,8 +63,8 @@ func (w *Writer) keepLocked(id layout.SessionID, ws *session) (kept, lost int) {
 			continue
 		}
 		level := slog.LevelError
-		if kept+lost >= keepLogged {
-			level = slog.LevelDebug
+		if kept >= keepLogged {
+			level = slog.LevelDebug // a file that could not be kept is an error whatever this is
 		}
 		switch {
 		case w.salvageAt(id, s, "unmounted with uncommitted data; staged data kept", level) != "":
@@ -76,7 +76,7 @@ func (w *Writer) keepLocked(id layout.SessionID, ws *session) (kept, lost int) {
 		s.dirty = false // kept once: a second Shutdown keeps nothing again
 		s.mu.Unlock()
 	}
-	if more := kept + lost - keepLogged; more > 0 {
+	if more := kept - keepLogged; more > 0 {
 		w.log.Error("unmounted with uncommitted data; more staged files kept, as above", "session", id, "more", more, "dir", filepath.Join(w.cfg.FailedDir, id.String()))
 	}
 	return kept, lost

@@ -557,7 +557,7 @@ func tooManyFiles(err error) bool {
 func tooManyFilesExit(sio *stdio, err error, kept func() string) error {
 	var lim unix.Rlimit
 	unix.Getrlimit(unix.RLIMIT_NOFILE, &lim)
-	fmt.Fprintf(sio.err, "pugfs exec: nothing committed: %v: the run staged more files than pugfs may hold open (ulimit -n %d; each staged file holds one until the commit), and a retry fails the same way unless the limit is raised; %s\n", oneLine(err), lim.Cur, kept())
+	fmt.Fprintf(sio.err, "pugfs exec: nothing committed: %v: the run staged more files than pugfs may hold open (each staged file holds one until the commit; its limit was %d, the hard limit, which ulimit -n cannot raise past), and a retry fails the same way unless the limit is raised; %s\n", oneLine(err), lim.Cur, kept())
 	return exitCode(1)
 }
 

@@ -23,6 +23,9 @@ func TestReliabilityRedact(t *testing.T) {
 		{"mount", "--allow-other", "s3://b?region=x&awssecret=abc,hunter22", "/mnt"},
 		{"mount", "--ingest-from=file:///srv/in, s3://u:hunter22@team/in", "s3://b", "/mnt"},
 		{"mount", "--ingest-from", "file:///srv/in, s3://team/in?sas_token=hunter22", "s3://b", "/mnt"},
+		// Pairs Go's query parser drops, secret and all (review 13).
+		{"mount", "--ingest-from=s3://in/drop/?token=hunter22%zz", "s3://b", "/mnt"},
+		{"mount", "--ingest-from=s3://in/drop/?region=us-east-1;secret=hunter22", "s3://b", "/mnt"},
 	} {
 		if got := shownFlags(args, redact.Secrets(args[2])); strings.Contains(got, "hunter22") {
 			t.Errorf(".pugmark/flags of %q: %q", args, got)

@@ -27,6 +27,21 @@ func URL(u string) string {
 		}
 		return unparsed
 	}
+	if _, err := url.ParseQuery(p.RawQuery); err != nil {
+		// A pair that does not parse (token=x%zz, a=b;secret=x) is
+		// dropped by Query, its secret with it: the query is shown pair
+		// by pair as written, a secret key's value hidden (review 13).
+		var shown []string
+		for _, kv := range rawPairs(p.RawQuery) {
+			if secretParam(kv[0]) {
+				shown = append(shown, kv[2]+"=REDACTED")
+			} else {
+				shown = append(shown, kv[3])
+			}
+		}
+		p.RawQuery = strings.Join(shown, "&")
+		return p.Redacted()
+	}
 	q := p.Query()
 	hidden := false
 	for k, vs := range q {
@@ -46,6 +61,25 @@ func URL(u string) string {
 		p.RawQuery = q.Encode()
 	}
 	return p.Redacted()
+}
+
+// rawPairs splits a raw query into its pairs as written, on & and ;
+// (url.ParseQuery refuses ;): each is the key unescaped where it can be,
+// the value likewise, the key as written, and the pair as written.
+func rawPairs(raw string) [][4]string {
+	var out [][4]string
+	for _, pair := range strings.FieldsFunc(raw, func(r rune) bool { return r == '&' || r == ';' }) {
+		k, v, _ := strings.Cut(pair, "=")
+		key, val := k, v
+		if u, err := url.QueryUnescape(k); err == nil {
+			key = u
+		}
+		if u, err := url.QueryUnescape(v); err == nil {
+			val = u
+		}
+		out = append(out, [4]string{key, val, k, pair})
+	}
+	return out
 }
 
 // unparsed stands for what URL cannot parse.
@@ -106,6 +140,15 @@ func Secrets(u string) []string {
 			add(pw)
 			add(url.QueryEscape(pw))
 			add(url.PathEscape(pw))
+		}
+		for _, kv := range rawPairs(p.RawQuery) {
+			// As written too: a pair Query drops (review 13).
+			if secretParam(kv[0]) {
+				add(kv[1])
+				if _, v, _ := strings.Cut(kv[3], "="); v != kv[1] {
+					add(v)
+				}
+			}
 		}
 		for k, vs := range p.Query() {
 			for _, v := range vs {
