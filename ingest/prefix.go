@@ -148,7 +148,7 @@ func (e *errNotURL) Error() string {
 // schemeLike matches what starts as a URL pugfs could ingest does: a
 // scheme it knows and its colon, or any scheme (RFC 3986 §3.1) and "//".
 // A plain path with a colon in it (ln -s a:b) is none (review 12).
-var schemeLike = regexp.MustCompile(`(?i)^((s3|gs|azblob|file|fault\+[a-z]+):|[a-z][a-z0-9+.-]*://)`)
+var schemeLike = regexp.MustCompile(`(?i)^((s3|gs|azblob|file|mem|fault\+[a-z0-9]+):|[a-z][a-z0-9+.-]*://)`)
 
 // match finds the prefix that admits uri. Comparison is on the parsed
 // URL: scheme, host and user info exactly, the path component-wise below

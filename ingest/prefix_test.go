@@ -116,6 +116,8 @@ func TestMatch(t *testing.T) {
 		{uri: "notes:/2024.txt", invalid: true},
 		{uri: "C:/x", invalid: true},
 		{uri: "s3:/team-inputs/a", rel: ""},
+		{uri: "fault+s3:/fb/in/a", rel: ""},
+		{uri: "mem:/m/in/a", rel: ""},
 		{uri: "S3:team-inputs/a", rel: ""},
 		{uri: "http://h/a\nb", rel: ""},
 		// Started as URLs, but none pugfs takes: refused (and so

@@ -8,6 +8,7 @@ package redact
 import (
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -29,17 +30,21 @@ func URL(u string) string {
 	}
 	if _, err := url.ParseQuery(p.RawQuery); err != nil {
 		// A pair that does not parse (token=x%zz, a=b;secret=x) is
-		// dropped by Query, its secret with it: the query is shown pair
-		// by pair as written, a secret key's value hidden (review 13).
-		var shown []string
-		for _, kv := range rawPairs(p.RawQuery) {
-			if secretParam(kv[0]) {
-				shown = append(shown, kv[2]+"=REDACTED")
-			} else {
-				shown = append(shown, kv[3])
+		// dropped by Query, its secret with it: the query is shown as
+		// written, pair by pair, a secret key's value hidden and an
+		// inner URL's password too (reviews 13, 14).
+		p.RawQuery = rawPair.ReplaceAllStringFunc(p.RawQuery, func(pair string) string {
+			kv := splitPair(pair)
+			switch {
+			case secretParam(kv[0]):
+				return kv[2] + "=REDACTED"
+			default:
+				if r, ok := innerURL(kv[1]); ok {
+					return kv[2] + "=" + url.QueryEscape(r)
+				}
+				return pair
 			}
-		}
-		p.RawQuery = strings.Join(shown, "&")
+		})
 		return p.Redacted()
 	}
 	q := p.Query()
@@ -63,23 +68,22 @@ func URL(u string) string {
 	return p.Redacted()
 }
 
-// rawPairs splits a raw query into its pairs as written, on & and ;
-// (url.ParseQuery refuses ;): each is the key unescaped where it can be,
-// the value likewise, the key as written, and the pair as written.
-func rawPairs(raw string) [][4]string {
-	var out [][4]string
-	for _, pair := range strings.FieldsFunc(raw, func(r rune) bool { return r == '&' || r == ';' }) {
-		k, v, _ := strings.Cut(pair, "=")
-		key, val := k, v
-		if u, err := url.QueryUnescape(k); err == nil {
-			key = u
-		}
-		if u, err := url.QueryUnescape(v); err == nil {
-			val = u
-		}
-		out = append(out, [4]string{key, val, k, pair})
+// rawPair matches a pair of a raw query as written: what is between its
+// separators, & and ; (url.ParseQuery refuses ;).
+var rawPair = regexp.MustCompile(`[^&;]+`)
+
+// splitPair splits a raw query pair: its key unescaped where it can be,
+// its value likewise, the key as written, and the value as written.
+func splitPair(pair string) [4]string {
+	k, v, _ := strings.Cut(pair, "=")
+	key, val := k, v
+	if u, err := url.QueryUnescape(k); err == nil {
+		key = u
 	}
-	return out
+	if u, err := url.QueryUnescape(v); err == nil {
+		val = u
+	}
+	return [4]string{key, val, k, v}
 }
 
 // unparsed stands for what URL cannot parse.
@@ -141,12 +145,17 @@ func Secrets(u string) []string {
 			add(url.QueryEscape(pw))
 			add(url.PathEscape(pw))
 		}
-		for _, kv := range rawPairs(p.RawQuery) {
-			// As written too: a pair Query drops (review 13).
-			if secretParam(kv[0]) {
+		for _, pair := range rawPair.FindAllString(p.RawQuery, -1) {
+			// As written too: a pair Query drops (reviews 13, 14).
+			kv := splitPair(pair)
+			switch pw, inner := innerPassword(kv[1]); {
+			case secretParam(kv[0]):
 				add(kv[1])
-				if _, v, _ := strings.Cut(kv[3], "="); v != kv[1] {
-					add(v)
+				add(kv[3])
+			case inner:
+				for _, w := range []string{pw, url.PathEscape(pw), url.QueryEscape(pw)} {
+					add(w)
+					add(url.QueryEscape(w))
 				}
 			}
 		}

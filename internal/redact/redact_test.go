@@ -62,3 +62,28 @@ func TestURLUnparsed(t *testing.T) {
 		t.Errorf("URL of an unparsed s3 URL = %q, want its scheme kept", got)
 	}
 }
+
+// TestURLMalformedQuery: a query Go's parser refuses is shown as written
+// (its separators and empty pairs kept), but for a secret key's value
+// and an inner URL's password, which Secrets finds too (reviews 13, 14).
+func TestURLMalformedQuery(t *testing.T) {
+	for _, u := range []string{
+		"s3://b/k?token=hunter22%zz",
+		"s3://b/k?region=x;secret=hunter22",
+		"s3://b/k?x=%zz&endpoint=http://u:hunter22@proxy:8080",
+		"s3://b/k?endpoint=http://u:hunter22@proxy:8080;region=x",
+		"s3://b/k?x=%zz&endpoint=http%3A%2F%2Fu%3Ahunter22%40proxy",
+	} {
+		if got := URL(u); strings.Contains(got, "hunter22") {
+			t.Errorf("URL(%q) = %q", u, got)
+		}
+		if got := Scrub(u, Secrets(u)); strings.Contains(got, "hunter22") {
+			t.Errorf("Scrub(%q, Secrets) = %q", u, got)
+		}
+	}
+	for _, u := range []string{"s3://b/k?a=1;b=2", "s3://b/k?a=1&&b=%zz"} {
+		if got := URL(u); got != u {
+			t.Errorf("URL(%q) = %q, want it as written (nothing secret in it)", u, got)
+		}
+	}
+}
