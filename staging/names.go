@@ -138,9 +138,10 @@ func (w *Writer) waitHeld(ws *session, name string) (moved bool) {
 }
 
 // moveBack undoes a rename's move of the staged file s from from to to,
-// when the rename then failed, and releases from (h). The caller holds
-// ws.nsMu: from is held, so nothing was staged there meanwhile.
-func (w *Writer) moveBack(ws *session, s *File, from, to string, h *nameHold) {
+// when the rename then failed, releases from (h) and ends s's busy spell
+// (done, the rename's mark). The caller holds ws.nsMu: from is held, so
+// nothing was staged there meanwhile.
+func (w *Writer) moveBack(ws *session, s *File, from, to string, h *nameHold, done chan struct{}) {
 	w.lockFile(s)
 	defer w.mu.Unlock()
 	defer s.mu.Unlock()
@@ -150,6 +151,17 @@ func (w *Writer) moveBack(ws *session, s *File, from, to string, h *nameHold) {
 		ws.files[from] = s
 	}
 	ws.releaseName(from, h, false)
+	endCommittingLocked(s, done)
+}
+
+// endCommittingLocked ends the busy spell done that a rename marked s
+// with (File.committing): a close waiting for it goes on, under the name
+// s has now. Caller holds s.mu.
+func endCommittingLocked(s *File, done chan struct{}) {
+	if s.committing == done {
+		s.committing = nil
+	}
+	close(done)
 }
 
 // stagedIdle returns the file staged under name in ws with w.mu and its
@@ -189,7 +201,9 @@ func (w *Writer) stagedIdle(ws *session, name string) *File {
 // stays held). A file's mu is held shared for as long as an upload of
 // it takes, and every lookup of every session needs w.mu: a busy file is
 // waited for with w.mu released, and then everything is taken again.
-func (w *Writer) lockStaged(ws *session, names []string) (unlock func()) {
+// So is a file with a commit in flight (File.committing), unless the
+// caller's own mark ours is what makes it busy.
+func (w *Writer) lockStaged(ws *session, names []string, ours chan struct{}) (unlock func()) {
 	for {
 		w.mu.Lock()
 		var held []*File
@@ -200,6 +214,11 @@ func (w *Writer) lockStaged(ws *session, names []string) (unlock func()) {
 				continue
 			}
 			if !s.mu.TryLock() {
+				busy = s
+				break
+			}
+			if s.committing != nil && s.committing != ours {
+				s.mu.Unlock()
 				busy = s
 				break
 			}
@@ -400,17 +419,20 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		e, ok := slots[from]
 		var src *File
 		var srcHold *nameHold
+		var srcDone chan struct{}
 		fail := func(err error) error {
 			if src != nil {
-				w.moveBack(ws, src, from, to, srcHold)
+				w.moveBack(ws, src, from, to, srcHold, srcDone)
 			}
 			settle(true)
 			return err
 		}
 		succeed := func() {
 			if src != nil {
-				w.mu.Lock()
+				w.lockFile(src)
 				ws.releaseName(from, srcHold, true)
+				endCommittingLocked(src, srcDone)
+				src.mu.Unlock()
 				w.mu.Unlock()
 			}
 			settle(false)
@@ -420,6 +442,11 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 			delete(ws.files, from)
 			srcHold = ws.holdName(from)
 			s.name = to
+			// Busy until the outcome: a close of one of its descriptors
+			// meanwhile committed its bytes under to, and they stayed
+			// there when the rename then failed (review 15).
+			srcDone = make(chan struct{})
+			s.committing = srcDone
 			dirty := s.dirty
 			if !ok && !dirty && s.committed != nil {
 				// Committed since slots was read, by a flush that began
@@ -498,37 +525,55 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		ops = append(ops, pendingOp{desc: &layout.Descriptor{Name: e.Name, Deleted: true, CreatedAt: now}, base: fileBase(id, &e)},
 			pendingOp{desc: &moved})
 	}
-	unlock := w.lockStaged(ws, src.staged)
+	// The staged files moved are busy until the outcome (done): a close
+	// of one meanwhile committed its bytes under the new name, and they
+	// stayed there when the rename then failed (review 15).
+	var done chan struct{}
+	if len(ops) > 0 {
+		done = make(chan struct{})
+	}
+	unlock := w.lockStaged(ws, src.staged, nil)
 	var dirs []string
 	for d := range ws.dirs {
 		if d == from || strings.HasPrefix(d, from+"/") {
 			dirs = append(dirs, d)
 		}
 	}
-	w.moveLocalLocked(ws, from, to, src.staged, dirs)
+	w.moveLocalLocked(ws, from, to, src.staged, dirs, done)
 	unlock()
 	if len(ops) == 0 {
 		ws.dirs[to] = true
 	}
 	w.mu.Unlock()
 	if len(ops) > 0 {
-		if err := w.queue(ctx, id, ops); err != nil {
+		var moved []string
+		for _, name := range src.staged {
+			moved = append(moved, to+strings.TrimPrefix(name, from))
+		}
+		err := w.queue(ctx, id, ops)
+		unlock := w.lockStaged(ws, moved, done)
+		names := moved
+		if err != nil {
 			// Nothing moved in the bucket: neither does anything here.
 			// Left moved, the local directories showed the target as an
 			// empty directory beside the source, and the mv tried again
 			// moved the source into it.
-			var back []string
-			for _, name := range src.staged {
-				back = append(back, to+strings.TrimPrefix(name, from))
-			}
-			unlock := w.lockStaged(ws, back)
 			var backDirs []string
 			for _, d := range dirs {
 				backDirs = append(backDirs, to+strings.TrimPrefix(d, from))
 			}
-			w.moveLocalLocked(ws, to, from, back, backDirs)
-			unlock()
-			w.mu.Unlock()
+			w.moveLocalLocked(ws, to, from, moved, backDirs, nil)
+			names = src.staged
+		}
+		for _, name := range names {
+			if s := ws.files[name]; s != nil && s.committing == done {
+				s.committing = nil
+			}
+		}
+		close(done)
+		unlock()
+		w.mu.Unlock()
+		if err != nil {
 			return err
 		}
 	}
@@ -537,15 +582,19 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 }
 
 // moveLocalLocked renames the staged files named staged and the local
-// directories dirs, all under from, to the same places under to. The
-// caller holds ws.nsMu (releases wait for it, so every staged file is
-// still there), w.mu and the mu of every file in staged (lockStaged).
-func (w *Writer) moveLocalLocked(ws *session, from, to string, staged, dirs []string) {
+// directories dirs, all under from, to the same places under to, and
+// marks the files busy with done (File.committing) unless it is nil.
+// The caller holds ws.nsMu (releases wait for it, so every staged file
+// is still there), w.mu and the mu of every file in staged (lockStaged).
+func (w *Writer) moveLocalLocked(ws *session, from, to string, staged, dirs []string, done chan struct{}) {
 	for _, name := range staged {
 		s := ws.files[name]
 		delete(ws.files, name)
 		s.name = to + strings.TrimPrefix(name, from)
 		ws.files[s.name] = s
+		if done != nil {
+			s.committing = done
+		}
 	}
 	for _, d := range dirs {
 		delete(ws.dirs, d)

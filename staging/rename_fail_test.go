@@ -276,3 +276,70 @@ func TestWriterRenameLandsOpenMeanwhile(t *testing.T) {
 		t.Errorf("b holds %q, want a's %q", got, "a\n")
 	}
 }
+
+// TestWriterRenameSourceWrittenMeanwhile: the source of a rename (a
+// file open and clean, or a file under a renamed directory) is moved to
+// its new name before the rename's snapshot lands; a write to it and
+// its close while that snapshot is in flight committed the bytes under
+// the new name at once, and when the rename then failed they stayed
+// there: mv failed, the close returned 0, the target held the source's
+// new bytes and the source its old ones (review 15). The close now
+// waits for the outcome and commits under the name the file ends with.
+func TestWriterRenameSourceWrittenMeanwhile(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		from, to, file string
+		refused        bool
+		want           map[string]string // name: content ("(none)": absent)
+	}{
+		{"file, refused", "a", "b", "a", true, map[string]string{"a": "NEW\n", "b": "b\n"}},
+		{"file, lands", "a", "b", "a", false, map[string]string{"a": "(none)", "b": "NEW\n"}},
+		{"directory, refused", "d", "e", "d/x", true, map[string]string{"d/x": "NEW\n", "e/x": "(none)"}},
+		{"directory, lands", "d", "e", "d/x", false, map[string]string{"d/x": "(none)", "e/x": "NEW\n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			r := newRenameRig(t)
+			r.commitBlob(t, "d/x", "x\n", "")
+			base, _ := r.slot(t, tc.file)
+			s, err := r.w.Open(ctx, r.id, tc.file, &base, false) // open(O_RDWR), nothing written
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The rename's snapshot PUT is held, then refused once (or
+			// let through); later PUTs pass.
+			g := faultblob.NewGate()
+			rule := faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Regexp: regexp.MustCompile(`/snapshots/`)}, Stall: g}
+			if tc.refused {
+				rule.FailFirst, rule.Err = 1, faultblob.PermanentError(gcerrors.PermissionDenied)
+			}
+			rid := r.inj.Add(rule)
+			renamed := make(chan error, 1)
+			go func() { renamed <- r.w.Rename(ctx, r.id, tc.from, tc.to, false) }()
+			waitStalled(t, g, 1)
+			if _, err := s.WriteAt(ctx, []byte("NEW\n"), 0); err != nil {
+				t.Fatal(err)
+			}
+			closed := make(chan error, 1)
+			go func() { closed <- r.w.Flush(ctx, r.id, s, false) }() // close(2)
+			waitsForRename(t, closed, "close of the moved file")
+			g.Release()
+			rerr := <-renamed
+			r.inj.Remove(rid)
+			if (rerr != nil) != tc.refused {
+				t.Fatalf("rename: %v, want refused %v", rerr, tc.refused)
+			}
+			if err := <-closed; err != nil {
+				t.Fatalf("close of the moved file: %v", err)
+			}
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			for name, want := range tc.want {
+				if got := r.bodyOf(t, name); got != want {
+					t.Errorf("%s holds %q, want %q", name, got, want)
+				}
+			}
+		})
+	}
+}
