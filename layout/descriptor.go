@@ -277,7 +277,7 @@ func (d *Descriptor) InlineOK() bool {
 // "omit when zero" rule.
 type descriptorJSON struct {
 	Digest          string            `json:"digest,omitempty"`
-	Size            int64             `json:"size,omitempty"`
+	Size            *int64            `json:"size,omitempty"`
 	CreatedAt       string            `json:"created-at,omitempty"`
 	ContentType     string            `json:"content-type,omitempty"`
 	ContentEncoding string            `json:"content-encoding,omitempty"`
@@ -333,7 +333,6 @@ var knownDescriptorKeys = map[string]bool{
 func (d Descriptor) MarshalJSON() ([]byte, error) {
 	j := descriptorJSON{
 		Digest:          d.Digest.String(),
-		Size:            d.Size,
 		ContentType:     d.ContentType,
 		ContentEncoding: d.ContentEncoding,
 		CacheControl:    d.CacheControl,
@@ -349,12 +348,20 @@ func (d Descriptor) MarshalJSON() ([]byte, error) {
 	if len(j.Metadata) == 0 {
 		j.Metadata = nil
 	}
+	if d.Size != 0 || !d.Digest.IsZero() {
+		// A blob's size is written when it is 0 too: decisions.md omits
+		// zero values of optional fields only, and size is not one; a
+		// tombstone (no blob) has none (audit 16).
+		j.Size = &d.Size
+	}
 	if !d.CreatedAt.IsZero() {
 		t := d.CreatedAt.UTC()
 		if y := t.Year(); y < 0 || y > 9999 {
 			return nil, fmt.Errorf("%w: descriptor %q: created-at %v is outside years 0000-9999", ErrInvalid, truncate(d.Name), t)
 		}
-		j.CreatedAt = t.Format(time.RFC3339Nano)
+		// All nine digits of nanoseconds (decisions.md), as posix-mtime:
+		// RFC3339Nano drops trailing zeros (audit 16).
+		j.CreatedAt = t.Format(nanoLayout)
 	}
 	if d.Data != nil {
 		j.Data = base64.StdEncoding.EncodeToString(d.Data)

@@ -30,6 +30,7 @@ func (d *oracleDescriptor) UnmarshalJSON(b []byte) error {
 	}
 	var j descriptorJSON
 	var name string
+	var size int64 // descriptorJSON's is a pointer, for writing
 	var out Descriptor
 	if v, ok := raw["name"]; ok {
 		// Decoded first so that the other errors can name the descriptor.
@@ -41,7 +42,7 @@ func (d *oracleDescriptor) UnmarshalJSON(b []byte) error {
 		key string
 		dst any
 	}{
-		{"digest", &j.Digest}, {"size", &j.Size}, {"created-at", &j.CreatedAt},
+		{"digest", &j.Digest}, {"size", &size}, {"created-at", &j.CreatedAt},
 		{"content-type", &j.ContentType}, {"content-encoding", &j.ContentEncoding},
 		{"cache-control", &j.CacheControl}, {"schema-url", &j.SchemaURL},
 		{"sequence-number", &j.SequenceNumber}, {"data", &j.Data},
@@ -87,11 +88,11 @@ func (d *oracleDescriptor) UnmarshalJSON(b []byte) error {
 	if out.Digest, err = parseDescriptorDigest(j.Digest); err != nil {
 		addDamage(&out, "digest", rawString(j.Digest))
 	}
-	if j.Size < 0 {
-		addDamage(&out, "size", json.RawMessage(strconv.FormatInt(j.Size, 10)))
-		j.Size = 0
+	if size < 0 {
+		addDamage(&out, "size", json.RawMessage(strconv.FormatInt(size, 10)))
+		size = 0
 	}
-	out.Size = j.Size
+	out.Size = size
 	if j.CreatedAt != "" {
 		if out.CreatedAt, err = time.Parse(time.RFC3339Nano, j.CreatedAt); err != nil {
 			addDamage(&out, "created-at", rawString(j.CreatedAt))

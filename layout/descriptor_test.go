@@ -101,11 +101,28 @@ func TestSection7_DescriptorOmitsZeroFields(t *testing.T) {
 	if string(b) != `{"name":"n"}` {
 		t.Fatalf("got %s", b)
 	}
-	// Created-at is written in UTC whatever the location.
-	d = Descriptor{CreatedAt: time.Date(2024, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600))}
-	b, _ = json.Marshal(d)
-	if string(b) != `{"created-at":"2024-01-02T02:04:05Z"}` {
-		t.Fatalf("got %s", b)
+	// Created-at is written in UTC whatever the location, with all nine
+	// digits of nanoseconds (decisions.md; RFC3339Nano dropped trailing
+	// zeros, and a whole second's fraction: audit 16).
+	for _, tc := range []struct {
+		ns   int
+		want string
+	}{{0, "2024-01-02T02:04:05.000000000Z"}, {392553230, "2024-01-02T02:04:05.392553230Z"}, {7, "2024-01-02T02:04:05.000000007Z"}} {
+		d = Descriptor{CreatedAt: time.Date(2024, 1, 2, 3, 4, 5, tc.ns, time.FixedZone("x", 3600))}
+		b, _ = json.Marshal(d)
+		if want := `{"created-at":"` + tc.want + `"}`; string(b) != want {
+			t.Errorf("got %s, want %s", b, want)
+		}
+	}
+	// size is not an optional field: a blob of 0 bytes says so. A
+	// tombstone, which names no blob, has none (audit 16).
+	b, _ = json.Marshal(Descriptor{Name: "e", Digest: DigestOf(nil)})
+	if want := `{"digest":"` + DigestOf(nil).String() + `","size":0,"name":"e"}`; string(b) != want {
+		t.Errorf("empty blob: got %s, want %s", b, want)
+	}
+	b, _ = json.Marshal(Descriptor{Name: "e", Deleted: true})
+	if want := `{"name":"e","deleted":true}`; string(b) != want {
+		t.Errorf("tombstone: got %s, want %s", b, want)
 	}
 	var back Descriptor
 	if err := json.Unmarshal([]byte(`{"created-at":"2024-01-02T03:04:05.5+01:00","metadata":{},"data":"","source-version":0,"fork":false}`), &back); err != nil {
@@ -319,7 +336,7 @@ func TestDescriptorDamage(t *testing.T) {
 	d.CreatedAt = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	d.Metadata = map[string]string{"posix-mode": "0600"}
 	b, _ := json.Marshal(d)
-	if want := `{"created-at":"2026-01-02T03:04:05Z","name":"f","metadata":{"posix-mode":"0600"}}`; string(b) != want {
+	if want := `{"created-at":"2026-01-02T03:04:05.000000000Z","name":"f","metadata":{"posix-mode":"0600"}}`; string(b) != want {
 		t.Errorf("set anew: %s, want %s", b, want)
 	}
 	// Metadata values of another JSON type are shown as their JSON text.

@@ -85,6 +85,7 @@ func FormatPosixMode(m uint32) string { return fmt.Sprintf("%04o", m&KeptModeBit
 // nanoseconds, UTC, all nine digits of them (decisions.md). Go's
 // RFC3339Nano drops trailing zeros, and a whole second had no fraction
 // at all: a reader that expects nanoseconds would not find them.
-func FormatPosixMtime(t time.Time) string { return t.UTC().Format(posixMtimeLayout) }
+func FormatPosixMtime(t time.Time) string { return t.UTC().Format(nanoLayout) }
 
-const posixMtimeLayout = "2006-01-02T15:04:05.000000000Z07:00"
+// nanoLayout is RFC 3339 with all nine digits of nanoseconds.
+const nanoLayout = "2006-01-02T15:04:05.000000000Z07:00"
