@@ -547,9 +547,11 @@ func resolveCheckpoint(ctx context.Context, w io.Writer, store *layout.Store, u 
 
 // tooManyFiles reports a commit that failed for the descriptors pugfs
 // may hold: each staged file holds one until the commit, and a run of
-// more files than the limit fails the same way every time.
+// more files than the limit fails the same way every time. ENFILE, the
+// system's table full, is not this: it depends on every other process,
+// and a retry may succeed (review 15).
 func tooManyFiles(err error) bool {
-	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+	return errors.Is(err, syscall.EMFILE)
 }
 
 // tooManyFilesExit says so and exits 1, not 75 ("a retry may succeed":

@@ -39,6 +39,25 @@ func TestHandlerEnv(t *testing.T) {
 // given from /proc/<its parent>/environ (audit 14). Both run here as root
 // without capabilities: a process with capabilities its reader lacks is
 // closed to it anyway, whatever hideCredentials does.
+// TestTooManyFiles: only this process's own limit (EMFILE) makes a
+// failed run exit 1, "a retry fails the same way"; the system's table
+// being full (ENFILE) depends on other processes, and a retry may
+// succeed (review 15).
+func TestTooManyFiles(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("stage f1: %w", syscall.EMFILE), true},
+		{fmt.Errorf("stage f1: %w", syscall.ENFILE), false},
+		{fmt.Errorf("stage f1: %w", syscall.ENOSPC), false},
+	} {
+		if got := tooManyFiles(tc.err); got != tc.want {
+			t.Errorf("tooManyFiles(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
 func TestHideCredentials(t *testing.T) {
 	if os.Getenv("PUGFS_TEST_HIDE") == "1" {
 		hideCredentials()

@@ -26,6 +26,9 @@ func TestReliabilityRedact(t *testing.T) {
 		// Pairs Go's query parser drops, secret and all (review 13).
 		{"mount", "--ingest-from=s3://in/drop/?token=hunter22%zz", "s3://b", "/mnt"},
 		{"mount", "--ingest-from=s3://in/drop/?region=us-east-1;secret=hunter22", "s3://b", "/mnt"},
+		// A proxy's password that its URL does not parse around (an
+		// AWS-style secret with a /; review 15).
+		{"mount", "--ingest-from=s3://team/in/?endpoint=http://u:hun/hunter22@proxy:8080", "s3://b", "/mnt"},
 	} {
 		if got := shownFlags(args, redact.Secrets(args[2])); strings.Contains(got, "hunter22") {
 			t.Errorf(".pugmark/flags of %q: %q", args, got)

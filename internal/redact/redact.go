@@ -28,23 +28,21 @@ func URL(u string) string {
 		}
 		return unparsed
 	}
+	if p.Fragment != "" {
+		// Never a part of an object's address: only a mistake, or a
+		// token, puts one there (review 15).
+		p.Fragment, p.RawFragment = "REDACTED", ""
+	}
+	if i := innerTail(p.RawQuery); i >= 0 {
+		p.RawQuery = rawPairs(p.RawQuery[:i]) + "REDACTED"
+		return p.Redacted()
+	}
 	if _, err := url.ParseQuery(p.RawQuery); err != nil {
 		// A pair that does not parse (token=x%zz, a=b;secret=x) is
 		// dropped by Query, its secret with it: the query is shown as
 		// written, pair by pair, a secret key's value hidden and an
 		// inner URL's password too (reviews 13, 14).
-		p.RawQuery = rawPair.ReplaceAllStringFunc(p.RawQuery, func(pair string) string {
-			kv := splitPair(pair)
-			switch {
-			case secretParam(kv[0]):
-				return kv[2] + "=REDACTED"
-			default:
-				if r, ok := innerURL(kv[1]); ok {
-					return kv[2] + "=" + url.QueryEscape(r)
-				}
-				return pair
-			}
-		})
+		p.RawQuery = rawPairs(p.RawQuery)
 		return p.Redacted()
 	}
 	q := p.Query()
@@ -66,6 +64,50 @@ func URL(u string) string {
 		p.RawQuery = q.Encode()
 	}
 	return p.Redacted()
+}
+
+// rawPairs is the raw query q as written, pair by pair, the value of a
+// secret key and an inner URL's password hidden.
+func rawPairs(q string) string {
+	return rawPair.ReplaceAllStringFunc(q, func(pair string) string {
+		kv := splitPair(pair)
+		if secretParam(kv[0]) {
+			return kv[2] + "=REDACTED"
+		}
+		if r, ok := innerURL(kv[1]); ok {
+			return kv[2] + "=" + url.QueryEscape(r)
+		}
+		return pair
+	})
+}
+
+// innerTail returns where, in the raw query q, the value of the first
+// pair begins that holds a URL whose password cannot be told from the
+// rest, or -1. Such a URL (endpoint=http://u:pw@proxy) that does not
+// parse by itself, for a / ; & ? or # in its password (AWS-style secrets
+// have /), a bad port or escape, was shown whole (review 15); so was one
+// split in two by a & or ; of its password, and one whose @ its parse
+// puts in the path. Everything from there on is a secret.
+func innerTail(q string) int {
+	for _, loc := range rawPair.FindAllStringIndex(q, -1) {
+		kv := splitPair(q[loc[0]:loc[1]])
+		v := kv[1]
+		if !strings.Contains(v, "://") && !strings.HasPrefix(v, "//") {
+			continue
+		}
+		at := loc[0]
+		if strings.Contains(q[loc[0]:loc[1]], "=") {
+			at += len(kv[2]) + 1
+		}
+		p, err := url.Parse(v)
+		switch {
+		case err != nil,
+			strings.Contains(v, "@") && p.User == nil,
+			!strings.Contains(v, "@") && strings.Contains(q[loc[1]:], "@"):
+			return at
+		}
+	}
+	return -1
 }
 
 // rawPair matches a pair of a raw query as written: what is between its
@@ -100,9 +142,10 @@ func innerURL(v string) (string, bool) {
 	return v, false
 }
 
-// innerPassword returns the password of v when v is a URL with one.
+// innerPassword returns the password of v when v is a URL with one
+// (scheme-relative too: //user:pass@proxy).
 func innerPassword(v string) (string, bool) {
-	if !strings.Contains(v, "://") {
+	if !strings.Contains(v, "://") && !strings.HasPrefix(v, "//") {
 		return "", false
 	}
 	p, err := url.Parse(v)
@@ -144,6 +187,21 @@ func Secrets(u string) []string {
 			add(pw)
 			add(url.QueryEscape(pw))
 			add(url.PathEscape(pw))
+		}
+		add(p.Fragment)
+		add(p.EscapedFragment())
+		if i := innerTail(p.RawQuery); i >= 0 {
+			// All of it, and each of its pairs, as written and
+			// unescaped: a driver's error may show any of them.
+			tail := p.RawQuery[i:]
+			for _, w := range append(rawPair.FindAllString(tail, -1), tail) {
+				add(w)
+				if un, err := url.QueryUnescape(w); err == nil {
+					add(un)
+				}
+				_, v, _ := strings.Cut(w, "=")
+				add(v)
+			}
 		}
 		for _, pair := range rawPair.FindAllString(p.RawQuery, -1) {
 			// As written too: a pair Query drops (reviews 13, 14).
