@@ -24,6 +24,7 @@ import (
 
 	"github.com/pugmark/pugfs/internal/redact"
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/drivers"
 )
 
 // ErrRefused: the policy does not let this caller ingest this URL (not
@@ -37,7 +38,7 @@ var ErrRefused = errors.New("ingestion refused")
 type Policy struct {
 	// Prefixes are the trusted sources (ParsePrefixes).
 	Prefixes []Prefix
-	// OpenBucket opens a source bucket URL; nil is blob.OpenBucket.
+	// OpenBucket opens a source bucket URL; nil is drivers.OpenURL.
 	OpenBucket layout.BucketOpener
 	// ProcDir is where the callers' /proc/<pid>/status files are read
 	// for their supplementary groups; "" is /proc.
@@ -114,7 +115,12 @@ func (p *Policy) Open(ctx context.Context, uri string, c Caller) (*Source, error
 	}
 	open := p.OpenBucket
 	if open == nil {
-		open = blob.OpenBucket
+		// As the mount's own bucket is opened: a GCS source through
+		// gcsfix, which reads an object's stored bytes. Through
+		// blob.OpenBucket, GCS decoded a gzip-encoded object on the way
+		// out, past the size its HEAD gave, and the ingestion was
+		// refused as a source that grew (review 15).
+		open = drivers.OpenURL
 	}
 	bu := t.bucketURL()
 	b, err := open(ctx, bu)
