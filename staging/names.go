@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"strings"
 	"time"
 
@@ -78,8 +77,10 @@ func (w *Writer) unstageOver(ws *session, name string) (settle func(failed bool)
 	}
 }
 
-// lockFile takes w.mu and s.mu. A read holds s.mu shared for a moment;
-// it is not waited for with w.mu held, which every lookup needs.
+// lockFile takes w.mu and s.mu. A read holds s.mu shared for as long as
+// its fetch from the bucket takes; it is not waited for with w.mu held,
+// which every lookup needs, nor by spinning, which took w.mu over and
+// over meanwhile (review 15).
 func (w *Writer) lockFile(s *File) {
 	for {
 		w.mu.Lock()
@@ -87,7 +88,8 @@ func (w *Writer) lockFile(s *File) {
 			return
 		}
 		w.mu.Unlock()
-		runtime.Gosched()
+		s.mu.Lock()
+		s.mu.Unlock()
 	}
 }
 

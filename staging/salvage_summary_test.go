@@ -2,6 +2,7 @@ package staging
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -33,5 +34,39 @@ func TestWriterKeepSummary(t *testing.T) {
 		if kept == 0 && strings.Contains(l, "more staged files kept") {
 			t.Errorf("none kept (%d lost), yet the log says: %s", lost, l)
 		}
+	}
+}
+
+// TestWriterKeepSummaryUnchanged: files whose content is unchanged (only
+// their attributes changed: chmod -R, setfattr) count toward the ten
+// lines too; each had a line of its own (review 15).
+func TestWriterKeepSummaryUnchanged(t *testing.T) {
+	var logBuf bytes.Buffer
+	r := newWriterRigCfg(t, func(c *Config) {
+		c.Commit, c.SnapshotType, c.Hold = CommitOnFsync, layout.Checkpoint, true
+		c.Log = slog.New(slog.NewTextHandler(&logBuf, nil))
+	})
+	ctx := context.Background()
+	const n = 14
+	for i := range n {
+		name := fmt.Sprintf("f%d", i)
+		r.commitBlob(t, name, "x\n", "")
+		base, _ := r.slot(t, name)
+		s, err := r.w.Open(ctx, r.id, name, &base, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.ChangeAttrs(func(a *Attrs) { a.Meta = map[string]string{"k": "v"} })
+		if err := r.w.Release(ctx, r.id, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.w.KeepSession(r.id)
+	out := logBuf.String()
+	if lines := strings.Count(out, "its content is unchanged"); lines > keepLogged {
+		t.Errorf("%d lines for %d unchanged files, want at most %d", lines, n, keepLogged)
+	}
+	if !strings.Contains(out, fmt.Sprintf("more=%d", n-keepLogged)) {
+		t.Errorf("no summary line of the %d more files:\n%s", n-keepLogged, out)
 	}
 }
