@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"time"
 
@@ -124,12 +125,21 @@ func (ws *session) releaseName(name string, h *nameHold, moved bool) {
 	close(h.done)
 }
 
-// waitHeld waits until no rename holds name, and reports whether one
-// that did moved a file to or from it. The caller holds no lock.
+// waitHeld waits until no rename holds name, or a directory above it
+// (held as "dir/"), and reports whether one that did moved a file to or
+// from it. The caller holds no lock.
 func (w *Writer) waitHeld(ws *session, name string) (moved bool) {
 	for {
 		w.mu.Lock()
 		h := ws.held[name]
+		for i := strings.IndexByte(name, '/'); h == nil && i >= 0; {
+			h = ws.held[name[:i+1]]
+			j := strings.IndexByte(name[i+1:], '/')
+			if j < 0 {
+				break
+			}
+			i += j + 1
+		}
 		w.mu.Unlock()
 		if h == nil {
 			return moved
@@ -199,18 +209,21 @@ func (w *Writer) stagedIdle(ws *session, name string) *File {
 }
 
 // lockStaged returns with w.mu held, and the mu of each file staged in
-// ws under one of names held too; unlock releases the files' (w.mu
-// stays held). A file's mu is held shared for as long as an upload of
-// it takes, and every lookup of every session needs w.mu: a busy file is
-// waited for with w.mu released, and then everything is taken again.
-// So is a file with a commit in flight (File.committing), unless the
-// caller's own mark ours is what makes it busy.
-func (w *Writer) lockStaged(ws *session, names []string, ours chan struct{}) (unlock func()) {
+// ws under one of the names names gives (called with w.mu held, each
+// time the files are taken) held too; unlock releases the files' (w.mu
+// stays held). A file's mu is held shared for as long as an upload of it
+// takes, and every lookup of every session needs w.mu: a busy file is
+// waited for with w.mu released, and then everything is taken again. So
+// is a file with a commit in flight (File.committing), unless the
+// caller's own mark ours is what makes it busy. It returns the names of
+// the files it holds.
+func (w *Writer) lockStaged(ws *session, names func() []string, ours chan struct{}) (staged []string, unlock func()) {
 	for {
 		w.mu.Lock()
 		var held []*File
 		var busy *File
-		for _, name := range names {
+		staged = staged[:0]
+		for _, name := range names() {
 			s := ws.files[name]
 			if s == nil {
 				continue
@@ -225,9 +238,10 @@ func (w *Writer) lockStaged(ws *session, names []string, ours chan struct{}) (un
 				break
 			}
 			held = append(held, s)
+			staged = append(staged, name)
 		}
 		if busy == nil {
-			return func() {
+			return staged, func() {
 				for _, s := range held {
 					s.mu.Unlock()
 				}
@@ -239,6 +253,19 @@ func (w *Writer) lockStaged(ws *session, names []string, ours chan struct{}) (un
 		w.mu.Unlock()
 		busy.waitIdle()
 	}
+}
+
+// stagedUnder returns the names of the files staged in ws under
+// directory dir. Caller holds w.mu.
+func stagedUnder(ws *session, dir string) []string {
+	var out []string
+	for name := range ws.files {
+		if strings.HasPrefix(name, dir+"/") {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // keepParents keeps the directories above name as (local) directories:
@@ -520,64 +547,93 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 			return err
 		}
 	}
+	// The files staged under the directory are taken now, with no
+	// commit of theirs in flight, and what they were committed as since
+	// the listing joins it: a file's close that landed under the old
+	// name after the listing (its first commit: nothing guarded it) was
+	// left there, and the directory came back with it (audit 17).
+	staged, unlock := w.lockStaged(ws, func() []string { return stagedUnder(ws, from) }, nil)
+	files := src.files
+	index := map[string]int{}
+	for i, e := range files {
+		index[e.Name] = i
+	}
+	for _, name := range staged {
+		c := ws.files[name].committed
+		if c == nil || c.Name != name {
+			continue
+		}
+		if i, ok := index[name]; !ok {
+			files = append(files, *c)
+		} else if c.Version > files[i].Version {
+			files[i] = *c
+		}
+	}
 	var ops []pendingOp
-	for _, e := range src.files {
+	for _, e := range files {
 		moved := movedTo(e, id, to+strings.TrimPrefix(e.Name, from), now)
 		retype(&moved, e.Name, moved.Name) // a directory's files keep their leaf names
 		ops = append(ops, pendingOp{desc: &layout.Descriptor{Name: e.Name, Deleted: true, CreatedAt: now}, base: fileBase(id, &e)},
 			pendingOp{desc: &moved})
 	}
-	// The staged files moved are busy until the outcome (done): a close
-	// of one meanwhile committed its bytes under the new name, and they
-	// stayed there when the rename then failed (review 15).
-	var done chan struct{}
-	if len(ops) > 0 {
-		done = make(chan struct{})
-	}
-	unlock := w.lockStaged(ws, src.staged, nil)
 	var dirs []string
 	for d := range ws.dirs {
 		if d == from || strings.HasPrefix(d, from+"/") {
 			dirs = append(dirs, d)
 		}
 	}
-	w.moveLocalLocked(ws, from, to, src.staged, dirs, done)
-	unlock()
 	if len(ops) == 0 {
-		ws.dirs[to] = true
-	}
-	w.mu.Unlock()
-	if len(ops) > 0 {
-		var moved []string
-		for _, name := range src.staged {
-			moved = append(moved, to+strings.TrimPrefix(name, from))
-		}
-		err := w.queue(ctx, id, ops)
-		unlock := w.lockStaged(ws, moved, done)
-		names := moved
-		if err != nil {
-			// Nothing moved in the bucket: neither does anything here.
-			// Left moved, the local directories showed the target as an
-			// empty directory beside the source, and the mv tried again
-			// moved the source into it.
-			var backDirs []string
-			for _, d := range dirs {
-				backDirs = append(backDirs, to+strings.TrimPrefix(d, from))
-			}
-			w.moveLocalLocked(ws, to, from, moved, backDirs, nil)
-			names = src.staged
-		}
-		for _, name := range names {
-			if s := ws.files[name]; s != nil && s.committing == done {
-				s.committing = nil
-			}
-		}
-		close(done)
+		// Nothing in the bucket: a move of what this mount holds.
+		w.moveLocalLocked(ws, from, to, staged, dirs, nil)
 		unlock()
+		ws.dirs[to] = true
 		w.mu.Unlock()
-		if err != nil {
-			return err
+		w.keepParents(id, from)
+		return nil
+	}
+	// Until the outcome, the staged files moved are busy (done): a
+	// close of one meanwhile committed its bytes under the new name,
+	// and they stayed there when the rename then failed (review 15).
+	// Both directories are held: an open below either waits, then
+	// looks its name up again when the rename landed (ErrChanged), and
+	// a file created below the old name meanwhile was left there, the
+	// directory with it (audit 17).
+	done := make(chan struct{})
+	w.moveLocalLocked(ws, from, to, staged, dirs, done)
+	holdFrom, holdTo := ws.holdName(from+"/"), ws.holdName(to+"/")
+	unlock()
+	w.mu.Unlock()
+	var moved []string
+	for _, name := range staged {
+		moved = append(moved, to+strings.TrimPrefix(name, from))
+	}
+	err = w.queue(ctx, id, ops)
+	_, unlock = w.lockStaged(ws, func() []string { return moved }, done)
+	names := moved
+	if err != nil {
+		// Nothing moved in the bucket: neither does anything here.
+		// Left moved, the local directories showed the target as an
+		// empty directory beside the source, and the mv tried again
+		// moved the source into it.
+		var backDirs []string
+		for _, d := range dirs {
+			backDirs = append(backDirs, to+strings.TrimPrefix(d, from))
 		}
+		w.moveLocalLocked(ws, to, from, moved, backDirs, nil)
+		names = staged
+	}
+	for _, name := range names {
+		if s := ws.files[name]; s != nil && s.committing == done {
+			s.committing = nil
+		}
+	}
+	close(done)
+	ws.releaseName(from+"/", holdFrom, err == nil)
+	ws.releaseName(to+"/", holdTo, err == nil)
+	unlock()
+	w.mu.Unlock()
+	if err != nil {
+		return err
 	}
 	w.keepParents(id, from)
 	return nil

@@ -343,3 +343,44 @@ func TestWriterRenameSourceWrittenMeanwhile(t *testing.T) {
 		})
 	}
 }
+
+// TestWriterDirRenameOpenMeanwhile: an open below a directory whose
+// rename is in flight (its path taken before the rename) staged a file
+// under the old name, which its close then committed there: the old
+// directory came back (audit 17). It now waits for the outcome and, the
+// rename landed, is ErrChanged (the kernel looks the name up again).
+func TestWriterDirRenameOpenMeanwhile(t *testing.T) {
+	for _, excl := range []bool{false, true} {
+		t.Run(map[bool]string{false: "O_TRUNC", true: "O_EXCL"}[excl], func(t *testing.T) {
+			ctx := context.Background()
+			r := newWriterRigCfg(t, nil)
+			r.commitBlob(t, "d/y", "y\n", "")
+			g := r.stallSnapshots()
+			renamed := make(chan error, 1)
+			go func() { renamed <- r.w.Rename(ctx, r.id, "d", "e", false) }()
+			waitStalled(t, g, 1)
+			open := make(chan opened, 1)
+			go func() {
+				var s *File
+				var err error
+				if excl {
+					s, err = r.w.OpenExclusive(ctx, r.id, "d/z")
+				} else {
+					s, err = r.w.Open(ctx, r.id, "d/z", nil, true)
+				}
+				open <- opened{s, err}
+			}()
+			waitsForRename(t, open, "open of d/z")
+			g.Release()
+			if err := <-renamed; err != nil {
+				t.Fatalf("rename: %v", err)
+			}
+			if o := <-open; !errors.Is(o.err, ErrChanged) {
+				if o.s != nil {
+					r.closeFile(t, o.s, true)
+				}
+				t.Errorf("open of d/z during the rename of d: %v, want ErrChanged; d/z now holds %q", o.err, r.bodyOf(t, "d/z"))
+			}
+		})
+	}
+}

@@ -464,6 +464,9 @@ func (w *Writer) OpenExclusive(ctx context.Context, id layout.SessionID, name st
 		return nil, err
 	}
 	ws := w.session(id)
+	if w.waitHeld(ws, name) {
+		return nil, ErrChanged // as openFrom: a rename moved its directory
+	}
 	st, err := w.cache.State(ctx, id)
 	if err != nil {
 		return nil, err
