@@ -21,6 +21,7 @@ import (
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/readahead"
 	"github.com/pugmark/pugfs/staging"
+	"golang.org/x/sys/unix"
 )
 
 // sessionNode returns the node of a session directory: writable for the
@@ -850,10 +851,24 @@ func (n *slotFile) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.
 }
 
 func (n *slotFile) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if settableXattr(attr) {
+		// XATTR_CREATE and XATTR_REPLACE, as setxattr(2) has them: they
+		// were ignored, and a create over a value replaced it (audit 17).
+		_, exists := n.xattrs()[attr]
+		switch {
+		case flags&unix.XATTR_CREATE != 0 && exists:
+			return syscall.EEXIST
+		case flags&unix.XATTR_REPLACE != 0 && !exists:
+			return syscall.ENODATA
+		}
+	}
 	return n.changeXattr(ctx, attr, string(data), false)
 }
 
 func (n *slotFile) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if _, exists := n.xattrs()[attr]; settableXattr(attr) && !exists {
+		return syscall.ENODATA // removexattr(2) of an attribute the file has not
+	}
 	return n.changeXattr(ctx, attr, "", true)
 }
 
@@ -873,6 +888,12 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 	}
 	if isMeta && key == "" {
 		return syscall.EINVAL
+	}
+	if !remove && (!utf8.ValidString(key) || !utf8.ValidString(val)) {
+		// A descriptor's metadata is JSON strings: bytes that are not
+		// UTF-8 were stored as U+FFFD, while this mount went on showing
+		// them as set (audit 17). Refused, as such a name is.
+		return syscall.EILSEQ
 	}
 	if isMeta && key == layout.MetaPosixMode && !remove && !layout.ValidPosixMode(val) {
 		// A mode no reader can use (0o600, " 600"): refused, where it was
