@@ -274,7 +274,9 @@ func (n *sessDirNode) Mkdir(ctx context.Context, name string, mode uint32, out *
 		// session cannot be one.
 		return nil, syscall.ENOENT
 	}
-	n.f.w.Mkdir(n.sd.id, d.full(name))
+	if err := n.f.w.Mkdir(n.sd.id, d.full(name)); err != nil {
+		return nil, n.f.errnoOf("mkdir "+d.full(name), err)
+	}
 	sub := &sessionDir{f: n.f, id: n.sd.id, parts: appendPart(d.parts, name)}
 	return n.f.materialise(ctx, &n.Inode, n.f.sessionSubdir(sub, name), out)
 }

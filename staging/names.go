@@ -127,27 +127,83 @@ func (ws *session) releaseName(name string, h *nameHold, moved bool) {
 
 // waitHeld waits until no rename holds name, or a directory above it
 // (held as "dir/"), and reports whether one that did moved a file to or
-// from it. The caller holds no lock.
-func (w *Writer) waitHeld(ws *session, name string) (moved bool) {
+// from it, and the session's move generation once none holds it, for
+// install's second look (movedSinceLocked). The caller holds no lock.
+func (w *Writer) waitHeld(ws *session, name string) (moved bool, mark uint64) {
 	for {
 		w.mu.Lock()
-		h := ws.held[name]
-		for i := strings.IndexByte(name, '/'); h == nil && i >= 0; {
-			h = ws.held[name[:i+1]]
-			j := strings.IndexByte(name[i+1:], '/')
-			if j < 0 {
-				break
-			}
-			i += j + 1
-		}
+		h := ws.holdOfLocked(name)
+		mark = ws.moveGen
 		w.mu.Unlock()
 		if h == nil {
-			return moved
+			return moved, mark
 		}
 		<-h.done
 		moved = moved || h.moved
 	}
 }
+
+// holdOfLocked returns the hold of a rename in flight on name or on a
+// directory above it, or nil. Caller holds w.mu.
+func (ws *session) holdOfLocked(name string) *nameHold {
+	if h := ws.held[name]; h != nil {
+		return h
+	}
+	for i := 0; ; {
+		j := strings.IndexByte(name[i:], '/')
+		if j < 0 {
+			return nil
+		}
+		i += j + 1
+		if h := ws.held[name[:i]]; h != nil {
+			return h
+		}
+	}
+}
+
+// dirMove is a directory a rename moved (session.moves).
+type dirMove struct {
+	gen uint64
+	dir string // with a trailing /
+}
+
+// keptMoves bounds session.moves.
+const keptMoves = 64
+
+// movedLocked records that a rename moved directory dir. Caller holds
+// w.mu.
+func (ws *session) movedLocked(dir string) {
+	ws.moveGen++
+	if len(ws.moves) == keptMoves {
+		ws.movesFrom = ws.moves[0].gen + 1
+		ws.moves = append(ws.moves[:0], ws.moves[1:]...)
+	}
+	ws.moves = append(ws.moves, dirMove{ws.moveGen, dir + "/"})
+}
+
+// movedSinceLocked says whether something staged at name now, by an
+// operation that waitHeld let through at mark, would stage it below a
+// directory's old name: errHeld while a rename holds a directory above
+// it, ErrChanged when one moved such a directory since mark (or so long
+// ago that it is forgotten). Caller holds w.mu.
+func (ws *session) movedSinceLocked(name string, mark uint64) error {
+	if ws.holdOfLocked(name) != nil {
+		return errHeld
+	}
+	if mark+1 < ws.movesFrom {
+		return ErrChanged
+	}
+	for _, m := range ws.moves {
+		if m.gen > mark && strings.HasPrefix(name, m.dir) {
+			return ErrChanged
+		}
+	}
+	return nil
+}
+
+// errHeld is install's and Mkdir's word that a rename holds a directory
+// above the name: wait for it (waitHeld) and try again.
+var errHeld = errors.New("held by a rename in flight")
 
 // moveBack undoes a rename's move of the staged file s from from to to,
 // when the rename then failed, releases from (h) and ends s's busy spell
@@ -251,7 +307,16 @@ func (w *Writer) lockStaged(ws *session, names func() []string, ours chan struct
 			s.mu.Unlock()
 		}
 		w.mu.Unlock()
-		busy.waitIdle()
+		// Not waitIdle: a file busy with ours (a read holding its mu
+		// when the rename takes its files back) waited for the mark only
+		// this caller clears, and the rename never returned (review 16).
+		busy.mu.Lock()
+		for ch := busy.committing; ch != nil && ch != ours; ch = busy.committing {
+			busy.mu.Unlock()
+			<-ch
+			busy.mu.Lock()
+		}
+		busy.mu.Unlock()
 	}
 }
 
@@ -283,12 +348,27 @@ func (w *Writer) keepParents(id layout.SessionID, name string) {
 }
 
 // Mkdir makes a local directory of a session: it is stored only once a
-// file is written under it (tree.md "Writing").
-func (w *Writer) Mkdir(id layout.SessionID, full string) {
+// file is written under it (tree.md "Writing"). As an open does, it waits
+// for a rename of a directory above it, and is ErrChanged when that
+// moved it: made under the old name after the move, it brought the old
+// directory back (review 16).
+func (w *Writer) Mkdir(id layout.SessionID, full string) error {
 	ws := w.session(id)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	ws.dirs[full] = true
+	for {
+		moved, mark := w.waitHeld(ws, full)
+		if moved {
+			return ErrChanged
+		}
+		w.mu.Lock()
+		err := ws.movedSinceLocked(full, mark)
+		if err == nil {
+			ws.dirs[full] = true
+		}
+		w.mu.Unlock()
+		if !errors.Is(err, errHeld) {
+			return err
+		}
+	}
 }
 
 // Unlink removes the file at path parts of a session: a staged file is
@@ -560,7 +640,10 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 	}
 	for _, name := range staged {
 		c := ws.files[name].committed
-		if c == nil || c.Name != name {
+		if c == nil || c.Name != name || c.Version <= src.version {
+			// What the listing already decided on: a file it lacks
+			// was removed, by another mount say, and moving its old
+			// entry brought it back (review 16).
 			continue
 		}
 		if i, ok := index[name]; !ok {
@@ -587,6 +670,7 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		w.moveLocalLocked(ws, from, to, staged, dirs, nil)
 		unlock()
 		ws.dirs[to] = true
+		ws.movedLocked(from)
 		w.mu.Unlock()
 		w.keepParents(id, from)
 		return nil
@@ -628,6 +712,9 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		}
 	}
 	close(done)
+	if err == nil {
+		ws.movedLocked(from)
+	}
 	ws.releaseName(from+"/", holdFrom, err == nil)
 	ws.releaseName(to+"/", holdTo, err == nil)
 	unlock()

@@ -157,7 +157,16 @@ type session struct {
 	dirs map[string]bool
 	// held are the names a rename in flight moves a staged file from or
 	// over (holdName): an open of one waits for its outcome (waitHeld).
+	// A directory is held as "dir/".
 	held map[string]*nameHold
+	// moves are the directories renames moved lately ("dir/"), each at
+	// the moveGen it made; those before movesFrom are forgotten. An open
+	// or mkdir that began before such a move, and stages below the old
+	// name after it, is ErrChanged (movedSinceLocked): it brought the old
+	// directory back (review 16).
+	moves     []dirMove
+	moveGen   uint64
+	movesFrom uint64
 	// gone hides names removed locally whose tombstones are pending
 	// (fsync mode) or in flight.
 	gone map[string]bool
@@ -464,29 +473,38 @@ func (w *Writer) OpenExclusive(ctx context.Context, id layout.SessionID, name st
 		return nil, err
 	}
 	ws := w.session(id)
-	if w.waitHeld(ws, name) {
-		return nil, ErrChanged // as openFrom: a rename moved its directory
+	for {
+		moved, mark := w.waitHeld(ws, name)
+		if moved {
+			return nil, ErrChanged // as openFrom: a rename moved its directory
+		}
+		st, err := w.cache.State(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		slots, tree := w.Live(st)
+		if file, dir := w.kindOf(ws, slots, tree, name); file || dir {
+			return nil, ErrExist
+		}
+		s, err := w.newStaged(ctx, name, nil, true)
+		if err != nil {
+			return nil, err
+		}
+		s.dirty = true
+		s.absent, s.absentAs = &layout.FileBase{Version: st.Version}, name
+		other, _, err := w.install(ws, name, s, nil, true, mark)
+		switch {
+		case errors.Is(err, errHeld):
+			continue // a rename holds its directory: wait for it
+		case err != nil:
+			return nil, err
+		case other != s:
+			// Another open staged the name meanwhile: it exists now.
+			w.Release(ctx, id, other)
+			return nil, ErrExist
+		}
+		return s, nil
 	}
-	st, err := w.cache.State(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	slots, tree := w.Live(st)
-	if file, dir := w.kindOf(ws, slots, tree, name); file || dir {
-		return nil, ErrExist
-	}
-	s, err := w.newStaged(ctx, name, nil, true)
-	if err != nil {
-		return nil, err
-	}
-	s.dirty = true
-	s.absent, s.absentAs = &layout.FileBase{Version: st.Version}, name
-	if other, ok := w.install(ws, name, s, nil, true); ok && other != s {
-		// Another open staged the name meanwhile: it exists now.
-		w.Release(ctx, id, other)
-		return nil, ErrExist
-	}
-	return s, nil
 }
 
 // share returns the file staged under name in ws with one more open, or
@@ -507,7 +525,8 @@ func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string,
 	}
 	ws := w.session(id)
 	for attempt := 0; ; attempt++ {
-		if w.waitHeld(ws, name) {
+		moved, mark := w.waitHeld(ws, name)
+		if moved {
 			// A rename moved another file to the name, or this one
 			// away, while the kernel sent the open: it looks the name
 			// up again (ESTALE) and opens what is there now.
@@ -560,7 +579,13 @@ func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string,
 		if base == nil || truncate {
 			s.dirty = true // a new or truncated file is a change even if empty
 		}
-		if other, ok := w.install(ws, name, s, base, truncate); ok {
+		other, ok, err := w.install(ws, name, s, base, truncate, mark)
+		switch {
+		case errors.Is(err, errHeld):
+			continue // a rename holds its directory: wait for it
+		case err != nil:
+			return nil, err
+		case ok:
 			return other, nil
 		}
 		// Staged from a base another file of the name was committed
@@ -580,14 +605,23 @@ func (w *Writer) openFrom(ctx context.Context, id layout.SessionID, name string,
 // staged (four threads appending: one staged the file as it was before
 // the others' commits, and its commit dropped their lines). Only close
 // mode commits and forgets files while others open them.
-func (w *Writer) install(ws *session, name string, s *File, base *layout.Entry, truncate bool) (*File, bool) {
+// A rename that holds a directory above name, or moved one since mark
+// (waitHeld), closes s too: errHeld (wait for the rename, then try
+// again) or ErrChanged. Checked before only, by waitHeld, an open that
+// began before a directory's rename staged its file under the old name
+// after it, and the old directory came back (review 16).
+func (w *Writer) install(ws *session, name string, s *File, base *layout.Entry, truncate bool, mark uint64) (*File, bool, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if err := ws.movedSinceLocked(name, mark); err != nil {
+		s.close()
+		return nil, false, err
+	}
 	if other := ws.files[name]; other != nil {
 		// Lost a race with another open: use theirs.
 		s.close()
 		other.opens++
-		return other, true
+		return other, true, nil
 	}
 	if !truncate && w.cfg.Commit == CommitOnClose {
 		// The cache's locks come after Writer.mu, and Peek asks nothing
@@ -595,14 +629,14 @@ func (w *Writer) install(ws *session, name string, s *File, base *layout.Entry, 
 		if st, ok := w.cache.Peek(ws.id); ok {
 			e, exists := st.Slots()[name]
 			if exists != (base != nil) || (exists && e.Digest != base.Digest) {
-				return nil, false
+				return nil, false, nil
 			}
 		}
 	}
 	s.opens = 1
 	ws.files[name] = s
 	delete(ws.gone, name)
-	return s, true
+	return s, true, nil
 }
 
 // checkBase returns the entry name has in the bucket now, for an open
@@ -709,6 +743,8 @@ type dirContent struct {
 	staged []string
 	// dirs are the local (mkdir'd, not yet stored) directories under it.
 	dirs []string
+	// version is the session's version files is as of.
+	version uint32
 }
 
 // empty reports whether the directory holds nothing, so that rmdir may
@@ -727,6 +763,7 @@ func (w *Writer) dirEntries(ctx context.Context, id layout.SessionID, prefix str
 		return c, err
 	}
 	live, _ := w.Live(st)
+	c.version = st.Version
 	under := prefix + "/"
 	w.mu.Lock()
 	defer w.mu.Unlock()
