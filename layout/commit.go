@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"gocloud.dev/blob"
 )
@@ -208,16 +209,24 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 			// Provisional and queueing commits (and checkpoints without
 			// a base) only need the newest position, and the snapshots
 			// above v for their guards.
-			var own bool
-			if pos, own, err = s.stepOver(ctx, id, v, txn, &req); own {
+			next, own, err := s.stepOver(ctx, id, v, txn, &req)
+			switch {
+			case own:
 				return s.ownCommitAt(ctx, id, v, txn, attempt)
-			}
-			if err != nil {
+			case errors.Is(err, errNotTaken):
+				continue // the other write of v failed: v is free
+			case err != nil:
 				return CommitResult{}, err
 			}
+			pos = next
 			continue
 		}
 		meta, err := s.ReadSnapshotMeta(ctx, id, v)
+		if errors.Is(err, ErrNotFound) {
+			if meta, err = s.awaitTaken(ctx, id, v); errors.Is(err, errNotTaken) {
+				continue // the other write of v failed: v is free
+			}
+		}
 		if err != nil {
 			return CommitResult{}, takenUnread(id, v, txn, err)
 		}
@@ -297,6 +306,41 @@ func takenUnread(id SessionID, v uint32, txn uint64, err error) error {
 	return fmt.Errorf("commit to %s: inspect version %d: %w", id, v, &OutcomeUnknownError{id, v, txn, err})
 }
 
+// awaitTaken reads the metadata of version v, which a commit's create
+// was refused as taken, until it is there: a backend may refuse a
+// conditional create while another one of the key is in flight
+// (versitygw does, with 412) and serve the key only once that one
+// completes. Read once, the missing version failed the commit
+// ("inspect version: not found"): 1-7% of two mounts' commits to one
+// session at once, their bytes sent to failed/ (audit 18). After
+// inFlightFor without it, the other write failed and v is free:
+// errNotTaken, and the commit tries v again.
+func (s *Store) awaitTaken(ctx context.Context, id SessionID, v uint32) (SnapshotMeta, error) {
+	deadline := time.Now().Add(inFlightFor)
+	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			return SnapshotMeta{}, ctx.Err()
+		case <-time.After(delay):
+		}
+		meta, err := s.ReadSnapshotMeta(ctx, id, v)
+		if !errors.Is(err, ErrNotFound) {
+			return meta, err
+		}
+		if time.Now().After(deadline) {
+			return SnapshotMeta{}, errNotTaken
+		}
+	}
+}
+
+// inFlightFor bounds awaitTaken's wait for another writer's create of a
+// version in flight. A var for tests.
+var inFlightFor = 2 * time.Second
+
+// errNotTaken is awaitTaken's word that the version refused as taken
+// never appeared.
+var errNotTaken = errors.New("refused as taken, and not there")
+
 // stepReads is how many versions from the one a commit found taken
 // stepOver reads at once.
 const stepReads = 8
@@ -331,6 +375,14 @@ func (s *Store) stepOver(ctx context.Context, id SessionID, v uint32, txn uint64
 		wg.Go(func() { snaps[i], errs[i] = s.ReadSnapshot(ctx, id, v+uint32(i)) })
 	}
 	wg.Wait()
+	if errors.Is(merr, ErrNotFound) {
+		if _, merr = s.awaitTaken(ctx, id, v); merr == nil {
+			return s.stepOver(ctx, id, v, txn, req) // there now: read it all again
+		}
+		if errors.Is(merr, errNotTaken) {
+			return Position{}, false, merr
+		}
+	}
 	if merr != nil {
 		return Position{}, false, takenUnread(id, v, txn, merr)
 	}
