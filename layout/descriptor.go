@@ -144,6 +144,12 @@ func rawString(s string) json.RawMessage {
 
 // damagedStillZero reports whether the field key of d is still zero, so
 // that MarshalJSON writes its stored value back.
+// damaged reports whether key of d could not be read and is still
+// unset, to be written back as it was stored.
+func damaged(d *Descriptor, key string) bool {
+	return d.Damage != nil && slices.Contains(d.Damage.Fields, key) && damagedStillZero(d, key)
+}
+
 func damagedStillZero(d *Descriptor, key string) bool {
 	switch key {
 	case "digest":
@@ -348,10 +354,12 @@ func (d Descriptor) MarshalJSON() ([]byte, error) {
 	if len(j.Metadata) == 0 {
 		j.Metadata = nil
 	}
-	if d.Size != 0 || !d.Digest.IsZero() {
+	if (d.Size != 0 || !d.Digest.IsZero()) && !damaged(&d, "size") {
 		// A blob's size is written when it is 0 too: decisions.md omits
 		// zero values of optional fields only, and size is not one; a
-		// tombstone (no blob) has none (audit 16).
+		// tombstone (no blob) has none (audit 16). A size that could
+		// not be read is written back as stored, below, and once
+		// (review 16: twice, which strict readers refuse).
 		j.Size = &d.Size
 	}
 	if !d.CreatedAt.IsZero() {

@@ -672,3 +672,25 @@ func TestDescriptorNameNotUTF8(t *testing.T) {
 		t.Fatalf("snapshot body: names %q", []string{ds[0].Name, ds[len(ds)-1].Name})
 	}
 }
+
+// TestDescriptorDamagedSizeOnce: a size that could not be read (another
+// writer's -1, a string) is written back as stored, and once: since every
+// blob's size is written, the object carried "size" twice, which strict
+// JSON readers refuse (review 16).
+func TestDescriptorDamagedSizeOnce(t *testing.T) {
+	dg := DigestOf([]byte("x")).String()
+	for _, raw := range []string{`-1`, `"12"`, `1.5`} {
+		in := `{"digest":"` + dg + `","size":` + raw + `,"name":"f"}`
+		var d Descriptor
+		if err := json.Unmarshal([]byte(in), &d); err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		b, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), `"size":`); n != 1 || !strings.Contains(string(b), `"size":`+raw) {
+			t.Errorf("%s written back as %s: %d size keys, want the stored one", in, b, n)
+		}
+	}
+}
