@@ -22,7 +22,7 @@ import (
 // logged whole, its password in it).
 func URL(u string) string {
 	p, err := url.Parse(u)
-	if err != nil {
+	if err != nil || tornUserinfo(u) {
 		if i := strings.Index(u, "://"); i >= 0 && !strings.ContainsAny(u[:i], "/?#@") {
 			return u[:i+3] + unparsed
 		}
@@ -128,6 +128,36 @@ func splitPair(pair string) [4]string {
 	return [4]string{key, val, k, v}
 }
 
+// tornUserinfo reports a URL whose password its parse splits off: one
+// with a / ? or # in it ends the authority early, and a password of
+// digits then passes for a port (https://u:12/x@host: host u, port 12,
+// path /x@host), so the password showed whole (review 16). An @ past
+// the authority, which holds a colon, is taken for such a password.
+func tornUserinfo(u string) bool {
+	i := strings.Index(u, "://")
+	if i < 0 {
+		return false
+	}
+	rest := u[i+3:]
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		return false
+	}
+	return !strings.Contains(rest[:end], "@") && strings.Contains(rest[:end], ":") && strings.Contains(rest[end:], "@")
+}
+
+// tornSecret is what a torn userinfo (tornUserinfo) may hold: all from
+// the colon after the scheme's :// to the last @.
+func tornSecret(u string) string {
+	rest := u[strings.Index(u, "://")+3:]
+	at := strings.LastIndex(rest, "@")
+	colon := strings.IndexByte(rest, ':')
+	if colon < 0 || colon > at {
+		return ""
+	}
+	return rest[colon+1 : at]
+}
+
 // unparsed stands for what URL cannot parse.
 const unparsed = "(a URL that does not parse, not shown)"
 
@@ -139,7 +169,29 @@ func innerURL(v string) (string, bool) {
 		p, _ := url.Parse(v)
 		return p.Redacted(), true
 	}
+	if name := innerUser(v); name != "" {
+		// A user name alone is as often a token (https://TOKEN@host).
+		p, _ := url.Parse(v)
+		p.User = url.User("REDACTED")
+		return p.String(), true
+	}
 	return v, false
+}
+
+// innerUser returns the user name of v when v is a URL with one and no
+// password.
+func innerUser(v string) string {
+	if !strings.Contains(v, "://") && !strings.HasPrefix(v, "//") {
+		return ""
+	}
+	p, err := url.Parse(v)
+	if err != nil || p.User == nil {
+		return ""
+	}
+	if _, ok := p.User.Password(); ok {
+		return ""
+	}
+	return p.User.Username()
 }
 
 // innerPassword returns the password of v when v is a URL with one
@@ -182,6 +234,13 @@ func Secrets(u string) []string {
 			out = append(out, s)
 		}
 	}
+	if tornUserinfo(u) {
+		sec := tornSecret(u)
+		add(sec)
+		if un, err := url.PathUnescape(sec); err == nil {
+			add(un)
+		}
+	}
 	if p, err := url.Parse(u); err == nil {
 		if pw, ok := p.User.Password(); ok {
 			add(pw)
@@ -219,6 +278,10 @@ func Secrets(u string) []string {
 		}
 		for k, vs := range p.Query() {
 			for _, v := range vs {
+				if name := innerUser(v); name != "" {
+					add(name)
+					add(url.QueryEscape(name))
+				}
 				if secretParam(k) {
 					add(v)
 					add(url.QueryEscape(v))

@@ -122,3 +122,32 @@ func TestURLInnerUnparsed(t *testing.T) {
 		t.Errorf("URL(%q) = %q, want it as written", u, URL(u))
 	}
 }
+
+// TestURLTornUserinfo: URL forms whose secret was still shown by URL, or
+// not scrubbed by Scrub(Secrets) (review 16): the outer URL's own
+// password, which a / or ? and leading digits tear from its user name
+// (host u, port 12, the rest a path), and a token as an inner URL's user
+// name alone.
+func TestURLTornUserinfo(t *testing.T) {
+	for _, u := range []string{
+		"https://u:12/ter22@host/file",
+		"s3://u:12/ter22@bucket/k",
+		"https://u:12?ter22@host/file",
+		"s3://b/k?endpoint=http://u:12%23ter22@proxy",
+		"s3://b/k?endpoint=http://u:12%252Fter22@proxy",
+		"s3://b/k?endpoint=http://ter22ter22@proxy",
+		"s3://b/k?a=http://u:pwpwpw@p&endpoint=http://u:hun/ter22@proxy",
+	} {
+		got := URL(u)
+		sc := Scrub("open "+u+": failed", Secrets(u))
+		if strings.Contains(got, "ter22") || strings.Contains(sc, "ter22") {
+			t.Errorf("%q\n  URL   = %q\n  Scrub = %q", u, got, sc)
+		}
+	}
+	// What has no user info is shown as written.
+	for _, u := range []string{"s3://bucket/k@v?region=x", "file:///srv/b@c", "s3://b?endpoint=http://h:9000"} {
+		if got := URL(u); got != u {
+			t.Errorf("URL(%q) = %q, want it as written", u, got)
+		}
+	}
+}
