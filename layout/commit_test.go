@@ -751,3 +751,28 @@ func TestCommitCreateInFlight(t *testing.T) {
 		})
 	}
 }
+
+// TestCommitRefusedNothingThere: a backend that refuses the create of a
+// version every time, with nothing there. awaitTaken waits for such a
+// version once; each of the hundred attempts waited again, the caller
+// (a close, a rename holding the session) blocked for minutes before
+// the retries ran out (review 17).
+func TestCommitRefusedNothingThere(t *testing.T) {
+	defer func(d time.Duration) { inFlightFor = d }(inFlightFor)
+	inFlightFor = 20 * time.Millisecond
+	fb, inj, _ := faulty(t, memblob.OpenBucket(nil))
+	s := newStore(t, fb, nil)
+	id := newSession(t, s)
+	commit(t, s, id, Provisional, desc("f", "x"))
+	key, _ := SnapshotKey(id, 2)
+	inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Glob: key}, FailProb: 1,
+		Err: faultblob.PermanentError(gcerrors.FailedPrecondition)})
+	heads := inj.Stats().Ops[faultblob.OpHead].Requests
+	if _, err := s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("g")}); err == nil {
+		t.Fatal("a commit whose every create is refused landed")
+	}
+	// One wait: a few reads of the version's metadata, not a few a try.
+	if n := inj.Stats().Ops[faultblob.OpHead].Requests - heads; n > 20 {
+		t.Errorf("%d reads of the refused version, want one wait's few", n)
+	}
+}

@@ -110,6 +110,15 @@ func (s *Store) deliver(ctx context.Context, writer SessionID, version uint32, t
 		if landed {
 			return Delivery{Target: target, Outcome: Delivered, Version: v}, nil
 		}
+		// Refused as taken: another writer's create of v may still be in
+		// flight, not served yet (audit 18, review 17).
+		if _, err := s.ReadSnapshotMeta(ctx, target, v); errors.Is(err, ErrNotFound) {
+			if _, err := s.awaitTaken(ctx, target, v); errors.Is(err, errNotTaken) {
+				continue // it failed: v is free
+			} else if err != nil {
+				return Delivery{}, fmt.Errorf("deliver to %s: %w", target, err)
+			}
+		}
 		// Read what took v (and whatever landed above it) before the
 		// next try.
 		if latest, err = s.LatestVersion(ctx, target); err != nil {

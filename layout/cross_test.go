@@ -3,8 +3,11 @@ package layout
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"gocloud.dev/blob"
+	"gocloud.dev/blob/memblob"
+	"gocloud.dev/gcerrors"
 
 	"github.com/pugmark/pugfs/layout/faultblob"
 )
@@ -161,4 +164,28 @@ func TestSection12_2_ConcurrentDeliveries(t *testing.T) {
 		}
 		checkSeqs(t, all, 1)
 	})
+}
+
+// TestDeliverCreateInFlight: a delivery's create refused as taken while
+// the version is not there (another writer's create in flight, which
+// then failed) read the version once and failed, as commits did before
+// awaitTaken (audit 18, review 17).
+func TestDeliverCreateInFlight(t *testing.T) {
+	defer func(d time.Duration) { inFlightFor = d }(inFlightFor)
+	inFlightFor = 20 * time.Millisecond
+	fb, inj, _ := faulty(t, memblob.OpenBucket(nil))
+	s := newStore(t, fb, nil)
+	w := newSession(t, s)
+	t1 := newSession(t, s)
+	commit(t, s, t1, Checkpoint, descs("existing")...)
+	x := desc("to-t1", "a")
+	x.TargetSession = t1
+	r := commit(t, s, w, Checkpoint, x)
+	key, _ := SnapshotKey(t1, 2)
+	inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Glob: key}, FailFirst: 1,
+		Err: faultblob.PermanentError(gcerrors.FailedPrecondition)})
+	d, err := s.DeliverCrossSession(bg, w, r.Version, r.Descriptors)
+	if err != nil || d[0].Version != 2 {
+		t.Errorf("delivery: %+v, %v; want it delivered at version 2", d, err)
+	}
 }

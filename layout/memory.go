@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"gocloud.dev/blob"
@@ -213,7 +214,16 @@ func (s *Store) WriteMemory(ctx context.Context, ns string, w MemoryWrite) (Memo
 		case herr == nil:
 			floor = v + 1 // another writer's version: merge again
 		case isPrecondition(err) && errors.Is(herr, ErrNotFound):
-			continue // listing raced a delete; try again
+			// Listing raced a delete, or another writer's create of the
+			// version is in flight, not served yet: try again, after a
+			// moment, or the hundred attempts passed in milliseconds
+			// (review 17).
+			select {
+			case <-ctx.Done():
+				return MemoryResult{}, fmt.Errorf("write memory %s: %w", ns, ctx.Err())
+			case <-time.After(min(time.Duration(attempt)*5*time.Millisecond, 200*time.Millisecond)):
+			}
+			continue
 		default:
 			return MemoryResult{}, fmt.Errorf("write memory %s: %w", ns, err)
 		}
