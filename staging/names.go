@@ -167,8 +167,11 @@ type dirMove struct {
 	dir string // with a trailing /
 }
 
-// keptMoves bounds session.moves.
-const keptMoves = 64
+// keptMoves bounds session.moves: an open that spans more directory
+// moves of its session than this is ErrChanged whether or not one was
+// above it (the kernel looks it up again, once). At 64, a session
+// renaming directories busily made unrelated opens ESTALE (review 17).
+const keptMoves = 4096
 
 // movedLocked records that a rename moved directory dir. Caller holds
 // w.mu.

@@ -33,6 +33,13 @@ func URL(u string) string {
 		// token, puts one there (review 15).
 		p.Fragment, p.RawFragment = "REDACTED", ""
 	}
+	if p.User != nil {
+		if _, ok := p.User.Password(); !ok && p.User.Username() != "" {
+			// A user name alone is as often a token (https://TOKEN@host):
+			// hidden, as an inner URL's is (review 17).
+			p.User = url.User("REDACTED")
+		}
+	}
 	if i := innerTail(p.RawQuery); i >= 0 {
 		p.RawQuery = rawPairs(p.RawQuery[:i]) + "REDACTED"
 		return p.Redacted()
@@ -133,6 +140,8 @@ func splitPair(pair string) [4]string {
 // digits then passes for a port (https://u:12/x@host: host u, port 12,
 // path /x@host), so the password showed whole (review 16). An @ past
 // the authority, which holds a colon, is taken for such a password.
+// An http(s) URL's @ past its authority is taken for a torn user name
+// too (https://TOK/EN@host): those are the URLs that carry tokens.
 func tornUserinfo(u string) bool {
 	i := strings.Index(u, "://")
 	if i < 0 {
@@ -140,22 +149,23 @@ func tornUserinfo(u string) bool {
 	}
 	rest := u[i+3:]
 	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
+	if end < 0 || strings.Contains(rest[:end], "@") || !strings.Contains(rest[end:], "@") {
 		return false
 	}
-	return !strings.Contains(rest[:end], "@") && strings.Contains(rest[:end], ":") && strings.Contains(rest[end:], "@")
+	scheme := strings.ToLower(u[:i])
+	return strings.Contains(rest[:end], ":") || scheme == "http" || scheme == "https"
 }
 
 // tornSecret is what a torn userinfo (tornUserinfo) may hold: all from
-// the colon after the scheme's :// to the last @.
+// the colon after the scheme's :// to the last @, or all before that @
+// when there is no colon (a user name alone).
 func tornSecret(u string) string {
 	rest := u[strings.Index(u, "://")+3:]
 	at := strings.LastIndex(rest, "@")
-	colon := strings.IndexByte(rest, ':')
-	if colon < 0 || colon > at {
-		return ""
+	if colon := strings.IndexByte(rest, ':'); colon >= 0 && colon < at {
+		return rest[colon+1 : at]
 	}
-	return rest[colon+1 : at]
+	return rest[:max(at, 0)]
 }
 
 // unparsed stands for what URL cannot parse.
@@ -246,6 +256,9 @@ func Secrets(u string) []string {
 			add(pw)
 			add(url.QueryEscape(pw))
 			add(url.PathEscape(pw))
+		} else if p.User != nil {
+			add(p.User.Username())
+			add(url.PathEscape(p.User.Username()))
 		}
 		add(p.Fragment)
 		add(p.EscapedFragment())

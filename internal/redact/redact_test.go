@@ -124,10 +124,11 @@ func TestURLInnerUnparsed(t *testing.T) {
 }
 
 // TestURLTornUserinfo: URL forms whose secret was still shown by URL, or
-// not scrubbed by Scrub(Secrets) (review 16): the outer URL's own
+// not scrubbed by Scrub(Secrets) (reviews 16, 17): the outer URL's own
 // password, which a / or ? and leading digits tear from its user name
-// (host u, port 12, the rest a path), and a token as an inner URL's user
-// name alone.
+// (host u, port 12, the rest a path), a user name alone (a token) torn
+// so, and a token as a URL's user name alone. (An http URL with an @ in
+// its path is hidden with them: a token cannot be told from a key.)
 func TestURLTornUserinfo(t *testing.T) {
 	for _, u := range []string{
 		"https://u:12/ter22@host/file",
@@ -137,6 +138,11 @@ func TestURLTornUserinfo(t *testing.T) {
 		"s3://b/k?endpoint=http://u:12%252Fter22@proxy",
 		"s3://b/k?endpoint=http://ter22ter22@proxy",
 		"s3://b/k?a=http://u:pwpwpw@p&endpoint=http://u:hun/ter22@proxy",
+		// A user name alone, a token: with a / in it (review 17), and
+		// whole.
+		"https://TOK/ter22@host/b",
+		"https://us/er:ter22@host/b",
+		"https://ter22ter22@host/b",
 	} {
 		got := URL(u)
 		sc := Scrub("open "+u+": failed", Secrets(u))
