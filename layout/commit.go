@@ -188,10 +188,11 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 			return CommitResult{}, fmt.Errorf("commit to %s: %w", id, err)
 		}
 	}
-	// notThere is a version refused as taken that awaitTaken waited for
-	// in vain: refused again, it is not waited for again (each wait was
-	// two seconds of a hundred attempts, review 17).
-	var notThere uint32
+	// awaits counts awaitTaken's waits, at most maxAwaits a commit: one
+	// at each of a hundred attempts was minutes (review 17), one a
+	// version gave up on a version refused again while still in flight
+	// (review 18).
+	awaits := 0
 	for attempt := 1; attempt <= s.opts.CommitRetries; attempt++ {
 		if pos.Version == ^uint32(0) {
 			return CommitResult{}, fmt.Errorf("commit to %s: %w: version space exhausted", id, ErrInvalid)
@@ -213,12 +214,11 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 			// Provisional and queueing commits (and checkpoints without
 			// a base) only need the newest position, and the snapshots
 			// above v for their guards.
-			next, own, err := s.stepOver(ctx, id, v, txn, &req, v != notThere)
+			next, own, err := s.stepOver(ctx, id, v, txn, &req, &awaits)
 			switch {
 			case own:
 				return s.ownCommitAt(ctx, id, v, txn, attempt)
 			case errors.Is(err, errNotTaken):
-				notThere = v
 				continue // the other write of v failed: v is free
 			case err != nil:
 				return CommitResult{}, err
@@ -227,9 +227,9 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 			continue
 		}
 		meta, err := s.ReadSnapshotMeta(ctx, id, v)
-		if errors.Is(err, ErrNotFound) && v != notThere {
+		if errors.Is(err, ErrNotFound) && awaits < maxAwaits {
+			awaits++
 			if meta, err = s.awaitTaken(ctx, id, v); errors.Is(err, errNotTaken) {
-				notThere = v
 				continue // the other write of v failed: v is free
 			}
 		}
@@ -343,6 +343,9 @@ func (s *Store) awaitTaken(ctx context.Context, id SessionID, v uint32) (Snapsho
 // version in flight. A var for tests.
 var inFlightFor = 2 * time.Second
 
+// maxAwaits bounds the awaitTaken waits of one commit or delivery.
+const maxAwaits = 3
+
 // errNotTaken is awaitTaken's word that the version refused as taken
 // never appeared.
 var errNotTaken = errors.New("refused as taken, and not there")
@@ -370,9 +373,9 @@ const stepReads = 8
 // ErrRetriesExhausted after 9 s (audit 5). From what it reads to the
 // PUT at the next version is one round trip now, as the other mount's.
 //
-// With await, a version refused as taken and not there yet is waited
-// for (awaitTaken), once.
-func (s *Store) stepOver(ctx context.Context, id SessionID, v uint32, txn uint64, req *CommitRequest, await bool) (pos Position, own bool, err error) {
+// A version refused as taken and not there yet is waited for
+// (awaitTaken) while *awaits is below maxAwaits, which it counts.
+func (s *Store) stepOver(ctx context.Context, id SessionID, v uint32, txn uint64, req *CommitRequest, awaits *int) (pos Position, own bool, err error) {
 	n := min(stepReads, uint64(^uint32(0))-uint64(v)+1)
 	var meta SnapshotMeta
 	var merr error
@@ -384,9 +387,10 @@ func (s *Store) stepOver(ctx context.Context, id SessionID, v uint32, txn uint64
 		wg.Go(func() { snaps[i], errs[i] = s.ReadSnapshot(ctx, id, v+uint32(i)) })
 	}
 	wg.Wait()
-	if errors.Is(merr, ErrNotFound) && await {
+	if errors.Is(merr, ErrNotFound) && *awaits < maxAwaits {
+		*awaits++
 		if _, merr = s.awaitTaken(ctx, id, v); merr == nil {
-			return s.stepOver(ctx, id, v, txn, req, false) // there now: read it all again
+			return s.stepOver(ctx, id, v, txn, req, awaits) // there now: read it all again
 		}
 		if errors.Is(merr, errNotTaken) {
 			return Position{}, false, merr

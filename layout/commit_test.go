@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -772,7 +773,45 @@ func TestCommitRefusedNothingThere(t *testing.T) {
 		t.Fatal("a commit whose every create is refused landed")
 	}
 	// One wait: a few reads of the version's metadata, not a few a try.
-	if n := inj.Stats().Ops[faultblob.OpHead].Requests - heads; n > 20 {
+	if n := inj.Stats().Ops[faultblob.OpHead].Requests - heads; n > 40 {
 		t.Errorf("%d reads of the refused version, want one wait's few", n)
+	}
+}
+
+// TestCommitSecondRefusalInFlight: another writer's create of version 2
+// in flight longer than one wait: refused again, the version was not
+// waited for again and the commit failed ("inspect version 2: not
+// found", audit 18's symptom; review 18). A commit waits up to
+// maxAwaits times.
+func TestCommitSecondRefusalInFlight(t *testing.T) {
+	defer func(d time.Duration) { inFlightFor = d }(inFlightFor)
+	inFlightFor = 100 * time.Millisecond
+	mem := memblob.OpenBucket(nil)
+	fb, inj, _ := faulty(t, mem)
+	s := newStore(t, fb, nil)
+	raw := newStore(t, mem, nil)
+	id := newSession(t, s)
+	commit(t, s, id, Provisional, desc("f", "x"))
+	key, _ := SnapshotKey(id, 2)
+	var puts atomic.Int32
+	done := make(chan struct{})
+	inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Glob: key}, FailFirst: 2,
+		Err: faultblob.PermanentError(gcerrors.FailedPrecondition),
+		While: func() bool {
+			if puts.Add(1) == 2 {
+				go func() { // the other writer's create completes just after
+					defer close(done)
+					time.Sleep(10 * time.Millisecond)
+					if _, err := raw.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("other")}); err != nil {
+						t.Errorf("other writer: %v", err)
+					}
+				}()
+			}
+			return true
+		}})
+	_, err := s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("g")})
+	<-done
+	if err != nil {
+		t.Errorf("commit failed on the second refusal of an in-flight version: %v", err)
 	}
 }

@@ -84,6 +84,7 @@ func (s *Store) deliver(ctx context.Context, writer SessionID, version uint32, t
 		return Delivery{}, err
 	}
 	txn := NewTransactionID()
+	awaits := 0 // awaitTaken's waits, as Commit counts them
 	for attempt := 1; attempt <= s.opts.CommitRetries; attempt++ {
 		if v, ok := deliveredIn(snaps, writer, version); ok {
 			return Delivery{Target: target, Outcome: AlreadyDelivered, Version: v}, nil
@@ -111,8 +112,9 @@ func (s *Store) deliver(ctx context.Context, writer SessionID, version uint32, t
 			return Delivery{Target: target, Outcome: Delivered, Version: v}, nil
 		}
 		// Refused as taken: another writer's create of v may still be in
-		// flight, not served yet (audit 18, review 17).
-		if _, err := s.ReadSnapshotMeta(ctx, target, v); errors.Is(err, ErrNotFound) {
+		// flight, not served yet (audit 18, reviews 17, 18).
+		if _, err := s.ReadSnapshotMeta(ctx, target, v); errors.Is(err, ErrNotFound) && awaits < maxAwaits {
+			awaits++
 			if _, err := s.awaitTaken(ctx, target, v); errors.Is(err, errNotTaken) {
 				continue // it failed: v is free
 			} else if err != nil {

@@ -189,3 +189,30 @@ func TestDeliverCreateInFlight(t *testing.T) {
 		t.Errorf("delivery: %+v, %v; want it delivered at version 2", d, err)
 	}
 }
+
+// TestDeliverRefusedNothingThere: a delivery whose every create of a
+// version is refused with nothing there waited inFlightFor at each of
+// its hundred attempts (review 18): maxAwaits bounds its waits, as a
+// commit's.
+func TestDeliverRefusedNothingThere(t *testing.T) {
+	defer func(d time.Duration) { inFlightFor = d }(inFlightFor)
+	inFlightFor = 20 * time.Millisecond
+	fb, inj, _ := faulty(t, memblob.OpenBucket(nil))
+	s := newStore(t, fb, nil)
+	w := newSession(t, s)
+	t1 := newSession(t, s)
+	commit(t, s, t1, Checkpoint, descs("existing")...)
+	x := desc("to-t1", "a")
+	x.TargetSession = t1
+	r := commit(t, s, w, Checkpoint, x)
+	key, _ := SnapshotKey(t1, 2)
+	inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Glob: key}, FailProb: 1,
+		Err: faultblob.PermanentError(gcerrors.FailedPrecondition)})
+	heads := inj.Stats().Ops[faultblob.OpHead].Requests
+	if _, err := s.DeliverCrossSession(bg, w, r.Version, r.Descriptors); err == nil {
+		t.Fatal("a delivery whose every create is refused landed")
+	}
+	if n := inj.Stats().Ops[faultblob.OpHead].Requests - heads; n > 40 {
+		t.Errorf("%d reads of the refused version, want a few waits' few", n)
+	}
+}

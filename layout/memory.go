@@ -221,7 +221,7 @@ func (s *Store) WriteMemory(ctx context.Context, ns string, w MemoryWrite) (Memo
 			select {
 			case <-ctx.Done():
 				return MemoryResult{}, fmt.Errorf("write memory %s: %w", ns, ctx.Err())
-			case <-time.After(min(time.Duration(attempt)*5*time.Millisecond, 200*time.Millisecond)):
+			case <-time.After(min(time.Duration(attempt)*5*time.Millisecond, 50*time.Millisecond)):
 			}
 			continue
 		default:

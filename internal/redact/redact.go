@@ -33,10 +33,12 @@ func URL(u string) string {
 		// token, puts one there (review 15).
 		p.Fragment, p.RawFragment = "REDACTED", ""
 	}
-	if p.User != nil {
+	if p.User != nil && webScheme(p.Scheme) {
 		if _, ok := p.User.Password(); !ok && p.User.Username() != "" {
 			// A user name alone is as often a token (https://TOKEN@host):
-			// hidden, as an inner URL's is (review 17).
+			// hidden, as an inner URL's is (review 17). Not a bucket
+			// URL's (s3://data@bucket), which is no token, and whose
+			// name in every log line was scrubbed (review 18).
 			p.User = url.User("REDACTED")
 		}
 	}
@@ -152,8 +154,14 @@ func tornUserinfo(u string) bool {
 	if end < 0 || strings.Contains(rest[:end], "@") || !strings.Contains(rest[end:], "@") {
 		return false
 	}
-	scheme := strings.ToLower(u[:i])
-	return strings.Contains(rest[:end], ":") || scheme == "http" || scheme == "https"
+	return strings.Contains(rest[:end], ":") || webScheme(u[:i])
+}
+
+// webScheme reports http and https, the URLs that carry tokens as user
+// names.
+func webScheme(scheme string) bool {
+	scheme = strings.ToLower(scheme)
+	return scheme == "http" || scheme == "https"
 }
 
 // tornSecret is what a torn userinfo (tornUserinfo) may hold: all from
@@ -256,7 +264,7 @@ func Secrets(u string) []string {
 			add(pw)
 			add(url.QueryEscape(pw))
 			add(url.PathEscape(pw))
-		} else if p.User != nil {
+		} else if p.User != nil && webScheme(p.Scheme) {
 			add(p.User.Username())
 			add(url.PathEscape(p.User.Username()))
 		}

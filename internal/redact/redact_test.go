@@ -157,3 +157,16 @@ func TestURLTornUserinfo(t *testing.T) {
 		}
 	}
 }
+
+// TestURLBucketUserName: a bucket URL's user name alone is no token, and
+// is shown; it was hidden, and scrubbed from every log line that named
+// it ("data" of s3://data@bucket, review 18).
+func TestURLBucketUserName(t *testing.T) {
+	u := "s3://data@bucket"
+	if got := URL(u); got != u {
+		t.Errorf("URL(%q) = %q, want it as written", u, got)
+	}
+	if got := Scrub("read data of "+u, Secrets(u)); got != "read data of "+u {
+		t.Errorf("Scrub = %q", got)
+	}
+}
