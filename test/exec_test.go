@@ -1024,7 +1024,7 @@ func TestExecCommitOutcomeUnknown(t *testing.T) {
 			r := startExecFlags(t, fb, cache, []string{"--request-timeout", "1s"}, id.String(), "sh", "-c", "echo important > f.txt; touch "+sw)
 			if answers {
 				waitFor(t, "pugfs exec asking the bucket again", func() bool {
-					return strings.Contains(r.stderr.String(), "asking it again")
+					return strings.Contains(r.stderr.String(), "asking the bucket again")
 				})
 				off()
 			}
