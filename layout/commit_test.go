@@ -709,8 +709,7 @@ func TestSection7_3_SequenceNumbersExhausted(t *testing.T) {
 // for the version, and steps over it, or, when it never appears (the
 // other write failed), creates it itself.
 func TestCommitCreateInFlight(t *testing.T) {
-	defer func(d time.Duration) { inFlightFor = d }(inFlightFor)
-	inFlightFor = 50 * time.Millisecond
+	shortInFlight(t, 50*time.Millisecond)
 	for _, tc := range []struct {
 		name  string
 		typ   SnapshotType
@@ -759,15 +758,12 @@ func TestCommitCreateInFlight(t *testing.T) {
 // (a close, a rename holding the session) blocked for minutes before
 // the retries ran out (review 17).
 func TestCommitRefusedNothingThere(t *testing.T) {
-	defer func(d time.Duration) { inFlightFor = d }(inFlightFor)
-	inFlightFor = 20 * time.Millisecond
+	shortInFlight(t, 20*time.Millisecond)
 	fb, inj, _ := faulty(t, memblob.OpenBucket(nil))
 	s := newStore(t, fb, nil)
 	id := newSession(t, s)
 	commit(t, s, id, Provisional, desc("f", "x"))
-	key, _ := SnapshotKey(id, 2)
-	inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Glob: key}, FailProb: 1,
-		Err: faultblob.PermanentError(gcerrors.FailedPrecondition)})
+	refuseCreate(t, inj, id, 2, true)
 	heads := inj.Stats().Ops[faultblob.OpHead].Requests
 	if _, err := s.Commit(bg, id, CommitRequest{Type: Provisional, Descriptors: descs("g")}); err == nil {
 		t.Fatal("a commit whose every create is refused landed")
@@ -784,8 +780,7 @@ func TestCommitRefusedNothingThere(t *testing.T) {
 // found", audit 18's symptom; review 18). A commit waits up to
 // maxAwaits times.
 func TestCommitSecondRefusalInFlight(t *testing.T) {
-	defer func(d time.Duration) { inFlightFor = d }(inFlightFor)
-	inFlightFor = 100 * time.Millisecond
+	shortInFlight(t, 100*time.Millisecond)
 	mem := memblob.OpenBucket(nil)
 	fb, inj, _ := faulty(t, mem)
 	s := newStore(t, fb, nil)
@@ -814,4 +809,26 @@ func TestCommitSecondRefusalInFlight(t *testing.T) {
 	if err != nil {
 		t.Errorf("commit failed on the second refusal of an in-flight version: %v", err)
 	}
+}
+
+// shortInFlight makes awaitTaken's wait d for the test.
+func shortInFlight(t *testing.T, d time.Duration) {
+	old := inFlightFor
+	inFlightFor = d
+	t.Cleanup(func() { inFlightFor = old })
+}
+
+// refuseCreate makes the create of version v of session id fail as
+// taken (412) with nothing there: the first only, or every one.
+func refuseCreate(t *testing.T, inj *faultblob.Injector, id SessionID, v uint32, every bool) {
+	t.Helper()
+	key, err := SnapshotKey(id, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Glob: key}, FailFirst: 1, Err: faultblob.PermanentError(gcerrors.FailedPrecondition)}
+	if every {
+		r.FailFirst, r.FailProb = 0, 1
+	}
+	inj.Add(r)
 }

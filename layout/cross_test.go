@@ -7,7 +7,6 @@ import (
 
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/memblob"
-	"gocloud.dev/gcerrors"
 
 	"github.com/pugmark/pugfs/layout/faultblob"
 )
@@ -166,53 +165,36 @@ func TestSection12_2_ConcurrentDeliveries(t *testing.T) {
 	})
 }
 
-// TestDeliverCreateInFlight: a delivery's create refused as taken while
-// the version is not there (another writer's create in flight, which
-// then failed) read the version once and failed, as commits did before
-// awaitTaken (audit 18, review 17).
-func TestDeliverCreateInFlight(t *testing.T) {
-	defer func(d time.Duration) { inFlightFor = d }(inFlightFor)
-	inFlightFor = 20 * time.Millisecond
-	fb, inj, _ := faulty(t, memblob.OpenBucket(nil))
-	s := newStore(t, fb, nil)
-	w := newSession(t, s)
-	t1 := newSession(t, s)
-	commit(t, s, t1, Checkpoint, descs("existing")...)
-	x := desc("to-t1", "a")
-	x.TargetSession = t1
-	r := commit(t, s, w, Checkpoint, x)
-	key, _ := SnapshotKey(t1, 2)
-	inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Glob: key}, FailFirst: 1,
-		Err: faultblob.PermanentError(gcerrors.FailedPrecondition)})
-	d, err := s.DeliverCrossSession(bg, w, r.Version, r.Descriptors)
-	if err != nil || d[0].Version != 2 {
-		t.Errorf("delivery: %+v, %v; want it delivered at version 2", d, err)
-	}
-}
-
-// TestDeliverRefusedNothingThere: a delivery whose every create of a
-// version is refused with nothing there waited inFlightFor at each of
-// its hundred attempts (review 18): maxAwaits bounds its waits, as a
-// commit's.
-func TestDeliverRefusedNothingThere(t *testing.T) {
-	defer func(d time.Duration) { inFlightFor = d }(inFlightFor)
-	inFlightFor = 20 * time.Millisecond
-	fb, inj, _ := faulty(t, memblob.OpenBucket(nil))
-	s := newStore(t, fb, nil)
-	w := newSession(t, s)
-	t1 := newSession(t, s)
-	commit(t, s, t1, Checkpoint, descs("existing")...)
-	x := desc("to-t1", "a")
-	x.TargetSession = t1
-	r := commit(t, s, w, Checkpoint, x)
-	key, _ := SnapshotKey(t1, 2)
-	inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Glob: key}, FailProb: 1,
-		Err: faultblob.PermanentError(gcerrors.FailedPrecondition)})
-	heads := inj.Stats().Ops[faultblob.OpHead].Requests
-	if _, err := s.DeliverCrossSession(bg, w, r.Version, r.Descriptors); err == nil {
-		t.Fatal("a delivery whose every create is refused landed")
-	}
-	if n := inj.Stats().Ops[faultblob.OpHead].Requests - heads; n > 40 {
-		t.Errorf("%d reads of the refused version, want a few waits' few", n)
+// TestDeliverRefusedAsTaken: a delivery's create refused as taken
+// while the version is not there (another writer's create in flight,
+// which then failed) read the version once and failed, as commits did
+// before awaitTaken (audit 18, review 17); refused every time, it waited
+// at each of its hundred attempts (review 18): maxAwaits bounds its
+// waits, as a commit's.
+func TestDeliverRefusedAsTaken(t *testing.T) {
+	for _, every := range []bool{false, true} {
+		t.Run(map[bool]string{false: "once", true: "every time"}[every], func(t *testing.T) {
+			shortInFlight(t, 20*time.Millisecond)
+			fb, inj, _ := faulty(t, memblob.OpenBucket(nil))
+			s := newStore(t, fb, nil)
+			w := newSession(t, s)
+			t1 := newSession(t, s)
+			commit(t, s, t1, Checkpoint, descs("existing")...)
+			x := desc("to-t1", "a")
+			x.TargetSession = t1
+			r := commit(t, s, w, Checkpoint, x)
+			refuseCreate(t, inj, t1, 2, every)
+			heads := inj.Stats().Ops[faultblob.OpHead].Requests
+			d, err := s.DeliverCrossSession(bg, w, r.Version, r.Descriptors)
+			switch {
+			case !every && (err != nil || d[0].Version != 2):
+				t.Errorf("delivery: %+v, %v; want it delivered at version 2", d, err)
+			case every && err == nil:
+				t.Error("a delivery whose every create is refused landed")
+			}
+			if n := inj.Stats().Ops[faultblob.OpHead].Requests - heads; n > 40 {
+				t.Errorf("%d reads of the refused version, want a few waits' few", n)
+			}
+		})
 	}
 }

@@ -213,35 +213,54 @@ func TestWriterDirRenameFileRemovedElsewhere(t *testing.T) {
 	}
 }
 
-// TestWriterDirRenameMkdirMeanwhile: mkdir d/sub while mv d e is in
-// flight (same parent: the kernel does not lock d). Mkdir looked at
-// neither nsMu nor the holds: d/sub was made after the rename moved the
-// local directories, and d came back beside e (review 16). It now waits
-// for the rename and, the rename landed, is ErrChanged (the kernel looks
-// d up again, and finds it gone).
-func TestWriterDirRenameMkdirMeanwhile(t *testing.T) {
-	ctx := context.Background()
-	r := newWriterRigCfg(t, nil)
-	r.commitBlob(t, "d/y", "y\n", "")
-	g := r.stallSnapshots()
-	renamed := make(chan error, 1)
-	go func() { renamed <- r.w.Rename(ctx, r.id, "d", "e", false) }()
-	waitStalled(t, g, 1)
-	made := make(chan error, 1)
-	go func() { made <- r.w.Mkdir(r.id, "d/sub") }()
-	waitsForRename(t, made, "mkdir d/sub")
-	g.Release()
-	if err := <-renamed; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-made; !errors.Is(err, ErrChanged) {
-		t.Errorf("mkdir d/sub during mv d e: %v, want ErrChanged", err)
-	}
-	ws := r.w.session(r.id)
-	r.w.mu.Lock()
-	dsub, d := ws.dirs["d/sub"], ws.dirs["d"]
-	r.w.mu.Unlock()
-	if dsub || d {
-		t.Errorf("after mkdir d/sub during mv d e: d/sub %v, d %v (d came back)", dsub, d)
+// TestWriterDirRenameMeanwhile: an open or a mkdir below a directory
+// whose rename is in flight (its path taken before the rename; the
+// kernel does not lock the directory renamed in its parent) staged a
+// file or made a directory under the old name, which then came back
+// beside the new one (audit 17, review 16). Each now waits for the
+// rename and, the rename landed, is ErrChanged: the kernel looks the
+// name up again, and finds the old directory gone.
+func TestWriterDirRenameMeanwhile(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		op   func(r *writerRig) (*File, error)
+	}{
+		{"open O_TRUNC", func(r *writerRig) (*File, error) { return r.w.Open(context.Background(), r.id, "d/z", nil, true) }},
+		{"open O_EXCL", func(r *writerRig) (*File, error) { return r.w.OpenExclusive(context.Background(), r.id, "d/z") }},
+		{"mkdir", func(r *writerRig) (*File, error) { return nil, r.w.Mkdir(r.id, "d/z") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			r := newWriterRigCfg(t, nil)
+			r.commitBlob(t, "d/y", "y\n", "")
+			g := r.stallSnapshots()
+			renamed := make(chan error, 1)
+			go func() { renamed <- r.w.Rename(ctx, r.id, "d", "e", false) }()
+			waitStalled(t, g, 1)
+			done := make(chan opened, 1)
+			go func() {
+				s, err := tc.op(r)
+				done <- opened{s, err}
+			}()
+			waitsForRename(t, done, tc.name+" of d/z")
+			g.Release()
+			if err := <-renamed; err != nil {
+				t.Fatalf("rename: %v", err)
+			}
+			o := <-done
+			if o.s != nil {
+				r.closeFile(t, o.s, true)
+			}
+			if !errors.Is(o.err, ErrChanged) {
+				t.Errorf("%s of d/z during the rename of d: %v, want ErrChanged", tc.name, o.err)
+			}
+			ws := r.w.session(r.id)
+			r.w.mu.Lock()
+			d, dz := ws.dirs["d"], ws.dirs["d/z"]
+			r.w.mu.Unlock()
+			if body := r.bodyOf(t, "d/z"); d || dz || body != "(none)" {
+				t.Errorf("after %s of d/z during mv d e: d %v, d/z a directory %v, d/z holds %q (d came back)", tc.name, d, dz, body)
+			}
+		})
 	}
 }
