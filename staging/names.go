@@ -90,6 +90,7 @@ func (w *Writer) lockFile(s *File) {
 		}
 		w.mu.Unlock()
 		s.mu.Lock()
+		//lint:ignore SA2001 the lock is taken to wait for its holder
 		s.mu.Unlock()
 	}
 }

@@ -567,36 +567,36 @@ func tooManyFilesExit(sio *stdio, err error, kept func() string) error {
 // failed uploads, one a file), with how many more there are: one line
 // of each was 500 bytes, a megabyte for a run of 20,000 files (audit 17).
 func firstLine(err error) string {
-	first, n := firstOf(err)
+	n, first := firstOf(err)
 	if n == 1 {
 		return oneLine(err)
 	}
 	return fmt.Sprintf("%s (and %d more like it)", oneLine(first), n-1)
 }
 
-// firstOf returns the first of the errors err joins (errors.Join), however
-// deep, and how many there are in all; err itself and 1 when it joins none.
-func firstOf(err error) (error, int) {
+// firstOf returns how many errors err joins (errors.Join), however deep,
+// and the first of them; 1 and err itself when it joins none.
+func firstOf(err error) (int, error) {
 	switch u := err.(type) {
 	case interface{ Unwrap() []error }:
 		errs := u.Unwrap()
 		if len(errs) == 0 {
-			return err, 1
+			return 1, err
 		}
-		first, n := firstOf(errs[0])
+		n, first := firstOf(errs[0])
 		for _, e := range errs[1:] {
-			_, k := firstOf(e)
+			k, _ := firstOf(e)
 			n += k
 		}
-		return first, n
+		return n, first
 	case interface{ Unwrap() error }:
 		if inner := u.Unwrap(); inner != nil {
-			if first, n := firstOf(inner); n > 1 {
-				return first, n
+			if n, first := firstOf(inner); n > 1 {
+				return n, first
 			}
 		}
 	}
-	return err, 1
+	return 1, err
 }
 
 // transient reports whether a failed commit may succeed when retried: the
