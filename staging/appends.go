@@ -147,19 +147,22 @@ func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *Fil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.appendFrom < 0 || s.lazy != nil || s.unlinked || s.file == nil || s.name != name || s.werr != nil {
+	if s.appendFrom < 0 || s.lazy != nil || s.unlinked || s.closedLocked() || s.name != name || s.werr != nil {
 		nf.Close()
 		w.log.Info("appended file not moved onto another writer's commit: changed otherwise, removed or renamed here meanwhile", "session", id, "name", name)
 		return 0, false
 	}
 	tail := s.size - s.appendFrom
-	if _, serr = io.Copy(io.MultiWriter(io.NewOffsetWriter(nf, n), sum), io.NewSectionReader(s.file, s.appendFrom, tail)); serr != nil {
+	if serr = s.unparkLocked(); serr == nil {
+		_, serr = io.Copy(io.MultiWriter(io.NewOffsetWriter(nf, n), sum), io.NewSectionReader(s.file, s.appendFrom, tail))
+	}
+	if serr != nil {
 		nf.Close()
 		w.log.Warn("appended file not moved onto another writer's commit: copying its appended bytes failed", "session", id, "name", name, "err", serr)
 		return 0, false
 	}
-	s.file.Close()
-	s.file, s.size, s.sum, s.summed = nf, n+tail, sum, n+tail
+	s.setSpillLocked(nf)
+	s.size, s.sum, s.summed = n+tail, sum, n+tail
 	s.linked.Store(false)
 	s.appendFrom = n
 	s.replaced = nil

@@ -53,6 +53,7 @@ func (w *Writer) Release(ctx context.Context, id layout.SessionID, s *File) erro
 		mine := ws.files[s.name] == s
 		if dirty && !failed && mine && w.cfg.Commit == CommitOnFsync {
 			s.opens--
+			w.parkLocked(s)
 			w.mu.Unlock()
 			return err // kept until the session is fsynced
 		}
@@ -143,6 +144,9 @@ func (w *Writer) restore(ctx context.Context, s *File, gen uint64, e *layout.Ent
 		return // written, removed or committed meanwhile: that stands
 	}
 	s.gen++
+	if err == nil {
+		err = s.unparkLocked()
+	}
 	if err == nil {
 		err = s.unshareLocked()
 	}
@@ -875,7 +879,13 @@ func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error)
 			s.mu.Unlock()
 			return d, nil
 		}
-		info, err := w.store.PutBlobFile(ctx, s.file, d.Digest, d.Size, layout.BlobOptions{ContentType: d.ContentType})
+		f, done, err := s.spillLocked()
+		if err != nil {
+			s.mu.RUnlock()
+			return d, fmt.Errorf("commit %s: %w", d.Name, err)
+		}
+		info, err := w.store.PutBlobFile(ctx, f, d.Digest, d.Size, layout.BlobOptions{ContentType: d.ContentType})
+		done()
 		if info.Linked {
 			s.linked.Store(true) // before any writer gets mu (unshareLocked)
 		}

@@ -41,10 +41,15 @@ type File struct {
 	// name is the slot name. Written under both writer.mu and mu (a
 	// rename), so either lock is enough to read it; use Name() when
 	// holding neither.
-	name  string
-	file  *os.File
-	size  int64
-	dirty bool
+	name string
+	// file is the spill file; nil when closed for good, or while the
+	// file is parked (park.go): parked is then its name in the park
+	// directory. A parked file opened again keeps the name until the
+	// spill file is replaced or closed.
+	file   *os.File
+	parked string
+	size   int64
+	dirty  bool
 	// touched is set once bytes or metadata were changed through a
 	// handle. A freshly created, untouched file is committed at release,
 	// not at the first flush: shells dup and close the new fd before
@@ -255,7 +260,7 @@ func (s *File) fill(ctx context.Context) error {
 	s.fillMu.Lock()
 	defer s.fillMu.Unlock()
 	s.mu.RLock()
-	e, name, open := s.lazy, s.name, s.file != nil
+	e, name, open := s.lazy, s.name, !s.closedLocked()
 	s.mu.RUnlock()
 	if !open {
 		return ErrClosed
@@ -274,15 +279,15 @@ func (s *File) fill(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.lazy != e || s.file == nil {
+	if s.lazy != e || s.closedLocked() {
 		nf.Close()
-		if s.file == nil {
+		if s.closedLocked() {
 			return ErrClosed
 		}
 		return nil // the caller looks at what s holds now
 	}
-	s.file.Close() // empty
-	s.file, s.size, s.sum, s.summed, s.lazy = nf, n, sum, n, nil
+	s.setSpillLocked(nf) // the old one is empty
+	s.size, s.sum, s.summed, s.lazy = n, sum, n, nil
 	if s.ctype == "" {
 		s.ctype = ctype
 	}
@@ -352,6 +357,9 @@ func (s *File) unshareLocked() error {
 	if !s.linked.Load() {
 		return nil
 	}
+	if err := s.unparkLocked(); err != nil {
+		return err
+	}
 	nf, err := s.spill()
 	if err != nil {
 		return err
@@ -364,8 +372,7 @@ func (s *File) unshareLocked() error {
 		nf.Close()
 		return err
 	}
-	s.file.Close()
-	s.file = nf
+	s.setSpillLocked(nf)
 	s.linked.Store(false)
 	return nil
 }
@@ -442,6 +449,9 @@ func (s *File) writeAtLocked(p []byte, off int64, atEnd bool) (int, error) {
 	if s.lazy != nil {
 		return 0, errNeedsFill
 	}
+	if err := s.unparkLocked(); err != nil {
+		return 0, err
+	}
 	if err := s.unshareLocked(); err != nil {
 		return 0, fmt.Errorf("stage %s: copy the committed bytes: %w", s.name, err)
 	}
@@ -481,9 +491,20 @@ func (s *File) writeAtLocked(p []byte, off int64, atEnd bool) (int, error) {
 // reader of it wait too), and the blob does not change.
 func (s *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	s.mu.RLock()
-	if s.file == nil {
+	if s.closedLocked() {
 		s.mu.RUnlock()
 		return 0, ErrClosed
+	}
+	if s.file == nil && s.lazy == nil {
+		// Parked, and read by a handle that opened it meanwhile.
+		s.mu.RUnlock()
+		s.mu.Lock()
+		err := s.unparkLocked()
+		s.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+		return s.ReadAt(ctx, p, off)
 	}
 	if off >= s.size {
 		s.mu.RUnlock()
@@ -533,6 +554,9 @@ func (s *File) truncateLocked(n int64) error {
 		default:
 			return errNeedsFill
 		}
+	}
+	if err := s.unparkLocked(); err != nil {
+		return err
 	}
 	if n != s.size {
 		if err := s.unshareLocked(); err != nil {
@@ -595,14 +619,22 @@ func (s *File) describeLocked(now time.Time) (layout.Descriptor, error) {
 	if e := s.lazy; e != nil {
 		return s.describeLazyLocked(e, now), nil
 	}
-	fi, err := s.file.Stat()
+	if s.closedLocked() {
+		return layout.Descriptor{}, ErrClosed
+	}
+	f, done, err := s.spillLocked()
+	if err != nil {
+		return layout.Descriptor{}, s.parkedLostLocked(err)
+	}
+	defer done()
+	fi, err := f.Stat()
 	if err != nil {
 		return layout.Descriptor{}, err
 	}
 	if fi.Size() != s.size {
 		// A sparse tail (truncate up) is part of the content. Never
 		// needed on a linked file, whose size is what it was committed at.
-		if err := s.file.Truncate(s.size); err != nil {
+		if err := f.Truncate(s.size); err != nil {
 			return layout.Descriptor{}, err
 		}
 	}
@@ -610,7 +642,7 @@ func (s *File) describeLocked(now time.Time) (layout.Descriptor, error) {
 		s.sum.Reset()
 		s.summed = 0
 	}
-	if _, err := io.Copy(s.sum, io.NewSectionReader(s.file, s.summed, s.size-s.summed)); err != nil {
+	if _, err := io.Copy(s.sum, io.NewSectionReader(f, s.summed, s.size-s.summed)); err != nil {
 		s.summed = -1
 		return layout.Descriptor{}, err
 	}
@@ -636,14 +668,14 @@ func (s *File) describeLocked(now time.Time) (layout.Descriptor, error) {
 		d.Extra = c.Clone().Extra
 	}
 	var head [512]byte
-	n, _ := s.file.ReadAt(head[:], 0)
+	n, _ := f.ReadAt(head[:], 0)
 	d.ContentType = s.ctype
 	if d.ContentType == "" {
 		d.ContentType = ContentTypeOf(s.name, head[:n])
 	}
 	if s.size <= layout.InlineLimit {
 		d.Data = make([]byte, s.size)
-		if _, err := s.file.ReadAt(d.Data, 0); err != nil && !errors.Is(err, io.EOF) {
+		if _, err := f.ReadAt(d.Data, 0); err != nil && !errors.Is(err, io.EOF) {
 			return layout.Descriptor{}, err
 		}
 	}
@@ -727,10 +759,7 @@ func retype(d *layout.Descriptor, from, to string) {
 func (s *File) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.file != nil {
-		s.file.Close()
-		s.file = nil
-	}
+	s.setSpillLocked(nil)
 }
 
 // waitCommitLocked waits until no commit of s is in flight. Caller holds
@@ -912,5 +941,5 @@ func (s *File) Rebased() bool { return s.rebased }
 func (s *File) OpenUnlinked() bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.unlinked && s.file != nil
+	return s.unlinked && !s.closedLocked()
 }

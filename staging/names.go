@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -1044,11 +1045,19 @@ func (w *Writer) stageCopy(ws *session, s *File, to string) (*File, error) {
 		size: s.size, dirty: true, touched: true, meta: cloneMap(s.meta), ctype: s.ctype,
 		schema: s.schema, cacheControl: s.cacheControl, blobs: w.blobs, lazy: s.lazy}
 	if s.lazy == nil {
-		// copy_file_range where the file system has it (an
-		// io.LimitedReader of an *os.File): no copy through here.
-		_, err = s.file.Seek(0, io.SeekStart)
+		var f *os.File
+		var done func()
+		if f, done, err = s.spillLocked(); err == nil && f == nil {
+			done()
+			err = ErrClosed
+		}
 		if err == nil {
-			_, err = io.Copy(nf, io.LimitReader(s.file, s.size))
+			// copy_file_range where the file system has it (an
+			// io.LimitedReader of an *os.File): no copy through here.
+			if _, err = f.Seek(0, io.SeekStart); err == nil {
+				_, err = io.Copy(nf, io.LimitReader(f, s.size))
+			}
+			done()
 		}
 	}
 	s.mu.Unlock()

@@ -32,6 +32,7 @@ func (w *Writer) Shutdown() {
 		}
 		ws.pending = nil
 	}
+	w.park.close()
 }
 
 // KeepSession keeps what is staged in session id in the failed directory
@@ -129,15 +130,24 @@ func (w *Writer) salvageAt(id layout.SessionID, s *File, msg string, level slog.
 	dst := filepath.Join(dir, failedName(s.name)+"."+time.Now().UTC().Format("20060102T150405.000000000"))
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if linkSpill(s, dst) == nil {
+	f, done, err := s.spillLocked()
+	if err != nil {
+		w.log.Error("could not keep the data of a failed commit", "session", id, "name", s.name, "err", err)
+		return ""
+	}
+	defer done()
+	if linkSpill(s, f, dst) == nil {
 		w.log.Log(context.Background(), level, msg, append([]any{"session", id, "name", s.name, "path", dst}, why...)...)
 		return dst
 	}
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err == nil && f == nil {
+		err = ErrClosed
+	}
 	if err == nil {
 		buf := make([]byte, 1<<20)
 		for off := int64(0); off < s.size && err == nil; {
-			n, rerr := s.file.ReadAt(buf[:min(int64(len(buf)), s.size-off)], off)
+			n, rerr := f.ReadAt(buf[:min(int64(len(buf)), s.size-off)], off)
 			if n > 0 {
 				_, err = out.Write(buf[:n])
 				off += int64(n)
@@ -170,7 +180,7 @@ func (w *Writer) salvageAt(id layout.SessionID, s *File, msg string, level slog.
 // that is not an O_TMPFILE, one the backend published as the blob (the
 // bucket's object, shared), one a write failed for, one longer than the
 // file, or another file system; the caller copies then.
-func linkSpill(s *File, dst string) error {
+func linkSpill(s *File, f *os.File, dst string) error {
 	if s.linked.Load() {
 		return errors.New("the spill file is the bucket's object")
 	}
@@ -180,14 +190,17 @@ func linkSpill(s *File, dst string) error {
 		// mount's next writes need. They are kept if a copy fits.
 		return errors.New("a write of the file failed")
 	}
+	if f == nil {
+		return ErrClosed
+	}
 	var st unix.Stat_t
-	if err := unix.Fstat(int(s.file.Fd()), &st); err != nil {
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return err
 	}
 	if st.Size != s.size {
 		return errors.New("the spill file is longer than the file")
 	}
-	return unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", s.file.Fd()), unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW)
+	return unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW)
 }
 
 // failedName is a name as the file of its kept data is named: "/" as

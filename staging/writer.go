@@ -139,6 +139,10 @@ type Writer struct {
 	ingestMu  sync.Mutex
 	ingesting int64 // GUARDED_BY(ingestMu)
 
+	// park is where staged files released until an fsync are parked
+	// (park.go).
+	park parking
+
 	// later runs the checks of commits whose outcome was unknown
 	// (resolveLater); Shutdown cancels them and waits.
 	later       sync.WaitGroup
@@ -807,7 +811,7 @@ func (w *Writer) CheckInvariants() error {
 		}
 		for name, s := range ws.files {
 			s.mu.RLock()
-			sname, open, opens := s.name, s.file != nil, s.opens
+			sname, open, opens := s.name, !s.closedLocked(), s.opens
 			s.mu.RUnlock()
 			switch {
 			case sname != name:

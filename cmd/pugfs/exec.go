@@ -546,8 +546,9 @@ func resolveCheckpoint(ctx context.Context, w io.Writer, store *layout.Store, u 
 }
 
 // tooManyFiles reports a commit that failed for the descriptors pugfs
-// may hold: each staged file holds one until the commit, and a run of
-// more files than the limit fails the same way every time. ENFILE, the
+// may hold: each file open for writing holds one while it is open (a
+// released one is parked until the commit, staging.File), and a run that
+// holds more open at once than the limit fails the same way every time. ENFILE, the
 // system's table full, is not this: it depends on every other process,
 // and a retry may succeed (review 15).
 func tooManyFiles(err error) bool {
@@ -559,7 +560,7 @@ func tooManyFiles(err error) bool {
 func tooManyFilesExit(sio *stdio, err error, kept func() string) error {
 	var lim unix.Rlimit
 	unix.Getrlimit(unix.RLIMIT_NOFILE, &lim)
-	fmt.Fprintf(sio.err, "pugfs exec: nothing committed: %s: the run staged more files than pugfs may hold open (each staged file holds one until the commit; its limit was %d, the hard limit, which ulimit -n cannot raise past), and a retry fails the same way unless the limit is raised; %s\n", firstLine(err), lim.Cur, kept())
+	fmt.Fprintf(sio.err, "pugfs exec: nothing committed: %s: the run held more files open at once than pugfs may (each file open for writing holds a descriptor in pugfs while it is open; its limit was %d, the hard limit, which ulimit -n cannot raise past), and a retry fails the same way unless the limit is raised; %s\n", firstLine(err), lim.Cur, kept())
 	return exitCode(1)
 }
 

@@ -1,0 +1,202 @@
+package staging
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// A staged file released and kept for the next fsync (--commit=fsync, a
+// pugfs exec run before its checkpoint) is parked: its spill file gets a
+// name in the Writer's park directory and its descriptor is closed. One
+// descriptor held per staged file until the commit made a run of more
+// files than `ulimit -n` fail (EMFILE at a create, the whole run kept
+// under failed/: audit 15); a checkout of a large tree writes that many.
+// A handle that opens the file again opens the name (unparkLocked); a
+// commit opens it only while it reads it (spillLocked), so a checkpoint
+// of 100,000 parked files holds a few descriptors at a time.
+//
+// The park directory is StagingDir/parked-*, made at the first park and
+// removed by Shutdown. A crashed mount's goes with its staging directory,
+// which the next mount sweeps (cmd/pugfs): what it holds was never
+// committed, as with a crash before parking (spill files have no name
+// then, and go with the process).
+
+// parking is a Writer's park directory.
+type parking struct {
+	// mu guards everything below. Taken with Writer.mu and a File.mu
+	// held, last.
+	mu sync.Mutex
+	// dir is the park directory, "" until the first park.
+	dir string
+	// closed is set by Shutdown: nothing is parked any more.
+	closed bool
+	next   uint64
+}
+
+// name returns a new name in the park directory, making the directory
+// at the first call.
+func (p *parking) name(staging string) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return "", errors.New("the writer was shut down")
+	}
+	if p.dir == "" {
+		// The staging directory too may have been removed (spill).
+		os.MkdirAll(staging, 0o700)
+		dir, err := os.MkdirTemp(staging, "parked-")
+		if err != nil {
+			return "", fmt.Errorf("make the park directory: %w", err)
+		}
+		p.dir = dir
+	}
+	p.next++
+	return filepath.Join(p.dir, strconv.FormatUint(p.next, 10)), nil
+}
+
+// close removes the park directory: the Writer parks nothing any more.
+// The names of files still parked go with it; their content is the
+// caller's to have kept first (Shutdown).
+func (p *parking) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dir != "" {
+		os.RemoveAll(p.dir)
+		p.dir = ""
+	}
+	p.closed = true
+}
+
+// lost forgets dir, the park directory, found gone (the staging
+// directory was removed while mounted): the next park makes another.
+func (p *parking) lost(dir string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dir == dir {
+		p.dir = ""
+	}
+}
+
+// parkLocked parks s, released by its last handle and kept for the next
+// fsync, unless it is busy (an upload holds it: the next release parks
+// it) or its spill file cannot have a name (a file system without
+// O_TMPFILE, where it has none to link). Caller holds Writer.mu, which
+// File.mu is not waited for under.
+func (w *Writer) parkLocked(s *File) {
+	if s.opens > 0 || !s.mu.TryLock() {
+		return
+	}
+	defer s.mu.Unlock()
+	if s.file == nil || s.committing != nil {
+		return
+	}
+	if s.parked != "" && !namedAs(s.file, s.parked) {
+		s.parked = "" // the staging directory was removed: named again below
+	}
+	for attempt := 0; s.parked == ""; attempt++ {
+		name, err := w.park.name(w.cfg.StagingDir)
+		if err == nil {
+			err = unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", s.file.Fd()), unix.AT_FDCWD, name, unix.AT_SYMLINK_FOLLOW)
+		}
+		if err == nil {
+			s.parked = name
+			break
+		}
+		if _, serr := os.Stat(filepath.Dir(name)); errors.Is(serr, os.ErrNotExist) && attempt == 0 {
+			w.park.lost(filepath.Dir(name))
+			continue // in a new park directory
+		}
+		w.log.Debug("staged file not parked: it keeps its descriptor", "name", s.name, "err", err)
+		return
+	}
+	s.file.Close()
+	s.file = nil
+}
+
+// namedAs reports whether path names f's file: closing f then loses
+// nothing.
+func namedAs(f *os.File, path string) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	pi, err := os.Stat(path)
+	return err == nil && os.SameFile(fi, pi)
+}
+
+// unparkLocked opens the parked spill file of s again, for the handle
+// that is about to use it; it stays open until the file is parked again
+// or closed. Caller holds s.mu exclusively.
+func (s *File) unparkLocked() error {
+	if s.file != nil || s.parked == "" {
+		return nil
+	}
+	f, err := os.OpenFile(s.parked, os.O_RDWR, 0)
+	if err != nil {
+		return s.parkedLostLocked(fmt.Errorf("stage %s: open the parked spill file: %w", s.name, err))
+	}
+	s.file = f
+	return nil
+}
+
+// parkedLostLocked returns err, an open of the parked spill file that
+// failed. When the name is gone (the staging directory was removed while
+// mounted), so are the bytes: s holds nothing now, and its commits fail
+// with err until it is cut to nothing or removed, as after a failed write
+// (werr), instead of failing for the name at every fsync. Caller holds
+// s.mu exclusively.
+func (s *File) parkedLostLocked(err error) error {
+	if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	nf, serr := s.spill()
+	if serr != nil {
+		return err
+	}
+	s.parked = ""
+	s.setSpillLocked(nf)
+	s.size, s.summed, s.lazy = 0, -1, nil
+	s.linked.Store(false)
+	s.werr, s.dirty = fmt.Errorf("%w (removed with the staging directory)", err), true
+	s.gen++
+	return s.werr
+}
+
+// spillLocked returns the spill file for one use by a commit (a hash, an
+// upload, a copy kept under failed/, a rename's copy), and done, which
+// the caller calls when it is through: a parked file is opened for that
+// use only. Caller holds s.mu (shared is enough) and checked that s is
+// not closed.
+func (s *File) spillLocked() (f *os.File, done func(), err error) {
+	if s.file != nil || s.parked == "" {
+		return s.file, func() {}, nil
+	}
+	f, err = os.OpenFile(s.parked, os.O_RDWR, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("stage %s: open the parked spill file: %w", s.name, err)
+	}
+	return f, func() { f.Close() }, nil
+}
+
+// closedLocked reports whether the spill file is closed for good (the
+// file was forgotten); a parked one is not. Caller holds s.mu.
+func (s *File) closedLocked() bool { return s.file == nil && s.parked == "" }
+
+// setSpillLocked makes f the spill file of s, closing the old one and
+// removing its parked name. Caller holds s.mu exclusively.
+func (s *File) setSpillLocked(f *os.File) {
+	if s.file != nil {
+		s.file.Close()
+	}
+	if s.parked != "" {
+		os.Remove(s.parked)
+		s.parked = ""
+	}
+	s.file = f
+}
