@@ -48,8 +48,11 @@ type File struct {
 	// spill file is replaced or closed.
 	file   *os.File
 	parked string
-	size   int64
-	dirty  bool
+	// parkedEmpty marks a file parked while it held its content lazily:
+	// its empty spill file was closed, with no name (park.go).
+	parkedEmpty bool
+	size        int64
+	dirty       bool
 	// touched is set once bytes or metadata were changed through a
 	// handle. A freshly created, untouched file is committed at release,
 	// not at the first flush: shells dup and close the new fd before

@@ -7,8 +7,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pugmark/pugfs/layout"
 )
 
 // A staged file released and kept for the next fsync (--commit=fsync, a
@@ -22,10 +25,16 @@ import (
 // of 100,000 parked files holds a few descriptors at a time.
 //
 // The park directory is StagingDir/parked-*, made at the first park and
-// removed by Shutdown. A crashed mount's goes with its staging directory,
-// which the next mount sweeps (cmd/pugfs): what it holds was never
-// committed, as with a crash before parking (spill files have no name
-// then, and go with the process).
+// removed by Shutdown (which keeps what it holds first, as it keeps every
+// file not committed). A file is parked as <session>/<name>.<time>, its
+// name as the failed directory names it (failedName) when it was closed:
+// the next mount sweeps a crashed one's staging directory (cmd/pugfs)
+// and moves these into the failed directory, so a crash keeps what was
+// closed and not yet fsynced, as an unmount does. With Hold (pugfs exec)
+// a run that did not end with its checkpoint keeps nothing (README), and
+// files are parked as plain numbers, which the sweep removes. A file
+// holding only the blob it was opened on (lazy) has an empty spill file:
+// parking closes it, and names nothing (parkedEmpty).
 
 // parking is a Writer's park directory.
 type parking struct {
@@ -37,11 +46,14 @@ type parking struct {
 	// closed is set by Shutdown: nothing is parked any more.
 	closed bool
 	next   uint64
+	// keep: park files under names the sweep keeps (not Hold). Set
+	// before the Writer is shared.
+	keep bool
 }
 
-// name returns a new name in the park directory, making the directory
-// at the first call.
-func (p *parking) name(staging string) (string, error) {
+// name returns a new name in the park directory for file name of
+// session id, making the directories it needs.
+func (p *parking) name(staging string, id layout.SessionID, name string) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -57,7 +69,16 @@ func (p *parking) name(staging string) (string, error) {
 		p.dir = dir
 	}
 	p.next++
-	return filepath.Join(p.dir, strconv.FormatUint(p.next, 10)), nil
+	if !p.keep {
+		return filepath.Join(p.dir, strconv.FormatUint(p.next, 10)), nil
+	}
+	sdir := filepath.Join(p.dir, id.String())
+	if err := os.MkdirAll(sdir, 0o700); err != nil {
+		return "", fmt.Errorf("make the park directory: %w", err)
+	}
+	// The time, as the failed directory's names have it, and a count:
+	// two files of one name parked in one nanosecond stay apart.
+	return filepath.Join(sdir, fmt.Sprintf("%s.%s-%d", failedName(name), time.Now().UTC().Format("20060102T150405.000000000"), p.next)), nil
 }
 
 // close removes the park directory: the Writer parks nothing any more.
@@ -88,7 +109,7 @@ func (p *parking) lost(dir string) {
 // it) or its spill file cannot have a name (a file system without
 // O_TMPFILE, where it has none to link). Caller holds Writer.mu, which
 // File.mu is not waited for under.
-func (w *Writer) parkLocked(s *File) {
+func (w *Writer) parkLocked(id layout.SessionID, s *File) {
 	if s.opens > 0 || !s.mu.TryLock() {
 		return
 	}
@@ -96,11 +117,16 @@ func (w *Writer) parkLocked(s *File) {
 	if s.file == nil || s.committing != nil {
 		return
 	}
+	if s.lazy != nil {
+		s.setSpillLocked(nil) // empty
+		s.parkedEmpty = true
+		return
+	}
 	if s.parked != "" && !namedAs(s.file, s.parked) {
 		s.parked = "" // the staging directory was removed: named again below
 	}
 	for attempt := 0; s.parked == ""; attempt++ {
-		name, err := w.park.name(w.cfg.StagingDir)
+		name, err := w.park.name(w.cfg.StagingDir, id, s.name)
 		if err == nil {
 			err = unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", s.file.Fd()), unix.AT_FDCWD, name, unix.AT_SYMLINK_FOLLOW)
 		}
@@ -134,6 +160,14 @@ func namedAs(f *os.File, path string) bool {
 // that is about to use it; it stays open until the file is parked again
 // or closed. Caller holds s.mu exclusively.
 func (s *File) unparkLocked() error {
+	if s.parkedEmpty {
+		f, err := s.spill()
+		if err != nil {
+			return fmt.Errorf("stage %s: %w", s.name, err)
+		}
+		s.setSpillLocked(f)
+		return nil
+	}
 	if s.file != nil || s.parked == "" {
 		return nil
 	}
@@ -174,6 +208,12 @@ func (s *File) parkedLostLocked(err error) error {
 // use only. Caller holds s.mu (shared is enough) and checked that s is
 // not closed.
 func (s *File) spillLocked() (f *os.File, done func(), err error) {
+	if s.parkedEmpty {
+		if f, err = s.spill(); err != nil {
+			return nil, nil, err
+		}
+		return f, func() { f.Close() }, nil
+	}
 	if s.file != nil || s.parked == "" {
 		return s.file, func() {}, nil
 	}
@@ -186,7 +226,7 @@ func (s *File) spillLocked() (f *os.File, done func(), err error) {
 
 // closedLocked reports whether the spill file is closed for good (the
 // file was forgotten); a parked one is not. Caller holds s.mu.
-func (s *File) closedLocked() bool { return s.file == nil && s.parked == "" }
+func (s *File) closedLocked() bool { return s.file == nil && s.parked == "" && !s.parkedEmpty }
 
 // setSpillLocked makes f the spill file of s, closing the old one and
 // removing its parked name. Caller holds s.mu exclusively.
@@ -198,5 +238,5 @@ func (s *File) setSpillLocked(f *os.File) {
 		os.Remove(s.parked)
 		s.parked = ""
 	}
-	s.file = f
+	s.file, s.parkedEmpty = f, false
 }

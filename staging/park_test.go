@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -19,21 +21,27 @@ func (r *writerRig) parked(t *testing.T, name string) bool {
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.file != nil || s.parked == "" {
+	if s.file != nil {
 		return false
 	}
+	if s.parkedEmpty {
+		return s.parked == ""
+	}
 	_, err := os.Stat(s.parked)
-	return err == nil
+	return s.parked != "" && err == nil
 }
 
-// parkedNames lists the park directories' files under the staging
-// directory.
+// parkedNames lists the files of the park directories under the
+// staging directory.
 func (r *writerRig) parkedNames(t *testing.T) []string {
 	t.Helper()
-	names, err := filepath.Glob(filepath.Join(r.cfg.StagingDir, "parked-*", "*"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	var names []string
+	filepath.WalkDir(r.cfg.StagingDir, func(p string, d os.DirEntry, err error) error {
+		if rel := strings.TrimPrefix(p, r.cfg.StagingDir+"/"); err == nil && d.Type().IsRegular() && strings.HasPrefix(rel, "parked-") {
+			names = append(names, rel)
+		}
+		return nil
+	})
 	return names
 }
 
@@ -59,8 +67,14 @@ func TestWriterPark(t *testing.T) {
 					t.Fatalf("%s was released and is not parked", fileN(i))
 				}
 			}
-			if n := len(r.parkedNames(t)); n != 40 {
-				t.Fatalf("%d parked files, want 40", n)
+			names := r.parkedNames(t)
+			if len(names) != 40 {
+				t.Fatalf("%d parked files, want 40", len(names))
+			}
+			// As the failed directory names files: what the next mount
+			// moves there if this one crashes.
+			if want := regexp.MustCompile(`^parked-\d+/` + r.id.String() + `/d%2Ff0\.\d{8}T\d{6}\.\d{9}-\d+$`); !slices.ContainsFunc(names, want.MatchString) {
+				t.Fatalf("parked as %v, want one like %v", names[:3], want)
 			}
 			if err := r.w.FsyncSession(ctx, r.id); err != nil {
 				t.Fatal(err)
@@ -254,5 +268,19 @@ func TestWriterPark(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			c.run(t, newWriterRig(t, CommitOnFsync))
 		})
+	}
+}
+
+// TestWriterParkHold: pugfs exec's Writer (Hold) parks files under plain
+// numbers, which a crashed run's sweep removes: a run that did not end
+// with its checkpoint keeps nothing.
+func TestWriterParkHold(t *testing.T) {
+	r := holdRig(t)
+	r.write(t, "d/f", "one\n")
+	if !r.parked(t, "d/f") {
+		t.Fatal("not parked")
+	}
+	if names := r.parkedNames(t); len(names) != 1 || !regexp.MustCompile(`^parked-\d+/\d+$`).MatchString(names[0]) {
+		t.Fatalf("parked as %v, want parked-*/<number>", names)
 	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -205,5 +206,37 @@ func TestWriteFailedPerBucket(t *testing.T) {
 	mx = mount(t, bx, "--cache-dir", cacheDir)
 	if got := kept(mx); len(got) != 1 || !strings.Contains(got[0], idx.String()+"/pending.txt.") {
 		t.Errorf("bucket X's mount shows %v as its failed commits, want its pending.txt", got)
+	}
+}
+
+// TestWriteFsyncCrashKeepsClosed: a --commit=fsync mount killed with
+// SIGKILL keeps the files it had closed and not yet fsynced: the next
+// mount on its cache directory moves them into .pugmark/failed/, as an
+// unmount would have kept them. They were unnamed spill files, gone
+// with the process; they are parked under names now (staging/park.go).
+func TestWriteFsyncCrashKeepsClosed(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	cache, dir := t.TempDir(), t.TempDir()
+	m := startMount(t, bk, dir, "--commit=fsync", "--cache-dir", cache)
+	shE(t, sessDir(m, id), `echo one > a.txt; mkdir d; seq 1 1000 > d/b.txt`)
+	m.Kill()
+	m = startMount(t, bk, dir, "--commit=fsync", "--cache-dir", cache)
+	defer m.Stop(t)
+	var seq strings.Builder
+	for i := 1; i <= 1000; i++ {
+		fmt.Fprintln(&seq, i)
+	}
+	for name, want := range map[string]string{"a.txt": "one\n", "d%2Fb.txt": seq.String()} {
+		kept, _ := filepath.Glob(filepath.Join(dir, ".pugmark", "failed", id.String(), name+".*"))
+		if len(kept) != 1 {
+			t.Fatalf("%s kept as %v, want one copy in .pugmark/failed/", name, kept)
+		}
+		if got, err := os.ReadFile(kept[0]); err != nil || string(got) != want {
+			t.Errorf("%s kept with %d bytes (%v), want %d", name, len(got), err, len(want))
+		}
+	}
+	if v := latest(t, bk, id); v != 0 {
+		t.Errorf("version %d: a change never fsynced landed", v)
 	}
 }

@@ -657,20 +657,42 @@ func reportLegacyFailed(dir string, log *slog.Logger) {
 }
 
 // sweepStaging removes the staging directories under stateDir of mounts
-// that are gone, their salvage files moved to failedDir first.
+// that are gone, their salvage files and parked files moved to failedDir
+// first.
 func sweepStaging(stateDir, failedDir string, log *slog.Logger) {
 	orphans(filepath.Join(stateDir, "staging"), func(dir string) {
 		keepFailed(filepath.Join(dir, "failed"), failedDir, log)
+		parked := keepParked(dir, failedDir, log)
 		if err := os.RemoveAll(dir); err != nil {
 			log.Warn("could not remove the staging directory of a mount that is gone", "dir", dir, "err", err)
 			return
 		}
-		// What it staged were unnamed files, gone with the process:
-		// files still open for writing, and with --commit=fsync what
-		// was closed but never fsynced. Nothing can tell whether there
-		// was any; a mount killed is worth a warning all the same.
+		// Files still open for writing were unnamed files, gone with
+		// the process. Nothing can tell whether there were any; a mount
+		// killed is worth a warning all the same.
+		if parked > 0 {
+			log.Warn("a mount or pugfs exec run that is gone (killed, or its machine crashed) left its staging directory, now removed; files it had closed and not yet committed (--commit=fsync) are kept in the failed directory, and files still open for writing died with it", "dir", dir, "kept", parked, "failed", failedDir)
+			return
+		}
 		log.Warn("a mount or pugfs exec run that is gone (killed, or its machine crashed) left its staging directory, now removed; what it had staged and not committed died with it: files still open for writing and, with --commit=fsync, changes not yet fsynced", "dir", dir)
 	})
+}
+
+// keepParked moves the files a dead mount parked (closed, waiting for an
+// fsync: staging.Writer names them <session>/<name>.<time> in
+// parked-*) to failedDir/<session>/, as its unmount would have kept them,
+// and returns how many it moved. A pugfs exec run's parked files are
+// plain numbers, outside any session directory: a run that did not end
+// with its checkpoint keeps nothing.
+func keepParked(dir, failedDir string, log *slog.Logger) int {
+	sessions, _ := filepath.Glob(filepath.Join(dir, "parked-*", "*"))
+	n := 0
+	for _, sd := range sessions {
+		if fi, err := os.Lstat(sd); err == nil && fi.IsDir() {
+			n += keepFailed(sd, filepath.Join(failedDir, filepath.Base(sd)), log)
+		}
+	}
+	return n
 }
 
 // reportFailed says how many files the failed directory keeps: a
@@ -717,8 +739,9 @@ func reportFailed(stateDir, failedDir string, log *slog.Logger) {
 }
 
 // keepFailed moves the salvage files under src (src/<session>/<file>) to
-// dst/<session>/.
-func keepFailed(src, dst string, log *slog.Logger) {
+// dst/<session>/, and returns how many it moved.
+func keepFailed(src, dst string, log *slog.Logger) int {
+	n := 0
 	filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return nil
@@ -734,9 +757,12 @@ func keepFailed(src, dst string, log *slog.Logger) {
 		}
 		if err != nil {
 			log.Error("could not keep the data of a failed commit", "path", p, "err", err)
+		} else {
+			n++
 		}
 		return nil
 	})
+	return n
 }
 
 // pugfsRunning reports whether pid is a running pugfs (a reused pid of

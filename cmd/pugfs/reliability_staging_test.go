@@ -60,6 +60,10 @@ func TestReliabilityCleanStaging(t *testing.T) {
 	defer release()
 	mk(filepath.Base(live)+"/spill-3", "staged by a live mount")
 	mk("p0123456789abcdef/spill-4", "left by a dead one")
+	// Closed and waiting for an fsync (staging.Writer parks them so),
+	// and a pugfs exec run's, which keeps nothing.
+	mk("p0123456789abcdef/parked-1/sess2/d%2Ff.20260101T000000.000000000-1", "closed, not fsynced")
+	mk("p0123456789abcdef/parked-1/7", "a run's")
 	mk("p0123456789abcdef.lock", "")
 	var logged syncbuf.Buffer
 	cleanStaging(state, failed, logged.Logger(slog.LevelInfo))
@@ -86,6 +90,15 @@ func TestReliabilityCleanStaging(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(failed, "sess", "a.txt.20260101T000000")); err != nil || string(b) != "kept bytes" {
 		t.Errorf("salvage not moved to the failed directory: %q %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(failed, "sess2", "d%2Ff.20260101T000000.000000000-1")); err != nil || string(b) != "closed, not fsynced" {
+		t.Errorf("a parked file not moved to the failed directory: %q %v", b, err)
+	}
+	if n := logged.Count("files it had closed and not yet committed (--commit=fsync) are kept in the failed directory"); n != 1 {
+		t.Errorf("%d warnings saying parked files were kept, want 1:\n%s", n, logged.String())
+	}
+	if _, err := os.Stat(filepath.Join(failed, "7")); !os.IsNotExist(err) {
+		t.Errorf("a pugfs exec run's parked file was kept: %v", err)
 	}
 }
 
