@@ -220,7 +220,7 @@ func (w *Writer) moveBack(ws *session, s *File, from, to string, h *nameHold, do
 	defer s.mu.Unlock()
 	if ws.files[to] == s && ws.files[from] == nil {
 		delete(ws.files, to)
-		s.name = from
+		s.setNameLocked(from)
 		ws.files[from] = s
 	}
 	ws.releaseName(from, h, false)
@@ -555,7 +555,7 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 			// Held: w.mu and s.mu, with no commit of s in flight.
 			delete(ws.files, from)
 			srcHold = ws.holdName(from)
-			s.name = to
+			s.setNameLocked(to)
 			// Busy until the outcome: a close of one of its descriptors
 			// meanwhile committed its bytes under to, and they stayed
 			// there when the rename then failed (review 15).
@@ -740,7 +740,7 @@ func (w *Writer) moveLocalLocked(ws *session, from, to string, staged, dirs []st
 	for _, name := range staged {
 		s := ws.files[name]
 		delete(ws.files, name)
-		s.name = to + strings.TrimPrefix(name, from)
+		s.setNameLocked(to + strings.TrimPrefix(name, from))
 		ws.files[s.name] = s
 		if done != nil {
 			s.committing = done
@@ -853,7 +853,7 @@ func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *s
 	// runs while committing is set.
 	w.lockFile(s)
 	delete(ws.files, from)
-	s.name = to
+	s.setNameLocked(to)
 	ws.files[to] = s
 	if landed != nil {
 		// Its close builds on what to holds now: guarded by it, as

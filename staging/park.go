@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -222,6 +223,23 @@ func (s *File) spillLocked() (f *os.File, done func(), err error) {
 		return nil, nil, fmt.Errorf("stage %s: open the parked spill file: %w", s.name, err)
 	}
 	return f, func() { f.Close() }, nil
+}
+
+// setNameLocked gives s the name to (a rename). A spill file parked
+// under its old name (park.go) is renamed with it, so that a crash keeps
+// it under the name it has. Caller holds s.mu exclusively and
+// Writer.mu.
+func (s *File) setNameLocked(to string) {
+	if s.parked != "" {
+		dir, base := filepath.Split(s.parked)
+		if rest, ok := strings.CutPrefix(base, failedName(s.name)+"."); ok {
+			p := filepath.Join(dir, failedName(to)+"."+rest)
+			if os.Rename(s.parked, p) == nil {
+				s.parked = p
+			}
+		}
+	}
+	s.name = to
 }
 
 // closedLocked reports whether the spill file is closed for good (the

@@ -191,6 +191,9 @@ func TestWriterPark(t *testing.T) {
 			if err := r.w.Rename(ctx, r.id, "d/f", "e/g", false); err != nil {
 				t.Fatal(err)
 			}
+			if names := r.parkedNames(t); len(names) != 1 || !strings.Contains(names[0], "/e%2Fg.") {
+				t.Fatalf("parked as %v after the rename, want under e/g's name", names)
+			}
 			if err := r.w.FsyncSession(ctx, r.id); err != nil {
 				t.Fatal(err)
 			}
@@ -199,6 +202,30 @@ func TestWriterPark(t *testing.T) {
 			}
 			if _, ok := r.slot(t, "d/f"); ok {
 				t.Fatal("d/f still there after the rename")
+			}
+			// A crash keeps it under the name it has.
+			if names := r.parkedNames(t); len(names) != 0 {
+				t.Fatalf("parked names left after the commit: %v", names)
+			}
+		}},
+		{"directory renamed", func(t *testing.T, r *writerRig) {
+			if err := r.w.Mkdir(r.id, "d"); err != nil {
+				t.Fatal(err)
+			}
+			r.write(t, "d/f", big("one\n"))
+			r.write(t, "d/g", "two\n")
+			if err := r.w.Rename(ctx, r.id, "d", "x", false); err != nil {
+				t.Fatal(err)
+			}
+			names := strings.Join(r.parkedNames(t), " ")
+			if !strings.Contains(names, "/x%2Ff.") || !strings.Contains(names, "/x%2Fg.") {
+				t.Fatalf("parked as %v after the rename, want under x/'s names", names)
+			}
+			if err := r.w.FsyncSession(ctx, r.id); err != nil {
+				t.Fatal(err)
+			}
+			if f, g := r.bodyOf(t, "x/f"), r.bodyOf(t, "x/g"); f != big("one\n") || g != "two\n" {
+				t.Fatalf("x/f, x/g committed as %d bytes and %q", len(f), g)
 			}
 		}},
 		{"linked", func(t *testing.T, r *writerRig) {
