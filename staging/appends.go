@@ -153,8 +153,12 @@ func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *Fil
 		return 0, false
 	}
 	tail := s.size - s.appendFrom
-	if serr = s.unparkLocked(); serr == nil {
-		_, serr = io.Copy(io.MultiWriter(io.NewOffsetWriter(nf, n), sum), io.NewSectionReader(s.file, s.appendFrom, tail))
+	// A parked file is opened for the copy only.
+	if f, done, err := s.spillLocked(); err != nil {
+		serr = err
+	} else {
+		_, serr = io.Copy(io.MultiWriter(io.NewOffsetWriter(nf, n), sum), io.NewSectionReader(f, s.appendFrom, tail))
+		done()
 	}
 	if serr != nil {
 		nf.Close()

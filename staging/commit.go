@@ -53,7 +53,9 @@ func (w *Writer) Release(ctx context.Context, id layout.SessionID, s *File) erro
 		mine := ws.files[s.name] == s
 		if dirty && !failed && mine && w.cfg.Commit == CommitOnFsync {
 			s.opens--
-			w.parkLocked(id, s)
+			if w.parkLocked(id, s) {
+				go w.parkLater(id, s)
+			}
 			w.mu.Unlock()
 			return err // kept until the session is fsynced
 		}
@@ -276,6 +278,7 @@ func (w *Writer) FsyncSession(ctx context.Context, id layout.SessionID) error {
 		return w.flushSession(ctx, id)
 	}
 	_, err := w.commitStaged(ctx, id, nil, false)
+	w.parkIdle(id)
 	return err
 }
 
@@ -355,7 +358,9 @@ func (w *Writer) Sync(ctx context.Context, id layout.SessionID, s *File) error {
 // (and is kept in the failed directory at Shutdown unless Discard drops
 // it).
 func (w *Writer) CommitSession(ctx context.Context, id layout.SessionID, base layout.Position, late LateInput) (layout.CommitResult, error) {
-	return w.commitStaged(ctx, id, &sessionBase{pos: base, exact: late == RefuseLateInput}, true)
+	res, err := w.commitStaged(ctx, id, &sessionBase{pos: base, exact: late == RefuseLateInput}, true)
+	w.parkIdle(id)
+	return res, err
 }
 
 // LateInput is what a commit on a base (CommitSession) does with

@@ -498,17 +498,6 @@ func (s *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		s.mu.RUnlock()
 		return 0, ErrClosed
 	}
-	if s.file == nil && s.lazy == nil {
-		// Parked, and read by a handle that opened it meanwhile.
-		s.mu.RUnlock()
-		s.mu.Lock()
-		err := s.unparkLocked()
-		s.mu.Unlock()
-		if err != nil {
-			return 0, err
-		}
-		return s.ReadAt(ctx, p, off)
-	}
 	if off >= s.size {
 		s.mu.RUnlock()
 		return 0, nil
@@ -525,7 +514,14 @@ func (s *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		return n, err
 	}
 	defer s.mu.RUnlock()
-	n, err := s.file.ReadAt(p, off)
+	// A parked file is opened for this read only: a read without a
+	// handle (fs's fh == nil) would have kept it open for good.
+	f, done, err := s.spillLocked()
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	n, err := f.ReadAt(p, off)
 	if errors.Is(err, io.EOF) {
 		// A sparse tail past the last write reads as zeros.
 		for i := n; i < len(p); i++ {
@@ -546,6 +542,12 @@ func (s *File) Truncate(ctx context.Context, n int64) error {
 // truncateLocked is Truncate; errNeedsFill when s holds its content
 // lazily and n is neither nothing nor its size. Caller holds s.mu.
 func (s *File) truncateLocked(n int64) error {
+	// First: a cut that cannot open the spill file changes nothing (a
+	// lazy file cut to nothing with an empty spill file it could not
+	// open read as zeros, and committed so: review 19).
+	if err := s.unparkLocked(); err != nil {
+		return err
+	}
 	if s.lazy != nil {
 		switch n {
 		case 0:
@@ -557,9 +559,6 @@ func (s *File) truncateLocked(n int64) error {
 		default:
 			return errNeedsFill
 		}
-	}
-	if err := s.unparkLocked(); err != nil {
-		return err
 	}
 	if n != s.size {
 		if err := s.unshareLocked(); err != nil {

@@ -106,22 +106,25 @@ func (p *parking) lost(dir string) {
 }
 
 // parkLocked parks s, released by its last handle and kept for the next
-// fsync, unless it is busy (an upload holds it: the next release parks
-// it) or its spill file cannot have a name (a file system without
-// O_TMPFILE, where it has none to link). Caller holds Writer.mu, which
-// File.mu is not waited for under.
-func (w *Writer) parkLocked(id layout.SessionID, s *File) {
-	if s.opens > 0 || !s.mu.TryLock() {
-		return
+// fsync, unless another handle holds it, or its spill file cannot have a
+// name (a file system without O_TMPFILE, where it has none to link); it
+// reports busy when a read or stat held s.mu (parkLater). Caller holds
+// Writer.mu, which File.mu is not waited for under.
+func (w *Writer) parkLocked(id layout.SessionID, s *File) (busy bool) {
+	if s.opens > 0 {
+		return false
+	}
+	if !s.mu.TryLock() {
+		return true
 	}
 	defer s.mu.Unlock()
 	if s.file == nil || s.committing != nil {
-		return
+		return false
 	}
 	if s.lazy != nil {
 		s.setSpillLocked(nil) // empty
 		s.parkedEmpty = true
-		return
+		return false
 	}
 	if s.parked != "" && !namedAs(s.file, s.parked) {
 		s.parked = "" // the staging directory was removed: named again below
@@ -140,10 +143,47 @@ func (w *Writer) parkLocked(id layout.SessionID, s *File) {
 			continue // in a new park directory
 		}
 		w.log.Debug("staged file not parked: it keeps its descriptor", "name", s.name, "err", err)
-		return
+		return false
 	}
 	s.file.Close()
 	s.file = nil
+	return false
+}
+
+// parkLater parks s, which its last release found busy (parkLocked),
+// once the read or stat that holds it lets it go: nothing else would,
+// and a file released so held its descriptor until the commit (review
+// 19). It runs on a goroutine of its own: File.mu is not waited for
+// under Writer.mu.
+func (w *Writer) parkLater(id layout.SessionID, s *File) {
+	for range 3 {
+		s.mu.Lock()
+		//lint:ignore SA2001 the lock is taken to wait for its holder
+		s.mu.Unlock()
+		w.mu.Lock()
+		busy := w.parkLocked(id, s)
+		w.mu.Unlock()
+		if !busy {
+			return
+		}
+	}
+}
+
+// parkIdle parks every file of session id that nobody holds, after a
+// commit: one that failed leaves its files staged, and a rebase of an
+// appended file, or a release that found it busy, may have left one
+// open.
+func (w *Writer) parkIdle(id layout.SessionID) {
+	if w.cfg.Commit != CommitOnFsync {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ws := w.ss[id]; ws != nil {
+		for _, s := range ws.files {
+			w.parkLocked(id, s)
+		}
+	}
 }
 
 // namedAs reports whether path names f's file: closing f then loses

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // parked reports whether the staged file of name is parked: no
@@ -226,6 +227,115 @@ func TestWriterPark(t *testing.T) {
 			}
 			if f, g := r.bodyOf(t, "x/f"), r.bodyOf(t, "x/g"); f != big("one\n") || g != "two\n" {
 				t.Fatalf("x/f, x/g committed as %d bytes and %q", len(f), g)
+			}
+		}},
+		{"removed", func(t *testing.T, r *writerRig) {
+			r.write(t, "f", big("one\n"))
+			if err := r.w.Unlink(ctx, r.id, []string{"f"}); err != nil {
+				t.Fatal(err)
+			}
+			// Not left on the staging disk until unmount (review 19).
+			if names := r.parkedNames(t); len(names) != 0 {
+				t.Fatalf("parked names left after rm: %v", names)
+			}
+		}},
+		{"renamed over", func(t *testing.T, r *writerRig) {
+			r.write(t, "f", big("old\n"))
+			r.write(t, "tmp", big("new\n"))
+			if err := r.w.Rename(ctx, r.id, "tmp", "f", false); err != nil {
+				t.Fatal(err)
+			}
+			if names := r.parkedNames(t); len(names) != 1 {
+				t.Fatalf("parked names after mv tmp f: %v, want tmp's alone", names)
+			}
+			if err := r.w.FsyncSession(ctx, r.id); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.bodyOf(t, "f"); got != big("new\n") {
+				t.Fatalf("f committed as %d bytes", len(got))
+			}
+		}},
+		{"released while a stat holds it", func(t *testing.T, r *writerRig) {
+			s, err := r.w.Open(ctx, r.id, "f", nil, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.WriteAt(ctx, []byte("x"), 0); err != nil {
+				t.Fatal(err)
+			}
+			s.mu.RLock() // as Stat does
+			err = r.w.Release(ctx, r.id, s)
+			s.mu.RUnlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Parked once the stat lets it go: nothing else would park
+			// it (review 19).
+			deadline := time.Now().Add(10 * time.Second)
+			for !r.parked(t, "f") {
+				if time.Now().After(deadline) {
+					t.Fatal("never parked")
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}},
+		{"read without a handle", func(t *testing.T, r *writerRig) {
+			r.write(t, "f", big("one\n"))
+			buf := make([]byte, 4)
+			if n, err := r.w.Staged(r.id, "f").ReadAt(ctx, buf, 0); err != nil || string(buf[:n]) != "one\n" {
+				t.Fatalf("read %q, %v", buf[:n], err)
+			}
+			if !r.parked(t, "f") {
+				t.Fatal("unparked by a read without a handle, which nothing releases")
+			}
+		}},
+		{"a failed cut of content held lazily", func(t *testing.T, r *writerRig) {
+			body := big("one\n")
+			r.write(t, "f", body)
+			if err := r.w.FsyncSession(ctx, r.id); err != nil {
+				t.Fatal(err)
+			}
+			base, _ := r.slot(t, "f")
+			s, err := r.w.Open(ctx, r.id, "f", &base, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Touch()
+			s.ChangeAttrs(func(a *Attrs) { a.Meta = map[string]string{"k": "v"} })
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			if !r.parked(t, "f") {
+				t.Fatal("not parked")
+			}
+			if s, err = r.w.Open(ctx, r.id, "f", &base, false); err != nil {
+				t.Fatal(err)
+			}
+			// No spill file can be made (as at the descriptor limit).
+			os.RemoveAll(r.cfg.StagingDir)
+			if err := os.WriteFile(r.cfg.StagingDir, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			terr := s.Truncate(ctx, 0)
+			os.Remove(r.cfg.StagingDir)
+			os.Mkdir(r.cfg.StagingDir, 0o700)
+			if terr == nil {
+				t.Fatal("the cut succeeded without a spill file")
+			}
+			// The failed cut changed nothing: it read as zeros, and
+			// committed so (review 19).
+			buf := make([]byte, 4)
+			if n, err := s.ReadAt(ctx, buf, 0); err != nil || string(buf[:n]) != "one\n" {
+				t.Errorf("read after the failed cut: %q, %v", buf[:n], err)
+			}
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.w.FsyncSession(ctx, r.id); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.bodyOf(t, "f"); got != body {
+				t.Fatalf("f committed as %d bytes %.20q, want its %d bytes", len(got), got, len(body))
 			}
 		}},
 		{"linked", func(t *testing.T, r *writerRig) {
