@@ -48,6 +48,12 @@ type File struct {
 	// spill file is replaced or closed.
 	file   *os.File
 	parked string
+	// parkStamp is the suffix of parked when it is a kept name ("" for
+	// a plain one), parkedIn and parkedAs the park directory and the
+	// session it was parked in (park.go).
+	parkStamp string
+	parkedIn  *parking
+	parkedAs  layout.SessionID
 	// parkedEmpty marks a file parked while it held its content lazily:
 	// its empty spill file was closed, with no name (park.go).
 	parkedEmpty bool

@@ -37,10 +37,13 @@ func (w *Writer) unstageLocked(ws *session, name string, s *File) {
 	delete(ws.files, name)
 	s.dirty = false // unlinked before commit: nothing to keep
 	s.unlinked = true
-	if s.opens <= 0 && s.committing == nil {
+	switch {
+	case s.opens <= 0 && s.committing == nil:
 		// Nobody reads it any more: its parked name would stay on the
 		// staging disk until unmount (review 19).
 		s.setSpillLocked(nil)
+	case s.committing == nil:
+		s.unkeepLocked() // a crash must not bring it back (review 20)
 	}
 	s.mu.Unlock()
 	w.mu.Unlock()
@@ -79,8 +82,11 @@ func (w *Writer) unstageOver(ws *session, name string) (settle func(failed bool)
 		s.committing = nil
 		close(ch)
 		ws.releaseName(name, h, !failed)
-		if !failed && s.opens <= 0 {
+		switch {
+		case !failed && s.opens <= 0:
 			s.setSpillLocked(nil) // as unstageLocked: replaced, held by nobody
+		case !failed:
+			s.unkeepLocked()
 		}
 		s.mu.Unlock()
 		w.mu.Unlock()

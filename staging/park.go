@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -27,13 +26,17 @@ import (
 //
 // The park directory is StagingDir/parked-*, made at the first park and
 // removed by Shutdown (which keeps what it holds first, as it keeps every
-// file not committed). A file is parked as <session>/<name>.<time>, its
-// name as the failed directory names it (failedName) when it was closed:
-// the next mount sweeps a crashed one's staging directory (cmd/pugfs)
-// and moves these into the failed directory, so a crash keeps what was
-// closed and not yet fsynced, as an unmount does. With Hold (pugfs exec)
-// a run that did not end with its checkpoint keeps nothing (README), and
-// files are parked as plain numbers, which the sweep removes. A file
+// file not committed). Where a file's name is there says what it is. A
+// file closed and not committed (parked) is <session>/<name>.<time>-<n>,
+// its name as the failed directory names it (keptName): the next mount
+// sweeps a crashed one's staging directory (cmd/pugfs) and moves these
+// into the failed directory, so a crash keeps what was closed and not yet
+// fsynced, as an unmount does. Any other file there is a plain number,
+// which the sweep removes: one being written again through a handle
+// (files open for writing die with a crashed mount, README), committed
+// while a handle held it, or removed while held; and every file of
+// pugfs exec (Hold), whose run keeps nothing when it does not end with
+// its checkpoint (README). Renames move a kept name with the file. A file
 // holding only the blob it was opened on (lazy) has an empty spill file:
 // parking closes it, and names nothing (parkedEmpty).
 
@@ -47,14 +50,18 @@ type parking struct {
 	// closed is set by Shutdown: nothing is parked any more.
 	closed bool
 	next   uint64
-	// keep: park files under names the sweep keeps (not Hold). Set
-	// before the Writer is shared.
-	keep bool
+	// keep: park files under names the sweep keeps (not Hold); staging
+	// is the directory the park directory is made in. Set before the
+	// Writer is shared.
+	keep    bool
+	staging string
 }
 
-// name returns a new name in the park directory for file name of
-// session id, making the directories it needs.
-func (p *parking) name(staging string, id layout.SessionID, name string) (string, error) {
+// name returns a new name in the park directory: a plain number, or
+// with kept, the kept name of file name of session id (keptName, with
+// stamp as its suffix: a time and a count). It makes the directories it
+// needs.
+func (p *parking) name(kept bool, id layout.SessionID, name, stamp string) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -62,24 +69,51 @@ func (p *parking) name(staging string, id layout.SessionID, name string) (string
 	}
 	if p.dir == "" {
 		// The staging directory too may have been removed (spill).
-		os.MkdirAll(staging, 0o700)
-		dir, err := os.MkdirTemp(staging, "parked-")
+		os.MkdirAll(p.staging, 0o700)
+		dir, err := os.MkdirTemp(p.staging, "parked-")
 		if err != nil {
 			return "", fmt.Errorf("make the park directory: %w", err)
 		}
 		p.dir = dir
 	}
 	p.next++
-	if !p.keep {
+	if !kept {
 		return filepath.Join(p.dir, strconv.FormatUint(p.next, 10)), nil
 	}
 	sdir := filepath.Join(p.dir, id.String())
 	if err := os.MkdirAll(sdir, 0o700); err != nil {
 		return "", fmt.Errorf("make the park directory: %w", err)
 	}
-	// The time, as the failed directory's names have it, and a count:
-	// two files of one name parked in one nanosecond stay apart.
-	return filepath.Join(sdir, fmt.Sprintf("%s.%s-%d", failedName(name), time.Now().UTC().Format("20060102T150405.000000000"), p.next)), nil
+	return filepath.Join(sdir, keptName(name, stamp)), nil
+}
+
+// stamp is the suffix of a new kept name: the time, as the failed
+// directory's names have it, and a count, so that two files of one name
+// parked in one nanosecond stay apart.
+func (p *parking) stamp() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.next++
+	return fmt.Sprintf(".%s-%d", time.Now().UTC().Format("20060102T150405.000000000"), p.next)
+}
+
+// renameLocked gives the parked spill file of s a new name in the park
+// directory, kept (with stamp) or plain; best effort: when it fails, the
+// name stays what it was. Caller holds s.mu exclusively.
+func (s *File) renameParkedLocked(kept bool, stamp string) {
+	p := s.parkedIn
+	if s.parked == "" || p == nil || kept == (s.parkStamp != "") && (!kept || stamp == s.parkStamp) {
+		return
+	}
+	to, err := p.name(kept, s.parkedAs, s.name, stamp)
+	if err != nil || os.Rename(s.parked, to) != nil {
+		return
+	}
+	s.parked = to
+	s.parkStamp = ""
+	if kept {
+		s.parkStamp = stamp
+	}
 }
 
 // close removes the park directory: the Writer parks nothing any more.
@@ -127,15 +161,22 @@ func (w *Writer) parkLocked(id layout.SessionID, s *File) (busy bool) {
 		return false
 	}
 	if s.parked != "" && !namedAs(s.file, s.parked) {
-		s.parked = "" // the staging directory was removed: named again below
+		s.parked, s.parkStamp = "", "" // the staging directory was removed: named again below
+	}
+	kept, stamp := w.park.keep && s.dirty, ""
+	if kept && s.parkStamp == "" {
+		stamp = w.park.stamp()
+	}
+	if s.parked != "" && kept != (s.parkStamp != "") {
+		s.renameParkedLocked(kept, stamp) // named plain while written again
 	}
 	for attempt := 0; s.parked == ""; attempt++ {
-		name, err := w.park.name(w.cfg.StagingDir, id, s.name)
+		name, err := w.park.name(kept, id, s.name, stamp)
 		if err == nil {
 			err = unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", s.file.Fd()), unix.AT_FDCWD, name, unix.AT_SYMLINK_FOLLOW)
 		}
 		if err == nil {
-			s.parked = name
+			s.parked, s.parkedIn, s.parkedAs, s.parkStamp = name, &w.park, id, stamp
 			break
 		}
 		if _, serr := os.Stat(filepath.Dir(name)); errors.Is(serr, os.ErrNotExist) && attempt == 0 {
@@ -217,8 +258,17 @@ func (s *File) unparkLocked() error {
 		return s.parkedLostLocked(fmt.Errorf("stage %s: open the parked spill file: %w", s.name, err))
 	}
 	s.file = f
+	// Written again through a handle: what a crash leaves of it is not
+	// what was closed (review 20), and dies with the mount, as any file
+	// open for writing.
+	s.renameParkedLocked(false, "")
 	return nil
 }
+
+// unkeepLocked names the parked spill file of s plain, when a crash must
+// not keep it: its content was committed, or the file removed, while a
+// handle held it (review 20). Caller holds s.mu exclusively.
+func (s *File) unkeepLocked() { s.renameParkedLocked(false, "") }
 
 // parkedLostLocked returns err, an open of the parked spill file that
 // failed. When the name is gone (the staging directory was removed while
@@ -270,16 +320,12 @@ func (s *File) spillLocked() (f *os.File, done func(), err error) {
 // it under the name it has. Caller holds s.mu exclusively and
 // Writer.mu.
 func (s *File) setNameLocked(to string) {
-	if s.parked != "" {
-		dir, base := filepath.Split(s.parked)
-		if rest, ok := strings.CutPrefix(base, failedName(s.name)+"."); ok {
-			p := filepath.Join(dir, failedName(to)+"."+rest)
-			if os.Rename(s.parked, p) == nil {
-				s.parked = p
-			}
-		}
-	}
 	s.name = to
+	if s.parkStamp != "" {
+		stamp := s.parkStamp
+		s.parkStamp = "" // renamed under the new name, with the same stamp
+		s.renameParkedLocked(true, stamp)
+	}
 }
 
 // closedLocked reports whether the spill file is closed for good (the
@@ -294,7 +340,7 @@ func (s *File) setSpillLocked(f *os.File) {
 	}
 	if s.parked != "" {
 		os.Remove(s.parked)
-		s.parked = ""
+		s.parked, s.parkStamp = "", ""
 	}
 	s.file, s.parkedEmpty = f, false
 }

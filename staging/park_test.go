@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // parked reports whether the staged file of name is parked: no
@@ -45,6 +46,24 @@ func (r *writerRig) parkedNames(t *testing.T) []string {
 	})
 	return names
 }
+
+// keptNames lists the parked files a crash keeps: those under a
+// session's directory (park.go).
+func (r *writerRig) keptNames(t *testing.T) []string {
+	t.Helper()
+	var kept []string
+	for _, n := range r.parkedNames(t) {
+		if strings.Count(n, "/") == 2 {
+			kept = append(kept, n)
+		}
+	}
+	return kept
+}
+
+// deep is a path within Linux's limits (each part under 255 bytes, the
+// whole under 4096) whose failedName is longer than a file name may be:
+// a deep tree (node_modules, a Java package) has such paths.
+func deep(leaf string) string { return strings.Repeat("dir0123456789/", 18) + leaf }
 
 // fileN is the i-th of many files.
 func fileN(i int) string { return fmt.Sprintf("d/f%d", i) }
@@ -338,6 +357,87 @@ func TestWriterPark(t *testing.T) {
 				t.Fatalf("f committed as %d bytes %.20q, want its %d bytes", len(got), got, len(body))
 			}
 		}},
+		{"deep", func(t *testing.T, r *writerRig) {
+			// Named as the failed directory names it, too long for a
+			// file name: not parked, and lost by a crash (review 20).
+			r.write(t, deep("f"), "deep\n")
+			if !r.parked(t, deep("f")) {
+				t.Fatal("not parked")
+			}
+			if err := r.w.Rename(ctx, r.id, deep("f"), deep("g"), false); err != nil {
+				t.Fatal(err)
+			}
+			kept := r.keptNames(t)
+			if len(kept) != 1 || !strings.HasSuffix(strings.Split(kept[0], ".")[0], "dir0123456789%2Fg") {
+				t.Fatalf("kept as %v, want under g's name", kept)
+			}
+		}},
+		{"committed while held", func(t *testing.T, r *writerRig) {
+			r.write(t, "f", "one\n")
+			s, err := r.w.Open(ctx, r.id, "f", nil, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.w.FsyncSession(ctx, r.id); err != nil {
+				t.Fatal(err)
+			}
+			// Committed: a crash must not keep it as if it were not
+			// (review 20).
+			if kept := r.keptNames(t); len(kept) != 0 {
+				t.Fatalf("kept after its commit: %v", kept)
+			}
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"removed while held", func(t *testing.T, r *writerRig) {
+			r.write(t, "g", "old\n")
+			s := r.w.Staged(r.id, "g")
+			if !r.w.Retain(r.id, s) {
+				t.Fatal("not retained")
+			}
+			r.write(t, "h", "new\n")
+			if err := r.w.Rename(ctx, r.id, "h", "g", false); err != nil {
+				t.Fatal(err)
+			}
+			// g's old bytes are gone from the session: a crash keeps
+			// h's, under g's name, alone (review 20).
+			kept := r.keptNames(t)
+			if len(kept) != 1 || !strings.Contains(kept[0], "/g.") {
+				t.Fatalf("kept %v, want g's new bytes alone", kept)
+			}
+			buf := make([]byte, 4)
+			if n, err := s.ReadAt(ctx, buf, 0); err != nil || string(buf[:n]) != "old\n" {
+				t.Fatalf("the handle reads %q, %v", buf[:n], err)
+			}
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			if n := r.parkedNames(t); len(n) != 1 {
+				t.Fatalf("parked names after the last release: %v", n)
+			}
+		}},
+		{"written again", func(t *testing.T, r *writerRig) {
+			r.write(t, "f", "one\n")
+			s, err := r.w.Open(ctx, r.id, "f", nil, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.WriteAt(ctx, []byte("half"), 0); err != nil {
+				t.Fatal(err)
+			}
+			// Open for writing: a crash now loses it, as any file open
+			// for writing, not keeps half of it (review 20).
+			if kept := r.keptNames(t); len(kept) != 0 {
+				t.Fatalf("kept while written again: %v", kept)
+			}
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			if kept := r.keptNames(t); len(kept) != 1 {
+				t.Fatalf("kept once closed again: %v", kept)
+			}
+		}},
 		{"linked", func(t *testing.T, r *writerRig) {
 			r.write(t, "f", big("one\n"))
 			if err := r.w.Link(ctx, r.id, "f", "g"); err != nil {
@@ -419,5 +519,27 @@ func TestWriterParkHold(t *testing.T) {
 	}
 	if names := r.parkedNames(t); len(names) != 1 || !regexp.MustCompile(`^parked-\d+/\d+$`).MatchString(names[0]) {
 		t.Fatalf("parked as %v, want parked-*/<number>", names)
+	}
+}
+
+// TestKeptName: a kept file's name fits a file name, and keeps the end
+// of the name it stands for; two long names stay apart.
+func TestKeptName(t *testing.T) {
+	stamp := ".20261207T000000.000000000-12"
+	for _, c := range []struct{ name, want string }{
+		{"a/b", "a%2Fb" + stamp},
+		{"ü/" + strings.Repeat("é", 200), ""},
+		{deep("f"), ""},
+	} {
+		got := keptName(c.name, stamp)
+		if c.want != "" && got != c.want {
+			t.Errorf("keptName(%q) = %q, want %q", c.name, got, c.want)
+		}
+		if len(got) > 255 || !utf8.ValidString(got) || !strings.HasSuffix(got, stamp) {
+			t.Errorf("keptName(%.20q...) = %q: %d bytes", c.name, got, len(got))
+		}
+	}
+	if a, b := keptName(deep("f"), ""), keptName("x"+deep("f"), ""); a == b || !strings.HasSuffix(a, "%2Ff") {
+		t.Errorf("two long names kept as %q and %q", a, b)
 	}
 }

@@ -108,7 +108,7 @@ func (r *Records) keep(kind, name string, body []byte, err error) {
 		return
 	}
 	dir := filepath.Join(r.failedDir, kind)
-	dst := filepath.Join(dir, failedName(name)+"."+r.now().UTC().Format("20060102T150405.000000000"))
+	dst := filepath.Join(dir, keptName(name, "."+r.now().UTC().Format("20060102T150405.000000000")))
 	werr := os.MkdirAll(dir, 0o700)
 	if werr == nil {
 		werr = os.WriteFile(dst, body, 0o600)

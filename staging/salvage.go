@@ -2,6 +2,8 @@ package staging
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pugmark/pugfs/layout"
 	"golang.org/x/sys/unix"
@@ -127,7 +130,7 @@ func (w *Writer) salvageAt(id layout.SessionID, s *File, msg string, level slog.
 		w.log.Error("could not keep the data of a failed commit", "session", id, "name", s.name, "err", err)
 		return ""
 	}
-	dst := filepath.Join(dir, failedName(s.name)+"."+time.Now().UTC().Format("20060102T150405.000000000"))
+	dst := filepath.Join(dir, keptName(s.name, "."+time.Now().UTC().Format("20060102T150405.000000000")))
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	f, done, err := s.spillLocked()
@@ -207,4 +210,23 @@ func linkSpill(s *File, f *os.File, dst string) error {
 // %2F, and "%" as %25, so that a/b and a%2Fb keep apart.
 func failedName(name string) string {
 	return strings.NewReplacer("%", "%25", "/", "%2F").Replace(name)
+}
+
+// keptName is the file name of name's kept data: failedName(name) and
+// suffix, shortened to fit a file name (255 bytes) by a hash of the whole
+// name in place of its start. The kept copy of a file deep in a tree was
+// refused (ENAMETOOLONG) and its bytes lost at unmount (review 20).
+func keptName(name, suffix string) string {
+	const most = 255
+	n := failedName(name)
+	if len(n)+len(suffix) <= most {
+		return n + suffix
+	}
+	sum := sha256.Sum256([]byte(name))
+	h := hex.EncodeToString(sum[:8]) + "~"
+	tail := n[len(n)-max(0, most-len(h)-len(suffix)):]
+	for tail != "" && !utf8.RuneStart(tail[0]) {
+		tail = tail[1:]
+	}
+	return h + tail + suffix
 }

@@ -3,12 +3,14 @@ package staging
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pugmark/pugfs/layout"
 )
@@ -68,5 +70,35 @@ func TestWriterKeepSummaryUnchanged(t *testing.T) {
 	}
 	if !strings.Contains(out, fmt.Sprintf("more=%d", n-keepLogged)) {
 		t.Errorf("no summary line of the %d more files:\n%s", n-keepLogged, out)
+	}
+}
+
+// TestWriterRefuseSummary: a lost checkpoint of many files keeps them
+// all, in ten lines and one with the count: one line a file was 20,000
+// lines, 9.7 MB on a handler's stderr (audit 19).
+func TestWriterRefuseSummary(t *testing.T) {
+	var logBuf bytes.Buffer
+	r := newWriterRigCfg(t, func(c *Config) {
+		c.Commit, c.SnapshotType, c.Hold = CommitOnFsync, layout.Checkpoint, true
+		c.Log = slog.New(slog.NewTextHandler(&logBuf, nil))
+	})
+	ctx := context.Background()
+	const n = 30
+	for i := range n {
+		r.write(t, fmt.Sprintf("f%d", i), "x\n")
+	}
+	if _, err := r.store.Commit(ctx, r.id, layout.CommitRequest{Type: layout.Checkpoint, Descriptors: []layout.Descriptor{{Name: "theirs", CreatedAt: time.Now().UTC(), Deleted: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	r.cache.Invalidate(r.id)
+	if _, err := r.w.CommitSession(ctx, r.id, layout.Position{}, MergeLateInput); !errors.Is(err, layout.ErrConflict) {
+		t.Fatalf("CommitSession over a foreign checkpoint = %v, want ErrConflict", err)
+	}
+	if kept := r.failedFiles(t); len(kept) != n {
+		t.Fatalf("%d files kept, want %d", len(kept), n)
+	}
+	lines := strings.Count(logBuf.String(), "level=ERROR")
+	if lines != keepLogged+1 || !strings.Contains(logBuf.String(), fmt.Sprintf("more=%d", n-keepLogged)) {
+		t.Fatalf("%d lines for %d files kept, want %d and one with the count:\n%s", lines, n, keepLogged+1, logBuf.String())
 	}
 }

@@ -270,7 +270,7 @@ func New(cfg Config, store Store, c States, blobs Blobs, onCommit func(layout.Se
 	}
 	w := &Writer{cfg: cfg, store: store, cache: c, blobs: blobs, log: cfg.Log, onCommit: onCommit,
 		ss: map[layout.SessionID]*session{}, unknown: map[uint64]*unknownOutcome{}}
-	w.park.keep = !cfg.Hold
+	w.park.keep, w.park.staging = !cfg.Hold, cfg.StagingDir
 	w.laterCtx, w.laterCancel = context.WithCancel(context.Background())
 	return w
 }

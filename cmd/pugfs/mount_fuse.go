@@ -671,10 +671,10 @@ func sweepStaging(stateDir, failedDir string, log *slog.Logger) {
 		// the process. Nothing can tell whether there were any; a mount
 		// killed is worth a warning all the same.
 		if parked > 0 {
-			log.Warn("a mount or pugfs exec run that is gone (killed, or its machine crashed) left its staging directory, now removed; files it had closed and not yet committed (--commit=fsync) are kept in the failed directory, and files still open for writing died with it", "dir", dir, "kept", parked, "failed", failedDir)
+			log.Warn("a mount or pugfs exec run that is gone (killed, or its machine crashed) left its staging directory, now removed; files it had closed and not yet committed (--commit=fsync) are kept in the failed directory; files still open for writing, and renames and removals not yet fsynced, died with it", "dir", dir, "kept", parked, "failed", failedDir)
 			return
 		}
-		log.Warn("a mount or pugfs exec run that is gone (killed, or its machine crashed) left its staging directory, now removed; what it had staged and not committed died with it: files still open for writing and, with --commit=fsync, changes not yet fsynced", "dir", dir)
+		log.Warn("a mount or pugfs exec run that is gone (killed, or its machine crashed) left its staging directory, now removed; what it had staged and not committed died with it: files still open for writing, with --commit=fsync renames and removals not yet fsynced, and everything a pugfs exec run's command wrote (a run keeps nothing until its checkpoint lands)", "dir", dir)
 	})
 }
 
