@@ -494,18 +494,9 @@ func (w *Writer) commitStaged(ctx context.Context, id layout.SessionID, base *se
 	ws.pending = append([]pendingOp(nil), ws.pending[taken:]...)
 	ws.gen++
 	for _, op := range ops {
-		switch s := op.file; {
-		case s == nil:
-		case s.opens <= 0 && ws.files[s.name] == s:
+		if s := op.file; s != nil && s.opens <= 0 && ws.files[s.name] == s {
 			delete(ws.files, s.name)
 			s.close()
-		case s.mu.TryLock():
-			// Committed while a handle holds it: a crash must not keep
-			// it as if it were not (review 20).
-			if !s.dirty {
-				s.unkeepLocked()
-			}
-			s.mu.Unlock()
 		}
 	}
 	w.mu.Unlock()
@@ -566,7 +557,9 @@ func (w *Writer) refuse(ws *session, ops []pendingOp, gens []uint64, taken int, 
 	// The first keepLogged changes get a line each, the rest one line
 	// for all, as keepLocked's: a lost checkpoint of 20,000 files wrote
 	// 20,000 lines, 9.7 MB on the handler's stderr (audit 19).
-	logged, dropped, kept := 0, 0, 0
+	// dropped: renames, removals; unchanged: files holding the blob they
+	// were opened on, which have no copy (keepLocked).
+	logged, dropped, kept, unchanged, lost := 0, 0, 0, 0, 0
 	level := func() slog.Level {
 		logged++
 		if logged > keepLogged {
@@ -583,12 +576,17 @@ func (w *Writer) refuse(ws *session, ops []pendingOp, gens []uint64, taken int, 
 			}
 			continue
 		}
-		if w.refuseFileAt(ws, op.file, gens[i], err, why+"; staged data kept", level) {
+		switch w.refuseFileAt(ws, op.file, gens[i], err, why+"; staged data kept", level) {
+		case refusedKept:
 			kept++
+		case refusedUnchanged:
+			unchanged++
+		case refusedLost:
+			lost++
 		}
 	}
 	if more := logged - keepLogged; more > 0 {
-		w.log.Error(why+": more changes dropped or kept, as above", "session", ws.id, "more", more, "dropped", dropped, "kept", kept, "dir", filepath.Join(w.cfg.FailedDir, ws.id.String()), "err", err)
+		w.log.Error(why+": more changes dropped or kept, as above", "session", ws.id, "more", more, "dropped", dropped, "kept", kept, "unchanged", unchanged, "lost", lost, "dir", filepath.Join(w.cfg.FailedDir, ws.id.String()), "err", err)
 	}
 }
 
@@ -600,22 +598,39 @@ func (w *Writer) refuseFileLocked(ws *session, s *File, gen uint64, err error, w
 	w.refuseFileAt(ws, s, gen, err, why, func() slog.Level { return slog.LevelError })
 }
 
-// refuseFileAt is refuseFileLocked with the line of a copy kept now at
-// the level level gives (asked only then), and reports whether one was.
-func (w *Writer) refuseFileAt(ws *session, s *File, gen uint64, err error, why string, level func() slog.Level) bool {
+// refused is what refuseFileAt did with a file.
+type refused int
+
+const (
+	refusedLater     refused = iota // not now: written since, or held (kept at its release)
+	refusedKept                     // its copy is in the failed directory
+	refusedUnchanged                // it held the blob it was opened on: no copy
+	refusedLost                     // no copy could be made (logged)
+)
+
+// refuseFileAt is refuseFileLocked with the line of a file settled now
+// at the level level gives (asked only then), and says what it did.
+func (w *Writer) refuseFileAt(ws *session, s *File, gen uint64, err error, why string, level func() slog.Level) refused {
 	s.mu.Lock()
 	lost := s.gen == gen && s.dirty && !s.unlinked
 	if lost {
 		s.failed = err
 	}
+	lazy := s.lazy != nil
 	s.mu.Unlock()
 	if !lost || s.opens > 0 || ws.files[s.name] != s {
-		return false
+		return refusedLater
 	}
-	kept := w.salvageAt(ws.id, s, why, level()) != ""
+	r := refusedKept
+	if w.salvageAt(ws.id, s, why, level()) == "" {
+		r = refusedLost
+		if lazy {
+			r = refusedUnchanged
+		}
+	}
 	delete(ws.files, s.name)
 	s.close()
-	return kept
+	return r
 }
 
 // refuseFiles settles the staged files of ops that se names as failed
@@ -1032,6 +1047,12 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 			if s.appendFrom >= 0 || !s.dirty {
 				// What it holds is e's bytes and, at most, appends.
 				s.appendFrom = d.Size
+			}
+			if !s.dirty {
+				// Committed while a handle holds it (a file nobody
+				// holds is closed next): a crash must not keep it as
+				// if it were not (review 20).
+				s.unkeepLocked()
 			}
 			s.mu.Unlock()
 		}

@@ -97,12 +97,13 @@ func (p *parking) stamp() string {
 	return fmt.Sprintf(".%s-%d", time.Now().UTC().Format("20060102T150405.000000000"), p.next)
 }
 
-// renameLocked gives the parked spill file of s a new name in the park
-// directory, kept (with stamp) or plain; best effort: when it fails, the
-// name stays what it was. Caller holds s.mu exclusively.
+// renameParkedLocked gives the parked spill file of s a new name in the
+// park directory, kept (with stamp, under s's name) or plain; best
+// effort: when it fails, the name stays what it was. Caller holds s.mu
+// exclusively.
 func (s *File) renameParkedLocked(kept bool, stamp string) {
 	p := s.parkedIn
-	if s.parked == "" || p == nil || kept == (s.parkStamp != "") && (!kept || stamp == s.parkStamp) {
+	if s.parked == "" || p == nil {
 		return
 	}
 	to, err := p.name(kept, s.parkedAs, s.name, stamp)
@@ -168,7 +169,7 @@ func (w *Writer) parkLocked(id layout.SessionID, s *File) (busy bool) {
 		stamp = w.park.stamp()
 	}
 	if s.parked != "" && kept != (s.parkStamp != "") {
-		s.renameParkedLocked(kept, stamp) // named plain while written again
+		s.renameParkedLocked(kept, stamp) // e.g. named plain while written again
 	}
 	for attempt := 0; s.parked == ""; attempt++ {
 		name, err := w.park.name(kept, id, s.name, stamp)
@@ -197,16 +198,16 @@ func (w *Writer) parkLocked(id layout.SessionID, s *File) (busy bool) {
 // 19). It runs on a goroutine of its own: File.mu is not waited for
 // under Writer.mu.
 func (w *Writer) parkLater(id layout.SessionID, s *File) {
-	for range 3 {
+	// Until it is parked or taken again (parkLocked is not busy then):
+	// each round waits for the holder, it never spins; a file left
+	// unparked is one a crash loses (review 21).
+	for busy := true; busy; {
 		s.mu.Lock()
 		//lint:ignore SA2001 the lock is taken to wait for its holder
 		s.mu.Unlock()
 		w.mu.Lock()
-		busy := w.parkLocked(id, s)
+		busy = w.parkLocked(id, s)
 		w.mu.Unlock()
-		if !busy {
-			return
-		}
 	}
 }
 
@@ -222,7 +223,9 @@ func (w *Writer) parkIdle(id layout.SessionID) {
 	defer w.mu.Unlock()
 	if ws := w.ss[id]; ws != nil {
 		for _, s := range ws.files {
-			w.parkLocked(id, s)
+			if w.parkLocked(id, s) {
+				go w.parkLater(id, s)
+			}
 		}
 	}
 }
@@ -261,14 +264,20 @@ func (s *File) unparkLocked() error {
 	// Written again through a handle: what a crash leaves of it is not
 	// what was closed (review 20), and dies with the mount, as any file
 	// open for writing.
-	s.renameParkedLocked(false, "")
+	if s.parkStamp != "" {
+		s.renameParkedLocked(false, "")
+	}
 	return nil
 }
 
 // unkeepLocked names the parked spill file of s plain, when a crash must
 // not keep it: its content was committed, or the file removed, while a
 // handle held it (review 20). Caller holds s.mu exclusively.
-func (s *File) unkeepLocked() { s.renameParkedLocked(false, "") }
+func (s *File) unkeepLocked() {
+	if s.parkStamp != "" {
+		s.renameParkedLocked(false, "")
+	}
+}
 
 // parkedLostLocked returns err, an open of the parked spill file that
 // failed. When the name is gone (the staging directory was removed while
@@ -284,7 +293,7 @@ func (s *File) parkedLostLocked(err error) error {
 	if serr != nil {
 		return err
 	}
-	s.parked = ""
+	s.parked, s.parkStamp = "", ""
 	s.setSpillLocked(nf)
 	s.size, s.summed, s.lazy = 0, -1, nil
 	s.linked.Store(false)
@@ -322,9 +331,7 @@ func (s *File) spillLocked() (f *os.File, done func(), err error) {
 func (s *File) setNameLocked(to string) {
 	s.name = to
 	if s.parkStamp != "" {
-		stamp := s.parkStamp
-		s.parkStamp = "" // renamed under the new name, with the same stamp
-		s.renameParkedLocked(true, stamp)
+		s.renameParkedLocked(true, s.parkStamp) // the same stamp, the new name
 	}
 }
 
