@@ -55,9 +55,7 @@ func (w *Writer) Release(ctx context.Context, id layout.SessionID, s *File) erro
 		mine := ws.files[s.name] == s
 		if dirty && !failed && mine && w.cfg.Commit == CommitOnFsync {
 			s.opens--
-			if w.parkLocked(id, s) {
-				go w.parkLater(id, s)
-			}
+			w.parkOrLaterLocked(id, s)
 			w.mu.Unlock()
 			return err // kept until the session is fsynced
 		}

@@ -54,6 +54,9 @@ type File struct {
 	parkStamp string
 	parkedIn  *parking
 	parkedAs  layout.SessionID
+	// parkWaiting is set while a parkLater of the file waits.
+	// GUARDED_BY(Writer.mu).
+	parkWaiting bool
 	// parkedEmpty marks a file parked while it held its content lazily:
 	// its empty spill file was closed, with no name (park.go).
 	parkedEmpty bool

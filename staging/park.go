@@ -153,13 +153,19 @@ func (w *Writer) parkLocked(id layout.SessionID, s *File) (busy bool) {
 		return true
 	}
 	defer s.mu.Unlock()
-	if s.file == nil || s.committing != nil {
-		return false
+	w.parkHeldLocked(id, s)
+	return false
+}
+
+// parkHeldLocked is parkLocked with s.mu held too (exclusively).
+func (w *Writer) parkHeldLocked(id layout.SessionID, s *File) {
+	if s.opens > 0 || s.file == nil || s.committing != nil {
+		return
 	}
 	if s.lazy != nil {
 		s.setSpillLocked(nil) // empty
 		s.parkedEmpty = true
-		return false
+		return
 	}
 	if s.parked != "" && !namedAs(s.file, s.parked) {
 		s.parked, s.parkStamp = "", "" // the staging directory was removed: named again below
@@ -185,28 +191,45 @@ func (w *Writer) parkLocked(id layout.SessionID, s *File) (busy bool) {
 			continue // in a new park directory
 		}
 		w.log.Debug("staged file not parked: it keeps its descriptor", "name", s.name, "err", err)
-		return false
+		return
 	}
 	s.file.Close()
 	s.file = nil
-	return false
+}
+
+// parkOrLaterLocked parks s now, or once the read or stat that holds it
+// lets it go (parkLater), unless a parkLater of s already waits. Caller
+// holds Writer.mu.
+func (w *Writer) parkOrLaterLocked(id layout.SessionID, s *File) {
+	if w.parkLocked(id, s) && !s.parkWaiting {
+		s.parkWaiting = true
+		go w.parkLater(id, s)
+	}
 }
 
 // parkLater parks s, which its last release found busy (parkLocked),
 // once the read or stat that holds it lets it go: nothing else would,
 // and a file released so held its descriptor until the commit (review
-// 19). It runs on a goroutine of its own: File.mu is not waited for
-// under Writer.mu.
+// 19), and a crash lost it (review 21). It runs on a goroutine of its
+// own, until s is parked or needs no parking (parkHeldLocked), and
+// parks with the File.mu it waited for: taking Writer.mu first and
+// trying File.mu after, it lost to reads that came meanwhile for as
+// long as they kept coming (review 22). Writer.mu is only tried under
+// File.mu, never waited for.
 func (w *Writer) parkLater(id layout.SessionID, s *File) {
-	// Until it is parked or taken again (parkLocked is not busy then):
-	// each round waits for the holder, it never spins; a file left
-	// unparked is one a crash loses (review 21).
-	for busy := true; busy; {
+	for {
 		s.mu.Lock()
-		//lint:ignore SA2001 the lock is taken to wait for its holder
+		if w.mu.TryLock() {
+			w.parkHeldLocked(id, s)
+			s.parkWaiting = false
+			w.mu.Unlock()
+			s.mu.Unlock()
+			return
+		}
 		s.mu.Unlock()
+		// Wait for Writer.mu's holder, then try again.
 		w.mu.Lock()
-		busy = w.parkLocked(id, s)
+		//lint:ignore SA2001 the lock is taken to wait for its holder
 		w.mu.Unlock()
 	}
 }
@@ -223,9 +246,7 @@ func (w *Writer) parkIdle(id layout.SessionID) {
 	defer w.mu.Unlock()
 	if ws := w.ss[id]; ws != nil {
 		for _, s := range ws.files {
-			if w.parkLocked(id, s) {
-				go w.parkLater(id, s)
-			}
+			w.parkOrLaterLocked(id, s)
 		}
 	}
 }

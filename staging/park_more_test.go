@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/internal/goroutines"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -218,5 +219,110 @@ func TestWriterParkBusyRelease(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // the reads are over: nothing parks it now
 	if kept := r.keptNames(t); len(kept) != 1 {
 		t.Errorf("closed and not committed, kept names %v (parked %v, parked now: %v), want one", kept, r.parkedNames(t), r.parked(t, "f"))
+	}
+}
+
+// TestWriterParkUnderSteadyReads: a file released while reads and stats
+// keep coming is parked, kept, while they go on. parkLater waited for
+// them, then took Writer.mu and only tried File.mu, which the next reads
+// had by then, for as long as they kept coming (review 22).
+func TestWriterParkUnderSteadyReads(t *testing.T) {
+	ctx := context.Background()
+	r := newWriterRig(t, CommitOnFsync)
+	s, err := r.w.Open(ctx, r.id, "f", nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteAt(ctx, []byte("two\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		defer hammerReads(s)()
+	}
+	for s.mu.TryLock() { // until the reads hold it: the release finds it busy
+		s.mu.Unlock()
+		time.Sleep(time.Millisecond)
+	}
+	if err := r.w.Release(ctx, r.id, s); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(r.keptNames(t)) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("not parked in 10 s of steady reads")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestWriterParkLaterOnce: one parkLater waits for a busy file, however
+// many fsyncs find it busy meanwhile (parkIdle started one each: review
+// 22).
+func TestWriterParkLaterOnce(t *testing.T) {
+	ctx := context.Background()
+	r := newWriterRig(t, CommitOnFsync)
+	s, err := r.w.Open(ctx, r.id, "f", nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteAt(ctx, []byte("two\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.RLock() // a stat
+	if err := r.w.Release(ctx, r.id, s); err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		r.w.parkIdle(r.id)
+	}
+	// Started (parkLater) or not yet: the go statement's wrapper is
+	// named for the function it is in.
+	n := goroutines.Waiting("", "staging.(*Writer).parkOrLaterLocked")
+	s.mu.RUnlock()
+	if n != 1 {
+		t.Errorf("%d parkLater for one busy file, want 1", n)
+	}
+}
+
+// TestWriterParkWrittenDuringCommit: a file written and closed again
+// while its commit is in flight stays kept after that commit (what it
+// holds is not committed), and is not once the next one lands.
+func TestWriterParkWrittenDuringCommit(t *testing.T) {
+	ctx := context.Background()
+	r := newWriterRig(t, CommitOnFsync)
+	r.write(t, "f", "one\n")
+	g := r.stallSnapshots()
+	done := make(chan error, 1)
+	go func() { done <- r.w.FsyncSession(ctx, r.id) }()
+	waitStalled(t, g, 1)
+	s, err := r.w.Open(ctx, r.id, "f", nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteAt(ctx, []byte("two\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	held, err := r.w.Open(ctx, r.id, "f", nil, false) // held across the commit
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.w.Release(ctx, r.id, s); err != nil {
+		t.Fatal(err)
+	}
+	g.Release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := r.w.Release(ctx, r.id, held); err != nil {
+		t.Fatal(err)
+	}
+	if kept := r.keptNames(t); len(kept) != 1 || !r.parked(t, "f") {
+		t.Errorf("written since its commit, closed: kept names %v (parked %v)", kept, r.parkedNames(t))
+	}
+	if err := r.w.FsyncSession(ctx, r.id); err != nil {
+		t.Fatal(err)
+	}
+	if kept := r.keptNames(t); len(kept) != 0 {
+		t.Errorf("committed: kept names %v", kept)
 	}
 }

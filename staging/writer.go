@@ -101,8 +101,9 @@ type Blobs interface {
 // holds its File.mu shared for as long as the PUT takes, so File.mu is
 // never waited for with Writer.mu held: it is taken with TryLock, and a
 // busy file is waited for with Writer.mu released (stagedIdle,
-// lockStaged). A staged
-// file's commit in flight (File.committing) is waited for with none of
+// lockStaged); but a batch whose snapshot landed (commitBatch) waits for
+// the files it committed, whose uploads are over. parkLater holds File.mu
+// and only tries Writer.mu. A staged file's commit in flight (File.committing) is waited for with none of
 // Writer.mu, File.mu or commitMu held; so is a rename over a staged file
 // (unstageOver marks it committing, and session.held its name), which
 // holds nsMu until its outcome is known. The session cache's own locks
