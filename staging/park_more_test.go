@@ -1,11 +1,8 @@
 package staging
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"os"
 	"regexp"
 	"strconv"
@@ -70,24 +67,9 @@ func TestWriterParkCommittedWhileRead(t *testing.T) {
 	}
 	// Reads and stats of the held file go on meanwhile, each holding
 	// s.mu shared for a moment.
-	stop := make(chan struct{})
-	readers := make(chan struct{})
-	go func() {
-		defer close(readers)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			s.mu.RLock()
-			time.Sleep(time.Millisecond)
-			s.mu.RUnlock()
-		}
-	}()
+	stop := hammerReads(s)
 	err := r.w.FsyncSession(ctx, r.id)
-	close(stop)
-	<-readers
+	stop()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,26 +129,9 @@ func TestWriterParkRenameBackAndForth(t *testing.T) {
 // counts them as such; they counted toward neither dropped nor kept
 // (review 21).
 func TestWriterRefuseSummaryUnchanged(t *testing.T) {
-	var logBuf bytes.Buffer
-	r := newWriterRigCfg(t, func(c *Config) {
-		c.Commit, c.SnapshotType, c.Hold = CommitOnFsync, layout.Checkpoint, true
-		c.Log = slog.New(slog.NewTextHandler(&logBuf, nil))
-	})
+	r, logBuf := loggedHoldRig(t)
 	ctx := context.Background()
-	const n = 14
-	for i := range n {
-		name := fmt.Sprintf("f%d", i)
-		r.commitBlob(t, name, "x\n", "")
-		base, _ := r.slot(t, name)
-		s, err := r.w.Open(ctx, r.id, name, &base, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.ChangeAttrs(func(a *Attrs) { a.Meta = map[string]string{"k": "v"} })
-		if err := r.w.Release(ctx, r.id, s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r.attrsChanged(t, 14)
 	if _, err := r.store.Commit(ctx, r.id, layout.CommitRequest{Type: layout.Checkpoint, Descriptors: []layout.Descriptor{{Name: "theirs", CreatedAt: time.Now().UTC(), Deleted: true}}}); err != nil {
 		t.Fatal(err)
 	}

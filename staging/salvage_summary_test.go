@@ -39,17 +39,23 @@ func TestWriterKeepSummary(t *testing.T) {
 	}
 }
 
-// TestWriterKeepSummaryUnchanged: files whose content is unchanged (only
-// their attributes changed: chmod -R, setfattr) count toward the ten
-// lines too; each had a line of its own (review 15).
-func TestWriterKeepSummaryUnchanged(t *testing.T) {
+// loggedHoldRig is a rig as pugfs exec's Writer (Hold, checkpoints)
+// whose log is the returned buffer.
+func loggedHoldRig(t *testing.T) (*writerRig, *bytes.Buffer) {
 	var logBuf bytes.Buffer
 	r := newWriterRigCfg(t, func(c *Config) {
 		c.Commit, c.SnapshotType, c.Hold = CommitOnFsync, layout.Checkpoint, true
 		c.Log = slog.New(slog.NewTextHandler(&logBuf, nil))
 	})
+	return r, &logBuf
+}
+
+// attrsChanged commits files f0..f<n-1> and stages a change of their
+// attributes alone (chmod -R, setfattr): staged, they hold the blob they
+// were opened on (lazy).
+func (r *writerRig) attrsChanged(t *testing.T, n int) {
+	t.Helper()
 	ctx := context.Background()
-	const n = 14
 	for i := range n {
 		name := fmt.Sprintf("f%d", i)
 		r.commitBlob(t, name, "x\n", "")
@@ -63,6 +69,15 @@ func TestWriterKeepSummaryUnchanged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestWriterKeepSummaryUnchanged: files whose content is unchanged (only
+// their attributes changed: chmod -R, setfattr) count toward the ten
+// lines too; each had a line of its own (review 15).
+func TestWriterKeepSummaryUnchanged(t *testing.T) {
+	r, logBuf := loggedHoldRig(t)
+	const n = 14
+	r.attrsChanged(t, n)
 	r.w.KeepSession(r.id)
 	out := logBuf.String()
 	if lines := strings.Count(out, "its content is unchanged"); lines > keepLogged {
@@ -77,11 +92,7 @@ func TestWriterKeepSummaryUnchanged(t *testing.T) {
 // all, in ten lines and one with the count: one line a file was 20,000
 // lines, 9.7 MB on a handler's stderr (audit 19).
 func TestWriterRefuseSummary(t *testing.T) {
-	var logBuf bytes.Buffer
-	r := newWriterRigCfg(t, func(c *Config) {
-		c.Commit, c.SnapshotType, c.Hold = CommitOnFsync, layout.Checkpoint, true
-		c.Log = slog.New(slog.NewTextHandler(&logBuf, nil))
-	})
+	r, logBuf := loggedHoldRig(t)
 	ctx := context.Background()
 	const n = 30
 	for i := range n {
