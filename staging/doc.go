@@ -22,7 +22,10 @@
 // snapshot landed, the Writer folds it into the session cache
 // (States.Committed) and tells the front end which names changed (the
 // kernel's caches are dropped from there). With CommitOnFsync, changes
-// wait for fsync(2) and land as one snapshot.
+// wait for fsync(2) and land as one snapshot; a file closed meanwhile is
+// parked (park.go): its spill file gets a name and gives its descriptor
+// back, so a batch may hold any number of files, and a crashed mount's
+// closed files are kept by the next mount.
 //
 // rename(2), unlink(2) and chmod/utimes of committed files are snapshots
 // of descriptors only (tombstones, re-pointed or re-described
