@@ -250,6 +250,11 @@ func (f *FS) CommitSession(ctx context.Context, id layout.SessionID, base layout
 // (staging.Writer.KeepSession).
 func (f *FS) KeepSession(id layout.SessionID) (kept, lost int) { return f.w.KeepSession(id) }
 
+// KeepOnCrash makes a crash from now on keep what session id has staged
+// (staging.Writer.KeepOnCrash): pugfs exec's output once its command
+// exited 0.
+func (f *FS) KeepOnCrash(id layout.SessionID) { f.w.KeepOnCrash(id) }
+
 // DiscardSession drops everything staged in session id without keeping
 // it (a handler that failed: its changes are not output).
 func (f *FS) DiscardSession(id layout.SessionID) { f.w.Discard(id) }

@@ -35,8 +35,9 @@ import (
 // which the sweep removes: one being written again through a handle
 // (files open for writing die with a crashed mount, README), committed
 // while a handle held it, or removed while held; and every file of
-// pugfs exec (Hold), whose run keeps nothing when it does not end with
-// its checkpoint (README). Renames move a kept name with the file. A file
+// pugfs exec (Hold) while its command runs: a run killed then keeps
+// nothing, its output unfinished (README); once the command exited 0,
+// the run's files get kept names too (KeepOnCrash). Renames move a kept name with the file. A file
 // holding only the blob it was opened on (lazy) has an empty spill file:
 // parking closes it, and names nothing (parkedEmpty).
 
@@ -170,7 +171,7 @@ func (w *Writer) parkHeldLocked(id layout.SessionID, s *File) {
 	if s.parked != "" && !namedAs(s.file, s.parked) {
 		s.parked, s.parkStamp = "", "" // the staging directory was removed: named again below
 	}
-	kept, stamp := w.park.keep && s.dirty, ""
+	kept, stamp := w.keepsLocked(id) && s.dirty, ""
 	if kept && s.parkStamp == "" {
 		stamp = w.park.stamp()
 	}
@@ -195,6 +196,51 @@ func (w *Writer) parkHeldLocked(id layout.SessionID, s *File) {
 	}
 	s.file.Close()
 	s.file = nil
+}
+
+// keepsLocked reports whether a crash keeps the parked files of session
+// id: always, unless the Writer holds (pugfs exec), until KeepOnCrash.
+// Caller holds Writer.mu.
+func (w *Writer) keepsLocked(id layout.SessionID) bool {
+	if w.park.keep {
+		return true
+	}
+	ws := w.ss[id]
+	return ws != nil && ws.keepOnCrash
+}
+
+// KeepOnCrash makes a crash from now on keep what session id has staged
+// and not committed, as it keeps a mount's closed files: its parked files
+// get kept names, and so do those parked later. pugfs exec calls it once
+// its command exited 0, before the checkpoint: the output is whole then,
+// and a run killed while committing it left its outcome unknown and
+// every staged file to the next run's sweep, which removed them all (its
+// exit 74 keeps them: audit 19). Files committed since are named plain
+// again (unkeepLocked), so the sweep keeps only what may not have landed.
+func (w *Writer) KeepOnCrash(id layout.SessionID) {
+	w.mu.Lock()
+	ws := w.ss[id]
+	if ws == nil {
+		w.mu.Unlock()
+		return
+	}
+	ws.keepOnCrash = true
+	files := make([]*File, 0, len(ws.files))
+	for _, s := range ws.files {
+		files = append(files, s)
+	}
+	w.mu.Unlock()
+	// Renamed under File.mu alone (renameParkedLocked), which is not
+	// waited for under Writer.mu; one parked meanwhile was parked under
+	// the flag, and one opened again (a handle, not pugfs exec's case)
+	// gets a plain name as always.
+	for _, s := range files {
+		s.mu.Lock()
+		if s.parked != "" && s.parkStamp == "" && s.file == nil && s.dirty && !s.unlinked {
+			s.renameParkedLocked(true, w.park.stamp())
+		}
+		s.mu.Unlock()
+	}
 }
 
 // parkOrLaterLocked parks s now, or once the read or stat that holds it

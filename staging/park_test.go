@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/pugmark/pugfs/layout"
 )
 
 // parked reports whether the staged file of name is parked: no
@@ -519,6 +521,45 @@ func TestWriterParkHold(t *testing.T) {
 	}
 	if names := r.parkedNames(t); len(names) != 1 || !regexp.MustCompile(`^parked-\d+/\d+$`).MatchString(names[0]) {
 		t.Fatalf("parked as %v, want parked-*/<number>", names)
+	}
+}
+
+// TestWriterKeepOnCrash: once pugfs exec's command exited 0
+// (KeepOnCrash), a crash keeps what its checkpoint has not landed: the
+// parked files get kept names, so do files parked after, and a
+// checkpoint that fails leaves them so. One that lands leaves nothing to
+// keep. A run killed while committing left its files as plain numbers,
+// and the next run's sweep removed every one (audit 19).
+func TestWriterKeepOnCrash(t *testing.T) {
+	ctx := context.Background()
+	r := holdRig(t)
+	r.write(t, "d/f", big("one\n"))
+	r.w.KeepOnCrash(r.id)
+	r.write(t, "g", big("two\n"))
+	kept := r.keptNames(t)
+	slices.Sort(kept)
+	stamp := `\.\d{8}T\d{6}\.\d{9}-\d+$`
+	if len(kept) != 2 || len(r.parkedNames(t)) != 2 ||
+		!regexp.MustCompile(`^parked-\d+/`+r.id.String()+`/d%2Ff`+stamp).MatchString(kept[0]) ||
+		!regexp.MustCompile(`^parked-\d+/`+r.id.String()+`/g`+stamp).MatchString(kept[1]) {
+		t.Fatalf("parked as %v (kept: %v), want both under the session, named as the failed directory names them", r.parkedNames(t), kept)
+	}
+	r.failBlobPuts()
+	if _, err := r.w.CommitSession(ctx, r.id, layout.Position{}, MergeLateInput); err == nil {
+		t.Fatal("a checkpoint whose uploads failed landed")
+	}
+	if kept := r.keptNames(t); len(kept) != 2 {
+		t.Fatalf("after a failed checkpoint a crash keeps %v, want both files", kept)
+	}
+	r.inj.Reset()
+	if _, err := r.w.CommitSession(ctx, r.id, layout.Position{}, MergeLateInput); err != nil {
+		t.Fatal(err)
+	}
+	if names := r.parkedNames(t); len(names) != 0 {
+		t.Fatalf("after the checkpoint landed a crash keeps %v", names)
+	}
+	if got := r.bodyOf(t, "d/f"); got != big("one\n") {
+		t.Fatalf("d/f committed as %d bytes", len(got))
 	}
 }
 

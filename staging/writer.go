@@ -206,6 +206,9 @@ type session struct {
 	// commitMu serialises snapshot commits of this session from this
 	// mount, so that group members land in order.
 	commitMu sync.Mutex
+	// keepOnCrash makes the session's files parked under kept names in
+	// Hold mode too (KeepOnCrash).
+	keepOnCrash bool
 }
 
 type pendingOp struct {

@@ -594,6 +594,65 @@ func TestExecSIGKILL(t *testing.T) {
 	})
 }
 
+// TestExecSIGKILLCommitting: SIGKILL of pugfs exec after its command
+// exited 0, while the checkpoint is in flight (its snapshot PUT stalls),
+// leaves the outcome unknown, as an exit 74 does, and the next run keeps
+// the output under failed/, as a 74 does: the next run removed every
+// staged file with a warning that the run "keeps nothing" (audit 19).
+func TestExecSIGKILLCommitting(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	key, err := layout.SnapshotKey(id, latest(t, bk, id)+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, _, off := relSwitchFile(t)
+	defer off()
+	fb := relWithFaults(bk, map[string]string{"fault_stall_prefix": key, "fault_active_file": sw})
+	cache := t.TempDir()
+	const n = 30
+	r := startExec(t, fb, cache, id.String(), "sh", "-c",
+		`for i in $(seq 1 `+strconv.Itoa(n)+`); do mkdir -p d$((i % 3)); seq 1 $((i * 100)) > d$((i % 3))/f$i.txt; done; touch `+sw)
+	parked := func() []string {
+		names, _ := filepath.Glob(filepath.Join(bucketCacheDir(cache), "staging", "*", "parked-*", id.String(), "*"))
+		return names
+	}
+	waitFor(t, "the run's output parked under kept names while its checkpoint stalls", func() bool { return len(parked()) == n })
+	r.cmd.Process.Signal(syscall.SIGKILL)
+	if code := r.wait(t); code != 128+int(syscall.SIGKILL) {
+		t.Fatalf("exit %d, want death by SIGKILL\n%s", code, r.stderr.String())
+	}
+	off()
+	_, errOut, code := runExec(t, fb, cache, id.String(), "true")
+	if code != 0 {
+		t.Fatalf("next run: exit %d\n%s", code, errOut)
+	}
+	if !strings.Contains(errOut, "left its staging directory") || !strings.Contains(errOut, "kept=30") {
+		t.Errorf("the next run does not say it kept what the killed one staged:\n%s", errOut)
+	}
+	kept := execFailed(cache, id)
+	if len(kept) != n {
+		t.Fatalf("failed/ holds %d files, want the killed run's %d: %v\n%s", len(kept), n, kept, errOut)
+	}
+	for i := 1; i <= n; i++ {
+		var want strings.Builder
+		for j := 1; j <= i*100; j++ {
+			fmt.Fprintln(&want, j)
+		}
+		name := fmt.Sprintf("d%d%%2Ff%d.txt.", i%3, i)
+		k := slices.IndexFunc(kept, func(s string) bool { return strings.HasPrefix(s, name) })
+		if k < 0 {
+			t.Fatalf("no %s* in failed/: %v", name, kept)
+		}
+		if got, err := os.ReadFile(filepath.Join(bucketCacheDir(cache), "failed", id.String(), kept[k])); err != nil || string(got) != want.String() {
+			t.Fatalf("%s kept with %d bytes (%v), want %d", kept[k], len(got), err, want.Len())
+		}
+	}
+	// Nothing of the killed run landed; the next run's own checkpoint
+	// holds nothing.
+	wantSlots(t, bk, id, map[string]string{})
+}
+
 // commitDescs commits files (name -> content; "" is a removal) to id as
 // one snapshot of type typ.
 func commitDescs(t *testing.T, bk *Bucket, id layout.SessionID, typ layout.SnapshotType, files map[string]string) {

@@ -440,6 +440,10 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) (err error) {
 	// 10).
 	defer noteSignals(sio.err)()
 	committing = true
+	// The output is whole: from here on a SIGKILL or a crash leaves it
+	// to the next run's sweep, which keeps it under failed/, as an exit
+	// 74 does (it removed it: audit 19).
+	env.fs.KeepOnCrash(id)
 	cctx := context.WithoutCancel(ctx)
 	// kept keeps what is staged and says where, or that it could not:
 	// "kept" of copies a full disk never let be made told a supervisor

@@ -671,10 +671,10 @@ func sweepStaging(stateDir, failedDir string, log *slog.Logger) {
 		// the process. Nothing can tell whether there were any; a mount
 		// killed is worth a warning all the same.
 		if parked > 0 {
-			log.Warn("a mount or pugfs exec run that is gone (killed, or its machine crashed) left its staging directory, now removed; files it had closed and not yet committed (--commit=fsync) are kept in the failed directory; files still open for writing, and renames and removals not yet fsynced, died with it", "dir", dir, "kept", parked, "failed", failedDir)
+			log.Warn("a mount or pugfs exec run that is gone (killed, or its machine crashed) left its staging directory, now removed; files it had closed and not yet committed (--commit=fsync; a pugfs exec run's output once its command had exited 0) are kept in the failed directory; files still open for writing, and renames and removals not yet fsynced, died with it", "dir", dir, "kept", parked, "failed", failedDir)
 			return
 		}
-		log.Warn("a mount or pugfs exec run that is gone (killed, or its machine crashed) left its staging directory, now removed; what it had staged and not committed died with it: files still open for writing, with --commit=fsync renames and removals not yet fsynced, and everything a pugfs exec run's command wrote (a run keeps nothing until its checkpoint lands)", "dir", dir)
+		log.Warn("a mount or pugfs exec run that is gone (killed, or its machine crashed) left its staging directory, now removed; what it had staged and not committed died with it: files still open for writing, with --commit=fsync renames and removals not yet fsynced, and what the command of a pugfs exec run killed before it exited had written", "dir", dir)
 	})
 }
 
@@ -682,8 +682,9 @@ func sweepStaging(stateDir, failedDir string, log *slog.Logger) {
 // fsync: staging.Writer names them <session>/<name>.<time> in
 // parked-*) to failedDir/<session>/, as its unmount would have kept them,
 // and returns how many it moved. A pugfs exec run's parked files are
-// plain numbers, outside any session directory: a run that did not end
-// with its checkpoint keeps nothing.
+// plain numbers, outside any session directory, until its command exited
+// 0: a run killed before then keeps nothing of an unfinished output;
+// one killed while committing keeps it all.
 func keepParked(dir, failedDir string, log *slog.Logger) int {
 	sessions, _ := filepath.Glob(filepath.Join(dir, "parked-*", "*"))
 	n := 0
