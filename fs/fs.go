@@ -70,6 +70,9 @@ type Config struct {
 	// Hold, with CommitOnFsync, makes fsync commit nothing: changes wait
 	// for CommitSession (pugfs exec).
 	Hold bool
+	// Uploads bounds the blob uploads of one commit in flight at once
+	// (staging.Config.Uploads).
+	Uploads int
 	// Sends shows .pugmark/send/<target-id>/ in every session: files
 	// written there are cross-session writes (§12), which the caller
 	// delivers after the commit (pugfs exec).
@@ -203,7 +206,7 @@ func New(cfg Config) (*FS, error) {
 	f.recs = staging.NewRecords(cfg.Store, staging.RecordCaches{InvalidateMemories: f.views.InvalidateMemories,
 		InvalidateRefs: f.views.InvalidateRefs, SessionCreated: cfg.Cache.SessionCreated, InvalidateSession: cfg.Cache.Invalidate},
 		staging.RecordOptions{Now: cfg.Now, Log: cfg.Logger, FailedDir: cfg.FailedDir})
-	f.w = staging.New(staging.Config{Commit: cfg.Commit, SnapshotType: cfg.SnapshotType, Hold: cfg.Hold, GroupWindow: cfg.GroupWindow,
+	f.w = staging.New(staging.Config{Commit: cfg.Commit, SnapshotType: cfg.SnapshotType, Hold: cfg.Hold, Uploads: cfg.Uploads, GroupWindow: cfg.GroupWindow,
 		StagingDir: cfg.StagingDir, FailedDir: cfg.FailedDir, Now: cfg.Now, Log: cfg.Logger},
 		cfg.Store, cfg.Cache, cfg.Blobs, f.notifyChanged)
 	f.notify = newNotifier(f)

@@ -12,6 +12,10 @@ import (
 	"testing"
 
 	"gocloud.dev/blob"
+	"gocloud.dev/blob/driver"
+	"gocloud.dev/blob/memblob"
+
+	"github.com/pugmark/pugfs/layout/blobwrap"
 )
 
 // §3: blobs live at objects/sha256:<hex>, stored as-is with the immutable
@@ -334,5 +338,61 @@ func TestSection3_ChecksumCondition(t *testing.T) {
 	}
 	if !sha || !ifMatch {
 		t.Fatalf("conditions %+v: sha %v ifMatch %v (etag %q)", recordedCs, sha, ifMatch, prev.ETag)
+	}
+}
+
+// bufferSizes records the BufferSize each writer was opened with, by key.
+type bufferSizes struct {
+	driver.Bucket
+	mu    sync.Mutex
+	sizes map[string]int
+}
+
+func (b *bufferSizes) NewTypedWriter(ctx context.Context, key, contentType string, opts *driver.WriterOptions) (driver.Writer, error) {
+	b.mu.Lock()
+	b.sizes[key] = opts.BufferSize
+	b.mu.Unlock()
+	return b.Bucket.NewTypedWriter(ctx, key, contentType, opts)
+}
+
+// TestSmallBodiesSmallBuffers: a small body is written with a buffer of
+// its size (rounded up to GCS's 256 KiB chunks), a large one with the
+// backend's default: GCS's writer buffered 16 MiB of every upload, and a
+// pugfs exec of 2,000 small files to fake-gcs-server peaked at 338 MB.
+func TestSmallBodiesSmallBuffers(t *testing.T) {
+	rec := &bufferSizes{Bucket: blobwrap.Portable(memblob.OpenBucket(nil)), sizes: map[string]int{}}
+	s := newStore(t, blob.NewBucket(rec), nil)
+	for _, c := range []struct{ size, want int }{
+		{0, 256 << 10}, {1000, 256 << 10}, {256 << 10, 512 << 10}, {4<<20 - 1, 4 << 20}, {4 << 20, 0},
+	} {
+		bi, err := s.PutBlobBytes(bg, bytes.Repeat([]byte{'b'}, c.size), BlobOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.sizes[BlobKey(bi.Digest)]; got != c.want {
+			t.Errorf("a blob of %d bytes written with a buffer of %d, want %d", c.size, got, c.want)
+		}
+	}
+	f, err := os.CreateTemp(t.TempDir(), "body")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.WriteString("a staged file")
+	d, n, err := HashFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutBlobFile(bg, f, d, n, BlobOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.sizes[BlobKey(d)]; got != 256<<10 {
+		t.Errorf("a staged file of %d bytes written with a buffer of %d, want 256 KiB", n, got)
+	}
+	if err := s.put(bg, "x/snapshot.json", []byte("{}"), &blob.WriterOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.sizes["x/snapshot.json"]; got != 256<<10 {
+		t.Errorf("a snapshot written with a buffer of %d, want 256 KiB", got)
 	}
 }

@@ -259,6 +259,7 @@ func (s *Store) putCounted(ctx context.Context, key string, body []byte, wo *blo
 		attempts++
 		s.st.puts.Add(1)
 		opts := *wo
+		smallBuffer(&opts, int64(len(body)))
 		err := s.b.WriteAll(ctx, key, body, &opts)
 		if err == nil {
 			s.st.bytesWritten.Add(int64(len(body)))

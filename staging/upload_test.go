@@ -1,7 +1,9 @@
 package staging
 
 import (
+	"bytes"
 	"context"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/faultblob"
 	"gocloud.dev/gcerrors"
+	"golang.org/x/sync/semaphore"
 )
 
 // TestWriterSameBytesNotUploaded: a file committed with the bytes it was
@@ -176,5 +179,71 @@ func TestWriterLinkWaitsForUploadAlone(t *testing.T) {
 	r.w.Release(ctx, r.id, s)
 	if e, ok := r.slot(t, "g"); !ok || e.Digest != layout.DigestOf([]byte(big("uploading "))) {
 		t.Fatalf("g after the link: %+v, %v; want the uploaded bytes", e, ok)
+	}
+}
+
+// goroutinesIn counts the goroutines whose stack holds fn.
+func goroutinesIn(fn string) int {
+	var buf bytes.Buffer
+	pprof.Lookup("goroutine").WriteTo(&buf, 2)
+	n := 0
+	for _, g := range strings.Split(buf.String(), "\n\n") {
+		if strings.Contains(g, fn) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestWriterUploadBudget: a commit's uploads go Config.Uploads at a time,
+// and those of large bodies fewer, within the bytes the Writer may hold
+// in flight: 16 uploads of large files at once (each buffered in memory
+// by the backend's writer) peaked at 555 MB; 16 uploads of small ones,
+// 20 ms away, were the bound of a checkpoint of 20,000 files (51 s,
+// audit 19).
+func TestWriterUploadBudget(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name          string
+		files, size   int
+		inFlight, max int
+	}{
+		{"small files go Config.Uploads at a time", 30, 1 << 10, 20, 20},
+		{"large files go as the budget allows", 12, 300 << 10, 3, 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newWriterRigCfg(t, func(cfg *Config) { cfg.Commit, cfg.Uploads = CommitOnFsync, c.max })
+			r.w.uploadBudget = 1 << 20
+			r.w.uploading = semaphore.NewWeighted(r.w.uploadBudget)
+			for i := range c.files {
+				r.write(t, fileN(i), strings.Repeat(string(rune('a'+i%26)), c.size))
+			}
+			g := faultblob.NewGate()
+			r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: layout.ObjectsPrefix}, Stall: g})
+			t.Cleanup(g.Release) // before the rig's, which waits for the commit
+			done := make(chan error, 1)
+			go func() { done <- r.w.FsyncSession(ctx, r.id) }()
+			// The rest wait before their upload: for a slot of the
+			// commit (the semaphore of commitStaged) or for the budget.
+			waitStalled(t, g, c.inFlight)
+			budget := min(c.max, c.files) - c.inFlight
+			for deadline := time.Now().Add(10 * time.Second); goroutinesIn("semaphore.(*Weighted).Acquire") != budget; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d uploads wait for the budget, want %d", goroutinesIn("semaphore.(*Weighted).Acquire"), budget)
+				}
+			}
+			if n := g.Waiting(); n != c.inFlight {
+				t.Fatalf("%d uploads in flight, want %d", n, c.inFlight)
+			}
+			g.Release()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			for _, i := range []int{0, c.files - 1} {
+				if got := r.bodyOf(t, fileN(i)); len(got) != c.size {
+					t.Errorf("%s committed with %d bytes, want %d", fileN(i), len(got), c.size)
+				}
+			}
+		})
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/pugmark/pugfs/cache"
+	"golang.org/x/sync/semaphore"
+
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -45,6 +47,10 @@ type Config struct {
 	// change stays staged until CommitSession (pugfs exec, whose handler
 	// must not land anything before it exited, whatever it fsyncs).
 	Hold bool
+	// Uploads bounds the blob uploads of one commit in flight at once
+	// (16 when zero); the mount's request scheduler bounds all its
+	// requests. The mount gives three quarters of --max-requests.
+	Uploads int
 	// Now is the clock for created-at (tests pin it).
 	Now func() time.Time
 	Log *slog.Logger
@@ -143,6 +149,12 @@ type Writer struct {
 	// park is where staged files released until an fsync are parked
 	// (park.go).
 	park parking
+
+	// uploading bounds the bytes of blob uploads in flight across the
+	// Writer to uploadBudget (uploadWeight): a backend's upload buffers
+	// a body, or parts of a large one, in memory.
+	uploading    *semaphore.Weighted
+	uploadBudget int64
 
 	// later runs the checks of commits whose outcome was unknown
 	// (resolveLater); Shutdown cancels them and waits.
@@ -269,11 +281,14 @@ func New(cfg Config, store Store, c States, blobs Blobs, onCommit func(layout.Se
 	if cfg.GroupWindow <= 0 {
 		cfg.GroupWindow = 2 * time.Millisecond
 	}
+	if cfg.Uploads <= 0 {
+		cfg.Uploads = 16
+	}
 	if onCommit == nil {
 		onCommit = func(layout.SessionID, []layout.Descriptor) {}
 	}
 	w := &Writer{cfg: cfg, store: store, cache: c, blobs: blobs, log: cfg.Log, onCommit: onCommit,
-		ss: map[layout.SessionID]*session{}, unknown: map[uint64]*unknownOutcome{}}
+		ss: map[layout.SessionID]*session{}, unknown: map[uint64]*unknownOutcome{}, uploading: semaphore.NewWeighted(uploadBudget), uploadBudget: uploadBudget}
 	w.park.keep, w.park.staging = !cfg.Hold, cfg.StagingDir
 	w.laterCtx, w.laterCancel = context.WithCancel(context.Background())
 	return w

@@ -345,7 +345,7 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	f, err := pfs.New(pfs.Config{
 		Store: store, Cache: c, Blobs: bc, Views: env.views,
 		BucketURL: redact.URL(u), Flags: shownFlags(os.Args[1:], secrets),
-		ReadOnly: cfg.ReadOnly, Shared: cfg.AllowOther, NoOpen: cfg.FastPath == fastNoOpen, Passthrough: cfg.FastPath == fastPassthrough, NoXattrs: cfg.NoXattrs, Commit: mode, SnapshotType: cfg.SnapshotType, Hold: hold, Sends: hold,
+		ReadOnly: cfg.ReadOnly, Shared: cfg.AllowOther, NoOpen: cfg.FastPath == fastNoOpen, Passthrough: cfg.FastPath == fastPassthrough, NoXattrs: cfg.NoXattrs, Commit: mode, SnapshotType: cfg.SnapshotType, Hold: hold, Sends: hold, Uploads: max(1, cfg.MaxRequests*3/4),
 		StagingDir: staging, FailedDir: failed, UID: cfg.UID, GID: cfg.GID, Umask: cfg.Umask, Logger: log,
 		Ingest:     &ingest.Policy{Prefixes: cfg.IngestFrom, MaxSize: cfg.IngestMaxSize},
 		ExtraStats: extraStats(sched, faultStats(b)),
