@@ -17,6 +17,7 @@ import (
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/deadlineblob"
 	"github.com/pugmark/pugfs/layout/drivers"
+	"github.com/pugmark/pugfs/layout/faultblob"
 )
 
 // bucketURL turns a command-line bucket argument into a URL for the
@@ -116,7 +117,7 @@ func checkBucketExists(ctx context.Context, b *blob.Bucket, u string, timeout ti
 		return nil
 	}
 	var create string
-	switch p.Scheme {
+	switch strings.TrimPrefix(p.Scheme, faultblob.SchemePrefix) {
 	case "s3":
 		create = fmt.Sprintf("S3 bucket %q does not exist: create it first (aws s3 mb s3://%s; MinIO: mc mb ALIAS/%s; versitygw: a directory of that name under its root)", p.Host, p.Host, p.Host)
 	case "gs":

@@ -29,6 +29,9 @@ func TestMissingBucket(t *testing.T) {
 		{"s3", s3.URL("no-such-bucket"), s3.Env(), []string{`S3 bucket "no-such-bucket" does not exist`, "aws s3 mb s3://no-such-bucket"}},
 		{"gcs", gcs.URL("no-such-bucket"), gcs.Env(), []string{`GCS bucket "no-such-bucket" does not exist`, "gcloud storage buckets create gs://no-such-bucket"}},
 		{"azure", az.URL("no-such-container"), az.Env(), []string{`Azure container "no-such-container" does not exist`, "az storage container create --name no-such-container"}},
+		// Through the fault injector: the raw 404 of the first request,
+		// naming a key, 860 bytes (audit 19).
+		{"fault+s3", "fault+" + s3.URL("no-such-bucket") + "&fault_latency=1ms", s3.Env(), []string{`S3 bucket "no-such-bucket" does not exist`, "aws s3 mb s3://no-such-bucket"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmds := [][]string{{"fsck", tc.url}, {"mount", tc.url, t.TempDir()}}
