@@ -208,9 +208,11 @@ func linkSpill(s *File, f *os.File, dst string) error {
 
 // failedName is a name as the file of its kept data is named: "/" as
 // %2F, and "%" as %25, so that a/b and a%2Fb keep apart.
-func failedName(name string) string {
-	return strings.NewReplacer("%", "%25", "/", "%2F").Replace(name)
-}
+func failedName(name string) string { return failedNames.Replace(name) }
+
+// failedNames escapes names for failedName, built once: a replacer built
+// per call was 6 KiB, 124 MB for a checkout of 20,000 files parked.
+var failedNames = strings.NewReplacer("%", "%25", "/", "%2F")
 
 // keptName is the file name of name's kept data: failedName(name) and
 // suffix, shortened to fit a file name (255 bytes) by a hash of the whole
