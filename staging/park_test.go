@@ -583,4 +583,12 @@ func TestKeptName(t *testing.T) {
 	if a, b := keptName(deep("f"), ""), keptName("x"+deep("f"), ""); a == b || !strings.HasSuffix(a, "%2Ff") {
 		t.Errorf("two long names kept as %q and %q", a, b)
 	}
+	// Cut anywhere in a segment (deep's are "dir0123456789%2F" once
+	// escaped), the kept name does not start inside an escape.
+	for i := range 16 {
+		got := keptName(deep("f"+strings.Repeat("y", i)), stamp)
+		if tail := got[strings.IndexByte(got, '~')+1:]; strings.HasPrefix(tail, "2F") || strings.HasPrefix(tail, "F") {
+			t.Errorf("keptName of a long name starts inside an escape: %.30q", tail)
+		}
+	}
 }

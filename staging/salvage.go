@@ -226,9 +226,11 @@ func keptName(name, suffix string) string {
 	}
 	sum := sha256.Sum256([]byte(name))
 	h := hex.EncodeToString(sum[:8]) + "~"
-	tail := n[len(n)-max(0, most-len(h)-len(suffix)):]
-	for tail != "" && !utf8.RuneStart(tail[0]) {
-		tail = tail[1:]
+	cut := len(n) - max(0, most-len(h)-len(suffix))
+	// Not inside a character, nor inside an escape (%2F, %25): a name
+	// starting "2F..." reads as a name that was never there.
+	for cut < len(n) && (!utf8.RuneStart(n[cut]) || n[cut-1] == '%' || cut >= 2 && n[cut-2] == '%') {
+		cut++
 	}
-	return h + tail + suffix
+	return h + n[cut:] + suffix
 }
