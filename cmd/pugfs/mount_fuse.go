@@ -690,10 +690,44 @@ func keepParked(dir, failedDir string, log *slog.Logger) int {
 	n := 0
 	for _, sd := range sessions {
 		if fi, err := os.Lstat(sd); err == nil && fi.IsDir() {
-			n += keepFailed(sd, filepath.Join(failedDir, filepath.Base(sd)), log)
+			dst := filepath.Join(failedDir, filepath.Base(sd))
+			// An unmount killed while it kept its files had linked
+			// some into the failed directory already, their parked
+			// names still there: not twice (review 20).
+			there := inodesIn(dst)
+			filepath.WalkDir(sd, func(p string, d os.DirEntry, err error) error {
+				if fi, ierr := os.Lstat(p); err == nil && ierr == nil && fi.Mode().IsRegular() && there[inodeOf(fi)] {
+					os.Remove(p)
+				}
+				return nil
+			})
+			n += keepFailed(sd, dst, log)
 		}
 	}
 	return n
+}
+
+// inode is a file's identity on its machine.
+type inode struct{ dev, ino uint64 }
+
+// inodeOf is fi's inode (zero where the system says none).
+func inodeOf(fi os.FileInfo) inode {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return inode{uint64(st.Dev), st.Ino}
+	}
+	return inode{}
+}
+
+// inodesIn returns the inodes of the regular files directly in dir.
+func inodesIn(dir string) map[inode]bool {
+	ents, _ := os.ReadDir(dir)
+	out := map[inode]bool{}
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			out[inodeOf(fi)] = true
+		}
+	}
+	return out
 }
 
 // reportFailed says how many files the failed directory keeps: a

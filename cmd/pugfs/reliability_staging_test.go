@@ -64,6 +64,13 @@ func TestReliabilityCleanStaging(t *testing.T) {
 	// and a pugfs exec run's, which keeps nothing.
 	mk("p0123456789abcdef/parked-1/sess2/d%2Ff.20260101T000000.000000000-1", "closed, not fsynced")
 	mk("p0123456789abcdef/parked-1/7", "a run's")
+	// Kept by an unmount (a link) that was killed before it removed
+	// the parked name: kept once.
+	mk("p0123456789abcdef/parked-1/sess4/e.20260101T000000.000000000-2", "kept already")
+	os.MkdirAll(filepath.Join(failed, "sess4"), 0o700)
+	if err := os.Link(filepath.Join(state, "staging", "p0123456789abcdef/parked-1/sess4/e.20260101T000000.000000000-2"), filepath.Join(failed, "sess4", "e.20260101T000001")); err != nil {
+		t.Fatal(err)
+	}
 	mk("p0123456789abcdef.lock", "")
 	var logged syncbuf.Buffer
 	cleanStaging(state, failed, logged.Logger(slog.LevelInfo))
@@ -96,6 +103,9 @@ func TestReliabilityCleanStaging(t *testing.T) {
 	}
 	if n := logged.Count("are kept in the failed directory"); n != 1 {
 		t.Errorf("%d warnings saying parked files were kept, want 1:\n%s", n, logged.String())
+	}
+	if kept, _ := os.ReadDir(filepath.Join(failed, "sess4")); len(kept) != 1 {
+		t.Errorf("a file an unmount had kept before it was killed is kept %d times", len(kept))
 	}
 	if _, err := os.Stat(filepath.Join(failed, "7")); !os.IsNotExist(err) {
 		t.Errorf("a pugfs exec run's parked file was kept: %v", err)
