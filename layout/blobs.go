@@ -139,15 +139,17 @@ func (s *Store) putBlob(ctx context.Context, d Digest, c Conditions, write func(
 	return info, nil
 }
 
-// smallBuffer makes a backend's writer of a body of size bytes, small,
-// buffer no more than the body (wo.BufferSize, unless set): GCS's buffers
-// 16 MiB and Azure's 8 MiB of every upload by default, and 16 uploads of
-// small files in flight held 256 MiB (pugfs exec of 2,000 files to
-// fake-gcs-server peaked at 338 MB, to S3 at 85 MB). The body goes up in
-// one request all the same. A large body keeps the backend's default.
+// smallBuffer makes a backend's writer of a body of size bytes, under 16
+// MiB, buffer no more than the body (wo.BufferSize, unless set): GCS's
+// buffers 16 MiB and Azure's 8 MiB of every upload by default, and 16
+// uploads of small files in flight held 256 MiB (pugfs exec of 2,000
+// files to fake-gcs-server peaked at 338 MB, to S3 at 85 MB). GCS still
+// sends such a body in one request. The S3 SDK reads a body under 16 MiB
+// whole whatever its part size; from 16 MiB it uploads parts, and a body
+// that large keeps every backend's default.
 func smallBuffer(wo *blob.WriterOptions, size int64) {
 	const chunk = 256 << 10 // GCS rounds a chunk size up to this
-	if wo.BufferSize == 0 && size >= 0 && size < 4<<20 {
+	if wo.BufferSize == 0 && size >= 0 && size < 16<<20 {
 		wo.BufferSize = int((size/chunk + 1) * chunk)
 	}
 }

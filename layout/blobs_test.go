@@ -355,15 +355,16 @@ func (b *bufferSizes) NewTypedWriter(ctx context.Context, key, contentType strin
 	return b.Bucket.NewTypedWriter(ctx, key, contentType, opts)
 }
 
-// TestSmallBodiesSmallBuffers: a small body is written with a buffer of
-// its size (rounded up to GCS's 256 KiB chunks), a large one with the
-// backend's default: GCS's writer buffered 16 MiB of every upload, and a
-// pugfs exec of 2,000 small files to fake-gcs-server peaked at 338 MB.
+// TestSmallBodiesSmallBuffers: a body under 16 MiB is written with a
+// buffer of its size (rounded up to GCS's 256 KiB chunks), a larger one
+// with the backend's default: GCS's writer buffered 16 MiB of every
+// upload, and a pugfs exec of 2,000 small files to fake-gcs-server peaked
+// at 338 MB.
 func TestSmallBodiesSmallBuffers(t *testing.T) {
 	rec := &bufferSizes{Bucket: blobwrap.Portable(memblob.OpenBucket(nil)), sizes: map[string]int{}}
 	s := newStore(t, blob.NewBucket(rec), nil)
 	for _, c := range []struct{ size, want int }{
-		{0, 256 << 10}, {1000, 256 << 10}, {256 << 10, 512 << 10}, {4<<20 - 1, 4 << 20}, {4 << 20, 0},
+		{0, 256 << 10}, {1000, 256 << 10}, {256 << 10, 512 << 10}, {4<<20 - 1, 4 << 20}, {16<<20 - 1, 16 << 20}, {16 << 20, 0},
 	} {
 		bi, err := s.PutBlobBytes(bg, bytes.Repeat([]byte{'b'}, c.size), BlobOptions{})
 		if err != nil {

@@ -890,20 +890,6 @@ func (b *batch) resultOf(member int) (layout.CommitResult, error) {
 	return b.res, b.err
 }
 
-// uploadBudget bounds the bytes of bodies the uploads in flight across a
-// Writer hold, whatever Config.Uploads allows (uploadWeight): the S3 SDK
-// reads a body of under 16 MiB whole into memory to PUT it, and uploads
-// a larger one in parts of 8 MiB, 6 buffered at once after a first 16
-// MiB, about 64 MiB; GCS and Azure buffer a chunk too. 16 uploads of
-// large files at once held 555 MB (6 of 40 MiB to Azurite; 198 MB now);
-// one already keeps a link busy.
-const uploadBudget = 64 << 20
-
-// uploadWeight is what an upload of a body of size bytes counts against
-// the Writer's budget: its size, up to all of the budget for a large
-// one; a small one counts at least a page, for the request around it.
-func (w *Writer) uploadWeight(size int64) int64 { return min(max(size, 4<<10), w.uploadBudget) }
-
 // upload stores a staged file's blob and returns its descriptor. The
 // staged file is no longer dirty once its descriptor is built; if the
 // commit then fails, dirty is set again.
@@ -918,18 +904,31 @@ func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error)
 		}
 		d, err := s.describeLocked(w.cfg.Now())
 		gen := s.gen
+		c := s.committed
+		stored := s.lazy != nil || c != nil && c.Digest == d.Digest
 		s.mu.Unlock()
 		if err != nil {
 			return d, fmt.Errorf("commit %s: read staged data: %w", d.Name, err)
+		}
+		// Room for the upload is waited for holding nothing of the
+		// file: a write queued for its lock behind this wait would
+		// hold up its reads and stats too, behind other uploads
+		// (review 23).
+		release := func() {}
+		if !stored {
+			if release, err = w.budget.acquire(ctx, d.Size); err != nil {
+				return d, fmt.Errorf("commit %s: %w", d.Name, err)
+			}
 		}
 		// Shared during the upload: the file can be read and stat'ed,
 		// and nothing can change what is being stored.
 		s.mu.RLock()
 		if s.gen != gen {
 			s.mu.RUnlock()
+			release()
 			continue // written to since it was hashed
 		}
-		if c := s.committed; s.lazy != nil || c != nil && c.Digest == d.Digest {
+		if stored {
 			// The bytes it was staged from or last committed (a touch,
 			// an fchmod, a rewrite with the same bytes, a copy of a file
 			// held lazily): a committed descriptor names that blob,
@@ -947,16 +946,11 @@ func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error)
 		f, done, err := s.spillLocked()
 		if err != nil {
 			s.mu.RUnlock()
-			return d, fmt.Errorf("commit %s: %w", d.Name, err)
-		}
-		weight := w.uploadWeight(d.Size)
-		if err := w.uploading.Acquire(ctx, weight); err != nil {
-			done()
-			s.mu.RUnlock()
+			release()
 			return d, fmt.Errorf("commit %s: %w", d.Name, err)
 		}
 		info, err := w.store.PutBlobFile(ctx, f, d.Digest, d.Size, layout.BlobOptions{ContentType: d.ContentType})
-		w.uploading.Release(weight)
+		release()
 		done()
 		if info.Linked {
 			s.linked.Store(true) // before any writer gets mu (unshareLocked)

@@ -551,6 +551,22 @@ func TestWriterKeepOnCrash(t *testing.T) {
 	if kept := r.keptNames(t); len(kept) != 2 {
 		t.Fatalf("after a failed checkpoint a crash keeps %v, want both files", kept)
 	}
+	t.Run("kept now, not again by a crash", func(t *testing.T) {
+		r := holdRig(t)
+		r.write(t, "g", big("two\n"))
+		r.w.KeepOnCrash(r.id)
+		r.failBlobPuts()
+		if _, err := r.w.CommitSession(ctx, r.id, layout.Position{}, MergeLateInput); err == nil {
+			t.Fatal("a checkpoint whose uploads failed landed")
+		}
+		// pugfs exec's exit 74 and 75 keep the files at once.
+		if kept, _ := r.w.KeepSession(r.id); kept != 1 || len(r.failedFiles(t)) != 1 {
+			t.Fatalf("KeepSession kept %d: %v", kept, r.failedFiles(t))
+		}
+		if k := r.keptNames(t); len(k) != 0 {
+			t.Errorf("g kept in failed/ and still parked as %v: a crash now keeps it twice (review 23)", k)
+		}
+	})
 	r.inj.Reset()
 	if _, err := r.w.CommitSession(ctx, r.id, layout.Position{}, MergeLateInput); err != nil {
 		t.Fatal(err)

@@ -74,8 +74,9 @@ func (w *Writer) keepLocked(id layout.SessionID, ws *session) (kept, lost int) {
 		if logged >= keepLogged {
 			level = slog.LevelDebug // a file that could not be kept is an error whatever this is
 		}
+		saved := w.salvageAt(id, s, "unmounted with uncommitted data; staged data kept", level) != ""
 		switch {
-		case w.salvageAt(id, s, "unmounted with uncommitted data; staged data kept", level) != "":
+		case saved:
 			kept++
 			logged++
 		case lazy:
@@ -86,6 +87,11 @@ func (w *Writer) keepLocked(id layout.SessionID, ws *session) (kept, lost int) {
 		}
 		s.mu.Lock()
 		s.dirty = false // kept once: a second Shutdown keeps nothing again
+		if saved {
+			// Its parked name is no copy to keep once more if the
+			// process dies before the park directory goes (review 23).
+			s.unkeepLocked()
+		}
 		s.mu.Unlock()
 	}
 	if more := logged - keepLogged; more > 0 {

@@ -5,13 +5,13 @@ import (
 	"context"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/pugmark/pugfs/layout"
 	"github.com/pugmark/pugfs/layout/faultblob"
 	"gocloud.dev/gcerrors"
-	"golang.org/x/sync/semaphore"
 )
 
 // TestWriterSameBytesNotUploaded: a file committed with the bytes it was
@@ -196,27 +196,31 @@ func goroutinesIn(fn string) int {
 }
 
 // TestWriterUploadBudget: a commit's uploads go Config.Uploads at a time,
-// and those of large bodies fewer, within the bytes the Writer may hold
-// in flight: 16 uploads of large files at once (each buffered in memory
-// by the backend's writer) peaked at 555 MB; 16 uploads of small ones,
-// 20 ms away, were the bound of a checkpoint of 20,000 files (51 s,
-// audit 19).
+// within what the Writer may hold in flight: the bytes of small bodies,
+// a few large ones at a time, and a large one never holds up a small one.
+// 16 uploads of large files at once (each buffered in memory by the
+// backend's writer) peaked at 555 MB; 16 uploads of small ones, 20 ms
+// away, were the bound of a checkpoint of 20,000 files (51 s, audit 19).
 func TestWriterUploadBudget(t *testing.T) {
 	ctx := context.Background()
+	// With 8 MiB for small bodies (each counts 256 KiB at least), large
+	// from 512 KiB.
+	const small, large = 500 << 10, 600 << 10
 	for _, c := range []struct {
-		name          string
-		files, size   int
-		inFlight, max int
+		name     string
+		sizes    []int
+		inFlight int // uploads at the bucket at once
 	}{
-		{"small files go Config.Uploads at a time", 30, 1 << 10, 20, 20},
-		{"large files go as the budget allows", 12, 300 << 10, 3, 20},
+		{"small files go Config.Uploads at a time", repeat(30, 1<<10), 20},
+		{"small bodies go as their bytes allow", repeat(24, small), 16},
+		{"large bodies go two at a time", repeat(6, large), 2},
+		{"large bodies hold up no small one", append(repeat(4, large), repeat(8, 1<<10)...), 10},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := newWriterRigCfg(t, func(cfg *Config) { cfg.Commit, cfg.Uploads = CommitOnFsync, c.max })
-			r.w.uploadBudget = 1 << 20
-			r.w.uploading = semaphore.NewWeighted(r.w.uploadBudget)
-			for i := range c.files {
-				r.write(t, fileN(i), strings.Repeat(string(rune('a'+i%26)), c.size))
+			r := newWriterRigCfg(t, func(cfg *Config) { cfg.Commit, cfg.Uploads = CommitOnFsync, 20 })
+			r.w.budget = newUploadBudget(8<<20, 512<<10, 2)
+			for i, size := range c.sizes {
+				r.write(t, fileN(i), strings.Repeat(string(rune('a'+i%26)), size))
 			}
 			g := faultblob.NewGate()
 			r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: layout.ObjectsPrefix}, Stall: g})
@@ -226,10 +230,10 @@ func TestWriterUploadBudget(t *testing.T) {
 			// The rest wait before their upload: for a slot of the
 			// commit (the semaphore of commitStaged) or for the budget.
 			waitStalled(t, g, c.inFlight)
-			budget := min(c.max, c.files) - c.inFlight
-			for deadline := time.Now().Add(10 * time.Second); goroutinesIn("semaphore.(*Weighted).Acquire") != budget; time.Sleep(time.Millisecond) {
+			waiting := min(20, len(c.sizes)) - c.inFlight
+			for deadline := time.Now().Add(10 * time.Second); goroutinesIn("semaphore.(*Weighted).Acquire") != waiting; time.Sleep(time.Millisecond) {
 				if time.Now().After(deadline) {
-					t.Fatalf("%d uploads wait for the budget, want %d", goroutinesIn("semaphore.(*Weighted).Acquire"), budget)
+					t.Fatalf("%d uploads wait for the budget, want %d", goroutinesIn("semaphore.(*Weighted).Acquire"), waiting)
 				}
 			}
 			if n := g.Waiting(); n != c.inFlight {
@@ -239,11 +243,57 @@ func TestWriterUploadBudget(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			for _, i := range []int{0, c.files - 1} {
-				if got := r.bodyOf(t, fileN(i)); len(got) != c.size {
-					t.Errorf("%s committed with %d bytes, want %d", fileN(i), len(got), c.size)
+			for i, size := range c.sizes {
+				if got := r.bodyOf(t, fileN(i)); len(got) != size {
+					t.Errorf("%s committed with %d bytes, want %d", fileN(i), len(got), size)
 				}
 			}
 		})
+	}
+}
+
+// repeat is n times size.
+func repeat(n, size int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = size
+	}
+	return out
+}
+
+// TestWriterBudgetWaitHoldsNoLock: an upload waiting for room in the
+// budget (another session's uploads hold it) holds no lock of its file.
+// It held File.mu shared while it waited: a write through another handle
+// queued for the lock, and from then on every stat and read of the file
+// waited behind that unrelated upload too (review 23).
+func TestWriterBudgetWaitHoldsNoLock(t *testing.T) {
+	ctx := context.Background()
+	r := newWriterRigCfg(t, func(cfg *Config) { cfg.Commit = CommitOnFsync })
+	r.write(t, "a", big("a"))
+	// Other uploads in flight, holding all the room small bodies have.
+	if err := r.w.budget.small.Acquire(ctx, r.w.budget.smallBytes); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { r.w.budget.small.Release(r.w.budget.smallBytes) }) }
+	t.Cleanup(release)
+	fsynced := make(chan error, 1)
+	go func() { fsynced <- r.w.FsyncSession(ctx, r.id) }()
+	for deadline := time.Now().Add(10 * time.Second); goroutinesIn("semaphore.(*Weighted).Acquire") != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no upload waits for the budget")
+		}
+	}
+	s := r.w.Staged(r.id, "a")
+	if !s.mu.TryLock() {
+		t.Fatal("the upload waiting for the budget holds its file's lock")
+	}
+	s.mu.Unlock()
+	release()
+	if err := <-fsynced; err != nil {
+		t.Fatal(err)
+	}
+	if got := r.bodyOf(t, "a"); got != big("a") {
+		t.Fatalf("a committed with %d bytes", len(got))
 	}
 }

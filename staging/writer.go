@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/pugmark/pugfs/cache"
-	"golang.org/x/sync/semaphore"
-
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -150,11 +148,9 @@ type Writer struct {
 	// (park.go).
 	park parking
 
-	// uploading bounds the bytes of blob uploads in flight across the
-	// Writer to uploadBudget (uploadWeight): a backend's upload buffers
-	// a body, or parts of a large one, in memory.
-	uploading    *semaphore.Weighted
-	uploadBudget int64
+	// budget bounds the memory of the blob uploads in flight across the
+	// Writer (budget.go).
+	budget *uploadBudget
 
 	// later runs the checks of commits whose outcome was unknown
 	// (resolveLater); Shutdown cancels them and waits.
@@ -288,7 +284,8 @@ func New(cfg Config, store Store, c States, blobs Blobs, onCommit func(layout.Se
 		onCommit = func(layout.SessionID, []layout.Descriptor) {}
 	}
 	w := &Writer{cfg: cfg, store: store, cache: c, blobs: blobs, log: cfg.Log, onCommit: onCommit,
-		ss: map[layout.SessionID]*session{}, unknown: map[uint64]*unknownOutcome{}, uploading: semaphore.NewWeighted(uploadBudget), uploadBudget: uploadBudget}
+		ss: map[layout.SessionID]*session{}, unknown: map[uint64]*unknownOutcome{},
+		budget: newUploadBudget(uploadSmallBytes, uploadLargeFrom, uploadLargeSlots)}
 	w.park.keep, w.park.staging = !cfg.Hold, cfg.StagingDir
 	w.laterCtx, w.laterCancel = context.WithCancel(context.Background())
 	return w

@@ -644,8 +644,15 @@ func TestExecSIGKILLCommitting(t *testing.T) {
 		if k < 0 {
 			t.Fatalf("no %s* in failed/: %v", name, kept)
 		}
-		if got, err := os.ReadFile(filepath.Join(bucketCacheDir(cache), "failed", id.String(), kept[k])); err != nil || string(got) != want.String() {
+		path := filepath.Join(bucketCacheDir(cache), "failed", id.String(), kept[k])
+		if got, err := os.ReadFile(path); err != nil || string(got) != want.String() {
 			t.Fatalf("%s kept with %d bytes (%v), want %d", kept[k], len(got), err, want.Len())
+		}
+		// The uploads had linked the spill files into the local bucket:
+		// the kept copies are not its blobs (review 23).
+		var st syscall.Stat_t
+		if err := syscall.Stat(path, &st); err != nil || st.Nlink != 1 {
+			t.Fatalf("%s kept with %d names (%v): it is the bucket's blob", kept[k], st.Nlink, err)
 		}
 	}
 	// Nothing of the killed run landed; the next run's own checkpoint

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -671,7 +672,7 @@ func sweepStaging(stateDir, failedDir string, log *slog.Logger) {
 		// the process. Nothing can tell whether there were any; a mount
 		// killed is worth a warning all the same.
 		if parked > 0 {
-			log.Warn("a mount or pugfs exec run that is gone (killed, or its machine crashed) left its staging directory, now removed; files it had closed and not yet committed (--commit=fsync; a pugfs exec run's output once its command had exited 0) are kept in the failed directory; files still open for writing, and renames and removals not yet fsynced, died with it", "dir", dir, "kept", parked, "failed", failedDir)
+			log.Warn("a mount or pugfs exec run that is gone (killed, or its machine crashed) left its staging directory, now removed; files it had closed and not known to be committed (--commit=fsync before an fsync; a pugfs exec run's output once its command had exited 0, whose checkpoint may have landed) are kept in the failed directory; files still open for writing, and renames and removals not yet fsynced, died with it", "dir", dir, "kept", parked, "failed", failedDir)
 			return
 		}
 		log.Warn("a mount or pugfs exec run that is gone (killed, or its machine crashed) left its staging directory, now removed; what it had staged and not committed died with it: files still open for writing, with --commit=fsync renames and removals not yet fsynced, and what the command of a pugfs exec run killed before it exited had written", "dir", dir)
@@ -705,6 +706,38 @@ func keepParked(dir, failedDir string, log *slog.Logger) int {
 		}
 	}
 	return n
+}
+
+// linkCount is how many names fi's file has (1 where the system does
+// not say).
+func linkCount(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink)
+	}
+	return 1
+}
+
+// copyOut copies the file src to a new file dst and removes src; on an
+// error dst is not left cut.
+func copyOut(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(dst)
+		return err
+	}
+	return os.Remove(src)
 }
 
 // inode is a file's identity on its machine.
@@ -787,7 +820,13 @@ func keepFailed(src, dst string, log *slog.Logger) int {
 			to += ".moved"
 		}
 		err = os.MkdirAll(filepath.Dir(to), 0o700)
-		if err == nil {
+		if fi, serr := os.Lstat(p); err == nil && serr == nil && linkCount(fi) > 1 {
+			// Another name shares the bytes: a local bucket's blob, the
+			// spill file the upload linked into the bucket before the
+			// mount died (review 23). A copy kept, edited in place, must
+			// not change the bucket.
+			err = copyOut(p, to)
+		} else if err == nil {
 			err = os.Rename(p, to)
 		}
 		if err != nil {

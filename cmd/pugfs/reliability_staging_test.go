@@ -72,6 +72,13 @@ func TestReliabilityCleanStaging(t *testing.T) {
 		t.Fatal(err)
 	}
 	mk("p0123456789abcdef.lock", "")
+	// A file the upload had linked into a local bucket: kept as a copy,
+	// so that editing it does not change the bucket's blob.
+	mk("p0123456789abcdef/parked-1/sess5/g.20260101T000000.000000000-3", "a blob too")
+	blob := filepath.Join(t.TempDir(), "sha256:...")
+	if err := os.Link(filepath.Join(state, "staging", "p0123456789abcdef/parked-1/sess5/g.20260101T000000.000000000-3"), blob); err != nil {
+		t.Fatal(err)
+	}
 	var logged syncbuf.Buffer
 	cleanStaging(state, failed, logged.Logger(slog.LevelInfo))
 	// Three owners were gone: each is a warning that what it staged is
@@ -103,6 +110,15 @@ func TestReliabilityCleanStaging(t *testing.T) {
 	}
 	if n := logged.Count("are kept in the failed directory"); n != 1 {
 		t.Errorf("%d warnings saying parked files were kept, want 1:\n%s", n, logged.String())
+	}
+	kept := filepath.Join(failed, "sess5", "g.20260101T000000.000000000-3")
+	if b, err := os.ReadFile(kept); err != nil || string(b) != "a blob too" {
+		t.Errorf("a parked file the bucket shared was not kept: %q %v", b, err)
+	}
+	if ki, err := os.Stat(kept); err == nil {
+		if bi, err := os.Stat(blob); err != nil || os.SameFile(ki, bi) || linkCount(bi) != 1 {
+			t.Errorf("the kept copy is the bucket's blob (same file %v, %v)", os.SameFile(ki, bi), err)
+		}
 	}
 	if kept, _ := os.ReadDir(filepath.Join(failed, "sess4")); len(kept) != 1 {
 		t.Errorf("a file an unmount had kept before it was killed is kept %d times", len(kept))
