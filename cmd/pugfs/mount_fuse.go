@@ -346,7 +346,7 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	f, err := pfs.New(pfs.Config{
 		Store: store, Cache: c, Blobs: bc, Views: env.views,
 		BucketURL: redact.URL(u), Flags: shownFlags(os.Args[1:], secrets),
-		ReadOnly: cfg.ReadOnly, Shared: cfg.AllowOther, NoOpen: cfg.FastPath == fastNoOpen, Passthrough: cfg.FastPath == fastPassthrough, NoXattrs: cfg.NoXattrs, Commit: mode, SnapshotType: cfg.SnapshotType, Hold: hold, Sends: hold, Uploads: max(1, cfg.MaxRequests*3/4),
+		ReadOnly: cfg.ReadOnly, Shared: cfg.AllowOther, NoOpen: cfg.FastPath == fastNoOpen, Passthrough: cfg.FastPath == fastPassthrough, NoXattrs: cfg.NoXattrs, Commit: mode, SnapshotType: cfg.SnapshotType, Hold: hold, Sends: hold, Uploads: uploadsFor(cfg.MaxRequests),
 		StagingDir: staging, FailedDir: failed, UID: cfg.UID, GID: cfg.GID, Umask: cfg.Umask, Logger: log,
 		Ingest:     &ingest.Policy{Prefixes: cfg.IngestFrom, MaxSize: cfg.IngestMaxSize},
 		ExtraStats: extraStats(sched, faultStats(b)),
@@ -357,6 +357,20 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	env.fs = f
 	env.closers = append(env.closers, f.Close)
 	return env, nil
+}
+
+// uploadsFor is how many blob uploads of one commit go at once: three
+// quarters of --max-requests, as far as the process's descriptors allow
+// (an upload holds a few: the staged file, a connection or the bucket's
+// file). 48 at once made a pugfs exec under `ulimit -n 150` fail with
+// EMFILE.
+func uploadsFor(maxRequests int) int {
+	n := max(1, maxRequests*3/4)
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil && lim.Cur < 1<<20 {
+		n = min(n, max(4, (int(lim.Cur)-64)/3))
+	}
+	return n
 }
 
 // keepsObjects reports whether the mount keeps the snapshots and
