@@ -272,6 +272,15 @@ func (s *Store) putCounted(ctx context.Context, key string, body []byte, wo *blo
 	return attempts, nil
 }
 
+// Probe sends one LIST of one key under sessions/, counted in Stats as
+// every request of the store is, and returns the backend's error as it
+// is (no retries: the caller, a mount checking its bucket, decides).
+func (s *Store) Probe(ctx context.Context) error {
+	s.st.lists.Add(1)
+	_, _, err := s.b.ListPage(ctx, blob.FirstPageToken, 1, &blob.ListOptions{Prefix: SessionsPrefix, Delimiter: "/"})
+	return err
+}
+
 // walk calls fn for every object and (with delim) prefix under prefix, in
 // key order, a page at a time; fn returning false stops.
 func (s *Store) walk(ctx context.Context, prefix, delim string, fn func(*blob.ListObject) (bool, error)) error {

@@ -459,3 +459,36 @@ os.close(fd)`, filepath.Join(dir, "big.txt"), written)
 		t.Errorf("after the write: %d bytes, want the file with XXXX at 1000", len(got))
 	}
 }
+
+// TestStatsCountsEveryRequest: .pugmark/stats counts every request the
+// mount sends, as the fault injector under it sees them: the probe at
+// start was sent around the store's counters (and a cloud bucket's
+// existence check before it, a LIST more), so a user counting requests
+// from stats got fewer than were sent (audit 20).
+func TestStatsCountsEveryRequest(t *testing.T) {
+	bk := relLocalBucket(t)
+	id := newSession(t, bk)
+	// A body of more than 1 KiB is not inline: its cat is a GET.
+	body := []byte(strings.Repeat("a", 5000))
+	ctx := context.Background()
+	bi, err := bk.Store.PutBlobBytes(ctx, body, layout.BlobOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bk.Store.Commit(ctx, id, layout.CommitRequest{Type: layout.Checkpoint, Descriptors: []layout.Descriptor{
+		{Name: "a.txt", Digest: bi.Digest, Size: bi.Size, CreatedAt: time.Now().UTC()}}}); err != nil {
+		t.Fatal(err)
+	}
+	m := mount(t, relWithFaults(bk, map[string]string{"fault_latency": "1ms"}))
+	shE(t, m.Dir, `ls -l sessions/ >/dev/null; cat sessions/`+id.String()+`/a.txt >/dev/null; echo new > sessions/`+id.String()+`/new.txt`)
+	st := relReadStats(t, m)
+	g := execRequestsLine.FindStringSubmatch(st.raw)
+	if g == nil {
+		t.Fatalf("no request counts in .pugmark/stats:\n%s", st.raw)
+	}
+	for i, op := range []string{"get", "head", "put", "list"} {
+		if n, _ := strconv.ParseInt(g[i+1], 10, 64); n != st.Faults[op].Requests {
+			t.Errorf("stats count %d %s requests, the bucket saw %d", n, op, st.Faults[op].Requests)
+		}
+	}
+}

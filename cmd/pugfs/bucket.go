@@ -74,6 +74,20 @@ func onLocalDisk(arg string) bool {
 // so, rather than the driver's ENOENT. timeout bounds the one request
 // that checks a cloud bucket exists.
 func openBucket(ctx context.Context, arg string, create bool, timeout time.Duration) (*blob.Bucket, string, error) {
+	b, u, err := openBucketURL(ctx, arg, create)
+	if err != nil {
+		return nil, u, err
+	}
+	if err := checkBucketExists(ctx, b, u, timeout); err != nil {
+		b.Close()
+		return nil, u, err
+	}
+	return b, u, nil
+}
+
+// openBucketURL is openBucket without the request that checks a cloud
+// bucket exists: a mount's probe is that request (missingBucket).
+func openBucketURL(ctx context.Context, arg string, create bool) (*blob.Bucket, string, error) {
 	u, local, err := bucketURL(arg)
 	if err != nil {
 		return nil, "", err
@@ -98,10 +112,6 @@ func openBucket(ctx context.Context, arg string, create bool, timeout time.Durat
 		// Drivers put the whole URL in their errors.
 		return nil, u, redact.Err(fmt.Errorf("open bucket %s: %w", redact.URL(u), err), u)
 	}
-	if err := checkBucketExists(ctx, b, u, timeout); err != nil {
-		b.Close()
-		return nil, u, err
-	}
 	return b, u, nil
 }
 
@@ -112,19 +122,8 @@ func openBucket(ctx context.Context, arg string, create bool, timeout time.Durat
 // are left to the first real request, which reports them as they are;
 // so is a bucket that does not answer within timeout.
 func checkBucketExists(ctx context.Context, b *blob.Bucket, u string, timeout time.Duration) error {
-	p, err := url.Parse(u)
-	if err != nil {
-		return nil
-	}
-	var create string
-	switch strings.TrimPrefix(p.Scheme, faultblob.SchemePrefix) {
-	case "s3":
-		create = fmt.Sprintf("S3 bucket %q does not exist: create it first (aws s3 mb s3://%s; MinIO: mc mb ALIAS/%s; versitygw: a directory of that name under its root)", p.Host, p.Host, p.Host)
-	case "gs":
-		create = fmt.Sprintf("GCS bucket %q does not exist: create it first (gcloud storage buckets create gs://%s; fake-gcs-server: POST /storage/v1/b or a directory under its -data)", p.Host, p.Host)
-	case "azblob":
-		create = fmt.Sprintf("Azure container %q does not exist: create it first (az storage container create --name %s, with --connection-string for Azurite)", p.Host, p.Host)
-	default:
+	create := missingBucket(u)
+	if create == "" {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -134,6 +133,25 @@ func checkBucketExists(ctx context.Context, b *blob.Bucket, u string, timeout ti
 		return nil
 	}
 	return errors.New(create)
+}
+
+// missingBucket is the line that says a cloud bucket or container of
+// URL u does not exist and what to create with which tool; "" for a URL
+// of no cloud.
+func missingBucket(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return ""
+	}
+	switch strings.TrimPrefix(p.Scheme, faultblob.SchemePrefix) {
+	case "s3":
+		return fmt.Sprintf("S3 bucket %q does not exist: create it first (aws s3 mb s3://%s; MinIO: mc mb ALIAS/%s; versitygw: a directory of that name under its root)", p.Host, p.Host, p.Host)
+	case "gs":
+		return fmt.Sprintf("GCS bucket %q does not exist: create it first (gcloud storage buckets create gs://%s; fake-gcs-server: POST /storage/v1/b or a directory under its -data)", p.Host, p.Host)
+	case "azblob":
+		return fmt.Sprintf("Azure container %q does not exist: create it first (az storage container create --name %s, with --connection-string for Azurite)", p.Host, p.Host)
+	}
+	return ""
 }
 
 // openStore opens a bucket argument as a layout store; create as for

@@ -12,9 +12,10 @@ import (
 	"github.com/pugmark/pugfs/internal/s3test"
 )
 
-// TestMissingBucket: fsck and mount (and, on the clouds, session new) of a
-// bucket or container that does not exist say so in one line that names
-// what to create and with which tool, on every backend, and exit 1.
+// TestMissingBucket: fsck and mount (and, on the clouds, session new and
+// exec) of a bucket or container that does not exist say so in one line
+// that names what to create and with which tool, on every backend, and
+// exit 1. A mount and exec learn it from their probe.
 func TestMissingBucket(t *testing.T) {
 	s3 := s3test.Start(t)
 	gcs := cloudtest.StartGCS(t)
@@ -38,7 +39,7 @@ func TestMissingBucket(t *testing.T) {
 			if tc.name != "local" {
 				// session new creates a missing local directory on
 				// purpose; a cloud bucket it cannot create.
-				cmds = append(cmds, []string{"session", "new", tc.url})
+				cmds = append(cmds, []string{"session", "new", tc.url}, []string{"exec", tc.url, "00079d76b2c700a1fb7d5fa39569554b", "--", "true"})
 			}
 			for _, args := range cmds {
 				// A bound, so that a mount that wrongly came up fails

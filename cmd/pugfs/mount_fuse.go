@@ -205,7 +205,10 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 		}
 	}()
 	secrets := redact.Secrets(cfg.BucketURL)
-	b, u, err := openBucket(ctx, cfg.BucketURL, false, cfg.RequestTimeout)
+	// The probe below says whether a cloud bucket exists: its LIST is
+	// counted with the mount's requests, and made beside the mount's
+	// first work rather than before it (a round trip at every start).
+	b, u, err := openBucketURL(ctx, cfg.BucketURL, false)
 	if err != nil {
 		return nil, err
 	}
@@ -231,9 +234,13 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	// exec's first requests); a failed probe is the error the caller
 	// sees, whatever else failed after it.
 	probeErr := make(chan error, 1)
-	go func() { probeErr <- probe(ctx, b, log) }()
+	go func() { probeErr <- probe(ctx, store, log) }()
 	env.probed = sync.OnceValue(func() error {
-		if err := <-probeErr; err != nil {
+		err := <-probeErr
+		if create := missingBucket(u); err != nil && create != "" && gcerrors.Code(err) == gcerrors.NotFound {
+			return errors.New(create)
+		}
+		if err != nil {
 			return fmt.Errorf("bucket %s is not usable: %v%s", redact.URL(u), err, probeHint(err))
 		}
 		return nil
@@ -490,12 +497,12 @@ const (
 // request is: one unlucky LIST must not fail the mount. The first retry
 // is logged, so that a refused endpoint or a host still booting does not
 // keep a mount silent for the whole of probeFor.
-func probe(ctx context.Context, b *blob.Bucket, log *slog.Logger) error {
+func probe(ctx context.Context, store *layout.Store, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, probeFor)
 	defer cancel()
 	delay := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		_, _, err := b.ListPage(ctx, blob.FirstPageToken, 1, &blob.ListOptions{Prefix: layout.SessionsPrefix, Delimiter: "/"})
+		err := store.Probe(ctx)
 		if err == nil || attempt+1 >= probeAttempts || ctx.Err() != nil {
 			return err
 		}

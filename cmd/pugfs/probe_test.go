@@ -10,9 +10,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/pugmark/pugfs/internal/syncbuf"
+	"github.com/pugmark/pugfs/layout"
 )
 
 // probeOf opens url as a mount does and probes it: what the probe
@@ -20,13 +20,13 @@ import (
 func probeOf(t *testing.T, url string) (*syncbuf.Buffer, error) {
 	t.Helper()
 	ctx := context.Background()
-	b, _, err := openBucket(ctx, url, false, 5*time.Second)
+	b, _, err := openBucketURL(ctx, url, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	logged := &syncbuf.Buffer{}
-	return logged, probe(ctx, b, logged.Logger(slog.LevelInfo))
+	return logged, probe(ctx, layout.New(b, nil), logged.Logger(slog.LevelInfo))
 }
 
 // TestProbeRetries: a bucket that answers every LIST with an error fails
