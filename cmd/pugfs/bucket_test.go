@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -63,5 +64,34 @@ func TestMissingBucket(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMissingBucketMakesNothing: a mount or pugfs exec of a cloud bucket
+// that does not exist (a typo) leaves nothing in the cache directory:
+// they learn it from their probe, after the bucket's state directory was
+// made (review 24).
+func TestMissingBucketMakesNothing(t *testing.T) {
+	s3 := s3test.Start(t)
+	for _, args := range [][]string{{"mount", s3.URL("no-such-bucket"), t.TempDir()}, {"exec", s3.URL("no-such-bucket"), "00079d76b2c700a1fb7d5fa39569554b", "--", "true"}} {
+		cache := t.TempDir()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(append(os.Environ(), s3.Env()...), "XDG_CACHE_HOME="+cache)
+		out, _ := cmd.CombinedOutput()
+		cancel()
+		if !strings.Contains(string(out), "does not exist") {
+			t.Fatalf("%s: %s", args[0], out)
+		}
+		var made []string
+		filepath.WalkDir(cache, func(p string, d os.DirEntry, err error) error {
+			if p != cache && p != filepath.Join(cache, "pugfs") {
+				made = append(made, strings.TrimPrefix(p, cache))
+			}
+			return nil
+		})
+		if len(made) > 0 {
+			t.Errorf("%s of a missing bucket left %v in the cache directory", args[0], made)
+		}
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/driver"
 	"gocloud.dev/gcerrors"
+	"golang.org/x/sys/unix"
 )
 
 // runMount mounts cfg.BucketURL on cfg.Mountpoint and serves it until ctx
@@ -182,7 +183,10 @@ type mountEnv struct {
 	shownURL string
 	// stateDir holds staging/ and failed/.
 	stateDir, failedDir string
-	closers             []func()
+	// noBucket is set when the probe found that the bucket does not
+	// exist.
+	noBucket atomic.Bool
+	closers  []func()
 }
 
 // close releases what prepareMount made, last made first; the
@@ -212,6 +216,16 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	if err != nil {
 		return nil, err
 	}
+	// The first of the closers, so run last: what this start made for a
+	// bucket that does not exist goes once everything in it is closed.
+	made := madeFor(cfg, u)
+	env.closers = append(env.closers, func() {
+		if env.noBucket.Load() {
+			for _, d := range made {
+				os.RemoveAll(d)
+			}
+		}
+	})
 	env.shownURL = redact.URL(u)
 	sched := schedblob.New(cfg.MaxRequests)
 	var reqLog *slog.Logger
@@ -238,6 +252,7 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	env.probed = sync.OnceValue(func() error {
 		err := <-probeErr
 		if create := missingBucket(u); err != nil && create != "" && gcerrors.Code(err) == gcerrors.NotFound {
+			env.noBucket.Store(true)
 			return errors.New(create)
 		}
 		if err != nil {
@@ -369,13 +384,14 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 // uploadsFor is how many blob uploads of one commit go at once: three
 // quarters of --max-requests, as far as the process's descriptors allow
 // (an upload holds a few: the staged file, a connection or the bucket's
-// file). 48 at once made a pugfs exec under `ulimit -n 150` fail with
-// EMFILE.
+// file; 64 are left for the rest). 48 at once made a pugfs exec under
+// `ulimit -n 150` fail with EMFILE. The bound is a commit's: commits of
+// several sessions at once each have it (pugfs exec commits one).
 func uploadsFor(maxRequests int) int {
 	n := max(1, maxRequests*3/4)
 	var lim syscall.Rlimit
 	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil && lim.Cur < 1<<20 {
-		n = min(n, max(4, (int(lim.Cur)-64)/3))
+		n = min(n, max(1, (int(lim.Cur)-64)/3))
 	}
 	return n
 }
@@ -410,6 +426,31 @@ type keeperSlot struct {
 func keptNamespace(u string) string {
 	sum := sha256.Sum256([]byte(u))
 	return "bucket " + hex.EncodeToString(sum[:8]) + " "
+}
+
+// defaultStateDir is the state directory of bucket URL u without a
+// --cache-dir: a directory of its own in the user's cache directory.
+func defaultStateDir(u string) string {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	sum := sha256.Sum256([]byte(u))
+	return filepath.Join(base, "pugfs", hex.EncodeToString(sum[:8]))
+}
+
+// madeFor lists the directories a mount of bucket URL u would make for
+// it alone that do not exist yet: removed again if the bucket turns out
+// not to exist (a typo in a URL left a directory in ~/.cache: review 24).
+func madeFor(cfg mountConfig, u string) []string {
+	dir := defaultStateDir(u)
+	if cfg.CacheDir != "" && cfg.CacheDir != cacheDirOff {
+		dir = bucketStateDir(cfg, cfg.CacheDir, u)
+	}
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return []string{dir}
+	}
+	return nil
 }
 
 // bucketStateDir is where the cache directory keeps what belongs to one
@@ -621,12 +662,7 @@ func stateDirFor(cfg mountConfig, u string) (string, error) {
 	if cfg.CacheDir != "" && cfg.CacheDir != cacheDirOff {
 		return cfg.CacheDir, nil
 	}
-	base, err := os.UserCacheDir()
-	if err != nil {
-		base = os.TempDir()
-	}
-	sum := sha256.Sum256([]byte(u))
-	dir := filepath.Join(base, "pugfs", hex.EncodeToString(sum[:8]))
+	dir := defaultStateDir(u)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return dir, fmt.Errorf("state directory %s: %w", dir, err)
 	}
@@ -683,8 +719,13 @@ func reportLegacyFailed(dir string, log *slog.Logger) {
 // first.
 func sweepStaging(stateDir, failedDir string, log *slog.Logger) {
 	orphans(filepath.Join(stateDir, "staging"), func(dir string) {
-		keepFailed(filepath.Join(dir, "failed"), failedDir, log)
-		parked := keepParked(dir, failedDir, log)
+		_, lost := keepFailed(filepath.Join(dir, "failed"), failedDir, log)
+		parked, lostParked := keepParked(dir, failedDir, log)
+		if lost+lostParked > 0 {
+			// Removed, what could not be kept would be gone.
+			log.Warn("a mount or pugfs exec run that is gone left files in its staging directory that could not be kept (logged above); the directory stays, and the next mount tries again", "dir", dir, "files", lost+lostParked)
+			return
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			log.Warn("could not remove the staging directory of a mount that is gone", "dir", dir, "err", err)
 			return
@@ -703,13 +744,13 @@ func sweepStaging(stateDir, failedDir string, log *slog.Logger) {
 // keepParked moves the files a dead mount parked (closed, waiting for an
 // fsync: staging.Writer names them <session>/<name>.<time> in
 // parked-*) to failedDir/<session>/, as its unmount would have kept them,
-// and returns how many it moved. A pugfs exec run's parked files are
+// and returns how many it moved and how many it could not. A pugfs exec
+// run's parked files are
 // plain numbers, outside any session directory, until its command exited
 // 0: a run killed before then keeps nothing of an unfinished output;
 // one killed while committing keeps it all.
-func keepParked(dir, failedDir string, log *slog.Logger) int {
+func keepParked(dir, failedDir string, log *slog.Logger) (kept, failed int) {
 	sessions, _ := filepath.Glob(filepath.Join(dir, "parked-*", "*"))
-	n := 0
 	for _, sd := range sessions {
 		if fi, err := os.Lstat(sd); err == nil && fi.IsDir() {
 			dst := filepath.Join(failedDir, filepath.Base(sd))
@@ -723,10 +764,11 @@ func keepParked(dir, failedDir string, log *slog.Logger) int {
 				}
 				return nil
 			})
-			n += keepFailed(sd, dst, log)
+			k, f := keepFailed(sd, dst, log)
+			kept, failed = kept+k, failed+f
 		}
 	}
-	return n
+	return kept, failed
 }
 
 // linkCount is how many names fi's file has (1 where the system does
@@ -736,29 +778,6 @@ func linkCount(fi os.FileInfo) uint64 {
 		return uint64(st.Nlink)
 	}
 	return 1
-}
-
-// copyOut copies the file src to a new file dst and removes src; on an
-// error dst is not left cut.
-func copyOut(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(dst)
-		return err
-	}
-	return os.Remove(src)
 }
 
 // inode is a file's identity on its machine.
@@ -828,36 +847,99 @@ func reportFailed(stateDir, failedDir string, log *slog.Logger) {
 }
 
 // keepFailed moves the salvage files under src (src/<session>/<file>) to
-// dst/<session>/, and returns how many it moved.
-func keepFailed(src, dst string, log *slog.Logger) int {
-	n := 0
+// dst/<session>/, and returns how many it moved and how many it could
+// not (logged): the caller must not remove src then, or those are lost.
+func keepFailed(src, dst string, log *slog.Logger) (kept, failed int) {
 	filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return nil
 		}
 		rel, _ := filepath.Rel(src, p)
-		to := filepath.Join(dst, rel)
-		if _, err := os.Lstat(to); err == nil {
-			to += ".moved"
-		}
-		err = os.MkdirAll(filepath.Dir(to), 0o700)
-		if fi, serr := os.Lstat(p); err == nil && serr == nil && linkCount(fi) > 1 {
-			// Another name shares the bytes: a local bucket's blob, the
-			// spill file the upload linked into the bucket before the
-			// mount died (review 23). A copy kept, edited in place, must
-			// not change the bucket.
-			err = copyOut(p, to)
-		} else if err == nil {
-			err = os.Rename(p, to)
+		err = os.MkdirAll(filepath.Dir(filepath.Join(dst, rel)), 0o700)
+		if err == nil {
+			err = keepOne(p, filepath.Join(dst, rel))
 		}
 		if err != nil {
-			log.Error("could not keep the data of a failed commit", "path", p, "err", err)
+			log.Error("could not keep the data of a failed commit; it stays where it is, for the next mount to try again", "path", p, "err", err)
+			failed++
 		} else {
-			n++
+			kept++
 		}
 		return nil
 	})
-	return n
+	return kept, failed
+}
+
+// keepOne moves the file p to the name to, or a free name beside it
+// (to.moved, to.moved-2, ...): a name kept earlier is never overwritten.
+// A file with another name (a local bucket's blob: the spill file the
+// upload linked into the bucket before the mount died, review 23) is
+// copied, so that the kept copy, edited in place, does not change the
+// bucket; when the copy fails (a full disk), it is moved all the same.
+func keepOne(p, to string) error {
+	for i := 1; ; i++ {
+		name := to
+		switch {
+		case i == 2:
+			name = to + ".moved"
+		case i > 2:
+			name = fmt.Sprintf("%s.moved-%d", to, i-1)
+		}
+		var err error
+		if fi, serr := os.Lstat(p); serr == nil && linkCount(fi) > 1 {
+			if err = copyOut(p, name); err == nil || errors.Is(err, os.ErrExist) {
+				if err == nil {
+					return nil
+				}
+				continue
+			}
+		}
+		err = unix.Renameat2(unix.AT_FDCWD, p, unix.AT_FDCWD, name, unix.RENAME_NOREPLACE)
+		if errors.Is(err, unix.EEXIST) {
+			continue
+		}
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+			// A file system without RENAME_NOREPLACE: a name seen free.
+			if _, serr := os.Lstat(name); serr == nil {
+				continue
+			}
+			err = os.Rename(p, name)
+		}
+		return err
+	}
+}
+
+// copyOut copies the file src to the new name dst, whole or not at all
+// (an unnamed file given its name once written and synced), and removes
+// src.
+func copyOut(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if _, err := os.Lstat(dst); err == nil {
+		return os.ErrExist
+	}
+	fd, err := unix.Open(filepath.Dir(dst), unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	out := os.NewFile(uintptr(fd), dst)
+	defer out.Close()
+	if _, err := io.Copy(out, in); err != nil {
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		return err
+	}
+	if err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", out.Fd()), unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return os.ErrExist
+		}
+		return err
+	}
+	return os.Remove(src)
 }
 
 // pugfsRunning reports whether pid is a running pugfs (a reused pid of

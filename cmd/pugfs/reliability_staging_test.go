@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -236,6 +237,112 @@ func TestOrphansSweepUnnamedLocks(t *testing.T) {
 	for name, want := range map[string]bool{"p0000000000000001": false, "p0000000000000002": true, "p0000000000000003": true} {
 		if _, err := os.Stat(path(name)); (err == nil) != want {
 			t.Errorf("%s after a sweep: %v, want kept %v", name, err, want)
+		}
+	}
+}
+
+// sweepRig is a state directory holding the staging directory of a dead
+// mount with one parked file of session sess (name, body); linked gives
+// the file a second name, as a local bucket's blob it was linked into.
+func sweepRig(t *testing.T, name, body string, linked bool) (state, failed string) {
+	t.Helper()
+	state = t.TempDir()
+	failed = filepath.Join(state, "failed")
+	p := filepath.Join(state, "staging", "p0123456789abcdef", "parked-1", "sess", name)
+	os.MkdirAll(filepath.Dir(p), 0o700)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, "staging", "p0123456789abcdef.lock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if linked {
+		if err := os.Link(p, filepath.Join(t.TempDir(), "sha256:blob")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return state, failed
+}
+
+// keptUnder reports whether some file under dir holds body.
+func keptUnder(dir, body string) bool {
+	found := false
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if b, _ := os.ReadFile(p); string(b) == body {
+				found = true
+			}
+		}
+		return nil
+	})
+	return found
+}
+
+// TestSweepKeepsWhatItCannotCopy: a parked file the bucket shares is kept
+// as a copy; when the copy fails (a full disk: here a file size limit),
+// the file is kept all the same, never removed with the staging
+// directory. It was (review 24).
+func TestSweepKeepsWhatItCannotCopy(t *testing.T) {
+	body := strings.Repeat("closed, not fsynced; ", 100)
+	state, failed := sweepRig(t, "f.20260101T000000.000000000-1", body, true)
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: 100, Max: old.Max}); err != nil {
+		t.Fatal(err)
+	}
+	var logged syncbuf.Buffer
+	cleanStaging(state, failed, logged.Logger(slog.LevelInfo))
+	syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old)
+	if !keptUnder(failed, body) && !keptUnder(filepath.Join(state, "staging"), body) {
+		t.Errorf("the parked file is gone: in neither the failed directory nor staging\n%s", logged.String())
+	}
+}
+
+// TestSweepNeverOverwrites: a kept name taken, and its .moved name too,
+// the sweep keeps the parked file under another name: it replaced the
+// .moved file, whose bytes were lost (review 24).
+func TestSweepNeverOverwrites(t *testing.T) {
+	for _, linked := range []bool{false, true} {
+		name := "f.20260101T000000.000000000-1"
+		state, failed := sweepRig(t, name, "new bytes", linked)
+		os.MkdirAll(filepath.Join(failed, "sess"), 0o700)
+		os.WriteFile(filepath.Join(failed, "sess", name), []byte("first"), 0o600)
+		os.WriteFile(filepath.Join(failed, "sess", name+".moved"), []byte("second"), 0o600)
+		var logged syncbuf.Buffer
+		cleanStaging(state, failed, logged.Logger(slog.LevelInfo))
+		for _, want := range []string{"first", "second", "new bytes"} {
+			if !keptUnder(failed, want) {
+				t.Errorf("linked=%v: %q no longer kept\n%s", linked, want, logged.String())
+			}
+		}
+	}
+}
+
+// TestUploadsFor: a commit's upload width is three quarters of
+// --max-requests, within the descriptors the process may open (three an
+// upload, 64 for the rest), and at least 1.
+func TestUploadsFor(t *testing.T) {
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
+	for _, c := range []struct {
+		cur             uint64
+		maxRequests, at int
+	}{
+		{1 << 20, 64, 48}, {20000, 64, 48}, {20000, 8, 6}, {20000, 1, 1}, {150, 64, 28}, {70, 64, 2}, {64, 64, 1},
+	} {
+		if c.cur > old.Max {
+			continue
+		}
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: c.cur, Max: old.Max}); err != nil {
+			t.Fatal(err)
+		}
+		if n := uploadsFor(c.maxRequests); n != c.at {
+			t.Errorf("RLIMIT_NOFILE %d, --max-requests %d: %d uploads, want %d", c.cur, c.maxRequests, n, c.at)
 		}
 	}
 }
