@@ -594,19 +594,28 @@ func TestExecSIGKILL(t *testing.T) {
 	})
 }
 
+// checkpointRig is a local bucket with a new session, the key of the
+// snapshot the session's next checkpoint will be, and a switch
+// (relSwitchFile: the path, and what turns it off) for faults on it.
+func checkpointRig(t *testing.T) (bk *Bucket, id layout.SessionID, key, sw string, off func()) {
+	t.Helper()
+	bk = openBucket(t, testbucket.Local)
+	id = newSession(t, bk)
+	key, err := layout.SnapshotKey(id, latest(t, bk, id)+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, _, off = relSwitchFile(t)
+	return bk, id, key, sw, off
+}
+
 // TestExecSIGKILLCommitting: SIGKILL of pugfs exec after its command
 // exited 0, while the checkpoint is in flight (its snapshot PUT stalls),
 // leaves the outcome unknown, as an exit 74 does, and the next run keeps
 // the output under failed/, as a 74 does: the next run removed every
 // staged file with a warning that the run "keeps nothing" (audit 19).
 func TestExecSIGKILLCommitting(t *testing.T) {
-	bk := openBucket(t, testbucket.Local)
-	id := newSession(t, bk)
-	key, err := layout.SnapshotKey(id, latest(t, bk, id)+1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sw, _, off := relSwitchFile(t)
+	bk, id, key, sw, off := checkpointRig(t)
 	defer off()
 	fb := relWithFaults(bk, map[string]string{"fault_stall_prefix": key, "fault_active_file": sw})
 	cache := t.TempDir()
@@ -1077,13 +1086,7 @@ func TestExecFullStateDir(t *testing.T) {
 func TestExecCommitOutcomeUnknown(t *testing.T) {
 	for _, answers := range []bool{true, false} {
 		t.Run(fmt.Sprintf("answers=%v", answers), func(t *testing.T) {
-			bk := openBucket(t, testbucket.Local)
-			id := newSession(t, bk)
-			key, err := layout.SnapshotKey(id, latest(t, bk, id)+1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sw, _, off := relSwitchFile(t)
+			bk, id, key, sw, off := checkpointRig(t)
 			fb := relWithFaults(bk, map[string]string{"fault_lost_put_rate": "1", "fault_error_rate": "1", "fault_ops": "get,head",
 				"fault_prefix": key, "fault_active_file": sw})
 			cache := t.TempDir()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -256,15 +255,7 @@ func TestWriteFsyncUploadsWide(t *testing.T) {
 	if v := latest(t, bk, id); v != 1 {
 		t.Fatalf("version %d after the fsync, want 1", v)
 	}
-	stats, err := os.ReadFile(filepath.Join(m.Dir, ".pugmark", "stats"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := execPeakLine.FindSubmatch(stats)
-	if p == nil {
-		t.Fatalf("no peak in .pugmark/stats:\n%s", stats)
-	}
-	if peak, _ := strconv.Atoi(string(p[1])); peak < 40 || peak > 64 {
+	if peak := statsNumber(t, m, execPeakLine); peak < 40 || peak > 64 {
 		t.Errorf("at most %d requests in flight during the fsync of 100 files, want about 48 (3/4 of --max-requests)", peak)
 	}
 }

@@ -201,15 +201,19 @@ var putsRE = regexp.MustCompile(`\bput (\d+)`)
 
 // mountPuts returns the number of PUT requests the mount made so far, from
 // its .pugmark/stats.
-func mountPuts(t testing.TB, m *Mount) int {
+func mountPuts(t testing.TB, m *Mount) int { return statsNumber(t, m, putsRE) }
+
+// statsNumber is the number re captures first in the mount's
+// .pugmark/stats.
+func statsNumber(t testing.TB, m *Mount, re *regexp.Regexp) int {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(m.Dir, ".pugmark", "stats"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := putsRE.FindSubmatch(b)
+	s := re.FindSubmatch(b)
 	if s == nil {
-		t.Fatalf(".pugmark/stats has no put count:\n%s", b)
+		t.Fatalf(".pugmark/stats has no %v:\n%s", re, b)
 	}
 	n, _ := strconv.Atoi(string(s[1]))
 	return n
