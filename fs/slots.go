@@ -914,7 +914,7 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 		return n.f.errnoOf("setxattr "+n.slot(), err)
 	}
 	n.writesThrough(s) // its commit keeps this inode's number, as a chmod's
-	s.ChangeAttrs(func(a *staging.Attrs) {
+	err = n.f.w.ChangeAttrs(ctx, n.id, s, func(a *staging.Attrs) {
 		switch {
 		case isMeta && remove:
 			delete(a.Meta, key)
@@ -929,7 +929,7 @@ func (n *slotFile) changeXattr(ctx context.Context, attr, val string, remove boo
 			a.SchemaURL = val
 		}
 	})
-	if err := n.f.w.Release(ctx, n.id, s); err != nil {
+	if err != nil {
 		return n.f.errnoOf("setxattr "+n.slot(), err)
 	}
 	return 0

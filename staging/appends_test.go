@@ -107,7 +107,7 @@ func TestWriterAppendOntoOtherWriters(t *testing.T) {
 		r := newWriterRig(t)
 		r.write(t, "log", "base\n")
 		s := r.appendTo(t, "log", "mine\n")
-		s.ChangeAttrs(func(a *Attrs) { a.Meta = map[string]string{"k": "v"} })
+		s.changeAttrs(func(a *Attrs) { a.Meta = map[string]string{"k": "v"} })
 		r.otherWriter(t, "log", "base\nother\n")
 		if err := r.w.Release(ctx, r.id, s); !errors.Is(err, layout.ErrChangedUnder) {
 			t.Fatalf("close: %v, want ErrChangedUnder: moved, the other's attributes would go", err)

@@ -61,12 +61,13 @@ type AttrResult struct {
 }
 
 // SetAttrs keeps a chmod or utimes of a session's file as posix-mode /
-// posix-mtime metadata. A file with a staged copy (being written, or just
-// closed) takes the change on the staged file, so that it lands with the
-// content in one descriptor, committed by its release (at once unless
-// another open still holds it). A committed file that is not being
-// written gets a new descriptor of the same blob at once: no staged copy
-// of its content, no upload. It is ErrNotExist when the name has no file.
+// posix-mtime metadata. A file being written (content not committed yet)
+// takes the change on its staged file, so that it lands with the content
+// in one descriptor, at the close that commits it. A committed file gets
+// a new descriptor of the same blob at once (no upload): from its staged
+// copy when another open holds one that nothing was written to since its
+// last commit (commitClean), else from its entry, with no staged copy of
+// its content. It is ErrNotExist when the name has no file.
 //
 // baseOf and shown are the front end's: what a staged copy starts from
 // (OpenFrom), and the entry the file shows now, whose mtime a metadata
@@ -95,6 +96,7 @@ func (w *Writer) SetAttrs(ctx context.Context, id layout.SessionID, name string,
 	}
 	s.mu.Lock()
 	var keep time.Time
+	clean := !s.dirty && s.committed != nil
 	if !s.dirty {
 		// Clean: the bytes are committed already; only the metadata
 		// changes, and the modification time stays what it was.
@@ -111,7 +113,35 @@ func (w *Writer) SetAttrs(ctx context.Context, id layout.SessionID, name string,
 		s.changedLocked()
 	}
 	s.mu.Unlock()
-	return AttrResult{File: s}, w.Release(ctx, id, s)
+	return AttrResult{File: s}, w.commitClean(ctx, id, s, clean)
+}
+
+// ChangeAttrs changes the user-set descriptor fields of s (setxattr and
+// removexattr) with fn, and releases the open the caller took for it
+// (OpenFresh). The change commits as a chmod's does (SetAttrs): at once
+// when the content was committed already, else with the content.
+func (w *Writer) ChangeAttrs(ctx context.Context, id layout.SessionID, s *File, fn func(*Attrs)) error {
+	return w.commitClean(ctx, id, s, s.changeAttrs(fn))
+}
+
+// commitClean releases the open of s that a metadata change took, and
+// commits the change first when the content was clean (committed, and
+// nothing written since). Left to the release, that commit waited for the
+// file's last open: the kernel sends the RELEASE of `echo x > f`'s
+// descriptor after close(2) has returned, so a `setfattr` or `chmod` run
+// next returned before its change was in the bucket, and a program that
+// holds a file open kept every change of its metadata local until it
+// closed. Content being written is not committed by a metadata change:
+// it lands, with the change, at the close that commits it.
+func (w *Writer) commitClean(ctx context.Context, id layout.SessionID, s *File, clean bool) error {
+	var err error
+	if clean {
+		err = w.Flush(ctx, id, s, true)
+	}
+	if rerr := w.Release(ctx, id, s); err == nil {
+		err = rerr
+	}
+	return err
 }
 
 // setCommittedAttrs commits c for a committed file as a clone of its

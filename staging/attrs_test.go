@@ -1,6 +1,7 @@
 package staging
 
 import (
+	"context"
 	"maps"
 	"testing"
 	"time"
@@ -49,5 +50,81 @@ func TestAttrChangeApply(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// TestWriterMetadataOfHeldFile: a chmod, utimes or setxattr of a file
+// another open still holds commits before it returns when the content is
+// committed already (the kernel sends the RELEASE of `echo x > f` after
+// close(2) has returned, so `setfattr` next found the file held), and
+// lands with the content, at its commit, while the content is being
+// written. It waited for the last release, and a setfattr or chmod
+// returned before its change was in the bucket.
+func TestWriterMetadataOfHeldFile(t *testing.T) {
+	ctx := context.Background()
+	mode := uint32(0o600)
+	mtime := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+	none := func() *layout.Entry { return nil }
+	for _, c := range []struct {
+		name   string
+		change func(r *writerRig) error
+		has    func(e layout.Entry) bool
+	}{
+		{"chmod", func(r *writerRig) error {
+			_, err := r.w.SetAttrs(ctx, r.id, "f", AttrChange{Mode: &mode}, none, nil)
+			return err
+		}, func(e layout.Entry) bool { return layout.PosixMode(e.Metadata, 0) == mode }},
+		{"utimes", func(r *writerRig) error {
+			_, err := r.w.SetAttrs(ctx, r.id, "f", AttrChange{Mtime: &mtime}, none, nil)
+			return err
+		}, func(e layout.Entry) bool {
+			return layout.ShownMtime(e.Metadata, e.CreatedAt, e.CreatedAt).Equal(mtime)
+		}},
+		{"setxattr", func(r *writerRig) error {
+			s, err := r.w.OpenFresh(ctx, r.id, "f", none, false)
+			if err != nil {
+				return err
+			}
+			return r.w.ChangeAttrs(ctx, r.id, s, func(a *Attrs) { a.Meta = map[string]string{"k": "v"} })
+		}, func(e layout.Entry) bool { return e.Metadata["k"] == "v" }},
+	} {
+		t.Run(c.name+"/committed", func(t *testing.T) {
+			r := newWriterRig(t)
+			held := r.written(t, "f", "hello")
+			if err := r.w.Flush(ctx, r.id, held, false); err != nil { // close(2)
+				t.Fatal(err)
+			}
+			if err := c.change(r); err != nil {
+				t.Fatal(err)
+			}
+			if e, ok := r.slot(t, "f"); !ok || !c.has(e) || string(e.Data) != "hello" {
+				t.Fatalf("f = %+v (present %v) while another open holds it, want hello with the change committed", e.Descriptor, ok)
+			}
+			if err := r.w.Release(ctx, r.id, held); err != nil {
+				t.Fatal(err)
+			}
+		})
+		t.Run(c.name+"/being-written", func(t *testing.T) {
+			r := newWriterRig(t)
+			held := r.written(t, "f", "hello")
+			if err := r.w.Flush(ctx, r.id, held, false); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := held.WriteAt(ctx, []byte(" world"), 5); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.change(r); err != nil {
+				t.Fatal(err)
+			}
+			if e, ok := r.slot(t, "f"); !ok || c.has(e) || string(e.Data) != "hello" {
+				t.Fatalf("f = %+v (present %v) while being written, want hello as committed before", e.Descriptor, ok)
+			}
+			if err := r.w.Release(ctx, r.id, held); err != nil {
+				t.Fatal(err)
+			}
+			if e, ok := r.slot(t, "f"); !ok || !c.has(e) || string(e.Data) != "hello world" {
+				t.Fatalf("f = %+v (present %v) after the close, want the content and the change in one descriptor", e.Descriptor, ok)
+			}
+		})
 	}
 }

@@ -39,7 +39,7 @@ func (r *writerRig) countBlobStores() *atomic.Int64 {
 func futimens(s *File) {
 	mt := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	s.Touch()
-	s.ChangeAttrs(func(a *Attrs) { a.Meta = AttrChange{Mtime: &mt}.Apply(a.Meta, time.Time{}) })
+	s.changeAttrs(func(a *Attrs) { a.Meta = AttrChange{Mtime: &mt}.Apply(a.Meta, time.Time{}) })
 }
 
 // TestWriterOpenFetchesOnlyWhatAChangeNeeds: a file opened for writing
@@ -269,7 +269,7 @@ func TestWriterFillHoldsNothing(t *testing.T) {
 func TestWriterXattrOfCommittedFileCommitsAtClose(t *testing.T) {
 	ctx := context.Background()
 	setK := func(s *File) {
-		s.ChangeAttrs(func(a *Attrs) { a.Meta = map[string]string{"k": "v"} })
+		s.changeAttrs(func(a *Attrs) { a.Meta = map[string]string{"k": "v"} })
 	}
 	t.Run("committed", func(t *testing.T) {
 		r := newWriterRigTTL(t, time.Hour, nil)

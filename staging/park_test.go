@@ -322,7 +322,7 @@ func TestWriterPark(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.Touch()
-			s.ChangeAttrs(func(a *Attrs) { a.Meta = map[string]string{"k": "v"} })
+			s.changeAttrs(func(a *Attrs) { a.Meta = map[string]string{"k": "v"} })
 			if err := r.w.Release(ctx, r.id, s); err != nil {
 				t.Fatal(err)
 			}
@@ -463,7 +463,7 @@ func TestWriterPark(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.Touch()
-			s.ChangeAttrs(func(a *Attrs) { a.Meta = map[string]string{"k": "v"} })
+			s.changeAttrs(func(a *Attrs) { a.Meta = map[string]string{"k": "v"} })
 			if err := r.w.Release(ctx, r.id, s); err != nil {
 				t.Fatal(err)
 			}

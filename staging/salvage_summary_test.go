@@ -64,7 +64,7 @@ func (r *writerRig) attrsChanged(t *testing.T, n int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.ChangeAttrs(func(a *Attrs) { a.Meta = map[string]string{"k": "v"} })
+		s.changeAttrs(func(a *Attrs) { a.Meta = map[string]string{"k": "v"} })
 		if err := r.w.Release(ctx, r.id, s); err != nil {
 			t.Fatal(err)
 		}
