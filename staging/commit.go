@@ -265,6 +265,20 @@ func (w *Writer) flush(ctx context.Context, id layout.SessionID, s *File, untouc
 // minutes it was (review 6).
 const appendPatience = 2 * time.Minute
 
+// Deadlines of a commit beyond its requests' own (--request-timeout,
+// restarted while an upload's bytes move): the snapshot's commit once the
+// uploads are done gets commitDeadline, and each upload, from when the
+// budget lets it start, commitDeadline and a second per uploadMinRate
+// bytes of its body: an upload slower than 1 MiB/s over a whole file of
+// 10 GiB (3 hours) is given up, a faster one is not, where every upload
+// of more than 10 minutes was. Waiting for room in the budget counts in
+// neither: each upload holding it is bounded so. A backend that stops
+// answering fails a request well before any of these.
+const (
+	commitDeadline = 10 * time.Minute
+	uploadMinRate  = 1 << 20 // bytes a second
+)
+
 // FsyncSession is fsync(2) of a session's directory: with
 // --commit=fsync it commits everything staged in the session as one
 // snapshot; in close mode it commits every staged file written since its
@@ -762,9 +776,9 @@ type batch struct {
 // base or not at all.
 func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingOp, base *sessionBase) (layout.CommitResult, error) {
 	// Uploads and commits outlive an interrupted syscall: tying them to
-	// the request context would abandon half-done work.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
-	defer cancel()
+	// the request context would abandon half-done work. Each upload has
+	// a deadline of its own (upload), and what follows them another.
+	ctx = context.WithoutCancel(ctx)
 	ws := w.session(id)
 	w.mu.Lock()
 	ws.uploading++
@@ -808,6 +822,8 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 		w.st.errors.Add(1)
 		return layout.CommitResult{}, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, w.commitFor)
+	defer cancel()
 	w.mu.Lock()
 	ws.uploading--
 	joined = true
@@ -920,12 +936,18 @@ func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error)
 				return d, fmt.Errorf("commit %s: %w", d.Name, err)
 			}
 		}
+		// The upload's deadline starts once it may start: a large file
+		// waiting for a slot behind other sessions' uploads of many GiB
+		// timed out before sending a byte, as any upload over 10
+		// minutes did.
+		uctx, cancel := context.WithTimeout(ctx, w.commitFor+time.Duration(d.Size/uploadMinRate)*time.Second)
+		ended := func() { release(); cancel() }
 		// Shared during the upload: the file can be read and stat'ed,
 		// and nothing can change what is being stored.
 		s.mu.RLock()
 		if s.gen != gen {
 			s.mu.RUnlock()
-			release()
+			ended()
 			continue // written to since it was hashed
 		}
 		if stored {
@@ -936,6 +958,7 @@ func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error)
 			// stays when names go (§10). Put again, it was a round trip
 			// that stored nothing.
 			s.mu.RUnlock()
+			ended()
 			s.mu.Lock()
 			if s.gen == gen {
 				s.dirty = false
@@ -946,11 +969,11 @@ func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error)
 		f, done, err := s.spillLocked()
 		if err != nil {
 			s.mu.RUnlock()
-			release()
+			ended()
 			return d, fmt.Errorf("commit %s: %w", d.Name, err)
 		}
-		info, err := w.store.PutBlobFile(ctx, f, d.Digest, d.Size, layout.BlobOptions{ContentType: d.ContentType})
-		release()
+		info, err := w.store.PutBlobFile(uctx, f, d.Digest, d.Size, layout.BlobOptions{ContentType: d.ContentType})
+		ended()
 		done()
 		if info.Linked {
 			s.linked.Store(true) // before any writer gets mu (unshareLocked)

@@ -3,6 +3,7 @@ package staging
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -295,5 +296,75 @@ func TestWriterBudgetWaitHoldsNoLock(t *testing.T) {
 	}
 	if got := r.bodyOf(t, "a"); got != big("a") {
 		t.Fatalf("a committed with %d bytes", len(got))
+	}
+}
+
+// TestWriterUploadDeadlines: an upload's deadline starts when the budget
+// lets it start, and grows with its body (a second a MiB on top of the
+// commit's): a large file waiting for a slot behind other uploads timed
+// out before it sent a byte, and any upload longer than the commit's 10
+// minutes failed however fast its bytes moved. An upload that overruns
+// its own deadline still fails, and its file stays staged.
+func TestWriterUploadDeadlines(t *testing.T) {
+	ctx := context.Background()
+	const commitFor = 200 * time.Millisecond
+	for _, c := range []struct {
+		name   string
+		size   int
+		slow   func(t *testing.T, r *writerRig, g *faultblob.Gate) // what holds the upload up, then lets it go
+		failed bool
+	}{
+		{"waiting for the slot", 2 << 20, func(t *testing.T, r *writerRig, g *faultblob.Gate) {
+			g.Release()
+			// Another upload holds the only large slot past commitFor.
+			if err := r.w.budget.large.Acquire(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			defer r.w.budget.large.Release(1)
+			for deadline := time.Now().Add(10 * time.Second); goroutinesIn("semaphore.(*Weighted).Acquire") != 1; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the upload does not wait for the slot")
+				}
+			}
+			time.Sleep(3 * commitFor) // the time that passes is what is tested
+		}, false},
+		{"a body of 2 MiB gets 2 s more", 2 << 20, func(t *testing.T, r *writerRig, g *faultblob.Gate) {
+			waitStalled(t, g, 1)
+			time.Sleep(3 * commitFor)
+			g.Release()
+		}, false},
+		{"a small body gets no more", 1 << 10, func(t *testing.T, r *writerRig, g *faultblob.Gate) {
+			waitStalled(t, g, 1)
+			// The stall ends when the deadline cancels the request.
+		}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newWriterRigCfg(t, func(cfg *Config) { cfg.Commit = CommitOnFsync })
+			r.w.budget = newUploadBudget(8<<20, 512<<10, 1)
+			r.w.commitFor = commitFor
+			r.write(t, "f", strings.Repeat("x", c.size))
+			g := faultblob.NewGate()
+			r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: layout.ObjectsPrefix}, Stall: g})
+			t.Cleanup(g.Release)
+			done := make(chan error, 1)
+			go func() { done <- r.w.FsyncSession(ctx, r.id) }()
+			c.slow(t, r, g)
+			err := <-done
+			if c.failed {
+				if gcerrors.Code(err) != gcerrors.DeadlineExceeded && !strings.Contains(fmt.Sprint(err), "deadline") {
+					t.Fatalf("fsync: %v, want the upload's deadline", err)
+				}
+				if s := r.w.Staged(r.id, "f"); s == nil {
+					t.Fatal("the file whose upload timed out is no longer staged")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("fsync: %v", err)
+			}
+			if got := r.bodyOf(t, "f"); len(got) != c.size {
+				t.Fatalf("f committed with %d bytes, want %d", len(got), c.size)
+			}
+		})
 	}
 }
