@@ -330,6 +330,11 @@ func TestMountRecordAttrs(t *testing.T) {
 			t.Errorf("ln -s in %s = %v, want EPERM (no links there; it was EROFS)", dir, err)
 		}
 	}
+	for _, c := range []struct{ from, to string }{{"memories/ns/r", "memories/ns/hard"}, {"refs/r", "refs/hard"}} {
+		if err := os.Link(filepath.Join(mnt, c.from), filepath.Join(mnt, c.to)); !errors.Is(err, syscall.EPERM) {
+			t.Errorf("ln %s %s = %v, want EPERM (it was ENOTSUP)", c.from, c.to, err)
+		}
+	}
 }
 
 // TestMountInodeOutlivesRewrites: a file rewritten, appended to or cut

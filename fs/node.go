@@ -70,6 +70,7 @@ type dirNode struct {
 
 var (
 	_ = (gofs.NodeCreater)((*dirNode)(nil))
+	_ = (gofs.NodeLinker)((*dirNode)(nil))
 	_ = (gofs.NodeMkdirer)((*dirNode)(nil))
 	_ = (gofs.NodeRenamer)((*dirNode)(nil))
 	_ = (gofs.NodeRmdirer)((*dirNode)(nil))
@@ -394,6 +395,12 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 
 // Symlink refuses on read-only directories.
 func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EROFS
+}
+
+// Link refuses on read-only directories, as every write there does:
+// left to go-fuse, link(2) was ENOTSUP there (audit 21).
+func (d *dirNode) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	return nil, syscall.EROFS
 }
 

@@ -94,9 +94,16 @@ type metaDir struct {
 }
 
 var (
+	_ = (gofs.NodeLinker)((*metaDir)(nil))
 	_ = (gofs.NodeSetattrer)((*metaDir)(nil))
 	_ = (gofs.NodeSetxattrer)((*metaDir)(nil))
 )
+
+// Link is EPERM, as a symlink there is: a record or a ref is no file
+// that a second name could share.
+func (d *metaDir) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
 
 // Setattr takes a chmod or utimes and changes nothing, as a session's
 // directory does (no descriptor holds a directory's mode or times):

@@ -876,6 +876,13 @@ func TestWriteReadOnlyPlaces(t *testing.T) {
 			`echo x > rootfile`,
 			`mkdir rootdir`,
 			`rmdir sessions`,
+			// link(2) was ENOTSUP in these (audit 21).
+			`ln ` + s + `/f ` + s + `/.pugmark/at/1/g`,
+			`ln ` + s + `/f ` + s + `/.pugmark/x`,
+			`ln ` + s + `/f .pugmark/x`,
+			`ln ` + s + `/f objects/x`,
+			`ln ` + s + `/f names/x`,
+			`ln ` + s + `/f rootlink`,
 		})
 		if e := shErr(t, m.Dir, `setfattr -n user.pugmark.digest -v x `+s+`/f`); !strings.Contains(e, "not supported") {
 			t.Errorf("setfattr of a derived attribute: %q, want ENOTSUP", e)
