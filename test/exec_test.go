@@ -971,10 +971,21 @@ func TestExecLeftovers(t *testing.T) {
 	script := `for f in /proc/$$/fd/*; do readlink "$f"; done | grep -c /dev/fuse > fds.txt || true
 (sleep ` + bg + `; echo late > late.txt) >/dev/null 2>&1 &
 echo $! > ` + tmp + `/bg
+(exec 3>held.txt 4>d/held2.txt 5<out.txt; echo part >&3; exec sleep ` + bg + `) >/dev/null 2>&1 &
+while [ ! -s held.txt ]; do sleep 0.01; done
 echo done > out.txt`
-	_, errOut, code := runExec(t, bk, t.TempDir(), id.String(), "sh", "-c", script)
+	_, errOut, code := runExec(t, bk, t.TempDir(), id.String(), "sh", "-c", "mkdir d && echo first > out.txt && "+script)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	// What the background process wrote lands as it left it, and the
+	// warning names the files it held open for writing (not out.txt,
+	// which it held for reading): one of them may be cut short.
+	if !strings.Contains(errOut, `files="[d/held2.txt held.txt]"`) {
+		t.Errorf("the warning does not name the files held open for writing:\n%s", errOut)
+	}
+	if strings.Contains(errOut, "out.txt") {
+		t.Errorf("the warning names a file held open for reading:\n%s", errOut)
 	}
 	if _, err := os.Stat(filepath.Join(tmp, "bg")); err != nil {
 		t.Fatalf("the handler did not start its background process: %v", err)
@@ -985,7 +996,7 @@ echo done > out.txt`
 		}
 		t.Errorf("the handler's background processes %v outlived pugfs exec", pids)
 	}
-	wantSlots(t, bk, id, map[string]string{"fds.txt": "0\n", "out.txt": "done\n"})
+	wantSlots(t, bk, id, map[string]string{"fds.txt": "0\n", "out.txt": "done\n", "held.txt": "part\n", "d/held2.txt": ""})
 }
 
 // TestExecWritesOnlyItsSession: an invocation is one checkpoint of one

@@ -407,7 +407,13 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) (err error) {
 	code, runErr := runHandler(ctx, sio, cfg, mnt, id, base.Version)
 	// The handler must not outlive pugfs exec, nor what it started: a
 	// background process still running would hold the mount busy, and
-	// what it wrote from now on could not land.
+	// what it wrote from now on could not land. What it wrote until now
+	// lands as it is: the files it holds open for writing are named, as
+	// one of them may be cut short.
+	sessDir := filepath.Join(mnt, "sessions", id.String())
+	if held := heldForWriting(childrenOf("self"), sessDir); len(held) > 0 {
+		log.Warn("processes the handler left running hold files of the session open for writing: they land as written so far", "files", held)
+	}
 	if n := killLeftovers(); n > 0 {
 		log.Warn("ended processes the handler left running", "count", n)
 	}
@@ -1087,47 +1093,6 @@ func signalTree(pid int, sig syscall.Signal) {
 	for _, c := range childrenOf(strconv.Itoa(pid)) {
 		signalTree(c, sig)
 	}
-}
-
-// killLeftovers ends this process's children (the handler's orphans,
-// reparented here by PR_SET_CHILD_SUBREAPER; the handler itself is reaped
-// by then) with SIGKILL and reaps them, until none is left: each one's
-// own children come here when it dies. It returns how many it ended.
-func killLeftovers() int {
-	n := 0
-	for range 100 { // a fork bomb outrunning this gives up, not hangs
-		pids := childrenOf("self")
-		if len(pids) == 0 {
-			break
-		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			var ws syscall.WaitStatus
-			if _, err := syscall.Wait4(pid, &ws, 0, nil); err == nil {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-// childrenOf lists the children of every thread of process proc (a pid,
-// or "self").
-func childrenOf(proc string) []int {
-	files, _ := filepath.Glob("/proc/" + proc + "/task/*/children")
-	var pids []int
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, w := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(w); err == nil {
-				pids = append(pids, pid)
-			}
-		}
-	}
-	return pids
 }
 
 // handlerEnv is the handler's environment: env without the credential
