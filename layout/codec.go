@@ -305,11 +305,53 @@ func EncodeDescriptors(ds []Descriptor) ([]byte, error) {
 	if ds == nil {
 		ds = []Descriptor{}
 	}
+	if len(ds) > streamFrom {
+		return encodeStream(ds)
+	}
 	js, err := json.Marshal(ds)
 	if err != nil {
 		return nil, err
 	}
 	return encoder().EncodeAll(js, nil), nil
+}
+
+// streamFrom is the number of descriptors past which EncodeDescriptors
+// compresses the JSON as it is written (encodeStream).
+const streamFrom = 1024
+
+// encodeStream is EncodeDescriptors for many descriptors: the same JSON,
+// written a descriptor at a time into the compressor, so that it is never
+// held whole. A commit of 20,000 files held its JSON (10-30 MB with the
+// inline data of small files) and the copies of its growing buffer beside
+// the compressed body. The window is 1 MiB: what the compressor holds.
+func encodeStream(ds []Descriptor) ([]byte, error) {
+	var out bytes.Buffer
+	zw, err := zstd.NewWriter(&out, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(1<<20))
+	if err != nil {
+		return nil, err
+	}
+	w := bufio.NewWriterSize(zw, 64<<10)
+	w.WriteByte('[')
+	for i := range ds {
+		if i > 0 {
+			w.WriteByte(',')
+		}
+		js, err := json.Marshal(&ds[i])
+		if err != nil {
+			zw.Close()
+			return nil, err
+		}
+		w.Write(js)
+	}
+	w.WriteByte(']')
+	if err := w.Flush(); err != nil {
+		zw.Close()
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
 }
 
 // DecodeDescriptors parses a snapshot or memory file body: encoded per enc

@@ -2,10 +2,13 @@ package layout
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
 	"testing"
+	"time"
 )
 
 // The zstd decoders are pooled (codec.go): a decoder that failed in the
@@ -81,5 +84,47 @@ func TestSkippableFrameFirst(t *testing.T) {
 		if err != nil || len(got) != 1 || got[0].Name != "a" {
 			t.Errorf("declared %q: %+v, %v", enc, got, err)
 		}
+	}
+}
+
+// TestEncodeDescriptorsStreamed: a snapshot of more than streamFrom
+// descriptors is compressed as its JSON is written (encodeStream); the
+// JSON is the same as for a short one, byte for byte, and a descriptor
+// that cannot be written fails the whole body.
+func TestEncodeDescriptorsStreamed(t *testing.T) {
+	for _, n := range []int{0, 1, streamFrom, streamFrom + 1, 5000} {
+		ds := make([]Descriptor, n)
+		for i := range ds {
+			d := fullDescriptor()
+			d.Name = fmt.Sprintf("dir/ünïcode <&> %d", i)
+			d.Data = bytes.Repeat([]byte{byte(i)}, i%1100)
+			d.Digest, d.Size = DigestOf(d.Data), int64(len(d.Data))
+			d.SequenceNumber = int64(i + 1)
+			ds[i] = d
+		}
+		body, err := EncodeDescriptors(ds)
+		if err != nil {
+			t.Fatalf("%d descriptors: %v", n, err)
+		}
+		plain, err := DecodeBody(body, EncodingZstd, 1<<30)
+		if err != nil {
+			t.Fatalf("%d descriptors: %v", n, err)
+		}
+		want, err := json.Marshal(append([]Descriptor{}, ds...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(plain, want) {
+			t.Fatalf("%d descriptors: the JSON differs from json.Marshal's (%d bytes against %d)", n, len(plain), len(want))
+		}
+		got, err := DecodeDescriptors(body, EncodingZstd, 1<<30)
+		if err != nil || len(got) != n || (n > 0 && (got[n-1].Name != ds[n-1].Name || !bytes.Equal(got[n-1].Data, ds[n-1].Data))) {
+			t.Fatalf("%d descriptors decoded as %d (%v)", n, len(got), err)
+		}
+	}
+	bad := make([]Descriptor, streamFrom+1)
+	bad[streamFrom].CreatedAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := EncodeDescriptors(bad); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a descriptor with created-at in year 10000: %v, want ErrInvalid", err)
 	}
 }
