@@ -64,10 +64,9 @@ type AttrResult struct {
 // posix-mtime metadata. A file being written (content not committed yet)
 // takes the change on its staged file, so that it lands with the content
 // in one descriptor, at the close that commits it. A committed file gets
-// a new descriptor of the same blob at once (no upload): from its staged
-// copy when another open holds one that nothing was written to since its
-// last commit (commitClean), else from its entry, with no staged copy of
-// its content. It is ErrNotExist when the name has no file.
+// a new descriptor of the same blob at once (no upload), also when
+// another open holds it without having written to it since its last
+// commit (commitHeldLocked). It is ErrNotExist when the name has no file.
 //
 // baseOf and shown are the front end's: what a staged copy starts from
 // (OpenFrom), and the entry the file shows now, whose mtime a metadata
@@ -77,15 +76,19 @@ func (w *Writer) SetAttrs(ctx context.Context, id layout.SessionID, name string,
 		return AttrResult{}, err
 	}
 	var e *layout.Entry
+	var held *File
 	var staged bool
 	var err error
 	for attempt := 1; ; attempt++ {
 		// A refused commit (another mount rewrote the file after it
 		// was read) looks again: see setCommittedAttrs.
-		e, staged, err = w.setCommittedAttrs(ctx, id, name, c, attempt > 1)
+		e, held, staged, err = w.setCommittedAttrs(ctx, id, name, c, attempt > 1)
 		if !errors.Is(err, layout.ErrChangedUnder) || attempt == lookAgain {
 			break
 		}
+	}
+	if held != nil && err == nil {
+		return AttrResult{File: held}, nil
 	}
 	if err != nil || !staged {
 		return AttrResult{Entry: e}, err
@@ -96,7 +99,6 @@ func (w *Writer) SetAttrs(ctx context.Context, id layout.SessionID, name string,
 	}
 	s.mu.Lock()
 	var keep time.Time
-	clean := !s.dirty && s.committed != nil
 	if !s.dirty {
 		// Clean: the bytes are committed already; only the metadata
 		// changes, and the modification time stays what it was.
@@ -113,30 +115,32 @@ func (w *Writer) SetAttrs(ctx context.Context, id layout.SessionID, name string,
 		s.changedLocked()
 	}
 	s.mu.Unlock()
-	return AttrResult{File: s}, w.commitClean(ctx, id, s, clean)
+	return AttrResult{File: s}, w.Release(ctx, id, s)
 }
 
 // ChangeAttrs changes the user-set descriptor fields of s (setxattr and
 // removexattr) with fn, and releases the open the caller took for it
 // (OpenFresh). The change commits as a chmod's does (SetAttrs): at once
-// when the content was committed already, else with the content.
+// when the file's bytes are committed and nothing was written to it
+// since, else with the content.
 func (w *Writer) ChangeAttrs(ctx context.Context, id layout.SessionID, s *File, fn func(*Attrs)) error {
-	return w.commitClean(ctx, id, s, s.changeAttrs(fn))
-}
-
-// commitClean releases the open of s that a metadata change took, and
-// commits the change first when the content was clean (committed, and
-// nothing written since). Left to the release, that commit waited for the
-// file's last open: the kernel sends the RELEASE of `echo x > f`'s
-// descriptor after close(2) has returned, so a `setfattr` or `chmod` run
-// next returned before its change was in the bucket, and a program that
-// holds a file open kept every change of its metadata local until it
-// closed. Content being written is not committed by a metadata change:
-// it lands, with the change, at the close that commits it.
-func (w *Writer) commitClean(ctx context.Context, id layout.SessionID, s *File, clean bool) error {
-	var err error
-	if clean {
-		err = w.Flush(ctx, id, s, true)
+	ws := w.session(id)
+	ws.nsMu.Lock()
+	w.waitCommits(id, s.Name())
+	onDesc := func(d *layout.Descriptor) {
+		a := Attrs{Meta: maps.Clone(d.Metadata), ContentType: d.ContentType, SchemaURL: d.SchemaURL}
+		fn(&a)
+		d.Metadata, d.ContentType, d.SchemaURL = a.Meta, a.ContentType, a.SchemaURL
+	}
+	onFile := func(s *File) {
+		a := Attrs{Meta: maps.Clone(s.meta), ContentType: s.ctype, SchemaURL: s.schema}
+		fn(&a)
+		s.meta, s.ctype, s.schema = a.Meta, a.ContentType, a.SchemaURL
+	}
+	done, err := w.commitHeldLocked(ctx, id, s, onDesc, onFile, false)
+	ws.nsMu.Unlock()
+	if !done && err == nil {
+		s.changeAttrs(fn)
 	}
 	if rerr := w.Release(ctx, id, s); err == nil {
 		err = rerr
@@ -144,11 +148,65 @@ func (w *Writer) commitClean(ctx context.Context, id layout.SessionID, s *File, 
 	return err
 }
 
+// commitHeldLocked commits a metadata change of staged file s as a new
+// descriptor of the entry s was last committed as, when nothing was
+// written to s since (close mode): the change is in the bucket when the
+// call returns, though another open still holds the file. Left to the
+// file's last release, it waited for that: the kernel sends the RELEASE
+// of `echo x > f`'s descriptor after close(2) has returned, so a
+// `setfattr` or `chmod` run next returned before its change had landed,
+// and a program holding a file open kept every change of its metadata
+// local until it closed.
+//
+// The bytes are the committed entry's, not the staged file's: a write
+// through another open racing the change is not committed with it, and a
+// failed commit leaves s as it was (review 25: committed from the staged
+// file, a write half done landed with a chmod, and a failed chmod left s
+// failed, its committed bytes then kept in failed/ as a lost write).
+// onDesc makes the change on the new descriptor; onFile makes it on s,
+// under s.mu, once it landed, so that the bytes written next carry it.
+// With always, a descriptor that changes nothing is committed too (a
+// touch to now). It reports false, and does nothing, when s holds bytes
+// not committed (or in fsync mode): the change then lands with them.
+// The caller holds ws.nsMu, so that no release commits the name
+// meanwhile.
+func (w *Writer) commitHeldLocked(ctx context.Context, id layout.SessionID, s *File, onDesc func(*layout.Descriptor), onFile func(*File), always bool) (bool, error) {
+	if w.cfg.Commit != CommitOnClose {
+		return false, nil
+	}
+	s.mu.RLock()
+	var cur layout.Entry
+	clean := !s.dirty && !s.unlinked && s.committed != nil
+	if clean {
+		cur = *s.committed
+	}
+	s.mu.RUnlock()
+	if !clean {
+		return false, nil
+	}
+	d := cur.Descriptor.Clone()
+	onDesc(&d)
+	if !always && maps.Equal(d.Metadata, cur.Metadata) && d.ContentType == cur.ContentType && d.SchemaURL == cur.SchemaURL {
+		return true, nil // nothing changes: no new version
+	}
+	d.CreatedAt = w.cfg.Now().UTC()
+	if err := w.queue(ctx, id, []pendingOp{{desc: &d, base: fileBase(id, &cur)}}); err != nil {
+		return true, err
+	}
+	s.mu.Lock()
+	onFile(s)
+	s.mu.Unlock()
+	return true, nil
+}
+
 // setCommittedAttrs commits c for a committed file as a clone of its
 // descriptor with the metadata changed and a new created-at: the same
 // blob, so nothing is uploaded. It returns the entry the name has then
-// (nil when it was removed just after). staged is true, and nothing is
-// done, when the name has a staged file: the caller changes that instead.
+// (nil when it was removed just after). When the name has a staged file
+// whose bytes are committed, the change is committed for it
+// (commitHeldLocked), and held is that file; when its bytes are not
+// committed yet, staged is true, and nothing is done: the caller changes
+// the staged file instead.
 //
 // It holds nsMu, as rename does, so that no release commits the name
 // between the look at its state and the new descriptor.
@@ -162,39 +220,46 @@ func (w *Writer) commitClean(ctx context.Context, id layout.SessionID, s *File, 
 // read from the bucket (one LIST). Taken from a stale state unguarded, a
 // touch would have committed the old bytes again over the rewrite, or
 // brought back the removed file.
-func (w *Writer) setCommittedAttrs(ctx context.Context, id layout.SessionID, name string, c AttrChange, recheck bool) (e *layout.Entry, staged bool, err error) {
+func (w *Writer) setCommittedAttrs(ctx context.Context, id layout.SessionID, name string, c AttrChange, recheck bool) (e *layout.Entry, held *File, staged bool, err error) {
 	ws := w.session(id)
 	ws.nsMu.Lock()
 	defer ws.nsMu.Unlock()
 	w.waitCommits(id, name)
-	if w.Staged(id, name) != nil {
-		return nil, true, nil
+	if s := w.Staged(id, name); s != nil {
+		onDesc := func(d *layout.Descriptor) {
+			d.Metadata = c.Apply(maps.Clone(d.Metadata), layout.ShownMtime(d.Metadata, d.CreatedAt, id.Time()))
+		}
+		onFile := func(s *File) { s.meta = c.Apply(maps.Clone(s.meta), time.Time{}) }
+		if done, err := w.commitHeldLocked(ctx, id, s, onDesc, onFile, c.MtimeNow); done {
+			return nil, s, false, err
+		}
+		return nil, nil, true, nil
 	}
 	st, err := w.stateFor(ctx, id, recheck)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	slots, _ := w.Live(st)
 	cur, ok := slots[name]
 	if !ok && !recheck {
 		// Made by another mount after the state: the kernel has seen it.
 		if st, err = w.stateFor(ctx, id, true); err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		slots, _ = w.Live(st)
 		cur, ok = slots[name]
 	}
 	if !ok || w.Hidden(id, name) {
-		return nil, false, ErrNotExist
+		return nil, nil, false, ErrNotExist
 	}
 	d := cur.Descriptor.Clone()
 	d.Metadata = c.Apply(maps.Clone(d.Metadata), layout.ShownMtime(cur.Metadata, cur.CreatedAt, id.Time()))
 	if !c.MtimeNow && maps.Equal(d.Metadata, cur.Metadata) {
-		return &cur, false, nil // nothing changes: no new version
+		return &cur, nil, false, nil // nothing changes: no new version
 	}
 	d.CreatedAt = w.cfg.Now().UTC()
 	if err := w.queue(ctx, id, []pendingOp{{desc: &d, base: fileBase(id, &cur), attr: &c}}); err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	// An open that staged the name meanwhile (it read the old entry as
 	// its base) keeps the change too.
@@ -204,13 +269,13 @@ func (w *Writer) setCommittedAttrs(ctx context.Context, id layout.SessionID, nam
 		s.mu.Unlock()
 	}
 	if st, err = w.cache.State(ctx, id); err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	slots, _ = w.Live(st)
 	if now, ok := slots[name]; ok {
-		return &now, false, nil
+		return &now, nil, false, nil
 	}
-	return nil, false, nil
+	return nil, nil, false, nil
 }
 
 // reapplyAttrs makes the chmods and utimes of b waiting to be made again

@@ -435,6 +435,7 @@ func (b *batch) resultOf(member int) (layout.CommitResult, error) {
 // staged file is no longer dirty once its descriptor is built; if the
 // commit then fails, dirty is set again.
 func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error) {
+	started := time.Now()
 	for {
 		s.mu.Lock()
 		if s.werr != nil {
@@ -473,6 +474,11 @@ func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error)
 		if s.gen != gen {
 			s.mu.RUnlock()
 			ended()
+			if time.Since(started) > w.commitFor {
+				// Bounded as the whole commit was before the uploads had
+				// deadlines of their own (review 25).
+				return d, fmt.Errorf("commit %s: written to all along for %v: %w", d.Name, w.commitFor, context.DeadlineExceeded)
+			}
 			continue // written to since it was hashed
 		}
 		if stored {

@@ -872,10 +872,9 @@ func (s *File) Attrs() Attrs {
 	return Attrs{Meta: cloneMap(s.meta), ContentType: s.ctype, SchemaURL: s.schema}
 }
 
-// changeAttrs changes the user-set descriptor fields with fn (see
-// Writer.ChangeAttrs), and reports whether the content was committed
-// before: nothing written since its last commit. The file is
-// dirty, and touched when it holds committed content: the next flush
+// changeAttrs changes the user-set descriptor fields with fn, for
+// Writer.ChangeAttrs when s holds bytes not committed yet (or in fsync
+// mode). The file is dirty, and touched when it holds committed content: the next flush
 // commits the change then, and close(2) says if that fails, as for a
 // chmod through a descriptor; left to the release, a refused commit of
 // it reached nobody (audit 6: close returned 0, the metadata went to
@@ -884,10 +883,9 @@ func (s *File) Attrs() Attrs {
 // shell's setfattr child closes its inherited copy of the descriptor
 // first, which would commit it empty), so the metadata lands with the
 // content, in one descriptor.
-func (s *File) changeAttrs(fn func(*Attrs)) (clean bool) {
+func (s *File) changeAttrs(fn func(*Attrs)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	clean = !s.dirty && s.committed != nil
 	a := Attrs{Meta: s.meta, ContentType: s.ctype, SchemaURL: s.schema}
 	fn(&a)
 	s.meta, s.ctype, s.schema = a.Meta, a.ContentType, a.SchemaURL
@@ -896,7 +894,6 @@ func (s *File) changeAttrs(fn func(*Attrs)) (clean bool) {
 	if s.committed != nil {
 		s.touched = true
 	}
-	return clean
 }
 
 // CleanDigest returns the digest of the content when it is what its last
