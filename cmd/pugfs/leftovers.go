@@ -57,6 +57,9 @@ func childrenOf(proc string) []int {
 // sorted, at most heldShown of them (then "..." last). A process that
 // ends meanwhile, or whose descriptors cannot be read, is passed over.
 func heldForWriting(pids []int, dir string) []string {
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real // /proc shows resolved paths (a --cache-dir under a symlink)
+	}
 	seen := map[string]bool{}
 	var walk func(pid int)
 	walk = func(pid int) {
@@ -68,6 +71,9 @@ func heldForWriting(pids []int, dir string) []string {
 				continue
 			}
 			name, ok := strings.CutPrefix(target, dir+"/")
+			// A file removed since it was opened reads "NAME (deleted)":
+			// one made again under the name is the same name.
+			name = strings.TrimSuffix(name, " (deleted)")
 			if !ok || seen[name] || !writable(proc+"/fdinfo/"+fd.Name()) {
 				continue
 			}
@@ -82,7 +88,7 @@ func heldForWriting(pids []int, dir string) []string {
 	}
 	names := make([]string, 0, len(seen))
 	for n := range seen {
-		names = append(names, strings.TrimSuffix(n, " (deleted)"))
+		names = append(names, n)
 	}
 	slices.Sort(names)
 	if len(names) > heldShown {
