@@ -68,9 +68,21 @@ const liveView = "live"
 // kernel knows: a number that changes under a program is a different
 // file to it (posixtest RenameOverwrite*).
 func (f *FS) slotIno(id layout.SessionID, view, full string, e *layout.Entry) uint64 {
+	ino, _ := f.slotNum(id, view, full, e)
+	return ino
+}
+
+// slotNum is slotIno with the generation: a hard link's new name shows
+// its source's number under a generation of its own while both show the
+// same bytes (sessDirNode.Link, inoKeeper.linkedFor); any other file's
+// is zero.
+func (f *FS) slotNum(id layout.SessionID, view, full string, e *layout.Entry) (ino, gen uint64) {
 	if view == liveView && f.sessionWritable(id) {
+		if ino, gen, ok := f.inos.linkedFor(id, full, e.Digest); ok {
+			return ino, gen
+		}
 		if kept, ok := f.inos.forFile(id, full, e.Digest); ok {
-			return kept
+			return kept, 0
 		}
 	}
 	k := newInoHash()
@@ -81,7 +93,7 @@ func (f *FS) slotIno(id layout.SessionID, view, full string, e *layout.Entry) ui
 	k.raw(e.Digest[:])
 	var seq [8]byte
 	k.raw(binary.BigEndian.AppendUint64(seq[:0], uint64(e.SequenceNumber)))
-	return k.ino()
+	return k.ino(), 0
 }
 
 // sdirIno is the inode number of directory path in session id's view.

@@ -33,16 +33,26 @@ type inoKey struct {
 }
 
 // inoRec is a kept number and what it stands for: the staged file it was
-// created with (whose commits it follows) or a committed digest.
+// created with (whose commits it follows) or a committed digest. A hard
+// link's new name (linked) has its source's number under a generation
+// of its own (gen, never zero) and names its source (src).
 type inoRec struct {
 	ino    uint64
 	s      *staging.File
 	digest layout.Digest
+	gen    uint64
+	src    string
 }
 
 // created keeps the number of a file made by create(2).
 func (k *inoKeeper) created(id layout.SessionID, name string, ino uint64, s *staging.File) {
 	k.put(id, name, inoRec{ino: ino, s: s})
+}
+
+// linked keeps, for name, a hard link's new name, the number ino of its
+// source src, both showing digest d, under generation gen (linkedFor).
+func (k *inoKeeper) linked(id layout.SessionID, name, src string, ino, gen uint64, d layout.Digest) {
+	k.put(id, name, inoRec{ino: ino, gen: gen, digest: d, src: src})
 }
 
 // committed keeps the number of a file that shows digest d.
@@ -78,6 +88,14 @@ func (k *inoKeeper) renamed(id layout.SessionID, from, to string) {
 		}
 		if key.name == to || strings.HasPrefix(key.name, to+"/") {
 			delete(k.m, key)
+			continue
+		}
+		if r.src == from {
+			r.src = to // a link's source moved
+			k.m[key] = r
+		} else if rest, ok := strings.CutPrefix(r.src, from+"/"); ok {
+			r.src = to + "/" + rest
+			k.m[key] = r
 		}
 		if key.name == from {
 			moved[inoKey{id, to}] = r
@@ -98,17 +116,39 @@ func (k *inoKeeper) forFile(id layout.SessionID, name string, d layout.Digest) (
 	k.mu.Lock()
 	r, ok := k.m[inoKey{id, name}]
 	k.mu.Unlock()
-	if !ok {
-		return 0, false
+	if !ok || r.gen != 0 {
+		return 0, false // a link's number: linkedFor
 	}
+	return r.ino, r.shows(d)
+}
+
+// shows reports whether the file r stands for shows digest d.
+func (r inoRec) shows(d layout.Digest) bool {
 	if r.s == nil {
-		return r.ino, r.digest == d
+		return r.digest == d
 	}
 	got, clean := r.s.CleanDigest()
 	if c := r.s.Committed(); !clean && c != nil {
 		got, clean = c.Digest, true
 	}
-	return r.ino, clean && got == d
+	return clean && got == d
+}
+
+// linkedFor returns the number and generation of name when it is a hard
+// link's new name that shows digest d, the bytes it was linked with, and
+// its source either shows them too or has another number by now: two
+// names under one number show the same bytes.
+func (k *inoKeeper) linkedFor(id layout.SessionID, name string, d layout.Digest) (ino, gen uint64, ok bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	r, ok := k.m[inoKey{id, name}]
+	if !ok || r.gen == 0 || r.digest != d {
+		return 0, 0, false
+	}
+	if src, ok := k.m[inoKey{id, r.src}]; ok && src.ino == r.ino && !src.shows(d) {
+		return 0, 0, false // the source was written since
+	}
+	return r.ino, r.gen, true
 }
 
 // forStaged returns the kept number of name when it stands for staged

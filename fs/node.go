@@ -25,6 +25,10 @@ type child struct {
 	name string
 	mode uint32 // syscall.S_IFDIR, S_IFREG or S_IFLNK
 	ino  uint64
+	// gen is the node's generation: zero but for a hard link's new name
+	// while it shows its source's number (FS.slotNum). go-fuse tells
+	// nodes apart by number and generation.
+	gen uint64
 	// node builds the node; only called when the kernel does not know
 	// the inode yet.
 	node func() gofs.InodeEmbedder
@@ -100,8 +104,8 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 // materialise turns a child into an inode and fills the entry reply.
 func (f *FS) materialise(ctx context.Context, parent *gofs.Inode, c child, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	in := parent.GetChild(c.name)
-	if in == nil || in.StableAttr().Ino != c.ino {
-		in = parent.NewInode(ctx, c.node(), gofs.StableAttr{Mode: c.mode, Ino: c.ino})
+	if in == nil || in.StableAttr().Ino != c.ino || in.StableAttr().Gen != c.gen {
+		in = parent.NewInode(ctx, c.node(), gofs.StableAttr{Mode: c.mode, Ino: c.ino, Gen: c.gen})
 	}
 	if c.refresh != nil {
 		// Also after NewInode, which makes a new node every time. When

@@ -476,7 +476,8 @@ func (f *FS) slotChild(d *sessionDir, name string, e *layout.Entry) child {
 	if !d.live() {
 		ttl = historyTTL
 	}
-	c := child{name: name, mode: syscall.S_IFREG, ino: f.slotIno(d.id, viewKey(d), full, e), ttl: ttl, node: func() gofs.InodeEmbedder {
+	ino, gen := f.slotNum(d.id, viewKey(d), full, e)
+	c := child{name: name, mode: syscall.S_IFREG, ino: ino, gen: gen, ttl: ttl, node: func() gofs.InodeEmbedder {
 		return f.slotNode(d, full, e)
 	}}
 	if d.live() && f.sessionWritable(d.id) {

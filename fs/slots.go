@@ -345,10 +345,19 @@ func (n *sessDirNode) Rename(ctx context.Context, name string, newParent gofs.In
 }
 
 // Link is link(2) of a file of this session (staging.Writer.Link): the
-// new name is a file of its own that shares the content, with an inode
-// number of its own and one link, so tar's and rsync -H's hard links
-// extract as copies. A file of another session, or of no session (a
-// history file, a memory), is EXDEV, as for rename.
+// new name is a file of its own that shares the content, with one link,
+// so tar's and rsync -H's hard links extract as copies. A file of
+// another session, or of no session (a history file, a memory), is
+// EXDEV, as for rename.
+//
+// When the link committed the source's bytes, the new name shows the
+// source's inode number for as long as both show those bytes (a node of
+// its own all the same, under another generation: inoKeeper.linkedFor):
+// git clone of a repository in the same session links each object and
+// checks that the new name is the source's inode (git 2.45.1, and
+// distributions' backports), and failed with "hardlink different from
+// source". Written to, the new name gets a number of its own
+// (writesThrough); so does it when its source is written to.
 func (n *sessDirNode) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	src, ok := target.(*slotFile)
 	if !ok || src.id != n.sd.id {
@@ -362,8 +371,21 @@ func (n *sessDirNode) Link(ctx context.Context, target gofs.InodeEmbedder, name 
 		return nil, syscall.ENOENT // unlinked since the kernel looked it up
 	}
 	from, to := cache.JoinName(parts), n.full(name)
+	s, e := src.current()
+	d, clean := layout.Digest{}, e != nil
+	if s != nil {
+		d, clean = s.CleanDigest()
+	} else if e != nil {
+		d = e.Digest
+	}
 	if err := n.f.w.Link(ctx, n.sd.id, from, to); err != nil {
 		return nil, n.f.errnoOf("link "+from, err)
+	}
+	if clean && n.f.w.Staged(n.sd.id, to) == nil {
+		// Committed as a descriptor of the source's blob. (A source
+		// with bytes not committed yet is staged again under the new
+		// name, which has a number of its own.)
+		n.f.inos.linked(n.sd.id, to, from, src.StableAttr().Ino, inoOf("link", n.sd.id.String(), to), d)
 	}
 	return n.Lookup(ctx, name, out)
 }
@@ -571,12 +593,22 @@ func (n *slotFile) current() (*staging.File, *layout.Entry) {
 // mount commits still comes under a new number.
 func (n *slotFile) writesThrough(s *staging.File) {
 	n.st.Store(s)
-	n.f.inos.created(n.id, n.slot(), n.StableAttr().Ino, s)
+	ino := n.StableAttr().Ino
+	if n.StableAttr().Gen != 0 {
+		// A link's new name showing its source's number (Link): the
+		// file written is not its source's any longer, and gets a
+		// number of its own from the next lookup on.
+		ino = inoOf("staged", n.id.String(), n.slot(), strconv.FormatUint(stagedSeq.Add(1), 10))
+	}
+	n.f.inos.created(n.id, n.slot(), ino, s)
 }
 
 // keepIno makes ino the kept number of the file this inode shows at name,
 // unless one is kept already.
 func (n *slotFile) keepIno(name string, ino uint64) {
+	if n.StableAttr().Gen != 0 {
+		return // a link's new name: its number is its source's (inoKeeper.linkedFor)
+	}
 	s, e := n.current()
 	if s != nil {
 		if _, ok := n.f.inos.forStaged(n.id, name, s); !ok {
