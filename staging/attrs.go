@@ -190,11 +190,20 @@ func (w *Writer) commitHeldLocked(ctx context.Context, id layout.SessionID, s *F
 		return true, nil // nothing changes: no new version
 	}
 	d.CreatedAt = w.cfg.Now().UTC()
-	if err := w.queue(ctx, id, []pendingOp{{desc: &d, base: fileBase(id, &cur)}}); err != nil {
+	res, err := w.commit(ctx, id, []pendingOp{{desc: &d, base: fileBase(id, &cur)}}, nil)
+	if err != nil {
 		return true, err
 	}
 	s.mu.Lock()
 	onFile(s)
+	for _, c := range res.Descriptors {
+		if c.Name == d.Name && !c.Deleted {
+			// What s was last committed as, now: the next change of
+			// it is guarded by this entry, not by the one before it,
+			// which a second chmod found changed under it (review 26).
+			s.committed = &layout.Entry{Descriptor: c, Session: id, Version: res.Version}
+		}
+	}
 	s.mu.Unlock()
 	return true, nil
 }
