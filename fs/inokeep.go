@@ -52,6 +52,13 @@ func (k *inoKeeper) created(id layout.SessionID, name string, ino uint64, s *sta
 // linked keeps, for name, a hard link's new name, the number ino of its
 // source src, both showing digest d, under generation gen (linkedFor).
 func (k *inoKeeper) linked(id layout.SessionID, name, src string, ino, gen uint64, d layout.Digest) {
+	k.mu.Lock()
+	if r, ok := k.m[inoKey{id, src}]; ok && r.gen != 0 && r.ino == ino {
+		// A link of a link: its number is the first source's, and so
+		// is the file whose writes end the sharing (review 26).
+		src = r.src
+	}
+	k.mu.Unlock()
 	k.put(id, name, inoRec{ino: ino, gen: gen, digest: d, src: src})
 }
 

@@ -70,6 +70,9 @@ func (f *FS) stagedChild(d *sessionDir, name string, s *staging.File) child {
 
 var stagedSeq atomic.Uint64
 
+// linkSeq tells a link's generations apart (Link).
+var linkSeq atomic.Uint64
+
 // validLeaf checks a new directory entry's name. Names are stored as
 // JSON strings, which carry only UTF-8: other bytes would come back as
 // U+FFFD, and two names as one (EILSEQ, as file systems that hold names
@@ -385,7 +388,12 @@ func (n *sessDirNode) Link(ctx context.Context, target gofs.InodeEmbedder, name 
 		// Committed as a descriptor of the source's blob. (A source
 		// with bytes not committed yet is staged again under the new
 		// name, which has a number of its own.)
-		n.f.inos.linked(n.sd.id, to, from, src.StableAttr().Ino, inoOf("link", n.sd.id.String(), to), d)
+		// A generation of this link's own: one of the name alone was
+		// that of a node of an earlier link of the name still held
+		// (moved away, or removed while open), which go-fuse then
+		// answered for this one (review 26).
+		gen := inoOf("link", n.sd.id.String(), to, strconv.FormatUint(linkSeq.Add(1), 10))
+		n.f.inos.linked(n.sd.id, to, from, src.StableAttr().Ino, gen, d)
 	}
 	return n.Lookup(ctx, name, out)
 }
