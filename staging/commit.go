@@ -466,7 +466,7 @@ func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error)
 		// waiting for a slot behind other sessions' uploads of many GiB
 		// timed out before sending a byte, as any upload over 10
 		// minutes did.
-		uctx, cancel := context.WithTimeout(ctx, w.commitFor+time.Duration(d.Size/uploadMinRate)*time.Second)
+		uctx, cancel := context.WithTimeout(ctx, w.uploadFor+time.Duration(d.Size/uploadMinRate)*time.Second)
 		ended := func() { release(); cancel() }
 		// Shared during the upload: the file can be read and stat'ed,
 		// and nothing can change what is being stored.
@@ -474,10 +474,10 @@ func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error)
 		if s.gen != gen {
 			s.mu.RUnlock()
 			ended()
-			if time.Since(started) > w.commitFor {
+			if time.Since(started) > w.uploadFor {
 				// Bounded as the whole commit was before the uploads had
 				// deadlines of their own (review 25).
-				return d, fmt.Errorf("commit %s: written to all along for %v: %w", d.Name, w.commitFor, context.DeadlineExceeded)
+				return d, fmt.Errorf("commit %s: written to all along for %v: %w", d.Name, w.uploadFor, context.DeadlineExceeded)
 			}
 			continue // written to since it was hashed
 		}

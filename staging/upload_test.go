@@ -307,7 +307,7 @@ func TestWriterBudgetWaitHoldsNoLock(t *testing.T) {
 // its own deadline still fails, and its file stays staged.
 func TestWriterUploadDeadlines(t *testing.T) {
 	ctx := context.Background()
-	const commitFor = 200 * time.Millisecond
+	const uploadFor = 200 * time.Millisecond
 	for _, c := range []struct {
 		name   string
 		size   int
@@ -316,7 +316,7 @@ func TestWriterUploadDeadlines(t *testing.T) {
 	}{
 		{"waiting for the slot", 2 << 20, func(t *testing.T, r *writerRig, g *faultblob.Gate) {
 			g.Release()
-			// Another upload holds the only large slot past commitFor.
+			// Another upload holds the only large slot past uploadFor.
 			if err := r.w.budget.large.Acquire(ctx, 1); err != nil {
 				t.Fatal(err)
 			}
@@ -326,11 +326,11 @@ func TestWriterUploadDeadlines(t *testing.T) {
 					t.Fatal("the upload does not wait for the slot")
 				}
 			}
-			time.Sleep(3 * commitFor) // the time that passes is what is tested
+			time.Sleep(3 * uploadFor) // the time that passes is what is tested
 		}, false},
 		{"a body of 2 MiB gets 2 s more", 2 << 20, func(t *testing.T, r *writerRig, g *faultblob.Gate) {
 			waitStalled(t, g, 1)
-			time.Sleep(3 * commitFor)
+			time.Sleep(3 * uploadFor)
 			g.Release()
 		}, false},
 		{"a small body gets no more", 1 << 10, func(t *testing.T, r *writerRig, g *faultblob.Gate) {
@@ -341,7 +341,7 @@ func TestWriterUploadDeadlines(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := newWriterRigCfg(t, func(cfg *Config) { cfg.Commit = CommitOnFsync })
 			r.w.budget = newUploadBudget(8<<20, 512<<10, 1)
-			r.w.commitFor = commitFor
+			r.w.uploadFor = uploadFor
 			r.write(t, "f", strings.Repeat("x", c.size))
 			g := faultblob.NewGate()
 			r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: layout.ObjectsPrefix}, Stall: g})

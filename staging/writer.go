@@ -151,10 +151,10 @@ type Writer struct {
 	// budget bounds the memory of the blob uploads in flight across the
 	// Writer (budget.go).
 	budget *uploadBudget
-	// commitFor bounds a commit past its uploads, and each upload with
-	// a second per MiB of its body on top (commitDeadline; tests
-	// shorten it).
-	commitFor time.Duration
+	// commitFor bounds a commit past its uploads, and uploadFor each
+	// upload, with a second per MiB of its body on top (commitDeadline;
+	// tests shorten them).
+	commitFor, uploadFor time.Duration
 
 	// later runs the checks of commits whose outcome was unknown
 	// (resolveLater); Shutdown cancels them and waits.
@@ -289,7 +289,7 @@ func New(cfg Config, store Store, c States, blobs Blobs, onCommit func(layout.Se
 	}
 	w := &Writer{cfg: cfg, store: store, cache: c, blobs: blobs, log: cfg.Log, onCommit: onCommit,
 		ss: map[layout.SessionID]*session{}, unknown: map[uint64]*unknownOutcome{},
-		budget: newUploadBudget(uploadSmallBytes, uploadLargeFrom, uploadLargeSlots), commitFor: commitDeadline}
+		budget: newUploadBudget(uploadSmallBytes, uploadLargeFrom, uploadLargeSlots), commitFor: commitDeadline, uploadFor: commitDeadline}
 	w.park.keep, w.park.staging = !cfg.Hold, cfg.StagingDir
 	w.laterCtx, w.laterCancel = context.WithCancel(context.Background())
 	return w
