@@ -49,8 +49,8 @@ var posixNotRead = map[string]string{
 	"FileBasic":                  "write side: the create mode, kept as posix-mode (TestPosixSessionDirs)",
 	// Not in the model: a name is one descriptor slot with no links and
 	// no locks.
-	"Link":                "hard links: a name is a descriptor slot, link(2) is ENOTSUP",
-	"LinkUnlinkRename":    "hard links (link(2) is ENOTSUP)",
+	"Link":                "hard links: a name is a descriptor slot; a link is a file of its own with one link",
+	"LinkUnlinkRename":    "hard links (a link is a file of its own with one link)",
 	"Fallocate":           "fallocate: a blob has no preallocated space",
 	"FallocateKeepSize":   "fallocate",
 	"FcntlFlockSetLk":     "POSIX locks: nothing in a bucket to lock",

@@ -38,8 +38,8 @@ var relPosixWrite = []string{
 // relPosixWriteNotApplicable are the write-side checks that do not apply
 // to a bucket of descriptors, and why.
 var relPosixWriteNotApplicable = map[string]string{
-	"Link":                "hard links: a name is one descriptor slot; link(2) is ENOTSUP",
-	"LinkUnlinkRename":    "hard links (link(2) is ENOTSUP)",
+	"Link":                "hard links: a name is one descriptor slot; a link is a file of its own with one link",
+	"LinkUnlinkRename":    "hard links (a link is a file of its own with one link)",
 	"Fallocate":           "fallocate(2): a blob has no preallocated space (ENOTSUP)",
 	"FallocateKeepSize":   "fallocate(2) (ENOTSUP)",
 	"FcntlFlockLocksFile": "expects a lock held through one open file to block another open of it; locks are not part of the bucket model",

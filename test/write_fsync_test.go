@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -220,6 +221,20 @@ func TestWriteFsyncCrashKeepsClosed(t *testing.T) {
 	cache, dir := t.TempDir(), t.TempDir()
 	m := startMount(t, bk, dir, "--commit=fsync", "--cache-dir", cache)
 	shE(t, sessDir(m, id), `echo one > a.txt; mkdir d; seq 1 1000 > d/b.txt`)
+	// Parked at the kernel's RELEASE of each, which comes after close(2)
+	// returned: a kill before it finds a file still open (a CI run under
+	// load killed the mount before d/b.txt's).
+	waitFor(t, "both files parked", func() bool {
+		parked := 0
+		filepath.WalkDir(cache, func(p string, e fs.DirEntry, err error) error {
+			dir := filepath.Dir(p)
+			if err == nil && !e.IsDir() && filepath.Base(dir) == id.String() && strings.HasPrefix(filepath.Base(filepath.Dir(dir)), "parked-") {
+				parked++
+			}
+			return nil
+		})
+		return parked == 2
+	})
 	m.Kill()
 	m = startMount(t, bk, dir, "--commit=fsync", "--cache-dir", cache)
 	defer m.Stop(t)
