@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -246,8 +247,14 @@ func TestOrphansSweepUnnamedLocks(t *testing.T) {
 // the file a second name, as a local bucket's blob it was linked into.
 func sweepRig(t *testing.T, name, body string, linked bool) (state, failed string) {
 	t.Helper()
-	state = t.TempDir()
-	failed = filepath.Join(state, "failed")
+	return sweepRigIn(t, t.TempDir(), name, body, linked)
+}
+
+// sweepRigIn is sweepRig in state, a directory the caller made: the
+// bucket's link to the parked file is made in it too.
+func sweepRigIn(t *testing.T, state, name, body string, linked bool) (string, string) {
+	t.Helper()
+	failed := filepath.Join(state, "failed")
 	p := filepath.Join(state, "staging", "p0123456789abcdef", "parked-1", "sess", name)
 	os.MkdirAll(filepath.Dir(p), 0o700)
 	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
@@ -257,7 +264,7 @@ func sweepRig(t *testing.T, name, body string, linked bool) (state, failed strin
 		t.Fatal(err)
 	}
 	if linked {
-		if err := os.Link(p, filepath.Join(t.TempDir(), "sha256:blob")); err != nil {
+		if err := os.Link(p, filepath.Join(state, "sha256:blob")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -279,22 +286,40 @@ func keptUnder(dir, body string) bool {
 }
 
 // TestSweepKeepsWhatItCannotCopy: a parked file the bucket shares is kept
-// as a copy; when the copy fails (a full disk: here a file size limit),
-// the file is kept all the same, never removed with the staging
-// directory. It was (review 24).
+// as a copy; when the copy fails (a full disk: a tmpfs filled up), the
+// file is kept all the same, never removed with the staging directory.
+// It was (review 24). The disk is full for real: a file size limit on the
+// test process failed the test binary's own log writes (a CI run).
 func TestSweepKeepsWhatItCannotCopy(t *testing.T) {
-	body := strings.Repeat("closed, not fsynced; ", 100)
-	state, failed := sweepRig(t, "f.20260101T000000.000000000-1", body, true)
-	var old syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+	if os.Getuid() != 0 {
+		t.Skip("needs root for a tmpfs")
+	}
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	body := strings.Repeat("closed, not fsynced; ", 300)
+	state, failed := sweepRigIn(t, dir, "f.20260101T000000.000000000-1", body, true)
+	fill, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: 100, Max: old.Max}); err != nil {
-		t.Fatal(err)
+	for chunk := make([]byte, 64<<10); err == nil; {
+		_, err = fill.Write(chunk)
+	}
+	fill.Close()
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling the tmpfs: %v", err)
 	}
 	var logged syncbuf.Buffer
 	cleanStaging(state, failed, logged.Logger(slog.LevelInfo))
-	syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old)
+	// The copy found no room: the file is kept as the blob itself.
+	var blob, kept syscall.Stat_t
+	syscall.Stat(filepath.Join(state, "sha256:blob"), &blob)
+	if ks, _ := filepath.Glob(filepath.Join(failed, "sess", "f.*")); len(ks) != 1 || syscall.Stat(ks[0], &kept) != nil || kept.Ino != blob.Ino {
+		t.Errorf("kept %v, want the blob's inode (the copy failed for room)", ks)
+	}
 	if !keptUnder(failed, body) && !keptUnder(filepath.Join(state, "staging"), body) {
 		t.Errorf("the parked file is gone: in neither the failed directory nor staging\n%s", logged.String())
 	}
