@@ -58,7 +58,7 @@ func TestWriterHeldChmodRacingWrite(t *testing.T) {
 	r := newWriterRig(t)
 	held := r.written(t, "f", "hello")
 	none := func() *layout.Entry { return nil }
-	for i := 0; i < 3000; i++ {
+	for i := 0; i < 300; i++ {
 		if err := r.w.Flush(ctx, r.id, held, true); err != nil {
 			t.Fatal(err)
 		}
@@ -121,78 +121,67 @@ func TestWriterHeldXattrRefused(t *testing.T) {
 	}
 }
 
-// TestWriterHeldChmodTwice: two chmods of a clean file held open, then a
-// write through the holder and its close, all land: the held commit moves
-// the staged file's committed entry on, which guards the next change (the
+// TestWriterHeldChangesThenWrite: changes of a clean file's metadata
+// while another open holds it each land at once, and the holder's write
+// and close after them land with all of them: each held commit moves the
+// staged file's committed entry on, which guards the next change (a
 // second chmod was refused as changed under it: review 26).
-func TestWriterHeldChmodTwice(t *testing.T) {
+func TestWriterHeldChangesThenWrite(t *testing.T) {
 	ctx := context.Background()
-	r := newWriterRig(t)
-	held := r.written(t, "f", "hello")
-	if err := r.w.Flush(ctx, r.id, held, false); err != nil {
-		t.Fatal(err)
-	}
 	none := func() *layout.Entry { return nil }
-	m1, m2 := uint32(0o600), uint32(0o640)
-	if _, err := r.w.SetAttrs(ctx, r.id, "f", AttrChange{Mode: &m1}, none, nil); err != nil {
-		t.Fatalf("chmod 1: %v", err)
-	}
-	if _, err := r.w.SetAttrs(ctx, r.id, "f", AttrChange{Mode: &m2}, none, nil); err != nil {
-		t.Errorf("chmod 2: %v", err)
-	}
-	if e, ok := r.slot(t, "f"); !ok || layout.PosixMode(e.Metadata, 0) != m2 {
-		t.Errorf("after chmod 2: mode %o", layout.PosixMode(e.Metadata, 0))
-	}
-	if _, err := held.WriteAt(ctx, []byte(" world"), 5); err != nil {
-		t.Fatal(err)
-	}
-	ferr := r.w.Flush(ctx, r.id, held, false)
-	relErr := r.w.Release(ctx, r.id, held)
-	e, ok := r.slot(t, "f")
-	if ferr != nil || relErr != nil || !ok || string(e.Data) != "hello world" || layout.PosixMode(e.Metadata, 0) != m2 {
-		t.Errorf("after write+close: f = %q mode %o (flush %v, release %v)", e.Data, layout.PosixMode(e.Metadata, 0), ferr, relErr)
-	}
-	if f := r.failedFiles(t); len(f) != 0 {
-		t.Errorf("failed/ holds %v", f)
-	}
-}
-
-// TestWriterHeldChmodThenXattr: a chmod and a setxattr of a clean file
-// held open, then the holder's write: the content lands with both.
-func TestWriterHeldChmodThenXattr(t *testing.T) {
-	ctx := context.Background()
-	r := newWriterRig(t)
-	held := r.written(t, "f", "hello")
-	if err := r.w.Flush(ctx, r.id, held, false); err != nil {
-		t.Fatal(err)
-	}
-	none := func() *layout.Entry { return nil }
-	m1 := uint32(0o600)
-	if _, err := r.w.SetAttrs(ctx, r.id, "f", AttrChange{Mode: &m1}, none, nil); err != nil {
-		t.Fatalf("chmod: %v", err)
-	}
-	s, err := r.w.OpenFresh(ctx, r.id, "f", none, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.w.ChangeAttrs(ctx, r.id, s, func(a *Attrs) {
-		if a.Meta == nil {
-			a.Meta = map[string]string{}
+	chmod := func(mode uint32) func(r *writerRig) error {
+		return func(r *writerRig) error {
+			_, err := r.w.SetAttrs(ctx, r.id, "f", AttrChange{Mode: &mode}, none, nil)
+			return err
 		}
-		a.Meta["k"] = "v"
-	}); err != nil {
-		t.Errorf("setxattr: %v", err)
 	}
-	if _, err := held.WriteAt(ctx, []byte("!"), 5); err != nil {
-		t.Fatal(err)
+	setxattr := func(r *writerRig) error {
+		s, err := r.w.OpenFresh(ctx, r.id, "f", none, false)
+		if err != nil {
+			return err
+		}
+		return r.w.ChangeAttrs(ctx, r.id, s, func(a *Attrs) {
+			if a.Meta == nil {
+				a.Meta = map[string]string{}
+			}
+			a.Meta["k"] = "v"
+		})
 	}
-	ferr := r.w.Flush(ctx, r.id, held, false)
-	relErr := r.w.Release(ctx, r.id, held)
-	e, ok := r.slot(t, "f")
-	if ferr != nil || relErr != nil || !ok || string(e.Data) != "hello!" || layout.PosixMode(e.Metadata, 0) != m1 || e.Metadata["k"] != "v" {
-		t.Errorf("after write+close: f = %q meta %v (flush %v, release %v)", e.Data, e.Metadata, ferr, relErr)
-	}
-	if f := r.failedFiles(t); len(f) != 0 {
-		t.Errorf("failed/ holds %v", f)
+	for _, c := range []struct {
+		name    string
+		changes []func(r *writerRig) error
+		mode    uint32
+		k       string // user.pugmark.meta.k after them
+	}{
+		{"chmod twice", []func(r *writerRig) error{chmod(0o600), chmod(0o640)}, 0o640, ""},
+		{"chmod then setxattr", []func(r *writerRig) error{chmod(0o600), setxattr}, 0o600, "v"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newWriterRig(t)
+			held := r.written(t, "f", "hello")
+			if err := r.w.Flush(ctx, r.id, held, false); err != nil {
+				t.Fatal(err)
+			}
+			for i, change := range c.changes {
+				if err := change(r); err != nil {
+					t.Fatalf("change %d: %v", i+1, err)
+				}
+			}
+			if e, ok := r.slot(t, "f"); !ok || layout.PosixMode(e.Metadata, 0) != c.mode || e.Metadata["k"] != c.k {
+				t.Errorf("after the changes: %v", e.Metadata)
+			}
+			if _, err := held.WriteAt(ctx, []byte(" world"), 5); err != nil {
+				t.Fatal(err)
+			}
+			ferr := r.w.Flush(ctx, r.id, held, false)
+			relErr := r.w.Release(ctx, r.id, held)
+			e, ok := r.slot(t, "f")
+			if ferr != nil || relErr != nil || !ok || string(e.Data) != "hello world" || layout.PosixMode(e.Metadata, 0) != c.mode || e.Metadata["k"] != c.k {
+				t.Errorf("after write and close: f = %q meta %v (flush %v, release %v)", e.Data, e.Metadata, ferr, relErr)
+			}
+			if f := r.failedFiles(t); len(f) != 0 {
+				t.Errorf("failed/ holds %v", f)
+			}
+		})
 	}
 }
