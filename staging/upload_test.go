@@ -311,16 +311,15 @@ func TestWriterUploadDeadlines(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		size   int
+		hold   bool                                                // the only large slot is taken before the fsync starts
 		slow   func(t *testing.T, r *writerRig, g *faultblob.Gate) // what holds the upload up, then lets it go
 		failed bool
 	}{
-		{"waiting for the slot", 2 << 20, func(t *testing.T, r *writerRig, g *faultblob.Gate) {
-			g.Release()
-			// Another upload holds the only large slot past uploadFor.
-			if err := r.w.budget.large.Acquire(ctx, 1); err != nil {
-				t.Fatal(err)
-			}
+		{"waiting for the slot", 2 << 20, true, func(t *testing.T, r *writerRig, g *faultblob.Gate) {
+			// Another upload holds the only large slot (taken before the
+			// fsync started) past uploadFor.
 			defer r.w.budget.large.Release(1)
+			g.Release()
 			for deadline := time.Now().Add(10 * time.Second); goroutinesIn("semaphore.(*Weighted).Acquire") != 1; time.Sleep(time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatal("the upload does not wait for the slot")
@@ -328,12 +327,12 @@ func TestWriterUploadDeadlines(t *testing.T) {
 			}
 			time.Sleep(3 * uploadFor) // the time that passes is what is tested
 		}, false},
-		{"a body of 2 MiB gets 2 s more", 2 << 20, func(t *testing.T, r *writerRig, g *faultblob.Gate) {
+		{"a body of 2 MiB gets 2 s more", 2 << 20, false, func(t *testing.T, r *writerRig, g *faultblob.Gate) {
 			waitStalled(t, g, 1)
 			time.Sleep(3 * uploadFor)
 			g.Release()
 		}, false},
-		{"a small body gets no more", 1 << 10, func(t *testing.T, r *writerRig, g *faultblob.Gate) {
+		{"a small body gets no more", 1 << 10, false, func(t *testing.T, r *writerRig, g *faultblob.Gate) {
 			waitStalled(t, g, 1)
 			// The stall ends when the deadline cancels the request.
 		}, true},
@@ -346,6 +345,11 @@ func TestWriterUploadDeadlines(t *testing.T) {
 			g := faultblob.NewGate()
 			r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: layout.ObjectsPrefix}, Stall: g})
 			t.Cleanup(g.Release)
+			if c.hold {
+				if err := r.w.budget.large.Acquire(ctx, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
 			done := make(chan error, 1)
 			go func() { done <- r.w.FsyncSession(ctx, r.id) }()
 			c.slow(t, r, g)
