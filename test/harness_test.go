@@ -177,6 +177,21 @@ func startMountCmd(t *testing.T, bk *Bucket, dir string, wrap func(argv []string
 	}
 	m := &Mount{Dir: dir, cmd: cmd, logs: logs, done: make(chan struct{})}
 	go func() { m.err = cmd.Wait(); close(m.done) }()
+	// A test that ends (fails, most often) before it stops its mount would
+	// leave the process and the mount behind for every later test and run.
+	t.Cleanup(func() {
+		select {
+		case <-m.done:
+		default:
+			if t.Failed() {
+				t.Logf("log of the mount on %s, left running:\n%s", dir, logTail(m.Log(), 80))
+			}
+			m.KillHard()
+		}
+		if isMounted(dir) {
+			syscall.Unmount(dir, syscall.MNT_DETACH)
+		}
+	})
 	deadline := time.Now().Add(30 * time.Second)
 	for !isMounted(dir) {
 		select {
