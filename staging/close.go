@@ -190,6 +190,7 @@ func (w *Writer) FlushSince(ctx context.Context, id layout.SessionID, s *File, w
 
 func (w *Writer) flush(ctx context.Context, id layout.SessionID, s *File, untouchedToo bool, wrote uint64) error {
 	if w.cfg.Commit == CommitOnFsync {
+		w.keepClosed(id, s)
 		return nil
 	}
 	s.mu.Lock()

@@ -168,10 +168,22 @@ func (w *Writer) parkHeldLocked(id layout.SessionID, s *File) {
 		s.parkedEmpty = true
 		return
 	}
+	if !w.nameSpillLocked(id, s, w.keepsLocked(id) && s.dirty) {
+		return
+	}
+	s.file.Close()
+	s.file = nil
+}
+
+// nameSpillLocked gives the open spill file of s a name in the park
+// directory, kept (one the sweep of a crashed mount keeps) or plain,
+// renaming the one it has when it is the other kind; false when it
+// cannot have one. Caller holds s.mu exclusively.
+func (w *Writer) nameSpillLocked(id layout.SessionID, s *File, kept bool) bool {
 	if s.parked != "" && !namedAs(s.file, s.parked) {
 		s.parked, s.parkStamp = "", "" // the staging directory was removed: named again below
 	}
-	kept, stamp := w.keepsLocked(id) && s.dirty, ""
+	stamp := ""
 	if kept && s.parkStamp == "" {
 		stamp = w.park.stamp()
 	}
@@ -192,10 +204,32 @@ func (w *Writer) parkHeldLocked(id layout.SessionID, s *File) {
 			continue // in a new park directory
 		}
 		w.log.Debug("staged file not parked: it keeps its descriptor", "name", s.name, "err", err)
+		return false
+	}
+	return true
+}
+
+// keepClosed gives the spill file of s, closed by its last descriptor
+// (a FLUSH) and kept for the next fsync, the name a crash keeps at once,
+// before the RELEASE that parks it: the kernel sends that after close(2)
+// has returned, and a mount killed in between lost a file its program had
+// closed. The descriptor stays open until the RELEASE; a write through a
+// dup of it meanwhile names the file plain again (unparkLocked), as for
+// any file written through a handle.
+func (w *Writer) keepClosed(id layout.SessionID, s *File) {
+	w.mu.Lock()
+	ws := w.ss[id]
+	keep := s.opens == 1 && ws != nil && ws.files[s.name] == s && w.keepsLocked(id)
+	w.mu.Unlock()
+	if !keep {
 		return
 	}
-	s.file.Close()
-	s.file = nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.file == nil || s.lazy != nil || !s.dirty || s.unlinked || s.failed != nil || s.committing != nil || s.parkStamp != "" {
+		return
+	}
+	w.nameSpillLocked(id, s, true)
 }
 
 // keepsLocked reports whether a crash keeps the parked files of session
@@ -321,6 +355,9 @@ func (s *File) unparkLocked() error {
 		return nil
 	}
 	if s.file != nil || s.parked == "" {
+		// Open: named kept only when its last descriptor closed it
+		// (keepClosed), and about to change through a dup of that one.
+		s.unkeepLocked()
 		return nil
 	}
 	f, err := os.OpenFile(s.parked, os.O_RDWR, 0)

@@ -608,3 +608,54 @@ func TestKeptName(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterKeptAtClose: with --commit=fsync, a file closed by its last
+// descriptor has the name a crash keeps once the close (FLUSH) returns,
+// not only at the RELEASE the kernel sends after close(2) returned: a
+// mount killed in between lost the file its program had closed. A write
+// through a dup of the descriptor names it plain again (it is open for
+// writing: a crash keeps nothing of it); the next close keeps it again,
+// and the commit of the fsync leaves nothing to keep.
+func TestWriterKeptAtClose(t *testing.T) {
+	ctx := context.Background()
+	r := newWriterRigCfg(t, func(cfg *Config) { cfg.Commit = CommitOnFsync })
+	s, err := r.w.Open(ctx, r.id, "f", nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keptBody := func() string {
+		t.Helper()
+		kept := r.keptNames(t)
+		if len(kept) != 1 {
+			return fmt.Sprintf("kept names %v", kept)
+		}
+		b, err := os.ReadFile(filepath.Join(r.cfg.StagingDir, kept[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	steps := []struct {
+		what string
+		do   func() error
+		kept string // what a crash keeps after the step
+	}{
+		{"a write", func() error { _, err := s.WriteAt(ctx, []byte("one\n"), 0); return err }, "kept names []"},
+		{"its close", func() error { return r.w.FlushSince(ctx, r.id, s, s.Gen()) }, "one\n"},
+		{"a write through a dup", func() error { _, err := s.Append(ctx, []byte("two\n")); return err }, "kept names []"},
+		{"the dup's close", func() error { return r.w.FlushSince(ctx, r.id, s, s.Gen()) }, "one\ntwo\n"},
+		{"the release", func() error { return r.w.Release(ctx, r.id, s) }, "one\ntwo\n"},
+		{"the fsync", func() error { return r.w.FsyncSession(ctx, r.id) }, "kept names []"},
+	}
+	for _, st := range steps {
+		if err := st.do(); err != nil {
+			t.Fatalf("%s: %v", st.what, err)
+		}
+		if got := keptBody(); got != st.kept {
+			t.Fatalf("after %s a crash keeps %q, want %q", st.what, got, st.kept)
+		}
+	}
+	if got := r.bodyOf(t, "f"); got != "one\ntwo\n" {
+		t.Fatalf("f committed as %q", got)
+	}
+}

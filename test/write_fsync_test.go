@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -214,35 +213,40 @@ func TestWriteFailedPerBucket(t *testing.T) {
 // SIGKILL keeps the files it had closed and not yet fsynced: the next
 // mount on its cache directory moves them into .pugmark/failed/, as an
 // unmount would have kept them. They were unnamed spill files, gone
-// with the process; they are parked under names now (staging/park.go).
+// with the process; they are parked under names now (staging/park.go),
+// from the close(2) on: the kernel's RELEASE, which parked them, comes
+// after close(2) returned, and not at all while another descriptor of the
+// same open file lives (held.txt, duplicated here; a forked child's copy
+// is the same), so a kill in between lost them.
 func TestWriteFsyncCrashKeepsClosed(t *testing.T) {
 	bk := openBucket(t, testbucket.Local)
 	id := newSession(t, bk)
 	cache, dir := t.TempDir(), t.TempDir()
 	m := startMount(t, bk, dir, "--commit=fsync", "--cache-dir", cache)
 	shE(t, sessDir(m, id), `echo one > a.txt; mkdir d; seq 1 1000 > d/b.txt`)
-	// Parked at the kernel's RELEASE of each, which comes after close(2)
-	// returned: a kill before it finds a file still open (a CI run under
-	// load killed the mount before d/b.txt's).
-	waitFor(t, "both files parked", func() bool {
-		parked := 0
-		filepath.WalkDir(cache, func(p string, e fs.DirEntry, err error) error {
-			dir := filepath.Dir(p)
-			if err == nil && !e.IsDir() && filepath.Base(dir) == id.String() && strings.HasPrefix(filepath.Base(filepath.Dir(dir)), "parked-") {
-				parked++
-			}
-			return nil
-		})
-		return parked == 2
-	})
+	f, err := os.Create(filepath.Join(sessDir(m, id), "held.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("held\n"); err != nil {
+		t.Fatal(err)
+	}
+	dup, err := syscall.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
 	m.Kill()
+	syscall.Close(dup) // on the dead mount: nothing to release
 	m = startMount(t, bk, dir, "--commit=fsync", "--cache-dir", cache)
 	defer m.Stop(t)
 	var seq strings.Builder
 	for i := 1; i <= 1000; i++ {
 		fmt.Fprintln(&seq, i)
 	}
-	for name, want := range map[string]string{"a.txt": "one\n", "d%2Fb.txt": seq.String()} {
+	for name, want := range map[string]string{"a.txt": "one\n", "d%2Fb.txt": seq.String(), "held.txt": "held\n"} {
 		kept, _ := filepath.Glob(filepath.Join(dir, ".pugmark", "failed", id.String(), name+".*"))
 		if len(kept) != 1 {
 			t.Fatalf("%s kept as %v, want one copy in .pugmark/failed/", name, kept)
