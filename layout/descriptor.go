@@ -291,7 +291,7 @@ type descriptorJSON struct {
 	SchemaURL       string            `json:"schema-url,omitempty"`
 	Name            storedName        `json:"name,omitempty"`
 	Metadata        map[string]string `json:"metadata,omitempty"`
-	SequenceNumber  int64             `json:"sequence-number,omitempty"`
+	SequenceNumber  *int64            `json:"sequence-number,omitempty"`
 	Data            string            `json:"data,omitempty"`
 	TargetSession   string            `json:"target-session,omitempty"`
 	SourceSession   string            `json:"source-session,omitempty"`
@@ -345,7 +345,6 @@ func (d Descriptor) MarshalJSON() ([]byte, error) {
 		SchemaURL:       d.SchemaURL,
 		Name:            storedName(d.Name),
 		Metadata:        d.Metadata,
-		SequenceNumber:  d.SequenceNumber,
 		SourceVersion:   d.SourceVersion,
 		Fork:            d.Fork,
 		Deleted:         d.Deleted,
@@ -361,6 +360,13 @@ func (d Descriptor) MarshalJSON() ([]byte, error) {
 		// not be read is written back as stored, below, and once
 		// (review 16: twice, which strict readers refuse).
 		j.Size = &d.Size
+	}
+	if d.SequenceNumber != 0 || d.Commit == nil {
+		// Every descriptor of a snapshot carries its number (§7.3), 0
+		// too: a session whose first-sequence-number is 0 (another
+		// writer's) wrote its first descriptor without one (audit 24). A
+		// memory record (commit set) is in no session's sequence.
+		j.SequenceNumber = &d.SequenceNumber
 	}
 	if !d.CreatedAt.IsZero() {
 		t := d.CreatedAt.UTC()

@@ -104,7 +104,10 @@ func (d *oracleDescriptor) UnmarshalJSON(b []byte) error {
 		}
 	}
 	out.ContentType, out.ContentEncoding, out.CacheControl = j.ContentType, j.ContentEncoding, j.CacheControl
-	out.SchemaURL, out.Name, out.SequenceNumber = j.SchemaURL, name, j.SequenceNumber
+	out.SchemaURL, out.Name = j.SchemaURL, name
+	if j.SequenceNumber != nil {
+		out.SequenceNumber = *j.SequenceNumber
+	}
 	if len(j.Metadata) > 0 {
 		out.Metadata = j.Metadata
 	}

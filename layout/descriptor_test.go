@@ -90,15 +90,22 @@ func TestSection7_DescriptorRoundTrip(t *testing.T) {
 	}
 }
 
-// decisions.md: optional fields are omitted when zero.
+// decisions.md: optional fields are omitted when zero. The sequence
+// number is not one (§7.3: every descriptor of a snapshot carries it): a
+// session whose first-sequence-number is 0 wrote its first descriptor
+// without one (audit 24). A memory record is in no sequence.
 func TestSection7_DescriptorOmitsZeroFields(t *testing.T) {
 	b, err := json.Marshal(Descriptor{})
-	if err != nil || string(b) != "{}" {
+	if err != nil || string(b) != `{"sequence-number":0}` {
 		t.Fatalf("zero descriptor = %s %v", b, err)
+	}
+	b, err = json.Marshal(Descriptor{Name: "r", Commit: &MemoryCommit{Version: 1, Transaction: 2}})
+	if err != nil || strings.Contains(string(b), "sequence-number") {
+		t.Fatalf("memory record = %s %v, want no sequence-number", b, err)
 	}
 	d := Descriptor{Name: "n", Metadata: map[string]string{}, Data: nil, CreatedAt: time.Time{}}
 	b, _ = json.Marshal(d)
-	if string(b) != `{"name":"n"}` {
+	if string(b) != `{"name":"n","sequence-number":0}` {
 		t.Fatalf("got %s", b)
 	}
 	// Created-at is written in UTC whatever the location, with all nine
@@ -110,18 +117,18 @@ func TestSection7_DescriptorOmitsZeroFields(t *testing.T) {
 	}{{0, "2024-01-02T02:04:05.000000000Z"}, {392553230, "2024-01-02T02:04:05.392553230Z"}, {7, "2024-01-02T02:04:05.000000007Z"}} {
 		d = Descriptor{CreatedAt: time.Date(2024, 1, 2, 3, 4, 5, tc.ns, time.FixedZone("x", 3600))}
 		b, _ = json.Marshal(d)
-		if want := `{"created-at":"` + tc.want + `"}`; string(b) != want {
+		if want := `{"created-at":"` + tc.want + `","sequence-number":0}`; string(b) != want {
 			t.Errorf("got %s, want %s", b, want)
 		}
 	}
 	// size is not an optional field: a blob of 0 bytes says so. A
 	// tombstone, which names no blob, has none (audit 16).
 	b, _ = json.Marshal(Descriptor{Name: "e", Digest: DigestOf(nil)})
-	if want := `{"digest":"` + DigestOf(nil).String() + `","size":0,"name":"e"}`; string(b) != want {
+	if want := `{"digest":"` + DigestOf(nil).String() + `","size":0,"name":"e","sequence-number":0}`; string(b) != want {
 		t.Errorf("empty blob: got %s, want %s", b, want)
 	}
 	b, _ = json.Marshal(Descriptor{Name: "e", Deleted: true})
-	if want := `{"name":"e","deleted":true}`; string(b) != want {
+	if want := `{"name":"e","sequence-number":0,"deleted":true}`; string(b) != want {
 		t.Errorf("tombstone: got %s, want %s", b, want)
 	}
 	var back Descriptor
@@ -179,7 +186,7 @@ func TestSection10_ZeroDigestForms(t *testing.T) {
 			t.Fatalf("%s: %+v", in, d)
 		}
 		out, _ := json.Marshal(d)
-		if string(out) != `{"name":"x","deleted":true}` {
+		if string(out) != `{"name":"x","sequence-number":0,"deleted":true}` {
 			t.Fatalf("%s re-encoded as %s", in, out)
 		}
 	}
@@ -200,7 +207,7 @@ func TestSection18_UnknownFieldsPreserved(t *testing.T) {
 		t.Fatalf("extra = %v", d.Extra)
 	}
 	out, _ := json.Marshal(d)
-	if string(out) != `{"name":"a","Digest":"nope","NAME":"shadow","alpha":{"nested":[true,null]},"zeta":1}` {
+	if string(out) != `{"name":"a","sequence-number":0,"Digest":"nope","NAME":"shadow","alpha":{"nested":[true,null]},"zeta":1}` {
 		t.Fatalf("got %s", out)
 	}
 	// The last of duplicate keys wins, on every path.
@@ -211,7 +218,7 @@ func TestSection18_UnknownFieldsPreserved(t *testing.T) {
 	// A schema key in Extra never shadows the field.
 	d = Descriptor{Name: "real", Extra: map[string]json.RawMessage{"name": json.RawMessage(`"fake"`)}}
 	out, _ = json.Marshal(d)
-	if string(out) != `{"name":"real"}` {
+	if string(out) != `{"name":"real","sequence-number":0}` {
 		t.Fatalf("got %s", out)
 	}
 	// Clone is deep.
@@ -336,7 +343,7 @@ func TestDescriptorDamage(t *testing.T) {
 	d.CreatedAt = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	d.Metadata = map[string]string{"posix-mode": "0600"}
 	b, _ := json.Marshal(d)
-	if want := `{"created-at":"2026-01-02T03:04:05.000000000Z","name":"f","metadata":{"posix-mode":"0600"}}`; string(b) != want {
+	if want := `{"created-at":"2026-01-02T03:04:05.000000000Z","name":"f","metadata":{"posix-mode":"0600"},"sequence-number":0}`; string(b) != want {
 		t.Errorf("set anew: %s, want %s", b, want)
 	}
 	// Metadata values of another JSON type are shown as their JSON text.
