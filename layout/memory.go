@@ -238,6 +238,9 @@ func (s *Store) WriteMemory(ctx context.Context, ns string, w MemoryWrite) (Memo
 // ignoring created-at, sequence number and commit envelope) changes
 // nothing; changed is false when the result equals cur. Remove applies
 // before Put, so a name both removed and written ends up written.
+// Records of cur whose names §8.3 forbids (empty, or holding a /: another
+// writer's) are left out of a changed result: the version written must
+// conform, the versions before it keep them, and no path shows them.
 func MergeMemory(cur []Descriptor, w MemoryWrite) (merged []Descriptor, changed bool) {
 	byName := map[string]int{}
 	for i, d := range cur {
@@ -276,7 +279,7 @@ func MergeMemory(cur []Descriptor, w MemoryWrite) (merged []Descriptor, changed 
 	}
 	merged = make([]Descriptor, 0, len(cur)+len(puts))
 	for _, d := range cur {
-		if !drop[d.Name] {
+		if !drop[d.Name] && d.Name != "" && !strings.Contains(d.Name, "/") {
 			merged = append(merged, d)
 		}
 	}

@@ -126,6 +126,16 @@ func TestSection8_3_MergeMemoryPure(t *testing.T) {
 	if merged, _ := MergeMemory(base, MemoryWrite{Put: descs("c")}); len(base) != 2 || recNames(merged) != "a,b,c" {
 		t.Fatal("MergeMemory modified its input")
 	}
+	// Another writer's records whose names §8.3 forbids are not carried
+	// into the version written (audit 24: "sl/ash" and "" were); ".."
+	// breaks no MUST of the layout and stays.
+	bad := append(descs("sl/ash", "", ".."), base...)
+	if merged, changed := MergeMemory(bad, MemoryWrite{Put: descs("c")}); !changed || recNames(merged) != "..,a,b,c" {
+		t.Fatalf("merged over forbidden names: changed=%v %s", changed, recNames(merged))
+	}
+	if _, changed := MergeMemory(bad, MemoryWrite{Put: []Descriptor{desc("a", "1")}}); changed {
+		t.Fatal("a write that changes nothing wrote a version to leave forbidden names out")
+	}
 }
 
 // §8.3 naming: non-empty, no "/".
