@@ -222,6 +222,7 @@ type Cache struct {
 	spillAt     int64 // decoded bodies larger than this go to a file
 	stageChunks int64 // chunks a pass may stage from the wanted one on
 	spillMax    int64 // bound on spill file bytes held open
+	endFrom     int64 // endProbeFrom (storedend.go); tests lower it
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -407,6 +408,7 @@ func New(src Source, opts Options) (*Cache, error) {
 	// A pass may stage up to half the budget: enough that a blob of that
 	// size is fetched once, not once to verify and again to read.
 	c.stageChunks = max(1, opts.MemBytes/2/c.cs)
+	c.endFrom = endProbeFrom
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.chunks, _ = simplelru.NewLRU[blobChunkKey, []byte](math.MaxInt, nil)
 	c.metas, _ = simplelru.NewLRU(blobMaxMetas, func(_ layout.Digest, m *blobMeta) {
@@ -514,17 +516,17 @@ func (c *Cache) Size(ctx context.Context, d *layout.Descriptor) (int64, error) {
 		return 0, err
 	}
 	if space == blobRaw && !sniff {
-		return d.Size, nil
+		return d.Size, c.storedEnd(ctx, d)
 	}
 	if sniff {
 		if c.probeRaw(ctx, d) {
-			return d.Size, nil
+			return d.Size, c.storedEnd(ctx, d)
 		}
 		if space, err = c.resolveSniff(ctx, d, 0); err != nil {
 			return 0, err
 		}
 		if space == blobRaw {
-			return d.Size, nil
+			return d.Size, c.storedEnd(ctx, d)
 		}
 	}
 	if info, ok := c.decInfo(d.Digest, space); ok {
@@ -631,9 +633,10 @@ func (c *Cache) checkDescriptor(d *layout.Descriptor) error {
 }
 
 // SizeKnown reports whether Size of d is answered without a backend read:
-// a plain body (unless it is still to be sniffed), inline data, or a
-// decoded size remembered in memory or in the disk cache. Listings use it
-// to fetch only the sizes that need a request, in parallel.
+// a plain body (unless it is still to be sniffed, or its stored length
+// checked: storedEnd), inline data, or a decoded size remembered in
+// memory or in the disk cache. Listings use it to fetch only the sizes
+// that need a request, in parallel.
 func (c *Cache) SizeKnown(d *layout.Descriptor) bool {
 	if c.checkDescriptor(d) != nil || d.Size == 0 || d.InlineOK() {
 		return true
@@ -654,7 +657,7 @@ func (c *Cache) SizeKnown(d *layout.Descriptor) bool {
 		}
 	}
 	if space == blobRaw {
-		return true
+		return d.Size < c.endFrom || c.endProven(d)
 	}
 	_, ok := c.decInfo(d.Digest, space)
 	return ok

@@ -18,6 +18,9 @@ type blobShape struct {
 	// had no magic number. Only Size uses them.
 	probed, probeRaw bool
 	dec              [blobSpaces]blobDecInfo
+	// stored is the stored body's length, when storedEnd learned it
+	// (0: not learned; kept in memory only, a ranged read tells it).
+	stored int64
 }
 
 type blobDecInfo struct {

@@ -114,3 +114,67 @@ func TestBlobSizeDeclared(t *testing.T) {
 		})
 	}
 }
+
+// TestBlobSizeStoredEnd: a plain body's size is its descriptor's, checked
+// from endProbeFrom bytes on against the stored body's length, once, with
+// one small read: another writer's descriptor claiming 2^62 bytes for a
+// 5-byte blob showed that size, and `tar c` of the mount padded the failed
+// read with zeros up to it for ever (audit 24). Below the threshold, and
+// for a body verified at its size, Size reads nothing.
+func TestBlobSizeStoredEnd(t *testing.T) {
+	ctx := context.Background()
+	body := []byte("hello")
+	s, dgs := storeWith(t, body, blobTestText(100))
+	cases := []struct {
+		name    string
+		d       layout.Descriptor
+		endFrom int64
+		corrupt bool  // Size fails with ErrCorrupt
+		missing bool  // Size fails with ErrBlobMissing
+		reads   int64 // backend reads of the first Size; the second reads nothing
+	}{
+		{"claims 2^62 bytes", layout.Descriptor{Name: "huge", Digest: dgs[0], Size: 1 << 62}, endProbeFrom, true, false, 1},
+		{"claims 1 GiB", layout.Descriptor{Name: "g", Digest: dgs[0], Size: endProbeFrom}, endProbeFrom, true, false, 1},
+		{"below the threshold", layout.Descriptor{Name: "small", Digest: dgs[0], Size: endProbeFrom - 1}, endProbeFrom, false, false, 0},
+		{"as long as it says", layout.Descriptor{Name: "t", Digest: dgs[1], Size: 100}, 50, false, false, 1},
+		{"missing", layout.Descriptor{Name: "m", Digest: layout.DigestOf([]byte("none")), Size: 1 << 40}, endProbeFrom, false, true, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestBlobCache(t, s, Options{})
+			c.endFrom = tc.endFrom
+			d := tc.d
+			if c.SizeKnown(&d) != (tc.reads == 0) {
+				t.Errorf("SizeKnown = %v before any read, want %v", !(tc.reads == 0), tc.reads == 0)
+			}
+			for i := range 2 {
+				before := c.Stats().BackendReads
+				got, err := c.Size(ctx, &d)
+				switch {
+				case tc.corrupt && !errors.Is(err, layout.ErrCorrupt):
+					t.Fatalf("Size = %d, %v; want ErrCorrupt", got, err)
+				case tc.missing && !errors.Is(err, layout.ErrBlobMissing):
+					t.Fatalf("Size = %d, %v; want ErrBlobMissing", got, err)
+				case !tc.corrupt && !tc.missing && (err != nil || got != d.Size):
+					t.Fatalf("Size = %d, %v; want %d", got, err, d.Size)
+				}
+				reads := c.Stats().BackendReads - before
+				if want := tc.reads; (i == 0 && reads != want) || (i == 1 && reads != 0 && !tc.missing) {
+					t.Errorf("Size %d read the bucket %d times", i+1, reads)
+				}
+			}
+		})
+	}
+	t.Run("verified at its size", func(t *testing.T) {
+		c := newTestBlobCache(t, s, Options{})
+		c.endFrom = 50
+		d := layout.Descriptor{Name: "t", Digest: dgs[1], Size: 100}
+		if _, err := readAll(ctx, c, &d, 10); err != nil {
+			t.Fatal(err)
+		}
+		before := c.Stats().BackendReads
+		if got, err := c.Size(ctx, &d); err != nil || got != 100 || c.Stats().BackendReads != before || !c.SizeKnown(&d) {
+			t.Fatalf("Size of a verified body = %d, %v, after %d reads", got, err, c.Stats().BackendReads-before)
+		}
+	})
+}

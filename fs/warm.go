@@ -21,7 +21,9 @@ const (
 	// warmPar bounds the size requests in flight per listing.
 	warmPar = 16
 	// warmMaxSize keeps warming to small bodies: a larger one whose
-	// size needs a decode pass is left to its own lookup.
+	// size needs a decode pass is left to its own lookup. A large plain
+	// one is warmed: its size needs one small read (a check of its
+	// stored length).
 	warmMaxSize = 1 << 20
 )
 
@@ -31,7 +33,7 @@ const (
 func (f *FS) warmSizes(ctx context.Context, dir *cache.Dir) {
 	var ds []layout.Descriptor
 	for _, e := range dir.Files {
-		if d := e.Descriptor; d.Size <= warmMaxSize && !f.blobs.SizeKnown(&d) {
+		if d := e.Descriptor; (d.Size <= warmMaxSize || d.ContentEncoding == "") && !f.blobs.SizeKnown(&d) {
 			ds = append(ds, d)
 		}
 	}

@@ -173,7 +173,8 @@ func (s *Store) BlobAttributes(ctx context.Context, d Digest) (*blob.Attributes,
 
 // OpenBlob opens length bytes of the stored blob at offset (length < 0:
 // to the end). The bytes are the stored body, not decoded and not yet
-// verified: callers verify against the digest (cache/ does).
+// verified: callers verify against the digest (cache/ does). The reader
+// has a Size method: the length of the whole stored body.
 func (s *Store) OpenBlob(ctx context.Context, d Digest, offset, length int64) (io.ReadCloser, error) {
 	var r *blob.Reader
 	key := BlobKey(d)
@@ -189,8 +190,20 @@ func (s *Store) OpenBlob(ctx context.Context, d Digest, offset, length int64) (i
 		}
 		return nil, fmt.Errorf("open blob %s: %w", key, err)
 	}
-	return &countingReader{r: r, n: &s.st.bytesRead}, nil
+	return &storedReader{countingReader: countingReader{r: r, n: &s.st.bytesRead}, size: r.Size()}, nil
 }
+
+// storedReader is a ranged read of a blob that also says how long the
+// stored body is (blob.Reader.Size: the bucket's answer says it), so that
+// a reader can check a descriptor's size against it without another
+// request (blobcache's storedEnd).
+type storedReader struct {
+	countingReader
+	size int64
+}
+
+// Size returns the length of the whole stored body.
+func (r *storedReader) Size() int64 { return r.size }
 
 type countingReader struct {
 	r interface {

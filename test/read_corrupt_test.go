@@ -134,6 +134,12 @@ func TestReadCorruptObjects(t *testing.T) {
 		nosizeDesc := file("nosize.txt", "fourteen bytes")
 		nosizeDesc.Size, nosizeDesc.Data = 0, nil
 		nosize := newSess(nosizeDesc, file("sized.txt", "sized\n"))
+		// huge: another writer's descriptor claiming 2^62 bytes for a
+		// blob of 5. stat showed that size, and tar padded the read that
+		// failed with zeros up to it, for ever (audit 24).
+		hugeDesc := file("huge.bin", "hello")
+		hugeDesc.Size, hugeDesc.Data = 1<<62, nil
+		huge := newSess(hugeDesc, file("beside.txt", "beside\n"))
 		for _, k := range []string{gapSnap2, bareManifest} {
 			if err := s.Bucket().Delete(ctx, k); err != nil {
 				t.Fatal(err)
@@ -235,6 +241,8 @@ func TestReadCorruptObjects(t *testing.T) {
 		waitFor(t, "a log line about the invalid type", func() bool { return strings.Contains(m.Log(), `type=weird`) })
 		r.fails("cat "+sess(nosize)+"/nosize.txt", eio)
 		r.eq("beside a size left out", r.sh("cat "+sess(nosize)+"/sized.txt"), "sized\n")
+		r.fails("stat "+sess(huge)+"/huge.bin", eio)
+		r.eq("tar of a session with a file claiming 2^62 bytes", r.sh("(timeout 60 tar cf - -C "+sess(huge)+" . 2>/dev/null; echo $? >&2) | tar tf - | sort"), "./\n./beside.txt\n")
 		for _, what := range []string{"version 3 is missing", "no manifest"} {
 			waitFor(t, "a log line saying "+what, func() bool { return strings.Contains(m.Log(), what) })
 		}
