@@ -276,6 +276,19 @@ func (s *Store) SnapshotVersions(ctx context.Context, id SessionID) ([]uint32, e
 	return vs, err
 }
 
+// tooLargeIsCorrupt makes err, a snapshot's, ErrCorrupt as well when it
+// is ErrTooLarge: a snapshot past the mount's limit (a zstd bomb of
+// another writer's: 3 GiB of blanks) is damage to the session as much as
+// one that does not decode. Its versions before it, manifest and log
+// then work as for any damaged snapshot; the whole session was EIO, not
+// a directory (audit 24).
+func tooLargeIsCorrupt(err error) error {
+	if errors.Is(err, ErrTooLarge) && !errors.Is(err, ErrCorrupt) {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return err
+}
+
 // ReadSnapshot returns the descriptors committed at version v (the delta,
 // §6.5). One GET; the encoding is sniffed, which is exact for JSON bodies.
 func (s *Store) ReadSnapshot(ctx context.Context, id SessionID, v uint32) ([]Descriptor, error) {
@@ -294,11 +307,11 @@ func (s *Store) readSnapshot(ctx context.Context, id SessionID, v uint32, lst *s
 	}
 	body, keep, err := s.readOnce(ctx, key, s.sessionObject(id, v), s.opts.MaxDecoded)
 	if err != nil {
-		return nil, fmt.Errorf("load snapshot %d of %s: %w", v, id, err)
+		return nil, fmt.Errorf("load snapshot %d of %s: %w", v, id, tooLargeIsCorrupt(err))
 	}
 	ds, err := DecodeDescriptors(body, "", s.opts.MaxDecoded)
 	if err != nil {
-		return nil, fmt.Errorf("load snapshot %d of %s (%s): %w", v, id, key, err)
+		return nil, fmt.Errorf("load snapshot %d of %s (%s): %w", v, id, key, tooLargeIsCorrupt(err))
 	}
 	keep()
 	s.damagedIn(ds, key)

@@ -140,6 +140,13 @@ func TestReadCorruptObjects(t *testing.T) {
 		hugeDesc := file("huge.bin", "hello")
 		hugeDesc.Size, hugeDesc.Data = 1<<62, nil
 		huge := newSess(hugeDesc, file("beside.txt", "beside\n"))
+		// bomb: snapshot 2 decodes past the mount's limit (another
+		// writer's 40 MiB of blanks, a few KiB stored). The session was
+		// no directory at all (audit 24).
+		bomb := newSess(file("a.txt", "a\n"))
+		bombSnap2, _ := layout.SnapshotKey(bomb, 2)
+		raw(bombSnap2, rdZstd([]byte("["+strings.Repeat(" ", 40<<20)+"]")), &blob.WriterOptions{ContentType: "application/json", ContentEncoding: "zstd",
+			Metadata: map[string]string{layout.MetaSnapshotType: "checkpoint"}})
 		for _, k := range []string{gapSnap2, bareManifest} {
 			if err := s.Bucket().Delete(ctx, k); err != nil {
 				t.Fatal(err)
@@ -242,6 +249,10 @@ func TestReadCorruptObjects(t *testing.T) {
 		r.fails("cat "+sess(nosize)+"/nosize.txt", eio)
 		r.eq("beside a size left out", r.sh("cat "+sess(nosize)+"/sized.txt"), "sized\n")
 		r.fails("stat "+sess(huge)+"/huge.bin", eio)
+		r.eq("stat of a session whose snapshot decodes past the limit", r.sh("stat -c %F "+sess(bomb)), "directory\n")
+		r.fails("ls "+sess(bomb), eio)
+		r.eq("its version", r.sh("cat "+meta(bomb)+"/version"), "2\n")
+		r.eq("its version 1", r.sh("cat "+meta(bomb)+"/at/1/a.txt"), "a\n")
 		r.eq("tar of a session with a file claiming 2^62 bytes", r.sh("(timeout 60 tar cf - -C "+sess(huge)+" . 2>/dev/null; echo $? >&2) | tar tf - | sort"), "./\n./beside.txt\n")
 		for _, what := range []string{"version 3 is missing", "no manifest"} {
 			waitFor(t, "a log line saying "+what, func() bool { return strings.Contains(m.Log(), what) })
