@@ -1122,7 +1122,11 @@ func (h *whandle) Release(ctx context.Context) syscall.Errno {
 	// there went back to close(2) and is not retried (staging's Release).
 	// Release errors reach no program, so this one is logged.
 	defer h.dropIfRebased(h.s.Rebases())
-	if err := h.f.w.Release(ctx, h.id, h.s); err != nil {
+	release := h.f.w.Release
+	if h.readOnly {
+		release = h.f.w.ReleaseRead
+	}
+	if err := release(ctx, h.id, h.s); err != nil {
 		h.f.log.Error("commit on release failed", "session", h.id, "name", h.s.Name(), "err", err)
 	}
 	if h.whole {

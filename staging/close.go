@@ -21,7 +21,7 @@ import (
 // is in the committed state.
 func (w *Writer) Release(ctx context.Context, id layout.SessionID, s *File) error {
 	ws := w.session(id)
-	if w.dropOpen(s) {
+	if w.dropOpen(id, s) {
 		return nil
 	}
 	// Perhaps the last: what follows may commit and forget s.
@@ -159,15 +159,28 @@ func (w *Writer) restore(ctx context.Context, s *File, gen uint64, e *layout.Ent
 }
 
 // dropOpen drops one open of s when it is not the last, and reports
-// whether it did.
-func (w *Writer) dropOpen(s *File) bool {
+// whether it did. With --commit=fsync, a file that only readers hold
+// then is parked, so that a crash keeps it (`tail -f` of a file its
+// writer closed: review 27).
+func (w *Writer) dropOpen(id layout.SessionID, s *File) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if s.opens > 1 {
 		s.opens--
+		if ws := w.ss[id]; w.cfg.Commit == CommitOnFsync && s.opens == s.readers && ws != nil && ws.files[s.name] == s {
+			w.parkOrLaterLocked(id, s)
+		}
 		return true
 	}
 	return false
+}
+
+// ReleaseRead is Release of a handle Retain gave.
+func (w *Writer) ReleaseRead(ctx context.Context, id layout.SessionID, s *File) error {
+	w.mu.Lock()
+	s.readers--
+	w.mu.Unlock()
+	return w.Release(ctx, id, s)
 }
 
 // Flush commits s if it is dirty (close(2) and fsync(2) of a file). With
@@ -190,7 +203,7 @@ func (w *Writer) FlushSince(ctx context.Context, id layout.SessionID, s *File, w
 
 func (w *Writer) flush(ctx context.Context, id layout.SessionID, s *File, untouchedToo bool, wrote uint64) error {
 	if w.cfg.Commit == CommitOnFsync {
-		w.keepClosed(id, s)
+		w.keepClosed(id, s, wrote)
 		return nil
 	}
 	s.mu.Lock()

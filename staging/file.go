@@ -30,6 +30,10 @@ type File struct {
 	// not mu: it decides, under Writer.mu, whether a release is the
 	// last and the file is forgotten.
 	opens int
+	// readers counts those of opens that only read (Retain; released
+	// with ReleaseRead): a file only they hold is parked, and kept at
+	// its writer's close. GUARDED_BY(Writer.mu).
+	readers int
 	// fillMu serialises fills of the lazy content (fill), which run
 	// without mu: one copy at a time. Taken with no lock of the Writer
 	// held, and before mu.

@@ -147,7 +147,7 @@ func (p *parking) lost(dir string) {
 // reports busy when a read or stat held s.mu (parkLater). Caller holds
 // Writer.mu, which File.mu is not waited for under.
 func (w *Writer) parkLocked(id layout.SessionID, s *File) (busy bool) {
-	if s.opens > 0 {
+	if s.opens > s.readers {
 		return false
 	}
 	if !s.mu.TryLock() {
@@ -160,7 +160,7 @@ func (w *Writer) parkLocked(id layout.SessionID, s *File) (busy bool) {
 
 // parkHeldLocked is parkLocked with s.mu held too (exclusively).
 func (w *Writer) parkHeldLocked(id layout.SessionID, s *File) {
-	if s.opens > 0 || s.file == nil || s.committing != nil {
+	if s.opens > s.readers || s.file == nil || s.committing != nil {
 		return
 	}
 	if s.lazy != nil {
@@ -168,7 +168,7 @@ func (w *Writer) parkHeldLocked(id layout.SessionID, s *File) {
 		s.parkedEmpty = true
 		return
 	}
-	if !w.nameSpillLocked(id, s, w.keepsLocked(id) && s.dirty) {
+	if !w.nameSpillLocked(id, s, w.keepsLocked(id) && s.dirty && !s.unlinked) {
 		return
 	}
 	s.file.Close()
@@ -209,22 +209,29 @@ func (w *Writer) nameSpillLocked(id layout.SessionID, s *File, kept bool) bool {
 	return true
 }
 
-// keepClosed gives the spill file of s, closed by its last descriptor
-// (a FLUSH) and kept for the next fsync, the name a crash keeps at once,
-// before the RELEASE that parks it: the kernel sends that after close(2)
-// has returned, and a mount killed in between lost a file its program had
-// closed. The descriptor stays open until the RELEASE; a write through a
-// dup of it meanwhile names the file plain again (unparkLocked), as for
-// any file written through a handle.
-func (w *Writer) keepClosed(id layout.SessionID, s *File) {
-	w.mu.Lock()
-	ws := w.ss[id]
-	keep := s.opens == 1 && ws != nil && ws.files[s.name] == s && w.keepsLocked(id)
-	w.mu.Unlock()
-	if !keep {
+// keepClosed gives the spill file of s, closed by a descriptor that
+// wrote to it (a FLUSH; wrote is the descriptor's last write, File.Gen)
+// and kept for the next fsync, the name a crash keeps at once, before
+// the RELEASE that parks it: the kernel sends that after close(2) has
+// returned, and not while a copy of the descriptor lives (dup, fork), and
+// a mount killed in between lost a file its program had closed. The
+// descriptor stays open until the RELEASE; a write through a copy of it
+// meanwhile names the file plain again (unparkLocked), as for any file
+// written through a handle. Left to the RELEASE, as before: a close of a
+// descriptor that wrote nothing (the shell's own of `cmd > out`, whose
+// copy cmd still writes through: review 27), a file another handle may
+// write, and one a commit's upload or a read holds at that moment (a
+// close does not wait for an upload).
+func (w *Writer) keepClosed(id layout.SessionID, s *File, wrote uint64) {
+	if wrote == 0 {
 		return
 	}
-	s.mu.Lock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ws := w.ss[id]
+	if s.opens-s.readers != 1 || ws == nil || ws.files[s.name] != s || !w.keepsLocked(id) || !s.mu.TryLock() {
+		return
+	}
 	defer s.mu.Unlock()
 	if s.file == nil || s.lazy != nil || !s.dirty || s.unlinked || s.failed != nil || s.committing != nil || s.parkStamp != "" {
 		return

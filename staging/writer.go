@@ -428,7 +428,8 @@ func (w *Writer) Staged(id layout.SessionID, name string) *File {
 // last release already forgot it: its spill file is closed or about to be,
 // and its content is the committed entry now. Counting such a file
 // anyway made the reader's handle read a closed file (EIO, seen by the
-// property test on a read right after a create).
+// property test on a read right after a create). Release it with
+// ReleaseRead.
 func (w *Writer) Retain(id layout.SessionID, s *File) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -436,6 +437,7 @@ func (w *Writer) Retain(id layout.SessionID, s *File) bool {
 		return false
 	}
 	s.opens++
+	s.readers++
 	return true
 }
 
