@@ -171,6 +171,9 @@ type Stats struct {
 	// KeptWrites counts the snapshot and manifest bodies written to the
 	// disk tier (kept.go), KeptHits those read back from it.
 	KeptWrites, KeptHits int64
+	// Adopted counts the bodies this process stored whose staged copy
+	// went into the disk tier (AdoptStored).
+	Adopted int64
 }
 
 // Cache serves blob content to the mounted tree: verified against the
@@ -277,6 +280,7 @@ type blobCounters struct {
 	evictions, inFlight                atomic.Int64
 	memPeak, fileReads, hashed         atomic.Int64
 	keptHits, keptWrites               atomic.Int64
+	adopted                            atomic.Int64
 }
 
 // blobSpace names a key space of chunks: the stored bytes, or the body
@@ -471,6 +475,7 @@ func (c *Cache) Stats() Stats {
 		ReadAheads: c.st.readAheads.Load(), Evictions: c.st.evictions.Load(),
 		InFlight: c.st.inFlight.Load(), MemBytes: mem, MemPeak: c.st.memPeak.Load(),
 		KeptWrites: c.st.keptWrites.Load(), KeptHits: c.st.keptHits.Load(),
+		Adopted: c.st.adopted.Load(),
 	}
 	if c.disk != nil {
 		s.DiskBytes, s.DiskEvictions = c.disk.usage()

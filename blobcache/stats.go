@@ -21,8 +21,8 @@ func (s Stats) String() string {
 		s.VerifyPasses, s.VerifyFailures, human.Count(s.BytesHashed), s.FileReads)
 	fmt.Fprintf(&b, "blob cache memory: bytes %s, peak %s, evictions %d\n", human.Count(s.MemBytes), human.Count(s.MemPeak), s.Evictions)
 	if s.DiskEnabled {
-		fmt.Fprintf(&b, "blob cache disk: bytes %s, evictions %d, snapshots and manifests kept %d, read back %d",
-			human.Count(s.DiskBytes), s.DiskEvictions, s.KeptWrites, s.KeptHits)
+		fmt.Fprintf(&b, "blob cache disk: bytes %s, evictions %d, snapshots and manifests kept %d, read back %d, written bodies kept %d",
+			human.Count(s.DiskBytes), s.DiskEvictions, s.KeptWrites, s.KeptHits, s.Adopted)
 	} else {
 		b.WriteString("blob cache disk: off")
 	}

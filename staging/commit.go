@@ -505,6 +505,9 @@ func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error)
 		}
 		info, err := w.store.PutBlobFile(uctx, f, d.Digest, d.Size, layout.BlobOptions{ContentType: d.ContentType})
 		ended()
+		if a, ok := w.blobs.(storedAdopter); ok && err == nil && !info.Linked {
+			a.AdoptStored(d.Digest, d.Size, f) // s.mu held: the bytes stay what was stored
+		}
 		done()
 		if info.Linked {
 			s.linked.Store(true) // before any writer gets mu (unshareLocked)

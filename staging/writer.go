@@ -93,6 +93,14 @@ type Blobs interface {
 	Size(ctx context.Context, d *layout.Descriptor) (int64, error)
 }
 
+// storedAdopter is what of Blobs a commit tells of a body it just stored
+// from a staged file: the blob cache keeps a copy of it, so reading back
+// what was written costs no fetch (blobcache.Cache.AdoptStored). A Blobs
+// without it keeps nothing.
+type storedAdopter interface {
+	AdoptStored(d layout.Digest, size int64, f *os.File)
+}
+
 // Writer turns writes through the tree into commits: it holds the staged
 // files and local directories of each session, commits them (group
 // commit, or at fsync), renames and removes names, and updates the
