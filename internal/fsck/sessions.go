@@ -211,6 +211,9 @@ func (c *checker) checkSessionSnapshots(ctx context.Context, se *sessionEntry) {
 				continue
 			}
 			where := descWhere("descriptor", i, &d)
+			if !bytes.Contains(raw, []byte(`"sequence-number"`)) {
+				c.warnf("§7.3", key, "%s has no sequence-number (read as 0): every descriptor of a snapshot carries one", where)
+			}
 			if bytes.Contains(raw, []byte(`"fork-session-id"`)) {
 				if d.Fork {
 					c.infof("§7.2", key, "%s: legacy fork-session-id form (read as fork = true); new writes use fork and target-session", where)
