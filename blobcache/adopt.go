@@ -18,13 +18,19 @@ import (
 	"github.com/pugmark/pugfs/layout"
 )
 
+// adoptMax bounds the bodies AdoptStored copies: the copy delays the
+// commit it is part of (about 0.1 s for 256 MiB, in the kernel), and
+// reading a larger body back is bound by bandwidth more than by requests.
+const adoptMax = 256 << 20
+
 // AdoptStored keeps a copy of the first size bytes of f, the body of
 // digest d that this process has just stored in the bucket, in the disk
 // tier. Best effort: nothing when the tier would not keep a body of that
-// size or has it already, or the copy fails. The caller keeps f's bytes
-// from changing meanwhile.
+// size or has it already, or the copy fails; nothing for a body small
+// enough to be inline in its descriptor (read from there) or above
+// adoptMax. The caller keeps f's bytes from changing meanwhile.
 func (c *Cache) AdoptStored(d layout.Digest, size int64, f *os.File) {
-	if size == 0 || !c.diskKeeps(size) {
+	if size <= layout.InlineLimit || size > adoptMax || !c.diskKeeps(size) {
 		return
 	}
 	if e, ok := c.disk.openEntry(d, size); ok {

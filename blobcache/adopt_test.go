@@ -28,6 +28,8 @@ func TestBlobAdoptStored(t *testing.T) {
 		{"small", 3 << 10, false, false},
 		{"several chunks", 100 << 10, false, false},
 		{"a file that is not the body", 100 << 10, true, true},
+		// Read from its descriptor's inline data, never from a blob.
+		{"small enough to be inline", layout.InlineLimit, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := blobTestBody(tc.size, 7)
@@ -48,8 +50,12 @@ func TestBlobAdoptStored(t *testing.T) {
 			defer f.Close()
 			c := newTestBlobCache(t, src, diskOpts(t.TempDir()))
 			c.AdoptStored(dg, int64(tc.size), f)
-			if got := c.Stats().Adopted; got != 1 {
-				t.Fatalf("adopted %d bodies, want 1", got)
+			want := int64(1)
+			if tc.size <= layout.InlineLimit {
+				want = 0
+			}
+			if got := c.Stats().Adopted; got != want {
+				t.Fatalf("adopted %d bodies, want %d", got, want)
 			}
 			if !tc.fetched {
 				src.set(func(s *fakeBlobSource) {

@@ -662,7 +662,7 @@ func (c *Cache) SizeKnown(d *layout.Descriptor) bool {
 		}
 	}
 	if space == blobRaw {
-		return d.Size < c.endFrom || c.endProven(d)
+		return d.Size < c.endFrom || d.InlineOK() || c.storedLen(d) >= d.Size
 	}
 	_, ok := c.decInfo(d.Digest, space)
 	return ok

@@ -144,6 +144,9 @@ func (c *Cache) probeRaw(ctx context.Context, d *layout.Descriptor) bool {
 		var k int
 		k, err = io.ReadFull(rc, head)
 		c.st.bytesFetched.Add(int64(k))
+		if d.Size >= c.endFrom {
+			c.learnStored(d.Digest, rc) // the answer says it: storedEnd asks nothing more
+		}
 		rc.Close()
 	}
 	c.st.inFlight.Add(-1)

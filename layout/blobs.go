@@ -190,7 +190,7 @@ func (s *Store) OpenBlob(ctx context.Context, d Digest, offset, length int64) (i
 		}
 		return nil, fmt.Errorf("open blob %s: %w", key, err)
 	}
-	return &storedReader{countingReader: countingReader{r: r, n: &s.st.bytesRead}, size: r.Size()}, nil
+	return &storedReader{countingReader: countingReader{r: r, n: &s.st.bytesRead}, br: r}, nil
 }
 
 // storedReader is a ranged read of a blob that also says how long the
@@ -199,11 +199,12 @@ func (s *Store) OpenBlob(ctx context.Context, d Digest, offset, length int64) (i
 // request (blobcache's storedEnd).
 type storedReader struct {
 	countingReader
-	size int64
+	br *blob.Reader
 }
 
-// Size returns the length of the whole stored body.
-func (r *storedReader) Size() int64 { return r.size }
+// Size returns the length of the whole stored body. Asked for only
+// when needed: the local driver reads the object's attributes for it.
+func (r *storedReader) Size() int64 { return r.br.Size() }
 
 type countingReader struct {
 	r interface {

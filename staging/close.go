@@ -31,7 +31,7 @@ func (w *Writer) Release(ctx context.Context, id layout.SessionID, s *File) erro
 	for {
 		w.mu.Lock()
 		if s.opens > 1 {
-			s.opens-- // another open took the duty over
+			w.dropLocked(id, s) // another open took the duty over
 			w.mu.Unlock()
 			return err
 		}
@@ -166,13 +166,19 @@ func (w *Writer) dropOpen(id layout.SessionID, s *File) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if s.opens > 1 {
-		s.opens--
-		if ws := w.ss[id]; w.cfg.Commit == CommitOnFsync && s.opens == s.readers && ws != nil && ws.files[s.name] == s {
-			w.parkOrLaterLocked(id, s)
-		}
+		w.dropLocked(id, s)
 		return true
 	}
 	return false
+}
+
+// dropLocked drops one open of s, which is not the last: parked when
+// only readers hold it then (dropOpen). Caller holds Writer.mu.
+func (w *Writer) dropLocked(id layout.SessionID, s *File) {
+	s.opens--
+	if ws := w.ss[id]; w.cfg.Commit == CommitOnFsync && s.opens == s.readers && ws != nil && ws.files[s.name] == s {
+		w.parkOrLaterLocked(id, s)
+	}
 }
 
 // ReleaseRead is Release of a handle Retain gave.

@@ -831,7 +831,7 @@ func (w *Writer) dirEntries(ctx context.Context, id layout.SessionID, prefix str
 // CheckInvariants returns the first broken invariant of the Writer's
 // state, or nil; tests call it after what they drive. Every staged file
 // is filed under the name it has, has its spill file and a non-negative
-// open count; no name is both a staged file and a local directory; the
+// open count, of which its readers are a part; no name is both a staged file and a local directory; the
 // upload counters never go below zero.
 func (w *Writer) CheckInvariants() error {
 	w.mu.Lock()
@@ -851,6 +851,8 @@ func (w *Writer) CheckInvariants() error {
 				return fmt.Errorf("session %s: staged file %q is filed but its spill file is closed", id, name)
 			case opens < 0:
 				return fmt.Errorf("session %s: staged file %q has %d opens", id, name, opens)
+			case s.readers < 0 || s.readers > opens:
+				return fmt.Errorf("session %s: staged file %q has %d readers of %d opens", id, name, s.readers, opens)
 			case ws.dirs[name]:
 				return fmt.Errorf("session %s: %q is both a staged file and a local directory", id, name)
 			}
