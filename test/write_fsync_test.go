@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -238,6 +239,20 @@ func TestWriteFsyncCrashKeepsClosed(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// a.txt and d/b.txt get their names at their close too, unless a
+	// request held them at that moment (their RELEASE names them then,
+	// a moment later); held.txt, whose RELEASE never comes, only so.
+	waitFor(t, "the three files kept", func() bool {
+		kept := 0
+		filepath.WalkDir(cache, func(p string, e iofs.DirEntry, err error) error {
+			dir := filepath.Dir(p)
+			if err == nil && !e.IsDir() && filepath.Base(dir) == id.String() && strings.HasPrefix(filepath.Base(filepath.Dir(dir)), "parked-") {
+				kept++
+			}
+			return nil
+		})
+		return kept == 3
+	})
 	m.Kill()
 	syscall.Close(dup) // on the dead mount: nothing to release
 	m = startMount(t, bk, dir, "--commit=fsync", "--cache-dir", cache)
