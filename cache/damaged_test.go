@@ -2,13 +2,16 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
 	"gocloud.dev/blob"
+	"gocloud.dev/blob/memblob"
 )
 
 // laggingStore is a Store whose full listing of a session's snapshots
@@ -56,4 +59,45 @@ func TestDamagedVersions(t *testing.T) {
 			t.Errorf("snapshot 3 beside the damaged 2: %v", err)
 		}
 	})
+}
+
+// TestDamagedLoadRemembered: a session whose load failed on a damaged
+// snapshot answers that failure again without reading its snapshots
+// while its latest version stays where it was, for up to damageRecheck:
+// they are immutable. Every lookup past the TTL read them all again, and
+// a snapshot decoding past the limit cost 0.14 s of CPU each time (audit
+// 24). A new version, or the time passing, loads it again.
+func TestDamagedLoadRemembered(t *testing.T) {
+	w := newWorld(t, memblob.OpenBucket(nil))
+	st := newCountingStore(w.store)
+	now := time.Now()
+	c := newCache(t, st, Options{Now: func() time.Time { return now }})
+	s := w.session()
+	w.commit(s, textDesc("f", "v1", epoch))
+	w.commit(s, textDesc("g", "v2", epoch))
+	if err := w.raw.WriteAll(bg, snapshotKey(t, s, 2), []byte("{not json"), nil); err != nil {
+		t.Fatal(err)
+	}
+	load := func(what string, wantReads bool) {
+		t.Helper()
+		reads := func() int { st.mu.Lock(); defer st.mu.Unlock(); return st.ranges[s] }
+		before := reads()
+		if _, err := c.State(bg, s); !errors.Is(err, layout.ErrCorrupt) {
+			t.Fatalf("%s: %v, want ErrCorrupt", what, err)
+		}
+		if read := reads() > before; read != wantReads {
+			t.Errorf("%s: read snapshots = %v, want %v", what, read, wantReads)
+		}
+	}
+	load("first load", true)
+	load("again, the same latest version", false)
+	// Another writer's version 3 (layout's commit would refuse the
+	// damaged session).
+	if err := w.raw.WriteAll(bg, snapshotKey(t, s, 3), []byte("[]"), nil); err != nil {
+		t.Fatal(err)
+	}
+	load("a new version", true)
+	load("again", false)
+	now = now.Add(damageRecheck)
+	load("after damageRecheck", true)
 }

@@ -45,7 +45,26 @@ type Session struct {
 	// by mu: a refresh never settles below it, because LIST may lag
 	// (§2.5) and a stale listing must not hide our own commits.
 	floor uint32
+	// damage is the last load's failure on a damaged snapshot, guarded by
+	// mu: a refresh that finds the same latest version within
+	// damageRecheck answers it again without reading the snapshots
+	// (immutable: the damage is the same). Every lookup of such a session
+	// past the TTL read them all again, and one that decodes past the
+	// limit (a zstd bomb) cost 0.14 s of CPU each time (audit 24).
+	damage *loadDamage
 }
+
+// loadDamage is a load that failed on a damaged snapshot (ErrCorrupt),
+// with the latest version it was loading and until when it stands.
+type loadDamage struct {
+	fp    uint32
+	err   error
+	until time.Time
+}
+
+// damageRecheck is how long a load's damage is answered from memory
+// while the session's latest version stays where it was.
+const damageRecheck = time.Minute
 
 // State is an immutable view of a session at one version. Everything in
 // it is shared and must not be modified.
@@ -278,6 +297,9 @@ func (s *Session) refreshLocked(ctx context.Context) (*State, error) {
 			return nil, err
 		}
 	}
+	if d := s.damage; d != nil && d.fp == fp && c.opts.Now().Before(d.until) {
+		return nil, d.err
+	}
 	var st *State
 	if prev == nil || fp < prev.Version {
 		// First load, or the bucket went backwards (restored from a
@@ -289,8 +311,12 @@ func (s *Session) refreshLocked(ctx context.Context) (*State, error) {
 		st, err = s.extend(ctx, prev, fp)
 	}
 	if err != nil {
+		if errors.Is(err, layout.ErrCorrupt) {
+			s.damage = &loadDamage{fp: fp, err: err, until: c.opts.Now().Add(damageRecheck)}
+		}
 		return nil, err
 	}
+	s.damage = nil
 	s.publishLocked(st, checkedAt, inval)
 	return st, nil
 }
