@@ -295,7 +295,8 @@ func (dc *diskCache) openFile(sub string, sum layout.Digest, size int64) (*os.Fi
 		f.Close()
 		if err == nil && fi.Mode().IsRegular() {
 			// A body file of the wrong size is a torn write that survived a
-			// crash; it can never verify.
+			// crash, or a copy cut short since; it can never verify.
+			dc.log.Warn("cache: disk cache copy has the wrong size; removing it", "path", rel, "size", fi.Size(), "want", size)
 			dc.drop(sub, sum)
 		}
 		return nil, false

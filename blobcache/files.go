@@ -2,6 +2,7 @@ package blobcache
 
 import (
 	"context"
+	"fmt"
 	"os"
 
 	"github.com/pugmark/pugfs/layout"
@@ -169,6 +170,18 @@ func (c *Cache) PinRaw(ctx context.Context, digest layout.Digest, size int64) (*
 	}
 	bf, ok := c.pinFile(digest, size)
 	if !ok {
+		return nil, nil
+	}
+	// Checked at each pin (a READ pins): a copy cut short under a running
+	// mount was spliced as a short read, and cat got 1,000 bytes of a
+	// file stat said had 204,800, with no error (audit 25). A copy
+	// changed in place at its length is trusted, as the package doc says.
+	if fi, err := bf.f.Stat(); err != nil || fi.Size() != size {
+		if err == nil {
+			err = fmt.Errorf("the copy is %d bytes, verified at %d", fi.Size(), size)
+		}
+		c.unpinFile(bf)
+		c.fileFailed(digest, bf, err)
 		return nil, nil
 	}
 	return &Pinned{F: bf.f, Size: size, c: c, b: bf}, nil
