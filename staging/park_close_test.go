@@ -18,13 +18,7 @@ import (
 func TestWriterCloseDuringFsyncUpload(t *testing.T) {
 	ctx := context.Background()
 	r := newWriterRigCfg(t, func(cfg *Config) { cfg.Commit = CommitOnFsync })
-	s, err := r.w.Open(ctx, r.id, "f", nil, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.WriteAt(ctx, []byte(big("x\n")), 0); err != nil {
-		t.Fatal(err)
-	}
+	s := r.written(t, "f", big("x\n"))
 	g := faultblob.NewGate()
 	r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut | faultblob.OpHead, Match: faultblob.Match{Prefix: layout.ObjectsPrefix}, Stall: g})
 	fsynced := make(chan error, 1)
@@ -68,13 +62,7 @@ func TestWriterCloseDuringFsyncUpload(t *testing.T) {
 func TestWriterKeptWhileReaderHolds(t *testing.T) {
 	ctx := context.Background()
 	r := newWriterRigCfg(t, func(cfg *Config) { cfg.Commit = CommitOnFsync })
-	s, err := r.w.Open(ctx, r.id, "f", nil, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.WriteAt(ctx, []byte("one\n"), 0); err != nil {
-		t.Fatal(err)
-	}
+	s := r.written(t, "f", "one\n")
 	if !r.w.Retain(r.id, s) { // a reader opens it
 		t.Fatal("retain refused")
 	}

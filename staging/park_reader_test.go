@@ -25,13 +25,7 @@ import (
 func TestWriterReleaseRacingReaderParks(t *testing.T) {
 	ctx := context.Background()
 	r := newWriterRigCfg(t, func(cfg *Config) { cfg.Commit = CommitOnFsync })
-	s, err := r.w.Open(ctx, r.id, "f", nil, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.WriteAt(ctx, []byte("closed, not fsynced\n"), 0); err != nil {
-		t.Fatal(err)
-	}
+	s := r.written(t, "f", "closed, not fsynced\n")
 	// The writer's close(2) met a read holding File.mu (keepClosed only
 	// tries it): left to the RELEASE.
 	s.mu.RLock()
