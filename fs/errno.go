@@ -6,7 +6,9 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/pugmark/pugfs/ingest"
 	"github.com/pugmark/pugfs/layout"
@@ -28,14 +30,49 @@ func (f *FS) errnoOf(op string, err error) syscall.Errno {
 	switch {
 	case r.quiet:
 		f.log.Debug(op+" failed", "errno", e.Error(), "cause", r.name, "err", err)
-	case r.log || alwaysLogged(e):
+	case (r.log || alwaysLogged(e)) && f.logged.fresh(op+"\x00"+err.Error(), time.Now()):
 		f.log.Error(op+" failed", "errno", e.Error(), "cause", r.name, "err", err)
+	case r.log || alwaysLogged(e):
+		f.log.Debug(op+" failed again", "errno", e.Error(), "cause", r.name, "err", err)
 	case e == syscall.ENOENT || e == syscall.EINTR:
 		// Routine: a lookup of a missing name, an interrupted call.
 	default:
 		f.log.Debug(op+" failed", "errno", e.Error(), "cause", r.name, "err", err)
 	}
 	return e
+}
+
+// repeats remembers the failures errnoOf logged lately, so that the same
+// one (the same call on the same name, the same error) is logged once
+// per repeatQuiet: a program retrying a read of a damaged file in a
+// loop, or an `ls -l` loop over a directory holding one, wrote a line
+// per call (audit 25). The zero value is ready.
+type repeats struct {
+	mu   sync.Mutex
+	seen map[string]time.Time // GUARDED_BY(mu): when each was last logged
+}
+
+const (
+	// repeatQuiet is how long a failure logged is not logged again.
+	repeatQuiet = 10 * time.Second
+	// repeatMax bounds the failures remembered: past it they are all
+	// forgotten, and logged again at their next occurrence.
+	repeatMax = 1024
+)
+
+// fresh reports whether the failure key was not logged within
+// repeatQuiet of now, and records it as logged now if so.
+func (r *repeats) fresh(key string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.seen[key]; ok && now.Sub(t) < repeatQuiet {
+		return false
+	}
+	if r.seen == nil || len(r.seen) >= repeatMax {
+		r.seen = map[string]time.Time{}
+	}
+	r.seen[key] = now
+	return true
 }
 
 // alwaysLogged are the errnos a user cannot act on without the log: the

@@ -11,6 +11,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pugmark/pugfs/ingest"
 	"github.com/pugmark/pugfs/layout"
@@ -232,5 +233,48 @@ func TestErrnoSets(t *testing.T) {
 		if passedErrnos[e] {
 			t.Errorf("%v passes to programs", e)
 		}
+	}
+}
+
+// TestErrnoLogRepeats: a failure errnoOf logged is not logged again
+// within repeatQuiet, at Error level (audit 25: every stat of a file whose
+// descriptor lies about its size logged a line, and an `ls -l` loop
+// flooded the log); the same call on another name, another error, or the
+// time passing is logged.
+func TestErrnoLogRepeats(t *testing.T) {
+	logs := &recorder{}
+	f := &FS{log: slog.New(logs)}
+	corrupt := fmt.Errorf("objects/sha256:ab: %w: stored body is 5 bytes", layout.ErrCorrupt)
+	errors := func() int {
+		n := 0
+		for _, r := range logs.records {
+			if r.Level == slog.LevelError {
+				n++
+			}
+		}
+		return n
+	}
+	for i, c := range []struct {
+		op   string
+		err  error
+		want int // Error lines so far
+	}{
+		{"stat a", corrupt, 1},
+		{"stat a", corrupt, 1},
+		{"stat b", corrupt, 2},
+		{"stat a", fmt.Errorf("%w: other", layout.ErrCorrupt), 3},
+		{"stat a", corrupt, 3},
+	} {
+		if e := f.errnoOf(c.op, c.err); e != syscall.EIO {
+			t.Fatalf("step %d: %v", i, e)
+		}
+		if got := errors(); got != c.want {
+			t.Fatalf("step %d (%s: %v): %d Error lines, want %d", i, c.op, c.err, got, c.want)
+		}
+	}
+	var r repeats
+	now := time.Now()
+	if !r.fresh("k", now) || r.fresh("k", now.Add(repeatQuiet-1)) || !r.fresh("k", now.Add(2*repeatQuiet)) {
+		t.Error("a failure is not logged again within repeatQuiet, and is after it")
 	}
 }

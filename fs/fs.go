@@ -107,7 +107,10 @@ type FS struct {
 	blobs *blobcache.Cache
 	views *cache.Views
 	log   *slog.Logger
-	ttl   time.Duration
+	// logged keeps errnoOf from logging one failure again and again
+	// (errno.go).
+	logged repeats
+	ttl    time.Duration
 	// objAhead reads objects/ ahead of a program reading it in order.
 	objAhead listAhead
 	start    time.Time
