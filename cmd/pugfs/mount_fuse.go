@@ -595,6 +595,11 @@ func probeHint(err error) string {
 	if errors.As(err, &st) && st.HTTPStatusCode() == 400 {
 		return " (the server rejected the request itself: is the bucket name one it accepts, and the region right?)"
 	}
+	// The AWS SDK, finding no credentials, asks the EC2 metadata service
+	// last and reports its refusal (audit 25).
+	if msg := err.Error(); strings.Contains(msg, "failed to refresh cached credentials") || strings.Contains(msg, "no EC2 IMDS role found") {
+		return " (no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+	}
 	return ""
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -97,5 +98,18 @@ func TestProbeRequestRejected(t *testing.T) {
 				t.Errorf("pugfs session new: exit %d, stderr without the hint:\n%s", code, errOut.String())
 			}
 		})
+	}
+}
+
+// TestProbeHintCredentials: an S3 request with no credentials anywhere
+// fails with the SDK's refusal from the EC2 metadata service; the hint
+// says what is missing (audit 25).
+func TestProbeHintCredentials(t *testing.T) {
+	err := errors.New("get credentials: failed to refresh cached credentials, no EC2 IMDS role found, operation error ec2imds: GetMetadata, http response error StatusCode: 403")
+	if h := probeHint(err); !strings.Contains(h, "AWS_ACCESS_KEY_ID") {
+		t.Errorf("hint %q does not name the credentials to set", h)
+	}
+	if h := probeHint(errors.New("dial tcp: connection refused")); h != "" {
+		t.Errorf("hint %q for an error that is not about credentials", h)
 	}
 }

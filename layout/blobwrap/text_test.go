@@ -13,6 +13,12 @@ func TestText(t *testing.T) {
 		{"read k: blob (code=Unknown): blob (code=NotFound): no such key",
 			"read k: not found: no such key"},
 		{"blob (code=DeadlineExceeded): context deadline exceeded", "timed out: context deadline exceeded"},
+		// A call with a key: the prefix names it each time, the caller once.
+		{`put sessions/a "b".json: blob (key "sessions/a \"b\".json") (code=Unknown): blob (key "sessions/a \"b\".json") (code=PermissionDenied): StatusCode: 403`,
+			`put sessions/a "b".json: permission denied: StatusCode: 403`},
+		// Named by the prefix alone, the key stays, once.
+		{`bucket x: blob (key "k/1") (code=NotFound): blob (key "k/1") (code=NotFound): gone`,
+			`bucket x: not found: k/1: gone`},
 	}
 	for _, tt := range tests {
 		if got := Text(tt.in); got != tt.want {
