@@ -121,7 +121,7 @@ type Cache struct {
 	hourLists hourLists
 	// hourReads shares one LIST of an hour partition among the
 	// callers that want it at once (PrefetchHours and the listing).
-	hourReads flights[uint32, []layout.SessionID]
+	hourReads flights[uint32, hourList]
 	hours     hourChecks // hourcheck.go
 	// summaries are Summary's light rows, by session; sumFlights the
 	// computations of them in flight.

@@ -20,8 +20,12 @@ type hourLists struct {
 }
 
 type hourList struct {
-	ids     []layout.SessionID
-	checked time.Time
+	ids []layout.SessionID
+	// partition: the LIST found the partition, even if nothing in it
+	// is a session (the all-zero ID's hour of a bucket that has one):
+	// by-hour/ lists such an hour, so its lookup is an empty directory.
+	partition bool
+	checked   time.Time
 }
 
 // Hours returns the hour counters of every hour partition, oldest first,
@@ -58,12 +62,21 @@ func (c *Cache) Hours(ctx context.Context) ([]uint32, error) {
 // taken from a fresh full session list. Sessions this mount created are
 // merged in immediately (SessionCreated).
 func (c *Cache) HourSessions(ctx context.Context, hour uint32) ([]layout.SessionID, error) {
+	ids, _, err := c.HourPartition(ctx, hour)
+	return ids, err
+}
+
+// HourPartition is HourSessions, and whether the hour partition exists:
+// it may hold keys that are no session (skipped and logged) and then
+// has no sessions but is one of Hours. Taken from a fresh full session
+// list, an hour without sessions does not exist, as Hours then says.
+func (c *Cache) HourPartition(ctx context.Context, hour uint32) ([]layout.SessionID, bool, error) {
 	now := c.opts.Now()
 	c.mu.Lock()
 	if l, ok := c.hourLists.of[hour]; ok && c.freshAt(now, l.checked) {
 		ids := slices.Clone(l.ids)
 		c.mu.Unlock()
-		return ids, nil
+		return ids, l.partition || len(ids) > 0, nil
 	}
 	if c.list.valid && c.freshAt(now, c.list.checked) {
 		var ids []layout.SessionID
@@ -74,32 +87,37 @@ func (c *Cache) HourSessions(ctx context.Context, hour uint32) ([]layout.Session
 		}
 		c.mu.Unlock()
 		slices.SortFunc(ids, layout.SessionID.Compare)
-		return ids, nil
+		return ids, len(ids) > 0, nil
 	}
 	c.mu.Unlock()
-	ids, err := c.hourReads.do(ctx, hour, func(ctx context.Context) ([]layout.SessionID, error) {
+	l, err := c.hourReads.do(ctx, hour, func(ctx context.Context) (hourList, error) {
 		c.mu.Lock()
 		l, ok := c.hourLists.of[hour] // listed by a flight that ended since the look above
 		c.mu.Unlock()
 		if ok && c.freshAt(now, l.checked) {
-			return l.ids, nil
+			return l, nil
 		}
-		ids, err := c.store.ListHour(ctx, hour, c.skipKey)
+		skipped := false // only this flight's goroutine calls bad
+		ids, err := c.store.ListHour(ctx, hour, func(key string, err error) {
+			skipped = true
+			c.skipKey(key, err)
+		})
 		if err != nil {
-			return nil, err
+			return hourList{}, err
 		}
+		l = hourList{ids: ids, partition: skipped || len(ids) > 0, checked: now}
 		c.mu.Lock()
 		if c.hourLists.of == nil {
 			c.hourLists.of = map[uint32]hourList{}
 		}
-		c.hourLists.of[hour] = hourList{ids: ids, checked: now}
+		c.hourLists.of[hour] = l
 		c.mu.Unlock()
-		return ids, nil
+		return l, nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return slices.Clone(ids), nil
+	return slices.Clone(l.ids), l.partition || len(l.ids) > 0, nil
 }
 
 // hoursAhead is how many hour partitions PrefetchHours lists at once

@@ -30,7 +30,8 @@ func (b *byHourDir) list(ctx context.Context) ([]child, error) {
 	return out, nil
 }
 
-// find answers an hour with sessions. It costs the one LIST that listing
+// find answers an hour partition that exists, as the listing shows it,
+// even one whose keys are all no session (then empty). It costs the one LIST that listing
 // the hour costs anyway (the cache keeps it for the readdir that usually
 // follows); a name that is not an hour costs nothing.
 func (b *byHourDir) find(ctx context.Context, name string) (child, error) {
@@ -40,11 +41,11 @@ func (b *byHourDir) find(ctx context.Context, name string) (child, error) {
 	}
 	// A lookup is a listing's first step (hourDir.list).
 	go b.f.cache.PrefetchHours(context.WithoutCancel(ctx), h)
-	ids, err := b.f.cache.HourSessions(ctx, h)
+	_, exists, err := b.f.cache.HourPartition(ctx, h)
 	if err != nil {
 		return child{}, err
 	}
-	if len(ids) == 0 {
+	if !exists {
 		return child{}, syscall.ENOENT
 	}
 	return b.f.hourChild(h), nil

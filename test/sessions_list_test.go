@@ -86,6 +86,16 @@ func TestByHour(t *testing.T) {
 	// Hours across a day, a month and a year boundary.
 	hours := []uint32{listBase, listBase + 1, listBase + 20, listBase + 24*40, listBase + 24*400}
 	byHour := listSessions(t, bk, hours, 3)
+	// A partition whose only key is no session (skipped, logged) is
+	// listed, as the walk finds it, and is an empty directory.
+	noSessions := listBase + 3
+	prefix, err := layout.HourPrefix(noSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bk.B.WriteAll(context.Background(), prefix+"not-a-session/manifest.json", []byte("{}"), nil); err != nil {
+		t.Fatal(err)
+	}
 	m := mount(t, bk, "--metadata-ttl=1m")
 
 	// One hour on a fresh mount: the lookup of the hour and its listing
@@ -102,10 +112,17 @@ func TestByHour(t *testing.T) {
 		t.Fatalf("ls -l of one hour cost %+v, want exactly 1 LIST", cost)
 	}
 
+	// Looked up before by-hour/ is listed (no entry the kernel keeps
+	// from a READDIRPLUS), as `ls by-hour/<hour>` on a fresh mount does.
+	if out := sh(t, m.Dir, "ls -a by-hour/"+listHourName(noSessions)); strings.Join(lines(out), " ") != ". .." {
+		t.Fatalf("ls -a of the hour with no session: %q, want an empty directory", out)
+	}
+
 	var names []string
 	for _, h := range hours {
 		names = append(names, listHourName(h))
 	}
+	names = slices.Insert(names, 2, listHourName(noSessions))
 	if got := lines(sh(t, m.Dir, "ls by-hour")); !slices.Equal(got, names) {
 		t.Fatalf("ls by-hour = %v, want %v", got, names)
 	}
