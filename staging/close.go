@@ -103,7 +103,9 @@ func (w *Writer) TruncateName(ctx context.Context, id layout.SessionID, name str
 	var touched bool
 	var meta map[string]string
 	var gen uint64
+	var kept bool // named kept before the cut (keepClosed)
 	err := s.withContent(ctx, func() error {
+		kept = kept || s.parkStamp != "" // a retry after a fill finds it unkept
 		was = nil
 		if !s.dirty && s.werr == nil && s.committed != nil {
 			was = s.committed
@@ -117,6 +119,9 @@ func (w *Writer) TruncateName(ctx context.Context, id layout.SessionID, name str
 		if err = w.Flush(ctx, id, s, true); err != nil && was != nil {
 			w.restore(ctx, s, gen, was, touched, meta)
 		}
+	}
+	if err == nil && kept && w.cfg.Commit == CommitOnFsync {
+		w.keepCut(id, s)
 	}
 	if rerr := w.Release(ctx, id, s); err == nil {
 		err = rerr

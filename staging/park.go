@@ -226,10 +226,26 @@ func (w *Writer) keepClosed(id layout.SessionID, s *File, wrote uint64) {
 	if wrote == 0 {
 		return
 	}
+	w.keep(id, s, false)
+}
+
+// keepCut names s kept again after truncate(2) of its path cut a file
+// its last writer had closed (kept at that FLUSH, the RELEASE still to
+// come): the cut goes through the file as a write would and names it
+// plain (unparkLocked), and its own release cannot keep it while the
+// other handle is open, so a crash lost a file nobody held for writing
+// (review 27). A handle opened since writes, if it does, as after any
+// keep: its write names the file plain.
+func (w *Writer) keepCut(id layout.SessionID, s *File) { w.keep(id, s, true) }
+
+// keep names the spill file of s kept, when a crash must keep it: s is
+// dirty, not in a commit, and, unless anyOpens, open only through the
+// handle being closed (and readers).
+func (w *Writer) keep(id layout.SessionID, s *File, anyOpens bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	ws := w.ss[id]
-	if s.opens-s.readers != 1 || ws == nil || ws.files[s.name] != s || !w.keepsLocked(id) || !s.mu.TryLock() {
+	if (!anyOpens && s.opens-s.readers != 1) || ws == nil || ws.files[s.name] != s || !w.keepsLocked(id) || !s.mu.TryLock() {
 		return
 	}
 	defer s.mu.Unlock()

@@ -2,6 +2,8 @@ package staging
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -135,5 +137,60 @@ func TestWriterRedirectParkWork(t *testing.T) {
 	r.w.Release(ctx, r.id, s)
 	if n := names() - before; n > 2 {
 		t.Fatalf("%d park names (links, renames, stamps) for one redirected file; the release alone takes 2", n)
+	}
+}
+
+// TestWriterKeptAfterCutByPath: truncate(2) of the path of a file its
+// writer closed (kept at the FLUSH, the RELEASE still to come) leaves it
+// kept, holding the cut: the cut named it plain, as a write does, and
+// its own release could not keep it while the other handle was open, so
+// a crash lost a file nobody held for writing (review 27). A file whose
+// writer has not closed it is not kept by a cut either.
+func TestWriterKeptAfterCutByPath(t *testing.T) {
+	tests := []struct {
+		name   string
+		size   int64
+		closed bool // the writer's close(2) came before the cut
+		want   string
+	}{
+		{"shorter", 4, true, "one\n"},
+		{"to nothing", 0, true, ""},
+		{"longer", 10, true, "one\ntwo\n\x00\x00"},
+		{"writer still open", 4, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			r := newWriterRigCfg(t, func(cfg *Config) { cfg.Commit = CommitOnFsync })
+			s := r.written(t, "f", "one\ntwo\n")
+			if tt.closed {
+				if err := r.w.FlushSince(ctx, r.id, s, s.Gen()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := r.w.TruncateName(ctx, r.id, "f", func() *layout.Entry { return nil }, tt.size, true); err != nil {
+				t.Fatal(err)
+			}
+			kept := r.keptNames(t)
+			var got []byte
+			if len(kept) == 1 {
+				var err error
+				if got, err = os.ReadFile(filepath.Join(r.cfg.StagingDir, kept[0])); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			if !tt.closed {
+				if len(kept) != 0 {
+					t.Fatalf("cut while its writer has it open: kept %v, want nothing kept until its close", kept)
+				}
+				return
+			}
+			if len(kept) != 1 || string(got) != tt.want {
+				t.Fatalf("closed, then cut to %d by path: a crash keeps %v holding %q, want one file holding %q", tt.size, kept, got, tt.want)
+			}
+		})
 	}
 }
