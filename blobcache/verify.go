@@ -346,7 +346,11 @@ func (c *Cache) passWindow(size int64) (chunks int64, held int64) {
 	c.mu.Lock()
 	defer c.unlock()
 	for chunks > pc && !c.reserveLocked(bytes(chunks)) {
-		chunks -= pc
+		// Never below one part: the launcher takes a part's slots
+		// before it reads, and waited for good for slots a window
+		// cut from a size not a multiple of parts did not have
+		// (review 29).
+		chunks = max(pc, chunks-pc)
 	}
 	if chunks > pc || c.reserveLocked(bytes(chunks)) {
 		return chunks, bytes(chunks)
