@@ -426,29 +426,9 @@ func (n *refsNode) Rename(ctx context.Context, name string, newParent gofs.Inode
 	if in := n.GetChild(name); in != nil {
 		node, _ = in.Operations().(*refFile)
 	}
-	src, err := f.store.ReadRef(ctx, from)
-	// A ref created here and still open, not written yet (a temporary
-	// file renamed over the ref before its close, Python's
-	// NamedTemporaryFile + os.replace): its close writes the new name.
-	pending := errors.Is(err, layout.ErrNotFound) && node != nil && !node.bufs.empty()
-	if err != nil && !pending {
-		return f.errnoOf("rename ref "+from, err)
-	}
-	prev, err := f.store.ReadRef(ctx, to)
-	existed := err == nil
-	if err != nil && !errors.Is(err, layout.ErrNotFound) {
-		return f.errnoOf("rename ref "+from, err)
-	}
-	if existed && flags&renameNoReplace != 0 {
-		return syscall.EEXIST
-	}
-	if !pending {
-		if prev, existed, err = f.recs.WriteRef(ctx, to, prev, existed, []byte(src.Target+"\n")); err != nil {
-			return f.errnoOf("rename ref "+from+" to "+to, err)
-		}
-		if err := f.recs.DeleteRef(ctx, from); err != nil {
-			return f.errnoOf("rename ref "+from, err)
-		}
+	prev, existed, errno := n.moveRef(ctx, node, from, to, flags&renameNoReplace != 0)
+	if errno != 0 {
+		return errno
 	}
 	n.dropOpen(newName) // the ref renamed over
 	// The kernel keeps the source's inode under the new name: it reads
@@ -467,6 +447,55 @@ func (n *refsNode) Rename(ctx context.Context, name string, newParent gofs.Inode
 		}
 	}
 	return 0
+}
+
+// refMoveAttempts bounds how often a rename of a ref is made again from
+// the bucket's state when another writer changed the old name meanwhile.
+const refMoveAttempts = 4
+
+// moveRef points ref to at from's target and removes from, only if from
+// still holds what was copied (a compare-and-delete): a value another
+// writer put there meanwhile was deleted with it, acknowledged and then
+// nowhere (audit 28). A change meanwhile makes the rename again with the
+// new value, up to refMoveAttempts times, then ESTALE. It returns the new
+// name's ref as written, for the descriptors open on the moved file.
+func (n *refsNode) moveRef(ctx context.Context, node *refFile, from, to string, noReplace bool) (layout.Ref, bool, syscall.Errno) {
+	f := n.f
+	var prev layout.Ref
+	var existed bool
+	for attempt := 1; ; attempt++ {
+		src, err := f.store.ReadRef(ctx, from)
+		// A ref created here and still open, not written yet (a temporary
+		// file renamed over the ref before its close, Python's
+		// NamedTemporaryFile + os.replace): its close writes the new name.
+		pending := errors.Is(err, layout.ErrNotFound) && node != nil && !node.bufs.empty()
+		if err != nil && !pending {
+			return prev, existed, f.errnoOf("rename ref "+from, err)
+		}
+		if attempt == 1 {
+			prev, err = f.store.ReadRef(ctx, to)
+			existed = err == nil
+			if err != nil && !errors.Is(err, layout.ErrNotFound) {
+				return prev, existed, f.errnoOf("rename ref "+from, err)
+			}
+			if existed && noReplace {
+				return prev, existed, syscall.EEXIST
+			}
+		}
+		if pending {
+			return prev, existed, 0
+		}
+		if prev, existed, err = f.recs.WriteRef(ctx, to, prev, existed, []byte(src.Target+"\n")); err != nil {
+			return prev, existed, f.errnoOf("rename ref "+from+" to "+to, err)
+		}
+		err = f.recs.DeleteRefIf(ctx, from, src)
+		if err == nil {
+			return prev, existed, 0
+		}
+		if !errors.Is(err, layout.ErrRefChanged) || attempt == refMoveAttempts {
+			return prev, existed, f.errnoOf("rename ref "+from, err)
+		}
+	}
 }
 
 // dropOpen drops what the descriptors open on the ref file name of this

@@ -51,11 +51,48 @@ type WriteHook func(as func(any) bool, c Conditions) (ifMatch, sha bool, err err
 // not on its ETag.
 type TokenHook func(as func(any) bool) (token string, ok bool)
 
+// A DeleteHook conditions one driver's delete request on a version token
+// (as Conditions.IfMatch) through the BeforeDelete As function, and
+// reports whether it did; one that does not recognise the driver returns
+// false.
+type DeleteHook func(as func(any) bool, ifMatch string) (bool, error)
+
 var (
-	hooksMu    sync.RWMutex
-	hooks      []WriteHook
-	tokenHooks []TokenHook
+	hooksMu     sync.RWMutex
+	hooks       []WriteHook
+	tokenHooks  []TokenHook
+	deleteHooks []DeleteHook
 )
+
+// RegisterDeleteHook adds a driver's delete hook. Driver adapters
+// (layout/drivers) call it from init.
+func RegisterDeleteHook(h DeleteHook) {
+	hooksMu.Lock()
+	defer hooksMu.Unlock()
+	deleteHooks = append(deleteHooks, h)
+}
+
+// conditionalDelete returns delete options whose BeforeDelete conditions
+// the delete on token through the registered hooks, failing it with
+// errNoCAS when none could, so that a conditional delete never silently
+// becomes a plain one.
+func conditionalDelete(token string) *blob.DeleteOptions {
+	return &blob.DeleteOptions{BeforeDelete: func(as func(any) bool) error {
+		hooksMu.RLock()
+		hs := deleteHooks
+		hooksMu.RUnlock()
+		for _, h := range hs {
+			ok, err := h(as, token)
+			if err != nil {
+				return err
+			}
+			if ok {
+				return nil
+			}
+		}
+		return fmt.Errorf("%w: backend cannot delete on a condition", errNoCAS)
+	}}
+}
 
 // RegisterTokenHook adds a driver's token hook. Driver adapters
 // (layout/drivers) call it from init.

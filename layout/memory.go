@@ -123,6 +123,13 @@ type MemoryWrite struct {
 	// (ErrChangedUnder): the other writer's record would be lost under
 	// it. A name with no record is written (it was removed meanwhile).
 	Unchanged map[string]Digest
+	// Holds is Unchanged for a write that needs the record itself: name
+	// -> the digest the record must still have, where no record refuses
+	// the write too, and the zero Digest asks for no record. A rename
+	// moves the record it read (audit 28: it moved the old bytes over
+	// another writer's new ones), and an append goes on the record as it
+	// is, not on one since removed or renamed away.
+	Holds map[string]Digest
 }
 
 // MemoryResult reports a memory merge.
@@ -172,9 +179,16 @@ func (s *Store) WriteMemory(ctx context.Context, ns string, w MemoryWrite) (Memo
 				return MemoryResult{}, err
 			}
 		}
+		has := map[string]Digest{}
 		for _, d := range cur {
 			if want, ok := w.Unchanged[d.Name]; ok && d.Digest != want {
 				return MemoryResult{}, fmt.Errorf("write memory %s: record %q changed in version %d since it was read: %w", ns, d.Name, v, ErrChangedUnder)
+			}
+			has[d.Name] = d.Digest
+		}
+		for name, want := range w.Holds {
+			if got, ok := has[name]; got != want || ok == want.IsZero() {
+				return MemoryResult{}, fmt.Errorf("write memory %s: record %q changed in version %d since it was read: %w", ns, name, v, ErrChangedUnder)
 			}
 		}
 		merged, changed := MergeMemory(cur, w)

@@ -186,6 +186,50 @@ func (s *Store) refLanded(ctx context.Context, name, target string) bool {
 	return err == nil && cur.Target == target
 }
 
+// DeleteRefIf removes ref name only if it still has the value read as
+// prev (If-Match on its version token, as RenameRef): `mv` of a ref
+// copies the value to the new name, then removes the old one, and a plain
+// delete removed a value another writer had put there meanwhile, which
+// was then nowhere (audit 28). A mismatch is ErrRefChanged. A ref gone
+// already is no error (a retry meeting its own delete, or another
+// writer's rm). On backends without conditional deletes it compares a
+// re-read and deletes, returning ErrWeakCAS with the delete done.
+func (s *Store) DeleteRefIf(ctx context.Context, name string, prev Ref) error {
+	key, err := RefKey(name)
+	if err != nil {
+		return err
+	}
+	if prev.ETag != "" {
+		opts := conditionalDelete(prev.ETag)
+		err := s.retry(ctx, func() error {
+			s.st.deletes.Add(1)
+			return s.b.DeleteWithOptions(ctx, key, opts)
+		})
+		switch {
+		case err == nil, isNotFound(err):
+			return nil
+		case isPrecondition(err):
+			return fmt.Errorf("remove ref %s (compare-and-delete): %w", name, ErrRefChanged)
+		case !errors.Is(err, errNoCAS):
+			return fmt.Errorf("remove ref %s (compare-and-delete): %w", name, err)
+		}
+	}
+	cur, err := s.ReadRef(ctx, name)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove ref %s (compare-and-delete): %w", name, err)
+	}
+	if cur.Target != prev.Target || (prev.ETag != "" && cur.ETag != prev.ETag) {
+		return fmt.Errorf("remove ref %s (compare-and-delete): %w", name, ErrRefChanged)
+	}
+	if err := s.delete(ctx, key); err != nil {
+		return err
+	}
+	return ErrWeakCAS
+}
+
 // DeleteRef removes a ref.
 func (s *Store) DeleteRef(ctx context.Context, name string) error {
 	key, err := RefKey(name)

@@ -1,6 +1,7 @@
 package staging
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ type RecordStore interface {
 	ReadRef(ctx context.Context, name string) (layout.Ref, error)
 	RenameRef(ctx context.Context, name string, prev layout.Ref, target string) error
 	DeleteRef(ctx context.Context, name string) error
+	DeleteRefIf(ctx context.Context, name string, prev layout.Ref) error
 	SessionExists(ctx context.Context, id layout.SessionID) (bool, error)
 }
 
@@ -154,6 +156,15 @@ func (r *Records) PutMemory(ctx context.Context, ns string, e layout.Descriptor,
 }
 
 func (r *Records) putMemory(ctx context.Context, ns string, e layout.Descriptor, body []byte, base *layout.Digest) (layout.Descriptor, error) {
+	var guard layout.MemoryWrite
+	if base != nil {
+		guard.Unchanged = map[string]layout.Digest{e.Name: *base}
+	}
+	return r.putGuarded(ctx, ns, e, body, guard)
+}
+
+// putGuarded is putMemory with the guards of w (Unchanged, Holds).
+func (r *Records) putGuarded(ctx context.Context, ns string, e layout.Descriptor, body []byte, w layout.MemoryWrite) (layout.Descriptor, error) {
 	cm, err := r.commit(ctx)
 	if err != nil {
 		return layout.Descriptor{}, err
@@ -164,11 +175,8 @@ func (r *Records) putMemory(ctx context.Context, ns string, e layout.Descriptor,
 	}
 	d.CreatedAt = r.now().UTC()
 	d.Metadata, d.SchemaURL = maps.Clone(e.Metadata), e.SchemaURL
-	mw := layout.MemoryWrite{Put: []layout.Descriptor{d}, Commit: cm}
-	if base != nil {
-		mw.Unchanged = map[string]layout.Digest{e.Name: *base}
-	}
-	res, err := r.store.WriteMemory(ctx, ns, mw)
+	w.Put, w.Commit = []layout.Descriptor{d}, cm
+	res, err := r.store.WriteMemory(ctx, ns, w)
 	r.caches.InvalidateMemories()
 	if err != nil {
 		return layout.Descriptor{}, err
@@ -183,27 +191,38 @@ func (r *Records) putMemory(ctx context.Context, ns string, e layout.Descriptor,
 
 // AppendMemory is PutMemory of a record written through a descriptor
 // opened with O_APPEND that only appended its last tail bytes to the
-// record it read (base): when another writer changed the record since,
-// the tail goes onto what it holds then (current reads it: its body and
-// digest, a nil digest when it is gone), as O_APPEND does on a local
-// disk, instead of the write being refused. It returns the descriptor
-// and the body committed. A record removed meanwhile refuses it.
+// record it read (base; nil when there was none): when another writer
+// changed the record since, the tail goes onto what it holds then
+// (current reads it: its body and digest, a nil digest when it is gone),
+// as O_APPEND does on a local disk, instead of the write being refused.
+// A record removed or renamed away meanwhile (a log rotated with `mv log
+// log.1`) is made again with the tail alone, as a session's file is: it
+// came back with all the writer had read, every rotated line in both
+// records (audit 28). It returns the descriptor and the body committed.
 func (r *Records) AppendMemory(ctx context.Context, ns string, e layout.Descriptor, body []byte, base *layout.Digest, tail int, current func(context.Context) ([]byte, *layout.Digest, error)) (layout.Descriptor, []byte, error) {
 	appended := body[len(body)-tail:]
+	holds := func(base *layout.Digest) layout.MemoryWrite {
+		var want layout.Digest // none: the record is made
+		if base != nil {
+			want = *base
+		}
+		return layout.MemoryWrite{Holds: map[string]layout.Digest{e.Name: want}}
+	}
 	for attempt := 1; ; attempt++ {
-		d, err := r.putMemory(ctx, ns, e, body, base)
+		d, err := r.putGuarded(ctx, ns, e, body, holds(base))
 		if err == nil {
 			return d, body, nil
 		}
 		if errors.Is(err, layout.ErrChangedUnder) && attempt < appendAttempts {
 			cur, dig, rerr := current(ctx)
-			if rerr == nil && dig != nil {
+			if rerr == nil {
 				body, base = append(cur, appended...), dig
+				if dig == nil {
+					body = bytes.Clone(appended)
+				}
 				continue
 			}
-			if rerr != nil {
-				err = rerr
-			}
+			err = rerr
 		}
 		r.keep("memories", ns+"/"+e.Name, body, err)
 		return layout.Descriptor{}, nil, err
@@ -234,8 +253,24 @@ func (r *Records) RemoveMemory(ctx context.Context, ns, name string) error {
 // RenameMemory moves a record inside its namespace as one memory commit
 // (the old name removed, the same blob under the new one). ErrNotExist
 // when there is no such record; ErrExist when noReplace and the new name
-// is taken.
+// is taken. A record another writer changes between the read and the
+// merge is moved as it is then: the rename is made again from the
+// namespace's state, up to renameAttempts times, then ESTALE
+// (layout.ErrChangedUnder).
 func (r *Records) RenameMemory(ctx context.Context, ns, from, to string, noReplace bool) error {
+	for attempt := 1; ; attempt++ {
+		err := r.renameMemory(ctx, ns, from, to, noReplace)
+		if !errors.Is(err, layout.ErrChangedUnder) || attempt == renameAttempts {
+			return err
+		}
+	}
+}
+
+// renameAttempts bounds how often a rename of a record is made again
+// from the bucket's state when another writer changed the record.
+const renameAttempts = 4
+
+func (r *Records) renameMemory(ctx context.Context, ns, from, to string, noReplace bool) error {
 	v, err := r.store.LatestMemoryVersion(ctx, ns)
 	if err != nil {
 		return err
@@ -267,7 +302,12 @@ func (r *Records) RenameMemory(ctx context.Context, ns, from, to string, noRepla
 	moved := src.Clone()
 	moved.Name, moved.Commit, moved.SequenceNumber = to, nil, 0
 	moved.CreatedAt = r.now().UTC()
-	_, err = r.store.WriteMemory(ctx, ns, layout.MemoryWrite{Put: []layout.Descriptor{moved}, Remove: []string{from}, Commit: cm})
+	// The merge reads the namespace again: it moves the record read
+	// here only if that is still what the old name holds, or it put the
+	// old bytes under the new name and dropped another writer's new ones
+	// with the old name (audit 28).
+	_, err = r.store.WriteMemory(ctx, ns, layout.MemoryWrite{Put: []layout.Descriptor{moved}, Remove: []string{from},
+		Holds: map[string]layout.Digest{from: src.Digest}, Commit: cm})
 	r.caches.InvalidateMemories()
 	return err
 }
@@ -349,6 +389,20 @@ func (r *Records) DeleteRef(ctx context.Context, name string) error {
 		return err
 	}
 	err := r.store.DeleteRef(ctx, name)
+	r.caches.InvalidateRefs()
+	return err
+}
+
+// DeleteRefIf removes ref name only if it still holds prev, the value a
+// rename copied to its new name (layout.Store.DeleteRefIf):
+// layout.ErrRefChanged otherwise, when the rename is made again from the
+// bucket's state.
+func (r *Records) DeleteRefIf(ctx context.Context, name string, prev layout.Ref) error {
+	err := r.store.DeleteRefIf(ctx, name, prev)
+	if errors.Is(err, layout.ErrWeakCAS) {
+		r.log.Warn("ref removed without compare-and-delete: the backend has no conditional delete", "ref", name)
+		err = nil
+	}
 	r.caches.InvalidateRefs()
 	return err
 }

@@ -1,8 +1,11 @@
 package staging
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -203,5 +206,152 @@ func TestAppendMemoryOutlastsOtherWriters(t *testing.T) {
 	want.WriteString("mine\n")
 	if got := string(latest().Data); got != want.String() {
 		t.Fatalf("record = %q, want %q", got, want.String())
+	}
+}
+
+// racingStore is a RecordStore whose next WriteMemory first runs
+// between: another writer's change landing after a write read the
+// namespace and before its merge.
+type racingStore struct {
+	*layout.Store
+	between func()
+}
+
+func (s *racingStore) WriteMemory(ctx context.Context, ns string, w layout.MemoryWrite) (layout.MemoryResult, error) {
+	if f := s.between; f != nil {
+		s.between = nil
+		f()
+	}
+	return s.Store.WriteMemory(ctx, ns, w)
+}
+
+// memRecords returns the bodies of the records of ns's latest version.
+func memRecords(t *testing.T, store *layout.Store, ns string) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	v, err := store.LatestMemoryVersion(ctx, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := store.ReadMemory(ctx, ns, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, d := range recs {
+		out[d.Name] = string(d.Data)
+	}
+	return out
+}
+
+// TestRecordsRaceOtherWriters: a rename or an append of a record meets
+// another writer's change that lands between its read and its merge.
+// The rename moved the bytes it had read and dropped the other writer's
+// new ones with the old name; the append to a log another writer rotated
+// away (`mv log log.1`) brought back every line it had read (audit 28).
+func TestRecordsRaceOtherWriters(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup map[string]string
+		// other is the other writer's change; mine, this writer's.
+		other func(ctx context.Context, o *Records) error
+		mine  func(ctx context.Context, r *Records, store *layout.Store) error
+		want  map[string]string
+	}{
+		{
+			name:  "rename meets a rewrite of its source",
+			setup: map[string]string{"m": "old"},
+			other: func(ctx context.Context, o *Records) error {
+				_, err := o.PutMemory(ctx, "ns", layout.Descriptor{Name: "m"}, []byte("new"), nil)
+				return err
+			},
+			mine: func(ctx context.Context, r *Records, _ *layout.Store) error {
+				return r.RenameMemory(ctx, "ns", "m", "dst", false)
+			},
+			want: map[string]string{"dst": "new"},
+		},
+		{
+			name:  "rename meets a removal of its source",
+			setup: map[string]string{"m": "old"},
+			other: func(ctx context.Context, o *Records) error { return o.RemoveMemory(ctx, "ns", "m") },
+			mine: func(ctx context.Context, r *Records, _ *layout.Store) error {
+				if err := r.RenameMemory(ctx, "ns", "m", "dst", false); !errors.Is(err, ErrNotExist) {
+					return fmt.Errorf("rename of a record removed meanwhile: %v, want ErrNotExist", err)
+				}
+				return nil
+			},
+			want: map[string]string{},
+		},
+		{
+			name:  "append meets a rotation",
+			setup: map[string]string{"log": "start\n"},
+			other: func(ctx context.Context, o *Records) error { return o.RenameMemory(ctx, "ns", "log", "log.1", false) },
+			mine:  appendLine("line\n"),
+			want:  map[string]string{"log.1": "start\n", "log": "line\n"},
+		},
+		{
+			name:  "append meets another append",
+			setup: map[string]string{"log": "start\n"},
+			other: func(ctx context.Context, o *Records) error {
+				_, err := o.PutMemory(ctx, "ns", layout.Descriptor{Name: "log"}, []byte("start\nother\n"), nil)
+				return err
+			},
+			mine: appendLine("line\n"),
+			want: map[string]string{"log": "start\nother\nline\n"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			store := layout.New(memblob.OpenBucket(nil), nil)
+			rs := &racingStore{Store: store}
+			r := NewRecords(rs, RecordCaches{}, RecordOptions{})
+			o := NewRecords(store, RecordCaches{}, RecordOptions{})
+			for name, body := range tt.setup {
+				if _, err := o.PutMemory(ctx, "ns", layout.Descriptor{Name: name}, []byte(body), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rs.between = func() {
+				if err := tt.other(ctx, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tt.mine(ctx, r, store); err != nil {
+				t.Fatal(err)
+			}
+			if got := memRecords(t, store, "ns"); !maps.Equal(got, tt.want) {
+				t.Fatalf("records %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// appendLine appends line to record log as a `>>` does: built on the
+// record as it was read, re-read (current) when that changed.
+func appendLine(line string) func(ctx context.Context, r *Records, store *layout.Store) error {
+	return func(ctx context.Context, r *Records, store *layout.Store) error {
+		current := func(ctx context.Context) ([]byte, *layout.Digest, error) {
+			v, err := store.LatestMemoryVersion(ctx, "ns")
+			if err != nil {
+				return nil, nil, err
+			}
+			recs, err := store.ReadMemory(ctx, "ns", v)
+			if err != nil {
+				return nil, nil, err
+			}
+			for _, d := range recs {
+				if d.Name == "log" {
+					return d.Data, &d.Digest, nil
+				}
+			}
+			return nil, nil, nil
+		}
+		body, dig, err := current(ctx)
+		if err != nil {
+			return err
+		}
+		_, _, err = r.AppendMemory(ctx, "ns", layout.Descriptor{Name: "log"}, append(bytes.Clone(body), line...), dig, len(line), current)
+		return err
 	}
 }

@@ -103,6 +103,50 @@ func TestRenameRefRace(t *testing.T) {
 	}
 }
 
+// TestDeleteRefIfStrong: every backend with a compare-and-swap also
+// deletes a ref on a condition: the old name of a renamed ref goes only
+// while it holds what the rename copied (audit 28: a value another writer
+// put there meanwhile was deleted with it), with no fallback to a re-read.
+func TestDeleteRefIfStrong(t *testing.T) {
+	for _, kind := range casKinds {
+		t.Run(string(kind), func(t *testing.T) {
+			s := newStore(testbucket.Open(t, kind))
+			if err := s.Link(bg, "r", "one"); err != nil {
+				t.Fatal(err)
+			}
+			read, err := s.ReadRef(bg, "r")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.RenameRef(bg, "r", read, "two"); err != nil {
+				t.Fatal(err)
+			}
+			// fake-gcs-server (v1.55.1) deletes whatever the
+			// ifGenerationMatch of the request (fakestorage/object.go,
+			// deleteObject), where GCS refuses with 412: there only
+			// the unchanged case below is checked.
+			if err := s.DeleteRefIf(bg, "r", read); kind != testbucket.GCS && !errors.Is(err, layout.ErrRefChanged) {
+				t.Fatalf("delete of a ref changed since it was read: %v, want ErrRefChanged", err)
+			}
+			if kind == testbucket.GCS {
+				if err := s.Link(bg, "r", "two"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			now, err := s.ReadRef(bg, "r")
+			if err != nil || now.Target != "two" {
+				t.Fatalf("after the refused delete: %q, %v; want the other writer's two", now.Target, err)
+			}
+			if err := s.DeleteRefIf(bg, "r", now); err != nil {
+				t.Fatalf("delete of an unchanged ref: %v, want a conditional delete", err)
+			}
+			if _, err := s.ReadRef(bg, "r"); !errors.Is(err, layout.ErrNotFound) {
+				t.Fatalf("after the delete: %v, want ErrNotFound", err)
+			}
+		})
+	}
+}
+
 // TestRenameRefStrong renames a ref twice in a row and from a stale read:
 // the first two are strong swaps (no ErrWeakCAS, which is what makes a
 // mount log the fallback warning), the stale one is a conflict that
