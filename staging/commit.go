@@ -79,7 +79,7 @@ func (w *Writer) Discard(id layout.SessionID) {
 // commitStaged commits the pending ops and dirty files of a session as
 // one snapshot, on base if set; empty commits an empty snapshot when
 // nothing is staged instead of doing nothing.
-func (w *Writer) commitStaged(ctx context.Context, id layout.SessionID, base *sessionBase, empty bool) (layout.CommitResult, error) {
+func (w *Writer) commitStaged(ctx context.Context, id layout.SessionID, base *sessionBase, empty bool) (res layout.CommitResult, err error) {
 	ws := w.session(id)
 	ws.fsyncMu.Lock()
 	defer ws.fsyncMu.Unlock()
@@ -99,15 +99,32 @@ func (w *Writer) commitStaged(ctx context.Context, id layout.SessionID, base *se
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	// Files whose writes failed (werr: a full staging disk) cannot be
+	// committed until they are written again or removed; the others are,
+	// and the fsync still fails naming them. Left in, one file cut short
+	// by ENOSPC refused every later fsync of the session, the files
+	// written whole with it, after the disk had room again (audit 27).
+	var broken []error
 	for _, n := range names {
 		if s := ws.files[n]; !seen[s] {
 			s.mu.RLock()
 			dirty := s.dirty && s.failed == nil // see File.failed
+			werr := s.werr
 			s.mu.RUnlock()
-			if dirty {
+			switch {
+			case dirty && werr != nil && base == nil: // an fsync; a checkpoint lands whole or not at all
+				broken = append(broken, fmt.Errorf("%s not committed: %w", s.name, werr))
+			case dirty:
 				ops = append(ops, pendingOp{file: s})
 			}
 		}
+	}
+	if len(broken) > 0 {
+		defer func() {
+			if err == nil {
+				err = fmt.Errorf("%d files not committed, their writes failed (write them again or remove them): %w", len(broken), errors.Join(broken...))
+			}
+		}()
 	}
 	gens := make([]uint64, len(ops))
 	for i, op := range ops {
@@ -121,7 +138,7 @@ func (w *Writer) commitStaged(ctx context.Context, id layout.SessionID, base *se
 	if len(ops) == 0 && !empty {
 		return layout.CommitResult{}, nil
 	}
-	res, err := w.commit(ctx, id, ops, base)
+	res, err = w.commit(ctx, id, ops, base)
 	started := time.Now()
 	for moved := 1; err != nil && base == nil && w.cfg.Commit == CommitOnFsync && time.Since(started) < appendPatience; moved++ {
 		// As a close does (flush): files only appended to go onto the
