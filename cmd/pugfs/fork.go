@@ -49,6 +49,7 @@ snapshot, and the child's sequence numbers continue from version V (§7.3).`,
   pugfs fork --at 3 ./demo-bucket demo
   child=$(pugfs fork --name FORK.json s3://bucket?region=us-east-1 0190a1b2c3d4e5f60718293a4b5c6d7e)`,
 		setup: func(fs *flag.FlagSet) func(context.Context, *stdio, []string) error {
+			timeout := requestTimeoutFlag(fs)
 			at := fs.Int64("at", -1, "fork from version `V` of SESSION instead of the snapshot holding the fork record")
 			name := fs.String("name", defaultForkFile, "`FILE` name of the fork note in the child")
 			snapType := fs.String("snapshot-type", string(layout.Provisional), "`TYPE` of SESSION's snapshot that records the fork (provisional: a tool writing into someone's session, decisions.md §6.4)")
@@ -68,7 +69,7 @@ snapshot, and the child's sequence numbers continue from version V (§7.3).`,
 				if atSet && *at < 0 || *at > int64(^uint32(0)) {
 					return usagef("--at=%d: want a snapshot version (0 to the latest)", *at)
 				}
-				s, b, err := openStore(ctx, args[0], false)
+				s, b, err := openStore(ctx, args[0], false, *timeout)
 				if err != nil {
 					return err
 				}

@@ -34,6 +34,7 @@ is 1 when there is any error finding, 0 otherwise.`,
   pugfs fsck --quiet --no-blobs s3://bucket?region=us-east-1
   pugfs fsck --json ./bucket | jq '.findings[] | select(.severity == "error")'`,
 		setup: func(fs *flag.FlagSet) func(context.Context, *stdio, []string) error {
+			timeout := requestTimeoutFlag(fs)
 			asJSON := fs.Bool("json", false, "print the report as JSON on stdout")
 			quiet := fs.Bool("quiet", false, "no progress, no info findings, no summary when clean")
 			noBlobs := fs.Bool("no-blobs", false, "do not read blobs (existence and size are still checked from the listing)")
@@ -41,7 +42,7 @@ is 1 when there is any error finding, 0 otherwise.`,
 				if len(args) != 1 {
 					return usagef("want one BUCKET-URL, got %d argument(s)", len(args))
 				}
-				s, b, err := openStore(ctx, args[0], false)
+				s, b, err := openStore(ctx, args[0], false, *timeout)
 				if err != nil {
 					return err
 				}

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pugmark/pugfs/internal/syncbuf"
 	"github.com/pugmark/pugfs/layout"
@@ -111,5 +114,59 @@ func TestProbeHintCredentials(t *testing.T) {
 	}
 	if h := probeHint(errors.New("dial tcp: connection refused")); h != "" {
 		t.Errorf("hint %q for an error that is not about credentials", h)
+	}
+}
+
+// TestCommandsOnASilentBucket: session new, fork and fsck on an endpoint
+// that accepts connections and never answers fail after about their
+// --request-timeout, saying the bucket did not answer; session new took
+// 332 s to fail, every request retried to its end (audit 27).
+func TestCommandsOnASilentBucket(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "k")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "s")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	u := "s3://b1?endpoint=http://" + ln.Addr().String() + "&use_path_style=true&disable_https=true&region=us-east-1"
+	for _, args := range [][]string{
+		{"session", "new", "--request-timeout=300ms", u},
+		{"fork", "--request-timeout=300ms", u, "00000000000000000000000000000001"},
+		{"fsck", "--request-timeout=300ms", u},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			// A bound against a hang, far above what the command takes.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var out, errOut bytes.Buffer
+			code := run(ctx, args, &out, &errOut)
+			if ctx.Err() != nil {
+				t.Fatalf("pugfs %s still running after 2 minutes", strings.Join(args, " "))
+			}
+			if code == 0 || !strings.Contains(errOut.String(), "did not answer within 300ms") {
+				t.Fatalf("pugfs %s: exit %d, stderr:\n%s", args[0], code, errOut.String())
+			}
+		})
 	}
 }

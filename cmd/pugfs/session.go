@@ -37,6 +37,7 @@ also starts a new bucket.`,
   pugfs session new --name review --agent alice ./demo-bucket
   id=$(pugfs session new --name nightly s3://bucket?region=us-east-1)`,
 		setup: func(fs *flag.FlagSet) func(context.Context, *stdio, []string) error {
+			timeout := requestTimeoutFlag(fs)
 			name := fs.String("name", "", "name the session (refs/sessions/`NAME`); reuse it if it exists")
 			agent := fs.String("agent", "", "the manifest's agent `ID`")
 			handler := fs.String("handler", "", "the manifest's handler `NAME`")
@@ -59,7 +60,7 @@ also starts a new bucket.`,
 						return usagef("--name=%q: a session name starting with - reads as a flag on pugfs exec's command line", *name)
 					}
 				}
-				s, b, err := openStore(ctx, args[0], true)
+				s, b, err := openStore(ctx, args[0], true, *timeout)
 				if err != nil {
 					return err
 				}
