@@ -24,7 +24,7 @@ var codeWords = map[string]string{
 	"InvalidArgument":    "invalid argument",
 	"FailedPrecondition": "precondition failed",
 	"PermissionDenied":   "permission denied",
-	"ResourceExhausted":  "too many requests",
+	"ResourceExhausted":  "resource exhausted", // a 429, or a full disk under a local bucket
 	"Unimplemented":      "not supported by this backend",
 	"DeadlineExceeded":   "timed out",
 	"Canceled":           "canceled",

@@ -13,6 +13,10 @@ func TestText(t *testing.T) {
 		{"read k: blob (code=Unknown): blob (code=NotFound): no such key",
 			"read k: not found: no such key"},
 		{"blob (code=DeadlineExceeded): context deadline exceeded", "timed out: context deadline exceeded"},
+		// A full disk under a local bucket is no "too many requests"
+		// (audit 27).
+		{`store blob k: blob (key "k") (code=ResourceExhausted): localblob: write "k": no space left on device`,
+			`store blob k: resource exhausted: localblob: write "k": no space left on device`},
 		// A call with a key: the prefix names it each time, the caller once.
 		{`put sessions/a "b".json: blob (key "sessions/a \"b\".json") (code=Unknown): blob (key "sessions/a \"b\".json") (code=PermissionDenied): StatusCode: 403`,
 			`put sessions/a "b".json: permission denied: StatusCode: 403`},

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/pugmark/pugfs/layout/blobwrap"
 	_ "github.com/pugmark/pugfs/layout/faultblob" // fault+mem://
+	"github.com/pugmark/pugfs/layout/localblob"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/memblob"
 	"gocloud.dev/gcerrors"
@@ -289,5 +292,34 @@ func TestIdleReaderIsNoSilence(t *testing.T) {
 	r.Close()
 	if err := <-done; err != nil {
 		t.Fatalf("the queued request, once the slot was free: %v", err)
+	}
+}
+
+// TestFullDiskIsNoThrottle: the local driver's ENOSPC is gocloud's
+// ResourceExhausted, the code of a 429: a full disk under a local bucket
+// halved the limit as a throttling server would (audit 27). It is the
+// disk's answer, not the bucket's load.
+func TestFullDiskIsNoThrottle(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs (%v): %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	inner, err := localblob.OpenBucket(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(8)
+	b := Wrap(inner, s)
+	defer b.Close()
+	big := make([]byte, 1<<20)
+	for i := range 3 {
+		err := b.WriteAll(context.Background(), fmt.Sprintf("k%d", i), big, &blob.WriterOptions{ContentType: "application/octet-stream"})
+		if !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("write of 1 MiB into 64 KiB: %v, want ENOSPC", err)
+		}
+	}
+	if st := s.Stats(); st.Throttled != 0 || st.Limit != 8 {
+		t.Errorf("after 3 writes refused for a full disk: throttled %d, limit %d; want 0 and 8", st.Throttled, st.Limit)
 	}
 }
