@@ -89,6 +89,12 @@ const (
 	raMaxWindow = 128
 	// raStreams bounds the streams tracked at once, of each kind.
 	raStreams = 64
+	// raOrders bounds the traversal orders kept: two a view read (by
+	// name and by inode number). With 8, five sessions read at once (rg
+	// -j over sessions/) rebuilt a whole tree's order at every file read,
+	// under mu, on the reader's path (review 29). An order costs about
+	// 60 bytes a file of its tree.
+	raOrders = 32
 	// raViewStreams bounds the session streams of one view in one order:
 	// the threads of a program that reads in parallel (rg uses as many
 	// as the machine has cores, up to 12), each walking its own part of
@@ -211,7 +217,7 @@ func New(states States, bodies Bodies, ttl time.Duration, o Options) *ReadAhead 
 	bytes, inFlight := bodies.PrefetchLimits()
 	r := &ReadAhead{states: states, bodies: bodies, inos: o.Inos, sink: o.Sink, warm: o.Warm, ttl: ttl, maxBytes: bytes,
 		bodySem: make(chan struct{}, inFlight), stateSem: make(chan struct{}, raStateLoads)}
-	r.orders, _ = simplelru.NewLRU[orderKey, *treeOrder](8, nil)
+	r.orders, _ = simplelru.NewLRU[orderKey, *treeOrder](raOrders, nil)
 	r.trees, _ = simplelru.NewLRU(raStreams, func(_ raKey, s *raStream) { r.dropLocked(s) })
 	r.names, _ = simplelru.NewLRU(raStreams, func(_ raKey, s *raStream) { r.dropLocked(s) })
 	r.versions, _ = simplelru.NewLRU(raStreams, func(_ raKey, s *raStream) { r.dropLocked(s) })

@@ -9,10 +9,15 @@ import (
 	"github.com/pugmark/pugfs/layout"
 )
 
-// orderKey names a tree's traversal order: by name, or by inode number.
+// orderKey names a tree's traversal order: by name, or by inode number
+// in one view. Each view has numbers of its own, and the latest
+// version's view (.pugmark/at/<latest>/) shares its tree with the live
+// one: keyed by the tree alone, whichever view was read first set the
+// inode order of both (review 29).
 type orderKey struct {
 	tree  *cache.Dir
 	byIno bool
+	at    uint32 // the view, for byIno; 0 by name (one order for all views)
 }
 
 // treeOrder is a tree's files in traversal order.
@@ -56,7 +61,11 @@ func (r *ReadAhead) session(pos *Pos, reader uint32) {
 // that reader's access continues (matchLocked): it returns the stream,
 // the order, pos's position in it, and whether the stream is a pattern.
 func (r *ReadAhead) stepOrderLocked(pos *Pos, tree *cache.Dir, byIno bool, now time.Time, reader uint32) (*raStream, *treeOrder, int, bool) {
-	ord := r.orderLocked(orderKey{tree, byIno}, pos)
+	k := orderKey{tree: tree, byIno: byIno}
+	if byIno {
+		k.at = pos.At
+	}
+	ord := r.orderLocked(k, pos)
 	p, ok := ord.idx[pos.Name]
 	if !ok {
 		return nil, nil, 0, false
