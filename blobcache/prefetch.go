@@ -42,6 +42,9 @@ func (c *Cache) Warm(d *layout.Descriptor) bool {
 	if c.chunks.Contains(blobChunkKey{d.Digest, space, 0}) {
 		return true
 	}
+	if sh, ok := c.shapes.Peek(d.Digest); ok && space != blobRaw && sh.dec[space].known && sh.dec[space].size == 0 {
+		return true // decodes to nothing: no chunk to find (review 29)
+	}
 	m, ok := c.metas.Peek(d.Digest)
 	return space == blobRaw && ok && m.onDisk.Load()
 }
