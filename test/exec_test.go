@@ -748,7 +748,9 @@ func TestExecLateInput(t *testing.T) {
 				g.ready(t, 1, r)
 				// The input also makes "out" a file, which hides the
 				// handler's out/y.txt (decisions.md "Names as paths").
-				commitDescs(t, bk, id, layout.Provisional, map[string]string{"in/late.txt": "late\n", "out": "file\n"}) // version 3
+				// And writes seen.txt, which the handler's checkpoint
+				// replaces: the merge names it (audit 28).
+				commitDescs(t, bk, id, layout.Provisional, map[string]string{"in/late.txt": "late\n", "out": "file\n", "seen.txt": "input's\n"}) // version 3
 				g.open(t)
 				code := r.wait(t)
 				errOut := r.stderr.String()
@@ -761,6 +763,9 @@ func TestExecLateInput(t *testing.T) {
 					}
 					if !strings.Contains(errOut, "out/y.txt, written by the handler, does not show: an input made out a file") {
 						t.Errorf("the hidden output is not reported: %s", errOut)
+					}
+					if !strings.Contains(errOut, "checkpoint 4 replaces what those inputs wrote to seen.txt (input version 3)") {
+						t.Errorf("the input's file the checkpoint replaces is not named: %s", errOut)
 					}
 					if typ := snapType(t, bk, id, 4); typ != layout.Checkpoint {
 						t.Fatalf("version 4 is %s", typ)

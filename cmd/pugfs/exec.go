@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -679,10 +680,16 @@ func mergedUnder(ctx context.Context, w io.Writer, env *mountEnv, id layout.Sess
 		return
 	}
 	var inputs []uint32
+	touched := map[string]uint32{} // name -> the last input version that wrote or removed it
 	for v := base + 1; v < res.Version; v++ {
 		ds, _ := st.Snapshot(v)
 		if !layout.NotInput(ds) {
 			inputs = append(inputs, v)
+			for _, d := range ds {
+				if d.IsSlot() {
+					touched[d.Name] = v
+				}
+			}
 		}
 		forks, err := env.store.PendingForksIn(ctx, id, v, ds)
 		if err == nil {
@@ -698,6 +705,25 @@ func mergedUnder(ctx context.Context, w io.Writer, env *mountEnv, id layout.Sess
 		return
 	}
 	fmt.Fprintf(w, "pugfs exec: %d input snapshot(s) landed while the handler ran (versions %s); checkpoint %d merged them unseen by the handler (--late-input=abort refuses instead)\n", len(inputs), versionList(inputs), res.Version)
+	// The names both wrote: what the input did to them (an append, a
+	// removal, a rename) is under the handler's version now, and only
+	// in history (audit 28).
+	var both []string
+	for _, d := range res.Descriptors {
+		if v, ok := touched[d.Name]; ok && d.IsSlot() {
+			both = append(both, fmt.Sprintf("%s (input version %d)", d.Name, v))
+			delete(touched, d.Name)
+		}
+	}
+	if len(both) > 0 {
+		sort.Strings(both)
+		const shown = 20
+		more := ""
+		if len(both) > shown {
+			more, both = fmt.Sprintf(" and %d more", len(both)-shown), both[:shown]
+		}
+		fmt.Fprintf(w, "pugfs exec: checkpoint %d replaces what those inputs wrote to %s%s: see .pugmark/at/<version>/ for theirs\n", res.Version, strings.Join(both, ", "), more)
+	}
 	for _, h := range shadowed(res.Descriptors, st.Slots()) {
 		fmt.Fprintf(w, "pugfs exec: %s, written by the handler, does not show: an input made %s a file (a name both a file and a directory shows the file, decisions.md \"Names as paths\"); it is in .pugmark/log.jsonl\n", h[0], h[1])
 	}
