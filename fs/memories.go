@@ -647,7 +647,7 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 		}
 	}
 	if flags&syscall.O_TRUNC != 0 {
-		h.dirty = true
+		h.dirty, h.trunc = true, true
 	}
 	// The record's mode stays; new content has its own time.
 	h.meta = maps.Clone(e.Metadata)
@@ -748,11 +748,15 @@ func (n *memFile) setAttrs(ctx context.Context, fh gofs.FileHandle, c staging.At
 		}
 		return 0
 	}
+	// Made on the record as the bucket holds it (the open reads it), and
+	// on what it holds at the commit if another writer changed it
+	// meanwhile (memHandle.attrsAlone).
 	hh, _, errno := n.Open(ctx, syscall.O_RDWR)
 	if errno != 0 {
 		return errno
 	}
 	h := hh.(*memHandle)
+	h.attrsOnly = true
 	// Unchanged content keeps its time (chmod does not move mtime).
 	n.mu.Lock()
 	keep := layout.ShownMtime(n.e.Metadata, n.e.CreatedAt, time.Time{})
@@ -821,6 +825,22 @@ type memHandle struct {
 	// commit and replaced its line. Set before the handle is shared.
 	absent        bool
 	absentRenames int
+	// attrsOnly marks the handle setAttrs opens for a chmod or utimes of
+	// a record nobody has open: its commit carries the record's own
+	// bytes, so a refused one keeps no copy of them (Records.PutMemoryAttrs).
+	// Set before the handle is shared.
+	attrsOnly bool
+	// trunc marks a handle opened with O_TRUNC: its content is its own
+	// from the open on. Set before the handle is shared.
+	trunc bool
+}
+
+// attrsAlone reports whether the handle changed the record's attributes
+// alone (touch, futimens, fchmod through it): no byte written or cut.
+func (h *memHandle) attrsAlone() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.attrsOnly || h.written == 0 && !h.trunc
 }
 
 var (
@@ -909,6 +929,19 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 			return b, &cur.Digest, err
 		}
 		d, merged, err = f.recs.AppendMemory(context.WithoutCancel(ctx), n.ns, desc, body, base, len(body)-from, current)
+	} else if h.attrsAlone() && base != nil && !base.IsZero() {
+		// On the record as it is, when another writer changed it
+		// since the open: the attributes are this handle's, the bytes
+		// that writer's (audit 28: touch under a stream of another
+		// mount's appends was ESTALE, keeping a copy of the record).
+		d, merged, err = f.recs.PutMemoryAttrs(context.WithoutCancel(ctx), n.ns, desc, body, base, func(ctx context.Context) ([]byte, *layout.Digest, error) {
+			cur, ok, err := f.latestRecord(ctx, n.ns, e.Name)
+			if err != nil || !ok {
+				return nil, nil, err
+			}
+			b, err := readAll(ctx, f, &cur.Descriptor)
+			return b, &cur.Digest, err
+		})
 	} else {
 		d, err = f.recs.PutMemory(context.WithoutCancel(ctx), n.ns, desc, body, base)
 	}

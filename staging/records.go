@@ -155,6 +155,31 @@ func (r *Records) PutMemory(ctx context.Context, ns string, e layout.Descriptor,
 	return d, err
 }
 
+// PutMemoryAttrs is PutMemory for a change of a record's attributes
+// alone (chmod, utimes: body is the record's bytes as read, base their
+// digest): when another writer changed the record since, the change is
+// made on what it holds then (current reads it), up to appendAttempts
+// times, instead of being refused, and a refused one keeps no copy,
+// since no byte of the caller's is lost. A record removed meanwhile
+// stays removed (ErrNotExist). It returns the descriptor and the body
+// committed.
+func (r *Records) PutMemoryAttrs(ctx context.Context, ns string, e layout.Descriptor, body []byte, base *layout.Digest, current func(context.Context) ([]byte, *layout.Digest, error)) (layout.Descriptor, []byte, error) {
+	for attempt := 1; ; attempt++ {
+		d, err := r.putGuarded(ctx, ns, e, body, layout.MemoryWrite{Holds: map[string]layout.Digest{e.Name: *base}})
+		if err == nil || !errors.Is(err, layout.ErrChangedUnder) || attempt == appendAttempts {
+			return d, body, err
+		}
+		cur, dig, err := current(ctx)
+		if err != nil {
+			return layout.Descriptor{}, nil, err
+		}
+		if dig == nil {
+			return layout.Descriptor{}, nil, ErrNotExist
+		}
+		body, base = cur, dig
+	}
+}
+
 func (r *Records) putMemory(ctx context.Context, ns string, e layout.Descriptor, body []byte, base *layout.Digest) (layout.Descriptor, error) {
 	var guard layout.MemoryWrite
 	if base != nil {

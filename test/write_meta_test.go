@@ -743,3 +743,39 @@ func TestWriteMemoryKeepsModesAndTimes(t *testing.T) {
 		t.Errorf("memories/cp = %v", recs)
 	}
 }
+
+// TestWriteMemoryAttrsUnderAppends: chmod and touch -d of a record
+// another mount keeps appending to are made on the record as it is, again
+// when an append lands in between: they failed with ESTALE, keeping a
+// copy of the record in the failed directory as if it were lost, where a
+// session's file takes such a change (audit 28). Every append stays.
+func TestWriteMemoryAttrsUnderAppends(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	a, b := mount(t, bk), mount(t, bk)
+	shE(t, a.Dir, `mkdir memories/chapp && echo start > memories/chapp/r`)
+	rec := "memories/chapp/r"
+	waitFor(t, "b sees the record", func() bool { return shE(t, b.Dir, "cat "+rec) == "start\n" })
+	const lines, changes = 40, 20
+	appended := make(chan error, 1)
+	go func() {
+		_, e, err := run(b.Dir, fmt.Sprintf("for i in $(seq 1 %d); do echo line $i >> %s || exit 1; done", lines, rec))
+		if err != nil {
+			err = fmt.Errorf("%v: %s", err, e)
+		}
+		appended <- err
+	}()
+	_, e, err := run(a.Dir, fmt.Sprintf("for i in $(seq 1 %d); do chmod 600 %[2]s && touch -d 2020-01-0$((i %% 9 + 1)) %[2]s && chmod 640 %[2]s || exit 1; done", changes, rec))
+	if err != nil {
+		t.Errorf("chmod and touch -d under appends: %v: %s", err, e)
+	}
+	if err := <-appended; err != nil {
+		t.Fatalf("appends: %v", err)
+	}
+	got, _ := memRecords(t, bk, "chapp")
+	if n := strings.Count(got["r"], "\n"); n != lines+1 {
+		t.Errorf("record holds %d lines, want start and %d appended:\n%s", n, lines, got["r"])
+	}
+	if kept := shE(t, a.Dir, "(ls .pugmark/failed/memories 2>/dev/null || true) | wc -l"); strings.TrimSpace(kept) != "0" {
+		t.Errorf("the failed directory holds %s copies of a record whose attributes changed", kept)
+	}
+}
