@@ -651,6 +651,12 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 	}
 	// The record's mode stays; new content has its own time.
 	h.meta = maps.Clone(e.Metadata)
+	if h.write && has {
+		h.inherited = maps.Clone(e.Metadata)
+		if h.inherited == nil {
+			h.inherited = map[string]string{} // read, with none
+		}
+	}
 	if flags&syscall.O_TRUNC != 0 {
 		delete(h.meta, layout.MetaPosixMtime)
 	}
@@ -833,6 +839,11 @@ type memHandle struct {
 	// trunc marks a handle opened with O_TRUNC: its content is its own
 	// from the open on. Set before the handle is shared.
 	trunc bool
+	// inherited is the metadata of the record the handle opened (nil
+	// for none): a rewrite keeps the metadata other writers gave the
+	// record since, but for what this handle changed (RewriteMemory).
+	// Set before the handle is shared.
+	inherited map[string]string
 }
 
 // attrsAlone reports whether the handle changed the record's attributes
@@ -942,6 +953,8 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 			b, err := readAll(ctx, f, &cur.Descriptor)
 			return b, &cur.Digest, err
 		})
+	} else if base == nil && h.inherited != nil {
+		d, err = f.recs.RewriteMemory(context.WithoutCancel(ctx), n.ns, desc, body, h.inherited)
 	} else {
 		d, err = f.recs.PutMemory(context.WithoutCancel(ctx), n.ns, desc, body, base)
 	}

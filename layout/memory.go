@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -130,6 +131,42 @@ type MemoryWrite struct {
 	// another writer's new ones), and an append goes on the record as it
 	// is, not on one since removed or renamed away.
 	Holds map[string]Digest
+	// Inherited is, for a Put that replaces a record's bytes, the
+	// metadata it took from the record as its writer read it (its mode,
+	// its user.pugmark.meta keys). The merge keeps the writer's own
+	// changes of those and takes the rest from the record as it is then:
+	// a rewrite (>) from a mount whose view was older than another
+	// mount's chmod or setfattr put the old mode back (audit 28). The
+	// writer's posix-mtime is kept as it is (a content write clears it).
+	Inherited map[string]map[string]string
+}
+
+// mergeMeta is the metadata of a record rewritten from base (what its
+// writer read) to mine, when the record holds theirs at the merge: each
+// key the writer did not change is theirs, posix-mtime is mine.
+func mergeMeta(base, mine, theirs map[string]string) map[string]string {
+	out := map[string]string{}
+	keys := map[string]bool{}
+	for _, m := range []map[string]string{base, mine, theirs} {
+		for k := range m {
+			keys[k] = true
+		}
+	}
+	for k := range keys {
+		bv, inBase := base[k]
+		mv, inMine := mine[k]
+		from := theirs
+		if k == MetaPosixMtime || inBase != inMine || bv != mv {
+			from = mine
+		}
+		if v, ok := from[k]; ok {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // MemoryResult reports a memory merge.
@@ -191,7 +228,18 @@ func (s *Store) WriteMemory(ctx context.Context, ns string, w MemoryWrite) (Memo
 				return MemoryResult{}, fmt.Errorf("write memory %s: record %q changed in version %d since it was read: %w", ns, name, v, ErrChangedUnder)
 			}
 		}
-		merged, changed := MergeMemory(cur, w)
+		mw := w
+		if len(w.Inherited) > 0 {
+			mw.Put = slices.Clone(w.Put)
+			for i, d := range mw.Put {
+				base, ok := w.Inherited[d.Name]
+				c, found := lastRecord(cur, d.Name)
+				if ok && found {
+					mw.Put[i].Metadata = mergeMeta(base, d.Metadata, c.Metadata)
+				}
+			}
+		}
+		merged, changed := MergeMemory(cur, mw)
 		if !changed {
 			return MemoryResult{Version: v, Records: cur, Attempts: attempt}, nil
 		}
@@ -243,6 +291,16 @@ func (s *Store) WriteMemory(ctx context.Context, ns string, w MemoryWrite) (Memo
 		}
 	}
 	return MemoryResult{}, fmt.Errorf("write memory %s: %w", ns, ErrRetriesExhausted)
+}
+
+// lastRecord returns the record of name in recs: its last one (§8.3).
+func lastRecord(recs []Descriptor, name string) (Descriptor, bool) {
+	for i := len(recs) - 1; i >= 0; i-- {
+		if recs[i].Name == name {
+			return recs[i], true
+		}
+	}
+	return Descriptor{}, false
 }
 
 // MergeMemory applies w to cur (§8.3): drop records whose name is written

@@ -3,6 +3,7 @@ package layout
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"strconv"
 	"testing"
 
@@ -334,4 +335,69 @@ func TestMemoryMergeKeepsNamesNotUTF8(t *testing.T) {
 			t.Errorf("version 2 holds %q, want %q", got, want)
 		}
 	})
+}
+
+// TestMemoryRewriteKeepsOthersMetadata: a record written whole over the
+// one its writer read keeps the metadata another writer gave it since,
+// but for what the writer changed itself: a > from a mount whose view was
+// older than another mount's chmod or setfattr put the old mode back
+// (audit 28).
+func TestMemoryRewriteKeepsOthersMetadata(t *testing.T) {
+	tests := []struct {
+		name               string
+		read, mine, theirs map[string]string
+		want               map[string]string
+	}{
+		{"another chmod and setfattr kept",
+			map[string]string{"posix-mode": "0644"}, map[string]string{"posix-mode": "0644"},
+			map[string]string{"posix-mode": "0600", "reviewed": "yes"},
+			map[string]string{"posix-mode": "0600", "reviewed": "yes"}},
+		{"the writer's own chmod wins",
+			map[string]string{"posix-mode": "0644"}, map[string]string{"posix-mode": "0700"},
+			map[string]string{"posix-mode": "0600"},
+			map[string]string{"posix-mode": "0700"}},
+		{"a key removed by the other stays removed",
+			map[string]string{"k": "v"}, map[string]string{"k": "v"}, nil, nil},
+		{"the content write's cleared mtime stays cleared",
+			map[string]string{"posix-mtime": "2020-01-01T00:00:00Z"}, nil,
+			map[string]string{"posix-mtime": "2021-01-01T00:00:00Z"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStore(t, memBucket(), nil)
+			put := func(md map[string]string, body string, inherited map[string]string) {
+				t.Helper()
+				d, err := s.PutBody(bg, "r", []byte(body), BlobOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.Metadata = md
+				w := MemoryWrite{Put: []Descriptor{d}}
+				if inherited != nil {
+					w.Inherited = map[string]map[string]string{"r": inherited}
+				}
+				if _, err := s.WriteMemory(bg, "ns", w); err != nil {
+					t.Fatal(err)
+				}
+			}
+			put(tt.read, "one", nil)   // what the writer read
+			put(tt.theirs, "one", nil) // another writer's change since
+			read := tt.read
+			if read == nil {
+				read = map[string]string{}
+			}
+			put(tt.mine, "two", read) // the rewrite
+			v, err := s.LatestMemoryVersion(bg, "ns")
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs, err := s.ReadMemory(bg, "ns", v)
+			if err != nil || len(recs) != 1 {
+				t.Fatalf("%v, %d records", err, len(recs))
+			}
+			if got := recs[0].Metadata; !maps.Equal(got, tt.want) || string(recs[0].Data) != "two" {
+				t.Fatalf("record %q with metadata %v, want two with %v", recs[0].Data, got, tt.want)
+			}
+		})
+	}
 }

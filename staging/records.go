@@ -155,6 +155,20 @@ func (r *Records) PutMemory(ctx context.Context, ns string, e layout.Descriptor,
 	return d, err
 }
 
+// RewriteMemory is PutMemory of a record written whole (opened with
+// O_TRUNC) over the record whose metadata the writer read as inherited:
+// the record's mode and other metadata are taken as they are at the
+// merge, but for what the writer changed itself (layout.MemoryWrite's
+// Inherited), as a local file keeps its mode and attributes through a
+// rewrite made by another process.
+func (r *Records) RewriteMemory(ctx context.Context, ns string, e layout.Descriptor, body []byte, inherited map[string]string) (layout.Descriptor, error) {
+	d, err := r.putGuarded(ctx, ns, e, body, layout.MemoryWrite{Inherited: map[string]map[string]string{e.Name: inherited}})
+	if err != nil {
+		r.keep("memories", ns+"/"+e.Name, body, err)
+	}
+	return d, err
+}
+
 // PutMemoryAttrs is PutMemory for a change of a record's attributes
 // alone (chmod, utimes: body is the record's bytes as read, base their
 // digest): when another writer changed the record since, the change is

@@ -779,3 +779,46 @@ func TestWriteMemoryAttrsUnderAppends(t *testing.T) {
 		t.Errorf("the failed directory holds %s copies of a record whose attributes changed", kept)
 	}
 }
+
+// TestWriteMemoryRewriteKeepsOthersChmod: a record written whole (>)
+// from a mount whose view is older than another mount's chmod keeps that
+// mode, as a local file keeps its mode
+// through another process's rewrite: the rewrite put its view's mode
+// back (audit 28).
+func TestWriteMemoryRewriteKeepsOthersChmod(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	a, b := mount(t, bk), mount(t, bk, "--metadata-ttl", "1h")
+	rec := "memories/modes/r"
+	shE(t, a.Dir, "mkdir memories/modes && echo one > "+rec)
+	waitFor(t, "b sees the record", func() bool { return shE(t, b.Dir, "cat "+rec) == "one\n" })
+	shE(t, a.Dir, "chmod 600 "+rec)
+	shE(t, b.Dir, "echo two > "+rec) // b's view is still the record before the chmod
+	got, _ := memRecords(t, bk, "modes")
+	if got["r"] != "two\n" {
+		t.Fatalf("record %q, want the rewrite", got["r"])
+	}
+	if md := memMeta(t, bk, "modes", "r"); md["posix-mode"] != "0600" {
+		t.Fatalf("after the rewrite from the other mount: metadata %v, want posix-mode 0600", md)
+	}
+}
+
+// memMeta returns the metadata of record name of namespace ns's latest
+// version, as the bucket holds it.
+func memMeta(t *testing.T, bk *Bucket, ns, name string) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	v, err := bk.Store.LatestMemoryVersion(ctx, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := bk.Store.ReadMemory(ctx, ns, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range recs {
+		if d.Name == name {
+			return d.Metadata
+		}
+	}
+	return nil
+}
