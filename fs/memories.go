@@ -561,7 +561,6 @@ var (
 
 func (n *memFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	out.Nlink = 1
-	n.f.owner(&out.Attr)
 	n.mu.Lock()
 	e, has := n.e, n.has
 	n.mu.Unlock()
@@ -585,6 +584,10 @@ func (n *memFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 		out.Size = uint64(sz)
 	}
 	out.Mode = syscall.S_IFREG | layout.PosixMode(meta, recordMode)
+	// After the mode: the umask applies to it. Applied before, a record
+	// stored 0777 (or chmod 666) was writable by every user of a shared
+	// mount (audit 29).
+	n.f.owner(&out.Attr)
 	setTimes(&out.Attr, layout.ShownMtime(meta, e.CreatedAt, time.Time{}))
 	return 0
 }

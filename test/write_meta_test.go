@@ -822,3 +822,21 @@ func memMeta(t *testing.T, bk *Bucket, ns, name string) map[string]string {
 	}
 	return nil
 }
+
+// TestWriteMemoryModeUnderUmask: a memory record's mode shows under
+// --umask, as a session file's does: on a read-write mount the umask was
+// applied before the mode was set, so a record chmod'ed 666 (or stored
+// 0777 by another writer) was writable by every user of a shared mount
+// (audit 29).
+func TestWriteMemoryModeUnderUmask(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	m := mount(t, bk, "--umask", "022")
+	rec := "memories/um/r"
+	out := shE(t, m.Dir, "mkdir memories/um && echo x > "+rec+" && chmod 666 "+rec+" && stat -c %a "+rec+" && chmod 777 "+rec+" && stat -c %a "+rec)
+	if out != "644\n755\n" {
+		t.Fatalf("modes after chmod 666 and 777 under umask 022: %q, want 644 and 755", out)
+	}
+	if md := memMeta(t, bk, "um", "r"); md["posix-mode"] != "0777" {
+		t.Fatalf("stored metadata %v, want the mode as set (0777): the umask is a view", md)
+	}
+}
