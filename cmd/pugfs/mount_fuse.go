@@ -275,10 +275,18 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 		// An unwritable cache directory (a read-only file system, a
 		// full disk) must not stop a mount that mostly reads: stage in
 		// the temporary directory instead, and say so.
-		sum := sha256.Sum256([]byte(u))
-		fb := filepath.Join(os.TempDir(), fmt.Sprintf("pugfs-%d", os.Getuid()), hex.EncodeToString(sum[:8]))
+		fb, ferr := tempStateDir(u)
+		if ferr != nil {
+			// Taken by another user (or not a directory): a fresh one
+			// of our own, which the next mount does not find again.
+			log.Warn("the temporary state directory is not private; using a new one", "dir", fb, "err", ferr)
+			fb, ferr = os.MkdirTemp(os.TempDir(), fmt.Sprintf("pugfs-%d-", os.Getuid()))
+		}
 		log.Warn("cannot write the cache directory; staging writes in the temporary directory instead", "dir", stateDir, "err", err, "instead", fb)
-		if ferr := writableDir(fb); ferr != nil {
+		if ferr == nil {
+			ferr = writableDir(fb)
+		}
+		if ferr != nil {
 			return nil, fmt.Errorf("no writable directory for staged writes: %s: %v; %s: %v", stateDir, err, fb, ferr)
 		}
 		stateDir = fb
@@ -658,6 +666,21 @@ func writableDir(dir string) error {
 	}
 	f.Close()
 	return os.Remove(f.Name())
+}
+
+// tempStateDir is the state directory of bucket URL u in the temporary
+// directory, $TMPDIR/pugfs-<uid>/<hash of u>, for a mount whose cache
+// directory cannot be written: the same one for every mount of the
+// bucket, so a crash's parked files are found by the next, and private
+// (privateDir), or an error.
+func tempStateDir(u string) (string, error) {
+	sum := sha256.Sum256([]byte(u))
+	parent := filepath.Join(os.TempDir(), fmt.Sprintf("pugfs-%d", os.Getuid()))
+	dir := filepath.Join(parent, hex.EncodeToString(sum[:8]))
+	if err := privateDir(parent); err != nil {
+		return dir, err
+	}
+	return dir, privateDir(dir)
 }
 
 // stateDirFor is where the mount keeps staging files and its disk cache:

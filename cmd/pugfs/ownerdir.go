@@ -194,3 +194,28 @@ func sweepLocked(dir string, exists bool, gone func(string)) {
 		os.Remove(dir + lockSuffix)
 	}
 }
+
+// privateDir makes dir (mode 0700), or takes it if it exists, only as a
+// directory of this user's that no other user can write or read: a
+// directory another user made first under a world-writable one (/tmp)
+// would hold the mount's staged writes and verified blob copies, readable
+// and replaceable by that user (audit 29). One of ours left too open is
+// closed (0700); a symbolic link, or one of another user's, is an error.
+func privateDir(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return err
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		return fmt.Errorf("%s is not a directory (a symbolic link?): not used for private files", dir)
+	case int(st.Uid) != os.Getuid():
+		return fmt.Errorf("%s belongs to uid %d, not to this user (%d): not used for private files", dir, st.Uid, os.Getuid())
+	case st.Mode&0o077 != 0:
+		return os.Chmod(dir, 0o700)
+	}
+	return nil
+}
