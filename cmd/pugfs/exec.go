@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,13 +47,43 @@ const exitUnknown = 74
 // namespaces (see runExecOuter); its value is execAliveFD.
 const execInnerEnv = "PUGFS_EXEC_NAMESPACE"
 
-// credentialEnv are the environment variables that carry the bucket's
-// cloud credentials: the handler does not get them unless
-// --pass-credentials asks (README, Security).
+// credentialEnv are environment variables that carry the bucket's cloud
+// credentials, or lead to them, whatever credentialWords say: the
+// handler does not get them unless --pass-credentials asks (README,
+// Security).
 var credentialEnv = []string{
 	"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
 	"AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_CONNECTION_STRING", "AZURE_CLIENT_SECRET",
 	"GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_OAUTH_ACCESS_TOKEN",
+}
+
+// credentialPrefixes and credentialWords name the others: a variable of
+// a cloud's SDK whose name says it holds or points at a secret. A fixed
+// list let through AWS_CONTAINER_AUTHORIZATION_TOKEN with
+// AWS_CONTAINER_CREDENTIALS_FULL_URI (ECS, EKS Pod Identity: the bucket's
+// credentials for the asking), AZURE_CLIENT_CERTIFICATE_PASSWORD and the
+// token files (audit 29). Region, endpoint and profile names stay.
+var (
+	credentialPrefixes = []string{"AWS_", "AZURE_", "GOOGLE_", "GCLOUD_", "CLOUDSDK_", "GCP_", "GCE_"}
+	credentialWords    = []string{"SECRET", "TOKEN", "PASSWORD", "CREDENTIAL", "KEY", "CERTIFICATE", "PRIVATE"}
+)
+
+// isCredentialEnv reports whether environment variable k carries (or
+// leads to) cloud credentials.
+func isCredentialEnv(k string) bool {
+	if slices.Contains(credentialEnv, k) {
+		return true
+	}
+	for _, p := range credentialPrefixes {
+		if strings.HasPrefix(k, p) {
+			for _, w := range credentialWords {
+				if strings.Contains(k, w) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // execConfig is what pugfs exec was asked for.
@@ -1126,15 +1157,10 @@ func signalTree(pid int, sig syscall.Signal) {
 // set.
 func handlerEnv(env []string, pass bool, extra ...string) []string {
 	drop := map[string]bool{execInnerEnv: true, execChdirEnv: true, "PUGMARK_SESSION": true, "PUGMARK_VERSION": true, "PUGMARK_ROOT": true}
-	if !pass {
-		for _, k := range credentialEnv {
-			drop[k] = true
-		}
-	}
 	out := make([]string, 0, len(env)+len(extra))
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
-		if !drop[k] {
+		if !drop[k] && (pass || !isCredentialEnv(k)) {
 			out = append(out, kv)
 		}
 	}

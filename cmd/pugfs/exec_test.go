@@ -23,9 +23,13 @@ import (
 // (unless passed on) and pugfs exec's own variables, and gets PUGMARK_*.
 func TestHandlerEnv(t *testing.T) {
 	env := []string{"HOME=/root", "AWS_SECRET_ACCESS_KEY=s3cr3t", "AWS_REGION=eu-west-1",
-		"PUGMARK_SESSION=stale", execInnerEnv + "=1", execChdirEnv + "=/x", "GOOGLE_APPLICATION_CREDENTIALS=/k.json"}
+		"PUGMARK_SESSION=stale", execInnerEnv + "=1", execChdirEnv + "=/x", "GOOGLE_APPLICATION_CREDENTIALS=/k.json",
+		// What a fixed list let through (audit 29), and what stays.
+		"AWS_CONTAINER_AUTHORIZATION_TOKEN=t", "AWS_CONTAINER_CREDENTIALS_FULL_URI=http://169.254.170.23/v1/credentials",
+		"AWS_WEB_IDENTITY_TOKEN_FILE=/var/run/token", "AZURE_CLIENT_CERTIFICATE_PASSWORD=p", "AZURE_FEDERATED_TOKEN_FILE=/f",
+		"CLOUDSDK_AUTH_ACCESS_TOKEN=g", "AWS_PROFILE=dev", "AZURE_STORAGE_ACCOUNT=acct", "TOKEN_OF_MY_APP=keep"}
 	got := handlerEnv(env, false, "PUGMARK_SESSION=new")
-	want := []string{"HOME=/root", "AWS_REGION=eu-west-1", "PUGMARK_SESSION=new"}
+	want := []string{"HOME=/root", "AWS_REGION=eu-west-1", "AWS_PROFILE=dev", "AZURE_STORAGE_ACCOUNT=acct", "TOKEN_OF_MY_APP=keep", "PUGMARK_SESSION=new"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("handlerEnv = %q, want %q", got, want)
 	}
