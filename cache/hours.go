@@ -69,7 +69,8 @@ func (c *Cache) HourSessions(ctx context.Context, hour uint32) ([]layout.Session
 // HourPartition is HourSessions, and whether the hour partition exists:
 // it may hold keys that are no session (skipped and logged) and then
 // has no sessions but is one of Hours. Taken from a fresh full session
-// list, an hour without sessions does not exist, as Hours then says.
+// list, an hour without sessions exists only while Hours lists it from
+// a fresh walk of its own.
 func (c *Cache) HourPartition(ctx context.Context, hour uint32) ([]layout.SessionID, bool, error) {
 	now := c.opts.Now()
 	c.mu.Lock()
@@ -85,9 +86,16 @@ func (c *Cache) HourPartition(ctx context.Context, hour uint32) ([]layout.Sessio
 				ids = append(ids, l.ID)
 			}
 		}
+		// An hour whose keys are all no session is one of Hours as long
+		// as its own walk is fresh, which Hours answers before the
+		// session list: it exists then too (review 30).
+		exists := len(ids) > 0
+		if !exists && c.hourLists.valid && c.freshAt(now, c.hourLists.checked) {
+			_, exists = slices.BinarySearch(c.hourLists.hours, hour)
+		}
 		c.mu.Unlock()
 		slices.SortFunc(ids, layout.SessionID.Compare)
-		return ids, len(ids) > 0, nil
+		return ids, exists, nil
 	}
 	c.mu.Unlock()
 	l, err := c.hourReads.do(ctx, hour, func(ctx context.Context) (hourList, error) {

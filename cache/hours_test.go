@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -64,5 +65,43 @@ func TestPrefetchHours(t *testing.T) {
 	}
 	if got := lists() - before; got != 0 {
 		t.Fatalf("the hours read ahead sent %d LISTs more when listed", got)
+	}
+}
+
+// TestHourPartitionAfterSessionList: an hour partition whose only key
+// is no session, which Hours lists from a fresh walk, exists for
+// HourPartition also once a full session list is fresh (ls sessions/),
+// which it answered from, saying it did not: by-hour/ showed the hour
+// and its lookup was ENOENT (review 30).
+func TestHourPartitionAfterSessionList(t *testing.T) {
+	w := newWorld(t, testbucket.Open(t, testbucket.Mem))
+	start := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	m := &layout.Manifest{Session: layout.NewSessionID(start), FirstSequenceNumber: 1}
+	if _, created, err := w.store.CreateSession(bg, m); err != nil || !created {
+		t.Fatalf("create session: %v, %v", created, err)
+	}
+	empty := m.Session.Hour() + 3
+	prefix, err := layout.HourPrefix(empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.raw.WriteAll(bg, prefix+"not-a-session/manifest.json", []byte("{}"), nil); err != nil {
+		t.Fatal(err)
+	}
+	c := newCache(t, w.store, Options{MetadataTTL: time.Hour})
+	hs, err := c.Hours(bg)
+	if err != nil || !slices.Contains(hs, empty) {
+		t.Fatalf("hours %v, %v: want the partition with no session among them", hs, err)
+	}
+	if _, err := c.Sessions(bg); err != nil {
+		t.Fatal(err)
+	}
+	hs, _ = c.Hours(bg)
+	_, exists, err := c.HourPartition(bg, empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(hs, empty) && !exists {
+		t.Fatalf("Hours lists hour %d (%v) but HourPartition says it does not exist: by-hour/ lists a name whose lookup is ENOENT", empty, hs)
 	}
 }

@@ -105,6 +105,11 @@ func (w *Writer) commitStaged(ctx context.Context, id layout.SessionID, base *se
 	// by ENOSPC refused every later fsync of the session, the files
 	// written whole with it, after the disk had room again (audit 27).
 	var broken []error
+	// Renames and removals waiting for this fsync may involve such a
+	// file (a rename of it: the old name's removal is pending): the
+	// fsync then commits nothing past it, or the rename landed half, the
+	// old name gone and the new one left out (review 30).
+	pendingOps := len(ops) > 0
 	for _, n := range names {
 		if s := ws.files[n]; !seen[s] {
 			s.mu.RLock()
@@ -112,7 +117,7 @@ func (w *Writer) commitStaged(ctx context.Context, id layout.SessionID, base *se
 			werr := s.werr
 			s.mu.RUnlock()
 			switch {
-			case dirty && werr != nil && base == nil: // an fsync; a checkpoint lands whole or not at all
+			case dirty && werr != nil && base == nil && !pendingOps: // an fsync; a checkpoint lands whole or not at all
 				broken = append(broken, fmt.Errorf("%s not committed: %w", s.name, werr))
 			case dirty:
 				ops = append(ops, pendingOp{file: s})
@@ -122,7 +127,7 @@ func (w *Writer) commitStaged(ctx context.Context, id layout.SessionID, base *se
 	if len(broken) > 0 {
 		defer func() {
 			if err == nil {
-				err = fmt.Errorf("%d files not committed, their writes failed (write them again or remove them): %w", len(broken), errors.Join(broken...))
+				err = fmt.Errorf("%d files not committed, their writes failed (write them again whole, or remove them): %w", len(broken), errors.Join(broken...))
 			}
 		}()
 	}

@@ -178,7 +178,8 @@ type File struct {
 	// werr is set when a write or truncate of the content failed (the
 	// staging disk is full, say): the file does not hold what was
 	// written to it, so it is not committed (the error is returned by
-	// close and fsync instead) until it is truncated to nothing.
+	// close and fsync instead) until it is truncated to nothing or
+	// written whole again from its start.
 	werr error
 }
 
@@ -478,9 +479,16 @@ func (s *File) writeAtLocked(p []byte, off int64, atEnd bool) (int, error) {
 		// the bytes would land elsewhere.
 		s.appendFrom = -1
 	}
+	whole := off == 0 && int64(len(p)) >= s.size // every byte the file holds, written again
 	n, err := s.file.WriteAt(p, off)
 	if end := off + int64(n); end > s.size {
 		s.size = end
+	}
+	if err == nil && whole && s.werr != nil {
+		// Written whole again since the write that failed (the program
+		// retried it once the disk had room): what it holds is what
+		// was written. Left set, every later fsync failed (review 30).
+		s.werr = nil
 	}
 	switch {
 	case off == s.summed:

@@ -345,8 +345,12 @@ func (r *Records) renameMemory(ctx context.Context, ns, from, to string, noRepla
 	// here only if that is still what the old name holds, or it put the
 	// old bytes under the new name and dropped another writer's new ones
 	// with the old name (audit 28).
+	holds := map[string]layout.Digest{from: src.Digest}
+	if noReplace {
+		holds[to] = layout.Digest{} // still free, or another writer's record made there meanwhile is lost (review 30)
+	}
 	_, err = r.store.WriteMemory(ctx, ns, layout.MemoryWrite{Put: []layout.Descriptor{moved}, Remove: []string{from},
-		Holds: map[string]layout.Digest{from: src.Digest}, Commit: cm})
+		Holds: holds, Commit: cm})
 	r.caches.InvalidateMemories()
 	return err
 }

@@ -355,3 +355,29 @@ func appendLine(line string) func(ctx context.Context, r *Records, store *layout
 		return err
 	}
 }
+
+// TestRecordsRenameNoReplaceRace: a RENAME_NOREPLACE of a record (GNU
+// mv's first try, mv -n) fails with EEXIST, and leaves it, on a record
+// another writer makes under the new name between the rename's read and
+// its merge: the merge replaced it with the moved one (review 30).
+func TestRecordsRenameNoReplaceRace(t *testing.T) {
+	ctx := context.Background()
+	store := layout.New(memblob.OpenBucket(nil), nil)
+	rs := &racingStore{Store: store}
+	r := NewRecords(rs, RecordCaches{}, RecordOptions{})
+	o := NewRecords(store, RecordCaches{}, RecordOptions{})
+	if _, err := o.PutMemory(ctx, "ns", layout.Descriptor{Name: "m"}, []byte("mine"), nil); err != nil {
+		t.Fatal(err)
+	}
+	rs.between = func() {
+		if _, err := o.PutMemory(ctx, "ns", layout.Descriptor{Name: "dst"}, []byte("theirs"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := r.RenameMemory(ctx, "ns", "m", "dst", true)
+	got := memRecords(t, store, "ns")
+	want := map[string]string{"m": "mine", "dst": "theirs"}
+	if !errors.Is(err, ErrExist) || !maps.Equal(got, want) {
+		t.Fatalf("noReplace rename onto a name made meanwhile: err %v, records %q; want ErrExist and %q", err, got, want)
+	}
+}
