@@ -461,8 +461,24 @@ const refMoveAttempts = 4
 // name's ref as written, for the descriptors open on the moved file.
 func (n *refsNode) moveRef(ctx context.Context, node *refFile, from, to string, noReplace bool) (layout.Ref, bool, syscall.Errno) {
 	f := n.f
-	var prev layout.Ref
-	var existed bool
+	var prev, orig layout.Ref
+	var existed, origExisted, wrote bool
+	// undo puts the new name back as it was before the rename: a failed
+	// rename(2) leaves its target alone (review 30).
+	undo := func() {
+		if !wrote {
+			return
+		}
+		var err error
+		if origExisted {
+			_, _, err = f.recs.WriteRef(ctx, to, prev, true, []byte(orig.Target+"\n"))
+		} else {
+			err = f.recs.DeleteRefIf(ctx, to, prev)
+		}
+		if err != nil {
+			f.log.Warn("a failed rename of a ref could not put its target back", "ref", to, "err", err)
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		src, err := f.store.ReadRef(ctx, from)
 		// A ref created here and still open, not written yet (a temporary
@@ -481,18 +497,22 @@ func (n *refsNode) moveRef(ctx context.Context, node *refFile, from, to string, 
 			if existed && noReplace {
 				return prev, existed, syscall.EEXIST
 			}
+			orig, origExisted = prev, existed
 		}
 		if pending {
 			return prev, existed, 0
 		}
 		if prev, existed, err = f.recs.WriteRef(ctx, to, prev, existed, []byte(src.Target+"\n")); err != nil {
+			undo()
 			return prev, existed, f.errnoOf("rename ref "+from+" to "+to, err)
 		}
+		wrote = true
 		err = f.recs.DeleteRefIf(ctx, from, src)
 		if err == nil {
 			return prev, existed, 0
 		}
 		if !errors.Is(err, layout.ErrRefChanged) || attempt == refMoveAttempts {
+			undo()
 			return prev, existed, f.errnoOf("rename ref "+from, err)
 		}
 	}

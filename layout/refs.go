@@ -209,6 +209,10 @@ func (s *Store) DeleteRefIf(ctx context.Context, name string, prev Ref) error {
 		case err == nil, isNotFound(err):
 			return nil
 		case isPrecondition(err):
+			// Azure answers 412 for a blob that is gone too (review 30).
+			if _, rerr := s.ReadRef(ctx, name); errors.Is(rerr, ErrNotFound) {
+				return nil
+			}
 			return fmt.Errorf("remove ref %s (compare-and-delete): %w", name, ErrRefChanged)
 		case !errors.Is(err, errNoCAS):
 			return fmt.Errorf("remove ref %s (compare-and-delete): %w", name, err)

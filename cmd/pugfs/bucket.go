@@ -170,6 +170,9 @@ func missingBucket(u string) string {
 // after every retry of each of its requests (audit 27: `pugfs session
 // new` took 332 s to fail, fsck 120 s). The caller closes the bucket.
 func openStore(ctx context.Context, arg string, create bool, timeout time.Duration) (*layout.Store, *blob.Bucket, error) {
+	if timeout <= 0 {
+		return nil, nil, usagef("--request-timeout must be positive") // as a mount's (review 30)
+	}
 	b, u, err := openBucket(ctx, arg, create, timeout)
 	if err != nil {
 		return nil, nil, err

@@ -170,3 +170,21 @@ func TestCommandsOnASilentBucket(t *testing.T) {
 		})
 	}
 }
+
+// TestRequestTimeoutMustBePositive: --request-timeout=0 of fsck, session
+// new and fork is a usage error, as a mount's: it was taken, and a
+// bucket that answers at once was said not to answer within 0s (review
+// 30).
+func TestRequestTimeoutMustBePositive(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"session", "new", "--request-timeout=0", dir},
+		{"fork", "--request-timeout=0", dir, "00000000000000000000000000000001"},
+		{"fsck", "--request-timeout=-1s", dir},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "--request-timeout must be positive") {
+			t.Errorf("pugfs %s: exit %d, stderr:\n%s", strings.Join(args, " "), code, errOut.String())
+		}
+	}
+}

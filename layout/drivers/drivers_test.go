@@ -147,6 +147,31 @@ func TestDeleteRefIfStrong(t *testing.T) {
 	}
 }
 
+// TestDeleteRefIfGone: a conditional delete of a ref gone already is no
+// error on any backend: Azure answers it with 412, which read as the ref
+// having changed, and mv of a ref another writer removed failed after its
+// target was written (review 30).
+func TestDeleteRefIfGone(t *testing.T) {
+	for _, kind := range casKinds {
+		t.Run(string(kind), func(t *testing.T) {
+			s := newStore(testbucket.Open(t, kind))
+			if err := s.Link(bg, "r", "one"); err != nil {
+				t.Fatal(err)
+			}
+			read, err := s.ReadRef(bg, "r")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.DeleteRef(bg, "r"); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.DeleteRefIf(bg, "r", read); err != nil {
+				t.Errorf("delete of a ref gone already: %v, want nil", err)
+			}
+		})
+	}
+}
+
 // TestRenameRefStrong renames a ref twice in a row and from a stale read:
 // the first two are strong swaps (no ErrWeakCAS, which is what makes a
 // mount log the fallback warning), the stale one is a conflict that
