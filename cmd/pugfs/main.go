@@ -19,6 +19,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/pugmark/pugfs/internal/redact"
 	"io"
 	"os"
 	"os/signal"
@@ -242,6 +243,12 @@ func runCommand(ctx context.Context, sio *stdio, c *command, args []string) int 
 	default:
 		// A 400 of the bucket read as the SDK's bare text in every
 		// command but mount and exec, whose probe explains it (audit 11).
+		// The secrets of every argument are scrubbed, as a mount's are: a
+		// driver's error may repeat the URL's endpoint with its password
+		// (audit 29).
+		for _, a := range args {
+			err = redact.Err(err, a)
+		}
 		fmt.Fprintf(sio.err, "%s: %s%s\n", prefix, oneLine(err), probeHint(err))
 		return 1
 	}
