@@ -121,7 +121,7 @@ func (w *Writer) TruncateName(ctx context.Context, id layout.SessionID, name str
 		}
 	}
 	if err == nil && kept && w.cfg.Commit == CommitOnFsync {
-		w.keepCut(id, s)
+		w.keepCut(id, s, gen)
 	}
 	if rerr := w.Release(ctx, id, s); err == nil {
 		err = rerr

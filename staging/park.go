@@ -226,7 +226,7 @@ func (w *Writer) keepClosed(id layout.SessionID, s *File, wrote uint64) {
 	if wrote == 0 {
 		return
 	}
-	w.keep(id, s, false)
+	w.keep(id, s, false, 0)
 }
 
 // keepCut names s kept again after truncate(2) of its path cut a file
@@ -236,12 +236,16 @@ func (w *Writer) keepClosed(id layout.SessionID, s *File, wrote uint64) {
 // other handle is open, so a crash lost a file nobody held for writing
 // (review 27). A handle opened since writes, if it does, as after any
 // keep: its write names the file plain.
-func (w *Writer) keepCut(id layout.SessionID, s *File) { w.keep(id, s, true) }
+//
+// gen is the file's generation the cut left: a write through another
+// handle since (the window between the cut and this) makes the file one
+// open for writing again, not kept (review 30).
+func (w *Writer) keepCut(id layout.SessionID, s *File, gen uint64) { w.keep(id, s, true, gen) }
 
 // keep names the spill file of s kept, when a crash must keep it: s is
-// dirty, not in a commit, and, unless anyOpens, open only through the
-// handle being closed (and readers).
-func (w *Writer) keep(id layout.SessionID, s *File, anyOpens bool) {
+// dirty, not in a commit, at generation gen unless that is 0, and, unless
+// anyOpens, open only through the handle being closed (and readers).
+func (w *Writer) keep(id layout.SessionID, s *File, anyOpens bool, gen uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	ws := w.ss[id]
@@ -249,7 +253,7 @@ func (w *Writer) keep(id layout.SessionID, s *File, anyOpens bool) {
 		return
 	}
 	defer s.mu.Unlock()
-	if s.file == nil || s.lazy != nil || !s.dirty || s.unlinked || s.failed != nil || s.committing != nil || s.parkStamp != "" {
+	if s.file == nil || s.lazy != nil || !s.dirty || s.unlinked || s.failed != nil || s.committing != nil || s.parkStamp != "" || (gen != 0 && s.gen != gen) {
 		return
 	}
 	w.nameSpillLocked(id, s, true)
