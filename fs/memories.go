@@ -613,6 +613,11 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 			return nil, 0, n.f.errnoOf("open memory", err)
 		}
 		if ok != has || (ok && cur.Digest != e.Digest) {
+			if !ok {
+				// Removed by another writer: the node keeps its name, or
+				// every later write of the path was EINVAL (review 31).
+				cur = layout.Entry{Descriptor: layout.Descriptor{Name: e.Name}}
+			}
 			e, has = cur, ok
 			n.mu.Lock()
 			n.e, n.has = e, has
@@ -769,7 +774,14 @@ func (n *memFile) setAttrs(ctx context.Context, fh gofs.FileHandle, c staging.At
 	// Unchanged content keeps its time (chmod does not move mtime).
 	n.mu.Lock()
 	keep := layout.ShownMtime(n.e.Metadata, n.e.CreatedAt, time.Time{})
+	gone := !n.has && !n.fresh
 	n.mu.Unlock()
+	if gone {
+		// Another writer removed it since the lookup: a chmod made it
+		// again, empty (review 31).
+		h.Release(ctx)
+		return syscall.ENOENT
+	}
 	h.setAttrs(c, keep)
 	errno = h.Flush(ctx)
 	h.Release(ctx)
@@ -948,7 +960,7 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 		// since the open: the attributes are this handle's, the bytes
 		// that writer's (audit 28: touch under a stream of another
 		// mount's appends was ESTALE, keeping a copy of the record).
-		d, merged, err = f.recs.PutMemoryAttrs(context.WithoutCancel(ctx), n.ns, desc, body, base, func(ctx context.Context) ([]byte, *layout.Digest, error) {
+		d, merged, err = f.recs.PutMemoryAttrs(context.WithoutCancel(ctx), n.ns, desc, body, base, h.inherited, func(ctx context.Context) ([]byte, *layout.Digest, error) {
 			cur, ok, err := f.latestRecord(ctx, n.ns, e.Name)
 			if err != nil || !ok {
 				return nil, nil, err

@@ -177,9 +177,17 @@ func (r *Records) RewriteMemory(ctx context.Context, ns string, e layout.Descrip
 // since no byte of the caller's is lost. A record removed meanwhile
 // stays removed (ErrNotExist). It returns the descriptor and the body
 // committed.
-func (r *Records) PutMemoryAttrs(ctx context.Context, ns string, e layout.Descriptor, body []byte, base *layout.Digest, current func(context.Context) ([]byte, *layout.Digest, error)) (layout.Descriptor, []byte, error) {
+//
+// inherited is the metadata the record had when read: a retry keeps what
+// another writer changed of it since (layout.MemoryWrite.Inherited), or
+// the other mount's new key was dropped by the chmod (review 31).
+func (r *Records) PutMemoryAttrs(ctx context.Context, ns string, e layout.Descriptor, body []byte, base *layout.Digest, inherited map[string]string, current func(context.Context) ([]byte, *layout.Digest, error)) (layout.Descriptor, []byte, error) {
+	var meta map[string]map[string]string
+	if inherited != nil {
+		meta = map[string]map[string]string{e.Name: inherited}
+	}
 	for attempt := 1; ; attempt++ {
-		d, err := r.putGuarded(ctx, ns, e, body, layout.MemoryWrite{Holds: map[string]layout.Digest{e.Name: *base}})
+		d, err := r.putGuarded(ctx, ns, e, body, layout.MemoryWrite{Holds: map[string]layout.Digest{e.Name: *base}, Inherited: meta})
 		if err == nil || !errors.Is(err, layout.ErrChangedUnder) || attempt == appendAttempts {
 			return d, body, err
 		}

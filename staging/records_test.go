@@ -381,3 +381,55 @@ func TestRecordsRenameNoReplaceRace(t *testing.T) {
 		t.Fatalf("noReplace rename onto a name made meanwhile: err %v, records %q; want ErrExist and %q", err, got, want)
 	}
 }
+
+// TestRecordsAttrsRetryKeepsOthersMetadata: a chmod made through
+// PutMemoryAttrs that is refused because another mount appended and set
+// a metadata key meanwhile is made again on the record's current bytes
+// and keeps that key: it was retried with the metadata read at its open,
+// and the other mount's key was dropped (review 31).
+func TestRecordsAttrsRetryKeepsOthersMetadata(t *testing.T) {
+	ctx := context.Background()
+	store := layout.New(memblob.OpenBucket(nil), nil)
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := func() time.Time { clock = clock.Add(time.Hour); return clock }
+	r := NewRecords(store, RecordCaches{}, RecordOptions{Now: now})
+	other := NewRecords(store, RecordCaches{}, RecordOptions{Now: now})
+
+	base, err := r.PutMemory(ctx, "ns", layout.Descriptor{Name: "log"}, []byte("base\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// This mount: chmod 600, which keeps the record's shown mtime.
+	mode := uint32(0o600)
+	keep := layout.ShownMtime(base.Metadata, base.CreatedAt, time.Time{})
+	mine := AttrChange{Mode: &mode}.Apply(nil, keep)
+
+	// The other mount, meanwhile: appends and sets a metadata key.
+	_, err = other.PutMemory(ctx, "ns", layout.Descriptor{Name: "log", Metadata: map[string]string{"topic": "ops"}}, []byte("base\nother\n"), &base.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := func(ctx context.Context) ([]byte, *layout.Digest, error) {
+		v, _ := store.LatestMemoryVersion(ctx, "ns")
+		recs, err := store.ReadMemory(ctx, "ns", v)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, d := range recs {
+			if d.Name == "log" {
+				return append([]byte(nil), d.Data...), &d.Digest, nil
+			}
+		}
+		return nil, nil, nil
+	}
+	d, merged, err := r.PutMemoryAttrs(ctx, "ns", layout.Descriptor{Name: "log", Metadata: mine}, []byte("base\n"), &base.Digest, map[string]string{}, current)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(merged) != "base\nother\n" {
+		t.Fatalf("merged %q", merged)
+	}
+	if d.Metadata["topic"] != "ops" {
+		t.Errorf("metadata after the chmod %v: the other mount's key topic=ops is gone", d.Metadata)
+	}
+}

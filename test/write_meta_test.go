@@ -840,3 +840,44 @@ func TestWriteMemoryModeUnderUmask(t *testing.T) {
 		t.Fatalf("stored metadata %v, want the mode as set (0777): the umask is a view", md)
 	}
 }
+
+// TestWriteMemoryChmodOfRemovedRecord: chmod of a record another mount
+// removed since this mount's lookup (within the metadata TTL) leaves it
+// removed and fails with ENOENT: it failed with EINVAL, keeping a copy in
+// the failed directory (review 31).
+func TestWriteMemoryChmodOfRemovedRecord(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	a, b := mount(t, bk), mount(t, bk, "--metadata-ttl", "1h")
+	rec := "memories/gone/r"
+	shE(t, a.Dir, "mkdir memories/gone && echo one > "+rec)
+	waitFor(t, "b sees the record", func() bool { return shE(t, b.Dir, "cat "+rec) == "one\n" })
+	shE(t, a.Dir, "rm "+rec)
+	_, errOut, err := run(b.Dir, "chmod 600 "+rec)
+	got, _ := memRecords(t, bk, "gone")
+	if len(got) != 0 {
+		t.Errorf("after chmod of a record removed by another mount, the namespace holds %q: it came back", got)
+	}
+	if err == nil || !strings.Contains(errOut, "No such file") {
+		t.Errorf("chmod of a removed record: err %v, stderr %q; want ENOENT", err, errOut)
+	}
+}
+
+// TestWriteMemoryRecordNameKeptAfterRemoval: once an open for writing
+// found the record removed by another mount, the node took the empty
+// entry as its own, name and all: a rewrite of the path through this
+// mount failed (EINVAL) for as long as the kernel kept the entry, where
+// it creates the record again (review 31).
+func TestWriteMemoryRecordNameKeptAfterRemoval(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	a, b := mount(t, bk), mount(t, bk, "--metadata-ttl", "1h")
+	rec := "memories/lost/r"
+	shE(t, a.Dir, "mkdir memories/lost && echo one > "+rec)
+	waitFor(t, "b sees the record", func() bool { return shE(t, b.Dir, "cat "+rec) == "one\n" })
+	shE(t, a.Dir, "rm "+rec)
+	run(b.Dir, "touch "+rec) // opens for writing: the refresh finds it gone
+	_, errOut, err := run(b.Dir, "echo two > "+rec)
+	got, _ := memRecords(t, bk, "lost")
+	if err != nil || got["r"] != "two\n" {
+		t.Errorf("echo two > r on b after another mount removed r: err %v %q; bucket %q, want r = two", err, errOut, got)
+	}
+}
