@@ -27,7 +27,8 @@ func TestHandlerEnv(t *testing.T) {
 		// What a fixed list let through (audit 29), and what stays.
 		"AWS_CONTAINER_AUTHORIZATION_TOKEN=t", "AWS_CONTAINER_CREDENTIALS_FULL_URI=http://169.254.170.23/v1/credentials",
 		"AWS_WEB_IDENTITY_TOKEN_FILE=/var/run/token", "AZURE_CLIENT_CERTIFICATE_PASSWORD=p", "AZURE_FEDERATED_TOKEN_FILE=/f",
-		"CLOUDSDK_AUTH_ACCESS_TOKEN=g", "AWS_PROFILE=dev", "AZURE_STORAGE_ACCOUNT=acct", "TOKEN_OF_MY_APP=keep"}
+		"CLOUDSDK_AUTH_ACCESS_TOKEN=g", "AWS_PROFILE=dev", "AZURE_STORAGE_ACCOUNT=acct", "TOKEN_OF_MY_APP=keep",
+		"IDENTITY_ENDPOINT=http://localhost:42356/msi/token", "IDENTITY_HEADER=h", "MSI_ENDPOINT=http://m", "MSI_SECRET=s"}
 	got := handlerEnv(env, false, "PUGMARK_SESSION=new")
 	want := []string{"HOME=/root", "AWS_REGION=eu-west-1", "AWS_PROFILE=dev", "AZURE_STORAGE_ACCOUNT=acct", "TOKEN_OF_MY_APP=keep", "PUGMARK_SESSION=new"}
 	if !slices.Equal(got, want) {

@@ -223,7 +223,7 @@ func runCommand(ctx context.Context, sio *stdio, c *command, args []string) int 
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(sio.err, "%s: %s; run '%s --help'\n", prefix, dashes(err.Error()), prefix)
+		fmt.Fprintf(sio.err, "%s: %s; run '%s --help'\n", prefix, dashes(scrubArgs(err, args).Error()), prefix)
 		return 2
 	}
 	err = exec(ctx, sio, pos)
@@ -233,7 +233,7 @@ func runCommand(ctx context.Context, sio *stdio, c *command, args []string) int 
 	case err == nil:
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(sio.err, "%s: %s; run '%s --help'\n", prefix, ue.msg, prefix)
+		fmt.Fprintf(sio.err, "%s: %s; run '%s --help'\n", prefix, scrubArgs(errors.New(ue.msg), args).Error(), prefix)
 		return 2
 	case errors.As(err, &ee):
 		return ee.code
@@ -243,15 +243,20 @@ func runCommand(ctx context.Context, sio *stdio, c *command, args []string) int 
 	default:
 		// A 400 of the bucket read as the SDK's bare text in every
 		// command but mount and exec, whose probe explains it (audit 11).
-		// The secrets of every argument are scrubbed, as a mount's are: a
-		// driver's error may repeat the URL's endpoint with its password
-		// (audit 29).
-		for _, a := range args {
-			err = redact.Err(err, a)
-		}
-		fmt.Fprintf(sio.err, "%s: %s%s\n", prefix, oneLine(err), probeHint(err))
+		fmt.Fprintf(sio.err, "%s: %s%s\n", prefix, oneLine(scrubArgs(err, args)), probeHint(err))
 		return 1
 	}
+}
+
+// scrubArgs is err with the secrets of every argument scrubbed from its
+// text, as a mount's errors are: a driver's error, or a usage error
+// about a URL, may repeat an endpoint with its password (audit 29,
+// review 31).
+func scrubArgs(err error, args []string) error {
+	for _, a := range args {
+		err = redact.Err(err, a)
+	}
+	return err
 }
 
 func isHelp(a string) bool { return a == "-h" || a == "-help" || a == "--help" || a == "help" }

@@ -173,14 +173,18 @@ func runMountHelper(name string, args []string, stderr io.Writer) int {
 		return fail("something is already mounted on %s", abs)
 	}
 	logPath := helperLog(abs)
-	// Not through a symbolic link, and only a file of this user's: the
+	// Not through a symbolic link, not a FIFO (whose open would wait for
+	// a reader for good: review 31), and only a file of this user's: the
 	// temporary directory's name is one another user can make first.
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
 	if err != nil {
 		return fail("log file %s: %v", logPath, err)
 	}
 	defer logf.Close()
 	if st, err := logf.Stat(); err == nil {
+		if !st.Mode().IsRegular() {
+			return fail("log file %s is not a regular file: not written", logPath)
+		}
 		if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Getuid() {
 			return fail("log file %s belongs to uid %d, not to this user: not written", logPath, sys.Uid)
 		}

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
+	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestIsMountHelper: pugfs is mount(8)'s helper when run as
@@ -65,5 +69,37 @@ func TestHelperFlags(t *testing.T) {
 		if err != nil || !slices.Equal(flags, tt.flags) || fake != tt.fake {
 			t.Errorf("helperFlags(%q) = %q, fake %v, %v; want %q, fake %v", tt.args, flags, fake, err, tt.flags, tt.fake)
 		}
+	}
+}
+
+// TestMountHelperLogIsNoFifo: the mount helper's log in the temporary
+// directory (a user who cannot write /var/log/pugfs) has a name another
+// local user can make first; a FIFO there blocked the helper for good
+// (mount(8), mount -a at boot), the owner check coming only once a
+// reader appeared (review 31). PUGFS_LOG points the helper at one here
+// (as root, /var/log/pugfs would serve).
+func TestMountHelperLogIsNoFifo(t *testing.T) {
+	dir := t.TempDir()
+	fifo := dir + "/pugfs-1000_mnt.log"
+	if err := syscall.Mkfifo(fifo, 0o666); err != nil {
+		t.Skip(err)
+	}
+	os.Chown(fifo, 65534, 65534) // another user's
+	t.Setenv("PUGFS_LOG", fifo)
+	mnt := t.TempDir()
+	done := make(chan int, 1)
+	var stderr bytes.Buffer
+	go func() { done <- runMountHelper("mount.pugfs", []string{"file:///nonexistent-review31", mnt}, &stderr) }()
+	select {
+	case rc := <-done:
+		t.Logf("helper returned %d: %s", rc, stderr.String())
+	case <-time.After(5 * time.Second):
+		// Unblock it: the uid check then refuses the file.
+		r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err == nil {
+			defer r.Close()
+		}
+		rc := <-done
+		t.Fatalf("mount helper blocked >5s opening a FIFO planted at its log path (returned %d once a reader came: %s)", rc, stderr.String())
 	}
 }

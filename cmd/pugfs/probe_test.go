@@ -208,3 +208,20 @@ func TestCommandErrorsScrubSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestUsageErrorsScrubSecrets: a usage error about a URL the parser
+// refuses (a password with a stray %) is scrubbed of the argument's
+// secrets too; only the other errors were (review 31).
+func TestUsageErrorsScrubSecrets(t *testing.T) {
+	u := "s3://AKIAREVIEW31:hunter2%zzsecret@bucket"
+	for _, args := range [][]string{
+		{"fsck", "--request-timeout=2s", u},
+		{"session", "new", "--request-timeout=2s", u},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), args, &out, &errOut)
+		if strings.Contains(errOut.String(), "hunter2") {
+			t.Errorf("pugfs %s: exit %d, stderr shows the password:\n%s", args[0], code, errOut.String())
+		}
+	}
+}

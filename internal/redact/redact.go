@@ -259,7 +259,29 @@ func Secrets(u string) []string {
 			add(un)
 		}
 	}
-	if p, err := url.Parse(u); err == nil {
+	p, err := url.Parse(u)
+	if err != nil {
+		// A URL the parser refuses (a password with a stray %) still has
+		// its userinfo where a person reads one: before the last @ of
+		// its authority (review 31).
+		if i := strings.Index(u, "://"); i >= 0 {
+			rest := u[i+3:]
+			if end := strings.IndexAny(rest, "/?#"); end >= 0 {
+				rest = rest[:end]
+			}
+			if at := strings.LastIndex(rest, "@"); at > 0 {
+				info := rest[:at]
+				if colon := strings.IndexByte(info, ':'); colon >= 0 {
+					info = info[colon+1:]
+				}
+				add(info)
+				if un, err := url.PathUnescape(info); err == nil {
+					add(un)
+				}
+			}
+		}
+	}
+	if err == nil {
 		if pw, ok := p.User.Password(); ok {
 			add(pw)
 			add(url.QueryEscape(pw))

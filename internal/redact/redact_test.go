@@ -61,6 +61,13 @@ func TestURLUnparsed(t *testing.T) {
 	if got := URL("s3://b/in/x\n"); !strings.HasPrefix(got, "s3://") {
 		t.Errorf("URL of an unparsed s3 URL = %q, want its scheme kept", got)
 	}
+	// Secrets of a URL the parser refuses: its userinfo's password
+	// still scrubs an error quoting it (review 31).
+	for _, u := range []string{"s3://AKIA:hunter22%zz@bucket", "s3://AKIA:hunter22%zz@bucket/in?x=1"} {
+		if got := Scrub("BUCKET-URL "+u+" is neither a path nor a URL", Secrets(u)); strings.Contains(got, "hunter22") {
+			t.Errorf("Scrub with Secrets(%q) = %q", u, got)
+		}
+	}
 }
 
 // TestURLMalformedQuery: a query Go's parser refuses is shown as written
