@@ -96,8 +96,9 @@ type Cache struct {
 	mu       sync.Mutex // the global state lock; see the package comment
 	sessions *simplelru.LRU[layout.SessionID, *Session]
 	// ancestors caches the visible log of (session, version) for parent
-	// chains: immutable, shared by every child forked there.
-	ancestors *simplelru.LRU[ancestorKey, []layout.Entry]
+	// chains, as the session forked from there sees it: immutable,
+	// shared by every descendant through that session.
+	ancestors *simplelru.LRU[ancestorLogKey, []layout.Entry]
 	manifests *simplelru.LRU[layout.SessionID, *layout.Manifest]
 	// manifestReads are the manifest reads in flight, so that a read a
 	// lookup started ahead (Find) is joined, not repeated.
@@ -140,6 +141,14 @@ type Cache struct {
 type ancestorKey struct {
 	id layout.SessionID
 	v  uint32
+}
+
+// ancestorLogKey names an ancestor's visible log: at version v of id, as
+// session via, forked from there, sees it (the fork record of via kept,
+// its siblings' dropped, §11.3).
+type ancestorLogKey struct {
+	ancestorKey
+	via layout.SessionID
 }
 
 // sessionList is the last freshness pass over sessions/: every session,
@@ -198,7 +207,7 @@ func New(store Store, opts Options) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.ancestors, _ = simplelru.NewLRU[ancestorKey, []layout.Entry](1024, nil)
+	c.ancestors, _ = simplelru.NewLRU[ancestorLogKey, []layout.Entry](1024, nil)
 	c.manifests, _ = simplelru.NewLRU[layout.SessionID, *layout.Manifest](16384, nil)
 	c.trees, _ = simplelru.NewLRU[ancestorKey, *Dir](256, nil)
 	c.partial, _ = simplelru.NewLRU[layout.SessionID, *State](partialMax, nil)
@@ -338,28 +347,31 @@ func (c *Cache) manifest(ctx context.Context, id layout.SessionID) (*layout.Mani
 }
 
 // ancestorLog returns the entries a child sees of its parent chain
-// (§6.5 step 1; fork records dropped, §11.3).
+// (§6.5 step 1; the fork records of sessions outside the chain dropped,
+// §11.3).
 func (c *Cache) ancestorLog(ctx context.Context, id layout.SessionID, m *layout.Manifest) ([]layout.Entry, error) {
 	if m.Parent == nil {
 		return nil, nil
 	}
 	// Walk up, collecting the chain, with cycle and depth guards.
-	var chain []ancestorKey
+	var chain []ancestorLogKey
 	seen := map[layout.SessionID]bool{id: true}
-	cur := m
+	cur, via := m, id
 	for cur.Parent != nil {
 		p := *cur.Parent
 		if seen[p.Session] || len(chain) >= layout.MaxParentDepth {
 			return nil, fmt.Errorf("parent chain of %s: %w: cycle or too deep at %s", id, layout.ErrCorrupt, p.Session)
 		}
 		seen[p.Session] = true
-		chain = append(chain, ancestorKey{p.Session, p.Version})
+		k := ancestorLogKey{ancestorKey{p.Session, p.Version}, via}
+		chain = append(chain, k)
 		c.mu.Lock()
-		cached, ok := c.ancestors.Get(ancestorKey{p.Session, p.Version})
+		cached, ok := c.ancestors.Get(k)
 		c.mu.Unlock()
 		if ok {
 			return chainOf(id)(c.extendAncestors(ctx, cached, chain[:len(chain)-1]))
 		}
+		via = p.Session
 		pm, err := c.manifest(ctx, p.Session)
 		if err != nil {
 			if errors.Is(err, layout.ErrNotFound) {
@@ -385,7 +397,7 @@ func chainOf(id layout.SessionID) func([]layout.Entry, error) ([]layout.Entry, e
 
 // extendAncestors builds, root-most first, the visible logs of chain
 // (child-most first) on top of base, caching each level.
-func (c *Cache) extendAncestors(ctx context.Context, base []layout.Entry, chain []ancestorKey) ([]layout.Entry, error) {
+func (c *Cache) extendAncestors(ctx context.Context, base []layout.Entry, chain []ancestorLogKey) ([]layout.Entry, error) {
 	log := base
 	for i := len(chain) - 1; i >= 0; i-- {
 		l := chain[i]
@@ -399,9 +411,9 @@ func (c *Cache) extendAncestors(ctx context.Context, base []layout.Entry, chain 
 		}
 		next := make([]layout.Entry, len(log), len(log)+16)
 		copy(next, log)
-		log = layout.AppendEntries(next, l.id, 1, snaps, true)
+		log = layout.AppendAncestorEntries(next, l.id, snaps, l.via)
 		c.mu.Lock()
-		c.ancestors.Add(ancestorKey{l.id, l.v}, log)
+		c.ancestors.Add(l, log)
 		c.mu.Unlock()
 	}
 	return log, nil

@@ -123,7 +123,7 @@ func (st *State) Log(v uint32) []layout.Entry {
 	}
 	out := make([]layout.Entry, len(st.ancestors), len(st.ancestors)+int(v)*2)
 	copy(out, st.ancestors)
-	return layout.AppendEntries(out, st.ID, 1, st.snaps[:v], false)
+	return layout.AppendEntries(out, st.ID, 1, st.snaps[:v])
 }
 
 // SlotsAt returns the live slots at version v <= Version.

@@ -204,3 +204,57 @@ func TestSection17_BranchDiscovery(t *testing.T) {
 		}
 	})
 }
+
+// §11.3: a full scan of a fork walks its parent chain with the fork
+// records of the parent's other children (its siblings) filtered out,
+// and keeps the one that made it: all were dropped, so a child's
+// log.jsonl lacked its own fork record (audit 26). Two levels: the
+// grandchild's scan keeps the parent's record of the child it descends
+// from and the child's record of it.
+func TestSection11_3_OwnForkRecordInFullLog(t *testing.T) {
+	s := newStore(t, memBucket(), nil)
+	p := newSession(t, s)
+	commit(t, s, p, Checkpoint, descs("x")...)
+	a, err := s.Fork(bg, p, ForkRequest{Descriptor: desc("a-task", "a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Fork(bg, p, ForkRequest{Descriptor: desc("b-task", "b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.Fork(bg, b, ForkRequest{Descriptor: desc("g-task", "g")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forks := func(id SessionID) []SessionID {
+		t.Helper()
+		v, err := s.LatestVersion(bg, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log, err := s.FullLog(bg, id, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []SessionID
+		for _, e := range log {
+			if e.Fork {
+				out = append(out, e.TargetSession)
+			}
+		}
+		return out
+	}
+	if got := forks(a); len(got) != 1 || got[0] != a {
+		t.Errorf("fork records in the scan of a: %v, want a's own only", got)
+	}
+	if got := forks(b); len(got) != 2 || got[0] != b || got[1] != g {
+		t.Errorf("fork records in the scan of b: %v, want the one that made it (not its sibling a's) and its own of g", got)
+	}
+	if got := forks(g); len(got) != 2 || got[0] != b || got[1] != g {
+		t.Errorf("fork records in the scan of g: %v, want b's (in p) and g's (in b)", got)
+	}
+	if got := forks(p); len(got) != 2 {
+		t.Errorf("fork records in p's own scan: %v, want both of its own", got)
+	}
+}

@@ -165,7 +165,7 @@ func (s *Store) ReadSnapshotRange(ctx context.Context, id SessionID, from, to ui
 
 // FullLog returns the full-state scan of a session at version v (§6.5):
 // the parent chain (each ancestor up to the version its child sees, with
-// fork records dropped, §11.3), then this session's snapshots 1..v, each
+// the fork records of other sessions than the chain's dropped, §11.3), then this session's snapshots 1..v, each
 // in stored order. Tombstones, fork and cross-session records of the
 // session itself are included.
 func (s *Store) FullLog(ctx context.Context, id SessionID, v uint32) ([]Entry, error) {
@@ -174,30 +174,48 @@ func (s *Store) FullLog(ctx context.Context, id SessionID, v uint32) ([]Entry, e
 		return nil, err
 	}
 	var out []Entry
-	for _, a := range chain {
+	for i, a := range chain {
 		snaps, err := s.ReadSnapshotRange(ctx, a.Session, 1, a.Version, 8)
 		if err != nil {
 			return nil, fmt.Errorf("full log of %s: ancestor %s: %w", id, a.Session, err)
 		}
-		out = AppendEntries(out, a.Session, 1, snaps, true)
+		via := id
+		if i+1 < len(chain) {
+			via = chain[i+1].Session
+		}
+		out = AppendAncestorEntries(out, a.Session, snaps, via)
 	}
 	snaps, err := s.ReadSnapshotRange(ctx, id, 1, v, 8)
 	if err != nil {
 		return nil, fmt.Errorf("full log of %s: %w", id, err)
 	}
-	return AppendEntries(out, id, 1, snaps, false), nil
+	return AppendEntries(out, id, 1, snaps), nil
 }
 
 // AppendEntries appends the descriptors of consecutive snapshots (the
-// first at version from) to log. For an ancestor's snapshots, fork
-// records are dropped (§11.3).
-func AppendEntries(log []Entry, session SessionID, from uint32, snaps [][]Descriptor, ancestor bool) []Entry {
+// first at version from) to log.
+func AppendEntries(log []Entry, session SessionID, from uint32, snaps [][]Descriptor) []Entry {
 	for i, ds := range snaps {
 		for _, d := range ds {
-			if ancestor && d.Fork {
+			log = append(log, Entry{Descriptor: d, Session: session, Version: from + uint32(i)})
+		}
+	}
+	return log
+}
+
+// AppendAncestorEntries appends an ancestor's snapshots 1..len(snaps) to
+// log, as a full scan of a descendant sees them: the ancestor's fork
+// records are dropped but the one of via, the session of the chain it
+// was forked into (§11.3 filters the siblings of the fork being
+// traversed; dropping them all left the child's own fork record out of
+// its log, audit 26). A legacy record naming no target is dropped.
+func AppendAncestorEntries(log []Entry, session SessionID, snaps [][]Descriptor, via SessionID) []Entry {
+	for i, ds := range snaps {
+		for _, d := range ds {
+			if d.Fork && (d.TargetSession.IsZero() || d.TargetSession != via) {
 				continue
 			}
-			log = append(log, Entry{Descriptor: d, Session: session, Version: from + uint32(i)})
+			log = append(log, Entry{Descriptor: d, Session: session, Version: 1 + uint32(i)})
 		}
 	}
 	return log

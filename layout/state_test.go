@@ -12,7 +12,8 @@ import (
 )
 
 // §6.5 and §11.3: the full state is the parent chain (each ancestor up to
-// the version its child was taken from, with fork records dropped) then
+// the version its child was taken from, with the fork records of sessions
+// off the chain, the siblings, dropped) then
 // the session's own snapshots in version order, descriptors in stored
 // order; a delta is one snapshot.
 func TestSection6_5_FullStateThroughParents(t *testing.T) {
@@ -37,7 +38,8 @@ func TestSection6_5_FullStateThroughParents(t *testing.T) {
 		if _, err := s.MaterializeFork(bg, PendingFork{Parent: a, Version: 2, Descriptor: mustForkRecord(t, s, a, 2, b1)}); err != nil {
 			t.Fatal(err)
 		}
-		// b sees a@2: a1, a2 (the fork record dropped), then its own.
+		// b sees a@2: a1, a2 and the fork record that made it, then its
+		// own.
 		commit(t, s, b1, Checkpoint, descs("b2")...)
 		c, _, err := s.RecordFork(bg, b1, ForkRequest{Descriptor: desc("forkC", "fc")})
 		if err != nil {
@@ -57,34 +59,39 @@ func TestSection6_5_FullStateThroughParents(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := names(log); got != "a1,a2,forkB,b2,forkC,c2,c3" {
+		if got := names(log); got != "a1,a2,forkB,forkB,b2,forkC,forkC,c2,c3" {
 			t.Fatalf("full log of c = %s", got)
 		}
-		// forkB and forkC appear as the children's own snapshot-1 copies,
-		// not as the parents' fork records.
+		// The parents' fork records of the chain (a's of b, b's of c) are
+		// visible up to their versions (§6.5), each followed, in the
+		// child, by its own snapshot-1 copy; a's sibling fork is not.
+		var forks []SessionID
 		for _, e := range log {
 			if e.Fork {
-				t.Fatalf("fork record in a child's chain: %+v", e)
+				forks = append(forks, e.TargetSession)
 			}
 		}
-		if log[2].Session != b1 || log[2].Version != 1 || log[4].Session != c || log[4].Version != 1 {
+		if len(forks) != 2 || forks[0] != b1 || forks[1] != c {
+			t.Fatalf("fork records in c's chain: %v, want a's of b and b's of c", forks)
+		}
+		if log[3].Session != b1 || log[3].Version != 1 || log[6].Session != c || log[6].Version != 1 {
 			t.Fatalf("entries %+v", log)
 		}
 		// §7.3: each child's numbering starts after its parent's last
-		// sequence number at the fork (the dropped fork records, 3 in a and
-		// 6 in b, keep their numbers), so the chain is strictly increasing.
-		for i, want := range []int64{1, 2, 4, 5, 7, 8, 9} {
+		// sequence number at the fork, the fork record's, so the chain
+		// counts without a gap.
+		for i, want := range []int64{1, 2, 3, 4, 5, 6, 7, 8, 9} {
 			if log[i].SequenceNumber != want {
 				t.Fatalf("entry %d %q: sequence %d, want %d", i, log[i].Name, log[i].SequenceNumber, want)
 			}
 		}
 		// State at an old version.
 		old, err := s.FullLog(bg, c, 1)
-		if err != nil || names(old) != "a1,a2,forkB,b2,forkC" {
+		if err != nil || names(old) != "a1,a2,forkB,forkB,b2,forkC,forkC" {
 			t.Fatalf("c@1 = %s %v", names(old), err)
 		}
 		at0, err := s.FullLog(bg, c, 0)
-		if err != nil || names(at0) != "a1,a2,forkB,b2" {
+		if err != nil || names(at0) != "a1,a2,forkB,forkB,b2,forkC" {
 			t.Fatalf("c@0 = %s %v", names(at0), err)
 		}
 		// The parent's own log keeps its fork records (§17) and sees its
@@ -97,9 +104,10 @@ func TestSection6_5_FullStateThroughParents(t *testing.T) {
 		if names(a2) != "a1,a2,forkB" {
 			t.Fatalf("a@2 = %s", names(a2))
 		}
-		// The sibling does not see b's or c's snapshots, nor forkB's record.
+		// The sibling does not see b's or c's snapshots, nor forkB's
+		// record; it sees its own.
 		slog, err := s.FullLog(bg, sib, 1)
-		if err != nil || names(slog) != "a1,a2,a3,forkSib" {
+		if err != nil || names(slog) != "a1,a2,a3,forkSib,forkSib" {
 			t.Fatalf("sibling = %s %v", names(slog), err)
 		}
 		// A delta is one snapshot.
