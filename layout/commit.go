@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -82,6 +83,24 @@ type CommitRequest struct {
 	// (ErrChangedUnder) with the names in Clashes. The caller checks the
 	// versions up to Base itself. Needs a Base.
 	Paths bool
+	// Inherited keeps other writers' metadata changes under a file's new
+	// content: name -> the metadata the descriptor took from the file as
+	// its writer read it, and the version that held it. A live
+	// descriptor of the name in a snapshot the commit lands above,
+	// other than Base's and above that version, gives the metadata the
+	// writer did not change itself (MergeMetadata): a rewrite (>) from a
+	// mount whose view was older than another mount's chmod or setfattr
+	// put the old mode and attributes back (audit 28). The caller merges
+	// the versions up to Base itself.
+	Inherited map[string]MetaBase
+}
+
+// MetaBase is the metadata a writer read a file with and the version
+// whose snapshot held it (0 for a file inherited from an ancestor,
+// §11.3: any descriptor of the name in the session came after it).
+type MetaBase struct {
+	Version  uint32
+	Metadata map[string]string
 }
 
 // FileBase is the file a writer read and built its new content on: the
@@ -165,6 +184,12 @@ func (s *Store) Commit(ctx context.Context, id SessionID, req CommitRequest) (Co
 			// JSON would carry it as U+FFFD: two names would become one.
 			return CommitResult{}, fmt.Errorf("commit to %s: descriptor: %w", id, err)
 		}
+	}
+	if len(req.Inherited) > 0 {
+		// Merged into as the commit goes (mergeInherited): the
+		// caller's request stays as it was.
+		req.Inherited = maps.Clone(req.Inherited)
+		req.Descriptors = slices.Clone(req.Descriptors)
 	}
 	txn := req.TransactionID
 	// A caller-supplied ID may already have landed (§13.2): every version
@@ -427,8 +452,10 @@ func (s *Store) stepOver(ctx context.Context, id SessionID, v uint32, txn uint64
 		if err != nil {
 			return Position{}, false, fmt.Errorf("commit to %s: %w", id, err)
 		}
-		if unread || newest > latest && !req.guarded() {
-			// The newest alone gives the position.
+		if unread || newest > latest && !req.reads() {
+			// The newest alone gives the position (a metadata merge
+			// is best effort: an unreadable snapshot does not fail
+			// the commit, as it fails a guard).
 			newest = max(newest, latest)
 			if pos, err = s.positionAt(ctx, id, newest); err != nil {
 				return Position{}, false, fmt.Errorf("commit to %s: %w", id, err)
@@ -437,6 +464,13 @@ func (s *Store) stepOver(ctx context.Context, id SessionID, v uint32, txn uint64
 		}
 		if newest > latest {
 			more, err := s.ReadSnapshotRange(ctx, id, latest+1, newest, checkAboveReads)
+			if err != nil && !req.guarded() {
+				// A metadata merge alone is best effort.
+				if pos, err = s.positionAt(ctx, id, newest); err != nil {
+					return Position{}, false, fmt.Errorf("commit to %s: %w", id, err)
+				}
+				return pos, false, nil
+			}
 			if err != nil {
 				return Position{}, false, fmt.Errorf("commit to %s: inspect versions %d-%d: %w", id, latest+1, newest, err)
 			}
@@ -636,10 +670,13 @@ const checkAboveReads = 16
 // over, fell further behind at every try, and failed after 100 tries
 // and a minute where it could have landed (audit 5).
 func (s *Store) checkAbove(ctx context.Context, id SessionID, from, to uint32, req *CommitRequest) ([][]Descriptor, error) {
-	if !req.guarded() {
+	if !req.reads() {
 		return nil, nil
 	}
 	snaps, err := s.ReadSnapshotRange(ctx, id, from, to, checkAboveReads)
+	if err != nil && !req.guarded() {
+		return nil, nil // a metadata merge alone is best effort
+	}
 	if err != nil {
 		return nil, fmt.Errorf("commit to %s: inspect versions %d-%d: %w", id, from, to, err)
 	}
@@ -655,8 +692,15 @@ func (r *CommitRequest) guarded() bool {
 	return len(r.Unchanged) > 0 || r.Paths && NewPathClash(r.Descriptors) != nil
 }
 
+// reads reports whether r needs the snapshots it lands above: it is
+// guarded, or merges metadata (Inherited).
+func (r *CommitRequest) reads() bool {
+	return r.guarded() || len(r.Inherited) > 0
+}
+
 // checkRead is checkAbove on snapshots read: snaps[i] is version from+i.
-// A *StaleError names what req must not land over.
+// A *StaleError names what req must not land over; else the descriptors
+// of req.Inherited take the metadata changes those snapshots made.
 func checkRead(id SessionID, from uint32, snaps [][]Descriptor, req *CommitRequest) error {
 	var clash *PathClash
 	if req.Paths {
@@ -687,7 +731,50 @@ func checkRead(id SessionID, from uint32, snaps [][]Descriptor, req *CommitReque
 	if len(stale.Names) > 0 {
 		return stale
 	}
+	mergeInherited(from, snaps, req)
 	return nil
+}
+
+// mergeInherited gives each descriptor of req.Inherited the metadata
+// changes of the name's newest live descriptor in snaps (version from+i)
+// above its base, and moves the base there: the next snapshots read are
+// merged onto that one. A removal ends the merge: the file is written
+// again with the writer's metadata, as after an rm on another mount.
+func mergeInherited(from uint32, snaps [][]Descriptor, req *CommitRequest) {
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		b, ok := req.Inherited[d.Name]
+		if !ok || !d.IsSlot() || d.Deleted {
+			continue
+		}
+		theirs, at := newestOf(d.Name, from, snaps, b.Version)
+		switch {
+		case theirs == nil:
+		case theirs.Deleted:
+			delete(req.Inherited, d.Name)
+		default:
+			d.Metadata = MergeMetadata(b.Metadata, d.Metadata, theirs.Metadata)
+			req.Inherited[d.Name] = MetaBase{Version: at, Metadata: theirs.Metadata}
+		}
+	}
+}
+
+// newestOf returns the last descriptor of name in snaps (version from+i)
+// above version after, and its version.
+func newestOf(name string, from uint32, snaps [][]Descriptor, after uint32) (*Descriptor, uint32) {
+	for i := len(snaps) - 1; i >= 0; i-- {
+		v := from + uint32(i)
+		if v <= after {
+			break
+		}
+		ds := snaps[i]
+		for j := len(ds) - 1; j >= 0; j-- {
+			if ds[j].Name == name && ds[j].IsSlot() {
+				return &ds[j], v
+			}
+		}
+	}
+	return nil, 0
 }
 
 // PathClash finds the names of a commit that clash as paths with a live

@@ -3,8 +3,10 @@ package layout
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -523,6 +525,85 @@ func TestCommitUnchanged(t *testing.T) {
 			wantErrIs(t, err, ErrInvalid)
 		})
 	})
+}
+
+// TestCommitInherited: a file's new content committed from a view older
+// than another writer's chmod or setfattr of it keeps those changes: the
+// keys its writer did not change itself come from the newest descriptor
+// of the name in the snapshots the commit lands above (audit 28: a `>`
+// from a mount within its TTL put the old mode back). The writer's own
+// changes win, a removal leaves the writer's metadata, and a descriptor
+// at or below the version the writer read is what it read.
+func TestCommitInherited(t *testing.T) {
+	meta := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	with := func(d Descriptor, m map[string]string) Descriptor {
+		d.Metadata = m
+		return d
+	}
+	orig := with(desc("f", "one\n"), meta(MetaPosixMode, "0644", "k", "old"))
+	for _, c := range []struct {
+		name   string
+		others [][]Descriptor // snapshots another writer commits above version 1
+		base   uint32         // the version the writer read f at
+		mine   map[string]string
+		want   map[string]string
+	}{
+		{"chmod", [][]Descriptor{{with(desc("f", "one\n"), meta(MetaPosixMode, "0600", "k", "old"))}}, 1,
+			meta(MetaPosixMode, "0644", "k", "old"), meta(MetaPosixMode, "0600", "k", "old")},
+		{"setfattr-and-chmod-in-turn", [][]Descriptor{
+			{with(desc("f", "one\n"), meta(MetaPosixMode, "0600", "k", "old"))},
+			{desc("g", "x")},
+			{with(desc("f", "one\n"), meta(MetaPosixMode, "0600", "k", "new", "added", "1"))},
+		}, 1, meta(MetaPosixMode, "0644", "k", "old"), meta(MetaPosixMode, "0600", "k", "new", "added", "1")},
+		{"own-changes-win", [][]Descriptor{{with(desc("f", "one\n"), meta(MetaPosixMode, "0600", "k", "theirs"))}}, 1,
+			meta(MetaPosixMode, "0700", "k", "old", "mine", "1"), meta(MetaPosixMode, "0700", "k", "theirs", "mine", "1")},
+		{"their-removal-of-a-key", [][]Descriptor{{with(desc("f", "one\n"), meta(MetaPosixMode, "0644"))}}, 1,
+			meta(MetaPosixMode, "0644", "k", "old"), meta(MetaPosixMode, "0644")},
+		{"their-mtime-is-not-kept", [][]Descriptor{{with(desc("f", "one\n"), meta(MetaPosixMode, "0644", "k", "old", MetaPosixMtime, "1577934245"))}}, 1,
+			meta(MetaPosixMode, "0644", "k", "old"), meta(MetaPosixMode, "0644", "k", "old")},
+		{"removed", [][]Descriptor{{{Name: "f", Deleted: true, CreatedAt: testNow}}}, 1,
+			meta(MetaPosixMode, "0644", "k", "old"), meta(MetaPosixMode, "0644", "k", "old")},
+		{"read-at-or-above-the-change", [][]Descriptor{{with(desc("f", "one\n"), meta(MetaPosixMode, "0600"))}}, 2,
+			meta(MetaPosixMode, "0644", "k", "old"), meta(MetaPosixMode, "0644", "k", "old")},
+		{"past-one-round-of-reads", append(slices.Repeat([][]Descriptor{{desc("g", "x")}}, stepReads+3),
+			[]Descriptor{with(desc("f", "one\n"), meta(MetaPosixMode, "0600", "k", "old"))}), 1,
+			meta(MetaPosixMode, "0644", "k", "old"), meta(MetaPosixMode, "0600", "k", "old")},
+	} {
+		for _, typ := range []SnapshotType{Provisional, Checkpoint} {
+			t.Run(c.name+"/"+string(typ), func(t *testing.T) {
+				s := newStore(t, memBucket(), nil)
+				id := newSession(t, s)
+				commit(t, s, id, Provisional, orig)
+				base, _ := s.PositionAt(bg, id, 1)
+				for _, ds := range c.others {
+					commit(t, s, id, Provisional, ds...)
+				}
+				mine := with(desc("f", "two\n"), c.mine)
+				req := CommitRequest{Type: typ, Descriptors: []Descriptor{mine}, Base: &base,
+					Inherited: map[string]MetaBase{"f": {Version: c.base, Metadata: orig.Metadata}}}
+				r, err := s.Commit(bg, id, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := r.Descriptors[0].Metadata; !maps.Equal(got, c.want) {
+					t.Errorf("committed metadata %v, want %v", got, c.want)
+				}
+				stored, err := s.ReadSnapshot(bg, id, r.Version)
+				if err != nil || !maps.Equal(stored[0].Metadata, c.want) {
+					t.Errorf("stored metadata %v (%v), want %v", stored, err, c.want)
+				}
+				if !maps.Equal(req.Descriptors[0].Metadata, c.mine) || req.Inherited["f"].Version != c.base {
+					t.Errorf("the caller's request changed: %v, %v", req.Descriptors[0].Metadata, req.Inherited)
+				}
+			})
+		}
+	}
 }
 
 // TestCommitPathClash: with Paths, a commit is refused with a

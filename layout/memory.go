@@ -141,10 +141,11 @@ type MemoryWrite struct {
 	Inherited map[string]map[string]string
 }
 
-// mergeMeta is the metadata of a record rewritten from base (what its
-// writer read) to mine, when the record holds theirs at the merge: each
-// key the writer did not change is theirs, posix-mtime is mine.
-func mergeMeta(base, mine, theirs map[string]string) map[string]string {
+// MergeMetadata is the metadata of a file or record rewritten from base
+// (what its writer read) to mine, when it holds theirs at the merge: each
+// key the writer did not change is theirs, posix-mtime is mine (a content
+// write clears it, a utimes sets it).
+func MergeMetadata(base, mine, theirs map[string]string) map[string]string {
 	out := map[string]string{}
 	keys := map[string]bool{}
 	for _, m := range []map[string]string{base, mine, theirs} {
@@ -235,7 +236,7 @@ func (s *Store) WriteMemory(ctx context.Context, ns string, w MemoryWrite) (Memo
 				base, ok := w.Inherited[d.Name]
 				c, found := lastRecord(cur, d.Name)
 				if ok && found {
-					mw.Put[i].Metadata = mergeMeta(base, d.Metadata, c.Metadata)
+					mw.Put[i].Metadata = MergeMetadata(base, d.Metadata, c.Metadata)
 				}
 			}
 		}

@@ -575,6 +575,7 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 		if req, err = b.request(id, w.cfg.SnapshotType, w.rebases()); err != nil {
 			return layout.CommitResult{}, w.settleDropped(ws, b, err) // every member refused or dropped
 		}
+		b.inherit(&req, id, st)
 	}
 	var res layout.CommitResult
 	var se *layout.StaleError
@@ -597,6 +598,7 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 		if req, err = b.request(id, w.cfg.SnapshotType, w.rebases()); err != nil {
 			return layout.CommitResult{}, w.settleDropped(ws, b, err)
 		}
+		b.inherit(&req, id, st)
 	}
 	if err != nil {
 		w.failBatch(b)
@@ -624,6 +626,7 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 	w.cache.Committed(id, res, mark)
 	w.cache.SetName(id, st.Manifest.Name)
 	files := b.live(b.files)
+	sent := b.liveDescs()
 	w.mu.Lock()
 	for i, d := range res.Descriptors {
 		if d.Deleted {
@@ -633,6 +636,7 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 			e := layout.Entry{Descriptor: d, Session: id, Version: res.Version}
 			s.mu.Lock()
 			s.committed, s.unknown = &e, nil
+			tookMetadata(s, sent[i].Metadata, d.Metadata)
 			if s.appendFrom >= 0 || !s.dirty {
 				// What it holds is e's bytes and, at most, appends.
 				s.appendFrom = d.Size
@@ -677,6 +681,18 @@ func (b *batch) live(xs []*File) []*File {
 	for i, x := range xs {
 		if b.stale[b.owner[i]] == nil && !b.dropped[i] {
 			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// liveDescs returns the descriptors of b's members not refused and not
+// dropped, in order, as they joined (before inherit merged into them).
+func (b *batch) liveDescs() []layout.Descriptor {
+	var out []layout.Descriptor
+	for i, d := range b.descs {
+		if b.stale[b.owner[i]] == nil && !b.dropped[i] {
+			out = append(out, d)
 		}
 	}
 	return out

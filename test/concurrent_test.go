@@ -337,6 +337,18 @@ assert stat.S_ISREG(os.lstat("g").st_mode)
 			want: files{"f": "old\n"}, meta: files{"k": "v", layout.MetaPosixMode: "0755"}},
 		{name: "utimes after chmod", a: "chmod 600 f", b: `python3 -c 'import os; os.utime("f", (978307200, 978307200))'`,
 			want: files{"f": "old\n"}, meta: files{layout.MetaPosixMode: "0600"}},
+		// New content from b's view keeps a's metadata, as a local
+		// file keeps its mode through another process's rewrite: b's
+		// commit put the mode and attributes it had loaded back (audit
+		// 28 F4).
+		{name: "rewrite after chmod and setfattr", a: "chmod 600 f && setfattr -n user.pugmark.meta.k -v v f", b: "echo new > f",
+			want: files{"f": "new\n"}, meta: files{layout.MetaPosixMode: "0600", "k": "v"}},
+		{name: "edit in place after chmod", a: "chmod 600 f", b: "printf N | dd of=f conv=notrunc status=none",
+			want: files{"f": "Nld\n"}, meta: files{layout.MetaPosixMode: "0600"}},
+		{name: "append after setfattr", a: "setfattr -n user.pugmark.meta.k -v v f", b: "echo new >> f",
+			want: files{"f": "old\nnew\n"}, meta: files{"k": "v"}},
+		{name: "rewrite and chmod after chmod", a: "chmod 600 f && setfattr -n user.pugmark.meta.k -v v f", b: "echo new > f && chmod 640 f",
+			want: files{"f": "new\n"}, meta: files{layout.MetaPosixMode: "0640", "k": "v"}},
 	}
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
 		a := mount(t, bk, "--metadata-ttl", "1h")
@@ -367,6 +379,62 @@ assert stat.S_ISREG(os.lstat("g").st_mode)
 			t.Errorf("b logged an error for a routine re-lookup:\n%s", log)
 		}
 	})
+}
+
+// TestTwoMountsRewriteHeldOverOthersChmod: a file cut (O_TRUNC) and
+// written on mount b, held open while mount a changes its mode and
+// attributes and b's view takes that change in (b commits another file
+// over a's commit), keeps a's change when b commits it (fsync) and when
+// it commits it again (close): the change is below the version b's
+// commit builds on then, where the commit does not look for it, and the
+// second commit builds on the first (audit 28 F4).
+func TestTwoMountsRewriteHeldOverOthersChmod(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	a := mount(t, bk, "--metadata-ttl", "1h")
+	b := mount(t, bk, "--metadata-ttl", "1h")
+	id := newSession(t, bk)
+	seed(t, bk, id, map[string]string{"f": "old\n"})
+	if got := shE(t, sessDir(b, id), "cat f"); got != "old\n" {
+		t.Fatalf("b sees f = %q", got)
+	}
+	f, err := os.OpenFile(filepath.Join(sessDir(b, id), "f"), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("new\n"); err != nil {
+		t.Fatal(err)
+	}
+	// No process is started while f is open: its copy of the descriptor,
+	// closed at exec, would flush f, which commits it.
+	af := filepath.Join(sessDir(a, id), "f")
+	if err := os.Chmod(af, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setxattr(af, "user.pugmark.meta.k", []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sessDir(b, id), "g"), []byte("g\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Committed twice: the second commit builds on the first, which
+	// took a's change, and must not undo it.
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync: %v", err)
+	}
+	if _, err := f.WriteString("more\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	wantSlots(t, bk, id, map[string]string{"f": "new\nmore\n", "g": "g\n"})
+	if md := slots(t, bk, id)["f"].Metadata; md[layout.MetaPosixMode] != "0600" || md["k"] != "v" {
+		t.Errorf("metadata of f after b's close: %v, want a's posix-mode 0600 and k=v", md)
+	}
+	if got := shE(t, sessDir(b, id), "stat -c %a f && getfattr --only-values -n user.pugmark.meta.k f"); got != "600\nv" {
+		t.Errorf("b shows f as %q, want mode 600 and k=v", got)
+	}
 }
 
 // TestTwoMountsAppendLoops: two mounts append to one file in loops at
