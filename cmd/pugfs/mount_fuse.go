@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -299,6 +297,9 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	own := bucketStateDir(cfg, stateDir, u)
 	failed := filepath.Join(own, "failed")
 	env.stateDir, env.failedDir = stateDir, failed
+	if old, ok := legacyStateDir(cfg, stateDir, u); ok {
+		sweepStaging(old, failed, log)
+	}
 	cleanStaging(own, failed, log)
 	if own != stateDir {
 		sweepOthers(stateDir, own, log)
@@ -432,19 +433,22 @@ type keeperSlot struct {
 // in one second showed one bucket's file on a mount of the other when
 // they shared --cache-dir (audit 3).
 func keptNamespace(u string) string {
-	sum := sha256.Sum256([]byte(u))
-	return "bucket " + hex.EncodeToString(sum[:8]) + " "
+	return "bucket " + bucketID(u) + " "
 }
 
 // defaultStateDir is the state directory of bucket URL u without a
 // --cache-dir: a directory of its own in the user's cache directory.
 func defaultStateDir(u string) string {
+	return defaultStateDirNamed(bucketID(u))
+}
+
+// defaultStateDirNamed is defaultStateDir of the bucket named id.
+func defaultStateDirNamed(id string) string {
 	base, err := os.UserCacheDir()
 	if err != nil {
 		base = os.TempDir()
 	}
-	sum := sha256.Sum256([]byte(u))
-	return filepath.Join(base, "pugfs", hex.EncodeToString(sum[:8]))
+	return filepath.Join(base, "pugfs", id)
 }
 
 // madeFor lists the directories a mount of bucket URL u would make for
@@ -469,8 +473,25 @@ func bucketStateDir(cfg mountConfig, stateDir, u string) string {
 	if cfg.CacheDir == "" || cfg.CacheDir == cacheDirOff {
 		return stateDir
 	}
-	sum := sha256.Sum256([]byte(u))
-	return filepath.Join(stateDir, "buckets", hex.EncodeToString(sum[:8]))
+	return filepath.Join(stateDir, "buckets", bucketID(u))
+}
+
+// legacyStateDir is where a pugfs that named a bucket's directories by
+// its URL as given (legacyBucketID) kept what a mount of u left, when
+// that is not where it is kept now: a crash's leftovers there are swept
+// into the bucket's failed directory of today.
+func legacyStateDir(cfg mountConfig, stateDir, u string) (string, bool) {
+	old := legacyBucketID(u)
+	if old == bucketID(u) {
+		return "", false
+	}
+	if cfg.CacheDir == "" || cfg.CacheDir == cacheDirOff {
+		if stateDir != defaultStateDir(u) {
+			return "", false // the temporary directory's fallback
+		}
+		return defaultStateDirNamed(old), true
+	}
+	return filepath.Join(stateDir, "buckets", old), true
 }
 
 // Kept implements layout.Keeper.
@@ -674,9 +695,8 @@ func writableDir(dir string) error {
 // bucket, so a crash's parked files are found by the next, and private
 // (privateDir), or an error.
 func tempStateDir(u string) (string, error) {
-	sum := sha256.Sum256([]byte(u))
 	parent := filepath.Join(os.TempDir(), fmt.Sprintf("pugfs-%d", os.Getuid()))
-	dir := filepath.Join(parent, hex.EncodeToString(sum[:8]))
+	dir := filepath.Join(parent, bucketID(u))
 	if err := privateDir(parent); err != nil {
 		return dir, err
 	}
