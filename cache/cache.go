@@ -95,6 +95,11 @@ type Cache struct {
 
 	mu       sync.Mutex // the global state lock; see the package comment
 	sessions *simplelru.LRU[layout.SessionID, *Session]
+	// floors are the newest versions this mount committed, by session
+	// (Session.floor), kept when the LRU evicts the Session: a reload
+	// took its version from a listing older than the commit and hid the
+	// mount's own file until the TTL ran out (review 32). GUARDED_BY(mu).
+	floors *simplelru.LRU[layout.SessionID, uint32]
 	// ancestors caches the visible log of (session, version) for parent
 	// chains, as the session forked from there sees it: immutable,
 	// shared by every descendant through that session.
@@ -207,6 +212,7 @@ func New(store Store, opts Options) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.floors, _ = simplelru.NewLRU[layout.SessionID, uint32](maxFloors, nil)
 	c.ancestors, _ = simplelru.NewLRU[ancestorLogKey, []layout.Entry](1024, nil)
 	c.manifests, _ = simplelru.NewLRU[layout.SessionID, *layout.Manifest](16384, nil)
 	c.trees, _ = simplelru.NewLRU[ancestorKey, *Dir](256, nil)
@@ -264,8 +270,24 @@ func (c *Cache) entry(id layout.SessionID) *Session {
 		return s
 	}
 	s := &Session{id: id, c: c}
+	s.floor, _ = c.floors.Get(id) // not published yet: no s.mu needed
 	c.sessions.Add(id, s)
 	return s
+}
+
+// maxFloors bounds Cache.floors: the sessions a mount committed to last
+// (a few bytes each).
+const maxFloors = 1 << 16
+
+// raiseFloor records that version v of id exists, committed by this
+// mount (Cache.floors). Called with the session's mu held (lock order:
+// Session.mu, then Cache.mu).
+func (c *Cache) raiseFloor(id layout.SessionID, v uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.floors.Peek(id); !ok || v > old {
+		c.floors.Add(id, v)
+	}
 }
 
 // Evict drops a session's cached state (tests and memory pressure), and

@@ -3,6 +3,8 @@ package cache
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -412,4 +414,139 @@ func TestCommittedIsACheck(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestFreshnessOwnCommitsAfterEviction: an LRU eviction of a session
+// this mount has just committed to does not hide that commit: the
+// listing's summary (version 1, checked within the TTL) was the
+// fingerprint the reload took, and Session.floor, the guard against a
+// lagging listing, went with the evicted object, so the mount's own file
+// was gone from its tree until the TTL ended (review 32).
+func TestFreshnessOwnCommitsAfterEviction(t *testing.T) {
+	testbucket.Each(t, func(t *testing.T, b *blob.Bucket) {
+		w := newWorld(t, b)
+		c := newCache(t, w.store, Options{MetadataTTL: time.Hour, MaxSessions: 2})
+		s := w.session()
+		w.commit(s, textDesc("base", "0", epoch))
+		others := []layout.SessionID{w.session(), w.session()}
+		// ls -l sessions/: the listing's summaries, checked now.
+		if _, err := c.ListSessions(bg); err != nil {
+			t.Fatal(err)
+		}
+		mustState(t, c, s)
+		// This mount writes a file (staging: MarkOf, Commit, Committed).
+		mark := c.MarkOf(s)
+		res := w.commit(s, textDesc("mine", "mine", epoch.Add(time.Minute)))
+		c.Committed(s, res, mark)
+		if st := mustState(t, c, s); st.Version != res.Version || body(st, "mine") != "mine" {
+			t.Fatalf("right after the commit: version %d", st.Version)
+		}
+		// Reading two other sessions pushes s out of the LRU (MaxSessions 2).
+		for _, o := range others {
+			mustState(t, c, o)
+		}
+		if ev := c.Stats().Evictions; ev == 0 {
+			t.Fatal("s was not evicted")
+		}
+		st := mustState(t, c, s)
+		row, _ := c.registry.Get(s)
+		if st.Version != res.Version || body(st, "mine") != "mine" {
+			t.Fatalf("after an LRU eviction, the mount's own commit (version %d) is gone: state version %d, slots %v; registry row version %d updated_at %v",
+				res.Version, st.Version, fmt.Sprint(slices.Sorted(maps.Keys(st.Slots()))), row.Version, row.UpdatedAt)
+		}
+	})
+}
+
+// TestFreshnessCheckTimeBeforeTheList: the check time is the time before
+// the LIST, not when its answer arrived. A commit lands after the bucket
+// answered and before the answer reached the cache; the first read a TTL
+// after the LIST, not a TTL after the answer, sees it. The other
+// freshness tests pass with the check time taken after the LIST
+// (hourCheck.checked set when the pages arrive, freshVersion's after
+// LatestVersion); this one does not (review 32).
+func TestFreshnessCheckTimeBeforeTheList(t *testing.T) {
+	testbucket.Each(t, func(t *testing.T, b *blob.Bucket) {
+		w1 := newWorld(t, b)
+		w2 := w1.reopen()
+		clk := newClock()
+		ls := &lateStore{Store: w2.store}
+		c2 := newCache(t, ls, Options{MetadataTTL: testTTL, Now: clk.Now})
+		s := w1.session()
+		w1.commit(s, textDesc("f", "v1", epoch))
+		mustState(t, c2, s)
+		clk.Advance(testTTL)
+		held, release := ls.hold()
+		defer release()
+		done := make(chan *State, 1)
+		go func() {
+			st, _ := c2.State(bg, s)
+			done <- st
+		}()
+		<-held // the bucket answered version 1
+		w1.commit(s, textDesc("f", "v2", epoch))
+		clk.Advance(testTTL / 2) // the answer is slow to arrive
+		release()
+		if st := <-done; st == nil || st.Version != 1 {
+			t.Fatalf("the held refresh: %v", st)
+		}
+		clk.Advance(testTTL * 3 / 4) // a TTL and a quarter after the LIST
+		if st := mustState(t, c2, s); st.Version != 2 || body(st, "f") != "v2" {
+			t.Fatalf("a TTL after the LIST: version %d (%q), want 2: the check time was taken after the LIST", st.Version, body(st, "f"))
+		}
+	})
+}
+
+// lateStore holds every LIST answer (a page shown, a result returned)
+// until release: the bucket answered, the answer is still on its way.
+type lateStore struct {
+	Store
+	mu   sync.Mutex
+	gate chan struct{} // nil: no hold
+	held chan struct{} // closed at the first hold
+}
+
+func (s *lateStore) hold() (held <-chan struct{}, release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gate, s.held = make(chan struct{}), make(chan struct{})
+	g, h := s.gate, s.held
+	var once sync.Once
+	return h, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.gate = nil
+			s.mu.Unlock()
+			close(g)
+		})
+	}
+}
+
+func (s *lateStore) wait() {
+	s.mu.Lock()
+	g, h := s.gate, s.held
+	s.mu.Unlock()
+	if g == nil {
+		return
+	}
+	select {
+	case <-h:
+	default:
+		close(h)
+	}
+	<-g
+}
+
+func (s *lateStore) LatestVersion(ctx context.Context, id layout.SessionID) (uint32, error) {
+	v, err := s.Store.LatestVersion(ctx, id)
+	s.wait()
+	return v, err
+}
+
+func (s *lateStore) ListHourVersions(ctx context.Context, hour uint32, maxPages int, bad func(key string, err error), shown func([]layout.ListedSession)) ([]layout.ListedSession, error) {
+	out, err := s.Store.ListHourVersions(ctx, hour, maxPages, bad, func(f []layout.ListedSession) {
+		s.wait()
+		shown(f)
+	})
+	s.wait()
+	return out, err
 }

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/pugmark/pugfs/internal/syncbuf"
+	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
+	"gocloud.dev/blob"
 	"gocloud.dev/blob/memblob"
 )
 
@@ -242,4 +244,43 @@ func TestRegistryFlushFailureKeepsState(t *testing.T) {
 	if r := readIndex(t, path)[a]; r.Name != "kept" || r.Version != 1 {
 		t.Fatalf("index after the repair: %+v", r)
 	}
+}
+
+// TestRegistryMergeKeepsNewerRowOfOtherMount: two mounts share the
+// cache directory's index (mergeWithFile exists for them). Mount B has
+// seen version 2 of s (an empty commit: no content, the same updated_at)
+// and published it; mount A, which last saw version 1, flushes for
+// another session: its older row of s replaced B's newer one in the
+// file, as the merge kept the file's row only when its updated_at was
+// later, which a version change that is not a content append never
+// makes it (review 32).
+func TestRegistryMergeKeepsNewerRowOfOtherMount(t *testing.T) {
+	testbucket.Each(t, func(t *testing.T, b *blob.Bucket) {
+		w := newWorld(t, b)
+		path := t.TempDir() + "/index.json"
+		cA := newCache(t, w.store, Options{MetadataTTL: 0, IndexPath: path, FlushDelay: time.Hour})
+		cB := newCache(t, w.store, Options{MetadataTTL: 0, IndexPath: path, FlushDelay: time.Hour})
+		s, other := w.session(), w.session()
+		w.commit(s, textDesc("f", "1", epoch))
+		mustState(t, cA, s)
+		if _, err := w.store.Commit(bg, s, layout.CommitRequest{Type: layout.Provisional}); err != nil {
+			t.Fatal(err)
+		}
+		if st := mustState(t, cB, s); st.Version != 2 {
+			t.Fatalf("mount B: version %d", st.Version)
+		}
+		if err := cB.registry.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if got := readIndex(t, path)[s].Version; got != 2 {
+			t.Fatalf("after B's flush the index has version %d of s", got)
+		}
+		cA.SetName(other, "something else changed on mount A")
+		if err := cA.registry.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if got := readIndex(t, path)[s]; got.Version != 2 {
+			t.Fatalf("after A's flush the index has %+v of s: A's older capture (version 1) overwrote B's version 2", got)
+		}
+	})
 }

@@ -380,7 +380,6 @@ func TestRegistryFileMergedAndBounded(t *testing.T) {
 		mu.Lock()
 		r.rows[layout.SessionID{id}] = &Row{ID: layout.SessionID{id}, UpdatedAt: at}
 		r.dirty = true
-		r.gen++
 		mu.Unlock()
 	}
 	read := func() map[layout.SessionID]time.Time {
@@ -420,4 +419,43 @@ func TestRegistryFileMergedAndBounded(t *testing.T) {
 	if _, ok := got[layout.SessionID{4}]; len(got) != 2 || !ok || !got[layout.SessionID{3}].Equal(epoch.Add(3*time.Minute)) {
 		t.Fatalf("bounded to 2 rows, the index holds %v; want sessions 3 and 4", got)
 	}
+}
+
+// TestRegistryRowNotTornByOlderState: a row is one observation. A state
+// older than the row (a load from a listing that lags the mount's own
+// commit) left a row that claimed version 1 with version 2's append
+// time, a row no state ever had (review 32); it changes nothing now.
+func TestRegistryRowNotTornByOlderState(t *testing.T) {
+	testbucket.Each(t, func(t *testing.T, b *blob.Bucket) {
+		w := newWorld(t, b)
+		c := newCache(t, w.store, Options{MetadataTTL: time.Hour, MaxSessions: 1})
+		s, other := w.session(), w.session()
+		w.commit(s, textDesc("base", "0", epoch))
+		if _, err := c.ListSessions(bg); err != nil {
+			t.Fatal(err)
+		}
+		old := mustState(t, c, s)
+		mark := c.MarkOf(s)
+		t2 := epoch.Add(time.Minute)
+		c.Committed(s, w.commit(s, textDesc("mine", "mine", t2)), mark)
+		mustState(t, c, other) // evicts s
+		st := mustState(t, c, s)
+		row, _ := c.registry.Get(s)
+		if row.Version != st.Version || !row.UpdatedAt.Equal(st.UpdatedAt) {
+			t.Fatalf("registry row {version %d, updated_at %v}; the state it observed last is {version %d, updated_at %v}",
+				row.Version, row.UpdatedAt, st.Version, st.UpdatedAt)
+		}
+		if row.Version < 2 {
+			t.Fatalf("registry row went back to version %d after version 2 was observed", row.Version)
+		}
+		// The older state itself, observed again (a load from a
+		// listing that lags): the row stays the newer observation.
+		c.mu.Lock()
+		c.registry.observeLocked(old)
+		c.mu.Unlock()
+		if again, _ := c.registry.Get(s); again.Version != row.Version || !again.UpdatedAt.Equal(row.UpdatedAt) {
+			t.Fatalf("after observing version %d again, the row is {version %d, updated_at %v}, want {version %d, updated_at %v}",
+				old.Version, again.Version, again.UpdatedAt, row.Version, row.UpdatedAt)
+		}
+	})
 }

@@ -28,10 +28,12 @@ type Row struct {
 // Registry holds a row per known session, optionally persisted to a file
 // with a deferred, ordered flush (consistency.md §1).
 type Registry struct {
-	state *sync.Mutex // the cache's global state lock; guards rows, dirty, gen
+	state *sync.Mutex // the cache's global state lock; guards rows, dirty, timer
 	rows  map[layout.SessionID]*Row
 	dirty bool
-	gen   uint64 // bumped by every mutation
+	// timer is the deferred flush pending, nil when none: a mutation
+	// while a flush writes arms the next one (markDirtyLocked), since
+	// the flush cleared it under the state lock.
 	timer *time.Timer
 
 	path  string
@@ -39,8 +41,7 @@ type Registry struct {
 	log   *slog.Logger
 	// flushMu serialises publication: capture under state, write after
 	// releasing it. Taken before state, never while holding it.
-	flushMu    sync.Mutex
-	flushedGen uint64
+	flushMu sync.Mutex
 	// hookWrite, if set (tests only; guarded by state), runs inside Flush
 	// with the captured rows, after the state lock is released and before
 	// the file is written.
@@ -85,12 +86,17 @@ func newRegistry(path string, delay time.Duration, state *sync.Mutex, log *slog.
 // observeLocked records a state's row; the state lock is held. A content
 // append (a newer UpdatedAt) moves the timestamp; nothing else does. The
 // manifest's name only names a new row: a name set since (SetName: a
-// rename, a new ref) is not undone by a refresh.
+// rename, a new ref) is not undone by a refresh. A state older than the
+// row (a load from a lagging listing) changes nothing: it left the row
+// with its version and the newer state's time, a pair no state had
+// (review 32).
 func (r *Registry) observeLocked(st *State) {
 	row, ok := r.rows[st.ID]
 	if !ok {
 		row = &Row{ID: st.ID, Name: st.Manifest.Name}
 		r.rows[st.ID] = row
+	} else if st.Version < row.Version {
+		return
 	}
 	changed := !ok || row.Version != st.Version || (row.Parent == nil) != (st.Manifest.Parent == nil)
 	row.Version = st.Version
@@ -120,9 +126,10 @@ func (r *Registry) SetName(id layout.SessionID, name string) {
 	}
 }
 
+// markDirtyLocked marks the rows changed since the last capture and arms
+// a deferred flush.
 func (r *Registry) markDirtyLocked() {
 	r.dirty = true
-	r.gen++
 	r.armLocked()
 }
 
@@ -190,7 +197,6 @@ func (r *Registry) Flush() error {
 		r.state.Unlock()
 		return nil
 	}
-	gen := r.gen
 	rows := make([]Row, 0, len(r.rows))
 	for _, row := range r.rows {
 		rows = append(rows, copyRow(row))
@@ -216,19 +222,14 @@ func (r *Registry) Flush() error {
 		r.log.Warn("registry flush failed; state kept in memory", "path", r.path, "err", err)
 		return err
 	}
-	r.flushedGen = gen
-	if r.gen != gen {
-		r.dirty = true
-		r.armLocked()
-	}
 	r.state.Unlock()
 	return nil
 }
 
 // mergeWithFile adds to rows what the index file holds of sessions they
 // do not have (another mount sharing the directory wrote them: written
-// over, they were lost), and for a session both have keeps the row of
-// the later append; then it keeps the maxRows rows appended to last.
+// over, they were lost), and for a session both have keeps the newer row
+// (newerRow); then it keeps the maxRows rows appended to last.
 // Called with flushMu held, not the state lock.
 func (r *Registry) mergeWithFile(rows []Row) []Row {
 	if b, err := os.ReadFile(r.path); err == nil {
@@ -241,7 +242,7 @@ func (r *Registry) mergeWithFile(rows []Row) []Row {
 			for _, d := range onDisk {
 				if i, ok := at[d.ID]; !ok {
 					rows = append(rows, d)
-				} else if d.UpdatedAt.After(rows[i].UpdatedAt) {
+				} else if newerRow(d, rows[i]) {
 					rows[i] = d
 				}
 			}
@@ -252,6 +253,18 @@ func (r *Registry) mergeWithFile(rows []Row) []Row {
 		rows = rows[:r.maxRows]
 	}
 	return rows
+}
+
+// newerRow reports whether a is a later observation of its session than
+// b: a later version (versions only grow; an empty commit or a fork
+// record moves it and not the time, and another mount's older row
+// replaced a newer one: review 32), or the same version appended to
+// later.
+func newerRow(a, b Row) bool {
+	if a.Version != b.Version {
+		return a.Version > b.Version
+	}
+	return a.UpdatedAt.After(b.UpdatedAt)
 }
 
 // lockFlush waits for this flush's turn to capture and publish (a named

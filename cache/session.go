@@ -502,6 +502,7 @@ func (c *Cache) Committed(id layout.SessionID, res layout.CommitResult, m Mark) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.floor = max(s.floor, res.Version)
+	c.raiseFloor(id, res.Version)
 	prev := s.st.Load()
 	if prev == nil || res.Version != prev.Version+1 {
 		s.checked.Store(0)

@@ -129,3 +129,37 @@ func TestMountedSessionMtime(t *testing.T) {
 		}
 	})
 }
+
+// TestMountedOwnWriteSurvivesEviction: a file this mount wrote stays in
+// its session's listing when the session's state is pushed out of the
+// cache's LRU by reads of other sessions (consistency.md §3, §4): it was
+// gone until the metadata TTL ended, as the reload took the version the
+// last `ls -l sessions/` saw and the floor that kept the mount's own
+// commit went with the evicted state (review 32).
+func TestMountedOwnWriteSurvivesEviction(t *testing.T) {
+	testbucket.Each(t, func(t *testing.T, b *blob.Bucket) {
+		ctx := context.Background()
+		store := layout.New(b, nil)
+		var ids []layout.SessionID
+		for range 3 {
+			m := store.NewRootManifest()
+			if _, _, err := store.CreateSession(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, m.Session)
+		}
+		mnt := testMount(t, store, func(c *Config, co *cache.Options) {
+			co.MetadataTTL, co.MaxSessions, c.Logger, c.BucketURL = time.Hour, 2, slog.New(slog.DiscardHandler), "test://"
+		})
+		dir := "sessions/" + ids[0].String()
+		sh(t, mnt, "ls -l sessions/ > /dev/null")
+		sh(t, mnt, "echo mine > "+dir+"/mine.txt")
+		if got := sh(t, mnt, "ls "+dir); got != "mine.txt\n" {
+			t.Fatalf("right after the write: ls %q", got)
+		}
+		sh(t, mnt, "ls sessions/"+ids[1].String()+" sessions/"+ids[2].String()+" > /dev/null")
+		if got := sh(t, mnt, "ls "+dir); got != "mine.txt\n" {
+			t.Fatalf("after reading two other sessions (MaxSessions 2), ls of the session this mount wrote to: %q, want mine.txt", got)
+		}
+	})
+}
