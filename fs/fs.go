@@ -86,8 +86,12 @@ type Config struct {
 	// (default StagingDir/failed). It should outlive the mount: the
 	// staging directory is removed at unmount and after a crash.
 	FailedDir string
-	UID, GID  uint32
-	Umask     uint32
+	// WriterFile keeps the ID of the session named as the writer of
+	// this mount's memory records, for the next mount of the bucket
+	// (staging.RecordOptions.WriterFile); empty makes one per mount.
+	WriterFile string
+	UID, GID   uint32
+	Umask      uint32
 	// Ingest decides which URLs ln -s may ingest, for whom; nil refuses
 	// every one (the default: see package ingest).
 	Ingest *ingest.Policy
@@ -208,7 +212,7 @@ func New(cfg Config) (*FS, error) {
 	f.mem.pending = map[string]*memFile{}
 	f.recs = staging.NewRecords(cfg.Store, staging.RecordCaches{InvalidateMemories: f.views.InvalidateMemories,
 		InvalidateRefs: f.views.InvalidateRefs, SessionCreated: cfg.Cache.SessionCreated, InvalidateSession: cfg.Cache.Invalidate},
-		staging.RecordOptions{Now: cfg.Now, Log: cfg.Logger, FailedDir: cfg.FailedDir})
+		staging.RecordOptions{Now: cfg.Now, Log: cfg.Logger, FailedDir: cfg.FailedDir, WriterFile: cfg.WriterFile})
 	f.w = staging.New(staging.Config{Commit: cfg.Commit, SnapshotType: cfg.SnapshotType, Hold: cfg.Hold, Uploads: cfg.Uploads, GroupWindow: cfg.GroupWindow,
 		StagingDir: cfg.StagingDir, FailedDir: cfg.FailedDir, Now: cfg.Now, Log: cfg.Logger},
 		cfg.Store, cfg.Cache, cfg.Blobs, f.notifyChanged)

@@ -59,7 +59,8 @@ type Records struct {
 	idMu sync.Mutex
 	id   layout.SessionID // GUARDED_BY(idMu)
 
-	failedDir string
+	failedDir  string
+	writerFile string // RecordOptions.WriterFile
 }
 
 // RecordOptions configure Records; each may be left zero.
@@ -73,6 +74,12 @@ type RecordOptions struct {
 	// (Writer's failed directory): a shell redirection never sees
 	// close(2)'s error. Empty keeps nothing.
 	FailedDir string
+	// WriterFile, if set, keeps the ID of the session a mount makes to
+	// name as the writer of its memory records (§8.2), so the next
+	// mount of the bucket names it again instead of making another:
+	// every mount that wrote a record left an empty session in
+	// sessions/ (audit 30).
+	WriterFile string
 }
 
 // NewRecords returns the record writer of a mount. Any of the caches'
@@ -98,7 +105,7 @@ func NewRecords(store RecordStore, caches RecordCaches, opts RecordOptions) *Rec
 	if caches.InvalidateSession == nil {
 		caches.InvalidateSession = func(layout.SessionID) {}
 	}
-	return &Records{store: store, caches: caches, now: now, log: log, failedDir: opts.FailedDir}
+	return &Records{store: store, caches: caches, now: now, log: log, failedDir: opts.FailedDir, writerFile: opts.WriterFile}
 }
 
 // keep keeps body, the data of a write of name (kind "memories" or
@@ -123,11 +130,16 @@ func (r *Records) keep(kind, name string, body []byte, err error) {
 }
 
 // commit returns the commit envelope of this mount's memory writes
-// (§8.2). A mount is not a session, so it makes one, on its first memory
-// write, to name as the writer: readers and fsck find it.
+// (§8.2). A mount is not a session, so it names one as the writer:
+// the one an earlier mount of the bucket made (RecordOptions.WriterFile)
+// while it exists, else one it makes on its first memory write. Readers
+// and fsck find it.
 func (r *Records) commit(ctx context.Context) (layout.MemoryCommit, error) {
 	r.idMu.Lock()
 	defer r.idMu.Unlock()
+	if r.id.IsZero() {
+		r.id = r.keptWriter(ctx)
+	}
 	if r.id.IsZero() {
 		m := r.store.NewRootManifest()
 		m.Agent = "pugfs"
@@ -137,8 +149,41 @@ func (r *Records) commit(ctx context.Context) (layout.MemoryCommit, error) {
 		}
 		r.caches.SessionCreated(m.Session)
 		r.id = m.Session
+		r.keepWriter(m.Session)
 	}
 	return layout.MemoryCommit{Session: r.id}, nil
+}
+
+// keptWriter returns the writer session WriterFile names, if the bucket
+// has it (one request), else the zero ID.
+func (r *Records) keptWriter(ctx context.Context) layout.SessionID {
+	if r.writerFile == "" {
+		return layout.SessionID{}
+	}
+	b, err := os.ReadFile(r.writerFile)
+	if err != nil {
+		return layout.SessionID{}
+	}
+	id, err := layout.ParseSessionID(strings.TrimSpace(string(b)))
+	if err != nil {
+		return layout.SessionID{}
+	}
+	if ok, err := r.store.SessionExists(ctx, id); err != nil || !ok {
+		return layout.SessionID{}
+	}
+	return id
+}
+
+// keepWriter records id in WriterFile for the next mount. A failure, or
+// a file torn by a crash (keptWriter does not parse it), costs that
+// mount a session of its own, so it is logged at debug level only.
+func (r *Records) keepWriter(id layout.SessionID) {
+	if r.writerFile == "" {
+		return
+	}
+	if err := os.WriteFile(r.writerFile, []byte(id.String()+"\n"), 0o600); err != nil {
+		r.log.Debug("could not keep the memory writer session for the next mount", "file", r.writerFile, "err", err)
+	}
 }
 
 // PutMemory stores body as record e.Name of namespace ns, keeping e's

@@ -98,6 +98,52 @@ func (failingPuts) RenameRef(context.Context, string, layout.Ref, string) error 
 	return errPutFails
 }
 
+// TestRecordsWriterKeptAcrossMounts: the session a mount names as the
+// writer of its memory records (§8.2) is named again by the next mount
+// of the bucket (RecordOptions.WriterFile), while the bucket has it;
+// every mount that wrote a record made an empty session of its own
+// (audit 30). A file naming a session the bucket lacks, or no ID at all,
+// makes a new one.
+func TestRecordsWriterKeptAcrossMounts(t *testing.T) {
+	ctx := context.Background()
+	store := layout.New(memblob.OpenBucket(nil), nil)
+	file := filepath.Join(t.TempDir(), "memory-writer")
+	writer := func() (made []layout.SessionID) {
+		t.Helper()
+		r := NewRecords(store, RecordCaches{SessionCreated: func(id layout.SessionID) { made = append(made, id) }},
+			RecordOptions{WriterFile: file})
+		d, err := r.PutMemory(ctx, "notes", layout.Descriptor{Name: "a"}, []byte(fmt.Sprint(time.Now().UnixNano())), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Commit == nil || d.Commit.Session != r.id {
+			t.Fatalf("record committed by %+v, the mount's writer is %s", d.Commit, r.id)
+		}
+		return append(made, r.id)
+	}
+	first := writer()
+	if len(first) != 2 {
+		t.Fatalf("the first mount made %d sessions, want one", len(first)-1)
+	}
+	for i := range 3 {
+		if again := writer(); len(again) != 1 || again[0] != first[0] {
+			t.Fatalf("mount %d made %v, want none and the first mount's writer %s", i+2, again[:len(again)-1], first[0])
+		}
+	}
+	for _, content := range []string{layout.NewSessionID(time.Now()).String(), "garbage"} {
+		if err := os.WriteFile(file, []byte(content+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if made := writer(); len(made) != 2 || made[1] == first[0] {
+			t.Fatalf("with %q kept: made %v, want a new writer session", content, made)
+		}
+	}
+	ids, err := store.ListSessions(ctx, nil)
+	if err != nil || len(ids) != 3 {
+		t.Fatalf("the bucket holds %d sessions (%v), want the three writers made", len(ids), err)
+	}
+}
+
 // TestRecordsKeepFailedWrites: a memory or ref write that fails keeps
 // what was written under the failed directory (a shell redirection never
 // sees close's error), and a session ref holds a manifest path of a

@@ -378,7 +378,7 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 		Store: store, Cache: c, Blobs: bc, Views: env.views,
 		BucketURL: redact.URL(u), Flags: shownFlags(os.Args[1:], secrets),
 		ReadOnly: cfg.ReadOnly, Shared: cfg.AllowOther, NoOpen: cfg.FastPath == fastNoOpen, Passthrough: cfg.FastPath == fastPassthrough, NoXattrs: cfg.NoXattrs, Commit: mode, SnapshotType: cfg.SnapshotType, Hold: hold, Sends: hold, Uploads: uploadsFor(cfg.MaxRequests),
-		StagingDir: staging, FailedDir: failed, UID: cfg.UID, GID: cfg.GID, Umask: cfg.Umask, Logger: log,
+		StagingDir: staging, FailedDir: failed, WriterFile: filepath.Join(own, "memory-writer"), UID: cfg.UID, GID: cfg.GID, Umask: cfg.Umask, Logger: log,
 		Ingest:     &ingest.Policy{Prefixes: cfg.IngestFrom, MaxSize: cfg.IngestMaxSize},
 		ExtraStats: extraStats(sched, faultStats(b)),
 	})
