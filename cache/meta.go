@@ -42,7 +42,13 @@ type Views struct {
 	// answers a caller after it nor is kept.
 	refGen uint64
 	metas  *simplelru.LRU[metaKey, layout.SnapshotMeta]
-	mems   *simplelru.LRU[memKey, []layout.Descriptor]
+	// mems holds namespaces' records by version, at most memViewBytes
+	// of them (memBytes, by recordsBytes): a namespace's every version
+	// holds all its records, and 1,024 versions kept by count alone
+	// grew a mount writing 800 records one after another to 795 MB,
+	// never given back (audit 31).
+	mems     *simplelru.LRU[memKey, []layout.Descriptor]
+	memBytes int64
 
 	// refReads shares one read of a ref among its callers (a listing's
 	// prefetch and the kernel's questions about the same entry), and
@@ -85,8 +91,41 @@ func (c *Cache) NewViews(store MetaStore) *Views {
 	v := &Views{store: store, ttl: c.opts.MetadataTTL, now: c.opts.Now, refVals: map[string]memo[layout.Ref]{},
 		log: func(msg string, args ...any) { c.log.Warn(msg, args...) }, skip: c.warned.warn}
 	v.metas, _ = simplelru.NewLRU[metaKey, layout.SnapshotMeta](65536, nil)
-	v.mems, _ = simplelru.NewLRU[memKey, []layout.Descriptor](1024, nil)
+	v.mems, _ = simplelru.NewLRU[memKey, []layout.Descriptor](1024, func(_ memKey, recs []layout.Descriptor) {
+		v.memBytes -= recordsBytes(recs) // called under v.mu
+	})
 	return v
+}
+
+// memViewBytes bounds the records Views keeps in memory.
+const memViewBytes = 32 << 20
+
+// recordsBytes estimates the memory recs hold: their strings, inline
+// bodies and metadata, and a descriptor's fixed part.
+func recordsBytes(recs []layout.Descriptor) int64 {
+	n := int64(0)
+	for i := range recs {
+		d := &recs[i]
+		n += 256 + int64(len(d.Name)+len(d.Data)+len(d.ContentType)+len(d.SchemaURL)+len(d.CacheControl))
+		for k, val := range d.Metadata {
+			n += 32 + int64(len(k)+len(val))
+		}
+	}
+	return n
+}
+
+// keepMemoryLocked adds recs, the records of k, and evicts the least
+// recently used versions past memViewBytes (the newest stays, whatever
+// its size). Caller holds v.mu.
+func (v *Views) keepMemoryLocked(k memKey, recs []layout.Descriptor) {
+	if old, ok := v.mems.Peek(k); ok {
+		v.memBytes -= recordsBytes(old)
+	}
+	v.mems.Add(k, recs)
+	v.memBytes += recordsBytes(recs)
+	for v.memBytes > memViewBytes && v.mems.Len() > 1 {
+		v.mems.RemoveOldest()
+	}
 }
 
 func (v *Views) fresh(at time.Time) bool {
@@ -333,7 +372,7 @@ func (v *Views) Memory(ctx context.Context, ns string, ver uint32) ([]layout.Des
 		recs, err := v.store.ReadMemory(ctx, ns, ver)
 		if err == nil {
 			v.mu.Lock()
-			v.mems.Add(k, recs)
+			v.keepMemoryLocked(k, recs)
 			v.mu.Unlock()
 		}
 		return recs, err

@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -228,5 +229,52 @@ func TestViewsNamespacesReadAhead(t *testing.T) {
 				t.Errorf("at most %d namespaces read at once; want them read wide", peak)
 			}
 		})
+	}
+}
+
+// TestViewsMemoryBounded: the records the views keep are bounded in
+// bytes, not only in versions: each version of a namespace holds all of
+// its records, and 1,024 versions kept by count grew a mount writing 800
+// records one after another to 795 MB (audit 31). The newest version
+// read stays, and the accounting matches what is kept.
+func TestViewsMemoryBounded(t *testing.T) {
+	w := newWorld(t, testbucket.Open(t, testbucket.Mem))
+	big := strings.Repeat("m", 16<<10)
+	const versions = 80
+	for i := range versions {
+		d := textDesc(fmt.Sprintf("r%03d", i), "x", epoch)
+		d.Metadata = map[string]string{"big": big}
+		if _, err := w.store.WriteMemory(bg, "grow", layout.MemoryWrite{Put: []layout.Descriptor{d}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newCache(t, w.store, Options{MetadataTTL: time.Hour})
+	v := c.NewViews(w.store)
+	total := int64(0)
+	for ver := uint32(1); ver <= versions; ver++ {
+		recs, err := v.Memory(bg, "grow", ver)
+		if err != nil || len(recs) != int(ver) {
+			t.Fatalf("version %d: %d records, %v", ver, len(recs), err)
+		}
+		total += recordsBytes(recs)
+	}
+	if total <= memViewBytes {
+		t.Fatalf("the versions read hold %d bytes, not more than the bound %d: the test tests nothing", total, memViewBytes)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	kept := int64(0)
+	for _, k := range v.mems.Keys() {
+		recs, _ := v.mems.Peek(k)
+		kept += recordsBytes(recs)
+	}
+	if kept != v.memBytes {
+		t.Errorf("accounted %d bytes, the views hold %d", v.memBytes, kept)
+	}
+	if kept > memViewBytes {
+		t.Errorf("the views hold %d bytes of records, over the bound %d", kept, memViewBytes)
+	}
+	if _, ok := v.mems.Peek(memKey{"grow", versions}); !ok {
+		t.Error("the newest version read was evicted")
 	}
 }
