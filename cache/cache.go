@@ -270,7 +270,6 @@ func (c *Cache) entry(id layout.SessionID) *Session {
 		return s
 	}
 	s := &Session{id: id, c: c}
-	s.floor, _ = c.floors.Get(id) // not published yet: no s.mu needed
 	c.sessions.Add(id, s)
 	return s
 }
@@ -288,6 +287,24 @@ func (c *Cache) raiseFloor(id layout.SessionID, v uint32) {
 	if old, ok := c.floors.Peek(id); !ok || v > old {
 		c.floors.Add(id, v)
 	}
+}
+
+// floorOf returns the newest version of id this mount committed, as
+// Cache.floors keeps it: read at each refresh, not copied into a new
+// Session, since a commit that raced the Session's eviction raised it
+// after a new Session had copied it (review 33).
+func (c *Cache) floorOf(id layout.SessionID) uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, _ := c.floors.Peek(id)
+	return v
+}
+
+// dropFloor forgets the floor of id: the bucket no longer has it.
+func (c *Cache) dropFloor(id layout.SessionID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.floors.Remove(id)
 }
 
 // Evict drops a session's cached state (tests and memory pressure), and

@@ -550,3 +550,73 @@ func (s *lateStore) ListHourVersions(ctx context.Context, hour uint32, maxPages 
 	s.wait()
 	return out, err
 }
+
+// TestFreshnessFloorOfALostVersion: when the version this mount
+// committed is gone from the bucket (restored from a backup, the
+// session's versions removed), the reload after an eviction follows the
+// bucket: it built at the floor Cache.floors kept, a version the bucket
+// does not have, and the session was a damaged one (EIO) for the rest of
+// the mount (review 33).
+func TestFreshnessFloorOfALostVersion(t *testing.T) {
+	testbucket.Each(t, func(t *testing.T, b *blob.Bucket) {
+		w := newWorld(t, b)
+		c := newCache(t, w.store, Options{})
+		s := w.session()
+		w.commit(s, textDesc("base", "0", epoch))
+		mustState(t, c, s)
+		mark := c.MarkOf(s)
+		res := w.commit(s, textDesc("mine", "mine", epoch))
+		c.Committed(s, res, mark)
+		// The bucket is restored to before the commit.
+		if err := w.raw.Delete(bg, snapshotKey(t, s, res.Version)); err != nil {
+			t.Fatal(err)
+		}
+		c.Invalidate(s)
+		c.Evict(s)
+		st, err := c.State(bg, s)
+		if err != nil {
+			t.Fatalf("after Evict, the session whose version %d is gone from the bucket: %v", res.Version, err)
+		}
+		if st.Version != res.Version-1 {
+			t.Errorf("state version %d, want %d", st.Version, res.Version-1)
+		}
+	})
+}
+
+// TestFreshnessFloorRaisedAfterEvictionRace: Committed takes its
+// Session (entry) before it locks it and raises Cache.floors; a Session
+// evicted in between and made again by another reader (entry) copied the
+// floors before the raise, so it started without the commit's version,
+// and a listing from before the commit hid the mount's own file until
+// the TTL ended. A refresh reads the floor now (review 33).
+func TestFreshnessFloorRaisedAfterEvictionRace(t *testing.T) {
+	testbucket.Each(t, func(t *testing.T, b *blob.Bucket) {
+		w := newWorld(t, b)
+		c := newCache(t, w.store, Options{MetadataTTL: time.Hour})
+		s := w.session()
+		w.commit(s, textDesc("base", "0", epoch))
+		if _, err := c.ListSessions(bg); err != nil {
+			t.Fatal(err)
+		}
+		mustState(t, c, s)
+		mark := c.MarkOf(s)
+		res := w.commit(s, textDesc("mine", "mine", epoch.Add(time.Minute)))
+		old := c.entry(s)
+		old.mu.Lock()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.Committed(s, res, mark)
+		}()
+		if !waitBlockedOnMutex(t, "Committed", done) {
+			t.Fatal("Committed did not wait for the session lock")
+		}
+		c.Evict(s) // LRU pressure between entry() and s.mu.Lock
+		c.entry(s) // another reader makes the Session again
+		old.mu.Unlock()
+		<-done
+		if st := mustState(t, c, s); st.Version != res.Version || body(st, "mine") != "mine" {
+			t.Errorf("the mount's own commit (version %d) is hidden: state version %d", res.Version, st.Version)
+		}
+	})
+}

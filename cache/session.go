@@ -153,6 +153,19 @@ func (st *State) SlotAt(name string, v uint32) (layout.Entry, bool) {
 	return layout.Lookup(st.ancestors, name)
 }
 
+// RemovedAfter reports whether one of the session's own snapshots above
+// version v removed name.
+func (st *State) RemovedAfter(name string, v uint32) bool {
+	for i := int(v); i < int(st.Version); i++ {
+		for _, d := range st.snaps[i] {
+			if d.Deleted && d.Name == name && d.IsSlot() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Seq returns the descriptor with sequence number n in the full log.
 // Sequence numbers increase along the log (§7.3): the ancestors are binary
 // searched, then the own snapshot whose range holds n; the log is not
@@ -278,8 +291,24 @@ func (s *Session) refreshLocked(ctx context.Context) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	fp = max(fp, s.floor)
 	prev := s.st.Load()
+	if floor := max(s.floor, c.floorOf(s.id)); floor > fp {
+		// A commit of this mount the listing does not show yet (LIST
+		// may lag, §2.5). The state holds it already, or it is to be
+		// read now: then one GET first tells whether the bucket lost
+		// it since (restored, the session removed), where a floor
+		// kept across an eviction made the session EIO (review 33).
+		if prev != nil && prev.Version >= floor {
+			fp = floor
+		} else if _, err := c.store.ReadSnapshotRange(ctx, s.id, floor, floor, 1); err == nil {
+			fp = floor
+		} else if errors.Is(err, layout.ErrNotFound) {
+			s.floor = 0
+			c.dropFloor(s.id)
+		} else {
+			return nil, err
+		}
+	}
 	if prev != nil && fp == prev.Version {
 		s.markChecked(checkedAt, inval)
 		return prev, nil

@@ -452,7 +452,7 @@ func (s *Store) stepOver(ctx context.Context, id SessionID, v uint32, txn uint64
 		if err != nil {
 			return Position{}, false, fmt.Errorf("commit to %s: %w", id, err)
 		}
-		if unread || newest > latest && !req.reads() {
+		if unread || newest > latest && (!req.reads() || !req.guarded() && newest-latest > mergeReads) {
 			// The newest alone gives the position (a metadata merge
 			// is best effort: an unreadable snapshot does not fail
 			// the commit, as it fails a guard).
@@ -658,6 +658,13 @@ func (s *Store) positionAbove(ctx context.Context, id SessionID, from, to uint32
 	return pos, err
 }
 
+// mergeReads bounds the snapshots more than one round of stepOver's a
+// commit reads for its metadata merge alone (CommitRequest.Inherited,
+// best effort): a rewrite stepping over a long run of other commits did
+// one LIST and read one snapshot before the merge, and would read them
+// all (review 33).
+const mergeReads = 64
+
 // checkAboveReads bounds the snapshots checkAbove reads at once.
 const checkAboveReads = 16
 
@@ -736,10 +743,12 @@ func checkRead(id SessionID, from uint32, snaps [][]Descriptor, req *CommitReque
 }
 
 // mergeInherited gives each descriptor of req.Inherited the metadata
-// changes of the name's newest live descriptor in snaps (version from+i)
+// changes of the name's newest descriptor in snaps (version from+i)
 // above its base, and moves the base there: the next snapshots read are
-// merged onto that one. A removal ends the merge: the file is written
-// again with the writer's metadata, as after an rm on another mount.
+// merged onto that one. A removal ends the merge, also when the name was
+// made again after it (another file, whose mode and attributes are not
+// the writer's file's: review 33): the file is written again with the
+// writer's metadata, as after an rm on another mount.
 func mergeInherited(from uint32, snaps [][]Descriptor, req *CommitRequest) {
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
@@ -747,12 +756,11 @@ func mergeInherited(from uint32, snaps [][]Descriptor, req *CommitRequest) {
 		if !ok || !d.IsSlot() || d.Deleted {
 			continue
 		}
-		theirs, at := newestOf(d.Name, from, snaps, b.Version)
+		theirs, at, removed := newestOf(d.Name, from, snaps, b.Version)
 		switch {
-		case theirs == nil:
-		case theirs.Deleted:
+		case removed:
 			delete(req.Inherited, d.Name)
-		default:
+		case theirs != nil:
 			d.Metadata = MergeMetadata(b.Metadata, d.Metadata, theirs.Metadata)
 			req.Inherited[d.Name] = MetaBase{Version: at, Metadata: theirs.Metadata}
 		}
@@ -760,21 +768,22 @@ func mergeInherited(from uint32, snaps [][]Descriptor, req *CommitRequest) {
 }
 
 // newestOf returns the last descriptor of name in snaps (version from+i)
-// above version after, and its version.
-func newestOf(name string, from uint32, snaps [][]Descriptor, after uint32) (*Descriptor, uint32) {
-	for i := len(snaps) - 1; i >= 0; i-- {
+// above version after, and its version; removed reports a removal of
+// the name among them.
+func newestOf(name string, from uint32, snaps [][]Descriptor, after uint32) (newest *Descriptor, at uint32, removed bool) {
+	for i, ds := range snaps {
 		v := from + uint32(i)
 		if v <= after {
-			break
+			continue
 		}
-		ds := snaps[i]
-		for j := len(ds) - 1; j >= 0; j-- {
+		for j := range ds {
 			if ds[j].Name == name && ds[j].IsSlot() {
-				return &ds[j], v
+				newest, at = &ds[j], v
+				removed = removed || ds[j].Deleted
 			}
 		}
 	}
-	return nil, 0
+	return newest, at, removed
 }
 
 // PathClash finds the names of a commit that clash as paths with a live

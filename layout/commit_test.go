@@ -532,8 +532,9 @@ func TestCommitUnchanged(t *testing.T) {
 // keys its writer did not change itself come from the newest descriptor
 // of the name in the snapshots the commit lands above (audit 28: a `>`
 // from a mount within its TTL put the old mode back). The writer's own
-// changes win, a removal leaves the writer's metadata, and a descriptor
-// at or below the version the writer read is what it read.
+// changes win, a removal leaves the writer's metadata (also when another
+// file of the name was made after it), and a descriptor at or below the
+// version the writer read is what it read.
 func TestCommitInherited(t *testing.T) {
 	meta := func(kv ...string) map[string]string {
 		m := map[string]string{}
@@ -568,6 +569,10 @@ func TestCommitInherited(t *testing.T) {
 		{"their-mtime-is-not-kept", [][]Descriptor{{with(desc("f", "one\n"), meta(MetaPosixMode, "0644", "k", "old", MetaPosixMtime, "1577934245"))}}, 1,
 			meta(MetaPosixMode, "0644", "k", "old"), meta(MetaPosixMode, "0644", "k", "old")},
 		{"removed", [][]Descriptor{{{Name: "f", Deleted: true, CreatedAt: testNow}}}, 1,
+			meta(MetaPosixMode, "0644", "k", "old"), meta(MetaPosixMode, "0644", "k", "old")},
+		// Another file of the name, not the one the writer read (review 33).
+		{"removed-then-made-again", [][]Descriptor{{{Name: "f", Deleted: true, CreatedAt: testNow}},
+			{with(desc("f", "another file\n"), meta(MetaPosixMode, "0600", "owner", "b"))}}, 1,
 			meta(MetaPosixMode, "0644", "k", "old"), meta(MetaPosixMode, "0644", "k", "old")},
 		{"read-at-or-above-the-change", [][]Descriptor{{with(desc("f", "one\n"), meta(MetaPosixMode, "0600"))}}, 2,
 			meta(MetaPosixMode, "0644", "k", "old"), meta(MetaPosixMode, "0644", "k", "old")},

@@ -38,7 +38,14 @@ func (b *batch) inherit(req *layout.CommitRequest, id layout.SessionID, st *cach
 		if !ok {
 			continue
 		}
-		if cur, found := st.Slot(d.Name); found && cur.Session == id && cur.Version > mb.Version {
+		cur, found := st.Slot(d.Name)
+		switch {
+		case !found && st.Version >= mb.Version:
+			continue // removed since: the file is made again with its own
+		case found && cur.Session == id && cur.Version > mb.Version:
+			if st.RemovedAfter(d.Name, mb.Version) {
+				continue // removed, and made again by another writer: not this file (review 33)
+			}
 			d.Metadata = layout.MergeMetadata(mb.Metadata, d.Metadata, cur.Metadata)
 			mb = layout.MetaBase{Version: cur.Version, Metadata: cur.Metadata}
 		}

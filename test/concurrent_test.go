@@ -437,6 +437,63 @@ func TestTwoMountsRewriteHeldOverOthersChmod(t *testing.T) {
 	}
 }
 
+// TestTwoMountsRewriteOverOthersRemoveAndRecreate: b rewrites f from a
+// view older than a's rm of f and a's new file f (mode 0755, an xattr):
+// b's content keeps b's own metadata, not the unrelated new file's,
+// whether b's view took a's change in before b's close (b commits
+// another file over it) or the commit finds it above (review 33).
+func TestTwoMountsRewriteOverOthersRemoveAndRecreate(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	a := mount(t, bk, "--metadata-ttl", "1h")
+	b := mount(t, bk, "--metadata-ttl", "1h")
+	for _, refresh := range []bool{false, true} {
+		t.Run(fmt.Sprintf("view-refreshed=%v", refresh), func(t *testing.T) {
+			id := newSession(t, bk)
+			seed(t, bk, id, map[string]string{"f": "old\n"})
+			if got := shE(t, sessDir(b, id), "cat f"); got != "old\n" {
+				t.Fatalf("b sees f = %q", got)
+			}
+			f, err := os.OpenFile(filepath.Join(sessDir(b, id), "f"), os.O_WRONLY|os.O_TRUNC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.WriteString("b's\n"); err != nil {
+				t.Fatal(err)
+			}
+			// No process is started while f is open (its copy of the
+			// descriptor, closed at exec, would commit f).
+			af := filepath.Join(sessDir(a, id), "f")
+			if err := os.Remove(af); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(af, []byte("a's other file\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(af, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Setxattr(af, "user.pugmark.meta.k", []byte("a"), 0); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{"f": "b's\n"}
+			if refresh {
+				if err := os.WriteFile(filepath.Join(sessDir(b, id), "g"), []byte("g\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				want["g"] = "g\n"
+			}
+			if err := f.Close(); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+			wantSlots(t, bk, id, want)
+			if md := slots(t, bk, id)["f"].Metadata; md[layout.MetaPosixMode] == "0755" || md["k"] != "" {
+				t.Errorf("b's content of f, written over a removal, took the metadata of a's new file: %v", md)
+			}
+		})
+	}
+}
+
 // TestTwoMountsAppendLoops: two mounts append to one file in loops at
 // once, each trusting its listings for an hour, one open, write and
 // close per line (with --commit=fsync: open, write, fsync and close).

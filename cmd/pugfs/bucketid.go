@@ -29,7 +29,7 @@ func legacyBucketID(u string) string {
 
 // bucketIdentity is u without what does not change which bucket it is:
 // the fault injector's scheme prefix and parameters, the order of the
-// other parameters, and an unclean local path. A URL with none of those
+// other parameters, and an unclean or escaped local path. A URL with none of those
 // is itself, so its directories keep their names across the upgrade.
 // Parameters that may pick another bucket or another part of one
 // (endpoint, prefix, region, credentials) stay as given.
@@ -40,8 +40,12 @@ func bucketIdentity(u string) string {
 	}
 	scheme = strings.TrimPrefix(scheme, "fault+")
 	where, query, _ := strings.Cut(rest, "?")
-	if scheme == "file" && strings.HasPrefix(where, "/") {
-		where = path.Clean(where)
+	if scheme == "file" {
+		// The path the driver opens: unescaped, then cleaned (a %2F
+		// cleaned while escaped named another bucket: review 33).
+		if p, err := url.Parse("file://" + where); err == nil && strings.HasPrefix(p.Path, "/") {
+			where = p.Host + path.Clean(p.Path)
+		}
 	}
 	var kept []string
 	for _, kv := range strings.Split(query, "&") {

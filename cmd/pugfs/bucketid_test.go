@@ -1,6 +1,8 @@
 package main
 
 import (
+	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -57,5 +59,29 @@ func TestLegacyStateDir(t *testing.T) {
 		if old, ok := legacyStateDir(cfg, state, sorted); ok {
 			t.Errorf("cache dir %q: %s has a legacy directory %q, but its name did not change", cfg.CacheDir, sorted, old)
 		}
+	}
+}
+
+// TestBucketIDEscapedPath: the path of a local bucket is cleaned as the
+// driver opens it, unescaped (u.Path, then filepath.Abs): cleaned while
+// escaped, "file:///S/a/%2F/../b" opened S/b but was given the state
+// directory of the bucket S/a/b, one bucket's failed files, summaries,
+// kept snapshots and memory-writer on another's mount (review 33).
+func TestBucketIDEscapedPath(t *testing.T) {
+	root := t.TempDir()
+	a := "file://" + root + "/a/b"
+	b := "file://" + root + "/a/%2F/../b"
+	pa, _ := url.Parse(a)
+	pb, _ := url.Parse(b)
+	da, _ := filepath.Abs(pa.Path)
+	db, _ := filepath.Abs(pb.Path)
+	if da == db {
+		t.Fatalf("test premise: both open %s", da)
+	}
+	if bucketID(a) == bucketID(b) {
+		t.Errorf("%s (opens %s) and %s (opens %s) share state directory %s (identity %q)", a, da, b, db, bucketID(a), bucketIdentity(b))
+	}
+	if bucketID(b) != bucketID("file://"+root+"/b") {
+		t.Errorf("%s opens %s, but has another state directory than file://%s/b", b, db, root)
 	}
 }

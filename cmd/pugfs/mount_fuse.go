@@ -298,7 +298,13 @@ func prepareMount(ctx context.Context, cfg mountConfig, log *slog.Logger, hold b
 	failed := filepath.Join(own, "failed")
 	env.stateDir, env.failedDir = stateDir, failed
 	if old, ok := legacyStateDir(cfg, stateDir, u); ok {
+		// What an older pugfs kept of this bucket under the URL as
+		// given: its dead mounts' staging, and its failed commits,
+		// which may be the only copy of a write (review 33).
 		sweepStaging(old, failed, log)
+		if n, _ := keepFailed(filepath.Join(old, "failed"), failed, log); n > 0 {
+			log.Warn("moved the data of failed commits an older pugfs kept for this bucket under another directory name into its failed directory", "from", filepath.Join(old, "failed"), "files", n, "failed", failed)
+		}
 	}
 	cleanStaging(own, failed, log)
 	if own != stateDir {
