@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -81,9 +82,20 @@ type State struct {
 	// LastSeq is the sequence number of the last descriptor.
 	LastSeq int64
 
-	ancestors []layout.Entry          // parent chain's visible entries
-	snaps     [][]layout.Descriptor   // own snapshots 1..Version
-	slots     map[string]layout.Entry // live slots at Version
+	ancestors []layout.Entry        // parent chain's visible entries
+	snaps     [][]layout.Descriptor // own snapshots 1..Version
+	// The live slots at Version are root, a map shared with the states
+	// before this one and never changed, with delta over it: the names
+	// changed since root. A commit copied the whole map, and a close
+	// into a session of 50,000 files took 69 ms where an empty one took
+	// 3 (audit 31); the delta is folded into a new root once it grows
+	// past about the square root of it (foldAt), so a commit costs
+	// O(√slots).
+	// full is the two made one, built the first time Slots asks.
+	root     map[string]layout.Entry
+	delta    map[string]slotChange
+	fullOnce sync.Once
+	full     map[string]layout.Entry
 
 	treeOnce sync.Once
 	tree     *Dir
@@ -106,14 +118,51 @@ func (st *State) Snapshot(v uint32) ([]layout.Descriptor, bool) {
 	return st.snaps[v-1], true
 }
 
+// slotChange is a name's slot as a State's delta has it: its entry, or
+// gone (removed).
+type slotChange struct {
+	e    layout.Entry
+	gone bool
+}
+
 // Slot returns the live descriptor for name.
 func (st *State) Slot(name string) (layout.Entry, bool) {
-	e, ok := st.slots[name]
+	if c, ok := st.delta[name]; ok {
+		return c.e, !c.gone
+	}
+	e, ok := st.root[name]
 	return e, ok
 }
 
-// Slots returns the live slots; the map is shared and read-only.
-func (st *State) Slots() map[string]layout.Entry { return st.slots }
+// Slots returns the live slots; the map is shared and read-only. With
+// changes over the root, it is built once (O(slots)): callers that look
+// names up one at a time use Slot.
+func (st *State) Slots() map[string]layout.Entry {
+	if len(st.delta) == 0 {
+		return st.root
+	}
+	st.fullOnce.Do(func() { st.full = st.merged() })
+	return st.full
+}
+
+// merged returns root and delta made one, in a new map.
+func (st *State) merged() map[string]layout.Entry {
+	out := make(map[string]layout.Entry, len(st.root)+len(st.delta))
+	for k, v := range st.root {
+		out[k] = v
+	}
+	for k, c := range st.delta {
+		if c.gone {
+			delete(out, k)
+		} else {
+			out[k] = c.e
+		}
+	}
+	return out
+}
+
+// slotCount is about the number of live slots (the root's).
+func (st *State) slotCount() int { return len(st.root) }
 
 // Log returns the full-state scan (§6.5) at version v <= Version: parent
 // chain first, then own snapshots 1..v.
@@ -129,7 +178,7 @@ func (st *State) Log(v uint32) []layout.Entry {
 // SlotsAt returns the live slots at version v <= Version.
 func (st *State) SlotsAt(v uint32) map[string]layout.Entry {
 	if v >= st.Version {
-		return st.slots
+		return st.Slots()
 	}
 	return layout.Slots(st.Log(v))
 }
@@ -210,10 +259,10 @@ func (st *State) Forks() []layout.Branch { return layout.BranchesIn(1, st.snaps)
 // Tree returns the directory tree of the live slots.
 func (st *State) Tree() *Dir {
 	st.treeOnce.Do(func() {
-		if d := st.treeFrom; d != nil && 2*len(d.changed) < len(st.slots) {
-			st.tree = d.apply(st.slots)
+		if d := st.treeFrom; d != nil && 2*len(d.changed) < st.slotCount() {
+			st.tree = d.apply(st.Slot)
 		} else {
-			st.tree = BuildTree(st.slots)
+			st.tree = BuildTree(st.Slots())
 		}
 		st.treeFrom = nil // let the predecessor go
 		st.treeBuilt.Store(st.tree)
@@ -414,8 +463,8 @@ func (s *Session) build(ctx context.Context, fp uint32) (*State, error) {
 	if n := len(anc); n > 0 {
 		st.LastSeq = max(st.LastSeq, anc[n-1].SequenceNumber)
 	}
-	st.applySnaps(slots, snaps, 1)
-	st.slots = slots
+	st.applySnaps(snaps, 1, func(e layout.Entry) { layout.ApplySlot(slots, e) })
+	st.root = slots
 	return st, nil
 }
 
@@ -443,22 +492,37 @@ func gapIsDamage(err error, fp uint32) error {
 	return fmt.Errorf("%w: a snapshot at or below the latest version %d is missing (%v)", layout.ErrCorrupt, fp, err)
 }
 
-// with returns a new state with snaps appended starting at version from.
+// foldAt is the size of a delta over a root of n slots past which with
+// folds it into a new root: about the square root of n, so that copying
+// the delta at each commit and the fold now and then each cost O(√n) a
+// commit, where copying the whole map cost O(n).
+func foldAt(n int) int { return int(math.Sqrt(float64(n))) + 64 }
+
+// with returns a new state with snaps appended starting at version from:
+// prev's root shared, its delta copied with the changes added (folded
+// into a new root past foldAt).
 func (prev *State) with(from uint32, snaps [][]layout.Descriptor) *State {
-	slots := make(map[string]layout.Entry, len(prev.slots)+4)
-	for k, v := range prev.slots {
-		slots[k] = v
-	}
 	st := &State{ID: prev.ID, Manifest: prev.Manifest, ancestors: prev.ancestors,
-		LastSeq: prev.LastSeq, UpdatedAt: prev.UpdatedAt, Version: prev.Version}
+		LastSeq: prev.LastSeq, UpdatedAt: prev.UpdatedAt, Version: prev.Version, root: prev.root}
+	delta := make(map[string]slotChange, len(prev.delta)+4)
+	for k, c := range prev.delta {
+		delta[k] = c
+	}
 	// prev.snaps is only ever appended to by its successor under the
 	// session lock, so sharing the backing array is safe: older states
 	// see only their own length.
 	st.snaps = prev.snaps[:prev.Version]
-	st.applySnaps(slots, snaps, from)
-	st.slots = slots
+	st.applySnaps(snaps, from, func(e layout.Entry) {
+		if e.IsSlot() {
+			delta[e.Name] = slotChange{e: e, gone: e.Deleted}
+		}
+	})
+	st.delta = delta
+	if len(delta) > foldAt(len(st.root)) {
+		st.root, st.delta = st.merged(), nil
+	}
 	if base := prev.treeBuilt.Load(); base != nil {
-		d := &treeDelta{base: base, prevSlots: prev.slots}
+		d := &treeDelta{base: base, prev: prev.Slot}
 		for _, ds := range snaps {
 			for i := range ds {
 				if ds[i].IsSlot() {
@@ -485,14 +549,15 @@ func (st *State) UpdatedAtVersion(v uint32) time.Time {
 	return st.ID.Time()
 }
 
-// applySnaps appends snaps (the first at version from) to st.
-func (st *State) applySnaps(slots map[string]layout.Entry, snaps [][]layout.Descriptor, from uint32) {
+// applySnaps appends snaps (the first at version from) to st, giving
+// each of their entries to apply.
+func (st *State) applySnaps(snaps [][]layout.Descriptor, from uint32, apply func(layout.Entry)) {
 	for i, ds := range snaps {
 		v := from + uint32(i)
 		st.snaps = append(st.snaps, ds)
 		st.Version = v
 		for _, d := range ds {
-			layout.ApplySlot(slots, layout.Entry{Descriptor: d, Session: st.ID, Version: v})
+			apply(layout.Entry{Descriptor: d, Session: st.ID, Version: v})
 			st.LastSeq = d.SequenceNumber
 		}
 		if newest, _ := layout.AppendTime(ds); !newest.IsZero() {

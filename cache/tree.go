@@ -7,21 +7,21 @@ import "github.com/pugmark/pugfs/layout"
 // rebuilding the tree of a session of n files for each (sorting every
 // name) made writing n files O(n² log n).
 type treeDelta struct {
-	base      *Dir
-	prevSlots map[string]layout.Entry
-	changed   []string
+	base    *Dir
+	prev    func(name string) (layout.Entry, bool) // the slots base was built from
+	changed []string
 }
 
-// apply returns the tree of slots: d.base with the changed names updated.
-// Directories on the path of a change are copied; everything else is
-// shared with base, which is never modified.
-func (d *treeDelta) apply(slots map[string]layout.Entry) *Dir {
+// apply returns the tree of the slots slot looks up: d.base with the
+// changed names updated. Directories on the path of a change are copied;
+// everything else is shared with base, which is never modified.
+func (d *treeDelta) apply(slot func(name string) (layout.Entry, bool)) *Dir {
 	root := d.base.clone()
 	fresh := map[*Dir]bool{root: true}
 	for _, name := range d.changed {
 		parts, ok := layout.NamePath(name)
-		_, was := d.prevSlots[name]
-		e, is := slots[name]
+		_, was := d.prev(name)
+		e, is := slot(name)
 		if !ok {
 			if was {
 				root.Hidden--

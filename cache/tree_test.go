@@ -2,7 +2,9 @@ package cache
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -35,15 +37,19 @@ func treeString(d *Dir) string {
 // TestTreeDeltaMatchesBuild: a state's tree derived from its
 // predecessor's is the tree built from its slots, through random puts and
 // removals of nested names, names that are both file and directory, and
-// names with no path; and the predecessor's tree is left as it was.
+// names with no path; and the predecessor's tree is left as it was. Its
+// slots, a delta over a shared root folded now and then (State.with),
+// are those of the descriptors applied one by one, looked up one name at
+// a time or whole.
 func TestTreeDeltaMatchesBuild(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	names := []string{"a", "b", "a/b", "a/c", "a/b/c", "d/e/f", "d/e/g", "d/h", "x/../y", "", "z/", "z/z", "q/r/s/t"}
 	for i := 0; i < 40; i++ {
 		names = append(names, fmt.Sprintf("flat%d", i), fmt.Sprintf("n%d/m%d", i%5, i))
 	}
-	st := &State{slots: map[string]layout.Entry{}}
+	st := &State{root: map[string]layout.Entry{}}
 	st.Tree()
+	model := map[string]layout.Entry{} // the slots, applied one by one
 	for round := 0; round < 300; round++ {
 		var ds []layout.Descriptor
 		for k := rng.IntN(6) + 1; k > 0; k-- {
@@ -56,12 +62,24 @@ func TestTreeDeltaMatchesBuild(t *testing.T) {
 		}
 		before := treeString(st.Tree())
 		next := st.with(st.Version+1, [][]layout.Descriptor{ds})
+		for _, d := range ds {
+			layout.ApplySlot(model, layout.Entry{Descriptor: d, Session: next.ID, Version: next.Version})
+		}
+		if !maps.EqualFunc(next.Slots(), model, func(a, b layout.Entry) bool { return a.Digest == b.Digest && a.Version == b.Version }) {
+			t.Fatalf("round %d: slots %v, want %v", round, slices.Sorted(maps.Keys(next.Slots())), slices.Sorted(maps.Keys(model)))
+		}
+		for _, name := range names {
+			e, ok := next.Slot(name)
+			if m, want := model[name]; ok != want || ok && e.Digest != m.Digest {
+				t.Fatalf("round %d: Slot(%q) = %v, %v; want %v, %v", round, name, e.Digest, ok, m.Digest, want)
+			}
+		}
 		if next.treeFrom == nil {
 			t.Fatal("no tree delta although the predecessor's tree was built")
 		}
 		next.treeFrom.changed = append(next.treeFrom.changed, names[rng.IntN(len(names))]) // an unchanged name too
-		got := next.treeFrom.apply(next.slots)
-		if want := BuildTree(next.slots); treeString(got) != treeString(want) {
+		got := next.treeFrom.apply(next.Slot)
+		if want := BuildTree(next.Slots()); treeString(got) != treeString(want) {
 			t.Fatalf("round %d: derived tree\n%s\nbuilt tree\n%s", round, treeString(got), treeString(want))
 		}
 		if after := treeString(st.Tree()); after != before {

@@ -117,7 +117,7 @@ func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *Fil
 		w.log.Warn("appended file not moved onto another writer's commit: reading the session failed", "session", id, "name", name, "err", serr)
 		return 0, false
 	}
-	cur, exists := st.Slots()[name]
+	cur, exists := st.Slot(name)
 	s.mu.RLock()
 	was := s.committed
 	s.mu.RUnlock()

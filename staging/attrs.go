@@ -249,14 +249,14 @@ func (w *Writer) setCommittedAttrs(ctx context.Context, id layout.SessionID, nam
 		return nil, nil, false, err
 	}
 	slots, _ := w.Live(st)
-	cur, ok := slots[name]
+	cur, ok := slots(name)
 	if !ok && !recheck {
 		// Made by another mount after the state: the kernel has seen it.
 		if st, err = w.stateFor(ctx, id, true); err != nil {
 			return nil, nil, false, err
 		}
 		slots, _ = w.Live(st)
-		cur, ok = slots[name]
+		cur, ok = slots(name)
 	}
 	if !ok || w.Hidden(id, name) {
 		return nil, nil, false, ErrNotExist
@@ -281,7 +281,7 @@ func (w *Writer) setCommittedAttrs(ctx context.Context, id layout.SessionID, nam
 		return nil, nil, false, err
 	}
 	slots, _ = w.Live(st)
-	if now, ok := slots[name]; ok {
+	if now, ok := slots(name); ok {
 		return &now, nil, false, nil
 	}
 	return nil, nil, false, nil

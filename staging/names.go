@@ -407,7 +407,7 @@ func (w *Writer) Unlink(ctx context.Context, id layout.SessionID, parts []string
 		return err
 	}
 	slots, tree := w.Live(st)
-	_, live := slots[full]
+	_, live := slots(full)
 	if live && w.Hidden(id, full) {
 		live = false
 	}
@@ -544,7 +544,7 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		// A file still being written moves with its staged data; open
 		// handles keep writing to it under the new name. A failure
 		// below moves it back before the target is put back.
-		e, ok := slots[from]
+		e, ok := slots(from)
 		var src *File
 		var srcHold *nameHold
 		var srcDone chan struct{}
@@ -588,7 +588,7 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 			src = s
 			if dirty {
 				// Its commit happens on close, under the new name.
-				if _, ok := slots[from]; ok {
+				if _, ok := slots(from); ok {
 					if err := w.Queue(ctx, id, []layout.Descriptor{{Name: from, Deleted: true, CreatedAt: now}}); err != nil {
 						return fail(err)
 					}
@@ -789,8 +789,8 @@ func (w *Writer) moveLocalLocked(ws *session, from, to string, staged, dirs []st
 // It reports whether it moved the file; with nothing so built on the
 // name, it does nothing, and the caller renames. The caller holds
 // ws.nsMu.
-func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *session, from, to string, slots map[string]layout.Entry, now time.Time, absentTo *layout.FileBase) (bool, error) {
-	if _, listed := slots[from]; !listed {
+func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *session, from, to string, slots Slots, now time.Time, absentTo *layout.FileBase) (bool, error) {
+	if _, listed := slots(from); !listed {
 		return false, nil
 	}
 	if s := w.Staged(id, from); s != nil {
@@ -939,7 +939,7 @@ func (w *Writer) settleMove(ctx context.Context, id layout.SessionID, err error)
 // neither staged nor committed. With fresh, the state is read from the
 // bucket (one LIST), not trusted for the metadata TTL (stateFor). at is
 // the version of the state.
-func (w *Writer) liveNow(ctx context.Context, id layout.SessionID, from, to string, fresh bool) (slots map[string]layout.Entry, tree *cache.Dir, at uint32, err error) {
+func (w *Writer) liveNow(ctx context.Context, id layout.SessionID, from, to string, fresh bool) (slots Slots, tree *cache.Dir, at uint32, err error) {
 	w.waitCommits(id, from, to)
 	st, err := w.stateFor(ctx, id, fresh)
 	if err != nil {
@@ -964,8 +964,8 @@ func (w *Writer) stateFor(ctx context.Context, id layout.SessionID, fresh bool) 
 // kindOf reports whether name is a file and whether it is a directory in
 // the live view of ws (slots and tree, from Live), staged files and local
 // directories included.
-func (w *Writer) kindOf(ws *session, slots map[string]layout.Entry, tree *cache.Dir, name string) (file, dir bool) {
-	if _, ok := slots[name]; ok && !w.Hidden(ws.id, name) {
+func (w *Writer) kindOf(ws *session, slots Slots, tree *cache.Dir, name string) (file, dir bool) {
+	if _, ok := slots(name); ok && !w.Hidden(ws.id, name) {
 		file = true
 	}
 	if w.Staged(ws.id, name) != nil {
@@ -1024,7 +1024,7 @@ func (w *Writer) link(ctx context.Context, id layout.SessionID, from, to string)
 	if file, _ := w.kindOf(ws, slots, tree, from); !file {
 		return nil, ErrNotExist
 	}
-	e, ok := slots[from]
+	e, ok := slots(from)
 	if s := w.stagedIdle(ws, from); s != nil {
 		// nsMu keeps s staged and its spill file open: only a last
 		// release, a rename or an unlink forgets it, and they take

@@ -273,7 +273,7 @@ func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs 
 	}
 	for name, g := range gs {
 		if st != nil && st.Version >= g.base.Version {
-			e, ok := st.Slots()[name]
+			e, ok := st.Slot(name)
 			v := e.Version
 			if ok && e.Session != id {
 				// Inherited from an ancestor (§11.3), as fileBase
