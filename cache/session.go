@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"sort"
 	"strings"
@@ -611,22 +612,85 @@ func (c *Cache) Committed(id layout.SessionID, res layout.CommitResult, m Mark) 
 }
 
 // Dir is a directory of the live tree built from slot names (decisions.md
-// "Names as paths").
+// "Names as paths"). Its files are a map shared with the directory it
+// was derived from (clone), with the names changed since over it: a
+// commit copied a directory of 50,000 files whole to change one name
+// (audit 31). A Dir is not changed once a State holds it.
 type Dir struct {
-	Files map[string]*layout.Entry
-	Dirs  map[string]*Dir
+	files  map[string]*layout.Entry
+	over   map[string]*layout.Entry // non-nil once files is shared; a nil entry is a removal
+	nfiles int
+	Dirs   map[string]*Dir
 	// Hidden counts names that have no path.
 	Hidden int
 }
 
+// newDir returns an empty directory.
+func newDir() *Dir {
+	return &Dir{files: map[string]*layout.Entry{}, Dirs: map[string]*Dir{}}
+}
+
+// File returns the entry of the file name in d.
+func (d *Dir) File(name string) (*layout.Entry, bool) {
+	if e, ok := d.over[name]; ok {
+		return e, e != nil
+	}
+	e, ok := d.files[name]
+	return e, ok
+}
+
+// FileCount is the number of files in d.
+func (d *Dir) FileCount() int { return d.nfiles }
+
+// Files yields each file of d, in no order.
+func (d *Dir) Files() iter.Seq2[string, *layout.Entry] {
+	return func(yield func(string, *layout.Entry) bool) {
+		for k, e := range d.files {
+			if _, changed := d.over[k]; !changed && !yield(k, e) {
+				return
+			}
+		}
+		for k, e := range d.over {
+			if e != nil && !yield(k, e) {
+				return
+			}
+		}
+	}
+}
+
+// setFile makes name a file of d (being built or derived, not shared).
+func (d *Dir) setFile(name string, e *layout.Entry) {
+	if _, had := d.File(name); !had {
+		d.nfiles++
+	}
+	if d.over != nil {
+		d.over[name] = e
+	} else {
+		d.files[name] = e
+	}
+}
+
+// removeFile removes the file name from d (being derived, not shared).
+func (d *Dir) removeFile(name string) {
+	if _, had := d.File(name); !had {
+		return
+	}
+	d.nfiles--
+	if d.over != nil {
+		d.over[name] = nil
+	} else {
+		delete(d.files, name)
+	}
+}
+
 // Names returns the directory's entries, sorted.
 func (d *Dir) Names() []string {
-	out := make([]string, 0, len(d.Files)+len(d.Dirs))
-	for n := range d.Files {
+	out := make([]string, 0, d.nfiles+len(d.Dirs))
+	for n := range d.Files() {
 		out = append(out, n)
 	}
 	for n := range d.Dirs {
-		if _, ok := d.Files[n]; !ok {
+		if _, ok := d.File(n); !ok {
 			out = append(out, n)
 		}
 	}
@@ -637,7 +701,7 @@ func (d *Dir) Names() []string {
 // Walk returns the directory at path components parts.
 func (d *Dir) Walk(parts []string) (*Dir, bool) {
 	for _, p := range parts {
-		if _, isFile := d.Files[p]; isFile {
+		if _, isFile := d.File(p); isFile {
 			return nil, false
 		}
 		next, ok := d.Dirs[p]
@@ -652,7 +716,7 @@ func (d *Dir) Walk(parts []string) (*Dir, bool) {
 // BuildTree lays out slots as a tree. A name that is both a file and a
 // prefix of another (a and a/b) shows the file.
 func BuildTree(slots map[string]layout.Entry) *Dir {
-	root := &Dir{Files: map[string]*layout.Entry{}, Dirs: map[string]*Dir{}}
+	root := newDir()
 	names := make([]string, 0, len(slots))
 	for n := range slots {
 		names = append(names, n)
@@ -669,13 +733,12 @@ func BuildTree(slots map[string]layout.Entry) *Dir {
 		for _, p := range parts[:len(parts)-1] {
 			next, ok := d.Dirs[p]
 			if !ok {
-				next = &Dir{Files: map[string]*layout.Entry{}, Dirs: map[string]*Dir{}}
+				next = newDir()
 				d.Dirs[p] = next
 			}
 			d = next
 		}
-		leaf := parts[len(parts)-1]
-		d.Files[leaf] = &e
+		d.setFile(parts[len(parts)-1], &e)
 	}
 	return root
 }

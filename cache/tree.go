@@ -43,7 +43,7 @@ func (d *treeDelta) apply(slot func(name string) (layout.Entry, bool)) *Dir {
 			case !ok && !is:
 				next = nil // removing a name whose directory is gone
 			case !ok:
-				next = &Dir{Files: map[string]*layout.Entry{}, Dirs: map[string]*Dir{}}
+				next = newDir()
 				fresh[next] = true
 				dir.Dirs[p] = next
 			case !fresh[next]:
@@ -63,24 +63,36 @@ func (d *treeDelta) apply(slot func(name string) (layout.Entry, bool)) *Dir {
 		leaf := parts[len(parts)-1]
 		if is {
 			e := e
-			dir.Files[leaf] = &e
+			dir.setFile(leaf, &e)
 			continue
 		}
-		delete(dir.Files, leaf)
+		dir.removeFile(leaf)
 		// Drop directories left empty: a tree built from slots has none.
-		for i := len(path) - 1; i > 0 && len(path[i].Files) == 0 && len(path[i].Dirs) == 0; i-- {
+		for i := len(path) - 1; i > 0 && path[i].FileCount() == 0 && len(path[i].Dirs) == 0; i-- {
 			delete(path[i-1].Dirs, parts[i-1])
 		}
 	}
 	return root
 }
 
-// clone returns a copy of d whose maps can be changed; the entries and
-// subdirectories are shared.
+// clone returns a copy of d whose files and directories can be changed:
+// its files are d's, shared, with d's changes over them copied (folded
+// into a map of its own once they pass foldAt, as a State's slots); the
+// entries and subdirectories are shared.
 func (d *Dir) clone() *Dir {
-	c := &Dir{Files: make(map[string]*layout.Entry, len(d.Files)+1), Dirs: make(map[string]*Dir, len(d.Dirs)+1), Hidden: d.Hidden}
-	for k, v := range d.Files {
-		c.Files[k] = v
+	c := &Dir{nfiles: d.nfiles, Dirs: make(map[string]*Dir, len(d.Dirs)+1), Hidden: d.Hidden}
+	if len(d.over) > foldAt(len(d.files)) {
+		c.files = make(map[string]*layout.Entry, d.nfiles+1)
+		for k, e := range d.Files() {
+			c.files[k] = e
+		}
+		c.over = map[string]*layout.Entry{}
+	} else {
+		c.files = d.files
+		c.over = make(map[string]*layout.Entry, len(d.over)+1)
+		for k, e := range d.over {
+			c.over[k] = e
+		}
 	}
 	for k, v := range d.Dirs {
 		c.Dirs[k] = v

@@ -15,7 +15,7 @@ import (
 // dumpTree renders a tree for comparison: every file with its digest,
 // every directory, the hidden count.
 func dumpTree(d *Dir, prefix string, out *[]string) {
-	for n, e := range d.Files {
+	for n, e := range d.Files() {
 		*out = append(*out, fmt.Sprintf("f %s%s %s", prefix, n, e.Digest))
 	}
 	for n, sub := range d.Dirs {
@@ -79,6 +79,9 @@ func TestTreeDeltaMatchesBuild(t *testing.T) {
 		}
 		next.treeFrom.changed = append(next.treeFrom.changed, names[rng.IntN(len(names))]) // an unchanged name too
 		got := next.treeFrom.apply(next.Slot)
+		if bad := miscounted(got, ""); bad != "" {
+			t.Fatalf("round %d: directory %q counts another number of files than it holds", round, bad)
+		}
 		if want := BuildTree(next.Slots()); treeString(got) != treeString(want) {
 			t.Fatalf("round %d: derived tree\n%s\nbuilt tree\n%s", round, treeString(got), treeString(want))
 		}
@@ -88,4 +91,22 @@ func TestTreeDeltaMatchesBuild(t *testing.T) {
 		st = next
 		st.Tree()
 	}
+}
+
+// miscounted returns the first directory of d (by path) whose FileCount
+// is not the number of files it yields, or "".
+func miscounted(d *Dir, path string) string {
+	n := 0
+	for range d.Files() {
+		n++
+	}
+	if n != d.FileCount() {
+		return path + "/"
+	}
+	for name, sub := range d.Dirs {
+		if bad := miscounted(sub, path+"/"+name); bad != "" {
+			return bad
+		}
+	}
+	return ""
 }

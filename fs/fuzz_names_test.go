@@ -52,7 +52,7 @@ func FuzzNamesToTree(f *testing.F) {
 			}
 			dir, shadowed := tree, false
 			for _, p := range parts[:len(parts)-1] {
-				if _, isFile := dir.Files[p]; isFile {
+				if _, isFile := dir.File(p); isFile {
 					shadowed = true // "a" and "a/b": the file shows
 					break
 				}
@@ -65,7 +65,7 @@ func FuzzNamesToTree(f *testing.F) {
 			if shadowed {
 				continue
 			}
-			e, ok := dir.Files[parts[len(parts)-1]]
+			e, ok := dir.File(parts[len(parts)-1])
 			if !ok || e.Name != n {
 				t.Fatalf("%q: not at its path (found %+v)", n, e)
 			}
@@ -75,7 +75,7 @@ func FuzzNamesToTree(f *testing.F) {
 		}
 		var walk func(d *cache.Dir, prefix []string)
 		walk = func(d *cache.Dir, prefix []string) {
-			for name, e := range d.Files {
+			for name, e := range d.Files() {
 				if e := validLeaf(name); e != 0 && e != syscall.EILSEQ { // bucket names are UTF-8 by JSON; the fuzzer's need not be
 					t.Fatalf("visible component %q is not a valid leaf", name)
 				}

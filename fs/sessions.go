@@ -353,7 +353,7 @@ func (d *sessionDir) fileOverEmptyDir(ctx context.Context, name string) bool {
 	if !ok {
 		return false
 	}
-	if _, isFile := dir.Files[name]; !isFile {
+	if _, isFile := dir.File(name); !isFile {
 		return false
 	}
 	return d.f.w.Rmdir(ctx, d.id, d.full(name)) == nil
@@ -382,7 +382,7 @@ func (f *FS) sendTarget(ctx context.Context, name string) error {
 }
 
 func (d *sessionDir) childOf(st *cache.State, dir *cache.Dir, name string) (child, bool) {
-	if e, ok := dir.Files[name]; ok {
+	if e, ok := dir.File(name); ok {
 		return d.f.slotChild(d, name, e), true
 	}
 	if _, ok := dir.Dirs[name]; ok {

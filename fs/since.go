@@ -84,7 +84,7 @@ func (s *sinceDir) find(ctx context.Context, name string) (child, error) {
 	if !ok {
 		return child{}, syscall.ENOENT
 	}
-	if _, ok := d.Files[name]; !ok {
+	if _, ok := d.File(name); !ok {
 		if _, ok := d.Dirs[name]; !ok {
 			return child{}, syscall.ENOENT
 		}
@@ -95,7 +95,7 @@ func (s *sinceDir) find(ctx context.Context, name string) (child, error) {
 func (s *sinceDir) childOf(d *cache.Dir, name string) child {
 	f := s.f
 	full := cache.JoinName(appendPart(s.parts, name))
-	if e, ok := d.Files[name]; ok {
+	if e, ok := d.File(name); ok {
 		return f.privateRead(child{name: name, mode: syscall.S_IFREG, ttl: f.ttl,
 			ino: inoOf("since", s.id.String(), full, e.Digest.String(), e.CreatedAt.String()),
 			node: func() gofs.InodeEmbedder {

@@ -32,7 +32,7 @@ const (
 // lookups to report.
 func (f *FS) warmSizes(ctx context.Context, dir *cache.Dir) {
 	var ds []layout.Descriptor
-	for _, e := range dir.Files {
+	for _, e := range dir.Files() {
 		if d := e.Descriptor; (d.Size <= warmMaxSize || d.ContentEncoding == "") && !f.blobs.SizeKnown(&d) {
 			ds = append(ds, d)
 		}

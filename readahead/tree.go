@@ -151,7 +151,7 @@ func (r *ReadAhead) orderLocked(k orderKey, pos *Pos) *treeOrder {
 			names = r.byInoLocked(d, prefix, names, pos)
 		}
 		for _, n := range names {
-			if e, ok := d.Files[n]; ok {
+			if e, ok := d.File(n); ok {
 				o.idx[prefix+n] = len(o.files)
 				o.files = append(o.files, e)
 			} else if sub, ok := d.Dirs[n]; ok {
@@ -170,7 +170,7 @@ func (r *ReadAhead) orderLocked(k orderKey, pos *Pos) *treeOrder {
 func (r *ReadAhead) byInoLocked(d *cache.Dir, prefix string, names []string, pos *Pos) []string {
 	inos := make(map[string]uint64, len(names))
 	for _, n := range names {
-		if e, ok := d.Files[n]; ok {
+		if e, ok := d.File(n); ok {
 			inos[n] = r.inos.File(pos.ID, pos.At, prefix+n, e)
 		} else {
 			inos[n] = r.inos.Dir(pos.ID, pos.At, prefix+n)

@@ -364,7 +364,7 @@ func clashesIn(b *batch, st *cache.State) []clash {
 // liveUnder returns the version of a file in dir (whose names start with
 // prefix) that is not in gone, if there is one.
 func liveUnder(dir *cache.Dir, prefix string, gone map[string]bool) (uint32, bool) {
-	for n, e := range dir.Files {
+	for n, e := range dir.Files() {
 		if !gone[prefix+n] {
 			return e.Version, true
 		}

@@ -820,7 +820,7 @@ func (w *Writer) dirEntries(ctx context.Context, id layout.SessionID, prefix str
 	// (audit 31). The tree holds the names that are paths.
 	var walk func(d *cache.Dir)
 	walk = func(d *cache.Dir) {
-		for _, e := range d.Files {
+		for _, e := range d.Files() {
 			if ws == nil || !ws.gone[e.Name] {
 				c.files = append(c.files, *e)
 			}
