@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -340,6 +341,9 @@ func copyContent(ctx context.Context, blobs Blobs, f *os.File, e *layout.Entry, 
 // file that exists said not to, until the mount was restarted.
 func (w *Writer) spill() (*os.File, error) {
 	f, err := createSpill(w.cfg.StagingDir)
+	if errors.Is(err, syscall.EMFILE) {
+		w.warnDescriptors()
+	}
 	if !errors.Is(err, os.ErrNotExist) {
 		return f, err
 	}
@@ -348,6 +352,21 @@ func (w *Writer) spill() (*os.File, error) {
 	}
 	w.log.Warn("the staging directory was removed while mounted (with the cache directory?); made it again", "dir", w.cfg.StagingDir)
 	return createSpill(w.cfg.StagingDir)
+}
+
+// warnDescriptors says, at most once a minute, that the process is out
+// of file descriptors: each file open for writing holds one, and past
+// the limit every open on the mount fails, reads and listings too, which
+// the log did not say (audit 31).
+func (w *Writer) warnDescriptors() {
+	now := w.cfg.Now().UnixNano()
+	last := w.emfileAt.Load()
+	if now-last < int64(time.Minute) || !w.emfileAt.CompareAndSwap(last, now) {
+		return
+	}
+	var lim syscall.Rlimit
+	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+	w.log.Warn("out of file descriptors: each file open for writing holds one until its close, and every open on the mount fails past the limit; close files, or raise the limit of pugfs (ulimit -n, LimitNOFILE=)", "limit", lim.Cur)
 }
 
 // createSpill makes a spill file without a name, so that a crash leaves

@@ -146,6 +146,8 @@ type Writer struct {
 	st struct {
 		commits, snapshots, descriptors, errors, conflicts atomic.Int64
 	}
+	// emfileAt is when warnDescriptors last logged (Unix nanoseconds).
+	emfileAt atomic.Int64
 
 	// ingestMu guards ingesting, the bytes of the staging directory
 	// that ingestions under way took (reserveStaging).

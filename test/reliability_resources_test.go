@@ -104,8 +104,9 @@ func TestReliabilityCacheDirUnwritable(t *testing.T) {
 // TestReliabilityTooManyOpenFiles: pugfs limited to 64 file descriptors
 // (RLIMIT_NOFILE) while a client holds 100 files open for writing (each
 // is a staging file in pugfs): the opens past the limit fail with EMFILE,
-// ENFILE or EIO, the others work, nothing crashes, and once the client
-// closes its files the mount serves reads and writes again.
+// ENFILE or EIO, the others work, nothing crashes, the log says why (once),
+// and once the client closes its files the mount serves reads and writes
+// again.
 //
 // Removing the protection (a panic or a fatal exit on a failed open, or
 // an accept/read loop that gives up on EMFILE) kills the mount.
@@ -142,6 +143,11 @@ func TestReliabilityTooManyOpenFiles(t *testing.T) {
 	}
 	if !relAlive(mnt) {
 		t.Fatalf("the mount died:\n%s", mnt.Log())
+	}
+	// Said in the log, once for all the failed opens (audit 31: every
+	// open of the mount failed, and nothing said why).
+	if n := strings.Count(mnt.Log(), "out of file descriptors"); n != 1 {
+		t.Errorf("the log says %d times that pugfs is out of file descriptors, want once:\n%s", n, mnt.Log())
 	}
 	for _, f := range open {
 		f.Close()
