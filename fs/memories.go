@@ -770,7 +770,7 @@ func (n *memFile) setAttrs(ctx context.Context, fh gofs.FileHandle, c staging.At
 		return errno
 	}
 	h := hh.(*memHandle)
-	h.attrsOnly = true
+	h.attrsOnly, h.keptTime = true, c.Mtime == nil && !c.MtimeNow
 	// Unchanged content keeps its time (chmod does not move mtime).
 	n.mu.Lock()
 	keep := layout.ShownMtime(n.e.Metadata, n.e.CreatedAt, time.Time{})
@@ -851,6 +851,11 @@ type memHandle struct {
 	// bytes, so a refused one keeps no copy of them (Records.PutMemoryAttrs).
 	// Set before the handle is shared.
 	attrsOnly bool
+	// keptTime marks an attrsOnly handle whose change set no time (a
+	// chmod keeps the record's): made again on another writer's newer
+	// bytes, it keeps their time (Records.PutMemoryAttrs). Set before
+	// the handle is shared.
+	keptTime bool
 	// trunc marks a handle opened with O_TRUNC: its content is its own
 	// from the open on. Set before the handle is shared.
 	trunc bool
@@ -960,13 +965,13 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 		// since the open: the attributes are this handle's, the bytes
 		// that writer's (audit 28: touch under a stream of another
 		// mount's appends was ESTALE, keeping a copy of the record).
-		d, merged, err = f.recs.PutMemoryAttrs(context.WithoutCancel(ctx), n.ns, desc, body, base, h.inherited, func(ctx context.Context) ([]byte, *layout.Digest, error) {
+		d, merged, err = f.recs.PutMemoryAttrs(context.WithoutCancel(ctx), n.ns, desc, body, base, h.inherited, h.keptTime, func(ctx context.Context) ([]byte, *layout.Descriptor, error) {
 			cur, ok, err := f.latestRecord(ctx, n.ns, e.Name)
 			if err != nil || !ok {
 				return nil, nil, err
 			}
 			b, err := readAll(ctx, f, &cur.Descriptor)
-			return b, &cur.Digest, err
+			return b, &cur.Descriptor, err
 		})
 	} else if base == nil && h.inherited != nil {
 		d, err = f.recs.RewriteMemory(context.WithoutCancel(ctx), n.ns, desc, body, h.inherited)

@@ -226,7 +226,11 @@ func (r *Records) RewriteMemory(ctx context.Context, ns string, e layout.Descrip
 // inherited is the metadata the record had when read: a retry keeps what
 // another writer changed of it since (layout.MemoryWrite.Inherited), or
 // the other mount's new key was dropped by the chmod (review 31).
-func (r *Records) PutMemoryAttrs(ctx context.Context, ns string, e layout.Descriptor, body []byte, base *layout.Digest, inherited map[string]string, current func(context.Context) ([]byte, *layout.Digest, error)) (layout.Descriptor, []byte, error) {
+// keptTime marks a change that set no time (a chmod: e's posix-mtime is
+// the time the bytes read showed, kept): made on other bytes, it keeps
+// theirs, where it stamped the other writer's newer bytes with the
+// older time, which make and rsync then miss (review 31).
+func (r *Records) PutMemoryAttrs(ctx context.Context, ns string, e layout.Descriptor, body []byte, base *layout.Digest, inherited map[string]string, keptTime bool, current func(context.Context) ([]byte, *layout.Descriptor, error)) (layout.Descriptor, []byte, error) {
 	var meta map[string]map[string]string
 	if inherited != nil {
 		meta = map[string]map[string]string{e.Name: inherited}
@@ -236,14 +240,21 @@ func (r *Records) PutMemoryAttrs(ctx context.Context, ns string, e layout.Descri
 		if err == nil || !errors.Is(err, layout.ErrChangedUnder) || attempt == appendAttempts {
 			return d, body, err
 		}
-		cur, dig, err := current(ctx)
+		cur, now, err := current(ctx)
 		if err != nil {
 			return layout.Descriptor{}, nil, err
 		}
-		if dig == nil {
+		if now == nil {
 			return layout.Descriptor{}, nil, ErrNotExist
 		}
-		body, base = cur, dig
+		body, base = cur, &now.Digest
+		if keptTime {
+			e.Metadata = maps.Clone(e.Metadata)
+			if e.Metadata == nil {
+				e.Metadata = map[string]string{}
+			}
+			e.Metadata[layout.MetaPosixMtime] = layout.FormatPosixMtime(layout.ShownMtime(now.Metadata, now.CreatedAt, time.Time{}))
+		}
 	}
 }
 

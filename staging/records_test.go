@@ -455,7 +455,8 @@ func TestRecordsAttrsRetryKeepsOthersMetadata(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	current := func(ctx context.Context) ([]byte, *layout.Digest, error) {
+	var theirs layout.Descriptor
+	current := func(ctx context.Context) ([]byte, *layout.Descriptor, error) {
 		v, _ := store.LatestMemoryVersion(ctx, "ns")
 		recs, err := store.ReadMemory(ctx, "ns", v)
 		if err != nil {
@@ -463,12 +464,13 @@ func TestRecordsAttrsRetryKeepsOthersMetadata(t *testing.T) {
 		}
 		for _, d := range recs {
 			if d.Name == "log" {
-				return append([]byte(nil), d.Data...), &d.Digest, nil
+				theirs = d
+				return append([]byte(nil), d.Data...), &d, nil
 			}
 		}
 		return nil, nil, nil
 	}
-	d, merged, err := r.PutMemoryAttrs(ctx, "ns", layout.Descriptor{Name: "log", Metadata: mine}, []byte("base\n"), &base.Digest, map[string]string{}, current)
+	d, merged, err := r.PutMemoryAttrs(ctx, "ns", layout.Descriptor{Name: "log", Metadata: mine}, []byte("base\n"), &base.Digest, map[string]string{}, true, current)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,5 +479,14 @@ func TestRecordsAttrsRetryKeepsOthersMetadata(t *testing.T) {
 	}
 	if d.Metadata["topic"] != "ops" {
 		t.Errorf("metadata after the chmod %v: the other mount's key topic=ops is gone", d.Metadata)
+	}
+	// The chmod kept the shown time of the bytes it read; on the other
+	// mount's newer bytes it keeps theirs (review 31: the older time
+	// came back with them).
+	if got, want := layout.ShownMtime(d.Metadata, d.CreatedAt, time.Time{}), layout.ShownMtime(theirs.Metadata, theirs.CreatedAt, time.Time{}); !got.Equal(want) {
+		t.Errorf("record holding the other mount's append (shown at %v) shows %v after the chmod", want, got)
+	}
+	if d.Metadata[layout.MetaPosixMode] != "0600" {
+		t.Errorf("mode after the chmod: %v", d.Metadata)
 	}
 }
