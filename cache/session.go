@@ -129,7 +129,10 @@ type slotChange struct {
 // Slot returns the live descriptor for name.
 func (st *State) Slot(name string) (layout.Entry, bool) {
 	if c, ok := st.delta[name]; ok {
-		return c.e, !c.gone
+		if c.gone {
+			return layout.Entry{}, false
+		}
+		return c.e, true
 	}
 	e, ok := st.root[name]
 	return e, ok

@@ -18,7 +18,12 @@ type treeDelta struct {
 func (d *treeDelta) apply(slot func(name string) (layout.Entry, bool)) *Dir {
 	root := d.base.clone()
 	fresh := map[*Dir]bool{root: true}
+	seen := make(map[string]bool, len(d.changed))
 	for _, name := range d.changed {
+		if seen[name] {
+			continue // changed twice: was and is say it once (review 34: a hidden name counted twice)
+		}
+		seen[name] = true
 		parts, ok := layout.NamePath(name)
 		_, was := d.prev(name)
 		e, is := slot(name)

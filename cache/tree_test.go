@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/pugmark/pugfs/layout"
@@ -109,4 +110,127 @@ func miscounted(d *Dir, path string) string {
 		}
 	}
 	return ""
+}
+
+// TestTreeDeltaHiddenOnce: a name with no path that appears twice among
+// a state's changes (put then removed in one commit, or in two versions
+// read by one refresh) moves Hidden once in the derived tree: it moved
+// twice (review 34).
+func TestTreeDeltaHiddenOnce(t *testing.T) {
+	dg := func(s string) layout.Digest { return layout.DigestOf([]byte(s)) }
+	big := func() map[string]layout.Entry {
+		m := map[string]layout.Entry{}
+		for i := 0; i < 100; i++ {
+			m[fmt.Sprint("f", i)] = layout.Entry{}
+		}
+		return m
+	}
+	st := &State{root: big()}
+	st.Tree()
+	st = st.with(1, [][]layout.Descriptor{{{Name: "z/", Digest: dg("1")}}})
+	st.Tree()
+	// One commit puts z/ again and removes it.
+	next := st.with(2, [][]layout.Descriptor{{{Name: "z/", Digest: dg("2")}, {Name: "z/", Deleted: true}}})
+	got, want := next.Tree(), BuildTree(next.Slots())
+	if got.Hidden != want.Hidden {
+		t.Errorf("put and removed in one commit: derived Hidden %d, built %d", got.Hidden, want.Hidden)
+	}
+	// A refresh reads two versions that each put the hidden name.
+	st2 := &State{root: big()}
+	st2.Tree()
+	next2 := st2.with(1, [][]layout.Descriptor{{{Name: "z/", Digest: dg("a")}}, {{Name: "z/", Digest: dg("b")}}})
+	got, want = next2.Tree(), BuildTree(next2.Slots())
+	if got.Hidden != want.Hidden {
+		t.Errorf("put in two versions of one refresh: derived Hidden %d, built %d", got.Hidden, want.Hidden)
+	}
+}
+
+// TestTreeDeltaModelWithFolds: large directories so that Dir.clone and
+// State.with fold; multi-version refreshes; forks; every derived tree
+// equals the built one, counts agree, and the trees of the last states
+// are left as they were. Slots and Tree are called from several
+// goroutines on each published state (-race). By review 34.
+func TestTreeDeltaModelWithFolds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(34, 34))
+	var names []string
+	for i := 0; i < 400; i++ {
+		names = append(names, fmt.Sprintf("flat%d", i))
+	}
+	for i := 0; i < 100; i++ {
+		names = append(names, fmt.Sprintf("d%d/f%d", i%7, i), fmt.Sprintf("d%d", i%9), fmt.Sprintf("d%d/f%d/g", i%7, i%13))
+	}
+	st := &State{root: map[string]layout.Entry{}}
+	st.Tree()
+	model := map[string]layout.Entry{}
+	type kept struct {
+		st  *State
+		str string
+	}
+	var history []kept
+	for round := 0; round < 600; round++ {
+		var snaps [][]layout.Descriptor
+		for v := rng.IntN(3) + 1; v > 0; v-- {
+			var ds []layout.Descriptor
+			for k := rng.IntN(12) + 1; k > 0; k-- {
+				name := names[rng.IntN(len(names))]
+				d := layout.Descriptor{Name: name, Digest: layout.DigestOf([]byte(fmt.Sprint(round, v, k)))}
+				switch rng.IntN(6) {
+				case 0, 1:
+					d = layout.Descriptor{Name: name, Deleted: true}
+				case 2:
+					d.Fork = true // not a slot
+				}
+				ds = append(ds, d)
+			}
+			snaps = append(snaps, ds)
+		}
+		next := st.with(st.Version+1, snaps)
+		for i, ds := range snaps {
+			for _, d := range ds {
+				layout.ApplySlot(model, layout.Entry{Descriptor: d, Version: st.Version + 1 + uint32(i)})
+			}
+		}
+		var wg sync.WaitGroup
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				next.Slots()
+				next.Tree()
+				for _, n := range names[:50] {
+					next.Slot(n)
+				}
+			}()
+		}
+		wg.Wait()
+		eq := func(a, b layout.Entry) bool { return a.Digest == b.Digest && a.Version == b.Version }
+		if !maps.EqualFunc(next.Slots(), model, eq) {
+			t.Fatalf("round %d: Slots differs from the model", round)
+		}
+		for _, n := range names {
+			e, ok := next.Slot(n)
+			m, want := model[n]
+			if ok != want || ok && !eq(e, m) {
+				t.Fatalf("round %d: Slot(%q) = %v, want %v", round, n, ok, want)
+			}
+		}
+		got := next.Tree()
+		if bad := miscounted(got, ""); bad != "" {
+			t.Fatalf("round %d: %q miscounted", round, bad)
+		}
+		want := BuildTree(model)
+		if treeString(got) != treeString(want) {
+			t.Fatalf("round %d: derived tree differs from built", round)
+		}
+		for _, h := range history {
+			if treeString(h.st.Tree()) != h.str {
+				t.Fatalf("round %d: an older state's tree changed", round)
+			}
+		}
+		history = append(history, kept{next, treeString(got)})
+		if len(history) > 5 {
+			history = history[1:]
+		}
+		st = next
+	}
 }

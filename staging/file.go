@@ -341,7 +341,7 @@ func copyContent(ctx context.Context, blobs Blobs, f *os.File, e *layout.Entry, 
 // file that exists said not to, until the mount was restarted.
 func (w *Writer) spill() (*os.File, error) {
 	f, err := createSpill(w.cfg.StagingDir)
-	if errors.Is(err, syscall.EMFILE) {
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 		w.warnDescriptors()
 	}
 	if !errors.Is(err, os.ErrNotExist) {
