@@ -615,84 +615,46 @@ func (c *Cache) Committed(id layout.SessionID, res layout.CommitResult, m Mark) 
 }
 
 // Dir is a directory of the live tree built from slot names (decisions.md
-// "Names as paths"). Its files are a map shared with the directory it
-// was derived from (clone), with the names changed since over it: a
-// commit copied a directory of 50,000 files whole to change one name
-// (audit 31). A Dir is not changed once a State holds it.
+// "Names as paths"). Its files and subdirectories are maps shared with
+// the directory it was derived from (clone), with the names changed since
+// over them (layered). A Dir is not changed once a State holds it.
 type Dir struct {
-	files  map[string]*layout.Entry
-	over   map[string]*layout.Entry // non-nil once files is shared; a nil entry is a removal
-	nfiles int
-	Dirs   map[string]*Dir
+	files layered[layout.Entry]
+	dirs  layered[Dir]
 	// Hidden counts names that have no path.
 	Hidden int
 }
 
 // newDir returns an empty directory.
 func newDir() *Dir {
-	return &Dir{files: map[string]*layout.Entry{}, Dirs: map[string]*Dir{}}
+	return &Dir{files: newLayered[layout.Entry](), dirs: newLayered[Dir]()}
 }
 
 // File returns the entry of the file name in d.
-func (d *Dir) File(name string) (*layout.Entry, bool) {
-	if e, ok := d.over[name]; ok {
-		return e, e != nil
-	}
-	e, ok := d.files[name]
-	return e, ok
-}
+func (d *Dir) File(name string) (*layout.Entry, bool) { return d.files.get(name) }
 
 // FileCount is the number of files in d.
-func (d *Dir) FileCount() int { return d.nfiles }
+func (d *Dir) FileCount() int { return d.files.n }
 
 // Files yields each file of d, in no order.
-func (d *Dir) Files() iter.Seq2[string, *layout.Entry] {
-	return func(yield func(string, *layout.Entry) bool) {
-		for k, e := range d.files {
-			if _, changed := d.over[k]; !changed && !yield(k, e) {
-				return
-			}
-		}
-		for k, e := range d.over {
-			if e != nil && !yield(k, e) {
-				return
-			}
-		}
-	}
-}
+func (d *Dir) Files() iter.Seq2[string, *layout.Entry] { return d.files.all() }
 
-// setFile makes name a file of d (being built or derived, not shared).
-func (d *Dir) setFile(name string, e *layout.Entry) {
-	if _, had := d.File(name); !had {
-		d.nfiles++
-	}
-	if d.over != nil {
-		d.over[name] = e
-	} else {
-		d.files[name] = e
-	}
-}
+// Sub returns the subdirectory name of d.
+func (d *Dir) Sub(name string) (*Dir, bool) { return d.dirs.get(name) }
 
-// removeFile removes the file name from d (being derived, not shared).
-func (d *Dir) removeFile(name string) {
-	if _, had := d.File(name); !had {
-		return
-	}
-	d.nfiles--
-	if d.over != nil {
-		d.over[name] = nil
-	} else {
-		delete(d.files, name)
-	}
-}
+// SubCount is the number of subdirectories of d.
+func (d *Dir) SubCount() int { return d.dirs.n }
+
+// Subs yields each subdirectory of d, in no order.
+func (d *Dir) Subs() iter.Seq2[string, *Dir] { return d.dirs.all() }
 
 // Names returns the directory's entries, sorted.
 func (d *Dir) Names() []string {
-	out := make([]string, 0, d.nfiles+len(d.Dirs))
+	out := make([]string, 0, d.files.n+d.dirs.n)
 	for n := range d.Files() {
 		out = append(out, n)
 	}
-	for n := range d.Dirs {
+	for n := range d.Subs() {
 		if _, ok := d.File(n); !ok {
 			out = append(out, n)
 		}
@@ -707,7 +669,7 @@ func (d *Dir) Walk(parts []string) (*Dir, bool) {
 		if _, isFile := d.File(p); isFile {
 			return nil, false
 		}
-		next, ok := d.Dirs[p]
+		next, ok := d.Sub(p)
 		if !ok {
 			return nil, false
 		}
@@ -734,14 +696,14 @@ func BuildTree(slots map[string]layout.Entry) *Dir {
 		}
 		d := root
 		for _, p := range parts[:len(parts)-1] {
-			next, ok := d.Dirs[p]
+			next, ok := d.Sub(p)
 			if !ok {
 				next = newDir()
-				d.Dirs[p] = next
+				d.dirs.set(p, next)
 			}
 			d = next
 		}
-		d.setFile(parts[len(parts)-1], &e)
+		d.files.set(parts[len(parts)-1], &e)
 	}
 	return root
 }

@@ -43,18 +43,18 @@ func (d *treeDelta) apply(slot func(name string) (layout.Entry, bool)) *Dir {
 		path := []*Dir{root}
 		dir := root
 		for _, p := range parts[:len(parts)-1] {
-			next, ok := dir.Dirs[p]
+			next, ok := dir.Sub(p)
 			switch {
 			case !ok && !is:
 				next = nil // removing a name whose directory is gone
 			case !ok:
 				next = newDir()
 				fresh[next] = true
-				dir.Dirs[p] = next
+				dir.dirs.set(p, next)
 			case !fresh[next]:
 				next = next.clone()
 				fresh[next] = true
-				dir.Dirs[p] = next
+				dir.dirs.set(p, next)
 			}
 			if next == nil {
 				break
@@ -68,39 +68,21 @@ func (d *treeDelta) apply(slot func(name string) (layout.Entry, bool)) *Dir {
 		leaf := parts[len(parts)-1]
 		if is {
 			e := e
-			dir.setFile(leaf, &e)
+			dir.files.set(leaf, &e)
 			continue
 		}
-		dir.removeFile(leaf)
+		dir.files.remove(leaf)
 		// Drop directories left empty: a tree built from slots has none.
-		for i := len(path) - 1; i > 0 && path[i].FileCount() == 0 && len(path[i].Dirs) == 0; i-- {
-			delete(path[i-1].Dirs, parts[i-1])
+		for i := len(path) - 1; i > 0 && path[i].FileCount() == 0 && path[i].SubCount() == 0; i-- {
+			path[i-1].dirs.remove(parts[i-1])
 		}
 	}
 	return root
 }
 
-// clone returns a copy of d whose files and directories can be changed:
-// its files are d's, shared, with d's changes over them copied (folded
-// into a map of its own once they pass foldAt, as a State's slots); the
-// entries and subdirectories are shared.
+// clone returns a copy of d whose files and subdirectories can be
+// changed without changing d (layered.derive); the entries and
+// subdirectories themselves are shared.
 func (d *Dir) clone() *Dir {
-	c := &Dir{nfiles: d.nfiles, Dirs: make(map[string]*Dir, len(d.Dirs)+1), Hidden: d.Hidden}
-	if len(d.over) > foldAt(len(d.files)) {
-		c.files = make(map[string]*layout.Entry, d.nfiles+1)
-		for k, e := range d.Files() {
-			c.files[k] = e
-		}
-		c.over = map[string]*layout.Entry{}
-	} else {
-		c.files = d.files
-		c.over = make(map[string]*layout.Entry, len(d.over)+1)
-		for k, e := range d.over {
-			c.over[k] = e
-		}
-	}
-	for k, v := range d.Dirs {
-		c.Dirs[k] = v
-	}
-	return c
+	return &Dir{files: d.files.derive(), dirs: d.dirs.derive(), Hidden: d.Hidden}
 }

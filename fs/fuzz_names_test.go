@@ -56,7 +56,7 @@ func FuzzNamesToTree(f *testing.F) {
 					shadowed = true // "a" and "a/b": the file shows
 					break
 				}
-				next, ok := dir.Dirs[p]
+				next, ok := dir.Sub(p)
 				if !ok {
 					t.Fatalf("%q: directory %q missing from the tree", n, p)
 				}
@@ -87,7 +87,7 @@ func FuzzNamesToTree(f *testing.F) {
 					t.Fatalf("file %q was never a slot", full)
 				}
 			}
-			for name, sub := range d.Dirs {
+			for name, sub := range d.Subs() {
 				if e := validLeaf(name); e != 0 && e != syscall.EILSEQ { // bucket names are UTF-8 by JSON; the fuzzer's need not be
 					t.Fatalf("visible directory %q is not a valid leaf", name)
 				}

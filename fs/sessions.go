@@ -385,7 +385,7 @@ func (d *sessionDir) childOf(st *cache.State, dir *cache.Dir, name string) (chil
 	if e, ok := dir.File(name); ok {
 		return d.f.slotChild(d, name, e), true
 	}
-	if _, ok := dir.Dirs[name]; ok {
+	if _, ok := dir.Sub(name); ok {
 		sub := &sessionDir{f: d.f, id: d.id, parts: appendPart(d.parts, name), hist: d.hist, at: d.at}
 		return d.f.sessionSubdir(sub, name), true
 	}

@@ -85,7 +85,7 @@ func (s *sinceDir) find(ctx context.Context, name string) (child, error) {
 		return child{}, syscall.ENOENT
 	}
 	if _, ok := d.File(name); !ok {
-		if _, ok := d.Dirs[name]; !ok {
+		if _, ok := d.Sub(name); !ok {
 			return child{}, syscall.ENOENT
 		}
 	}

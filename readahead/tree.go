@@ -154,7 +154,7 @@ func (r *ReadAhead) orderLocked(k orderKey, pos *Pos) *treeOrder {
 			if e, ok := d.File(n); ok {
 				o.idx[prefix+n] = len(o.files)
 				o.files = append(o.files, e)
-			} else if sub, ok := d.Dirs[n]; ok {
+			} else if sub, ok := d.Sub(n); ok {
 				walk(sub, prefix+n+"/")
 			}
 		}

@@ -971,7 +971,7 @@ func (w *Writer) kindOf(ws *session, slots Slots, tree *cache.Dir, name string) 
 	if w.Staged(ws.id, name) != nil {
 		file = true
 	}
-	if d, ok := tree.Walk(strings.Split(name, "/")); ok && d != nil && d.FileCount()+len(d.Dirs) > 0 {
+	if d, ok := tree.Walk(strings.Split(name, "/")); ok && d != nil && d.FileCount()+d.SubCount() > 0 {
 		dir = true
 	}
 	w.mu.Lock()

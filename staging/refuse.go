@@ -369,7 +369,7 @@ func liveUnder(dir *cache.Dir, prefix string, gone map[string]bool) (uint32, boo
 			return e.Version, true
 		}
 	}
-	for n, sub := range dir.Dirs {
+	for n, sub := range dir.Subs() {
 		if v, ok := liveUnder(sub, prefix+n+"/", gone); ok {
 			return v, true
 		}

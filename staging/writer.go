@@ -827,7 +827,7 @@ func (w *Writer) dirEntries(ctx context.Context, id layout.SessionID, prefix str
 				c.files = append(c.files, *e)
 			}
 		}
-		for _, sub := range d.Dirs {
+		for _, sub := range d.Subs() {
 			walk(sub)
 		}
 	}
