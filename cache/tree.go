@@ -12,6 +12,15 @@ type treeDelta struct {
 	changed []string
 }
 
+// DeriveTree returns the tree of the slots is looks up, derived from
+// base, the tree of the slots was looks up, where they differ only in
+// the names changed: the directories on the path of a change are copied,
+// the rest shared with base, which is not changed. For a view of a
+// state with changes over it (the write engine's pending ops).
+func DeriveTree(base *Dir, was, is func(name string) (layout.Entry, bool), changed []string) *Dir {
+	return (&treeDelta{base: base, prev: was, changed: changed}).apply(is)
+}
+
 // apply returns the tree of the slots slot looks up: d.base with the
 // changed names updated. Directories on the path of a change are copied;
 // everything else is shared with base, which is never modified.

@@ -729,12 +729,29 @@ func (w *Writer) checkAbsent(ctx context.Context, id layout.SessionID, name stri
 }
 
 // liveView is the live state of a session as this mount shows it: the
-// committed slots with the ops pending in --commit=fsync applied.
+// committed slots with the ops pending in --commit=fsync applied, over
+// them (over), and the tree derived from st's or from the view before
+// (cache.DeriveTree). A view of the ops pending before and ops queued
+// since is derived from that view: each pending rename, removal or chmod
+// copied every slot of the session and built its tree again, so an rm -r
+// in a large session cost O(n) a file (review 34).
 type liveView struct {
-	st    *cache.State
-	gen   uint64
-	slots map[string]layout.Entry
-	tree  *cache.Dir
+	st  *cache.State
+	gen uint64
+	// ops is how many pending ops the view applied, head and tail the
+	// descriptors of the first and the last: ops are only appended to
+	// the pending list, or taken from its front (a commit), so the same
+	// two there mean the same ops.
+	ops        int
+	head, tail *layout.Descriptor
+	over       map[string]liveSlot
+	tree       *cache.Dir
+}
+
+// liveSlot is a pending op's slot: its entry, or gone (removed).
+type liveSlot struct {
+	e    layout.Entry
+	gone bool
 }
 
 // Slots looks a name up in the live slots of a session (Live).
@@ -753,23 +770,37 @@ func (w *Writer) Live(st *cache.State) (Slots, *cache.Dir) {
 		w.mu.Unlock()
 		return st.Slot, st.Tree()
 	}
-	if v := ws.view; v != nil && v.st == st && v.gen == ws.gen {
+	prev := ws.view
+	if prev != nil && prev.st == st && prev.gen == ws.gen {
 		w.mu.Unlock()
-		return v.slot, v.tree
+		return prev.slot, prev.tree
 	}
 	gen := ws.gen
 	ops := append([]pendingOp(nil), ws.pending...)
 	w.mu.Unlock()
-	slots := make(map[string]layout.Entry, len(st.Slots())+len(ops))
-	for k, v := range st.Slots() {
-		slots[k] = v
+	if prev != nil && (prev.st != st || prev.ops > len(ops) || ops[0].desc != prev.head || ops[prev.ops-1].desc != prev.tail) {
+		prev = nil
 	}
-	for _, op := range ops {
-		if op.desc != nil {
-			layout.ApplySlot(slots, layout.Entry{Descriptor: *op.desc, Session: st.ID})
+	v := &liveView{st: st, gen: gen, ops: len(ops), head: ops[0].desc, tail: ops[len(ops)-1].desc,
+		over: make(map[string]liveSlot, len(ops))}
+	from, was, tree := 0, Slots(st.Slot), st.Tree()
+	if prev != nil {
+		for k, c := range prev.over {
+			v.over[k] = c
+		}
+		from, was, tree = prev.ops, prev.slot, prev.tree
+	}
+	var changed []string
+	for _, op := range ops[from:] {
+		if op.desc == nil {
+			continue
+		}
+		if e := (layout.Entry{Descriptor: *op.desc, Session: st.ID}); e.IsSlot() {
+			v.over[e.Name] = liveSlot{e: e, gone: e.Deleted}
+			changed = append(changed, e.Name)
 		}
 	}
-	v := &liveView{st: st, gen: gen, slots: slots, tree: cache.BuildTree(slots)}
+	v.tree = cache.DeriveTree(tree, was, v.slot, changed)
 	w.mu.Lock()
 	if ws.gen == gen {
 		ws.view = v
@@ -780,8 +811,13 @@ func (w *Writer) Live(st *cache.State) (Slots, *cache.Dir) {
 
 // slot looks name up in v's slots.
 func (v *liveView) slot(name string) (layout.Entry, bool) {
-	e, ok := v.slots[name]
-	return e, ok
+	if c, ok := v.over[name]; ok {
+		if c.gone {
+			return layout.Entry{}, false
+		}
+		return c.e, true
+	}
+	return v.st.Slot(name)
 }
 
 // dirContent is what is under a directory of a session on this mount.
