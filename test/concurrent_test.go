@@ -381,6 +381,26 @@ assert stat.S_ISREG(os.lstat("g").st_mode)
 	})
 }
 
+// heldRewrite seeds session id of bk with f ("old\n"), has mount b read
+// it, then cuts it open on b (O_TRUNC) and writes content, leaving it
+// open (closed at the test's end if the test does not close it).
+func heldRewrite(t *testing.T, bk *Bucket, b *Mount, id layout.SessionID, content string) *os.File {
+	t.Helper()
+	seed(t, bk, id, map[string]string{"f": "old\n"})
+	if got := shE(t, sessDir(b, id), "cat f"); got != "old\n" {
+		t.Fatalf("b sees f = %q", got)
+	}
+	f, err := os.OpenFile(filepath.Join(sessDir(b, id), "f"), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if _, err := f.WriteString(content); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // TestTwoMountsRewriteHeldOverOthersChmod: a file cut (O_TRUNC) and
 // written on mount b, held open while mount a changes its mode and
 // attributes and b's view takes that change in (b commits another file
@@ -393,18 +413,7 @@ func TestTwoMountsRewriteHeldOverOthersChmod(t *testing.T) {
 	a := mount(t, bk, "--metadata-ttl", "1h")
 	b := mount(t, bk, "--metadata-ttl", "1h")
 	id := newSession(t, bk)
-	seed(t, bk, id, map[string]string{"f": "old\n"})
-	if got := shE(t, sessDir(b, id), "cat f"); got != "old\n" {
-		t.Fatalf("b sees f = %q", got)
-	}
-	f, err := os.OpenFile(filepath.Join(sessDir(b, id), "f"), os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString("new\n"); err != nil {
-		t.Fatal(err)
-	}
+	f := heldRewrite(t, bk, b, id, "new\n")
 	// No process is started while f is open: its copy of the descriptor,
 	// closed at exec, would flush f, which commits it.
 	af := filepath.Join(sessDir(a, id), "f")
@@ -449,18 +458,7 @@ func TestTwoMountsRewriteOverOthersRemoveAndRecreate(t *testing.T) {
 	for _, refresh := range []bool{false, true} {
 		t.Run(fmt.Sprintf("view-refreshed=%v", refresh), func(t *testing.T) {
 			id := newSession(t, bk)
-			seed(t, bk, id, map[string]string{"f": "old\n"})
-			if got := shE(t, sessDir(b, id), "cat f"); got != "old\n" {
-				t.Fatalf("b sees f = %q", got)
-			}
-			f, err := os.OpenFile(filepath.Join(sessDir(b, id), "f"), os.O_WRONLY|os.O_TRUNC, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			if _, err := f.WriteString("b's\n"); err != nil {
-				t.Fatal(err)
-			}
+			f := heldRewrite(t, bk, b, id, "b's\n")
 			// No process is started while f is open (its copy of the
 			// descriptor, closed at exec, would commit f).
 			af := filepath.Join(sessDir(a, id), "f")
