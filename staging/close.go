@@ -309,20 +309,32 @@ func (w *Writer) flushSession(ctx context.Context, id layout.SessionID) error {
 	w.mu.Lock()
 	var files []*File
 	for _, s := range ws.files {
-		s.mu.RLock()
-		dirty := s.dirty && s.failed == nil && !s.unlinked
-		s.mu.RUnlock()
-		if dirty {
-			s.opens++ // held until flushed: its last release may come meanwhile
-			files = append(files, s)
+		// File.mu is not waited for under Writer.mu: an upload holds it
+		// shared for the whole PUT, a write through another descriptor
+		// queues behind it, and an RLock here waited for both, holding
+		// every lookup of the mount (review 36). A busy file is taken
+		// and looked at below.
+		if s.mu.TryRLock() {
+			flushable := s.flushableLocked()
+			s.mu.RUnlock()
+			if !flushable {
+				continue
+			}
 		}
+		s.opens++ // held until flushed: its last release may come meanwhile
+		files = append(files, s)
 	}
 	w.mu.Unlock()
 	errs := make([]error, len(files))
 	var wg sync.WaitGroup
 	for i, s := range files {
 		wg.Go(func() {
-			errs[i] = w.Flush(ctx, id, s, true)
+			s.mu.RLock()
+			flushable := s.flushableLocked()
+			s.mu.RUnlock()
+			if flushable {
+				errs[i] = w.Flush(ctx, id, s, true)
+			}
 			if err := w.Release(ctx, id, s); errs[i] == nil {
 				errs[i] = err
 			}
@@ -331,6 +343,11 @@ func (w *Writer) flushSession(ctx context.Context, id layout.SessionID) error {
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// flushableLocked tells whether a flush of the session would commit s:
+// written since its last commit, which did not fail, and still named.
+// Caller holds s.mu.
+func (s *File) flushableLocked() bool { return s.dirty && s.failed == nil && !s.unlinked }
 
 // Sync is fsync(2) of a descriptor of s (nil when nothing is staged for
 // it): with --commit=fsync every staged change of the session is
