@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/pugmark/pugfs/cache"
@@ -267,7 +268,7 @@ func (w *Writer) setCommittedAttrs(ctx context.Context, id layout.SessionID, nam
 		return &cur, nil, false, nil // nothing changes: no new version
 	}
 	d.CreatedAt = w.cfg.Now().UTC()
-	if err := w.queue(ctx, id, []pendingOp{{desc: &d, base: fileBase(id, &cur), attr: &c}}); err != nil {
+	if err := w.queue(ctx, id, []pendingOp{{desc: &d, base: w.baseOf(ws, &cur), attr: &c}}); err != nil {
 		return nil, nil, false, err
 	}
 	// An open that staged the name meanwhile (it read the old entry as
@@ -294,7 +295,12 @@ func (w *Writer) setCommittedAttrs(ctx context.Context, id layout.SessionID, nam
 // gone since, or one that has the change already, drops it; so does a
 // change made again too often (a state that keeps lagging the bucket).
 func (w *Writer) reapplyAttrs(b *batch, id layout.SessionID, st *cache.State) {
-	for i := range b.reapply {
+	// In the batch's order, each on what the ones before it of the same
+	// name made: chmod then touch, both made again on a rewrite, each on
+	// the rewrite alone, kept only the last (review 36).
+	order := slices.Sorted(maps.Keys(b.reapply))
+	made := map[string]layout.Descriptor{}
+	for _, i := range order {
 		delete(b.reapply, i)
 		c := b.attrs[b.bases[i]]
 		// The bucket's entry (st), not this mount's view (Live), which
@@ -303,6 +309,10 @@ func (w *Writer) reapplyAttrs(b *batch, id layout.SessionID, st *cache.State) {
 		ok := false
 		if st != nil {
 			cur, ok = st.Slot(b.descs[i].Name)
+		}
+		base := cur
+		if d, again := made[b.descs[i].Name]; ok && again {
+			cur.Descriptor = d
 		}
 		b.reapplied[i]++
 		if !ok || c == nil || b.reapplied[i] > reapplyLimit {
@@ -317,8 +327,9 @@ func (w *Writer) reapplyAttrs(b *batch, id layout.SessionID, st *cache.State) {
 			continue
 		}
 		d.CreatedAt = w.cfg.Now().UTC()
-		fb := fileBase(id, &cur)
+		fb := fileBase(id, &base)
 		b.descs[i], b.bases[i] = d, fb
+		made[d.Name] = d
 		b.soft[fb], b.attrs[fb] = true, c
 		w.log.Info("change made again on the file another writer rewrote before the fsync", "session", id, "name", d.Name, "version", cur.Version)
 	}

@@ -707,11 +707,18 @@ func (b *batch) request(id layout.SessionID, typ layout.SnapshotType, rebases bo
 			req.Descriptors = append(req.Descriptors, d)
 		}
 	}
-	for name, g := range b.guards(id, rebases) {
+	for name, gs := range b.guards(id, rebases) {
 		if req.Unchanged == nil {
 			req.Unchanged = map[string]layout.FileBase{}
 		}
-		req.Unchanged[name] = g.base
+		// The first change of the name in the batch is the one built on
+		// the bucket; the later ones were built on it. Any of them that
+		// counts a metadata change makes the guard count it.
+		base := gs[0].base
+		for _, g := range gs[1:] {
+			base.AnyChange = base.AnyChange || g.base.AnyChange
+		}
+		req.Unchanged[name] = base
 	}
 	if len(req.Descriptors) == 0 && len(b.descs) > 0 {
 		if len(b.stale) == 0 {

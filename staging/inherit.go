@@ -30,7 +30,11 @@ func (b *batch) inherit(req *layout.CommitRequest, id layout.SessionID, st *cach
 			e = s.replaced
 		}
 		var mb layout.MetaBase
-		ok := e != nil && e.Name == d.Name
+		// An entry a pending --commit=fsync change made (a chmod before
+		// the same fsync) is in no snapshot: its metadata is this
+		// mount's, and merged as a base at version 0 every key it set
+		// counted as removed by the bucket's entry (review 36).
+		ok := e != nil && e.Name == d.Name && !pendingEntry(id, e)
 		if ok {
 			mb = layout.MetaBase{Version: fileBase(id, e).Version, Metadata: e.Metadata}
 		}

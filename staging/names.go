@@ -614,7 +614,7 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 			// with O_EXCL (File.absent).
 			absent = &layout.FileBase{Version: at}
 		}
-		if err := w.queue(ctx, id, []pendingOp{{desc: &gone, base: fileBase(id, &e)}, {desc: &moved, base: absent}}); err != nil {
+		if err := w.queue(ctx, id, []pendingOp{{desc: &gone, base: w.baseOf(ws, &e)}, {desc: &moved, base: absent}}); err != nil {
 			return fail(err)
 		}
 		succeed()
@@ -675,7 +675,7 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 	for _, e := range files {
 		moved := movedTo(e, id, to+strings.TrimPrefix(e.Name, from), now)
 		retype(&moved, e.Name, moved.Name) // a directory's files keep their leaf names
-		ops = append(ops, pendingOp{desc: &layout.Descriptor{Name: e.Name, Deleted: true, CreatedAt: now}, base: fileBase(id, &e)},
+		ops = append(ops, pendingOp{desc: &layout.Descriptor{Name: e.Name, Deleted: true, CreatedAt: now}, base: w.baseOfLocked(ws, &e)},
 			pendingOp{desc: &moved})
 	}
 	var dirs []string

@@ -162,11 +162,15 @@ func (w *Writer) rebases() bool { return !w.cfg.Hold }
 
 // guards returns what b's members not refused yet built on a committed
 // file: by name, that file's digest and version
-// (layout.CommitRequest.Unchanged), and the member. They are the files
-// whose new content was built on what they held, and the descriptors made
-// from a committed file (a rename's source, a chmod's).
-func (b *batch) guards(id layout.SessionID, rebases bool) map[string]guard {
-	out := map[string]guard{}
+// (layout.CommitRequest.Unchanged) and the member, for each change of the
+// name in b's order. They are the files whose new content was built on
+// what they held, and the descriptors made from a committed file (a
+// rename's source, a chmod's). A name changed twice in one batch (chmod,
+// then touch, before one fsync) has a guard for each change: keyed by
+// name alone, the first change lost its guard, and landed whatever
+// another writer did to the file meanwhile (review 36).
+func (b *batch) guards(id layout.SessionID, rebases bool) map[string][]guard {
+	out := map[string][]guard{}
 	for i, s := range b.files {
 		if b.stale[b.owner[i]] != nil || b.dropped[i] {
 			continue
@@ -177,7 +181,7 @@ func (b *batch) guards(id layout.SessionID, rebases bool) map[string]guard {
 			// would undo that descriptor's change or removal.
 			base := *fb
 			base.AnyChange = true
-			out[b.descs[i].Name] = guard{base: base, member: b.owner[i], moved: true, soft: b.soft[fb], index: i}
+			out[b.descs[i].Name] = append(out[b.descs[i].Name], guard{base: base, member: b.owner[i], moved: true, soft: b.soft[fb], index: i})
 		}
 		if s == nil {
 			continue
@@ -191,15 +195,38 @@ func (b *batch) guards(id layout.SessionID, rebases bool) map[string]guard {
 		// (audit 9).
 		appended := s.appendFrom >= 0 && rebases
 		if e := s.committed; e != nil && e.Name == b.descs[i].Name && s.wholeOpens.Load() == 0 {
-			base := *fileBase(id, e)
-			base.AnyChange = appended
-			out[e.Name] = guard{base: base, member: b.owner[i], appended: appended}
+			if base, ok := b.baseOf(id, i, e); ok {
+				base.AnyChange = appended
+				out[e.Name] = append(out[e.Name], guard{base: base, member: b.owner[i], appended: appended})
+			}
 		} else if e == nil && s.absent != nil && s.absentAs == b.descs[i].Name {
-			out[s.absentAs] = guard{base: *s.absent, member: b.owner[i], appended: appended}
+			out[s.absentAs] = append(out[s.absentAs], guard{base: *s.absent, member: b.owner[i], appended: appended})
 		}
 		s.mu.RUnlock()
 	}
 	return out
+}
+
+// baseOf is the guard of the file of b's member at index i, built on e,
+// and false for none. An entry a pending --commit=fsync change made
+// (pendingEntry: the file was opened on it) is guarded as that change
+// is, when it comes before i in b (Writer.baseOf): guarded by its own
+// digest at version 0, an append to a file chmod'ed or renamed before
+// the same fsync counted the name's own entry, or its absence, as another
+// writer's change, and was moved onto it: the chmod undone, or the
+// renamed bytes lost (review 36).
+func (b *batch) baseOf(id layout.SessionID, i int, e *layout.Entry) (layout.FileBase, bool) {
+	if pendingEntry(id, e) {
+		for j := i - 1; j >= 0; j-- {
+			if d := b.descs[j]; b.files[j] == nil && d.Name == e.Name && !d.Deleted && !b.dropped[j] {
+				if fb := b.bases[j]; fb != nil {
+					return *fb, true
+				}
+				return layout.FileBase{}, false
+			}
+		}
+	}
+	return *fileBase(id, e), true
 }
 
 // guard is a file of a batch built on what it held (batch.guards).
@@ -223,7 +250,7 @@ type guard struct {
 // refuseStale refuses the members of b with a guarded file that another
 // writer changed: in st (up to its version, when st is set) or as se says
 // (a snapshot the commit was to land above).
-func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs map[string]guard, se *layout.StaleError) {
+func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs map[string][]guard, se *layout.StaleError) {
 	refuse := func(name string, v uint32, g guard, clash bool) {
 		if g.soft && !clash {
 			if b.attrs[b.bases[g.index]] != nil {
@@ -271,8 +298,11 @@ func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs 
 			}
 		}
 	}
-	for name, g := range gs {
-		if st != nil && st.Version >= g.base.Version {
+	for name, gl := range gs {
+		for _, g := range gl {
+			if st == nil || st.Version < g.base.Version {
+				continue
+			}
 			e, ok := st.Slot(name)
 			v := e.Version
 			if ok && e.Session != id {
@@ -304,8 +334,10 @@ func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs 
 		for i, name := range se.Names {
 			if slices.Contains(se.Clashes, name) {
 				refuseClash(name, se.Versions[i])
-			} else if g, ok := gs[name]; ok {
-				refuse(name, se.Versions[i], g, false)
+			} else {
+				for _, g := range gs[name] {
+					refuse(name, se.Versions[i], g, false)
+				}
 			}
 		}
 	}

@@ -265,6 +265,48 @@ func fileBase(id layout.SessionID, e *layout.Entry) *layout.FileBase {
 	return fb
 }
 
+// pendingEntry tells whether e, an entry of session id's live view
+// (Live), is one a pending --commit=fsync change made: in no snapshot
+// yet, so at version 0, which no committed descriptor of the session has.
+func pendingEntry(id layout.SessionID, e *layout.Entry) bool {
+	return e.Version == 0 && e.Session == id
+}
+
+// baseOf is fileBase for a change of session ws queued on e, the entry
+// its live view shows. An entry a pending change made is no file of the
+// bucket: the change is guarded as that pending change is on the name,
+// by the committed file it was made from (a chmod's) or not at all (a
+// rename's destination, an ingest), and lands after it in the same
+// snapshot or a later one. Guarded by the entry's digest at version 0,
+// any entry of the name counted as another writer's change: chmod f;
+// mv f g; fsync left f beside g, and chmod then touch dropped the chmod
+// (review 36). A pending entry whose change has landed since gives its
+// own digest at version 0, as before.
+func (w *Writer) baseOf(ws *session, e *layout.Entry) *layout.FileBase {
+	if !pendingEntry(ws.id, e) {
+		return fileBase(ws.id, e)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.baseOfLocked(ws, e)
+}
+
+// baseOfLocked is baseOf; caller holds w.mu.
+func (w *Writer) baseOfLocked(ws *session, e *layout.Entry) *layout.FileBase {
+	if !pendingEntry(ws.id, e) {
+		return fileBase(ws.id, e)
+	}
+	for i := len(ws.pending) - 1; i >= 0; i-- {
+		if d := ws.pending[i].desc; d != nil && d.Name == e.Name {
+			if d.Deleted {
+				break
+			}
+			return ws.pending[i].base // queue copies it
+		}
+	}
+	return fileBase(ws.id, e)
+}
+
 // Stats counts what a Writer committed and what failed.
 type Stats struct {
 	// Commits counts committed changes (a file's content, a rename's

@@ -1,0 +1,136 @@
+package staging
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/layout"
+)
+
+// liveEntry is the entry name has in the session's live view: what the
+// front end gives as the base of a file it opens with --commit=fsync.
+func (r *writerRig) liveEntry(t *testing.T, name string) *layout.Entry {
+	t.Helper()
+	st, err := r.cache.State(context.Background(), r.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots, _ := r.w.Live(st)
+	e, ok := slots(name)
+	if !ok {
+		t.Fatalf("%s not in the live view", name)
+	}
+	return &e
+}
+
+// appendLive appends line to name opened on its live entry, and
+// releases it.
+func (r *writerRig) appendLive(t *testing.T, name, line string) {
+	t.Helper()
+	ctx := context.Background()
+	base := r.liveEntry(t, name)
+	s, err := r.w.OpenFresh(ctx, r.id, name, func() *layout.Entry { return base }, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, []byte(line)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.w.Release(ctx, r.id, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFsyncChangesBuiltOnPendingChanges: with --commit=fsync, a change of
+// a name whose last change waits for the same fsync is built on that
+// change, and lands after it: it is guarded as that change is, by the
+// committed file it was made from, or not at all (a rename's
+// destination). Guarded by the pending entry's digest at version 0, the
+// name's own committed entry, or its absence, counted as another
+// writer's change (review 36): chmod then mv left the file under both
+// names, chmod then touch dropped the mode, chmod then >> undid the chmod,
+// and >> to a renamed file kept only the appended bytes. With another
+// writer's rewrite of the file before the fsync, each change is still
+// guarded: none lands the old bytes over the rewrite.
+func TestFsyncChangesBuiltOnPendingChanges(t *testing.T) {
+	ctx := context.Background()
+	mode := uint32(0o600)
+	mt := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	none := func() *layout.Entry { return nil }
+	chmod := func(r *writerRig, t *testing.T, name string) {
+		if _, err := r.w.SetAttrs(ctx, r.id, name, AttrChange{Mode: &mode}, none, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	touch := func(r *writerRig, t *testing.T, name string) {
+		if _, err := r.w.SetAttrs(ctx, r.id, name, AttrChange{Mtime: &mt}, none, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mv := func(r *writerRig, t *testing.T, from, to string) {
+		if err := r.w.Rename(ctx, r.id, from, to, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type want struct {
+		body  string // "(none)": absent
+		mode  uint32 // 0: not checked
+		mtime bool   // posix-mtime is mt
+	}
+	for _, tc := range []struct {
+		name  string
+		other bool // another writer rewrites f before the fsync
+		do    func(r *writerRig, t *testing.T)
+		want  map[string]want
+	}{
+		{name: "chmod then mv", do: func(r *writerRig, t *testing.T) { chmod(r, t, "f"); mv(r, t, "f", "g") },
+			want: map[string]want{"f": {body: "(none)"}, "g": {body: "body\n", mode: 0o600}}},
+		{name: "chmod then touch", do: func(r *writerRig, t *testing.T) { chmod(r, t, "f"); touch(r, t, "f") },
+			want: map[string]want{"f": {body: "body\n", mode: 0o600, mtime: true}}},
+		{name: "touch then chmod", do: func(r *writerRig, t *testing.T) { touch(r, t, "f"); chmod(r, t, "f") },
+			want: map[string]want{"f": {body: "body\n", mode: 0o600, mtime: true}}},
+		{name: "chmod then append", do: func(r *writerRig, t *testing.T) { chmod(r, t, "f"); r.appendLive(t, "f", "more\n") },
+			want: map[string]want{"f": {body: "body\nmore\n", mode: 0o600}}},
+		{name: "mv then append", do: func(r *writerRig, t *testing.T) { mv(r, t, "f", "g"); r.appendLive(t, "g", "more\n") },
+			want: map[string]want{"f": {body: "(none)"}, "g": {body: "body\nmore\n"}}},
+		{name: "mv then chmod then mv back", do: func(r *writerRig, t *testing.T) { mv(r, t, "f", "g"); chmod(r, t, "g"); mv(r, t, "g", "f") },
+			want: map[string]want{"f": {body: "body\n", mode: 0o600}, "g": {body: "(none)"}}},
+		// Another writer's rewrite first: the changes made from the old
+		// bytes go on the rewrite (a chmod, a touch, appended bytes) or
+		// leave it alone (a rename moves the bytes it saw).
+		{name: "chmod then touch, rewritten", other: true, do: func(r *writerRig, t *testing.T) { chmod(r, t, "f"); touch(r, t, "f") },
+			want: map[string]want{"f": {body: "theirs\n", mode: 0o600, mtime: true}}},
+		{name: "chmod then mv, rewritten", other: true, do: func(r *writerRig, t *testing.T) { chmod(r, t, "f"); mv(r, t, "f", "g") },
+			want: map[string]want{"f": {body: "theirs\n"}, "g": {body: "body\n", mode: 0o600}}},
+		{name: "chmod then append, rewritten", other: true, do: func(r *writerRig, t *testing.T) { chmod(r, t, "f"); r.appendLive(t, "f", "more\n") },
+			want: map[string]want{"f": {body: "theirs\nmore\n"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newWriterRig(t, CommitOnFsync)
+			r.write(t, "f", "body\n")
+			if err := r.w.FsyncSession(ctx, r.id); err != nil {
+				t.Fatal(err)
+			}
+			tc.do(r, t)
+			if tc.other {
+				r.otherWriter(t, "f", "theirs\n")
+			}
+			if err := r.w.FsyncSession(ctx, r.id); err != nil {
+				t.Fatal(err)
+			}
+			for name, w := range tc.want {
+				if got := r.slotBody(t, name); got != w.body {
+					t.Errorf("%s = %q, want %q", name, got, w.body)
+				}
+				e, _ := r.slot(t, name)
+				if got := layout.PosixMode(e.Metadata, 0); w.mode != 0 && got != w.mode {
+					t.Errorf("%s mode %o, want %o (metadata %v)", name, got, w.mode, e.Metadata)
+				}
+				if got := e.Metadata[layout.MetaPosixMtime]; w.mtime && got != layout.FormatPosixMtime(mt) {
+					t.Errorf("%s posix-mtime %q, want %q", name, got, layout.FormatPosixMtime(mt))
+				}
+			}
+		})
+	}
+}
