@@ -140,6 +140,10 @@ type Cache struct {
 	// the write engine updates it through SetName, nothing else reaches in.
 	registry *Registry
 
+	// frozen is the one session state every State and Peek of its
+	// session gives until Thaw (Freeze); nil for none.
+	frozen atomic.Pointer[State]
+
 	stats counters
 }
 
@@ -316,11 +320,27 @@ func (c *Cache) Evict(id layout.SessionID) {
 	c.sessions.Remove(id)
 }
 
-// State returns a session's state, fresh within the metadata TTL. Errors
-// wrap layout.ErrSessionNotFound for a session without a manifest.
+// State returns a session's state, fresh within the metadata TTL, or
+// the frozen one (Freeze). Errors wrap layout.ErrSessionNotFound for a
+// session without a manifest.
 func (c *Cache) State(ctx context.Context, id layout.SessionID) (*State, error) {
+	if st := c.frozen.Load(); st != nil && st.ID == id {
+		return st, nil
+	}
 	return c.entry(id).State(ctx)
 }
+
+// Freeze makes st what State and Peek give for its session until Thaw,
+// however the bucket moves: a pugfs exec handler sees its session at the
+// base version for the whole run (decisions.md "A handler invocation"),
+// so what it reads is what PUGMARK_VERSION says, and an input that lands
+// meanwhile is merged under its checkpoint unseen, as pugfs exec reports.
+// Its mount refreshed like any other, and showed that input to the
+// handler half-way through the run (review 38). One session at a time.
+func (c *Cache) Freeze(st *State) { c.frozen.Store(st) }
+
+// Thaw ends Freeze.
+func (c *Cache) Thaw() { c.frozen.Store(nil) }
 
 // Invalidate makes the next access to id re-check the bucket, also when a
 // refresh is in flight: that refresh's LIST may predate the change.

@@ -313,6 +313,9 @@ func (s *Session) State(ctx context.Context) (*State, error) {
 // Read-ahead uses it to place a read in the session's tree without a
 // request on the reader's path.
 func (c *Cache) Peek(id layout.SessionID) (*State, bool) {
+	if st := c.frozen.Load(); st != nil && st.ID == id {
+		return st, true
+	}
 	c.mu.Lock()
 	s, ok := c.sessions.Peek(id)
 	c.mu.Unlock()

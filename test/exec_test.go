@@ -730,7 +730,10 @@ func TestExecSinceCheckpoint(t *testing.T) {
 // merged under its checkpoint by default (§13.3), and pugfs exec says so,
 // since the handler never saw it and no later run will; with
 // --late-input=abort nothing lands (exit 75, outputs kept), and the next
-// run sees it in since-checkpoint/ with the input from before.
+// run sees it in since-checkpoint/ with the input from before. The
+// handler sees its session at the base version for the whole run, even
+// with --metadata-ttl=0: its mount refreshed, and a handler that looked
+// again saw the input it was then told it never saw (review 38).
 func TestExecLateInput(t *testing.T) {
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
 		for _, tc := range []struct {
@@ -743,8 +746,9 @@ func TestExecLateInput(t *testing.T) {
 				commitDescs(t, bk, id, layout.Provisional, map[string]string{"in/early.txt": "early\n"})
 				g := newGate(t)
 				cache := t.TempDir()
-				handler := `ls .pugmark/since-checkpoint/in > seen.txt; mkdir out && echo y > out/y.txt; ` + g.wait("x")
-				r := startExecFlags(t, bk, cache, []string{"--late-input=" + tc.mode}, id.String(), "sh", "-c", handler)
+				handler := `ls .pugmark/since-checkpoint/in > seen.txt; mkdir out && echo y > out/y.txt; ` + g.wait("x") +
+					`; ls .pugmark/since-checkpoint/in in > again.txt; cat .pugmark/version > version.txt`
+				r := startExecFlags(t, bk, cache, []string{"--late-input=" + tc.mode, "--metadata-ttl=0"}, id.String(), "sh", "-c", handler)
 				g.ready(t, 1, r)
 				// The input also makes "out" a file, which hides the
 				// handler's out/y.txt (decisions.md "Names as paths").
@@ -770,7 +774,8 @@ func TestExecLateInput(t *testing.T) {
 					if typ := snapType(t, bk, id, 4); typ != layout.Checkpoint {
 						t.Fatalf("version 4 is %s", typ)
 					}
-					wantSlots(t, bk, id, map[string]string{"a.txt": "a\n", "in/early.txt": "early\n", "in/late.txt": "late\n", "seen.txt": "early.txt\n", "out": "file\n", "out/y.txt": "y\n"})
+					wantSlots(t, bk, id, map[string]string{"a.txt": "a\n", "in/early.txt": "early\n", "in/late.txt": "late\n", "seen.txt": "early.txt\n", "out": "file\n", "out/y.txt": "y\n",
+						"again.txt": ".pugmark/since-checkpoint/in:\nearly.txt\n\nin:\nearly.txt\n", "version.txt": "2\n"})
 					return
 				}
 				if v := latest(t, bk, id); v != 3 {

@@ -385,6 +385,11 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) (err error) {
 		return err
 	}
 	base, man := st.Position(), st.Manifest
+	// The handler sees its session at the base version for the whole
+	// run: what landed since is merged under its checkpoint unseen (or
+	// refused, --late-input=abort), as this says when it happens.
+	env.cache.Freeze(st)
+	defer env.cache.Thaw()
 	// §9.1: the name the session was given by, and its manifest's, must
 	// still be this session's when the run ends.
 	var names []string
@@ -512,6 +517,7 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) (err error) {
 			return fmt.Errorf("re-check refs/sessions/%s: %w (nothing committed)", n, err)
 		}
 	}
+	env.cache.Thaw() // the commit looks at the session as it is
 	res, err := env.fs.CommitSession(cctx, id, base, cfg.late)
 	var unknown *layout.OutcomeUnknownError
 	if errors.As(err, &unknown) {
