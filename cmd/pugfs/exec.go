@@ -1051,13 +1051,22 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 		case <-done:
 			return
 		}
-		for n := 0; ; {
+		first := time.Now()
+		for {
 			select {
 			case <-sigs:
-				if n++; n >= 2 { // the first is the one that cancelled ctx
-					signalTree(cmd.Process.Pid, syscall.SIGKILL)
-					fmt.Fprintf(sio.err, "pugfs exec: second signal: the command and its processes are killed\n")
+				// One signal to the process group (a terminal's Ctrl-C,
+				// kill -INT -PGID, a service manager stopping the
+				// cgroup) comes here directly and again from the outer
+				// pugfs exec, which passes on what it gets: counted as
+				// a second one, it killed the handler before its trap
+				// could clean up (review 38). Copies within sameSignal
+				// of the first (the one that cancelled ctx) are it.
+				if time.Since(first) < sameSignal {
+					continue
 				}
+				signalTree(cmd.Process.Pid, syscall.SIGKILL)
+				fmt.Fprintf(sio.err, "pugfs exec: second signal: the command and its processes are killed\n")
 			case <-done:
 				return
 			}
@@ -1074,6 +1083,12 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 	}
 	return code, nil
 }
+
+// sameSignal is how long after a signal that stops the handler another
+// one still counts as the same (runHandler): the copies one signal to a
+// process group makes arrive within milliseconds, a person's second
+// Ctrl-C later.
+const sameSignal = time.Second
 
 // commitError is an error of pugfs exec's commit, after the command
 // exited 0: a signal that came meanwhile was noted and changed nothing
