@@ -300,10 +300,13 @@ func (d *sessionDir) find(ctx context.Context, name string) (child, error) {
 		// The ID of any session is a target directory, whether or not
 		// this mount wrote to it yet; anything else is not (a write to
 		// no session could never be delivered).
-		if err := d.f.sendTarget(ctx, name); err != nil {
+		target, err := d.f.sendTarget(ctx, name)
+		if err != nil {
 			return child{}, err
 		}
-		return d.f.sessionSubdir(&sessionDir{f: d.f, id: d.id, parts: appendPart(d.parts, name)}, name), nil
+		// An ID in upper case is that ID (§4.1), as under sessions/: the
+		// files written under it go to the canonical name.
+		return d.f.sessionSubdir(&sessionDir{f: d.f, id: d.id, parts: appendPart(d.parts, target.String())}, name), nil
 	}
 	if d.live() {
 		if s, ok := d.f.w.Lookup(d.id, d.full(name)); ok && (s != nil || !d.fileOverEmptyDir(ctx, name)) {
@@ -364,21 +367,21 @@ func (d *sessionDir) sendDir() bool {
 	return d.live() && cache.JoinName(d.parts) == staging.SendDir
 }
 
-// sendTarget checks that name is the ID of a session (one manifest read,
+// sendTarget returns the session name is the ID of, in either case (one manifest read,
 // cached for good): .pugmark/send/<name>/ is then a target. ENOENT if it
 // is not.
-func (f *FS) sendTarget(ctx context.Context, name string) error {
+func (f *FS) sendTarget(ctx context.Context, name string) (layout.SessionID, error) {
 	id, err := layout.ParseSessionID(name)
-	if err != nil || id.String() != name {
-		return syscall.ENOENT
+	if err != nil {
+		return id, syscall.ENOENT
 	}
 	if _, err := layout.ManifestKey(id); err != nil {
-		return syscall.ENOENT
+		return id, syscall.ENOENT
 	}
 	if _, err := f.cache.Manifest(ctx, id); err != nil {
-		return err // ErrSessionNotFound is ENOENT
+		return id, err // ErrSessionNotFound is ENOENT
 	}
-	return nil
+	return id, nil
 }
 
 func (d *sessionDir) childOf(st *cache.State, dir *cache.Dir, name string) (child, bool) {

@@ -134,6 +134,7 @@ func livePath(in *gofs.Inode) (parts []string, ok bool) {
 	for p, depth := in, 0; depth <= layout.MaxParentDepth; depth++ {
 		if d, isDir := p.Operations().(*sessDirNode); isDir && len(d.sd.parts) == 0 {
 			slices.Reverse(parts)
+			canonicalTarget(parts)
 			return parts, true
 		}
 		name, parent := p.Parent()
@@ -144,6 +145,17 @@ func livePath(in *gofs.Inode) (parts []string, ok bool) {
 		p = parent
 	}
 	return nil, false
+}
+
+// canonicalTarget writes the target of a path under .pugmark/send/ in
+// its canonical lower case: the kernel names the directory as it was
+// looked up, and an ID in upper case is the same target (§4.1).
+func canonicalTarget(parts []string) {
+	if len(parts) > 2 && cache.JoinName(parts[:2]) == staging.SendDir {
+		if id, err := layout.ParseSessionID(parts[2]); err == nil {
+			parts[2] = id.String()
+		}
+	}
 }
 
 var (

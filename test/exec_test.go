@@ -875,14 +875,15 @@ func deliveries(t *testing.T, bk *Bucket, target, source layout.SessionID) []lay
 // set) and delivered to the target as one provisional snapshot keyed by
 // (source-session, source-version); a run that ended after its commit
 // but before delivering is completed by the next run, and a delivered
-// batch is never delivered again.
+// batch is never delivered again. A target ID in upper case is that
+// session (§4.1), as under sessions/ (it was ENOENT: review 38).
 func TestExecSend(t *testing.T) {
 	parallelBuckets(t, func(t *testing.T, bk *Bucket) {
 		ctx := context.Background()
 		src, dst := newSession(t, bk), newSession(t, bk)
 		out, errOut, code := runExec(t, bk, t.TempDir(), src.String(), "sh", "-c", `set -e
 			mkdir -p .pugmark/send/`+dst.String()+`/sub
-			echo hello > .pugmark/send/`+dst.String()+`/msg.txt
+			echo hello > .pugmark/send/`+strings.ToUpper(dst.String())+`/msg.txt
 			echo deep > .pugmark/send/`+dst.String()+`/sub/d.txt
 			echo mine > local.txt
 			ls -a; ls .pugmark/send`)
