@@ -365,6 +365,16 @@ func TestExecFailingHandler(t *testing.T) {
 				t.Errorf("%s: exit %d, want 127 naming it\n%s", missing, code, errOut)
 			}
 		}
+		// One that is not executable is 126, named as given, and said to
+		// have committed nothing (review 38).
+		plain := filepath.Join(t.TempDir(), "handler.sh")
+		if err := os.WriteFile(plain, []byte("echo x > out.txt\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, errOut, code := runExec(t, bk, cache, id.String(), plain); code != 126 || !strings.Contains(errOut, plain+": not executable") ||
+			!strings.Contains(errOut, "nothing committed") || strings.Contains(errOut, "/exec/p") {
+			t.Errorf("a handler without the execute bit: exit %d, want 126 naming it\n%s", code, errOut)
+		}
 	})
 }
 

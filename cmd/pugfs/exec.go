@@ -996,6 +996,10 @@ func handlerPath(name string) (string, error) {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("%s: %w", name, errors.Unwrap(err))
 		}
+		// So is one that cannot be run (review 38): EACCES, 126.
+		if err := unix.Access(p, unix.X_OK); err != nil {
+			return "", fmt.Errorf("%s: not executable: %w", name, err)
+		}
 		return p, nil
 	}
 	return exec.LookPath(name)
@@ -1007,6 +1011,9 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 	prog, err := handlerPath(cfg.argv[0])
 	if err != nil {
 		fmt.Fprintf(sio.err, "pugfs exec: %v (nothing committed)\n", err)
+		if errors.Is(err, unix.EACCES) {
+			return 126, nil // as a shell says of a file it cannot run
+		}
 		return 127, nil
 	}
 	cmd, err := handlerCommand(filepath.Join(mnt, "sessions", id.String()), prog, cfg.argv)
