@@ -195,7 +195,7 @@ it did (asked again for 5x --request-timeout), 1 when pugfs exec failed,
 				cfg.mount.Commit, cfg.mount.SnapshotType = commitOnFsync, layout.Checkpoint
 				cfg.mount.FastPath = fastAuto.resolve(false)
 				hideCredentials()
-				if os.Getenv(execInnerEnv) == "" {
+				if !execInner {
 					if code, ok := runExecOuter(ctx, sio); ok {
 						return exitCode(code)
 					}
@@ -896,8 +896,21 @@ func execMountpoint(stateDir string) (dir string, release func(), err error) {
 }
 
 // execChdirEnv hands the trampoline (execTrampoline) the directory to
-// change to before it executes the handler.
+// change to before it executes the handler, as "<pid of its parent>:<dir>"
+// (trampolineDir).
 const execChdirEnv = "PUGFS_EXEC_CHDIR"
+
+// trampolineDir returns the directory execChdirEnv gives this process,
+// if it was set by this process's parent: a stray PUGFS_EXEC_CHDIR in a
+// caller's environment made every pugfs command a trampoline (review 38).
+func trampolineDir() (string, bool) {
+	v, ok := os.LookupEnv(execChdirEnv)
+	if !ok {
+		return "", false
+	}
+	pid, dir, ok := strings.Cut(v, ":")
+	return dir, ok && pid == strconv.Itoa(os.Getppid())
+}
 
 // init keeps the trampoline's main goroutine on the main thread (a
 // LockOSThread in init holds through main). The SIGKILL-on-parent-death
@@ -907,7 +920,7 @@ const execChdirEnv = "PUGFS_EXEC_CHDIR"
 // SIGKILLed pugfs exec. Where the main goroutine runs is up to the
 // scheduler, and on a loaded machine it does move.
 func init() {
-	if _, ok := os.LookupEnv(execChdirEnv); ok {
+	if _, ok := trampolineDir(); ok {
 		runtime.LockOSThread()
 	}
 }
@@ -925,7 +938,7 @@ func init() {
 // trampoline is a process of its own and its chdir is an ordinary
 // request.
 func execTrampoline() {
-	dir, ok := os.LookupEnv(execChdirEnv)
+	dir, ok := trampolineDir()
 	if !ok {
 		return
 	}
@@ -978,7 +991,7 @@ func handlerCommand(dir, prog string, argv []string) (*exec.Cmd, error) {
 	}
 	cmd := exec.Command(self, append([]string{prog}, argv[1:]...)...)
 	cmd.Args[0] = argv[0]
-	cmd.Env = []string{execChdirEnv + "=" + dir}
+	cmd.Env = []string{execChdirEnv + "=" + strconv.Itoa(os.Getpid()) + ":" + dir}
 	return cmd, nil
 }
 

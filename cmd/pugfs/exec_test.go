@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -262,5 +263,30 @@ func TestNoteSignals(t *testing.T) {
 	stop()
 	if !strings.Contains(out.String(), "being committed") || !strings.Contains(out.String(), ".pugmark/checkpoint") {
 		t.Errorf("the note does not say why, or what a SIGKILL leaves:\n%s", out.String())
+	}
+}
+
+// TestExecMarkersNotFromTheEnvironment: the variables by which pugfs exec
+// tells its trampoline and its inner process what they are act only when
+// pugfs exec set them up: found in a caller's environment, a
+// PUGFS_EXEC_CHDIR made every pugfs command a trampoline (exit 127), and
+// a PUGFS_EXEC_NAMESPACE made a root pugfs exec skip its PID namespace,
+// and with it the end of the handler's processes on a SIGKILL (review
+// 38).
+func TestExecMarkersNotFromTheEnvironment(t *testing.T) {
+	t.Setenv(execChdirEnv, "/")
+	if r := pugfs(t, "version"); r.code != 0 {
+		t.Fatalf("pugfs version with %s set: %s", execChdirEnv, r)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the PID namespace needs root")
+	}
+	t.Setenv(execInnerEnv, strconv.Itoa(execAliveFD))
+	r := pugfs(t, "exec", "--cache-dir="+t.TempDir(), newDemo(t), "demo", "--", "readlink", "/proc/self/ns/pid")
+	if r.code != 0 {
+		t.Fatalf("exec with %s set: %s", execInnerEnv, r)
+	}
+	if ours, err := os.Readlink("/proc/self/ns/pid"); err != nil || strings.TrimSpace(r.stdout) == ours {
+		t.Errorf("the handler runs in the PID namespace %q, ours (%q, %v): not in one of its own\n%s", r.stdout, ours, err, r)
 	}
 }

@@ -43,7 +43,7 @@ const execReadyFD = 4
 // be lost, and its handler ran and committed.
 // It reports whether this is the inner process.
 func signalsCaught() bool {
-	if os.Getenv(execInnerEnv) == "" {
+	if !execInner {
 		return false
 	}
 	catchQuit()
@@ -57,9 +57,13 @@ func signalsCaught() bool {
 // counts: the kernel signals the thread-group leader.
 func init() {
 	fd, err := strconv.Atoi(os.Getenv(execInnerEnv))
-	if err != nil {
+	if err != nil || fd != execAliveFD || !isPipe(execAliveFD) || !isPipe(execReadyFD) {
+		// Not started by pugfs exec, whatever the environment says: a
+		// stray PUGFS_EXEC_NAMESPACE made a root pugfs exec skip its
+		// namespaces (review 38).
 		return
 	}
+	execInner = true
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 		os.Exit(1)
 	}
@@ -68,6 +72,16 @@ func init() {
 		os.Exit(1)
 	}
 	unix.Close(fd) // the handler must not hold it
+}
+
+// execInner is set, before main, in the inner process of pugfs exec:
+// execInnerEnv names the pipes the outer process opened for it.
+var execInner bool
+
+// isPipe reports whether fd is an open pipe.
+func isPipe(fd int) bool {
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO
 }
 
 // outerGone reports whether the write end of the pipe at fd is closed.
