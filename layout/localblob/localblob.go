@@ -56,6 +56,9 @@ type Options struct {
 	// forceSidecar makes writes use sidecars as on a filesystem without
 	// user xattrs, so tests can exercise that path on ext4.
 	forceSidecar bool
+	// beforeSync, if set, runs before a write's body is fsynced: tests
+	// make the fsync as slow as a large body on a slow disk.
+	beforeSync func()
 }
 
 // URLOpener opens file:// URLs. The path must be absolute

@@ -806,24 +806,27 @@ func TestSweptWriterFailsCleanly(t *testing.T) {
 // the mount's --request-timeout never landed (review 5).
 func TestDurableWriteOutlastsADeadline(t *testing.T) {
 	ctx := context.Background()
-	raw, _ := newBucket(t, nil)
-	// The deadline leaves room for each Write, none for the fsync of
-	// 128 MiB (about 0.1 s on this project's CI disk).
-	b := deadlineblob.Wrap(raw, 20*time.Millisecond)
-	chunk := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	// The fsync takes four times the deadline, as a large body's does on
+	// a slow disk (a sleep stands for the disk: the test waits for no
+	// other goroutine). Timed by the disk itself (20 ms against the fsync
+	// of 128 MiB), a Write on a loaded machine overran the deadline.
+	const deadline = 200 * time.Millisecond
+	raw, _ := newBucket(t, &Options{beforeSync: func() { time.Sleep(4 * deadline) }})
+	b := deadlineblob.Wrap(raw, deadline)
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 1<<12) // 64 KiB
 	w, err := b.NewWriter(ctx, "objects/big", &blob.WriterOptions{ContentType: "application/octet-stream"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 128 {
+	for range 16 {
 		if _, err := w.Write(chunk); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := w.Close(); err != nil {
-		t.Fatalf("close of a 128 MiB write: %v", err)
+		t.Fatalf("close of a write whose fsync outlasted the deadline: %v", err)
 	}
-	if a, err := raw.Attributes(ctx, "objects/big"); err != nil || a.Size != 128<<20 {
+	if a, err := raw.Attributes(ctx, "objects/big"); err != nil || a.Size != 1<<20 {
 		t.Fatalf("the object after the close: %+v %v", a, err)
 	}
 }

@@ -228,6 +228,9 @@ func (w *writer) Close() (err error) {
 	if w.sidecar, err = w.b.writeAttrs(w.f, &w.attrs); err != nil {
 		return newError(codeUnknown, "write", w.key, fmt.Errorf("store metadata: %w", err))
 	}
+	if w.b.opts.beforeSync != nil {
+		w.b.opts.beforeSync()
+	}
 	if err := w.f.Sync(); err != nil {
 		return newError(codeUnknown, "write", w.key, err)
 	}
