@@ -43,9 +43,12 @@ import (
 	_ "gocloud.dev/blob/s3blob"
 )
 
-// s3SingleMax is the size above which s3blob switches to multipart
-// uploads; a whole-object SHA-256 cannot be checked on those.
-const s3SingleMax = 16 << 20
+// s3PartsFrom is the size from which s3blob's upload manager sends a
+// body in parts (its part size: a body of exactly one part goes as one
+// part of a multipart upload); a whole-object SHA-256 cannot be checked
+// on those. Declared on a body of exactly 16 MiB, S3 refused it
+// (BadDigest), and such a file could never be stored.
+const s3PartsFrom = 16 << 20
 
 func init() {
 	layout.RegisterWriteHook(localHook)
@@ -168,7 +171,7 @@ func s3Hook(as func(any) bool, c layout.Conditions) (ifMatch, sha bool, err erro
 		in.IfMatch = &v
 		ifMatch = true
 	}
-	if !c.SHA256.IsZero() && c.Size >= 0 && c.Size <= s3SingleMax {
+	if !c.SHA256.IsZero() && c.Size >= 0 && c.Size < s3PartsFrom {
 		v := base64.StdEncoding.EncodeToString(c.SHA256[:])
 		in.ChecksumSHA256 = &v
 		// The SDK otherwise announces its default algorithm (CRC32)
