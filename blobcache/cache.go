@@ -494,6 +494,20 @@ func (c *Cache) ClearDisk() error {
 	return c.disk.clear()
 }
 
+// GiveBack removes at least n bytes of the disk tier's copies, least
+// recently used first, when it holds them, and returns how many it
+// removed. Every copy can be fetched again: a write that found its file
+// system full (the staged files share it with the cache directory) gets
+// the room back. The tier keeps 5% of the file system free, and copies up
+// to that point still made a staged write larger than the rest ENOSPC
+// (audit 37).
+func (c *Cache) GiveBack(n int64) int64 {
+	if c.disk == nil || !c.disk.enabled() {
+		return 0
+	}
+	return c.disk.evict(n)
+}
+
 // Size is the size a file shows for d: d.Size for plain bodies, the decoded
 // size for gzip/zstd ones (and, with SniffEncoding, for bodies whose lost
 // encoding sniffing finds, §15).

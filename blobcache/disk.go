@@ -564,12 +564,13 @@ func (dc *diskCache) setRoom(room int64) {
 
 // evict removes least recently used entries until the cache is at 90% of
 // its bound (hysteresis: evictions, and the rescans before them, are rare)
-// and at least short bytes smaller than it was.
-func (dc *diskCache) evict(short int64) {
+// and at least short bytes smaller than it was, and returns the bytes it
+// removed (none while another eviction runs).
+func (dc *diskCache) evict(short int64) (freed int64) {
 	dc.mu.Lock()
 	if dc.evicting {
 		dc.mu.Unlock()
-		return
+		return 0
 	}
 	dc.evicting = true
 	rescan := dc.now().Sub(dc.lastScan) > diskRescanEvery
@@ -604,6 +605,7 @@ func (dc *diskCache) evict(short int64) {
 			continue
 		}
 		total -= v.e.size
+		freed += v.e.size
 		dc.evictions.Add(1)
 		dc.mu.Lock()
 		if dc.index[v.rel] == v.e {
@@ -612,6 +614,7 @@ func (dc *diskCache) evict(short int64) {
 		}
 		dc.mu.Unlock()
 	}
+	return freed
 }
 
 // removeEntry removes one file or empty directory (consistency.md §5). An

@@ -500,6 +500,13 @@ func (s *File) writeAtLocked(p []byte, off int64, atEnd bool) (int, error) {
 	}
 	whole := off == 0 && int64(len(p)) >= s.size // every byte the file holds, written again
 	n, err := s.file.WriteAt(p, off)
+	if noSpace(err) && roomFrom(s.blobs, int64(len(p)-n)) {
+		// The cache's copies beside the staged files took the room:
+		// given back, the write goes on (audit 37).
+		var m int
+		m, err = s.file.WriteAt(p[n:], off+int64(n))
+		n += m
+	}
 	if end := off + int64(n); end > s.size {
 		s.size = end
 	}
@@ -525,6 +532,12 @@ func (s *File) writeAtLocked(p []byte, off int64, atEnd bool) (int, error) {
 		s.werr, s.dirty = fmt.Errorf("an earlier write of %s failed: %w", s.name, err), true
 	}
 	return n, err
+}
+
+// noSpace reports whether err says the file system (or the user's quota
+// on it) is full.
+func noSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 // ReadAt reads what the file holds at off; past its end it reads

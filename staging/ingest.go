@@ -64,7 +64,14 @@ func (w *Writer) reserveStaging(n int64) (*stagingRoom, error) {
 	w.ingestMu.Lock()
 	defer w.ingestMu.Unlock()
 	if err := roomFor(w.cfg.StagingDir, n+w.ingesting); err != nil {
-		return nil, err
+		// The cache's copies may hold it (audit 37): asked for all of
+		// it, what was free already counted again as a margin.
+		if !roomFrom(w.blobs, n+w.ingesting+ingestReserve) {
+			return nil, err
+		}
+		if err := roomFor(w.cfg.StagingDir, n+w.ingesting); err != nil {
+			return nil, err
+		}
 	}
 	w.ingesting += n
 	return &stagingRoom{w: w, left: n}, nil

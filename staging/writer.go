@@ -93,6 +93,27 @@ type Blobs interface {
 	Size(ctx context.Context, d *layout.Descriptor) (int64, error)
 }
 
+// spaceGiver is what of Blobs gives disk space back: copies kept beside
+// the staged files, on their file system, that can be fetched again
+// (blobcache.Cache.GiveBack). A staged write or an ingestion that finds
+// the file system full asks it for room and tries once more. A Blobs
+// without it has nothing to give.
+type spaceGiver interface {
+	GiveBack(n int64) int64
+}
+
+// giveBackAtLeast is what a write that found its file system full asks
+// back at the least: one FUSE write is at most a MiB, and asking for each
+// alone made a large copy into a full disk evict in slivers.
+const giveBackAtLeast = 64 << 20
+
+// roomFrom asks blobs for at least n bytes of disk space and reports
+// whether it gave any.
+func roomFrom(blobs Blobs, n int64) bool {
+	g, ok := blobs.(spaceGiver)
+	return ok && g.GiveBack(max(n, giveBackAtLeast)) > 0
+}
+
 // storedAdopter is what of Blobs a commit tells of a body it just stored
 // from a staged file: the blob cache keeps a copy of it, so reading back
 // what was written costs no fetch (blobcache.Cache.AdoptStored). A Blobs

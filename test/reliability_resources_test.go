@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pugmark/pugfs/internal/testbucket"
 )
 
 // Local resources: a full staging disk, an unwritable cache directory,
@@ -74,6 +77,68 @@ func TestReliabilityStagingDiskFull(t *testing.T) {
 	if !relAlive(mnt) {
 		t.Fatal("the mount died")
 	}
+}
+
+// TestReliabilityStagingRoomFromCopies: the cache directory's copies of
+// bodies the mount uploaded share the staging directory's file system, and
+// may fill it to the 5% the blob cache leaves free. A staged write that
+// then finds no room gets it back from those copies (they can be fetched
+// again) and goes on: it was ENOSPC again and again for as long as the
+// copies stayed (audit 37).
+func TestReliabilityStagingRoomFromCopies(t *testing.T) {
+	// On S3: from a local bucket only what is read is copied.
+	bk := openBucket(t, testbucket.S3)
+	id := relSession(t, bk)
+	cache := relTmpfs(t, "size=32m")
+	mnt := mount(t, bk, "--cache-dir", cache)
+	sd := filepath.Join(mnt.Dir, "sessions", id.String())
+	body := func(i, size int) []byte {
+		return bytes.Repeat([]byte(fmt.Sprintf("%015d\n", i)), size/16)
+	}
+	for i := range 24 {
+		if err := os.WriteFile(filepath.Join(sd, fmt.Sprintf("f%02d", i)), body(i, 5<<18), 0o644); err != nil {
+			t.Fatalf("file %d: %v", i, err)
+		}
+	}
+	kept := dirBytes(t, filepath.Join(cache, "blobs"))
+	if kept < 16<<20 {
+		t.Fatalf("the cache directory keeps %d bytes of copies: too few to fill it", kept)
+	}
+	big := body(99, 16<<20)
+	if err := os.WriteFile(filepath.Join(sd, "big.bin"), big, 0o644); err != nil {
+		t.Fatalf("a 16 MiB write with %d bytes of copies in the 32 MiB cache directory: %v", kept, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(sd, "big.bin")); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("big.bin reads back %d bytes, %v", len(got), err)
+	}
+	for i := range 24 {
+		if got, err := os.ReadFile(filepath.Join(sd, fmt.Sprintf("f%02d", i))); err != nil || !bytes.Equal(got, body(i, 5<<18)) {
+			t.Fatalf("f%02d after its copy was given back: %d bytes, %v", i, len(got), err)
+		}
+	}
+}
+
+// dirBytes is the size of the regular files under dir.
+func dirBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += fi.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // TestReliabilityCacheDirUnwritable: a cache directory that cannot be
