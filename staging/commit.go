@@ -712,11 +712,14 @@ func (b *batch) request(id layout.SessionID, typ layout.SnapshotType, rebases bo
 			req.Unchanged = map[string]layout.FileBase{}
 		}
 		// The first change of the name in the batch is the one built on
-		// the bucket; the later ones were built on it. Any of them that
-		// counts a metadata change makes the guard count it.
+		// the bucket; the later ones were built on it. A metadata change
+		// counts only if it counts for all of them: a refusal refuses
+		// every change of the name, and an edit after a chmod was refused
+		// for another mount's chmod (review 39), where the chmod alone
+		// is made again.
 		base := gs[0].base
 		for _, g := range gs[1:] {
-			base.AnyChange = base.AnyChange || g.base.AnyChange
+			base.AnyChange = base.AnyChange && g.base.AnyChange
 		}
 		req.Unchanged[name] = base
 	}

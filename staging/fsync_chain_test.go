@@ -134,3 +134,47 @@ func TestFsyncChangesBuiltOnPendingChanges(t *testing.T) {
 		})
 	}
 }
+
+// TestFsyncEditAfterChmodOverOthersChmod: with --commit=fsync, chmod f
+// then an edit in place of f (built on the pending chmod's entry), and
+// another writer's chmod of f (same bytes), seen by this mount's state or
+// not yet (within --metadata-ttl). The edit is built on f's bytes, which
+// nobody changed, and lands. The guard sent with the commit counted any
+// change of f because the chmod's does; the bucket's refusal refuses every
+// change of the name, and the edit was ESTALE (review 39).
+func TestFsyncEditAfterChmodOverOthersChmod(t *testing.T) {
+	for _, ttl := range []time.Duration{0, time.Hour} {
+		t.Run(ttl.String(), func(t *testing.T) {
+			ctx := context.Background()
+			r := newWriterRigTTL(t, ttl, func(c *Config) { c.Commit = CommitOnFsync })
+			r.write(t, "f", "body\n")
+			if err := r.w.FsyncSession(ctx, r.id); err != nil {
+				t.Fatal(err)
+			}
+			committed, _ := r.slot(t, "f")
+			r.state(t) // the mount's state knows f as committed
+			mode := uint32(0o600)
+			if _, err := r.w.SetAttrs(ctx, r.id, "f", AttrChange{Mode: &mode}, func() *layout.Entry { return nil }, nil); err != nil {
+				t.Fatal(err)
+			}
+			base := r.liveEntry(t, "f")
+			s, err := r.w.OpenFresh(ctx, r.id, "f", func() *layout.Entry { return base }, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.WriteAt(ctx, []byte("BODY"), 0); err != nil { // edit in place
+				t.Fatal(err)
+			}
+			if err := r.w.Release(ctx, r.id, s); err != nil {
+				t.Fatal(err)
+			}
+			r.otherChmod(t, committed, 0o640)
+			if err := r.w.FsyncSession(ctx, r.id); err != nil {
+				t.Errorf("fsync: %v", err)
+			}
+			if got := r.slotBody(t, "f"); got != "BODY\n" {
+				t.Errorf("f = %q, want the edit %q (failed dir: %v)", got, "BODY\n", r.failedFiles(t))
+			}
+		})
+	}
+}
