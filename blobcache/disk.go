@@ -77,12 +77,16 @@ type diskCache struct {
 	// (kept.go): a scan found one or this process wrote one.
 	keptSeen atomic.Bool
 
+	// evictMu is held by the eviction under way: one at a time. An
+	// eviction a new copy starts skips when one runs (evict); one asked
+	// for room waits for it (giveBack). Taken before mu.
+	evictMu sync.Mutex
+
 	// mu guards the fields below (GUARDED_BY(mu)). It is never held
 	// across I/O, nor together with Cache.mu (see the package doc).
 	mu       sync.Mutex
 	index    map[string]*diskEntry
 	total    int64
-	evicting bool
 	lastScan time.Time
 	shards   map[string]bool // shard directories checked to be real directories
 	// sinceSpace counts the bytes added since the free space was last
@@ -564,22 +568,52 @@ func (dc *diskCache) setRoom(room int64) {
 
 // evict removes least recently used entries until the cache is at 90% of
 // its bound (hysteresis: evictions, and the rescans before them, are rare)
-// and at least short bytes smaller than it was, and returns the bytes it
-// removed (none while another eviction runs).
-func (dc *diskCache) evict(short int64) (freed int64) {
-	dc.mu.Lock()
-	if dc.evicting {
-		dc.mu.Unlock()
-		return 0
+// and at least short bytes smaller than it was; nothing while another
+// eviction runs.
+func (dc *diskCache) evict(short int64) {
+	if dc.evictMu.TryLock() {
+		defer dc.evictMu.Unlock()
+		dc.evictLocked(short)
 	}
-	dc.evicting = true
+}
+
+// giveBack evicts until the file system has n bytes more free, or no
+// entry is left, after the eviction under way, and returns the bytes it
+// made free. Counted by the file system, not by the names removed: a copy
+// held open (pinned for a passthrough read) frees nothing when it goes
+// (review 39); without the file system's figures, by the names.
+func (dc *diskCache) giveBack(n int64) int64 {
+	dc.evictMu.Lock()
+	defer dc.evictMu.Unlock()
+	before, _, err := dc.spaceFn()
+	var removed, gained int64
+	for range 8 {
+		r := dc.evictLocked(n - gained)
+		removed += r
+		if r == 0 || err != nil {
+			break
+		}
+		after, _, serr := dc.spaceFn()
+		if serr != nil {
+			err = serr
+			break
+		}
+		if gained = after - before; gained >= n {
+			break
+		}
+	}
+	if err != nil {
+		return removed
+	}
+	return max(gained, 0)
+}
+
+// evictLocked is evict, and returns the bytes of the entries it removed.
+// Caller holds evictMu.
+func (dc *diskCache) evictLocked(short int64) (freed int64) {
+	dc.mu.Lock()
 	rescan := dc.now().Sub(dc.lastScan) > diskRescanEvery
 	dc.mu.Unlock()
-	defer func() {
-		dc.mu.Lock()
-		dc.evicting = false
-		dc.mu.Unlock()
-	}()
 	if rescan {
 		dc.scan()
 	}
