@@ -324,15 +324,23 @@ func (c *Cache) Evict(id layout.SessionID) {
 // the frozen one (Freeze). Errors wrap layout.ErrSessionNotFound for a
 // session without a manifest.
 func (c *Cache) State(ctx context.Context, id layout.SessionID) (*State, error) {
-	if st := c.frozen.Load(); st != nil && st.ID == id {
+	if st, ok := c.frozenOf(id); ok {
 		return st, nil
 	}
 	return c.entry(id).State(ctx)
 }
 
+// frozenOf returns id's frozen state, if it is the one frozen.
+func (c *Cache) frozenOf(id layout.SessionID) (*State, bool) {
+	st := c.frozen.Load()
+	return st, st != nil && st.ID == id
+}
+
 // Freeze makes st what State and Peek give for its session until Thaw,
-// however the bucket moves: a pugfs exec handler sees its session at the
-// base version for the whole run (decisions.md "A handler invocation"),
+// and its version and last append what Summary and Find give (the session
+// directory's mtime), however the bucket moves: a pugfs exec handler sees
+// its session at the base version for the whole run (decisions.md "A
+// handler invocation"),
 // so what it reads is what PUGMARK_VERSION says, and an input that lands
 // meanwhile is merged under its checkpoint unseen, as pugfs exec reports.
 // Its mount refreshed like any other, and showed that input to the

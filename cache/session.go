@@ -313,7 +313,7 @@ func (s *Session) State(ctx context.Context) (*State, error) {
 // Read-ahead uses it to place a read in the session's tree without a
 // request on the reader's path.
 func (c *Cache) Peek(id layout.SessionID) (*State, bool) {
-	if st := c.frozen.Load(); st != nil && st.ID == id {
+	if st, ok := c.frozenOf(id); ok {
 		return st, true
 	}
 	c.mu.Lock()

@@ -82,6 +82,9 @@ type Listed struct {
 // bounded by its own deadline and retries: a slow backend is slow, not an
 // error. Only a listing bounds its wait (ListSessions).
 func (c *Cache) Summary(ctx context.Context, id layout.SessionID) (version uint32, updatedAt time.Time, err error) {
+	if st, ok := c.frozenOf(id); ok {
+		return st.Version, st.UpdatedAtVersion(st.Version), nil
+	}
 	if sum, ok := c.knownSummary(id, c.opts.Now(), time.Time{}); ok {
 		return sum.version, sum.updatedAt, nil
 	}
@@ -114,6 +117,9 @@ const FirstLoadMax = 64
 // session whose copies an earlier mount kept (Store.KeptSession): the
 // LIST vouches for them, and the load after it reads none.
 func (c *Cache) Find(ctx context.Context, id layout.SessionID) (version uint32, updatedAt time.Time, err error) {
+	if st, ok := c.frozenOf(id); ok {
+		return st.Version, st.UpdatedAtVersion(st.Version), nil
+	}
 	if c.firstContact(id) {
 		// A session of an hour by-hour/ listed: its link was followed
 		// (ls -lL, find -L), and so will the others' be, one after
