@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -264,14 +265,45 @@ func (n *memDirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 		return syscall.EPERM
 	}
 	dropped := n.f.dropPending(n.prefix, name)
+	// The commits of its descriptors in flight land first, and none
+	// starts until the removal has, when what they hold is dropped: a
+	// close's commit that landed after the removal brought the record
+	// back (review 40).
+	held, release := n.holdCommits(name)
 	err := n.f.recs.RemoveMemory(context.WithoutCancel(ctx), n.prefix, name)
 	if dropped && errors.Is(err, staging.ErrNotExist) {
 		err = nil // it was never committed
 	}
 	if err == nil {
-		n.dropOpen(name)
+		for _, mf := range held {
+			mf.bufs.drop()
+		}
 	}
+	release()
 	return n.f.errnoOf("unlink memory "+n.prefix+"/"+name, err)
+}
+
+// holdCommits waits for the commits in flight of the record files of
+// this directory named names (those the kernel has a node for), and
+// holds off their next ones until release: the record files, in name
+// order (two renames of the same names the other way round take them in
+// the same order).
+func (n *memDirNode) holdCommits(names ...string) (held []*memFile, release func()) {
+	names = slices.Clone(names)
+	slices.Sort(names)
+	for _, name := range slices.Compact(names) {
+		if in := n.GetChild(name); in != nil {
+			if mf, ok := in.Operations().(*memFile); ok {
+				mf.commits.Lock()
+				held = append(held, mf)
+			}
+		}
+	}
+	return held, func() {
+		for _, mf := range held {
+			mf.commits.Unlock()
+		}
+	}
 }
 
 // dropPending unlinks the open record name of namespace ns created here
@@ -364,14 +396,26 @@ func (n *memDirNode) Rename(ctx context.Context, name string, newParent gofs.Ino
 			return 0
 		}
 	}
+	// The commits in flight of both records land first, and none starts
+	// until the rename has: one of the source that landed after it
+	// brought the old name back, one of the target the name the moved
+	// record took (review 40).
+	held, release := n.holdCommits(name, newName)
 	err := f.recs.RenameMemory(context.WithoutCancel(ctx), n.prefix, name, newName, flags&renameNoReplace != 0)
+	if err == nil {
+		if in := n.GetChild(newName); in != nil {
+			if mf, ok := in.Operations().(*memFile); ok && slices.Contains(held, mf) {
+				mf.bufs.drop() // renamed over
+			}
+		}
+	}
+	release()
 	if err != nil {
 		return f.errnoOf("rename memory "+n.prefix+"/"+name, err)
 	}
 	if over != nil {
 		f.dropPending(n.prefix, newName)
 	}
-	n.dropOpen(newName)
 	// Descriptors still open on the record write to its new name, and
 	// the old name's next lookup gets a node of its own.
 	if in := n.GetChild(name); in != nil {
