@@ -484,11 +484,21 @@ func (r *Records) writeRef(ctx context.Context, name string, prev layout.Ref, ex
 	if err != nil {
 		return prev, existed, err
 	}
-	if nr, rerr := r.store.ReadRef(ctx, name); rerr == nil {
+	nr, rerr := r.store.ReadRef(ctx, name)
+	if rerr == nil && nr.Target == target {
 		return nr, true, nil
 	}
-	return prev, existed, nil
+	// Another writer's swap landed between this one and the read: its
+	// token is not this descriptor's to write on (taken, the next write
+	// through it replaced the other writer's value: review 40). A token
+	// no object has makes that write ESTALE, as a swap lost is.
+	return layout.Ref{Name: name, Target: target, ETag: supersededRef}, true, nil
 }
+
+// supersededRef is the token of a ref this mount wrote and another
+// writer replaced at once: no object's (an S3 or Azure ETag is quoted, a
+// GCS generation of "0" is "absent", a local token random).
+const supersededRef = "0"
 
 // DeleteRef removes ref name; layout.ErrNotFound when there is none.
 func (r *Records) DeleteRef(ctx context.Context, name string) error {
