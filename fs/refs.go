@@ -181,6 +181,12 @@ type refFile struct {
 	// with it the name its reads and writes go to.
 	ref  atomic.Pointer[string]
 	bufs openBufs[*refHandle]
+	// commits is held shared by every write of a handle across its look
+	// at bufHandle.dropped and its write; an unlink takes it whole around
+	// its removal, so that a write that started before it has landed
+	// (and is removed) and none starts until what the handles hold is
+	// dropped. LOCK ORDERING: bufHandle.commitMu, then commits.
+	commits sync.RWMutex
 }
 
 // newRefFile returns the writable file of ref name.
@@ -363,6 +369,12 @@ func (h *refHandle) write(ctx context.Context, fsync bool) syscall.Errno {
 	name := h.r.name()
 	if err := staging.CheckRef(name, body); fsync && err != nil {
 		return f.errnoOf("fsync ref "+name, err)
+	}
+	h.r.commits.RLock()
+	defer h.r.commits.RUnlock()
+	if h.isDropped() {
+		h.settle(gen, nil) // removed or renamed over: written nowhere
+		return 0
 	}
 	prev, existed, err := f.recs.WriteRef(context.WithoutCancel(ctx), name, h.prev, h.existed, body)
 	if err != nil {
@@ -662,18 +674,26 @@ func (w *refWrites) pendingRefs() map[string]*refFile {
 
 func (n *refsNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	full := n.full(name)
+	// A write of its descriptors in flight lands first, and none starts
+	// until the removal has and what they hold is dropped: one that
+	// landed after it made the ref again after rm returned 0 (review 40).
+	var r *refFile
+	if in := n.GetChild(name); in != nil {
+		r, _ = in.Operations().(*refFile)
+	}
+	if r != nil {
+		r.commits.Lock()
+		defer r.commits.Unlock()
+	}
 	err := n.f.recs.DeleteRef(context.WithoutCancel(ctx), full)
-	if errors.Is(err, layout.ErrNotFound) {
-		// Created here and not written yet: nothing to remove.
-		if in := n.GetChild(name); in != nil {
-			if r, ok := in.Operations().(*refFile); ok && !r.bufs.empty() {
-				err = nil
-			}
-		}
+	if errors.Is(err, layout.ErrNotFound) && r != nil && !r.bufs.empty() {
+		err = nil // created here and not written yet: nothing to remove
 	}
 	if err == nil {
 		n.f.refs.forget(full, nil)
-		n.dropOpen(name)
+		if r != nil {
+			r.bufs.drop()
+		}
 	}
 	return n.f.errnoOf("unlink ref "+full, err)
 }
