@@ -50,7 +50,8 @@ func (r *writerRig) appendLive(t *testing.T, name, line string) {
 // name's own committed entry, or its absence, counted as another
 // writer's change (review 36): chmod then mv left the file under both
 // names, chmod then touch dropped the mode, chmod then >> undid the chmod,
-// and >> to a renamed file kept only the appended bytes. With another
+// and >> to a renamed file kept only the appended bytes; chmod, touch -d
+// (through a descriptor) and mv left the old name (audit 41). With another
 // writer's rewrite of the file before the fsync, each change is still
 // guarded: none lands the old bytes over the rewrite.
 func TestFsyncChangesBuiltOnPendingChanges(t *testing.T) {
@@ -65,6 +66,21 @@ func TestFsyncChangesBuiltOnPendingChanges(t *testing.T) {
 	}
 	touch := func(r *writerRig, t *testing.T, name string) {
 		if _, err := r.w.SetAttrs(ctx, r.id, name, AttrChange{Mtime: &mt}, none, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// GNU touch -d: the file opened for writing, its times set through
+	// the descriptor (the staged file takes them), and closed.
+	touchOpen := func(r *writerRig, t *testing.T, name string) {
+		base := r.liveEntry(t, name)
+		s, err := r.w.OpenFresh(ctx, r.id, name, func() *layout.Entry { return base }, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.w.SetAttrs(ctx, r.id, name, AttrChange{Mtime: &mt}, func() *layout.Entry { return base }, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.w.Release(ctx, r.id, s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -94,6 +110,9 @@ func TestFsyncChangesBuiltOnPendingChanges(t *testing.T) {
 			want: map[string]want{"f": {body: "body\nmore\n", mode: 0o600}}},
 		{name: "mv then append", do: func(r *writerRig, t *testing.T) { mv(r, t, "f", "g"); r.appendLive(t, "g", "more\n") },
 			want: map[string]want{"f": {body: "(none)"}, "g": {body: "body\nmore\n"}}},
+		// The move of a staged file built on the chmod (audit 41).
+		{name: "chmod then touch through a descriptor then mv", do: func(r *writerRig, t *testing.T) { chmod(r, t, "f"); touchOpen(r, t, "f"); mv(r, t, "f", "g") },
+			want: map[string]want{"f": {body: "(none)"}, "g": {body: "body\n", mode: 0o600, mtime: true}}},
 		{name: "mv then chmod then mv back", do: func(r *writerRig, t *testing.T) { mv(r, t, "f", "g"); chmod(r, t, "g"); mv(r, t, "g", "f") },
 			want: map[string]want{"f": {body: "body\n", mode: 0o600}, "g": {body: "(none)"}}},
 		// Another writer's rewrite first: the changes made from the old

@@ -810,7 +810,7 @@ func (w *Writer) moveWrittenFile(ctx context.Context, id layout.SessionID, ws *s
 	switch {
 	case !s.dirty || s.unlinked || s.wholeOpens.Load() > 0:
 	case s.committed != nil && s.committed.Name == from:
-		base, was = fileBase(id, s.committed), s.committed
+		base, was = w.baseOfLocked(ws, s.committed), s.committed
 	case s.committed == nil && s.absent != nil && s.absentAs == from:
 		b := *s.absent
 		base = &b
