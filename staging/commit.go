@@ -219,7 +219,7 @@ func (w *Writer) queue(ctx context.Context, id layout.SessionID, ops []pendingOp
 				b := *op.base
 				fb = &b
 			}
-			ws.pending = append(ws.pending, pendingOp{desc: &d, base: fb, soft: fb != nil, attr: op.attr})
+			ws.pending = append(ws.pending, pendingOp{desc: &d, base: fb, soft: fb != nil, attr: op.attr, movedFrom: op.movedFrom})
 			if d.Deleted {
 				ws.gone[d.Name] = true
 			} else {
@@ -289,8 +289,11 @@ type batch struct {
 	// descriptors (by index) dropped because such a file changed, and
 	// reapply those of a chmod or utimes (attrs, by base) to make again
 	// on what the file holds now (reapplyAttrs; reapplied counts).
-	soft      map[*layout.FileBase]bool
-	attrs     map[*layout.FileBase]*AttrChange
+	soft  map[*layout.FileBase]bool
+	attrs map[*layout.FileBase]*AttrChange
+	// movedFrom are the old names of renames whose new name is guarded
+	// by its absence (pendingOp.movedFrom), by that guard.
+	movedFrom map[*layout.FileBase]string
 	dropped   map[int]bool
 	reapply   map[int]bool
 	reapplied map[int]int
@@ -395,10 +398,14 @@ func (w *Writer) commit(ctx context.Context, id layout.SessionID, ops []pendingO
 			if b.soft == nil {
 				b.soft, b.attrs = map[*layout.FileBase]bool{}, map[*layout.FileBase]*AttrChange{}
 				b.reapply, b.reapplied = map[int]bool{}, map[int]int{}
+				b.movedFrom = map[*layout.FileBase]string{}
 			}
 			b.soft[op.base] = true
 			if op.attr != nil {
 				b.attrs[op.base] = op.attr
+			}
+			if op.movedFrom != "" {
+				b.movedFrom[op.base] = op.movedFrom
 			}
 		}
 	}
@@ -661,6 +668,17 @@ func (b *batch) drop(i int) {
 		b.dropped = map[int]bool{}
 	}
 	b.dropped[i] = true
+	// A rename's new name dropped (another writer made it before the
+	// fsync) takes the old name's removal with it: the file stays where
+	// it was, and the other writer's file is not replaced (audit 41).
+	if from, ok := b.movedFrom[b.bases[i]]; ok && b.bases[i] != nil {
+		for j := i - 1; j >= 0; j-- {
+			if d := b.descs[j]; d.Name == from && d.Deleted && !b.dropped[j] {
+				b.dropped[j] = true
+				break
+			}
+		}
+	}
 }
 
 // refusedFiles are the staged files of b's refused members.

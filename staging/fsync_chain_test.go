@@ -197,3 +197,37 @@ func TestFsyncEditAfterChmodOverOthersChmod(t *testing.T) {
 		})
 	}
 }
+
+// TestFsyncRenameNoReplaceOverOthersCreate: with --commit=fsync, a rename
+// that must not replace (GNU mv to a new name: RENAME_NOREPLACE) is
+// guarded at the fsync by its new name's absence: when another writer
+// made that name before the fsync, the rename is dropped and both files
+// stay. Unguarded, it replaced the other writer's file (audit 41).
+func TestFsyncRenameNoReplaceOverOthersCreate(t *testing.T) {
+	ctx := context.Background()
+	for _, other := range []bool{false, true} {
+		t.Run(map[bool]string{false: "alone", true: "other writer"}[other], func(t *testing.T) {
+			r := newWriterRig(t, CommitOnFsync)
+			r.write(t, "a", "mine\n")
+			if err := r.w.FsyncSession(ctx, r.id); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.w.Rename(ctx, r.id, "a", "n", true); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{"a": "(none)", "n": "mine\n"}
+			if other {
+				r.otherWriter(t, "n", "theirs\n")
+				want = map[string]string{"a": "mine\n", "n": "theirs\n"}
+			}
+			if err := r.w.FsyncSession(ctx, r.id); err != nil {
+				t.Fatal(err)
+			}
+			for name, body := range want {
+				if got := r.slotBody(t, name); got != body {
+					t.Errorf("%s = %q, want %q", name, got, body)
+				}
+			}
+		})
+	}
+}

@@ -608,13 +608,16 @@ func (w *Writer) rename(ctx context.Context, id layout.SessionID, from, to strin
 		// removed with the old name.
 		gone := layout.Descriptor{Name: from, Deleted: true, CreatedAt: now}
 		var absent *layout.FileBase
-		if noReplace && w.cfg.Commit != CommitOnFsync {
+		if noReplace {
 			// Not there as of the state: another mount's file made
 			// under the name since refuses the commit, as a create's
-			// with O_EXCL (File.absent).
+			// with O_EXCL (File.absent). With --commit=fsync the
+			// rename is dropped then, the old name's removal with it
+			// (pendingOp.movedFrom): unguarded, it replaced the other
+			// mount's file at the fsync (audit 41).
 			absent = &layout.FileBase{Version: at}
 		}
-		if err := w.queue(ctx, id, []pendingOp{{desc: &gone, base: w.baseOf(ws, &e)}, {desc: &moved, base: absent}}); err != nil {
+		if err := w.queue(ctx, id, []pendingOp{{desc: &gone, base: w.baseOf(ws, &e)}, {desc: &moved, base: absent, movedFrom: from}}); err != nil {
 			return fail(err)
 		}
 		succeed()

@@ -272,6 +272,11 @@ type pendingOp struct {
 	// attr, for a desc made by a chmod or utimes of a committed file, is
 	// that change.
 	attr *AttrChange
+	// movedFrom, for the new name of a rename guarded by that name's
+	// absence (base), is the old name: when the guard drops the new name
+	// (another writer made it), the old name's removal is dropped with it,
+	// and the file stays where it was.
+	movedFrom string
 }
 
 // fileBase is e as the base of a change built on it (a guard of
