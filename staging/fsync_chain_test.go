@@ -53,7 +53,8 @@ func (r *writerRig) appendLive(t *testing.T, name, line string) {
 // and >> to a renamed file kept only the appended bytes; chmod, touch -d
 // (through a descriptor) and mv left the old name (audit 41). With another
 // writer's rewrite of the file before the fsync, each change is still
-// guarded: none lands the old bytes over the rewrite.
+// guarded: none lands the old bytes over the rewrite, and an rm leaves
+// the rewrite (audit 41: it deleted it).
 func TestFsyncChangesBuiltOnPendingChanges(t *testing.T) {
 	ctx := context.Background()
 	mode := uint32(0o600)
@@ -122,6 +123,12 @@ func TestFsyncChangesBuiltOnPendingChanges(t *testing.T) {
 			want: map[string]want{"f": {body: "theirs\n", mode: 0o600, mtime: true}}},
 		{name: "chmod then mv, rewritten", other: true, do: func(r *writerRig, t *testing.T) { chmod(r, t, "f"); mv(r, t, "f", "g") },
 			want: map[string]want{"f": {body: "theirs\n"}, "g": {body: "body\n", mode: 0o600}}},
+		{name: "rm, rewritten", other: true, do: func(r *writerRig, t *testing.T) { must(t, r.w.Unlink(ctx, r.id, []string{"f"})) },
+			want: map[string]want{"f": {body: "theirs\n"}}},
+		{name: "chmod then rm, rewritten", other: true, do: func(r *writerRig, t *testing.T) { chmod(r, t, "f"); must(t, r.w.Unlink(ctx, r.id, []string{"f"})) },
+			want: map[string]want{"f": {body: "theirs\n"}}},
+		{name: "chmod then rm", do: func(r *writerRig, t *testing.T) { chmod(r, t, "f"); must(t, r.w.Unlink(ctx, r.id, []string{"f"})) },
+			want: map[string]want{"f": {body: "(none)"}}},
 		{name: "chmod then append, rewritten", other: true, do: func(r *writerRig, t *testing.T) { chmod(r, t, "f"); r.appendLive(t, "f", "more\n") },
 			want: map[string]want{"f": {body: "theirs\nmore\n"}}},
 	} {
@@ -229,5 +236,59 @@ func TestFsyncRenameNoReplaceOverOthersCreate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFsyncCreateOverPendingRemoval: with --commit=fsync, a name removed
+// by a pending change (mv c n, or rm c) and made again with a create that
+// keeps content (>>, touch) is guarded as that removal: when another
+// writer changed c before the fsync, the appended bytes go after its
+// content. Unguarded, the new file replaced it, and the other writer's
+// append was lost (audit 41).
+func TestFsyncCreateOverPendingRemoval(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		remove func(r *writerRig, t *testing.T)
+		other  bool
+		want   map[string]string
+	}{
+		{"mv", func(r *writerRig, t *testing.T) { must(t, r.w.Rename(ctx, r.id, "c", "n", false)) }, false,
+			map[string]string{"c": "F\n", "n": "init\n"}},
+		{"mv, other writer", func(r *writerRig, t *testing.T) { must(t, r.w.Rename(ctx, r.id, "c", "n", false)) }, true,
+			map[string]string{"c": "init\nC7\nF\n", "n": "init\n"}},
+		{"rm, other writer", func(r *writerRig, t *testing.T) { must(t, r.w.Unlink(ctx, r.id, []string{"c"})) }, true,
+			map[string]string{"c": "init\nC7\nF\n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newWriterRig(t, CommitOnFsync)
+			r.write(t, "c", "init\n")
+			must(t, r.w.FsyncSession(ctx, r.id))
+			tc.remove(r, t)
+			if tc.other {
+				r.otherWriter(t, "c", "init\nC7\n")
+			}
+			s, err := r.w.OpenFresh(ctx, r.id, "c", func() *layout.Entry { return nil }, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Append(ctx, []byte("F\n")); err != nil {
+				t.Fatal(err)
+			}
+			must(t, r.w.Release(ctx, r.id, s))
+			must(t, r.w.FsyncSession(ctx, r.id))
+			for name, body := range tc.want {
+				if got := r.slotBody(t, name); got != body {
+					t.Errorf("%s = %q, want %q", name, got, body)
+				}
+			}
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -407,7 +407,7 @@ func (w *Writer) Unlink(ctx context.Context, id layout.SessionID, parts []string
 		return err
 	}
 	slots, tree := w.Live(st)
-	_, live := slots(full)
+	e, live := slots(full)
 	if live && w.Hidden(id, full) {
 		live = false
 	}
@@ -423,7 +423,15 @@ func (w *Writer) Unlink(ctx context.Context, id layout.SessionID, parts []string
 		}
 		return ErrNotExist
 	}
-	if err := w.Queue(ctx, id, []layout.Descriptor{{Name: full, Deleted: true, CreatedAt: w.cfg.Now().UTC()}}); err != nil {
+	op := pendingOp{desc: &layout.Descriptor{Name: full, Deleted: true, CreatedAt: w.cfg.Now().UTC()}}
+	if w.cfg.Commit == CommitOnFsync && e.Name == full {
+		// Guarded softly, as a rename's old name is: a rewrite another
+		// mount makes of the file before the fsync is kept, with a log
+		// line, where the removal deleted it (audit 41). (In close mode
+		// the removal lands now, as rm on any file system does.)
+		op.base = w.baseOf(ws, &e)
+	}
+	if err := w.queue(ctx, id, []pendingOp{op}); err != nil {
 		return err
 	}
 	w.keepParents(id, full)

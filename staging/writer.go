@@ -778,9 +778,17 @@ func (w *Writer) checkAbsent(ctx context.Context, id layout.SessionID, name stri
 	w.mu.Lock()
 	ws := w.ss[id]
 	pending := ws != nil && len(ws.pending) > 0
+	var removed *layout.FileBase
+	if pending {
+		removed = removedBaseLocked(ws, name)
+	}
 	w.mu.Unlock()
 	if pending {
-		return nil, nil, nil
+		// Removed by a pending change (rm, or the old name of a mv):
+		// built on the file that change removes, the create is guarded
+		// as it is. Unguarded, it replaced what another mount made of
+		// that file before the fsync, an append to it lost (audit 41).
+		return nil, removed, nil
 	}
 	w.cache.Invalidate(id)
 	st, err := w.cache.State(ctx, id)
@@ -794,6 +802,23 @@ func (w *Writer) checkAbsent(ctx context.Context, id layout.SessionID, name stri
 		return &now, nil, nil
 	}
 	return nil, &layout.FileBase{Version: st.Version}, nil
+}
+
+// removedBaseLocked returns the guard of the pending change that removes
+// name last, if the last pending change of it is a guarded removal.
+// Caller holds w.mu.
+func removedBaseLocked(ws *session, name string) *layout.FileBase {
+	for i := len(ws.pending) - 1; i >= 0; i-- {
+		if d := ws.pending[i].desc; d != nil && d.Name == name {
+			if fb := ws.pending[i].base; d.Deleted && fb != nil {
+				c := *fb
+				c.AnyChange = false // what the create keeps is bytes, not metadata
+				return &c
+			}
+			return nil
+		}
+	}
+	return nil
 }
 
 // liveView is the live state of a session as this mount shows it: the
