@@ -172,3 +172,58 @@ time.sleep(600)
 		t.Fatalf("kept copies of held.txt: %v\n%s", kept, m.Log())
 	}
 }
+
+// TestStopTwiceWhileCommitting: a second SIGTERM while the mount drains
+// (a close's commit hangs on the bucket) stops the wait at once: pugfs
+// exits, and the file whose close was committing is kept in the failed
+// directory. The second signal killed pugfs with the default action: the
+// file was kept nowhere and the mountpoint was left dead (audit 37).
+func TestStopTwiceWhileCommitting(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	cacheDir := t.TempDir()
+	sw, on, off := relSwitchFile(t)
+	defer off()
+	fb := relWithFaults(bk, map[string]string{"fault_stall_prefix": "objects/", "fault_stall": "2m", "fault_active_file": sw})
+	m := mount(t, fb, "--cache-dir", cacheDir, "--request-timeout=2s")
+	on()
+	body := strings.Repeat("committing when stopped\n", 1000) // above the inline limit: a blob PUT
+	file := filepath.Join(sessDir(m, id), "late.txt")
+	writer := exec.Command("python3", "-c", `
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+os.write(fd, sys.argv[2].encode())
+try:
+    os.close(fd)
+except OSError:
+    pass
+`, file, body)
+	if err := writer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { writer.Process.Kill(); writer.Wait() })
+	relWait(t, 10*time.Second, "the close's blob PUT stalled", func() bool { return relReadStats(t, m).Faults["put"].Delayed > 0 })
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, "the first signal taken", func() bool { return strings.Contains(m.Log(), "unmounting") })
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("pugfs did not exit 30 s after a second SIGTERM\n%s", m.Log())
+	}
+	if ws, ok := m.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		t.Fatalf("pugfs was killed by %v: the second signal was not taken\n%s", ws.Signal(), m.Log())
+	}
+	var kept []string
+	filepath.Walk(cacheDir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() && strings.Contains(fi.Name(), "late.txt") {
+			if b, _ := os.ReadFile(p); string(b) == body {
+				kept = append(kept, p)
+			}
+		}
+		return nil
+	})
+	if len(kept) != 1 {
+		t.Fatalf("kept copies of late.txt: %v\n%s", kept, m.Log())
+	}
+}

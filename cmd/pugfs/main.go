@@ -76,14 +76,16 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "exec" {
 		catchQuit() // from the start: a SIGQUIT is the handler's
 	}
-	if !signalsCaught() {
+	if !signalsCaught() && !(len(os.Args) > 1 && os.Args[1] == "mount") {
 		go func() {
 			// After the first signal, restore the default handlers so
 			// that a second Ctrl-C kills a command (an unmount, say)
 			// that is stuck. Not in a pugfs exec's inner process: PID 1
 			// of its namespace cannot be killed by a signal, and the Go
 			// runtime, finding itself alive after one, exits with status
-			// 2, committing nothing and saying nothing.
+			// 2, committing nothing and saying nothing. Nor in a mount,
+			// which takes the second itself (runMount: it stops waiting,
+			// and keeps what was not committed).
 			<-ctx.Done()
 			stop()
 		}()

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
@@ -91,6 +92,14 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 	case <-ctx.Done():
 	}
 	log.Info("unmounting", "mountpoint", cfg.Mountpoint)
+	// A second stop signal (a supervisor's retry, Ctrl-C pressed again)
+	// stops the wait at once, and the files not committed are kept as
+	// after the wait; a third one kills. Killed by the second, pugfs lost
+	// the files whose closes were committing, kept nowhere, and left the
+	// mountpoint dead (audit 37).
+	second := make(chan os.Signal, 1)
+	signal.Notify(second, stopSignals...)
+	defer signal.Stop(second)
 	unmounted := make(chan error, 1)
 	go func() { unmounted <- unmountServer(srv, cfg.Mountpoint, log) }()
 	grace := time.NewTimer(stopGrace)
@@ -98,6 +107,11 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 	select {
 	case <-done:
 		return <-unmounted
+	case sig := <-second:
+		signal.Reset(stopSignals...) // the next one kills
+		log.Warn("a second stop signal: stopping now; what is open for writing or being committed is kept in failed/, and a third signal kills pugfs",
+			"signal", sig.String(), "mountpoint", cfg.Mountpoint)
+		return nil
 	case <-grace.C:
 		// Detached, and still in use (a writer keeps its descriptor):
 		// waiting for it kept pugfs running for as long, its staged
