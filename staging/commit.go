@@ -663,15 +663,27 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 }
 
 // drop leaves descriptor i of b out of its commit (batch.dropped).
-func (b *batch) drop(i int) {
+//
+// A rename's new name dropped (another writer made it before the fsync)
+// takes the old name's removal with it: the file stays where it was, and
+// the other writer's file is not replaced (audit 41). When the batch
+// writes the old name again (mv c a after mv a n), the file could stay
+// nowhere: it lands under a name of its own beside the new one, which
+// drop returns (review 42: its bytes were lost).
+func (b *batch) drop(i int) (keptAs string) {
+	fb := b.bases[i]
+	from, moved := b.movedFrom[fb]
+	if moved && fb != nil && b.writesAgain(from, i) {
+		keptAs = fmt.Sprintf("%s.conflict-%s", b.descs[i].Name, time.Now().UTC().Format("20060102T150405.000000000Z"))
+		b.descs[i].Name, b.bases[i] = keptAs, nil // a name nobody has: no guard
+		delete(b.movedFrom, fb)
+		return keptAs
+	}
 	if b.dropped == nil {
 		b.dropped = map[int]bool{}
 	}
 	b.dropped[i] = true
-	// A rename's new name dropped (another writer made it before the
-	// fsync) takes the old name's removal with it: the file stays where
-	// it was, and the other writer's file is not replaced (audit 41).
-	if from, ok := b.movedFrom[b.bases[i]]; ok && b.bases[i] != nil {
+	if moved && fb != nil {
 		for j := i - 1; j >= 0; j-- {
 			if d := b.descs[j]; d.Name == from && d.Deleted && !b.dropped[j] {
 				b.dropped[j] = true
@@ -679,6 +691,18 @@ func (b *batch) drop(i int) {
 			}
 		}
 	}
+	return ""
+}
+
+// writesAgain reports whether b makes name again, other than by the
+// rename at index i that moved it away.
+func (b *batch) writesAgain(name string, i int) bool {
+	for j, d := range b.descs {
+		if j != i && d.Name == name && !d.Deleted && !b.dropped[j] {
+			return true
+		}
+	}
+	return false
 }
 
 // refusedFiles are the staged files of b's refused members.

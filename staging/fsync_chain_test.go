@@ -2,6 +2,7 @@ package staging
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -290,5 +291,49 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFsyncDroppedRenameOldNameWrittenAgain: with --commit=fsync, mv a n
+// (to a new name), then the old name written again (mv c a, or a new
+// file a), and another writer makes n before the fsync. The rename cannot
+// land on n, nor its file stay at a: it lands under a name of its own
+// beside n. Dropped with a's removal, a's bytes were nowhere (review 42).
+func TestFsyncDroppedRenameOldNameWrittenAgain(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		again func(r *writerRig, t *testing.T)
+		a     string
+	}{
+		{"mv c a", func(r *writerRig, t *testing.T) { must(t, r.w.Rename(ctx, r.id, "c", "a", true)) }, "C\n"},
+		{"write a", func(r *writerRig, t *testing.T) { r.write(t, "a", "new a\n") }, "new a\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newWriterRig(t, CommitOnFsync)
+			r.write(t, "a", "A\n")
+			r.write(t, "c", "C\n")
+			must(t, r.w.FsyncSession(ctx, r.id))
+			must(t, r.w.Rename(ctx, r.id, "a", "n", true))
+			tc.again(r, t)
+			r.otherWriter(t, "n", "theirs\n")
+			must(t, r.w.FsyncSession(ctx, r.id))
+			if got := r.slotBody(t, "n"); got != "theirs\n" {
+				t.Errorf("n = %q, want the other writer's", got)
+			}
+			if got := r.slotBody(t, "a"); got != tc.a {
+				t.Errorf("a = %q, want %q", got, tc.a)
+			}
+			r.cache.Invalidate(r.id)
+			var kept []string
+			for name, e := range r.state(t).Tree().Files() {
+				if strings.HasPrefix(name, "n.conflict-") && string(e.Data) == "A\n" {
+					kept = append(kept, name)
+				}
+			}
+			if len(kept) != 1 {
+				t.Errorf("a's bytes are kept under %v, want one name n.conflict-*", kept)
+			}
+		})
 	}
 }

@@ -258,7 +258,11 @@ func (w *Writer) refuseStale(b *batch, id layout.SessionID, st *cache.State, gs 
 				return
 			}
 			if !b.dropped[g.index] {
-				b.drop(g.index)
+				if kept := b.drop(g.index); kept != "" {
+					w.log.Warn("rename not made: another writer made its new name before the fsync, and the old name was written again since; the moved file is kept under a name of its own",
+						"session", id, "name", name, "version", v, "kept", kept)
+					return
+				}
 				w.log.Warn("change not committed: another writer changed the file before the fsync; its bytes are kept",
 					"session", id, "name", name, "version", v, "removal", b.descs[g.index].Deleted)
 			}
