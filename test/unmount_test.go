@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -225,5 +226,51 @@ except OSError:
 	})
 	if len(kept) != 1 {
 		t.Fatalf("kept copies of late.txt: %v\n%s", kept, m.Log())
+	}
+}
+
+// TestStopTwiceWhileBusy: a second SIGTERM while a busy mount (a program
+// holds a file open on it) is unmounting leaves no dead mountpoint: pugfs
+// detaches it before it exits. It exited while the unmount still retried,
+// and every access to the mountpoint was ENOTCONN until someone unmounted
+// it (review 42).
+func TestStopTwiceWhileBusy(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	m := mount(t, bk)
+	t.Cleanup(func() {
+		if _, err := os.Stat(m.Dir); errors.Is(err, syscall.ENOTCONN) {
+			syscall.Unmount(m.Dir, syscall.MNT_DETACH) // our own dead mount
+		}
+	})
+	file := filepath.Join(sessDir(m, id), "held.txt")
+	holder := exec.Command("python3", "-c", `
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+os.write(fd, b"held\n")
+print("open", flush=True)
+time.sleep(600)
+`, file)
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	if _, err := out.Read(make([]byte, 5)); err != nil {
+		t.Fatal(err)
+	}
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, "the first signal taken", func() bool { return strings.Contains(m.Log(), "unmounting") })
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("pugfs did not exit 30 s after a second SIGTERM\n%s", m.Log())
+	}
+	if _, err := os.Stat(m.Dir); err != nil {
+		t.Fatalf("the mountpoint after pugfs exited: %v\n%s", err, m.Log())
 	}
 }

@@ -42,6 +42,10 @@ import (
 // is cancelled (SIGINT/SIGTERM), then unmounts.
 func runMount(ctx context.Context, cfg mountConfig) (err error) {
 	defer func() { err = redact.Err(err, cfg.BucketURL) }()
+	// main leaves the stop signals to the mount: once it stops waiting
+	// (below), or fails to start, the next one kills. They were ignored,
+	// every one, until a SIGKILL (review 42).
+	defer signal.Reset(stopSignals...)
 	level := slog.LevelInfo
 	if cfg.Debug {
 		level = slog.LevelDebug
@@ -91,24 +95,34 @@ func runMount(ctx context.Context, cfg mountConfig) (err error) {
 		return nil // unmounted from outside (fusermount3 -u, umount)
 	case <-ctx.Done():
 	}
-	log.Info("unmounting", "mountpoint", cfg.Mountpoint)
 	// A second stop signal (a supervisor's retry, Ctrl-C pressed again)
 	// stops the wait at once, and the files not committed are kept as
 	// after the wait; a third one kills. Killed by the second, pugfs lost
 	// the files whose closes were committing, kept nowhere, and left the
-	// mountpoint dead (audit 37).
+	// mountpoint dead (audit 37). Taken from before the log line says
+	// the mount is stopping.
 	second := make(chan os.Signal, 1)
 	signal.Notify(second, stopSignals...)
-	defer signal.Stop(second)
+	log.Info("unmounting", "mountpoint", cfg.Mountpoint)
 	unmounted := make(chan error, 1)
 	go func() { unmounted <- unmountServer(srv, cfg.Mountpoint, log) }()
 	grace := time.NewTimer(stopGrace)
 	defer grace.Stop()
+	// What is left once this returns (the last commits, within
+	// --request-timeout and its retries) is pugfs's to finish; a stop
+	// signal then kills, before the deferred cleanups run.
+	defer signal.Reset(stopSignals...)
 	select {
 	case <-done:
 		return <-unmounted
 	case sig := <-second:
-		signal.Reset(stopSignals...) // the next one kills
+		// Detached now: the unmount may still be retrying on a busy
+		// mountpoint, and exiting with it mounted left it dead
+		// (ENOTCONN) for every program until someone unmounted it
+		// (review 42).
+		if err := syscall.Unmount(cfg.Mountpoint, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+			log.Warn("detaching the mountpoint failed", "mountpoint", cfg.Mountpoint, "err", err)
+		}
 		log.Warn("a second stop signal: stopping now; what is open for writing or being committed is kept in failed/, and a third signal kills pugfs",
 			"signal", sig.String(), "mountpoint", cfg.Mountpoint)
 		return nil
