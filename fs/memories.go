@@ -2,6 +2,7 @@ package fs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -196,6 +197,7 @@ func (n *memDirNode) Create(ctx context.Context, name string, flags uint32, mode
 	ino := inoOf("mem-new", n.prefix, name, strconv.FormatUint(stagedSeq.Add(1), 10))
 	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
 	node.bufs.add(h)
+	n.f.openedForWriting(node)
 	n.f.mem.mu.Lock()
 	n.f.mem.pending[memKey(n.prefix, name)] = node
 	n.f.mem.mu.Unlock()
@@ -284,20 +286,38 @@ func (n *memDirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 // holdCommits waits for the commits in flight of the record files of
-// this directory named names (those the kernel has a node for), and
-// holds off their next ones until release: the record files, in name
-// order (two renames of the same names the other way round take them in
-// the same order).
+// this directory named names, and holds off their next ones until
+// release.
 func (n *memDirNode) holdCommits(names ...string) (held []*memFile, release func()) {
-	names = slices.Clone(names)
-	slices.Sort(names)
-	for _, name := range slices.Compact(names) {
+	// The kernel's node of each name, and every node of the name with a
+	// descriptor open for writing: a descriptor opened before the
+	// record's last commit is on the node the name had then, and its
+	// commit was missed (review 42).
+	found := map[*memFile]bool{}
+	for _, name := range names {
 		if in := n.GetChild(name); in != nil {
 			if mf, ok := in.Operations().(*memFile); ok {
-				mf.commits.Lock()
-				held = append(held, mf)
+				found[mf] = true
 			}
 		}
+	}
+	n.f.mem.mu.Lock()
+	for mf := range n.f.mem.writing {
+		mf.mu.Lock()
+		if mf.ns == n.prefix && slices.Contains(names, mf.e.Name) {
+			found[mf] = true
+		}
+		mf.mu.Unlock()
+	}
+	n.f.mem.mu.Unlock()
+	for mf := range found {
+		held = append(held, mf)
+	}
+	// One order for every caller: two renames of the same names the
+	// other way round take them alike.
+	slices.SortFunc(held, func(a, b *memFile) int { return cmp.Compare(a.StableAttr().Ino, b.StableAttr().Ino) })
+	for _, mf := range held {
+		mf.commits.Lock()
 	}
 	return held, func() {
 		for _, mf := range held {
@@ -403,9 +423,19 @@ func (n *memDirNode) Rename(ctx context.Context, name string, newParent gofs.Ino
 	held, release := n.holdCommits(name, newName)
 	err := f.recs.RenameMemory(context.WithoutCancel(ctx), n.prefix, name, newName, flags&renameNoReplace != 0)
 	if err == nil {
-		if in := n.GetChild(newName); in != nil {
-			if mf, ok := in.Operations().(*memFile); ok && slices.Contains(held, mf) {
+		var kernels *memFile // the kernel's node of the old name: moved below
+		if in := n.GetChild(name); in != nil {
+			kernels, _ = in.Operations().(*memFile)
+		}
+		for _, mf := range held {
+			mf.mu.Lock()
+			was := mf.e.Name
+			mf.mu.Unlock()
+			switch {
+			case was == newName:
 				mf.bufs.drop() // renamed over
+			case was == name && mf != kernels:
+				mf.rename(newName) // an older node of the record moves with it
 			}
 		}
 	}
@@ -563,6 +593,21 @@ type memWrites struct {
 	// still open, by memKey, until their last release (or an unlink):
 	// listed and found by name before their close commits them.
 	pending map[string]*memFile // GUARDED_BY(mu)
+	// writing are the record nodes with descriptors open for writing,
+	// whatever name the kernel now gives them: a commit gives a record a
+	// new digest and its name a new node, while a descriptor open on the
+	// old one still commits (holdCommits). GUARDED_BY(mu).
+	writing map[*memFile]bool
+}
+
+// openedForWriting records n as having a descriptor open for writing.
+func (f *FS) openedForWriting(n *memFile) {
+	f.mem.mu.Lock()
+	defer f.mem.mu.Unlock()
+	if f.mem.writing == nil {
+		f.mem.writing = map[*memFile]bool{}
+	}
+	f.mem.writing[n] = true
 }
 
 // memFile is a memory record. Writes are buffered whole (records are
@@ -715,6 +760,7 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 	h.appending, h.appendedFrom = flags&syscall.O_APPEND != 0, len(h.buf)
 	if h.write {
 		n.bufs.add(h)
+		n.f.openedForWriting(n)
 	}
 	return h, fuse.FOPEN_DIRECT_IO, 0
 }
@@ -953,6 +999,7 @@ func (n *memFile) released() {
 	}
 	n.f.mem.mu.Lock()
 	defer n.f.mem.mu.Unlock()
+	delete(n.f.mem.writing, n)
 	n.mu.Lock()
 	key := memKey(n.ns, n.e.Name)
 	n.mu.Unlock()

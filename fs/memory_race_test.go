@@ -3,9 +3,12 @@ package fs
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -123,5 +126,74 @@ func TestMemoryNameChangeRacingACommit(t *testing.T) {
 			}
 			tc.check(t, store)
 		})
+	}
+}
+
+// TestMemoryRmRacingACommitOnAnOlderNode: rm of a record while the
+// close of a descriptor on it is committing, where the kernel looked the
+// name up again since that descriptor's open (its first commit gave the
+// record a new digest, and so a new node number). rm waits for that
+// commit too: it held the new node's commits only, found by name, and
+// the record came back after rm returned 0 (review 42).
+func TestMemoryRmRacingACommitOnAnOlderNode(t *testing.T) {
+	inj := faultblob.NewInjector(faultblob.Options{})
+	store := layout.New(faultblob.Wrap(memblob.OpenBucket(nil), inj), nil)
+	mnt := testMount(t, store, nil)
+	sh(t, mnt, "mkdir -p memories/ns && echo a > memories/ns/log")
+	path := filepath.Join(mnt, "memories/ns/log")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	flush := func() error {
+		d, err := syscall.Dup(int(f.Fd()))
+		if err != nil {
+			return err
+		}
+		return syscall.Close(d) // FLUSH: the record is committed
+	}
+	if _, err := f.WriteString("one\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := flush(); err != nil {
+		t.Fatal(err)
+	}
+	// (No explicit stat needed: rm's own path lookup, at a TTL of 0,
+	// replaces the name's node with one of the new digest's number.)
+	if _, err := f.WriteString("two\n"); err != nil {
+		t.Fatal(err)
+	}
+	v0, err := store.LatestMemoryVersion(context.Background(), "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := faultblob.NewGate()
+	rule := inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: "objects/"}, Stall: gate})
+	flushed := make(chan error, 1)
+	go func() { flushed <- flush() }()
+	waitStalled(t, gate, 1) // the close is committing
+	// In this process: a fork would close the descriptor at its exec
+	// (a FLUSH of its own, waiting behind the stalled one).
+	rmDone := make(chan error, 1)
+	go func() { rmDone <- syscall.Unlink(path) }()
+	for deadline := time.Now().Add(20 * time.Second); !waitingForCommits(); time.Sleep(5 * time.Millisecond) {
+		if v, _ := store.LatestMemoryVersion(context.Background(), "ns"); v > v0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("rm neither waits nor lands")
+		}
+	}
+	inj.Remove(rule)
+	gate.Release()
+	if err := <-flushed; err != nil {
+		t.Logf("close: %v", err)
+	}
+	if err := <-rmDone; err != nil {
+		t.Fatalf("rm: %v", err)
+	}
+	if d, ok := recordOf(t, store, "ns", "log"); ok {
+		t.Errorf("rm returned 0, yet the record is in the bucket holding %q", d.Data)
 	}
 }
