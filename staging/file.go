@@ -62,6 +62,13 @@ type File struct {
 	// parkWaiting is set while a parkLater of the file waits.
 	// GUARDED_BY(Writer.mu).
 	parkWaiting bool
+	// keptAt is the copy in the failed directory salvageAt made of the
+	// content at generation keptGen: a file kept by the stop of the mount
+	// while its commit was in flight, and kept again when that commit
+	// failed, had two copies (CI, TestStopTwiceWhileCommitting).
+	// GUARDED_BY(Writer.mu).
+	keptAt  string
+	keptGen uint64
 	// parkedEmpty marks a file parked while it held its content lazily:
 	// its empty spill file was closed, with no name (park.go).
 	parkedEmpty bool

@@ -65,9 +65,9 @@ func (w *Writer) keepLocked(id layout.SessionID, ws *session) (kept, lost int) {
 	logged, unchanged := 0, 0
 	for _, s := range ws.files {
 		s.mu.RLock()
-		keep, lazy := s.dirty && !s.unlinked, s.lazy != nil
+		keep, lazy, gen := s.dirty && !s.unlinked, s.lazy != nil, s.gen
 		s.mu.RUnlock()
-		if !keep {
+		if !keep || (s.keptAt != "" && s.keptGen == gen) {
 			continue
 		}
 		level := slog.LevelError
@@ -85,14 +85,21 @@ func (w *Writer) keepLocked(id layout.SessionID, ws *session) (kept, lost int) {
 		default:
 			lost++
 		}
-		s.mu.Lock()
-		s.dirty = false // kept once: a second Shutdown keeps nothing again
-		if saved {
-			// Its parked name is no copy to keep once more if the
-			// process dies before the park directory goes (review 23).
-			s.unkeepLocked()
+		// An upload holds the file shared while its commit is in flight
+		// (the mount stopped during a close): waiting for it here held
+		// the stop up for the upload's deadline. keptAt says the file is
+		// kept, and that commit's end, landed or not, settles it.
+		if s.mu.TryLock() {
+			if s.gen == gen {
+				s.dirty = false // kept once: a second Shutdown keeps nothing again
+			}
+			if saved {
+				// Its parked name is no copy to keep once more if the
+				// process dies before the park directory goes (review 23).
+				s.unkeepLocked()
+			}
+			s.mu.Unlock()
 		}
-		s.mu.Unlock()
 	}
 	if more := logged - keepLogged; more > 0 {
 		w.log.Error("unmounted with uncommitted data; more staged files kept, as above", "session", id, "more", more, "kept", kept, "unchanged", unchanged, "dir", filepath.Join(w.cfg.FailedDir, id.String()))
@@ -116,8 +123,24 @@ func (w *Writer) salvageLocked(id layout.SessionID, s *File, msg string) string 
 // failures are errors whatever it is).
 func (w *Writer) salvageAt(id layout.SessionID, s *File, msg string, level slog.Level) string {
 	s.mu.RLock()
-	lazy, cause := s.lazy, s.failed
+	lazy, cause, gen := s.lazy, s.failed, s.gen
 	s.mu.RUnlock()
+	if s.keptAt != "" && s.keptGen == gen {
+		// Kept already, unchanged since: the stop of the mount kept it
+		// while its commit was in flight, and that commit failed after.
+		w.log.Log(context.Background(), level, strings.Replace(msg, "staged data kept", "its data was kept already", 1),
+			"session", id, "name", s.name, "path", s.keptAt)
+		return s.keptAt
+	}
+	dst := w.salvageCopy(id, s, msg, level, lazy, cause)
+	if dst != "" {
+		s.keptAt, s.keptGen = dst, gen
+	}
+	return dst
+}
+
+// salvageCopy is salvageAt's copy, made whatever was kept before.
+func (w *Writer) salvageCopy(id layout.SessionID, s *File, msg string, level slog.Level, lazy *layout.Entry, cause error) string {
 	// Why the commit failed, when it did: the line said only that
 	// (audit 10: a session removed by another writer).
 	why := []any{}

@@ -372,3 +372,27 @@ func TestWriterUploadDeadlines(t *testing.T) {
 		})
 	}
 }
+
+// TestShutdownDuringCommitKeepsOneCopy: the mount stops (a second stop
+// signal) while a close's commit uploads; the stop keeps the file in the
+// failed directory, and the commit, failing after, keeps no second copy
+// of the same bytes. It kept two (CI, TestStopTwiceWhileCommitting).
+func TestShutdownDuringCommitKeepsOneCopy(t *testing.T) {
+	r := newWriterRig(t)
+	s := r.written(t, "late", big("committing when stopped "))
+	puts := faultblob.NewGate()
+	t.Cleanup(puts.Release)
+	r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: layout.ObjectsPrefix}, Stall: puts,
+		FailProb: 1, Err: faultblob.PermanentError(gcerrors.PermissionDenied)})
+	released := make(chan error, 1)
+	go func() { released <- r.w.Release(context.Background(), r.id, s) }()
+	waitStalled(t, puts, 1)
+	r.w.Shutdown() // it waited for the upload, with Writer.mu held
+	puts.Release() // the upload fails now
+	if err := <-released; err == nil {
+		t.Fatal("the release's commit succeeded with its upload refused")
+	}
+	if kept := r.failedFiles(t); len(kept) != 1 {
+		t.Fatalf("failed/ holds %v, want one copy of late", kept)
+	}
+}
