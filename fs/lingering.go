@@ -12,6 +12,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/pugmark/pugfs/internal/mountinfo"
+	"github.com/pugmark/pugfs/internal/procread"
 	"golang.org/x/sys/unix"
 )
 
@@ -204,8 +205,9 @@ func copiesLeft(dev string) bool {
 			continue
 		}
 		seen[ns] = true
-		if b, err := os.ReadFile("/proc/" + pid + "/mountinfo"); err == nil && mountsDev(b, dev) {
-			return true
+		b, err := procread.ReadFile("/proc/"+pid+"/mountinfo", procWithin)
+		if errors.Is(err, procread.ErrTimeout) || err == nil && mountsDev(b, dev) {
+			return true // unknown is held: never cut anyone off
 		}
 	}
 	return false
@@ -237,7 +239,10 @@ func devInUse(dev string) bool {
 		if on(dir+"cwd") || on(dir+"root") {
 			return true
 		}
-		if b, err := os.ReadFile(dir + "maps"); err == nil && strings.Contains(string(b), mapped) {
+		// maps takes the process's memory-map lock, held by a page fault
+		// stuck on a hung FUSE mount: an unknown is a use.
+		b, err := procread.ReadFile(dir+"maps", procWithin)
+		if errors.Is(err, procread.ErrTimeout) || err == nil && strings.Contains(string(b), mapped) {
 			return true
 		}
 		fds, _ := os.ReadDir(dir + "fd")
@@ -249,6 +254,9 @@ func devInUse(dev string) bool {
 	}
 	return false
 }
+
+// procWithin bounds a read of another process's /proc files.
+const procWithin = 2 * time.Second
 
 // processes returns the IDs of the processes in /proc.
 func processes() []string {

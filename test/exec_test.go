@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pugmark/pugfs/internal/procread"
 	"github.com/pugmark/pugfs/internal/syncbuf"
 	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
@@ -154,7 +155,7 @@ func procsWith(arg string) []int {
 		if err != nil {
 			continue
 		}
-		b, _ := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		b, _ := procread.ReadFile("/proc/"+d.Name()+"/cmdline", procWithin)
 		if slices.Contains(strings.Split(string(b), "\x00"), arg) {
 			out = append(out, pid)
 		}

@@ -23,6 +23,11 @@ import (
 
 func TestMain(m *testing.M) { testbucket.Main(m) }
 
+// procWithin bounds the harness's reads of other processes' /proc files
+// (procread): a process stuck on a hung FUSE connection, a failed test's
+// leftover, made every later scan hang, and CI with it.
+const procWithin = 2 * time.Second
+
 var (
 	buildOnce sync.Once
 	binPath   string

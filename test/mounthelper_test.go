@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pugmark/pugfs/internal/procread"
 )
 
 // runMountHelper runs pugfs as mount(8) does for a fuse.pugfs line of
@@ -43,7 +45,7 @@ func runMountHelper(t *testing.T, asHelper bool, logFile string, args ...string)
 func pugfsServing(dir string) bool {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
-		b, err := os.ReadFile(p)
+		b, err := procread.ReadFile(p, procWithin) // a stuck process is not one being looked for
 		if err != nil {
 			continue
 		}
