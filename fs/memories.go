@@ -1050,7 +1050,7 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 			b, err := readAll(ctx, f, &cur.Descriptor)
 			return b, &cur.Digest, err
 		}
-		d, merged, err = f.recs.AppendMemory(context.WithoutCancel(ctx), n.ns, desc, body, base, len(body)-from, current)
+		d, merged, err = f.recs.AppendMemory(context.WithoutCancel(ctx), n.ns, desc, body, base, len(body)-from, h.inherited, current)
 	} else if h.attrsAlone() && base != nil && !base.IsZero() {
 		// On the record as it is, when another writer changed it
 		// since the open: the attributes are this handle's, the bytes
@@ -1066,6 +1066,8 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 		})
 	} else if base == nil && h.inherited != nil {
 		d, err = f.recs.RewriteMemory(context.WithoutCancel(ctx), n.ns, desc, body, h.inherited)
+	} else if base != nil && !base.IsZero() && h.inherited != nil {
+		d, err = f.recs.EditMemory(context.WithoutCancel(ctx), n.ns, desc, body, *base, h.inherited)
 	} else {
 		d, err = f.recs.PutMemory(context.WithoutCancel(ctx), n.ns, desc, body, base)
 	}

@@ -139,6 +139,12 @@ type MemoryWrite struct {
 	// mount's chmod or setfattr put the old mode back (audit 28). The
 	// writer's posix-mtime is kept as it is (a content write clears it).
 	Inherited map[string]map[string]string
+	// Moved is, for a Put that moves a record (a rename: new name -> old
+	// name, the old one in Remove and held by its digest in Holds), the
+	// record it moves: the Put takes that record's metadata and schema
+	// as they are at the merge. A chmod or setfattr another writer made
+	// between the rename's read and its merge was dropped (review 40).
+	Moved map[string]string
 }
 
 // MergeMetadata is the metadata of a file or record rewritten from base
@@ -230,9 +236,15 @@ func (s *Store) WriteMemory(ctx context.Context, ns string, w MemoryWrite) (Memo
 			}
 		}
 		mw := w
-		if len(w.Inherited) > 0 {
+		if len(w.Inherited) > 0 || len(w.Moved) > 0 {
 			mw.Put = slices.Clone(w.Put)
 			for i, d := range mw.Put {
+				if from, ok := w.Moved[d.Name]; ok {
+					if c, found := lastRecord(cur, from); found {
+						mw.Put[i].Metadata, mw.Put[i].SchemaURL = maps.Clone(c.Metadata), c.SchemaURL
+					}
+					continue
+				}
 				base, ok := w.Inherited[d.Name]
 				c, found := lastRecord(cur, d.Name)
 				if ok && found {

@@ -258,6 +258,23 @@ func (r *Records) PutMemoryAttrs(ctx context.Context, ns string, e layout.Descri
 	}
 }
 
+// EditMemory is PutMemory of a record edited in place through a
+// descriptor opened on the record whose metadata the writer read as
+// inherited (base its digest): the bytes are refused if another writer
+// changed them since (ErrChangedUnder), and the metadata merged as
+// RewriteMemory's is. An edit through a descriptor opened before
+// another mount's chmod put the mode read at the open back (review 40).
+func (r *Records) EditMemory(ctx context.Context, ns string, e layout.Descriptor, body []byte, base layout.Digest, inherited map[string]string) (layout.Descriptor, error) {
+	d, err := r.putGuarded(ctx, ns, e, body, layout.MemoryWrite{
+		Unchanged: map[string]layout.Digest{e.Name: base},
+		Inherited: map[string]map[string]string{e.Name: inherited},
+	})
+	if err != nil {
+		r.keep("memories", ns+"/"+e.Name, body, err)
+	}
+	return d, err
+}
+
 func (r *Records) putMemory(ctx context.Context, ns string, e layout.Descriptor, body []byte, base *layout.Digest) (layout.Descriptor, error) {
 	var guard layout.MemoryWrite
 	if base != nil {
@@ -301,15 +318,22 @@ func (r *Records) putGuarded(ctx context.Context, ns string, e layout.Descriptor
 // A record removed or renamed away meanwhile (a log rotated with `mv log
 // log.1`) is made again with the tail alone, as a session's file is: it
 // came back with all the writer had read, every rotated line in both
-// records (audit 28). It returns the descriptor and the body committed.
-func (r *Records) AppendMemory(ctx context.Context, ns string, e layout.Descriptor, body []byte, base *layout.Digest, tail int, current func(context.Context) ([]byte, *layout.Digest, error)) (layout.Descriptor, []byte, error) {
+// records (audit 28). inherited is the metadata of the record as the
+// writer read it (nil for none): the merge keeps other writers' changes
+// of it since (a chmod from another mount), as RewriteMemory does. It
+// returns the descriptor and the body committed.
+func (r *Records) AppendMemory(ctx context.Context, ns string, e layout.Descriptor, body []byte, base *layout.Digest, tail int, inherited map[string]string, current func(context.Context) ([]byte, *layout.Digest, error)) (layout.Descriptor, []byte, error) {
 	appended := body[len(body)-tail:]
+	var meta map[string]map[string]string
+	if inherited != nil {
+		meta = map[string]map[string]string{e.Name: inherited}
+	}
 	holds := func(base *layout.Digest) layout.MemoryWrite {
 		var want layout.Digest // none: the record is made
 		if base != nil {
 			want = *base
 		}
-		return layout.MemoryWrite{Holds: map[string]layout.Digest{e.Name: want}}
+		return layout.MemoryWrite{Holds: map[string]layout.Digest{e.Name: want}, Inherited: meta}
 	}
 	for attempt := 1; ; attempt++ {
 		d, err := r.putGuarded(ctx, ns, e, body, holds(base))
@@ -414,7 +438,7 @@ func (r *Records) renameMemory(ctx context.Context, ns, from, to string, noRepla
 		holds[to] = layout.Digest{} // still free, or another writer's record made there meanwhile is lost (review 30)
 	}
 	_, err = r.store.WriteMemory(ctx, ns, layout.MemoryWrite{Put: []layout.Descriptor{moved}, Remove: []string{from},
-		Holds: holds, Commit: cm})
+		Holds: holds, Moved: map[string]string{to: from}, Commit: cm})
 	r.caches.InvalidateMemories()
 	return err
 }

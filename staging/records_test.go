@@ -246,7 +246,7 @@ func TestAppendMemoryOutlastsOtherWriters(t *testing.T) {
 		}
 		return cur.Data, &cur.Digest, nil
 	}
-	if _, _, err := r.AppendMemory(ctx, "notes", layout.Descriptor{Name: "log"}, []byte("base\nmine\n"), &base.Digest, len("mine\n"), current); err != nil {
+	if _, _, err := r.AppendMemory(ctx, "notes", layout.Descriptor{Name: "log"}, []byte("base\nmine\n"), &base.Digest, len("mine\n"), nil, current); err != nil {
 		t.Fatalf("append after %d lost races: %v", reads, err)
 	}
 	want.WriteString("mine\n")
@@ -397,7 +397,7 @@ func appendLine(line string) func(ctx context.Context, r *Records, store *layout
 		if err != nil {
 			return err
 		}
-		_, _, err = r.AppendMemory(ctx, "ns", layout.Descriptor{Name: "log"}, append(bytes.Clone(body), line...), dig, len(line), current)
+		_, _, err = r.AppendMemory(ctx, "ns", layout.Descriptor{Name: "log"}, append(bytes.Clone(body), line...), dig, len(line), nil, current)
 		return err
 	}
 }
@@ -489,4 +489,86 @@ func TestRecordsAttrsRetryKeepsOthersMetadata(t *testing.T) {
 	if d.Metadata[layout.MetaPosixMode] != "0600" {
 		t.Errorf("mode after the chmod: %v", d.Metadata)
 	}
+}
+
+// TestRecordsKeepOthersChmod: another mount's chmod of a record lands
+// between this writer's read of the record and its merge; a rename, an
+// append (>>) and an edit in place of the same record keep that mode and
+// add their own metadata change (a key). Each committed the metadata it
+// had read and put the old mode back (review 40, F2).
+func TestRecordsKeepOthersChmod(t *testing.T) {
+	read := map[string]string{layout.MetaPosixMode: "0644"}
+	mine := map[string]string{layout.MetaPosixMode: "0644", "mine": "yes"}
+	tests := []struct {
+		name string
+		// write is this writer's change of record m ("body\n", read with
+		// the metadata read); it returns the name the record has after.
+		write func(ctx context.Context, r *Records, store *layout.Store) (string, error)
+		body  string
+	}{
+		{"rename", func(ctx context.Context, r *Records, _ *layout.Store) (string, error) {
+			return "dst", r.RenameMemory(ctx, "ns", "m", "dst", false)
+		}, "body\n"},
+		{"append", func(ctx context.Context, r *Records, store *layout.Store) (string, error) {
+			current := func(ctx context.Context) ([]byte, *layout.Digest, error) {
+				return []byte("body\n"), ptr(layout.DigestOf([]byte("body\n"))), nil
+			}
+			_, _, err := r.AppendMemory(ctx, "ns", layout.Descriptor{Name: "m", Metadata: mine}, []byte("body\nmore\n"),
+				ptr(layout.DigestOf([]byte("body\n"))), len("more\n"), read, current)
+			return "m", err
+		}, "body\nmore\n"},
+		{"edit in place", func(ctx context.Context, r *Records, _ *layout.Store) (string, error) {
+			_, err := r.EditMemory(ctx, "ns", layout.Descriptor{Name: "m", Metadata: mine}, []byte("BODY\n"), layout.DigestOf([]byte("body\n")), read)
+			return "m", err
+		}, "BODY\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			store := layout.New(memblob.OpenBucket(nil), nil)
+			rs := &racingStore{Store: store}
+			r := NewRecords(rs, RecordCaches{}, RecordOptions{})
+			o := NewRecords(store, RecordCaches{}, RecordOptions{})
+			if _, err := o.PutMemory(ctx, "ns", layout.Descriptor{Name: "m", Metadata: read}, []byte("body\n"), nil); err != nil {
+				t.Fatal(err)
+			}
+			rs.between = func() {
+				if _, err := o.PutMemory(ctx, "ns", layout.Descriptor{Name: "m", Metadata: map[string]string{layout.MetaPosixMode: "0600"}}, []byte("body\n"), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			name, err := tt.write(ctx, r, store)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := store.LatestMemoryVersion(ctx, "ns")
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs, err := store.ReadMemory(ctx, "ns", v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, ok := lastRecordOf(recs, name)
+			if !ok || string(d.Data) != tt.body {
+				t.Fatalf("record %s after the write: %+v, %v; want %q", name, d, ok, tt.body)
+			}
+			if got := d.Metadata[layout.MetaPosixMode]; got != "0600" {
+				t.Errorf("mode of %s = %q, want the other mount's 0600", name, got)
+			}
+			if tt.name != "rename" && d.Metadata["mine"] != "yes" {
+				t.Errorf("metadata of %s = %v, want this writer's key too", name, d.Metadata)
+			}
+		})
+	}
+}
+
+// lastRecordOf returns the last record of name in recs.
+func lastRecordOf(recs []layout.Descriptor, name string) (layout.Descriptor, bool) {
+	for i := len(recs) - 1; i >= 0; i-- {
+		if recs[i].Name == name {
+			return recs[i], true
+		}
+	}
+	return layout.Descriptor{}, false
 }
