@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"errors"
 	"io"
+	"maps"
 	"slices"
 
+	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
 )
 
@@ -128,6 +130,7 @@ func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *Fil
 		w.log.Error("appended file not moved: its commit was refused by the content it was built on", "session", id, "name", name, "version", cur.Version)
 		return 0, false
 	}
+	baseMeta := w.baseMetadata(id, was, st)
 	// The other writer's content is fetched into a new spill file
 	// without s.mu: reads and stats of s, and more appends, go on.
 	nf, serr := s.spill()
@@ -171,17 +174,81 @@ func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *Fil
 	s.appendFrom = n
 	s.replaced = nil
 	if exists {
+		// The other writer's attributes, but for those this file changed
+		// itself (a chmod before the fsync it was built on, a touch -d
+		// through its descriptor): it took the other writer's whole, and
+		// they were lost (audit 41, F2).
+		schema := cur.SchemaURL
+		if was == nil || s.schema != was.SchemaURL {
+			schema = s.schema
+		}
+		mine := s.meta
+		s.meta = layout.MergeMetadata(baseMeta, mine, cur.Metadata)
+		if tail == 0 {
+			// Nothing appended: the bytes are the other writer's, and so
+			// is their time, unless this file set one itself.
+			s.meta = keptTimeOf(s.meta, mine, baseMeta, cur.Metadata)
+		}
 		s.committed, s.absent = &cur, nil
-		// The other writer's attributes: this file only added bytes.
-		s.meta, s.schema, s.cacheControl, s.ctype = cloneMap(cur.Metadata), cur.SchemaURL, cur.CacheControl, ctype
+		s.schema, s.cacheControl, s.ctype = schema, cur.CacheControl, ctype
 	} else {
 		s.committed, s.absent, s.absentAs = nil, &layout.FileBase{Version: st.Version}, name
 	}
-	s.contentChangedLocked()
+	if tail > 0 || !exists {
+		s.contentChangedLocked()
+	}
 	s.dirty, s.failed = true, nil
 	s.gen++
 	s.rebases.Add(1)
 	w.log.Info("appended bytes moved onto another writer's commit of the file", "session", id, "name", name,
 		"version", st.Version, "onto", n, "appended", tail)
 	return s.gen, true
+}
+
+// baseMetadata is the metadata of the bucket's file that e, the entry a
+// staged file was built on, stands for: e's own, or for an entry a
+// pending change made (a chmod waiting for the fsync), the committed file
+// that change was made from, as st shows it at its version (nil when
+// there is none).
+func (w *Writer) baseMetadata(id layout.SessionID, e *layout.Entry, st *cache.State) map[string]string {
+	if e == nil {
+		return nil
+	}
+	if !pendingEntry(id, e) {
+		return e.Metadata
+	}
+	fb := w.baseOf(w.session(id), e)
+	if fb == nil || fb.Version == 0 {
+		return nil
+	}
+	if be, ok := st.SlotAt(e.Name, fb.Version); ok && be.Digest == fb.Digest {
+		return be.Metadata
+	}
+	return nil
+}
+
+// keptTimeOf is merged (layout.MergeMetadata of base, mine and theirs)
+// with the posix-mtime of theirs, unless mine set one of its own: the
+// time of a file whose bytes are another writer's, when this one only
+// changed attributes (MergeMetadata keeps mine's, which a content write
+// clears).
+func keptTimeOf(merged, mine, base, theirs map[string]string) map[string]string {
+	mv, inMine := mine[layout.MetaPosixMtime]
+	bv, inBase := base[layout.MetaPosixMtime]
+	if inMine != inBase || mv != bv {
+		return merged
+	}
+	merged = maps.Clone(merged)
+	if merged == nil {
+		merged = map[string]string{}
+	}
+	if v, ok := theirs[layout.MetaPosixMtime]; ok {
+		merged[layout.MetaPosixMtime] = v
+	} else {
+		delete(merged, layout.MetaPosixMtime)
+	}
+	if len(merged) == 0 {
+		return nil
+	}
+	return merged
 }

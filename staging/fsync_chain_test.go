@@ -130,8 +130,14 @@ func TestFsyncChangesBuiltOnPendingChanges(t *testing.T) {
 			want: map[string]want{"f": {body: "theirs\n"}}},
 		{name: "chmod then rm", do: func(r *writerRig, t *testing.T) { chmod(r, t, "f"); must(t, r.w.Unlink(ctx, r.id, []string{"f"})) },
 			want: map[string]want{"f": {body: "(none)"}}},
+		// The appended file's attributes stay its own on the rewrite
+		// (audit 41, F2: it took the other writer's whole).
 		{name: "chmod then append, rewritten", other: true, do: func(r *writerRig, t *testing.T) { chmod(r, t, "f"); r.appendLive(t, "f", "more\n") },
-			want: map[string]want{"f": {body: "theirs\nmore\n"}}},
+			want: map[string]want{"f": {body: "theirs\nmore\n", mode: 0o600}}},
+		{name: "touch through a descriptor, rewritten", other: true, do: func(r *writerRig, t *testing.T) { touchOpen(r, t, "f") },
+			want: map[string]want{"f": {body: "theirs\n", mtime: true}}},
+		{name: "chmod then touch through a descriptor, rewritten", other: true, do: func(r *writerRig, t *testing.T) { chmod(r, t, "f"); touchOpen(r, t, "f") },
+			want: map[string]want{"f": {body: "theirs\n", mode: 0o600, mtime: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newWriterRig(t, CommitOnFsync)
