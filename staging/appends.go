@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"hash"
 	"io"
 	"maps"
 	"slices"
@@ -108,8 +109,8 @@ func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *Fil
 	s.mu.RLock()
 	name, from, lazy := s.name, s.appendFrom, s.lazy != nil
 	s.mu.RUnlock()
-	if from < 0 || lazy || !slices.Contains(se.Names, name) || slices.Contains(se.Clashes, name) {
-		return 0, false // an edit, or a clash: refused
+	if !slices.Contains(se.Names, name) || slices.Contains(se.Clashes, name) {
+		return 0, false // a clash: refused
 	}
 	// The refusal invalidated the session's state, or found the change
 	// in it: either way the state read here shows that change or a later
@@ -131,6 +132,9 @@ func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *Fil
 		return 0, false
 	}
 	baseMeta := w.baseMetadata(id, was, st)
+	if lazy || from < 0 {
+		return w.rebaseAttrs(ctx, id, s, name, cur, exists, was, baseMeta)
+	}
 	// The other writer's content is fetched into a new spill file
 	// without s.mu: reads and stats of s, and more appends, go on.
 	nf, serr := s.spill()
@@ -202,6 +206,89 @@ func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *Fil
 	s.rebases.Add(1)
 	w.log.Info("appended bytes moved onto another writer's commit of the file", "session", id, "name", name,
 		"version", st.Version, "onto", n, "appended", tail)
+	return s.gen, true
+}
+
+// rebaseAttrs is rebaseAppended for a file that changed none of the
+// bytes it was staged from, was (only its attributes: a setfattr, a
+// touch or chmod through a descriptor): it becomes cur, the file as
+// another writer left it, with the attributes it changed itself, as a
+// chmod waiting for the fsync is made again on a rewrite (reapplyAttrs).
+// Its commit was refused, ESTALE where the chmod landed (audit 41, F7).
+// An edit stays refused, and so does a file removed meanwhile: there is
+// nothing to put the attributes on.
+func (w *Writer) rebaseAttrs(ctx context.Context, id layout.SessionID, s *File, name string, cur layout.Entry, exists bool, was *layout.Entry, baseMeta map[string]string) (gen uint64, ok bool) {
+	if !exists || was == nil {
+		return 0, false
+	}
+	s.mu.RLock()
+	same := s.lazy != nil && s.lazy.Digest == was.Digest
+	if !same && s.lazy == nil && s.sum != nil && s.summed == s.size && s.size == was.Size {
+		// Hashed whole by the commit just refused: no read of the bytes.
+		var d layout.Digest
+		copy(d[:], s.sum.Sum(nil))
+		same = d == was.Digest
+	}
+	at := s.gen
+	s.mu.RUnlock()
+	if !same {
+		return 0, false // an edit: refused
+	}
+	// Staged from cur as an open of it is (Writer.stage): inline bytes
+	// copied, a blob held lazily.
+	nf, err := s.spill()
+	var n, size int64
+	var sum hash.Hash
+	var ctype string
+	if err == nil {
+		if cur.InlineOK() {
+			n, sum, ctype, err = copyContent(ctx, s.blobs, nf, &cur, name)
+		} else {
+			size, err = s.blobs.Size(ctx, &cur.Descriptor)
+		}
+		if err != nil {
+			nf.Close()
+		}
+	}
+	if err != nil {
+		w.log.Warn("changed attributes not moved onto another writer's commit of the file", "session", id, "name", name, "err", err)
+		return 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != at || s.unlinked || s.closedLocked() || s.name != name || s.werr != nil {
+		nf.Close()
+		w.log.Info("changed attributes not moved onto another writer's commit: changed otherwise, removed or renamed here meanwhile", "session", id, "name", name)
+		return 0, false
+	}
+	mine := s.meta
+	s.meta = keptTimeOf(layout.MergeMetadata(baseMeta, mine, cur.Metadata), mine, baseMeta, cur.Metadata)
+	if s.schema == was.SchemaURL {
+		s.schema = cur.SchemaURL
+	}
+	if s.ctype == was.ContentType {
+		s.ctype = cur.ContentType
+	}
+	e := cur
+	s.setSpillLocked(nf)
+	s.linked.Store(false)
+	if cur.InlineOK() {
+		s.lazy, s.size, s.sum, s.summed = nil, n, sum, n
+		if s.ctype == "" {
+			s.ctype = ctype
+		}
+	} else {
+		s.holdLazilyLocked(&e, size)
+	}
+	if s.appendFrom >= 0 {
+		s.appendFrom = s.size
+	}
+	s.committed, s.absent, s.replaced = &e, nil, nil
+	s.cacheControl = cur.CacheControl
+	s.dirty, s.failed = true, nil
+	s.gen++
+	s.rebases.Add(1)
+	w.log.Info("changed attributes moved onto another writer's commit of the file", "session", id, "name", name, "version", cur.Version)
 	return s.gen, true
 }
 

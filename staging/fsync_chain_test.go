@@ -2,6 +2,7 @@ package staging
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +87,24 @@ func TestFsyncChangesBuiltOnPendingChanges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// setfattr user.pugmark.meta.k v: the file opened, its metadata
+	// changed through the staged file, and released.
+	setfattr := func(r *writerRig, t *testing.T, name string) {
+		base := r.liveEntry(t, name)
+		s, err := r.w.OpenFresh(ctx, r.id, name, func() *layout.Entry { return base }, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.w.ChangeAttrs(ctx, r.id, s, func(a *Attrs) {
+			a.Meta = maps.Clone(a.Meta)
+			if a.Meta == nil {
+				a.Meta = map[string]string{}
+			}
+			a.Meta["k"] = "v"
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	mv := func(r *writerRig, t *testing.T, from, to string) {
 		if err := r.w.Rename(ctx, r.id, from, to, false); err != nil {
 			t.Fatal(err)
@@ -95,6 +114,7 @@ func TestFsyncChangesBuiltOnPendingChanges(t *testing.T) {
 		body  string // "(none)": absent
 		mode  uint32 // 0: not checked
 		mtime bool   // posix-mtime is mt
+		key   bool   // the metadata key k is v (setfattr)
 	}
 	for _, tc := range []struct {
 		name  string
@@ -136,6 +156,12 @@ func TestFsyncChangesBuiltOnPendingChanges(t *testing.T) {
 			want: map[string]want{"f": {body: "theirs\nmore\n", mode: 0o600}}},
 		{name: "touch through a descriptor, rewritten", other: true, do: func(r *writerRig, t *testing.T) { touchOpen(r, t, "f") },
 			want: map[string]want{"f": {body: "theirs\n", mtime: true}}},
+		// A change of metadata alone through the staged file goes on
+		// the rewrite, as a chmod does (audit 41, F7: ESTALE).
+		{name: "setfattr, rewritten", other: true, do: func(r *writerRig, t *testing.T) { setfattr(r, t, "f") },
+			want: map[string]want{"f": {body: "theirs\n", key: true}}},
+		{name: "chmod then setfattr, rewritten", other: true, do: func(r *writerRig, t *testing.T) { chmod(r, t, "f"); setfattr(r, t, "f") },
+			want: map[string]want{"f": {body: "theirs\n", mode: 0o600, key: true}}},
 		{name: "chmod then touch through a descriptor, rewritten", other: true, do: func(r *writerRig, t *testing.T) { chmod(r, t, "f"); touchOpen(r, t, "f") },
 			want: map[string]want{"f": {body: "theirs\n", mode: 0o600, mtime: true}}},
 	} {
@@ -159,6 +185,9 @@ func TestFsyncChangesBuiltOnPendingChanges(t *testing.T) {
 				e, _ := r.slot(t, name)
 				if got := layout.PosixMode(e.Metadata, 0); w.mode != 0 && got != w.mode {
 					t.Errorf("%s mode %o, want %o (metadata %v)", name, got, w.mode, e.Metadata)
+				}
+				if w.key && e.Metadata["k"] != "v" {
+					t.Errorf("%s metadata %v, want k=v", name, e.Metadata)
 				}
 				if got := e.Metadata[layout.MetaPosixMtime]; w.mtime && got != layout.FormatPosixMtime(mt) {
 					t.Errorf("%s posix-mtime %q, want %q", name, got, layout.FormatPosixMtime(mt))
