@@ -158,7 +158,8 @@ var errTooLargeToBuffer = fmt.Errorf("memory records and refs are edited in memo
 type bufHandle struct {
 	// commitMu serialises the commits of the handle (the closes of dup'd
 	// descriptors flush it at once) and guards what embedders keep
-	// between commits (refHandle.prev, existed). It is held across the
+	// between commits (refHandle.prev, existed, together with the ref's
+	// commits: see there). It is held across the
 	// backend calls, which mu must never be: a stat or a read of the
 	// open file goes on while its commit runs.
 	commitMu sync.Mutex

@@ -1,9 +1,11 @@
 package fs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,13 +181,20 @@ type refFile struct {
 	fileNode
 	// ref is the ref's name: a rename inside refs/ moves the inode, and
 	// with it the name its reads and writes go to.
-	ref  atomic.Pointer[string]
+	ref atomic.Pointer[string]
+	// bufs are the descriptors open for writing (refWrites.opened).
 	bufs openBufs[*refHandle]
 	// commits is held shared by every write of a handle across its look
-	// at bufHandle.dropped and its write; an unlink takes it whole around
-	// its removal, so that a write that started before it has landed
-	// (and is removed) and none starts until what the handles hold is
-	// dropped. LOCK ORDERING: bufHandle.commitMu, then commits.
+	// at bufHandle.dropped and the ref's name, and its write; an unlink
+	// and a rename take it whole, on every node of the names they change
+	// (refsNode.holdCommits), around their bucket calls and the changes
+	// of the nodes after them, so that a write that started before has
+	// landed (and is removed, or moved) and none starts until what the
+	// handles hold is dropped, or their name and base moved.
+	//
+	// LOCK ORDERING: bufHandle.commitMu, then commits, then refWrites.mu,
+	// then openBufs.mu. A rename or unlink holds the commits of several
+	// nodes, taken in the order of their numbers, and no commitMu.
 	commits sync.RWMutex
 }
 
@@ -245,7 +254,7 @@ func (r *refFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 	}
 	// Emptied: unsaved until written (Release says so if it never is).
 	h.dirty = flags&syscall.O_TRUNC != 0
-	r.bufs.add(h)
+	r.f.refs.opened(r, h)
 	return h, fuse.FOPEN_DIRECT_IO, 0
 }
 
@@ -311,7 +320,12 @@ func (r *refFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetA
 
 type refHandle struct {
 	bufHandle
-	r       *refFile
+	r *refFile
+	// prev and existed are the ref as this handle last saw it, the base
+	// of its next write's compare-and-swap. GUARDED_BY commitMu with
+	// r.commits held shared, or r.commits held whole (a rename moves
+	// them to the new name's, and cannot take commitMu: a write holds it
+	// while it waits for commits).
 	prev    layout.Ref
 	existed bool
 }
@@ -347,8 +361,7 @@ func (h *refHandle) Release(ctx context.Context) syscall.Errno {
 	if unwritten {
 		h.r.f.log.Warn("ref not written: it was emptied or created and closed without a line, and a ref is one line holding its target (rm removes one)", "ref", h.r.name())
 	}
-	h.r.bufs.remove(h)
-	if h.r.bufs.empty() {
+	if h.r.f.refs.closed(h.r, h) {
 		h.r.f.refs.forget(h.r.name(), h.r)
 	}
 	return 0
@@ -366,12 +379,14 @@ func (h *refHandle) write(ctx context.Context, fsync bool) syscall.Errno {
 		return 0
 	}
 	f := h.r.f
+	h.r.commits.RLock()
+	defer h.r.commits.RUnlock()
+	// The name now that no rename is under way: one that went ahead of
+	// this write moved it (and prev) to the new name.
 	name := h.r.name()
 	if err := staging.CheckRef(name, body); fsync && err != nil {
 		return f.errnoOf("fsync ref "+name, err)
 	}
-	h.r.commits.RLock()
-	defer h.r.commits.RUnlock()
 	if h.isDropped() {
 		h.settle(gen, nil) // removed or renamed over: written nowhere
 		return 0
@@ -434,31 +449,82 @@ func (n *refsNode) Rename(ctx context.Context, name string, newParent gofs.Inode
 	}
 	ctx = context.WithoutCancel(ctx)
 	f := n.f
-	var node *refFile
-	if in := n.GetChild(name); in != nil {
-		node, _ = in.Operations().(*refFile)
+	// The writes in flight of both names land first, and none starts
+	// until the rename has and the nodes are changed: one of the old
+	// name that landed after it brought that name back (or, for a ref
+	// created and not written yet, made it, the new name empty), one of
+	// the name renamed over replaced the value moved there (review 40).
+	held, release := n.holdCommits(name, newName)
+	defer release()
+	open := false // a node of the old name has descriptors open for writing
+	for _, r := range held {
+		open = open || r.name() == from && !r.bufs.empty()
 	}
-	prev, existed, errno := n.moveRef(ctx, node, from, to, flags&renameNoReplace != 0)
+	prev, existed, errno := n.moveRef(ctx, open, from, to, flags&renameNoReplace != 0)
 	if errno != 0 {
 		return errno
 	}
-	n.dropOpen(newName) // the ref renamed over
+	// The ref renamed over: what its descriptors hold goes nowhere.
+	f.refs.forget(to, nil)
+	for _, r := range held {
+		if r.name() == to {
+			r.bufs.drop()
+		}
+	}
 	// The kernel keeps the source's inode under the new name: it reads
 	// and writes the new name from now on, its descriptors' writes a
 	// compare-and-swap against the new name's value now, and the old
-	// name's next lookup gets a node of its own.
-	f.refs.forget(to, nil)
-	if node != nil {
-		f.moved.add(node.StableAttr().Ino)
-		f.refs.movePending(from, to, node)
-		node.ref.Store(&to)
-		for _, h := range node.bufs.all() {
-			h.commitMu.Lock()
-			h.prev, h.existed = prev, existed
-			h.commitMu.Unlock()
+	// name's next lookup gets a node of its own. An older node of the
+	// old name (one the kernel replaced at a lookup, a descriptor still
+	// open on it) moves with it.
+	for _, r := range held {
+		if r.name() != from {
+			continue
+		}
+		f.moved.add(r.StableAttr().Ino)
+		f.refs.movePending(from, to, r)
+		r.ref.Store(&to)
+		for _, h := range r.bufs.all() {
+			h.prev, h.existed = prev, existed // r.commits held whole
 		}
 	}
 	return 0
+}
+
+// holdCommits waits for the writes in flight of every ref file of this
+// directory named names, and holds off their next ones until release:
+// the kernel's node of each name, and every node of the ref with
+// descriptors open for writing (refWrites.writing), since a node the
+// kernel replaced at a later lookup of the name still writes it.
+func (n *refsNode) holdCommits(names ...string) (held []*refFile, release func()) {
+	found := map[*refFile]bool{}
+	fulls := make([]string, len(names))
+	for i, name := range names {
+		fulls[i] = n.full(name)
+		if in := n.GetChild(name); in != nil {
+			if r, ok := in.Operations().(*refFile); ok {
+				found[r] = true
+			}
+		}
+	}
+	for _, r := range n.f.refs.openForWriting() {
+		if slices.Contains(fulls, r.name()) {
+			found[r] = true
+		}
+	}
+	for r := range found {
+		held = append(held, r)
+	}
+	// One order for every caller.
+	slices.SortFunc(held, func(a, b *refFile) int { return cmp.Compare(a.StableAttr().Ino, b.StableAttr().Ino) })
+	for _, r := range held {
+		r.commits.Lock()
+	}
+	return held, func() {
+		for _, r := range held {
+			r.commits.Unlock()
+		}
+	}
 }
 
 // refMoveAttempts bounds how often a rename of a ref is made again from
@@ -471,7 +537,8 @@ const refMoveAttempts = 4
 // nowhere (audit 28). A change meanwhile makes the rename again with the
 // new value, up to refMoveAttempts times, then ESTALE. It returns the new
 // name's ref as written, for the descriptors open on the moved file.
-func (n *refsNode) moveRef(ctx context.Context, node *refFile, from, to string, noReplace bool) (layout.Ref, bool, syscall.Errno) {
+// open says that a node of from has descriptors open for writing.
+func (n *refsNode) moveRef(ctx context.Context, open bool, from, to string, noReplace bool) (layout.Ref, bool, syscall.Errno) {
 	f := n.f
 	var prev, orig layout.Ref
 	var existed, origExisted, wrote bool
@@ -496,7 +563,7 @@ func (n *refsNode) moveRef(ctx context.Context, node *refFile, from, to string, 
 		// A ref created here and still open, not written yet (a temporary
 		// file renamed over the ref before its close, Python's
 		// NamedTemporaryFile + os.replace): its close writes the new name.
-		pending := errors.Is(err, layout.ErrNotFound) && node != nil && !node.bufs.empty()
+		pending := errors.Is(err, layout.ErrNotFound) && open
 		if err != nil && !pending {
 			return prev, existed, f.errnoOf("rename ref "+from, err)
 		}
@@ -530,17 +597,6 @@ func (n *refsNode) moveRef(ctx context.Context, node *refFile, from, to string, 
 	}
 }
 
-// dropOpen drops what the descriptors open on the ref file name of this
-// directory hold, if the kernel has its node: the name is removed or
-// renamed over, and a write through them must not bring it back.
-func (n *refsNode) dropOpen(name string) {
-	if in := n.GetChild(name); in != nil {
-		if r, ok := in.Operations().(*refFile); ok {
-			r.bufs.drop()
-		}
-	}
-}
-
 func (n *refsNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	full := name
 	if n.kind != "" {
@@ -557,7 +613,7 @@ func (n *refsNode) Create(ctx context.Context, name string, flags uint32, mode u
 	out.SetEntryTimeout(uncached)
 	out.SetAttrTimeout(uncached)
 	h := &refHandle{r: node, bufHandle: bufHandle{dirty: true}}
-	node.bufs.add(h)
+	n.f.refs.opened(node, h)
 	return in, h, fuse.FOPEN_DIRECT_IO, 0
 }
 
@@ -601,13 +657,53 @@ func (n *refsNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 // still be written under one once the TTL has passed (a directory of
 // refs/ exists in the bucket only as the prefix of its refs); and the
 // refs it created that are still open, found by name before their first
-// write reaches the bucket (sed -i's and Python's temporary files).
+// write reaches the bucket (sed -i's and Python's temporary files); and
+// the ref nodes with descriptors open for writing.
 //
-// LOCK ORDERING: mu is a leaf.
+// LOCK ORDERING: refFile.commits, then mu, then openBufs.mu.
 type refWrites struct {
 	mu      sync.Mutex
 	dirs    map[string]bool     // GUARDED_BY(mu)
 	pending map[string]*refFile // GUARDED_BY(mu); by ref name
+	// writing are the ref nodes with descriptors open for writing,
+	// whatever name the kernel now gives them: a node renamed onto a
+	// name (its number that of its old one) is replaced by a node of the
+	// name's number at the name's next lookup, while a descriptor open on
+	// it still writes the name (refsNode.holdCommits). GUARDED_BY(mu).
+	writing map[*refFile]bool
+}
+
+// opened adds h, open for writing, to r's descriptors, and r to the
+// nodes with descriptors open for writing.
+func (w *refWrites) opened(r *refFile, h *refHandle) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.writing == nil {
+		w.writing = map[*refFile]bool{}
+	}
+	w.writing[r] = true
+	r.bufs.add(h)
+}
+
+// closed removes h from r's descriptors, and r from the nodes with
+// descriptors open for writing when it was the last; it reports whether
+// it was.
+func (w *refWrites) closed(r *refFile, h *refHandle) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r.bufs.remove(h)
+	if !r.bufs.empty() {
+		return false
+	}
+	delete(w.writing, r)
+	return true
+}
+
+// openForWriting returns the nodes with descriptors open for writing.
+func (w *refWrites) openForWriting() []*refFile {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Collect(maps.Keys(w.writing))
 }
 
 // setDir adds directory kind (on) or removes it, reporting whether it
@@ -676,23 +772,24 @@ func (n *refsNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	full := n.full(name)
 	// A write of its descriptors in flight lands first, and none starts
 	// until the removal has and what they hold is dropped: one that
-	// landed after it made the ref again after rm returned 0 (review 40).
-	var r *refFile
-	if in := n.GetChild(name); in != nil {
-		r, _ = in.Operations().(*refFile)
-	}
-	if r != nil {
-		r.commits.Lock()
-		defer r.commits.Unlock()
+	// landed after it made the ref again after rm returned 0 (review 40),
+	// also from a node the kernel had replaced (holdCommits).
+	held, release := n.holdCommits(name)
+	defer release()
+	open := false
+	for _, r := range held {
+		open = open || r.name() == full && !r.bufs.empty()
 	}
 	err := n.f.recs.DeleteRef(context.WithoutCancel(ctx), full)
-	if errors.Is(err, layout.ErrNotFound) && r != nil && !r.bufs.empty() {
+	if errors.Is(err, layout.ErrNotFound) && open {
 		err = nil // created here and not written yet: nothing to remove
 	}
 	if err == nil {
 		n.f.refs.forget(full, nil)
-		if r != nil {
-			r.bufs.drop()
+		for _, r := range held {
+			if r.name() == full {
+				r.bufs.drop()
+			}
 		}
 	}
 	return n.f.errnoOf("unlink ref "+full, err)
