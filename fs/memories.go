@@ -578,7 +578,8 @@ func (f *FS) memOverlay(prefix string, files, dirs map[string]bool) []child {
 // memWrites is what a mount keeps of its memory directories (the
 // records themselves are written by staging.Records).
 //
-// LOCK ORDERING: mu is a leaf.
+// LOCK ORDERING: mu, then openBufs.mu (released looks at a node's
+// descriptors under mu).
 type memWrites struct {
 	mu sync.Mutex
 	// dirs are namespaces made by mkdir that have no record yet.
@@ -999,6 +1000,13 @@ func (n *memFile) released() {
 	}
 	n.f.mem.mu.Lock()
 	defer n.f.mem.mu.Unlock()
+	if !n.bufs.empty() {
+		// An open since the look above: Open adds its descriptor before
+		// it records the node as writing (openedForWriting), so under
+		// mem.mu a node still writing shows it, and stays listed for
+		// holdCommits.
+		return
+	}
 	delete(n.f.mem.writing, n)
 	n.mu.Lock()
 	key := memKey(n.ns, n.e.Name)
