@@ -117,8 +117,9 @@ var errnoRules = []errnoRule{
 	{name: "interrupted", match: isErr(context.Canceled), errno: syscall.EINTR},
 	{name: "interrupted", match: hasCode(gcerrors.Canceled), errno: syscall.EINTR},
 
-	// A commit's snapshot may have landed, and the bucket did not say
-	// (its reply lost, then no answer): close(2) has no errno for "maybe".
+	// A commit's snapshot (or a ref write) may have landed, and the bucket
+	// did not say (its reply lost, then no answer): close(2) has no errno
+	// for "maybe".
 	{name: "commit outcome unknown", match: isErr(layout.ErrOutcomeUnknown), errno: syscall.EIO},
 	// The backend did not answer in time (--request-timeout) or could
 	// not be reached.

@@ -238,11 +238,13 @@ var _ = (gofs.NodeOnAdder)((*rootNode)(nil))
 // OnAdd runs once at mount time.
 func (r *rootNode) OnAdd(ctx context.Context) { r.f.root = &r.Inode }
 
-// Close stops the background work of the filesystem and keeps what was
-// never committed (staging.Writer.Shutdown). Call it after the unmount.
+// Close stops the background work of the filesystem (the checks of ref
+// writes whose outcome was unknown among it) and keeps what was never
+// committed (staging.Writer.Shutdown). Call it after the unmount.
 func (f *FS) Close() {
 	f.ra.Close()
 	f.w.Shutdown()
+	f.recs.Close()
 	f.notify.close()
 }
 

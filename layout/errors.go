@@ -53,7 +53,8 @@ var (
 	// bucket did not answer the read that would tell (§13.2: its reply was
 	// lost, and the backend then stopped answering). The snapshot may be
 	// in the bucket, and a later listing shows it if it is; a retry of the
-	// same transaction ID finds out.
+	// same transaction ID finds out. A ref write's is a
+	// *RefOutcomeUnknownError, which ResolveRef settles.
 	ErrOutcomeUnknown = errors.New("outcome unknown: the bucket did not answer whether the snapshot landed")
 	// ErrNotUTF8: a name to be written holds bytes that are not UTF-8.
 	// JSON carries only UTF-8 (encoding/json writes U+FFFD for the rest),
@@ -134,6 +135,13 @@ func refused(err error) bool {
 		return false
 	}
 	return true
+}
+
+// mayHaveLanded reports a write error that leaves open whether the write
+// landed (refused is false), except a condition no driver could set
+// (errNoCAS): that one is raised before anything is sent.
+func mayHaveLanded(err error) bool {
+	return !refused(err) && !errors.Is(err, errNoCAS)
 }
 
 // isPermanent reports backend errors that retrying cannot fix.

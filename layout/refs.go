@@ -108,6 +108,13 @@ var ErrWeakCAS = errors.New("backend has no If-Match: ref replaced by PUT and re
 // with the write done, so callers can report the weaker guarantee. A
 // mismatch is ErrRefChanged (an ErrConflict), unless the ref already holds target: that is
 // how a retry meets its own earlier attempt whose response was lost.
+//
+// A write whose PUT may have landed (cut by its deadline, its reply
+// lost) is settled by reading the ref back: holding target, it is done.
+// When that read gets no answer, or shows the ref still as the PUT found
+// it (the PUT may be under way still, and a server can complete it after
+// the read), the outcome is unknown: a *RefOutcomeUnknownError, which
+// ResolveRef settles once the bucket answers.
 func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target string) error {
 	key, err := RefKey(name)
 	if err != nil {
@@ -122,12 +129,17 @@ func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target str
 		// mounts creating one ref both succeed, the first's value lost.
 		wo := refOptions()
 		wo.IfNotExist = true
-		err := s.put(ctx, key, []byte(target), &wo)
-		switch {
-		case err == nil:
+		w := s.putRef(ctx, key, target, &wo)
+		if w.err == nil {
 			return nil
-		case s.refLanded(ctx, name, target):
+		}
+		// It can still land while the ref is absent.
+		pending := func(_ Ref, rerr error) bool { return errors.Is(rerr, ErrNotFound) }
+		switch err := s.settleRef(ctx, name, target, w, pending); {
+		case err == nil:
 			return nil // our own lost response, or the very same value
+		case errors.Is(err, ErrOutcomeUnknown):
+			return err
 		case isPrecondition(err):
 			return fmt.Errorf("set ref %s (compare-and-swap): %w: it was created meanwhile", name, ErrRefChanged)
 		default:
@@ -137,24 +149,32 @@ func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target str
 	if prev.ETag != "" {
 		var ap applied
 		wo := conditionalOptions(refOptions(), Conditions{IfMatch: prev.ETag, Size: int64(len(target))}, &ap)
-		err := s.put(ctx, key, []byte(target), wo)
-		switch {
-		case err == nil:
+		w := s.putRef(ctx, key, target, wo)
+		if w.err == nil {
 			return nil
-		case errors.Is(err, errNoCAS):
-			// The weak swap below.
-		case s.refLanded(ctx, name, target):
-			// The PUT failed as seen from here, yet the ref holds our
-			// target: an attempt whose response was lost landed, and its
-			// retry (ours, or the client library's) met its own write
-			// (§13.2). Another writer setting the very same target is
-			// indistinguishable, and leaves the ref as this write would.
-			return nil
-		case isPrecondition(err):
-			return fmt.Errorf("set ref %s (compare-and-swap): %w", name, ErrRefChanged)
-		default:
-			return fmt.Errorf("set ref %s (compare-and-swap): %w", name, err)
 		}
+		if !errors.Is(w.err, errNoCAS) {
+			// It can still land while the ref has the version it was
+			// conditioned on; on any other, its If-Match fails.
+			pending := func(cur Ref, rerr error) bool { return rerr == nil && cur.ETag == prev.ETag }
+			switch err := s.settleRef(ctx, name, target, w, pending); {
+			case err == nil:
+				// The PUT failed as seen from here, yet the ref holds
+				// our target: an attempt whose response was lost
+				// landed, and its retry (ours, or the client
+				// library's) met its own write (§13.2). Another writer
+				// setting the very same target is indistinguishable,
+				// and leaves the ref as this write would.
+				return nil
+			case errors.Is(err, ErrOutcomeUnknown):
+				return err
+			case isPrecondition(err):
+				return fmt.Errorf("set ref %s (compare-and-swap): %w", name, ErrRefChanged)
+			default:
+				return fmt.Errorf("set ref %s (compare-and-swap): %w", name, err)
+			}
+		}
+		// The weak swap below.
 	}
 	cur, err := s.ReadRef(ctx, name)
 	if err != nil && !(errors.Is(err, ErrNotFound) && prev.Target == "") {
@@ -166,12 +186,23 @@ func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target str
 	if cur.Target != prev.Target {
 		return fmt.Errorf("set ref %s (compare-and-swap): %w", name, ErrRefChanged)
 	}
-	if err := s.Link(ctx, name, target); err != nil && !s.refLanded(ctx, name, target) {
-		return err
+	wo := refOptions()
+	if w := s.putRef(ctx, key, target, &wo); w.err != nil {
+		// Unconditional: it can land whatever the ref holds meanwhile.
+		pending := func(Ref, error) bool { return true }
+		if err := s.settleRef(ctx, name, target, w, pending); err != nil {
+			if errors.Is(err, ErrOutcomeUnknown) {
+				return err
+			}
+			return fmt.Errorf("link %s: %w", name, err)
+		}
 	}
 	back, err := s.ReadRef(ctx, name)
 	if err != nil {
-		return fmt.Errorf("set ref %s (compare-and-swap): read back: %w", name, err)
+		// It landed; whether another writer's replaced it at once
+		// (what this read is for) the bucket did not say.
+		return &RefOutcomeUnknownError{Name: name, Target: target,
+			Err: fmt.Errorf("set ref %s (compare-and-swap): written, then read back: %w", name, err)}
 	}
 	if back.Target != target {
 		return fmt.Errorf("set ref %s (compare-and-swap): %w: another writer replaced it", name, ErrRefChanged)
@@ -179,11 +210,87 @@ func (s *Store) RenameRef(ctx context.Context, name string, prev Ref, target str
 	return ErrWeakCAS
 }
 
-// refLanded reports whether ref name reads as target now: how a failed
-// write is told apart from one whose response was lost.
-func (s *Store) refLanded(ctx context.Context, name, target string) bool {
-	cur, err := s.ReadRef(ctx, name)
-	return err == nil && cur.Target == target
+// refWrite is what became of a ref's PUT (putRef).
+type refWrite struct {
+	// unsure: an attempt may have landed though the PUT failed: one was
+	// cut by its deadline or lost its reply (mayHaveLanded), or a retry
+	// was refused on its precondition, which is what a retry meeting
+	// its own earlier attempt's write gets (§13.2), whatever that
+	// attempt's error said.
+	unsure bool
+	err    error
+}
+
+// putRef PUTs target at key, a ref's.
+func (s *Store) putRef(ctx context.Context, key, target string, wo *blob.WriterOptions) refWrite {
+	attempts, unsure, err := s.putTracked(ctx, key, []byte(target), wo)
+	return refWrite{unsure: unsure || (attempts > 1 && isPrecondition(err)), err: err}
+}
+
+// settleRef reads ref name back after its write w of target failed:
+// nil when the ref holds target (the write landed, its reply lost, or an
+// identical write did: a ref carries nothing that tells them apart, see
+// RefOutcomeUnknownError), w's error when the write failed, and a
+// *RefOutcomeUnknownError when it may have landed (w.unsure) and the
+// read got no answer, or found the ref as the write still pending
+// (pending) would: a PUT cut by its deadline can be completed by the
+// server after the read.
+func (s *Store) settleRef(ctx context.Context, name, target string, w refWrite, pending func(cur Ref, rerr error) bool) error {
+	cur, rerr := s.ReadRef(ctx, name)
+	switch {
+	case rerr == nil && cur.Target == target:
+		return nil
+	case !w.unsure:
+		return w.err
+	case rerr != nil && !refAnswered(rerr):
+		return &RefOutcomeUnknownError{Name: name, Target: target, Err: fmt.Errorf("%w (and reading it back: %v)", w.err, rerr)}
+	case pending(cur, rerr):
+		return &RefOutcomeUnknownError{Name: name, Target: target, Err: fmt.Errorf("%w (and the ref does not hold it yet)", w.err)}
+	}
+	return w.err
+}
+
+// RefOutcomeUnknownError is ErrOutcomeUnknown of a ref write (§9): the
+// PUT that set ref Name to Target may have landed, and the bucket did not
+// say (Err says why). ResolveRef asks again.
+//
+// A ref has no transaction ID (§13.2 gives snapshots theirs): its body is
+// its target, and its version token is not known to a writer whose reply
+// was lost (an S3 or Azure ETag is the same for the same body anyway).
+// So "landed" means that the ref holds Target, which an identical write
+// by another writer also makes true; either leaves the ref as this
+// write would.
+type RefOutcomeUnknownError struct {
+	Name, Target string
+	Err          error
+}
+
+// Error says that the outcome is unknown, and why.
+func (e *RefOutcomeUnknownError) Error() string {
+	return fmt.Sprintf("set ref %s: outcome unknown: the bucket did not answer whether the write landed: %v", e.Name, e.Err)
+}
+
+// Unwrap makes e match ErrOutcomeUnknown and whatever Err matches.
+func (e *RefOutcomeUnknownError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.Err} }
+
+// ResolveRef asks the bucket again what became of the ref write e left
+// unknown: landed reports whether the ref holds e.Target now (cur is the
+// ref then); an error means the bucket still did not say.
+func (s *Store) ResolveRef(ctx context.Context, e *RefOutcomeUnknownError) (cur Ref, landed bool, err error) {
+	cur, err = s.ReadRef(ctx, e.Name)
+	switch {
+	case err != nil && refAnswered(err):
+		return Ref{}, false, nil
+	case err != nil:
+		return Ref{}, false, err
+	}
+	return cur, cur.Target == e.Target, nil
+}
+
+// refAnswered reports a failed read of a ref that still tells what the
+// ref holds: nothing, or something that is no target (not this write's).
+func refAnswered(err error) bool {
+	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrCorrupt) || errors.Is(err, ErrTooLarge)
 }
 
 // DeleteRefIf removes ref name only if it still has the value read as

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"gocloud.dev/blob"
@@ -376,4 +377,88 @@ func TestNamedSessionLoserWhoseReReadFails(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSection9_RefWriteOutcomeUnknown: a ref write whose PUT may have
+// landed (its reply lost, or cut by a deadline) and that the bucket then
+// does not settle (its read back gets no answer, or finds the ref still
+// as the PUT found it) is a *RefOutcomeUnknownError (ErrOutcomeUnknown,
+// never a conflict), and ResolveRef answers once the bucket does. Before,
+// it was the PUT's error, or ErrRefChanged when a retry met the
+// precondition of its own landed write: a failure for good, for a ref
+// that held exactly what was written. A write the bucket refused stays
+// a plain failure. (Through these backends the swap is the weak one, and
+// a create is If-None-Match; staging's TestRecordsRefWriteOutcomeUnknown
+// runs the If-Match swap.)
+func TestSection9_RefWriteOutcomeUnknown(t *testing.T) {
+	deadline := faultblob.TransientError(gcerrors.DeadlineExceeded)
+	eachBackend(t, func(t *testing.T, b *blob.Bucket) {
+		for _, c := range []struct {
+			name      string
+			existed   bool
+			retries   int
+			put       faultblob.Rule
+			readsFail bool
+			unknown   bool
+			landed    bool
+		}{
+			{"create/reply lost, retry refused, no read back", false, 1, faultblob.Rule{FailFirst: 1, LoseResponse: true, Err: deadline}, true, true, true},
+			{"create/cut by a deadline", false, -1, faultblob.Rule{FailFirst: 1, Err: deadline}, false, true, false},
+			{"create/refused", false, -1, faultblob.Rule{FailFirst: 1}, false, false, false},
+			{"swap/reply lost, no read back", true, -1, faultblob.Rule{FailFirst: 1, LoseResponse: true, Err: deadline}, true, true, true},
+			{"swap/cut by a deadline", true, -1, faultblob.Rule{FailFirst: 1, Err: deadline}, false, true, false},
+			{"swap/refused", true, -1, faultblob.Rule{FailFirst: 1}, false, false, false},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				inj := faultblob.NewInjector(faultblob.Options{Seed: 1})
+				s := newStore(t, faultblob.Wrap(b, inj), &Options{Retries: c.retries})
+				name := "unknown-" + strings.NewReplacer("/", "-", " ", "-", ",", "").Replace(c.name)
+				key, _ := RefKey(name)
+				var prev Ref
+				if c.existed {
+					if err := s.Link(bg, name, "before"); err != nil {
+						t.Fatal(err)
+					}
+					var err error
+					if prev, err = s.ReadRef(bg, name); err != nil {
+						t.Fatal(err)
+					}
+				}
+				c.put.Ops, c.put.Match = faultblob.OpPut, faultblob.Match{Prefix: key}
+				inj.Add(c.put)
+				if c.readsFail {
+					// The weak swap reads the ref (a HEAD and a GET) before
+					// its PUT; the bucket stops answering after that.
+					skip := int64(0)
+					if c.existed {
+						skip = 2
+					}
+					var n atomic.Int64
+					inj.Add(faultblob.Rule{Ops: faultblob.OpHead | faultblob.OpGet, Match: faultblob.Match{Prefix: key}, FailProb: 1,
+						While: func() bool { return n.Add(1) > skip }})
+				}
+				err := s.RenameRef(bg, name, prev, "mine")
+				inj.Reset()
+				var u *RefOutcomeUnknownError
+				switch {
+				case err == nil, errors.Is(err, ErrWeakCAS):
+					t.Fatalf("write whose PUT failed: %v, want an error", err)
+				case errors.As(err, &u) != c.unknown || errors.Is(err, ErrOutcomeUnknown) != c.unknown:
+					t.Fatalf("write: %v; want outcome unknown %v", err, c.unknown)
+				case errors.Is(err, ErrConflict):
+					t.Fatalf("write: %v reads as a conflict", err)
+				}
+				if !c.unknown {
+					return
+				}
+				if u.Name != name || u.Target != "mine" {
+					t.Fatalf("unknown outcome of %q -> %q, want %q -> mine", u.Name, u.Target, name)
+				}
+				cur, landed, err := s.ResolveRef(bg, u)
+				if err != nil || landed != c.landed || landed && cur.Target != "mine" {
+					t.Fatalf("ResolveRef: %+v, landed %v, %v; want landed %v", cur, landed, err, c.landed)
+				}
+			})
+		}
+	})
 }

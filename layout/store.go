@@ -255,6 +255,17 @@ func (s *Store) put(ctx context.Context, key string, body []byte, wo *blob.Write
 // landed; after a retry, the refusal may be this call's own earlier PUT
 // whose reply was lost.
 func (s *Store) putCounted(ctx context.Context, key string, body []byte, wo *blob.WriterOptions) (attempts int, err error) {
+	attempts, _, err = s.putTracked(ctx, key, body, wo)
+	return attempts, err
+}
+
+// putTracked is putCounted, also reporting whether one of its attempts
+// failed in a way that does not say nothing landed (mayHaveLanded): a
+// PUT cut by its deadline, a connection broken before the reply. Only
+// the last attempt's error is returned, and after a retry it is often
+// the one that says least (a refusal meeting the earlier attempt's own
+// write, §13.2).
+func (s *Store) putTracked(ctx context.Context, key string, body []byte, wo *blob.WriterOptions) (attempts int, unsure bool, err error) {
 	err = s.retry(ctx, func() error {
 		attempts++
 		s.st.puts.Add(1)
@@ -263,13 +274,15 @@ func (s *Store) putCounted(ctx context.Context, key string, body []byte, wo *blo
 		err := s.b.WriteAll(ctx, key, body, &opts)
 		if err == nil {
 			s.st.bytesWritten.Add(int64(len(body)))
+		} else if mayHaveLanded(err) {
+			unsure = true
 		}
 		return err
 	})
 	if err != nil {
-		return attempts, fmt.Errorf("put %s: %w", key, err)
+		return attempts, unsure, fmt.Errorf("put %s: %w", key, err)
 	}
-	return attempts, nil
+	return attempts, unsure, nil
 }
 
 // Probe sends one LIST of one key under sessions/, counted in Stats as

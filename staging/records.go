@@ -26,6 +26,7 @@ type RecordStore interface {
 	CreateSession(ctx context.Context, m *layout.Manifest) (*layout.Manifest, bool, error)
 	ReadRef(ctx context.Context, name string) (layout.Ref, error)
 	RenameRef(ctx context.Context, name string, prev layout.Ref, target string) error
+	ResolveRef(ctx context.Context, e *layout.RefOutcomeUnknownError) (layout.Ref, bool, error)
 	DeleteRef(ctx context.Context, name string) error
 	DeleteRefIf(ctx context.Context, name string, prev layout.Ref) error
 	SessionExists(ctx context.Context, id layout.SessionID) (bool, error)
@@ -61,6 +62,17 @@ type Records struct {
 
 	failedDir  string
 	writerFile string // RecordOptions.WriterFile
+
+	// later runs the background checks of ref writes whose outcome was
+	// unknown (resolveRefLater); Close cancels laterCtx and waits.
+	later       sync.WaitGroup
+	laterCtx    context.Context
+	laterCancel context.CancelFunc
+	// resolveFirst is how long a background check waits before it first
+	// asks the bucket (resolveRefFirst; tests shorten it), and resolved,
+	// if set, is told its answer (tests).
+	resolveFirst time.Duration
+	resolved     func(name string, landed bool)
 }
 
 // RecordOptions configure Records; each may be left zero.
@@ -105,16 +117,28 @@ func NewRecords(store RecordStore, caches RecordCaches, opts RecordOptions) *Rec
 	if caches.InvalidateSession == nil {
 		caches.InvalidateSession = func(layout.SessionID) {}
 	}
-	return &Records{store: store, caches: caches, now: now, log: log, failedDir: opts.FailedDir, writerFile: opts.WriterFile}
+	r := &Records{store: store, caches: caches, now: now, log: log, failedDir: opts.FailedDir, writerFile: opts.WriterFile,
+		resolveFirst: resolveRefFirst}
+	r.laterCtx, r.laterCancel = context.WithCancel(context.Background())
+	return r
+}
+
+// Close stops the background checks of ref writes whose outcome was
+// unknown and waits for them: what they had not settled stays in the
+// failed directory. Call it when the mount stops.
+func (r *Records) Close() {
+	r.laterCancel()
+	r.later.Wait()
 }
 
 // keep keeps body, the data of a write of name (kind "memories" or
 // "refs") that failed with err, under the failed directory, and says so
-// in the log: nothing a user wrote is dropped silently.
-func (r *Records) keep(kind, name string, body []byte, err error) {
+// in the log: nothing a user wrote is dropped silently. It returns the
+// copy's path ("" when none was made).
+func (r *Records) keep(kind, name string, body []byte, err error) string {
 	if r.failedDir == "" {
 		r.log.Error("write failed", "kind", kind, "name", name, "err", err)
-		return
+		return ""
 	}
 	dir := filepath.Join(r.failedDir, kind)
 	dst := filepath.Join(dir, keptName(name, "."+r.now().UTC().Format("20060102T150405.000000000")))
@@ -124,9 +148,10 @@ func (r *Records) keep(kind, name string, body []byte, err error) {
 	}
 	if werr != nil {
 		r.log.Error("write failed, and its data could not be kept", "kind", kind, "name", name, "err", err, "keep", werr)
-		return
+		return ""
 	}
 	r.log.Error("write failed; its data is kept", "kind", kind, "name", name, "path", dst, "err", err)
+	return dst
 }
 
 // commit returns the commit envelope of this mount's memory writes
@@ -453,9 +478,64 @@ var ErrBadRef = errors.New("a ref is one line holding its target")
 func (r *Records) WriteRef(ctx context.Context, name string, prev layout.Ref, existed bool, body []byte) (now layout.Ref, nowExists bool, err error) {
 	now, nowExists, err = r.writeRef(ctx, name, prev, existed, body)
 	if err != nil {
-		r.keep("refs", name, body, err)
+		dst := r.keep("refs", name, body, err)
+		var u *layout.RefOutcomeUnknownError
+		if errors.As(err, &u) {
+			r.resolveRefLater(u, dst)
+		}
 	}
 	return now, nowExists, err
+}
+
+// resolveRefFirst is how long the background check of a ref write whose
+// outcome was unknown waits before it first asks the bucket: its PUT may
+// be under way still (cut by a deadline here, not at the server).
+const resolveRefFirst = time.Second
+
+// resolveRefLater asks the bucket, in the background and for up to
+// resolveLaterFor, what became of a ref write whose outcome was unknown
+// (layout.RefOutcomeUnknownError): its close returned EIO and its body
+// went to the failed directory (kept; "" when none was made), yet the
+// write may have landed. Once the ref reads as the write's target, the
+// write is done: the copy is removed, as that of a write that landed at
+// once is never made (the ref holds those bytes, and a copy left says
+// "not written" to whoever puts it back), and the refs view is dropped.
+// A ref found holding anything else keeps the copy. The answer goes to
+// the log, as a commit's does (Writer.resolveLater).
+func (r *Records) resolveRefLater(u *layout.RefOutcomeUnknownError, kept string) {
+	r.later.Add(1)
+	go func() {
+		defer r.later.Done()
+		ctx, cancel := context.WithTimeout(r.laterCtx, resolveLaterFor)
+		defer cancel()
+		for delay := r.resolveFirst; ; delay = min(max(2*delay, time.Second), 30*time.Second) {
+			select {
+			case <-ctx.Done():
+				r.log.Warn("the outcome of a ref write stayed unknown: its copy in the failed directory stays", "ref", u.Name, "target", u.Target, "path", kept)
+				return
+			case <-time.After(delay):
+			}
+			cur, landed, err := r.store.ResolveRef(ctx, u)
+			if err != nil {
+				continue
+			}
+			if landed {
+				r.caches.InvalidateRefs()
+				if kept != "" {
+					if err := os.Remove(kept); err != nil && !errors.Is(err, os.ErrNotExist) {
+						r.log.Warn("could not remove the copy of a ref write the ref holds", "path", kept, "err", err)
+					}
+				}
+				r.log.Warn("a ref write whose outcome was unknown landed after all: the ref holds its target, and its copy in the failed directory was removed", "ref", u.Name, "target", u.Target, "removed", kept)
+			} else {
+				r.log.Info("a ref write whose outcome was unknown did not land: what its close kept in the failed directory is all there is", "ref", u.Name, "target", u.Target, "holds", cur.Target, "path", kept)
+			}
+			if r.resolved != nil {
+				r.resolved(u.Name, landed)
+			}
+			return
+		}
+	}()
 }
 
 // CheckRef returns ErrBadRef unless body is what ref name may hold: one

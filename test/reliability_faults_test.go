@@ -300,6 +300,49 @@ func TestReliabilityFailedRecordWritesKept(t *testing.T) {
 	}
 }
 
+// TestReliabilityRefWriteOutcomeUnknown: a ref written through the mount
+// whose PUT lands with its reply lost (a timeout) while the bucket then
+// answers no read of the ref: the close cannot know, and says EIO, the
+// body kept under .pugmark/failed/refs/; once the bucket answers again the
+// mount finds the ref holding the write's target and removes the copy,
+// and the ref reads as written. Before, the copy stayed for good beside a
+// ref that held exactly what it says was not written.
+func TestReliabilityRefWriteOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	bk := relLocalBucket(t)
+	key, _ := layout.RefKey("myref")
+	sw, on, off := relSwitchFile(t)
+	fb := relWithFaults(bk, map[string]string{"fault_prefix": key, "fault_ops": "get,head", "fault_error_rate": "1",
+		"fault_lost_put_rate": "1", "fault_error_code": "DeadlineExceeded", "fault_active_file": sw})
+	mnt := mount(t, fb, "--cache-dir", t.TempDir())
+	f, err := os.OpenFile(filepath.Join(mnt.Dir, "refs", "myref"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("objects/one\n"); err != nil {
+		t.Fatal(err)
+	}
+	on()
+	if err := f.Close(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("close of a ref whose write's outcome is unknown: %v, want EIO", err)
+	}
+	kept := func() []string {
+		shown, _ := filepath.Glob(filepath.Join(mnt.Dir, ".pugmark", "failed", "refs", "myref.*"))
+		return shown
+	}
+	if shown := kept(); len(shown) != 1 {
+		t.Fatalf(".pugmark/failed/refs holds %v, want the write kept while its outcome is unknown", shown)
+	}
+	off()
+	relWait(t, 30*time.Second, "the copy of the ref write that landed removed", func() bool { return len(kept()) == 0 })
+	if got, err := os.ReadFile(filepath.Join(mnt.Dir, "refs", "myref")); err != nil || string(got) != "objects/one\n" {
+		t.Fatalf("refs/myref reads %q, %v; want objects/one", got, err)
+	}
+	if !strings.Contains(mnt.Log(), "landed after all") {
+		t.Fatalf("the log does not say the write landed:\n%s", mnt.Log())
+	}
+}
+
 // TestReliabilityStaleListings: two mounts whose listings are 2 s stale
 // (fault_stale: keys PUT through a mount stay out of its own LISTs, and
 // the other mount's versions show at once) write 20 files each into one
