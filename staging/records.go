@@ -59,6 +59,10 @@ type Records struct {
 	// the writer of its memory records (§8.2), on the first memory write.
 	idMu sync.Mutex
 	id   layout.SessionID // GUARDED_BY(idMu)
+	// making is the manifest of the writer session a memory write failed
+	// to create, nil when none did: the next write creates it again
+	// (commit).
+	making *layout.Manifest // GUARDED_BY(idMu)
 
 	failedDir  string
 	writerFile string // RecordOptions.WriterFile
@@ -159,44 +163,68 @@ func (r *Records) keep(kind, name string, body []byte, err error) string {
 // the one an earlier mount of the bucket made (RecordOptions.WriterFile)
 // while it exists, else one it makes on its first memory write. Readers
 // and fsck find it.
+//
+// Making it is a create of its manifest, with an ID of its own: when that
+// fails, the manifest may have landed all the same (a PUT cut by its
+// deadline, its reply lost and the read back unanswered), an empty session
+// in the bucket. The next write creates that very manifest again, which
+// §5.1 makes idempotent, rather than another one: each failed first step
+// left a session of its own, and §5.1 forbids deleting a manifest to tidy
+// up after one. Its ID goes to WriterFile before the create, so the next
+// mount names it if it landed.
 func (r *Records) commit(ctx context.Context) (layout.MemoryCommit, error) {
 	r.idMu.Lock()
 	defer r.idMu.Unlock()
-	if r.id.IsZero() {
-		r.id = r.keptWriter(ctx)
-	}
-	if r.id.IsZero() {
-		m := r.store.NewRootManifest()
-		m.Agent = "pugfs"
-		m.Metadata = map[string]string{"pugfs": "writer of the memory records of a mount"}
-		if _, _, err := r.store.CreateSession(ctx, m); err != nil {
+	if r.id.IsZero() && r.making == nil {
+		id, err := r.keptWriter(ctx)
+		if err != nil {
 			return layout.MemoryCommit{}, err
 		}
+		r.id = id
+	}
+	if r.id.IsZero() {
+		m := r.making
+		if m == nil {
+			m = r.store.NewRootManifest()
+			m.Agent = "pugfs"
+			m.Metadata = map[string]string{"pugfs": "writer of the memory records of a mount"}
+			r.making = m
+			r.keepWriter(m.Session)
+		}
+		if _, _, err := r.store.CreateSession(ctx, m); err != nil {
+			return layout.MemoryCommit{}, fmt.Errorf("make the writer session %s of this mount's memory records: %w", m.Session, err)
+		}
+		r.making = nil
 		r.caches.SessionCreated(m.Session)
 		r.id = m.Session
-		r.keepWriter(m.Session)
 	}
 	return layout.MemoryCommit{Session: r.id}, nil
 }
 
 // keptWriter returns the writer session WriterFile names, if the bucket
-// has it (one request), else the zero ID.
-func (r *Records) keptWriter(ctx context.Context) layout.SessionID {
+// has it (one request), else the zero ID. An error is a bucket that did
+// not answer: the session may be there, and making another one would
+// leave it unused.
+func (r *Records) keptWriter(ctx context.Context) (layout.SessionID, error) {
 	if r.writerFile == "" {
-		return layout.SessionID{}
+		return layout.SessionID{}, nil
 	}
 	b, err := os.ReadFile(r.writerFile)
 	if err != nil {
-		return layout.SessionID{}
+		return layout.SessionID{}, nil
 	}
 	id, err := layout.ParseSessionID(strings.TrimSpace(string(b)))
 	if err != nil {
-		return layout.SessionID{}
+		return layout.SessionID{}, nil
 	}
-	if ok, err := r.store.SessionExists(ctx, id); err != nil || !ok {
-		return layout.SessionID{}
+	ok, err := r.store.SessionExists(ctx, id)
+	if err != nil {
+		return layout.SessionID{}, fmt.Errorf("look up the writer session %s of this mount's memory records: %w", id, err)
 	}
-	return id
+	if !ok {
+		return layout.SessionID{}, nil
+	}
+	return id, nil
 }
 
 // keepWriter records id in WriterFile for the next mount. A failure, or

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/pugmark/pugfs/layout"
+	"github.com/pugmark/pugfs/layout/faultblob"
 	"gocloud.dev/blob/memblob"
+	"gocloud.dev/gcerrors"
 )
 
 // TestRecords: memory records and refs written without a kernel; each
@@ -571,4 +573,96 @@ func lastRecordOf(recs []layout.Descriptor, name string) (layout.Descriptor, boo
 		}
 	}
 	return layout.Descriptor{}, false
+}
+
+// TestRecordsWriterSessionCreateFails: a memory write whose first step,
+// making the session the mount names as the writer of its records (§8.2),
+// fails leaves at most that one session in the bucket, whatever happens
+// next: the next write, or the next mount (RecordOptions.WriterFile),
+// names the session the failed create may have landed, creating it again
+// (§5.1 makes that idempotent) instead of another. §5.1 forbids deleting
+// a manifest to tidy up, so reusing it is the way.
+//
+// Before, every failed first step made a new session ID: a create cut by
+// its deadline or whose reply was lost, then not read back, left an empty
+// session (a manifest with agent "pugfs" and no snapshot) per failed
+// write, and one more per mount; a writer session named by WriterFile
+// whose lookup got no answer was replaced by a new one too.
+func TestRecordsWriterSessionCreateFails(t *testing.T) {
+	ctx := context.Background()
+	deadline := faultblob.TransientError(gcerrors.DeadlineExceeded)
+	for _, c := range []struct {
+		name string
+		// faults are on while failing writes are made.
+		faults []faultblob.Rule
+		// kept: a mount made the writer session before, and WriterFile
+		// names it.
+		kept     bool
+		failing  int
+		newMount bool // the write after the failing ones is another mount's
+	}{
+		{name: "lands, reply lost, no read back", failing: 3, faults: []faultblob.Rule{
+			{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: layout.SessionsPrefix}, FailProb: 1, LoseResponse: true, Err: deadline},
+			{Ops: faultblob.OpGet | faultblob.OpHead, Match: faultblob.Match{Prefix: layout.SessionsPrefix}, FailProb: 1},
+		}},
+		{name: "lands, reply lost, no read back, next mount", failing: 1, newMount: true, faults: []faultblob.Rule{
+			{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: layout.SessionsPrefix}, FailProb: 1, LoseResponse: true, Err: deadline},
+			{Ops: faultblob.OpGet | faultblob.OpHead, Match: faultblob.Match{Prefix: layout.SessionsPrefix}, FailProb: 1},
+		}},
+		{name: "cut by a deadline", failing: 3, faults: []faultblob.Rule{
+			{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: layout.SessionsPrefix}, FailProb: 1, Err: deadline},
+		}},
+		{name: "kept writer not answered", kept: true, failing: 2, faults: []faultblob.Rule{
+			{Ops: faultblob.OpHead | faultblob.OpGet, Match: faultblob.Match{Prefix: layout.SessionsPrefix}, FailProb: 1},
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			inner := memblob.OpenBucket(nil)
+			plain := layout.New(inner, nil)
+			inj := faultblob.NewInjector(faultblob.Options{Seed: 1})
+			store := layout.New(faultblob.Wrap(inner, inj), &layout.Options{Retries: 1, RetryBase: time.Millisecond})
+			file := filepath.Join(t.TempDir(), "memory-writer")
+			mount := func() *Records {
+				return NewRecords(store, RecordCaches{}, RecordOptions{WriterFile: file, FailedDir: t.TempDir()})
+			}
+			var before layout.SessionID
+			if c.kept {
+				d, err := mount().PutMemory(ctx, "notes", layout.Descriptor{Name: "first"}, []byte("first"), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				before = d.Commit.Session
+			}
+			r := mount()
+			var ids []faultblob.RuleID
+			for _, f := range c.faults {
+				ids = append(ids, inj.Add(f))
+			}
+			for i := range c.failing {
+				if _, err := r.PutMemory(ctx, "notes", layout.Descriptor{Name: "a"}, []byte("a"), nil); err == nil {
+					t.Fatalf("memory write %d succeeded with the faults on", i+1)
+				}
+			}
+			for _, id := range ids {
+				inj.Remove(id)
+			}
+			if c.newMount {
+				r = mount()
+			}
+			d, err := r.PutMemory(ctx, "notes", layout.Descriptor{Name: "a"}, []byte("a"), nil)
+			if err != nil {
+				t.Fatalf("memory write once the bucket answers: %v", err)
+			}
+			sessions, err := plain.ListSessions(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(sessions) != 1 || d.Commit == nil || d.Commit.Session != sessions[0] {
+				t.Fatalf("the bucket holds sessions %v and the record names %+v; want one session, the record's writer", sessions, d.Commit)
+			}
+			if c.kept && sessions[0] != before {
+				t.Fatalf("the writer is %s, want the kept %s", sessions[0], before)
+			}
+		})
+	}
 }
