@@ -47,6 +47,8 @@
 //
 // The nodes hold little state of their own. memWrites (memories.go)
 // documents its two leaf locks; a bufHandle's commitMu is taken before
-// its mu and never across another node's lock; inoKeeper.mu and the
-// notifier's lock are leaves. The write engine's locks are staging's.
+// its mu and never across another node's lock; inoKeeper.mu is taken
+// before a staged file's (a link's source is asked for its digest:
+// inoKeeper.sharesLocked), and the notifier's lock is a leaf. The write
+// engine's locks are staging's.
 package fs

@@ -74,15 +74,15 @@ func (f *FS) slotIno(id layout.SessionID, view, full string, e *layout.Entry) ui
 
 // slotNum is slotIno with the generation: a hard link's new name shows
 // its source's number under a generation of its own while both show the
-// same bytes (sessDirNode.Link, inoKeeper.linkedFor); any other file's
-// is zero.
+// same bytes (sessDirNode.Link, inoKeeper.linkedFor), and keeps both
+// once written through (inoKeeper.written); any other file's is zero.
 func (f *FS) slotNum(id layout.SessionID, view, full string, e *layout.Entry) (ino, gen uint64) {
 	if view == liveView && f.sessionWritable(id) {
 		if ino, gen, ok := f.inos.linkedFor(id, full, e.Digest); ok {
 			return ino, gen
 		}
-		if kept, ok := f.inos.forFile(id, full, e.Digest); ok {
-			return kept, 0
+		if kept, gen, ok := f.inos.forFile(id, full, e.Digest); ok {
+			return kept, gen
 		}
 	}
 	k := newInoHash()

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/pugmark/pugfs/layout"
@@ -66,5 +67,56 @@ func TestSlotIno(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { f.slotIno(id, view, base.Name, &base) }); n != 0 {
 		t.Errorf("slotIno allocates %v times a call, want 0", n)
+	}
+}
+
+// TestInoKeeperWrittenLinkParts: ln c f; ln c g; a write through f's node
+// keeps f on the number the three shared and moves c and g, which still
+// show the linked bytes, to another one they share; a write of c then
+// through its node from before (the kernel's, until it drops the entry)
+// keeps c's new number, not f's, and parts g from it for good.
+func TestInoKeeperWrittenLinkParts(t *testing.T) {
+	var k inoKeeper
+	id := layout.SessionID{1}
+	d := layout.DigestOf([]byte("linked"))
+	const shared, genF, genG = 100, 1, 2
+	k.committed(id, "c", shared, d)
+	k.linked(id, "f", "c", shared, genF, d)
+	k.linked(id, "g", "c", shared, genG, d)
+	if ino, gen, ok := k.linkedFor(id, "g", d); !ok || ino != shared || gen != genG {
+		t.Fatalf("g after ln: %d gen %d %v; want %d gen %d", ino, gen, ok, shared, genG)
+	}
+
+	parted, ok := k.written(id, "f", shared, genF, nil)
+	slices.Sort(parted)
+	if !ok || !slices.Equal(parted, []string{"c", "g"}) {
+		t.Fatalf("f written: parted %q, %v; want c and g", parted, ok)
+	}
+	if ino, gen, ok := k.forStaged(id, "f", nil); !ok || ino != shared || gen != genF {
+		t.Errorf("f: %d gen %d %v; want its node's %d gen %d", ino, gen, ok, shared, genF)
+	}
+	moved, _, ok := k.forFile(id, "c", d)
+	if !ok || moved == shared {
+		t.Fatalf("c: %d %v; want another number than f's %d", moved, ok, shared)
+	}
+	if ino, gen, ok := k.linkedFor(id, "g", d); !ok || ino != moved || gen != genG {
+		t.Errorf("g: %d gen %d %v; want c's new %d gen %d", ino, gen, ok, moved, genG)
+	}
+	if parted, ok := k.written(id, "f", shared, genF, nil); !ok || len(parted) != 0 {
+		t.Errorf("f written again: parted %q, %v", parted, ok)
+	}
+
+	parted, ok = k.written(id, "c", shared, 0, nil)
+	if !ok || !slices.Equal(parted, []string{"g"}) {
+		t.Fatalf("c written through its old node: parted %q, %v; want g", parted, ok)
+	}
+	if ino, _, _ := k.forStaged(id, "c", nil); ino != moved {
+		t.Errorf("c written through its old node: number %d, want its new %d (f has %d)", ino, moved, shared)
+	}
+	if _, _, ok := k.linkedFor(id, "g", d); ok {
+		t.Error("g still shares c's number after c was written")
+	}
+	if _, ok := k.written(id, "g", moved, genG, nil); ok {
+		t.Error("g written through its node from before the parting kept c's number")
 	}
 }

@@ -86,6 +86,12 @@ func (n *notifier) enqueue(id layout.SessionID, ds []layout.Descriptor) {
 	for _, d := range ds {
 		names = append(names, d.Name)
 	}
+	n.names(id, names)
+}
+
+// names queues names of session id whose entries the kernel must drop
+// though no commit changed them (slotFile.writesThrough).
+func (n *notifier) names(id layout.SessionID, names []string) {
 	n.q.add(id, names)
 	select {
 	case n.wake <- struct{}{}:

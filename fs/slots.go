@@ -53,11 +53,11 @@ func (f *FS) slotNode(d *sessionDir, full string, e *layout.Entry) gofsNode {
 // f "world").
 func (f *FS) stagedChild(d *sessionDir, name string, s *staging.File) child {
 	full := cache.JoinName(appendPart(d.parts, name))
-	ino, kept := f.inos.forStaged(d.id, full, s)
+	ino, gen, kept := f.inos.forStaged(d.id, full, s)
 	if !kept {
-		ino = inoOf("staged", d.id.String(), full)
+		ino, gen = inoOf("staged", d.id.String(), full), 0
 	}
-	return child{name: name, mode: syscall.S_IFREG, ttl: f.ttl, ino: ino,
+	return child{name: name, mode: syscall.S_IFREG, ttl: f.ttl, ino: ino, gen: gen,
 		node: func() gofsNode {
 			n := &slotFile{f: f, id: d.id, name: full}
 			if cur := f.w.Staged(d.id, full); cur != nil {
@@ -237,12 +237,12 @@ func (n *sessDirNode) Create(ctx context.Context, name string, flags uint32, mod
 	}
 	node := &slotFile{f: f, id: n.sd.id, name: full}
 	node.st.Store(s)
-	ino, kept := f.inos.forStaged(n.sd.id, full, s)
+	ino, gen, kept := f.inos.forStaged(n.sd.id, full, s)
 	if !kept {
-		ino = inoOf("staged", n.sd.id.String(), full, strconv.FormatUint(stagedSeq.Add(1), 10))
+		ino, gen = inoOf("staged", n.sd.id.String(), full, strconv.FormatUint(stagedSeq.Add(1), 10)), 0
 		f.inos.created(n.sd.id, full, ino, s)
 	}
-	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
+	in := n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino, Gen: gen})
 	var ao fuse.AttrOut
 	node.Getattr(ctx, nil, &ao)
 	out.Attr = ao.Attr
@@ -611,33 +611,47 @@ func (n *slotFile) current() (*staging.File, *layout.Entry) {
 // tail -f stopped at the first append. The kernel's pages of the inode
 // are the written bytes, so keeping them stays right; content another
 // mount commits still comes under a new number.
+//
+// A name that shared its number with a hard link's other names (Link)
+// shares it no longer: they show other bytes from now on. The name
+// written keeps the number, its writer's inode, and the others get
+// another (inoKeeper.written); their kernel entries are dropped, from
+// the notifier's goroutine (notify.go), or stat showed them under the
+// old number until the metadata TTL, and cp f c refused to copy "the
+// same file" (audit 41).
 func (n *slotFile) writesThrough(s *staging.File) {
 	n.st.Store(s)
-	ino := n.StableAttr().Ino
-	if n.StableAttr().Gen != 0 {
-		// A link's new name showing its source's number (Link): the
-		// file written is not its source's any longer, and gets a
-		// number of its own from the next lookup on.
-		ino = inoOf("staged", n.id.String(), n.slot(), strconv.FormatUint(stagedSeq.Add(1), 10))
+	a, name := n.StableAttr(), n.slot()
+	parted, ok := n.f.inos.written(n.id, name, a.Ino, a.Gen, s)
+	if !ok {
+		// A link's new name whose sharing ended before: its next
+		// lookup gives it a number of its own already, and the file
+		// written keeps another.
+		n.f.inos.created(n.id, name, inoOf("staged", n.id.String(), name, strconv.FormatUint(stagedSeq.Add(1), 10)), s)
 	}
-	n.f.inos.created(n.id, n.slot(), ino, s)
+	if len(parted) > 0 {
+		n.f.notify.names(n.id, parted)
+	}
 }
 
 // keepIno makes ino the kept number of the file this inode shows at name,
 // unless one is kept already.
 func (n *slotFile) keepIno(name string, ino uint64) {
 	if n.StableAttr().Gen != 0 {
-		return // a link's new name: its number is its source's (inoKeeper.linkedFor)
+		// A link's new name: its number is its source's
+		// (inoKeeper.linkedFor), or kept with its generation once
+		// written (inoKeeper.written).
+		return
 	}
 	s, e := n.current()
 	if s != nil {
-		if _, ok := n.f.inos.forStaged(n.id, name, s); !ok {
+		if _, _, ok := n.f.inos.forStaged(n.id, name, s); !ok {
 			n.f.inos.created(n.id, name, ino, s)
 		}
 		return
 	}
 	if e != nil {
-		if _, ok := n.f.inos.forFile(n.id, name, e.Digest); !ok {
+		if _, _, ok := n.f.inos.forFile(n.id, name, e.Digest); !ok {
 			n.f.inos.committed(n.id, name, ino, e.Digest)
 		}
 	}
