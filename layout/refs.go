@@ -243,9 +243,9 @@ func (s *Store) settleRef(ctx context.Context, name, target string, w refWrite, 
 	case !w.unsure:
 		return w.err
 	case rerr != nil && !refAnswered(rerr):
-		return &RefOutcomeUnknownError{Name: name, Target: target, Err: fmt.Errorf("%w (and reading it back: %v)", w.err, rerr)}
+		return &RefOutcomeUnknownError{Name: name, Target: target, pending: pending, Err: fmt.Errorf("%w (and reading it back: %v)", w.err, rerr)}
 	case pending(cur, rerr):
-		return &RefOutcomeUnknownError{Name: name, Target: target, Err: fmt.Errorf("%w (and the ref does not hold it yet)", w.err)}
+		return &RefOutcomeUnknownError{Name: name, Target: target, pending: pending, Err: fmt.Errorf("%w (and the ref does not hold it yet)", w.err)}
 	}
 	return w.err
 }
@@ -263,6 +263,12 @@ func (s *Store) settleRef(ctx context.Context, name, target string, w refWrite, 
 type RefOutcomeUnknownError struct {
 	Name, Target string
 	Err          error
+	// pending tells, of a read of the ref (its value, or the read's
+	// error), whether the write can still land: the ref is as the PUT
+	// found it (absent for a create, the version an If-Match named, any
+	// for an unconditional PUT). Nil when the write landed and only what
+	// came after it is unknown.
+	pending func(cur Ref, rerr error) bool
 }
 
 // Error says that the outcome is unknown, and why.
@@ -275,16 +281,23 @@ func (e *RefOutcomeUnknownError) Unwrap() []error { return []error{ErrOutcomeUnk
 
 // ResolveRef asks the bucket again what became of the ref write e left
 // unknown: landed reports whether the ref holds e.Target now (cur is the
-// ref then); an error means the bucket still did not say.
+// ref then); an error means the bucket still did not say, or the ref is
+// still as the write found it, which a server completing the PUT late
+// can change yet (review 43: that was taken for "did not land", and the
+// check stopped).
 func (s *Store) ResolveRef(ctx context.Context, e *RefOutcomeUnknownError) (cur Ref, landed bool, err error) {
 	cur, err = s.ReadRef(ctx, e.Name)
 	switch {
-	case err != nil && refAnswered(err):
-		return Ref{}, false, nil
-	case err != nil:
+	case err == nil && cur.Target == e.Target:
+		return cur, true, nil
+	case err != nil && !refAnswered(err):
 		return Ref{}, false, err
+	case e.pending != nil && e.pending(cur, err):
+		return Ref{}, false, fmt.Errorf("ref %s: %w: it is still as the write found it", e.Name, ErrOutcomeUnknown)
+	case err != nil:
+		return Ref{}, false, nil
 	}
-	return cur, cur.Target == e.Target, nil
+	return cur, false, nil
 }
 
 // refAnswered reports a failed read of a ref that still tells what the

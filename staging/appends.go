@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/pugmark/pugfs/cache"
 	"github.com/pugmark/pugfs/layout"
@@ -131,9 +132,9 @@ func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *Fil
 		w.log.Error("appended file not moved: its commit was refused by the content it was built on", "session", id, "name", name, "version", cur.Version)
 		return 0, false
 	}
-	baseMeta := w.baseMetadata(id, was, st)
+	base := w.baseEntry(id, was, st)
 	if lazy || from < 0 {
-		return w.rebaseAttrs(ctx, id, s, name, cur, exists, was, baseMeta)
+		return w.rebaseAttrs(ctx, id, s, name, cur, exists, was, base)
 	}
 	// The other writer's content is fetched into a new spill file
 	// without s.mu: reads and stats of s, and more appends, go on.
@@ -181,20 +182,24 @@ func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *Fil
 		// The other writer's attributes, but for those this file changed
 		// itself (a chmod before the fsync it was built on, a touch -d
 		// through its descriptor): it took the other writer's whole, and
-		// they were lost (audit 41, F2).
-		schema := cur.SchemaURL
-		if was == nil || s.schema != was.SchemaURL {
-			schema = s.schema
-		}
-		mine := s.meta
-		s.meta = layout.MergeMetadata(baseMeta, mine, cur.Metadata)
-		if tail == 0 {
-			// Nothing appended: the bytes are the other writer's, and so
-			// is their time, unless this file set one itself.
-			s.meta = keptTimeOf(s.meta, mine, baseMeta, cur.Metadata)
+		// they were lost (audit 41, F2). A file made here (was is nil)
+		// changed none: its create mode is no chmod of the file it
+		// appends to, as a second open(O_CREAT) on a disk changes
+		// nothing of the file the first made (review 43).
+		schema, meta := cur.SchemaURL, cloneMap(cur.Metadata)
+		if was != nil {
+			if s.schema != was.SchemaURL {
+				schema = s.schema
+			}
+			meta = layout.MergeMetadata(metaOf(base), s.meta, cur.Metadata)
+			if tail == 0 {
+				// Nothing appended: the bytes are the other writer's, and
+				// so is their time, unless this file set one itself.
+				meta = keptTimeOf(meta, s.meta, base, &cur, id.Time())
+			}
 		}
 		s.committed, s.absent = &cur, nil
-		s.schema, s.cacheControl, s.ctype = schema, cur.CacheControl, ctype
+		s.meta, s.schema, s.cacheControl, s.ctype = meta, schema, cur.CacheControl, ctype
 	} else {
 		s.committed, s.absent, s.absentAs = nil, &layout.FileBase{Version: st.Version}, name
 	}
@@ -217,7 +222,7 @@ func (w *Writer) rebaseAppended(ctx context.Context, id layout.SessionID, s *Fil
 // Its commit was refused, ESTALE where the chmod landed (audit 41, F7).
 // An edit stays refused, and so does a file removed meanwhile: there is
 // nothing to put the attributes on.
-func (w *Writer) rebaseAttrs(ctx context.Context, id layout.SessionID, s *File, name string, cur layout.Entry, exists bool, was *layout.Entry, baseMeta map[string]string) (gen uint64, ok bool) {
+func (w *Writer) rebaseAttrs(ctx context.Context, id layout.SessionID, s *File, name string, cur layout.Entry, exists bool, was, base *layout.Entry) (gen uint64, ok bool) {
 	if !exists || was == nil {
 		return 0, false
 	}
@@ -262,7 +267,7 @@ func (w *Writer) rebaseAttrs(ctx context.Context, id layout.SessionID, s *File, 
 		return 0, false
 	}
 	mine := s.meta
-	s.meta = keptTimeOf(layout.MergeMetadata(baseMeta, mine, cur.Metadata), mine, baseMeta, cur.Metadata)
+	s.meta = keptTimeOf(layout.MergeMetadata(metaOf(base), mine, cur.Metadata), mine, base, &cur, id.Time())
 	if s.schema == was.SchemaURL {
 		s.schema = cur.SchemaURL
 	}
@@ -292,50 +297,54 @@ func (w *Writer) rebaseAttrs(ctx context.Context, id layout.SessionID, s *File, 
 	return s.gen, true
 }
 
-// baseMetadata is the metadata of the bucket's file that e, the entry a
-// staged file was built on, stands for: e's own, or for an entry a
-// pending change made (a chmod waiting for the fsync), the committed file
-// that change was made from, as st shows it at its version (nil when
-// there is none).
-func (w *Writer) baseMetadata(id layout.SessionID, e *layout.Entry, st *cache.State) map[string]string {
-	if e == nil {
-		return nil
-	}
-	if !pendingEntry(id, e) {
-		return e.Metadata
+// baseEntry is the bucket's file that e, the entry a staged file was
+// built on, stands for: e itself, or for an entry a pending change made
+// (a chmod waiting for the fsync), the committed file that change was
+// made from, as st shows it at its version (nil when there is none).
+func (w *Writer) baseEntry(id layout.SessionID, e *layout.Entry, st *cache.State) *layout.Entry {
+	if e == nil || !pendingEntry(id, e) {
+		return e
 	}
 	fb := w.baseOf(w.session(id), e)
 	if fb == nil || fb.Version == 0 {
 		return nil
 	}
 	if be, ok := st.SlotAt(e.Name, fb.Version); ok && be.Digest == fb.Digest {
-		return be.Metadata
+		return &be
 	}
 	return nil
 }
 
-// keptTimeOf is merged (layout.MergeMetadata of base, mine and theirs)
-// with the posix-mtime of theirs, unless mine set one of its own: the
-// time of a file whose bytes are another writer's, when this one only
-// changed attributes (MergeMetadata keeps mine's, which a content write
-// clears).
-func keptTimeOf(merged, mine, base, theirs map[string]string) map[string]string {
+// metaOf is e's metadata, nil for no entry.
+func metaOf(e *layout.Entry) map[string]string {
+	if e == nil {
+		return nil
+	}
+	return e.Metadata
+}
+
+// keptTimeOf is merged (layout.MergeMetadata of base's metadata, mine
+// and cur's) with the time cur shows, pinned as posix-mtime as a chmod
+// pins it (AttrChange.Apply), unless mine set a time of its own: the time
+// of a file whose bytes are another writer's, when this one changed only
+// attributes. MergeMetadata keeps mine's, which a content write clears,
+// and a metadata change pins the time its bytes showed (an fchmod): kept,
+// the other writer's new bytes showed the old bytes' time (review 43).
+// born is the session's time, what a file with no time of its own shows.
+func keptTimeOf(merged, mine map[string]string, base, cur *layout.Entry, born time.Time) map[string]string {
 	mv, inMine := mine[layout.MetaPosixMtime]
-	bv, inBase := base[layout.MetaPosixMtime]
-	if inMine != inBase || mv != bv {
+	if inMine && base != nil {
+		bv, inBase := base.Metadata[layout.MetaPosixMtime]
+		pinned := layout.FormatPosixMtime(layout.ShownMtime(base.Metadata, base.CreatedAt, born))
+		inMine = !(inBase && mv == bv) && mv != pinned
+	}
+	if inMine {
 		return merged
 	}
 	merged = maps.Clone(merged)
 	if merged == nil {
 		merged = map[string]string{}
 	}
-	if v, ok := theirs[layout.MetaPosixMtime]; ok {
-		merged[layout.MetaPosixMtime] = v
-	} else {
-		delete(merged, layout.MetaPosixMtime)
-	}
-	if len(merged) == 0 {
-		return nil
-	}
+	merged[layout.MetaPosixMtime] = layout.FormatPosixMtime(layout.ShownMtime(cur.Metadata, cur.CreatedAt, born))
 	return merged
 }

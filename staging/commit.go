@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -475,6 +476,7 @@ func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error)
 		}
 		d, err := s.describeLocked(w.cfg.Now())
 		gen := s.gen
+		s.describedGen = gen
 		c := s.committed
 		stored := s.lazy != nil || c != nil && c.Digest == d.Digest
 		s.mu.Unlock()
@@ -653,6 +655,15 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 				// holds is closed next): a crash must not keep it as
 				// if it were not (review 20).
 				s.unkeepLocked()
+			}
+			if s.keptAt != "" && s.keptGen == s.describedGen {
+				// Kept in the failed directory while this commit was
+				// in flight (the mount stopping): it landed, and the
+				// copy read as bytes never committed (review 43).
+				if err := os.Remove(s.keptAt); err == nil {
+					w.log.Info("committed after all: the copy kept when the mount stopped is removed", "session", id, "name", d.Name, "path", s.keptAt, "version", res.Version)
+				}
+				s.keptAt = ""
 			}
 			s.mu.Unlock()
 		}

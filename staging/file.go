@@ -69,6 +69,11 @@ type File struct {
 	// GUARDED_BY(Writer.mu).
 	keptAt  string
 	keptGen uint64
+	// describedGen is the generation of the content the last upload
+	// described: what a commit of the file that lands next holds, so a
+	// copy kept of that content (keptAt) is then no data to save.
+	// GUARDED_BY(mu).
+	describedGen uint64
 	// parkedEmpty marks a file parked while it held its content lazily:
 	// its empty spill file was closed, with no name (park.go).
 	parkedEmpty bool

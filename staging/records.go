@@ -76,7 +76,10 @@ type Records struct {
 	// asks the bucket (resolveRefFirst; tests shorten it), and resolved,
 	// if set, is told its answer (tests).
 	resolveFirst time.Duration
-	resolved     func(name string, landed bool)
+	// resolveFor is how long it keeps asking (resolveLaterFor; tests
+	// shorten it).
+	resolveFor time.Duration
+	resolved   func(name string, landed bool)
 }
 
 // RecordOptions configure Records; each may be left zero.
@@ -122,7 +125,7 @@ func NewRecords(store RecordStore, caches RecordCaches, opts RecordOptions) *Rec
 		caches.InvalidateSession = func(layout.SessionID) {}
 	}
 	r := &Records{store: store, caches: caches, now: now, log: log, failedDir: opts.FailedDir, writerFile: opts.WriterFile,
-		resolveFirst: resolveRefFirst}
+		resolveFirst: resolveRefFirst, resolveFor: resolveLaterFor}
 	r.laterCtx, r.laterCancel = context.WithCancel(context.Background())
 	return r
 }
@@ -534,12 +537,15 @@ func (r *Records) resolveRefLater(u *layout.RefOutcomeUnknownError, kept string)
 	r.later.Add(1)
 	go func() {
 		defer r.later.Done()
-		ctx, cancel := context.WithTimeout(r.laterCtx, resolveLaterFor)
+		ctx, cancel := context.WithTimeout(r.laterCtx, r.resolveFor)
 		defer cancel()
 		for delay := r.resolveFirst; ; delay = min(max(2*delay, time.Second), 30*time.Second) {
 			select {
 			case <-ctx.Done():
 				r.log.Warn("the outcome of a ref write stayed unknown: its copy in the failed directory stays", "ref", u.Name, "target", u.Target, "path", kept)
+				if r.resolved != nil {
+					r.resolved(u.Name, false)
+				}
 				return
 			case <-time.After(delay):
 			}

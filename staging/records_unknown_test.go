@@ -165,6 +165,12 @@ func TestRecordsRefWriteOutcomeUnknown(t *testing.T) {
 					t.Cleanup(r.Close)
 					t.Cleanup(goOn)
 					r.resolveFirst = 0
+					if !c.landed {
+						// It keeps asking while the ref is as the PUT found
+						// it (a server can complete the PUT late): not for
+						// the 10 minutes a mount asks, here.
+						r.resolveFor = 200 * time.Millisecond
+					}
 					resolved := make(chan bool, 1)
 					r.resolved = func(_ string, landed bool) { resolved <- landed }
 
@@ -243,5 +249,65 @@ func sync1(f func()) func() {
 		if done.CompareAndSwap(false, true) {
 			f()
 		}
+	}
+}
+
+// TestRecordsRefCheckGoesOnWhileThePutMayLand: a ref write whose PUT
+// was cut by its deadline before the bucket answered, the ref read back
+// as the PUT found it: settleRef calls that unknown, as a server can
+// complete the PUT after the read. The background check found the very
+// same thing at its first look, settled it as "did not land" and
+// stopped; when the server completed the PUT after that, the ref held
+// what was written while its copy stayed in failed/refs/ saying it was
+// not (review 43). It now asks on while the ref is as the PUT found it.
+func TestRecordsRefCheckGoesOnWhileThePutMayLand(t *testing.T) {
+	ctx := context.Background()
+	inner, err := localblob.OpenBucket(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := layout.New(inner, nil)
+	inj := faultblob.NewInjector(faultblob.Options{Seed: 1})
+	store := layout.New(faultblob.Wrap(inner, inj), &layout.Options{Retries: -1, RetryBase: time.Millisecond})
+	const name, mine = "tags/x", "objects/mine"
+	if err := plain.Link(ctx, name, "objects/before"); err != nil {
+		t.Fatal(err)
+	}
+	prev, err := plain.ReadRef(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := t.TempDir()
+	logged := &syncbuf.Buffer{}
+	var asks atomic.Int64
+	asked := func() {
+		if asks.Add(1) == 2 {
+			// The server completes the PUT it got, after the first look.
+			if err := plain.Link(ctx, name, mine); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	r := NewRecords(askingStore{store, asked}, RecordCaches{}, RecordOptions{FailedDir: failed, Log: logged.Logger(slog.LevelInfo)})
+	t.Cleanup(r.Close)
+	r.resolveFirst = 0
+	resolved := make(chan bool, 4)
+	r.resolved = func(_ string, landed bool) { resolved <- landed }
+	key, _ := layout.RefKey(name)
+	inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: key}, FailFirst: 1,
+		Err: faultblob.TransientError(gcerrors.DeadlineExceeded)})
+	if _, _, err := r.WriteRef(ctx, name, prev, true, []byte(mine+"\n")); !errors.Is(err, layout.ErrOutcomeUnknown) {
+		t.Fatalf("write with its PUT cut by the deadline: %v, want the outcome unknown", err)
+	}
+	select {
+	case landed := <-resolved:
+		if !landed {
+			t.Fatalf("the check settled \"did not land\" after %d looks, with the ref as the PUT found it\n%s", asks.Load(), logged)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no answer from the background check")
+	}
+	if kept := keptCopies(t, failed); len(kept) != 0 {
+		t.Fatalf("refs/%s holds %s, what the write wrote, yet its copy %v stays in failed/\n%s", name, mine, kept, logged)
 	}
 }

@@ -396,3 +396,34 @@ func TestShutdownDuringCommitKeepsOneCopy(t *testing.T) {
 		t.Fatalf("failed/ holds %v, want one copy of late", kept)
 	}
 }
+
+// TestShutdownDuringCommitThatLandsKeepsNoCopy: the mount stops while a
+// close's commit uploads, which keeps the file in the failed directory,
+// and the commit then lands: the copy is removed, as a commit whose
+// outcome was unknown has its copy removed once it is found landed. It
+// stayed, saying the bytes the session holds were never committed
+// (review 43).
+func TestShutdownDuringCommitThatLandsKeepsNoCopy(t *testing.T) {
+	r := newWriterRig(t)
+	body := big("committing when stopped ")
+	s := r.written(t, "late", body)
+	puts := faultblob.NewGate()
+	t.Cleanup(puts.Release)
+	rule := r.inj.Add(faultblob.Rule{Ops: faultblob.OpPut, Match: faultblob.Match{Prefix: layout.ObjectsPrefix}, Stall: puts})
+	released := make(chan error, 1)
+	go func() { released <- r.w.Release(context.Background(), r.id, s) }()
+	waitStalled(t, puts, 1)
+	r.w.Shutdown()
+	r.inj.Remove(rule)
+	puts.Release() // the upload goes on, and the commit lands
+	if err := <-released; err != nil {
+		t.Fatalf("the release's commit: %v", err)
+	}
+	e, ok := r.slot(t, "late")
+	if !ok || e.Size != int64(len(body)) {
+		t.Fatalf("late not committed (%v, size %d)", ok, e.Size)
+	}
+	if kept := r.failedFiles(t); len(kept) != 0 {
+		t.Fatalf("the commit landed, yet failed/ holds %v: a copy saying the bytes were never committed", kept)
+	}
+}
