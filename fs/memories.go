@@ -690,6 +690,12 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 	if h.write && !has {
 		n.commitOthers(ctx)
 	}
+	// A rename or rm of the record (holdCommits) waits for the look
+	// below, and this for it: one that went between the read of the
+	// node's name and the write of what the LIST found back into it was
+	// undone, its old name put back on the node, and this descriptor's
+	// write made the old record again (review 43).
+	n.commits.RLock()
 	n.mu.Lock()
 	e, has := n.e, n.has
 	n.mu.Unlock()
@@ -700,6 +706,7 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 		// update otherwise), so >> appends to it, as for session files.
 		cur, ok, err := n.f.latestRecord(ctx, n.ns, e.Name)
 		if err != nil {
+			n.commits.RUnlock()
 			return nil, 0, n.f.errnoOf("open memory", err)
 		}
 		if ok != has || (ok && cur.Digest != e.Digest) {
@@ -714,6 +721,7 @@ func (n *memFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 			n.mu.Unlock()
 		}
 	}
+	n.commits.RUnlock()
 	appendingNew := h.write && !has && flags&(syscall.O_APPEND|syscall.O_TRUNC) == syscall.O_APPEND
 	if (!has || (!h.write && n.bufs.unsaved())) && flags&syscall.O_TRUNC == 0 && !appendingNew {
 		// Created here and not committed yet, or written through a
@@ -951,9 +959,10 @@ type memHandle struct {
 	// from the open on. Set before the handle is shared.
 	trunc bool
 	// inherited is the metadata of the record the handle opened (nil
-	// for none): a rewrite keeps the metadata other writers gave the
-	// record since, but for what this handle changed (RewriteMemory).
-	// Set before the handle is shared.
+	// for none), then of the record its last commit made: a rewrite
+	// keeps the metadata other writers gave the record since, but for
+	// what this handle changed (RewriteMemory). Set before the handle is
+	// shared, then GUARDED_BY commitMu (Flush).
 	inherited map[string]string
 }
 
@@ -1085,6 +1094,18 @@ func (h *memHandle) Flush(ctx context.Context) syscall.Errno {
 	}
 	h.committedAs(body, merged)
 	h.base = &d.Digest
+	// The record's metadata as it landed, merged with another writer's
+	// (a chmod from another mount kept): the descriptor shows it, and
+	// builds its next commit on it. It kept the metadata read at the
+	// open, so fstat through it showed the mode the merge had dropped,
+	// and an fchmod back to that mode was a no-op (review 43).
+	h.mu.Lock()
+	h.meta = layout.MergeMetadata(desc.Metadata, h.meta, d.Metadata)
+	h.mu.Unlock()
+	h.inherited = maps.Clone(d.Metadata)
+	if h.inherited == nil {
+		h.inherited = map[string]string{}
+	}
 	n.mu.Lock()
 	if n.has && n.e.Digest != d.Digest {
 		// The node's number names the content it was looked up with

@@ -244,6 +244,12 @@ func (r *refFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 		}
 		return r.fileNode.Open(ctx, flags)
 	}
+	// A rename of the ref (holdCommits) waits for the read of its value
+	// and the descriptor's registration, and this for it: one between
+	// them did not move the value to the new name, and the close swapped
+	// against the old name's, ESTALE (review 43).
+	r.commits.RLock()
+	defer r.commits.RUnlock()
 	prev, err := r.f.store.ReadRef(ctx, r.name())
 	if err != nil && !errors.Is(err, layout.ErrNotFound) {
 		return nil, 0, r.f.errnoOf("open ref "+r.name(), err)
@@ -328,6 +334,11 @@ type refHandle struct {
 	// while it waits for commits).
 	prev    layout.Ref
 	existed bool
+	// unknown is this handle's last write when its outcome was unknown
+	// (EIO): the next write asks whether it landed, and if so swaps
+	// against it, not against prev, or its own landed write counted as
+	// another writer's change (ESTALE, review 43). GUARDED_BY commitMu.
+	unknown *layout.RefOutcomeUnknownError
 }
 
 var (
@@ -391,12 +402,24 @@ func (h *refHandle) write(ctx context.Context, fsync bool) syscall.Errno {
 		h.settle(gen, nil) // removed or renamed over: written nowhere
 		return 0
 	}
+	if u := h.unknown; u != nil && u.Name == name {
+		if cur, landed, err := f.recs.ResolveRef(context.WithoutCancel(ctx), u); err == nil && landed {
+			h.prev, h.existed = cur, true
+		}
+		// Not landed: another value is there, and the swap against
+		// prev says so; still unknown: the swap against prev replaces
+		// the value the earlier write found, as it would have.
+	}
 	prev, existed, err := f.recs.WriteRef(context.WithoutCancel(ctx), name, h.prev, h.existed, body)
 	if err != nil {
+		var u *layout.RefOutcomeUnknownError
+		if errors.As(err, &u) {
+			h.unknown = u
+		}
 		return f.errnoOf("write ref "+name, err)
 	}
 	h.settle(gen, nil)
-	h.prev, h.existed = prev, existed
+	h.prev, h.existed, h.unknown = prev, existed, nil
 	return 0
 }
 

@@ -572,6 +572,13 @@ func (r *Records) resolveRefLater(u *layout.RefOutcomeUnknownError, kept string)
 	}()
 }
 
+// ResolveRef asks the bucket again what became of a ref write whose
+// outcome was unknown (layout.Store.ResolveRef): whether the ref holds
+// its target now, and the ref then.
+func (r *Records) ResolveRef(ctx context.Context, u *layout.RefOutcomeUnknownError) (layout.Ref, bool, error) {
+	return r.store.ResolveRef(ctx, u)
+}
+
 // CheckRef returns ErrBadRef unless body is what ref name may hold: one
 // line, not empty, and for a session ref a manifest's storage path
 // (§9.1). It asks the bucket nothing (whether that session exists is
