@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"gocloud.dev/blob/memblob"
 
@@ -53,27 +52,10 @@ func TestMemoryOpenRacingARename(t *testing.T) {
 	}
 	// The rename waits for the open's look at the record (or, before,
 	// went on at once).
-	renamed := make(chan error, 1)
-	go func() { renamed <- os.Rename(filepath.Join(mnt, "memories/ns/a"), filepath.Join(mnt, "memories/ns/b")) }()
-	var rerr error
-	done := false
-	deadline := time.Now().Add(10 * time.Second)
-	for !done && !blockedIn("memDirNode).holdCommits") {
-		select {
-		case rerr = <-renamed:
-			done = true
-		case <-time.After(time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the rename neither ended nor waited for the open")
-		}
-	}
-	gate.Release()
-	if !done {
-		rerr = <-renamed
-	}
-	if rerr != nil {
-		t.Fatalf("mv a b: %v", rerr)
+	if err := renameAcrossOpen(t, "memDirNode).holdCommits", gate, func() error {
+		return os.Rename(filepath.Join(mnt, "memories/ns/a"), filepath.Join(mnt, "memories/ns/b"))
+	}); err != nil {
+		t.Fatalf("mv a b: %v", err)
 	}
 	o := <-op
 	if o.err != nil {

@@ -137,27 +137,8 @@ func TestRefOpenRacingARename(t *testing.T) {
 	}
 	// The rename waits for the open to register its descriptor (or,
 	// before, went on at once).
-	renamed := make(chan error, 1)
-	go func() { renamed <- renameRef(mnt, "a", "b", 0) }()
-	var rerr error
-	done := false
-	deadline := time.Now().Add(10 * time.Second)
-	for !done && !blockedIn("refsNode).holdCommits") {
-		select {
-		case rerr = <-renamed:
-			done = true
-		case <-time.After(time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the rename neither ended nor waited for the open")
-		}
-	}
-	gate.Release()
-	if !done {
-		rerr = <-renamed
-	}
-	if rerr != nil {
-		t.Fatalf("rename a b: %v", rerr)
+	if err := renameAcrossOpen(t, "refsNode).holdCommits", gate, func() error { return renameRef(mnt, "a", "b", 0) }); err != nil {
+		t.Fatalf("rename a b: %v", err)
 	}
 	o := <-op
 	if o.err != nil {
@@ -185,4 +166,28 @@ func stalledIn(fn string) bool {
 		}
 	}
 	return false
+}
+
+// renameAcrossOpen runs rename while an open is stalled on gate: it
+// waits until rename has ended or waits in hold (a function of the
+// rename, blockedIn), then releases the open, and returns rename's
+// error once it has ended.
+func renameAcrossOpen(t *testing.T, hold string, gate *faultblob.Gate, rename func() error) error {
+	t.Helper()
+	renamed := make(chan error, 1)
+	go func() { renamed <- rename() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !blockedIn(hold) {
+		select {
+		case err := <-renamed:
+			gate.Release()
+			return err
+		case <-time.After(time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the rename neither ended nor waited for the open")
+		}
+	}
+	gate.Release()
+	return <-renamed
 }
