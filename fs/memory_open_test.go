@@ -2,10 +2,8 @@ package fs
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 
 	"gocloud.dev/blob/memblob"
@@ -31,25 +29,7 @@ func TestMemoryOpenRacingARename(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	gate := faultblob.NewGate()
-	t.Cleanup(gate.Release)
-	var armed atomic.Bool
-	armed.Store(true)
-	inj.Add(faultblob.Rule{Ops: faultblob.OpList, Match: faultblob.Match{Prefix: layout.MemoriesPrefix}, Stall: gate,
-		While: func() bool { return armed.CompareAndSwap(true, false) }})
-	type opened struct {
-		f   *os.File
-		err error
-	}
-	op := make(chan opened, 1)
-	go func() {
-		f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", ro.Fd()), os.O_RDWR, 0)
-		op <- opened{f, err}
-	}()
-	waitStalled(t, gate, 1)
-	if !stalledIn("memFile).Open") {
-		t.Skip("the stalled listing is not the open's; cannot order the race")
-	}
+	gate, op := openStalled(t, inj, faultblob.Rule{Ops: faultblob.OpList, Match: faultblob.Match{Prefix: layout.MemoriesPrefix}}, ro, "memFile).Open")
 	// The rename waits for the open's look at the record (or, before,
 	// went on at once).
 	if err := renameAcrossOpen(t, "memDirNode).holdCommits", gate, func() error {

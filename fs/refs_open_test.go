@@ -116,25 +116,7 @@ func TestRefOpenRacingARename(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	gate := faultblob.NewGate()
-	t.Cleanup(gate.Release)
-	var armed atomic.Bool
-	armed.Store(true)
-	inj.Add(faultblob.Rule{Ops: faultblob.OpHead, Match: faultblob.Match{Regexp: regexp.MustCompile(`^refs/a$`)}, Stall: gate,
-		While: func() bool { return armed.CompareAndSwap(true, false) }})
-	type opened struct {
-		f   *os.File
-		err error
-	}
-	op := make(chan opened, 1)
-	go func() {
-		f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", ro.Fd()), os.O_RDWR, 0)
-		op <- opened{f, err}
-	}()
-	waitStalled(t, gate, 1)
-	if !stalledIn("refFile).Open") {
-		t.Skip("the stalled read is not the open's (kernel sent another request first); cannot order the race")
-	}
+	gate, op := openStalled(t, inj, faultblob.Rule{Ops: faultblob.OpHead, Match: faultblob.Match{Regexp: regexp.MustCompile(`^refs/a$`)}}, ro, "refFile).Open")
 	// The rename waits for the open to register its descriptor (or,
 	// before, went on at once).
 	if err := renameAcrossOpen(t, "refsNode).holdCommits", gate, func() error { return renameRef(mnt, "a", "b", 0) }); err != nil {
@@ -190,4 +172,35 @@ func renameAcrossOpen(t *testing.T, hold string, gate *faultblob.Gate, rename fu
 	}
 	gate.Release()
 	return <-renamed
+}
+
+// opened is what an open of openStalled gave.
+type opened struct {
+	f   *os.File
+	err error
+}
+
+// openStalled opens ro's file again for writing (by its descriptor: no
+// lookup) in a goroutine whose first request matching rule stalls on the
+// gate it returns, and waits until it does, in fn (the node's Open); it
+// skips the test when the stalled request is another (the kernel sent
+// one first).
+func openStalled(t *testing.T, inj *faultblob.Injector, rule faultblob.Rule, ro *os.File, fn string) (*faultblob.Gate, chan opened) {
+	t.Helper()
+	gate := faultblob.NewGate()
+	t.Cleanup(gate.Release)
+	var armed atomic.Bool
+	armed.Store(true)
+	rule.Stall, rule.While = gate, func() bool { return armed.CompareAndSwap(true, false) }
+	inj.Add(rule)
+	op := make(chan opened, 1)
+	go func() {
+		f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", ro.Fd()), os.O_RDWR, 0)
+		op <- opened{f, err}
+	}()
+	waitStalled(t, gate, 1)
+	if !stalledIn(fn) {
+		t.Skip("the stalled request is not the open's (the kernel sent another first); cannot order the race")
+	}
+	return gate, op
 }
