@@ -438,6 +438,16 @@ func (n *memDirNode) Rename(ctx context.Context, name string, newParent gofs.Ino
 				mf.rename(newName) // an older node of the record moves with it
 			}
 		}
+		// Descriptors still open on the record write to its new name,
+		// and the old name's next lookup gets a node of its own. Before
+		// the commits are let go: an open waiting for them read the old
+		// name off the node and put it back (review 44).
+		if in := n.GetChild(name); in != nil {
+			f.moved.add(in.StableAttr().Ino)
+			if kernels != nil {
+				kernels.rename(newName)
+			}
+		}
 	}
 	release()
 	if err != nil {
@@ -445,14 +455,6 @@ func (n *memDirNode) Rename(ctx context.Context, name string, newParent gofs.Ino
 	}
 	if over != nil {
 		f.dropPending(n.prefix, newName)
-	}
-	// Descriptors still open on the record write to its new name, and
-	// the old name's next lookup gets a node of its own.
-	if in := n.GetChild(name); in != nil {
-		f.moved.add(in.StableAttr().Ino)
-		if mf, ok := in.Operations().(*memFile); ok {
-			mf.rename(newName)
-		}
 	}
 	if src != nil {
 		f.mem.mu.Lock()

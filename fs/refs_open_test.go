@@ -87,6 +87,12 @@ func TestRefWriteAfterAnUnknownOutcome(t *testing.T) {
 			if err != nil || got != "objects/three" {
 				t.Fatalf("close after a second write through the descriptor whose first write landed late: %v; refs/x = %q, want 0 and objects/three (no other writer touched the ref)", err, got)
 			}
+			// The first write landed: its copy goes (review 44: the
+			// background check then found the second write there, and
+			// kept the copy of the first as never written).
+			if kept, _ := filepath.Glob(filepath.Join(mnt, ".pugmark", "failed", "refs", "*")); len(kept) != 0 {
+				t.Fatalf("copies of landed ref writes kept: %v", kept)
+			}
 		})
 	}
 }

@@ -476,7 +476,6 @@ func (w *Writer) upload(ctx context.Context, s *File) (layout.Descriptor, error)
 		}
 		d, err := s.describeLocked(w.cfg.Now())
 		gen := s.gen
-		s.describedGen = gen
 		c := s.committed
 		stored := s.lazy != nil || c != nil && c.Digest == d.Digest
 		s.mu.Unlock()
@@ -656,10 +655,13 @@ func (w *Writer) commitBatch(ctx context.Context, ws *session, b *batch) (layout
 				// if it were not (review 20).
 				s.unkeepLocked()
 			}
-			if s.keptAt != "" && s.keptGen == s.describedGen {
+			if s.keptAt != "" && !s.keptDigest.IsZero() && s.keptDigest == d.Digest {
 				// Kept in the failed directory while this commit was
-				// in flight (the mount stopping): it landed, and the
-				// copy read as bytes never committed (review 43).
+				// in flight (the mount stopping): those bytes landed,
+				// and the copy read as bytes never committed (review
+				// 43). By digest, not generation: an older commit of
+				// the file landing removed the copy of newer bytes
+				// (review 44).
 				if err := os.Remove(s.keptAt); err == nil {
 					w.log.Info("committed after all: the copy kept when the mount stopped is removed", "session", id, "name", d.Name, "path", s.keptAt, "version", res.Version)
 				}

@@ -67,13 +67,13 @@ type File struct {
 	// while its commit was in flight, and kept again when that commit
 	// failed, had two copies (CI, TestStopTwiceWhileCommitting).
 	// GUARDED_BY(Writer.mu).
-	keptAt  string
-	keptGen uint64
-	// describedGen is the generation of the content the last upload
-	// described: what a commit of the file that lands next holds, so a
-	// copy kept of that content (keptAt) is then no data to save.
-	// GUARDED_BY(mu).
-	describedGen uint64
+	// keptDigest is the digest of that copy's bytes when the file's
+	// running hash gave it (zero otherwise): a commit that lands those
+	// very bytes removes the copy, which would read as bytes never
+	// committed. GUARDED_BY(Writer.mu).
+	keptAt     string
+	keptGen    uint64
+	keptDigest layout.Digest
 	// parkedEmpty marks a file parked while it held its content lazily:
 	// its empty spill file was closed, with no name (park.go).
 	parkedEmpty bool

@@ -75,6 +75,14 @@ type Records struct {
 	// resolveFirst is how long a background check waits before it first
 	// asks the bucket (resolveRefFirst; tests shorten it), and resolved,
 	// if set, is told its answer (tests).
+	// unsettled are the ref writes of unknown outcome a background check
+	// asks about, with their copies in the failed directory: a later
+	// write of the same descriptor that finds one landed (ResolveRef)
+	// settles it, its copy removed, where the check then found the ref
+	// holding the later write and kept the copy (review 44).
+	// GUARDED_BY(unsettledMu).
+	unsettledMu  sync.Mutex
+	unsettled    map[*layout.RefOutcomeUnknownError]string
 	resolveFirst time.Duration
 	// resolveFor is how long it keeps asking (resolveLaterFor; tests
 	// shorten it).
@@ -534,9 +542,16 @@ const resolveRefFirst = time.Second
 // A ref found holding anything else keeps the copy. The answer goes to
 // the log, as a commit's does (Writer.resolveLater).
 func (r *Records) resolveRefLater(u *layout.RefOutcomeUnknownError, kept string) {
+	r.unsettledMu.Lock()
+	if r.unsettled == nil {
+		r.unsettled = map[*layout.RefOutcomeUnknownError]string{}
+	}
+	r.unsettled[u] = kept
+	r.unsettledMu.Unlock()
 	r.later.Add(1)
 	go func() {
 		defer r.later.Done()
+		defer r.settle(u)
 		ctx, cancel := context.WithTimeout(r.laterCtx, r.resolveFor)
 		defer cancel()
 		for delay := r.resolveFirst; ; delay = min(max(2*delay, time.Second), 30*time.Second) {
@@ -549,9 +564,16 @@ func (r *Records) resolveRefLater(u *layout.RefOutcomeUnknownError, kept string)
 				return
 			case <-time.After(delay):
 			}
+			if !r.isUnsettled(u) {
+				return // settled by a later write of its descriptor
+			}
 			cur, landed, err := r.store.ResolveRef(ctx, u)
 			if err != nil {
 				continue
+			}
+			var ok bool
+			if kept, ok = r.settle(u); !ok {
+				return // settled meanwhile by a later write of its descriptor
 			}
 			if landed {
 				r.caches.InvalidateRefs()
@@ -575,8 +597,38 @@ func (r *Records) resolveRefLater(u *layout.RefOutcomeUnknownError, kept string)
 // ResolveRef asks the bucket again what became of a ref write whose
 // outcome was unknown (layout.Store.ResolveRef): whether the ref holds
 // its target now, and the ref then.
+// One that landed is settled: its copy in the failed directory is
+// removed, and its background check stops.
 func (r *Records) ResolveRef(ctx context.Context, u *layout.RefOutcomeUnknownError) (layout.Ref, bool, error) {
-	return r.store.ResolveRef(ctx, u)
+	cur, landed, err := r.store.ResolveRef(ctx, u)
+	if err == nil && landed {
+		if kept, _ := r.settle(u); kept != "" {
+			if rerr := os.Remove(kept); rerr == nil {
+				r.log.Info("a ref write whose outcome was unknown had landed: its copy in the failed directory was removed", "ref", u.Name, "target", u.Target, "removed", kept)
+			}
+		}
+		r.caches.InvalidateRefs()
+	}
+	return cur, landed, err
+}
+
+// settle forgets u, a ref write of unknown outcome, and returns the copy
+// its check was keeping ("" for none); ok is false when it was settled
+// already.
+func (r *Records) settle(u *layout.RefOutcomeUnknownError) (kept string, ok bool) {
+	r.unsettledMu.Lock()
+	defer r.unsettledMu.Unlock()
+	kept, ok = r.unsettled[u]
+	delete(r.unsettled, u)
+	return kept, ok
+}
+
+// isUnsettled reports whether u's check is still wanted.
+func (r *Records) isUnsettled(u *layout.RefOutcomeUnknownError) bool {
+	r.unsettledMu.Lock()
+	defer r.unsettledMu.Unlock()
+	_, ok := r.unsettled[u]
+	return ok
 }
 
 // CheckRef returns ErrBadRef unless body is what ref name may hold: one

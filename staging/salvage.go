@@ -134,7 +134,15 @@ func (w *Writer) salvageAt(id layout.SessionID, s *File, msg string, level slog.
 	}
 	dst := w.salvageCopy(id, s, msg, level, lazy, cause)
 	if dst != "" {
-		s.keptAt, s.keptGen = dst, gen
+		var d layout.Digest
+		s.mu.RLock()
+		if s.gen == gen && s.lazy == nil && s.sum != nil && s.summed == s.size {
+			// Unchanged across the copy: the running hash is the copy's
+			// digest (Sum leaves the hash state as it is).
+			copy(d[:], s.sum.Sum(nil))
+		}
+		s.mu.RUnlock()
+		s.keptAt, s.keptGen, s.keptDigest = dst, gen, d
 	}
 	return dst
 }
