@@ -1405,6 +1405,62 @@ func TestExecSignalAnyTime(t *testing.T) {
 	}
 }
 
+// TestExecSignalReachesHandlerOnce: the handler gets each signal once,
+// whether it was sent to the whole process group (a terminal's Ctrl-C or
+// Ctrl-\, kill -INT -PGID) or to pugfs exec alone. A group signal
+// reached the handler directly and again from pugfs exec, which passed
+// on what it got: a trap ran twice, and Python's KeyboardInterrupt came
+// a second time in the middle of the first one's cleanup. Each handler
+// traps the signal, counts it, and exits a second after the first: a
+// copy comes within milliseconds.
+func TestExecSignalReachesHandlerOnce(t *testing.T) {
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	state := t.TempDir()
+	for _, tc := range []struct {
+		name  string
+		sig   syscall.Signal
+		trap  string // its name for sh's trap
+		group bool
+	}{
+		{"SIGINT to the group", syscall.SIGINT, "INT", true},
+		{"SIGINT to pugfs exec", syscall.SIGINT, "INT", false},
+		{"SIGTERM to the group", syscall.SIGTERM, "TERM", true},
+		{"SIGQUIT to the group", syscall.SIGQUIT, "QUIT", true},
+		{"SIGQUIT to pugfs exec", syscall.SIGQUIT, "QUIT", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			trapped := filepath.Join(t.TempDir(), "trapped")
+			g := newGate(t)
+			r := startExec(t, bk, state, id.String(), "sh", "-c",
+				`trap "echo got >> `+trapped+`" `+tc.trap+`; echo out > out.txt; echo $$ > `+g.marker()+`
+				while [ ! -s `+trapped+` ]; do sleep 0.02; done
+				sleep 1; exit 1`)
+			g.ready(t, 1, r)
+			if tc.group {
+				syscall.Kill(-r.cmd.Process.Pid, tc.sig)
+			} else {
+				r.cmd.Process.Signal(tc.sig)
+			}
+			code := r.wait(t)
+			b, err := os.ReadFile(trapped)
+			if err != nil || string(b) != "got\n" {
+				t.Errorf("the handler's trap ran %d times (%q, %v), want once\n%s", strings.Count(string(b), "got"), b, err, r.stderr.String())
+			}
+			want := 128 + int(tc.sig)
+			if tc.sig == syscall.SIGQUIT {
+				want = 1 // the handler's: SIGQUIT is its own
+			}
+			if code != want {
+				t.Errorf("exit %d, want %d\n%s", code, want, r.stderr.String())
+			}
+		})
+	}
+	if v := latest(t, bk, id); v != 0 {
+		t.Fatalf("version %d after the signals, want 0: a run landed", v)
+	}
+}
+
 var (
 	execRequestsLine = regexp.MustCompile(`(?m)^backend requests: get (\d+), head (\d+), put (\d+), list (\d+),`)
 	execPeakLine     = regexp.MustCompile(`(?m)^backend requests in flight or waiting for the scheduler: peak (\d+)$`)

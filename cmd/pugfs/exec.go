@@ -100,8 +100,9 @@ type execConfig struct {
 	// late is what the checkpoint does with inputs that landed while the
 	// handler ran (--late-input).
 	late staging.LateInput
-	// quits receives the SIGQUITs the handler is to get (runExec).
-	quits <-chan os.Signal
+	// quits has a value for each SIGQUIT the handler is to get: whether
+	// it reached the handler's process group directly (quitsReached).
+	quits <-chan bool
 }
 
 func execCommand() *command {
@@ -281,6 +282,15 @@ func runExecOuter(ctx context.Context, sio *stdio) (code int, ok bool) {
 		return 0, false
 	}
 	defer ready.Close()
+	// Signals are passed on to the child on a third pipe, not as
+	// signals: it tells those sent to pugfs exec alone from those that
+	// reached the whole process group, the handler with it
+	// (execsignals.go).
+	forward, forwardW, err := os.Pipe()
+	if err != nil {
+		return 0, false
+	}
+	defer forwardW.Close()
 	// The parent-death signal fires when the thread that forked the
 	// child ends: keep this goroutine on its thread until the child is
 	// gone.
@@ -294,7 +304,7 @@ func runExecOuter(ctx context.Context, sio *stdio) (code int, ok bool) {
 		cmd = exec.Command(self, os.Args[1:]...)
 		cmd.Env = append(os.Environ(), execInnerEnv+"="+strconv.Itoa(execAliveFD))
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, sio.out, sio.err
-		cmd.ExtraFiles = []*os.File{alive, readyW}
+		cmd.ExtraFiles = []*os.File{alive, readyW, forward}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: clone, Unshareflags: syscall.CLONE_NEWNS}
 		if err = cmd.Start(); err == nil || !(errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL)) {
 			break
@@ -302,6 +312,7 @@ func runExecOuter(ctx context.Context, sio *stdio) (code int, ok bool) {
 	}
 	alive.Close()
 	readyW.Close()
+	forward.Close()
 	if err != nil {
 		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) {
 			return 0, false
@@ -322,13 +333,13 @@ func runExecOuter(ctx context.Context, sio *stdio) (code int, ok bool) {
 			select {
 			case s := <-sigs:
 				if armed == nil {
-					cmd.Process.Signal(s)
+					passSignal(forwardW, s)
 				} else {
 					held = append(held, s)
 				}
 			case <-armed:
 				for _, s := range held {
-					cmd.Process.Signal(s)
+					passSignal(forwardW, s)
 				}
 				held, armed = nil, nil // armed: the case is done with
 			case <-done:
@@ -365,7 +376,7 @@ func runExec(ctx context.Context, sio *stdio, cfg execConfig) (err error) {
 			err = &commitError{err}
 		}
 	}()
-	cfg.quits = catchQuit()
+	cfg.quits = quitsReached(catchQuit())
 	level := slog.LevelWarn // stderr belongs to the handler
 	if cfg.mount.Debug {
 		level = slog.LevelDebug
@@ -1066,7 +1077,7 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 	go func() {
 		select {
 		case <-ctx.Done():
-			signalTree(cmd.Process.Pid, signalOf(ctx))
+			signalTree(cmd.Process.Pid, signalOf(ctx), firstReachedGroup())
 			fmt.Fprintf(sio.err, "pugfs exec: %s passed to the command; nothing will be committed; a second one kills it\n", unix.SignalName(signalOf(ctx)))
 		case <-done:
 			return
@@ -1085,7 +1096,7 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 				if time.Since(first) < sameSignal {
 					continue
 				}
-				signalTree(cmd.Process.Pid, syscall.SIGKILL)
+				signalTree(cmd.Process.Pid, syscall.SIGKILL, false)
 				fmt.Fprintf(sio.err, "pugfs exec: second signal: the command and its processes are killed\n")
 			case <-done:
 				return
@@ -1160,14 +1171,15 @@ var catchQuit = sync.OnceValue(func() <-chan os.Signal {
 	return quits
 })
 
-// quitTo passes each SIGQUIT from quits to process pid and every process
+// quitTo passes each SIGQUIT from quits (whether it reached the
+// process group directly: quitsReached) to process pid and every process
 // under it until done is closed. The status is the handler's (131 when
 // it dies of it), and a run that does not exit 0 lands nothing.
-func quitTo(pid int, quits <-chan os.Signal, done <-chan struct{}) {
+func quitTo(pid int, quits <-chan bool, done <-chan struct{}) {
 	for {
 		select {
-		case <-quits:
-			signalTree(pid, syscall.SIGQUIT)
+		case group := <-quits:
+			signalTree(pid, syscall.SIGQUIT, group)
 		case <-done:
 			return
 		}
@@ -1186,14 +1198,6 @@ func signalOf(ctx context.Context) syscall.Signal {
 		}
 	}
 	return syscall.SIGTERM
-}
-
-// signalTree sends sig to pid and to every process under it.
-func signalTree(pid int, sig syscall.Signal) {
-	_ = syscall.Kill(pid, sig)
-	for _, c := range childrenOf(strconv.Itoa(pid)) {
-		signalTree(c, sig)
-	}
 }
 
 // handlerEnv is the handler's environment: env without the credential

@@ -47,6 +47,7 @@ func signalsCaught() bool {
 		return false
 	}
 	catchQuit()
+	forwardSignals()
 	unix.Write(execReadyFD, []byte{1})
 	unix.Close(execReadyFD)
 	return true
@@ -57,7 +58,7 @@ func signalsCaught() bool {
 // counts: the kernel signals the thread-group leader.
 func init() {
 	fd, err := strconv.Atoi(os.Getenv(execInnerEnv))
-	if err != nil || fd != execAliveFD || !isPipe(execAliveFD) || !isPipe(execReadyFD) {
+	if err != nil || fd != execAliveFD || !isPipe(execAliveFD) || !isPipe(execReadyFD) || !isPipe(execForwardFD) {
 		// Not started by pugfs exec, whatever the environment says: a
 		// stray PUGFS_EXEC_NAMESPACE made a root pugfs exec skip its
 		// namespaces (review 38).
@@ -72,6 +73,7 @@ func init() {
 		os.Exit(1)
 	}
 	unix.Close(fd) // the handler must not hold it
+	unix.CloseOnExec(execForwardFD)
 }
 
 // execInner is set, before main, in the inner process of pugfs exec:

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Where a signal of pugfs exec's inner process came from. A signal to
+// the whole process group (a terminal's Ctrl-C or Ctrl-\, kill -INT
+// -PGID, a service manager stopping every process of the job) reaches
+// pugfs exec, its inner process and the handler at once; one sent to
+// pugfs exec alone reaches the outer process only, which passes it on.
+// The handler must get each signal once: passed on again after a group
+// delivery, a shell handler's trap (or Python's KeyboardInterrupt) ran
+// twice, the second cutting the first one's cleanup short. Go's
+// os/signal does not say who sent a signal (siginfo), so the outer
+// process passes what it gets on a pipe rather than as a signal, and the
+// inner one tells the two apart: a signal it gets directly came to the
+// group, and the outer process's notice of it, arriving beside it, is
+// the same signal; a notice with no such signal beside it came to pugfs
+// exec alone, and the inner process raises it in itself, so that all
+// that waits for a signal (the run's context, the second-signal count,
+// the commit's notes) sees it, and passes it on to the handler.
+
+// execForwardFD is the inner process's end of a third pipe, on which the
+// outer process passes on each signal it gets: one byte, its number.
+const execForwardFD = 5
+
+// sameDelivery is how far apart a signal the inner process gets directly
+// and the outer process's notice of one of the same kind can be and
+// still be one delivery to the group: both come within a millisecond of
+// the signal. A notice waits this long for its signal before it counts
+// as sent to pugfs exec alone.
+const sameDelivery = 100 * time.Millisecond
+
+// origins is what the inner process learnt of its signals' origins.
+var origins = struct {
+	known chan struct{} // closed once firstGroup is set
+	once  sync.Once     // closes known
+	// firstGroup: the first SIGINT, SIGTERM or SIGHUP reached the
+	// process group directly (and with it the handler).
+	firstGroup atomic.Bool
+	// quits has a value for each SIGQUIT: whether it reached the group.
+	quits chan bool
+}{known: make(chan struct{}), quits: make(chan bool, 4)}
+
+// noteOrigin records where the first stop signal came from.
+func noteOrigin(group bool) {
+	origins.once.Do(func() {
+		origins.firstGroup.Store(group)
+		close(origins.known)
+	})
+}
+
+// firstReachedGroup reports whether the signal that stopped the run
+// reached the handler's process group directly, so that it must not be
+// sent to that group again. Only the inner process can tell; the process
+// that runs the handler itself (pugfs exec without namespaces) passes
+// every signal on, as the handler may not have had it.
+func firstReachedGroup() bool {
+	if !execInner {
+		return false
+	}
+	select {
+	case <-origins.known:
+	case <-time.After(sameDelivery):
+		// The signal is being classified (or came before the forwarder
+		// ran): passing it on is the safe side.
+	}
+	return origins.firstGroup.Load()
+}
+
+// quitsReached returns the SIGQUITs the handler is to get, each with
+// whether it reached the handler's group directly: in the inner
+// process, those forwardSignals sorts; elsewhere every one of quits, as
+// sent to pugfs exec alone.
+func quitsReached(quits <-chan os.Signal) <-chan bool {
+	if execInner {
+		return origins.quits
+	}
+	out := make(chan bool, 4)
+	go func() {
+		for range quits {
+			out <- false
+		}
+	}()
+	return out
+}
+
+// forwardSignals starts sorting the inner process's signals by origin,
+// until the process ends: those it gets directly, and the outer
+// process's notices on execForwardFD, raised here when no signal of
+// their kind came directly within sameDelivery. It is called before the
+// outer process is told that signals are caught (signalsCaught).
+func forwardSignals() {
+	direct := make(chan os.Signal, 8)
+	signal.Notify(direct, append(stopSignals, syscall.SIGQUIT)...)
+	passed := make(chan syscall.Signal, 8)
+	go readPassed(passed)
+	go sortSignals(direct, passed)
+}
+
+// sortSignals is forwardSignals' loop.
+func sortSignals(direct <-chan os.Signal, passed <-chan syscall.Signal) {
+	due := make(chan syscall.Signal, 8)
+	var (
+		raised  = map[syscall.Signal]int{}       // raised here, not received yet
+		waiting = map[syscall.Signal]int{}       // notices waiting for their signal
+		last    = map[syscall.Signal]time.Time{} // when each kind last came directly
+	)
+	for {
+		select {
+		case s := <-direct:
+			sig, _ := s.(syscall.Signal)
+			group := raised[sig] == 0
+			if group {
+				last[sig] = time.Now()
+				if waiting[sig] > 0 {
+					waiting[sig]-- // its notice: the same signal
+				}
+			} else {
+				raised[sig]--
+			}
+			if sig == syscall.SIGQUIT {
+				select {
+				case origins.quits <- group:
+				default:
+				}
+			} else {
+				noteOrigin(group)
+			}
+		case sig := <-passed:
+			if time.Since(last[sig]) < sameDelivery {
+				continue // came directly: the group's signal
+			}
+			waiting[sig]++
+			time.AfterFunc(sameDelivery, func() { due <- sig })
+		case sig := <-due:
+			if waiting[sig] == 0 {
+				continue // its signal came directly meanwhile
+			}
+			waiting[sig]--
+			raised[sig]++
+			if sig != syscall.SIGQUIT {
+				noteOrigin(false) // before the context sees it
+			}
+			_ = syscall.Kill(os.Getpid(), sig)
+		}
+	}
+}
+
+// readPassed sends each signal the outer process passes on to passed,
+// until the pipe closes.
+func readPassed(passed chan<- syscall.Signal) {
+	var b [1]byte
+	for {
+		n, err := unix.Read(execForwardFD, b[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if n != 1 || err != nil {
+			return
+		}
+		passed <- syscall.Signal(b[0])
+	}
+}
+
+// passSignal is the outer process's half: it tells the inner process,
+// through w (the write end of the pipe at execForwardFD), of signal s.
+func passSignal(w *os.File, s os.Signal) {
+	if sig, ok := s.(syscall.Signal); ok && sig > 0 && sig < 256 {
+		_, _ = w.Write([]byte{byte(sig)}) // fails only once the inner process is gone
+	}
+}
+
+// signalTree sends sig to pid and to every process under it; with
+// reached, not to those of this process's own process group, which the
+// signal reached already (a group delivery).
+func signalTree(pid int, sig syscall.Signal, reached bool) {
+	if !reached {
+		_ = syscall.Kill(pid, sig)
+	} else if g, err := syscall.Getpgid(pid); err == nil && g != syscall.Getpgrp() {
+		_ = syscall.Kill(pid, sig)
+	}
+	for _, c := range childrenOf(strconv.Itoa(pid)) {
+		signalTree(c, sig, reached)
+	}
+}
