@@ -720,8 +720,11 @@ func setTimes(a *fuse.Attr, t time.Time) {
 
 // bytesContent is generated content computed on demand.
 type bytesContent struct {
-	gen   func(ctx context.Context) ([]byte, error)
-	mt    time.Time
+	gen func(ctx context.Context) ([]byte, error)
+	mt  time.Time
+	// at, if set, gives the content's own time as of the last gen,
+	// which is its mtime when not zero (a ref's: refSource).
+	at    func() time.Time
 	fixed bool
 }
 
@@ -741,8 +744,16 @@ func (b *bytesContent) readAt(ctx context.Context, p []byte, off int64) (int, er
 	return copy(p, body[off:]), nil
 }
 
-func (b *bytesContent) mtime() time.Time { return b.mt }
-func (b *bytesContent) immutable() bool  { return b.fixed }
+func (b *bytesContent) mtime() time.Time {
+	if b.at != nil {
+		if t := b.at(); !t.IsZero() {
+			return t
+		}
+	}
+	return b.mt
+}
+
+func (b *bytesContent) immutable() bool { return b.fixed }
 
 // genFile returns a child that is a generated file.
 func (f *FS) genFile(name string, ino uint64, mt time.Time, fixed bool, gen func(ctx context.Context) ([]byte, error)) child {

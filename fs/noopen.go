@@ -57,6 +57,10 @@ func (noOpen) Flush(_ <-chan struct{}, _ *fuse.FlushIn) fuse.Status { return fus
 // first seen as its mtime.
 type snapContent struct {
 	gen func(ctx context.Context) ([]byte, error)
+	// at, if set, gives the content's own time as of the last gen (a
+	// ref's: refSource): a snapshot's mtime is that time, not when it
+	// was first seen, but for one later than the last snapshot's.
+	at func() time.Time
 
 	// mu guards the snapshot fields; a leaf lock, never held across gen.
 	mu   sync.Mutex
@@ -85,10 +89,21 @@ func (s *snapContent) size(ctx context.Context) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.has || sum != s.sum {
-		if s.has {
+		var own time.Time
+		if s.at != nil {
+			own = s.at()
+		}
+		switch {
+		case s.has:
 			// Strictly later than the last: two changes within one clock
-			// tick must still differ for the kernel.
-			s.mt = later(time.Now(), s.mt)
+			// tick (or a ref's whole second) must still differ for the
+			// kernel.
+			if own.IsZero() {
+				own = time.Now()
+			}
+			s.mt = later(own, s.mt)
+		case !own.IsZero():
+			s.mt = own
 		}
 		s.body, s.sum, s.has = body, sum, true
 	}

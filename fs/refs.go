@@ -151,27 +151,52 @@ func pendingChild(leaf string, node *refFile) child {
 		node: func() gofsNode { return node }}
 }
 
-func (f *FS) refContent(name string) content { return &bytesContent{gen: f.refGen(name)} }
+// refSource reads a ref for its file: the target, one line, and the
+// time the ref was last written, which is the file's mtime (the mount's
+// start said nothing, and `ls -lt refs/` could not show which ref moved
+// last).
+type refSource struct {
+	f    *FS
+	name func() string
+	mt   atomic.Pointer[time.Time] // the ref's time at the last read
+}
 
-// refGen generates a ref file's content: its target, one line.
-func (f *FS) refGen(name string) func(ctx context.Context) ([]byte, error) {
-	return func(ctx context.Context) ([]byte, error) {
-		r, err := f.views.Ref(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		return []byte(r.Target + "\n"), nil
+func (s *refSource) read(ctx context.Context) ([]byte, error) {
+	r, err := s.f.views.Ref(ctx, s.name())
+	if err != nil {
+		return nil, err
 	}
+	if !r.ModTime.IsZero() {
+		s.mt.Store(&r.ModTime)
+	}
+	return []byte(r.Target + "\n"), nil
+}
+
+// mtime is the ref's time at the last read; zero before one.
+func (s *refSource) mtime() time.Time {
+	if t := s.mt.Load(); t != nil {
+		return *t
+	}
+	return time.Time{}
+}
+
+// refContent is the content of ref name's file.
+func (f *FS) refContent(name func() string) *bytesContent {
+	src := &refSource{f: f, name: name}
+	return &bytesContent{gen: src.read, at: src.mtime}
 }
 
 // refNode returns a ref file: writable (a Link, compare-and-swap against
 // the value seen at open) unless the mount is read-only.
 func (f *FS) refNode(name string) gofsNode {
 	if f.cfg.NoOpen {
-		return &fileNode{f: f, c: f.newSnapContent(f.refGen(name), time.Time{})}
+		src := &refSource{f: f, name: func() string { return name }}
+		c := f.newSnapContent(src.read, time.Time{})
+		c.at = src.mtime
+		return &fileNode{f: f, c: c}
 	}
 	if !f.sharedWritable() {
-		return &fileNode{f: f, c: f.refContent(name)}
+		return &fileNode{f: f, c: f.refContent(func() string { return name })}
 	}
 	return f.newRefFile(name)
 }
@@ -202,7 +227,7 @@ type refFile struct {
 func (f *FS) newRefFile(name string) *refFile {
 	r := &refFile{fileNode: fileNode{f: f, writable: true}}
 	r.ref.Store(&name)
-	r.c = &bytesContent{gen: func(ctx context.Context) ([]byte, error) { return f.refGen(r.name())(ctx) }}
+	r.c = f.refContent(r.name)
 	return r
 }
 

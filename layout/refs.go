@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"gocloud.dev/blob"
 )
@@ -20,6 +21,9 @@ type Ref struct {
 	// or what the driver conditions writes on instead (a GCS generation,
 	// as decimal), see TokenHook.
 	ETag string
+	// ModTime is when the ref was last written: its object's
+	// last-modified time (zero when the backend gave none).
+	ModTime time.Time
 }
 
 // ReadRef returns ref name's target (§9): the body's single line, with a
@@ -47,7 +51,7 @@ func (s *Store) ReadRef(ctx context.Context, name string) (Ref, error) {
 	if strings.ContainsAny(t, "\r\n") {
 		return Ref{}, fmt.Errorf("read ref %s: %w: body is more than one line", key, ErrCorrupt)
 	}
-	return Ref{Name: name, Target: t, ETag: casToken(a)}, nil
+	return Ref{Name: name, Target: t, ETag: casToken(a), ModTime: a.ModTime}, nil
 }
 
 func refOptions() blob.WriterOptions {
