@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -194,9 +195,32 @@ type memoryCommitFields MemoryCommit
 // UnmarshalJSON reads the known fields with encoding/json's rules and
 // keeps the others in Extra.
 func (c *MemoryCommit) UnmarshalJSON(b []byte) error {
-	var known memoryCommitFields
-	if err := json.Unmarshal(b, &known); err != nil {
+	// version and transaction are read as IntegralNumber reads a
+	// descriptor's integers: a writer whose numbers are floats (a
+	// memory merge by a tool that decodes JSON numbers as doubles)
+	// writes 1.0 and 1.2345678901234567e+19.
+	var fields struct {
+		memoryCommitFields
+		Version     json.RawMessage `json:"version"`
+		Transaction json.RawMessage `json:"transaction"`
+	}
+	if err := json.Unmarshal(b, &fields); err != nil {
 		return err
+	}
+	known := fields.memoryCommitFields
+	if v := fields.Version; v != nil && string(v) != "null" {
+		n, ok := IntegralNumber(string(v))
+		if !ok || n < 0 || n > math.MaxUint32 {
+			return fmt.Errorf("commit version %s is not a uint32", truncate(string(v)))
+		}
+		known.Version = uint32(n)
+	}
+	if v := fields.Transaction; v != nil && string(v) != "null" {
+		n, ok := integralUint64(string(v))
+		if !ok {
+			return fmt.Errorf("commit transaction %s is not a uint64", truncate(string(v)))
+		}
+		known.Transaction = n
 	}
 	var all map[string]json.RawMessage
 	if err := json.Unmarshal(b, &all); err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -238,18 +239,19 @@ func (f *descriptorFields) read(dec *jsontext.Decoder, field descField) error {
 			if err != nil {
 				return err
 			}
-			// encoding/json's rules: no fraction, no exponent, in range.
+			// A whole number in range, however it is written: JSON has
+			// no integer type (RFC 8259 §6), and a writer whose numbers
+			// are floats writes 8 as 8.0 or 8e0 (IntegralNumber).
+			v, ok := IntegralNumber(tok.String())
 			if field == fSourceVersion {
-				v, err := tok.Uint()
-				if err != nil || v > math.MaxUint32 {
+				if !ok || v < 0 || v > math.MaxUint32 {
 					f.errs[field] = fmt.Errorf("%s is not a uint32", truncate(tok.String()))
 					v = 0
 				}
-				f.num[field] = int64(v)
-			} else if f.num[field], err = tok.Int(); err != nil {
+			} else if !ok {
 				f.errs[field] = fmt.Errorf("%s is not an int64", truncate(tok.String()))
-				f.num[field] = 0
 			}
+			f.num[field] = v
 			if f.errs[field] != nil {
 				f.raw[field] = json.RawMessage(tok.String())
 			}
@@ -519,4 +521,72 @@ func ParseRFC3339(s string) (time.Time, error) {
 // failed read), as opposed to a descriptor's ErrCorrupt.
 func isSyntax(err error) bool {
 	return err != nil && !errors.Is(err, ErrCorrupt)
+}
+
+// IntegralNumber reads a JSON number literal as an int64 when its value is
+// a whole number within range, whether it is written 8, 8.0, 0.8e1 or
+// 800e-2: §5 and §7 call for integers, and JSON has no integer type
+// (RFC 8259 §6), so a writer whose numbers are floats (JavaScript,
+// Python's float, Gson's doubles) writes integers so. encoding/json
+// refused them, and one "sequence-number": 1.0 made a whole session
+// unreadable. ok is false for a fraction, a value outside int64 or text
+// that is not a number.
+func IntegralNumber(s string) (v int64, ok bool) {
+	dec, ok := integralDecimal(s)
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(dec, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return v, true
+}
+
+// integralUint64 is IntegralNumber for a uint64 (a transaction ID, §13.2).
+func integralUint64(s string) (uint64, bool) {
+	dec, ok := integralDecimal(s)
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(dec, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return v, true
+}
+
+// integralDecimal is the JSON number s in plain decimal when it is a whole
+// number of at most 20 digits (past any int64 or uint64), else ok false.
+func integralDecimal(s string) (string, bool) {
+	neg := strings.HasPrefix(s, "-")
+	mant, exp := strings.TrimPrefix(s, "-"), 0
+	if i := strings.IndexAny(mant, "eE"); i >= 0 {
+		e, err := strconv.Atoi(mant[i+1:])
+		if err != nil {
+			return "", false
+		}
+		mant, exp = mant[:i], e
+	}
+	whole, frac, _ := strings.Cut(mant, ".")
+	if whole == "" || strings.Trim(whole+frac, "0123456789") != "" {
+		return "", false
+	}
+	// The value is digits × 10^exp, with no leading or trailing zeros.
+	digits := strings.TrimLeft(whole+frac, "0")
+	exp -= len(frac)
+	trimmed := strings.TrimRight(digits, "0")
+	exp += len(digits) - len(trimmed)
+	digits = trimmed
+	switch {
+	case digits == "":
+		return "0", true
+	case exp < 0 || exp > 20 || len(digits)+exp > 20:
+		return "", false
+	}
+	digits += strings.Repeat("0", exp)
+	if neg {
+		digits = "-" + digits
+	}
+	return digits, true
 }

@@ -28,6 +28,16 @@ func (d *oracleDescriptor) UnmarshalJSON(b []byte) error {
 	if raw == nil {
 		return fmt.Errorf("%w: descriptor is null", ErrCorrupt)
 	}
+	// Whole numbers written with a fraction or an exponent are integers
+	// (IntegralNumber), which encoding/json refuses: given to it in
+	// plain decimal.
+	for _, k := range []string{"size", "sequence-number", "source-version"} {
+		if v, ok := raw[k]; ok {
+			if n, ok := IntegralNumber(string(v)); ok && (k != "source-version" || n >= 0) {
+				raw[k] = json.RawMessage(strconv.FormatInt(n, 10))
+			}
+		}
+	}
 	var j descriptorJSON
 	var name string
 	var size int64 // descriptorJSON's is a pointer, for writing

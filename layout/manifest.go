@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -118,7 +119,8 @@ func DecodeManifest(body []byte) (*Manifest, error) {
 	// parent, and its chain was shown as the session's files (review 4).
 	// What encoding/json let by stays readable: invalid UTF-8, and a name
 	// given twice (the last wins).
-	if err := jsonv2.Unmarshal(body, &doc, jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true)); err != nil {
+	if err := jsonv2.Unmarshal(body, &doc, jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true),
+		jsonv2.WithUnmarshalers(manifestNumbers)); err != nil {
 		return nil, fmt.Errorf("%w: manifest: %v", ErrCorrupt, err)
 	}
 	m.Agent, m.Handler = looseString(doc.Agent), looseString(doc.Handler)
@@ -136,6 +138,34 @@ func DecodeManifest(body []byte) (*Manifest, error) {
 		return nil, fmt.Errorf("%w: manifest of %s names itself as parent", ErrCorrupt, m.Session)
 	}
 	return &m, nil
+}
+
+// manifestNumbers read the manifest's integers (first-sequence-number,
+// parent.version) as a descriptor's are read (IntegralNumber): 1.0 and
+// 1e0 are the integer 1, which a writer whose numbers are floats writes.
+var manifestNumbers = jsonv2.JoinUnmarshalers(
+	jsonv2.UnmarshalFunc(func(b []byte, v *int64) error {
+		n, err := manifestInteger(b, math.MinInt64, math.MaxInt64)
+		*v = n
+		return err
+	}),
+	jsonv2.UnmarshalFunc(func(b []byte, v *uint32) error {
+		n, err := manifestInteger(b, 0, math.MaxUint32)
+		*v = uint32(n)
+		return err
+	}),
+)
+
+// manifestInteger is the whole number b, within [lo, hi]; null is 0.
+func manifestInteger(b []byte, lo, hi int64) (int64, error) {
+	if string(b) == "null" {
+		return 0, nil
+	}
+	n, ok := IntegralNumber(string(b))
+	if !ok || n < lo || n > hi {
+		return 0, fmt.Errorf("%s is not an integer in [%d, %d]", truncate(string(b)), lo, hi)
+	}
+	return n, nil
 }
 
 // looseString is a JSON string's value, or "" for any other value.
