@@ -287,8 +287,14 @@ func (f *descriptorFields) read(dec *jsontext.Decoder, field descField) error {
 		want = "a string"
 		if k == '"' && field == fName {
 			v, err := dec.ReadValue()
+			if err != nil {
+				// A stream that ends inside the name (a torn
+				// snapshot) gives no value to unquote: unquoting
+				// the empty one panicked and took the mount down.
+				return err
+			}
 			f.str[field] = unquoteName(v)
-			return err
+			return nil
 		}
 		if k == '"' {
 			tok, err := dec.ReadToken()
