@@ -249,3 +249,34 @@ func TestReviewR3_FloatIntegers(t *testing.T) {
 		t.Errorf("parent of the fork at version 1.0: %q, %v", got, err)
 	}
 }
+
+// TestReviewR4_TruncatedNameCrash: a snapshot whose zstd is sound but
+// whose JSON ends inside a name (`[{"name":"`, as a writer killed mid-
+// stream, or a torn copy, leaves it) is a corrupt snapshot: EIO for its
+// session, a log line naming the key, every other session readable. The
+// name decoder unquoted the empty value the tokenizer returned with its
+// error and panicked (slice bounds out of range), which took the whole
+// mount down: every path then failed with ENOTCONN.
+func TestReviewR4_TruncatedNameCrash(t *testing.T) {
+	bk := relLocalBucket(t)
+	healthy := rvID(t)
+	rvManifest(t, bk, healthy, fmt.Sprintf(`{"session":%q,"first-sequence-number":1}`, healthy))
+	rvSnapshot(t, bk, healthy, 1, "["+strings.TrimSuffix(rvSmallDesc(t, bk, "fine.txt", []byte("fine\n"), ""), "}")+`,"sequence-number":1}]`)
+	var broken []string
+	for _, js := range []string{`[{"name":"`, `[{"name":"abc`, `[{"name":"a\u00`, `[{"name":`} {
+		id := rvID(t)
+		rvManifest(t, bk, id, fmt.Sprintf(`{"session":%q,"first-sequence-number":1}`, id))
+		rvSnapshot(t, bk, id, 1, js)
+		broken = append(broken, id)
+	}
+	m := mount(t, bk, "--read-only")
+	for _, id := range broken {
+		relExpectEIO(t, m, "ls sessions/"+id, rvSessionDir(id)+"/snapshots/"+rvVersionFile(1))
+		if got, err := os.ReadFile(filepath.Join(m.Dir, "sessions", healthy, "fine.txt")); err != nil || string(got) != "fine\n" {
+			t.Fatalf("after ls of %s, the healthy session reads %q, %v", id, got, err)
+		}
+	}
+	if !relAlive(m) {
+		t.Fatalf("the mount died:\n%s", logTail(m.Log(), 20))
+	}
+}
