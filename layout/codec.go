@@ -357,6 +357,7 @@ func encodeStream(ds []Descriptor) ([]byte, error) {
 // DecodeDescriptors parses a snapshot or memory file body: encoded per enc
 // (sniffed when empty), a JSON array of descriptors.
 func DecodeDescriptors(body []byte, enc string, max int64) ([]Descriptor, error) {
+	max = decodedBound(max, len(body))
 	r, err := openBody(body, enc, max)
 	if err != nil {
 		return nil, err
@@ -536,6 +537,31 @@ func indexFrom(b []byte, i int, c byte) int {
 		return i + k
 	}
 	return len(b)
+}
+
+// decodedPerStored is how many bytes of JSON text, and of descriptors at
+// descriptorCost each, one stored byte of a snapshot or memory file may
+// decode to past the caller's bound (decodedBound), and
+// decodedCeiling the most any one may: 1,048,576 descriptors.
+//
+// A fixed bound made a large snapshot unreadable: pugfs's own commit of
+// 70,000 files (one fsync, one pugfs exec run) wrote a snapshot that no
+// mount could read again (more than 65,536 descriptors), and so did a
+// memory namespace past 65,536 records, which only grows (§8.3). A real
+// descriptor holds a digest (32 bytes no compressor shrinks) or a
+// tombstone's name and time: it is stored in 10 bytes or more, and costs
+// at most about 50 times that decoded; a decompression bomb costs
+// thousands of times what it stores, and is still refused.
+const (
+	decodedPerStored = 64
+	decodedCeiling   = 1 << 20 * descriptorCost
+)
+
+// decodedBound is the bound on what a stored snapshot or memory file of
+// stored bytes decodes to: floor, or decodedPerStored times what it
+// stores, up to decodedCeiling.
+func decodedBound(floor int64, stored int) int64 {
+	return max(floor, min(int64(stored)*decodedPerStored, decodedCeiling))
 }
 
 // descriptorCost is what one decoded Descriptor costs in memory: 240
