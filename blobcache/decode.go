@@ -107,7 +107,7 @@ func (c *Cache) decode(ctx context.Context, d *layout.Descriptor, space blobSpac
 		}
 	}
 	if d.InlineOK() {
-		return c.decodeFrom(ctx, d.Digest, space, bytes.NewReader(d.Data), want)
+		return c.decodeFrom(ctx, d.Digest, int64(len(d.Data)), space, bytes.NewReader(d.Data), want)
 	}
 	meta, pass, err := c.verified(ctx, d.Digest, d.Size, blobPassMode{decode: space}, want)
 	if err != nil {
@@ -116,11 +116,32 @@ func (c *Cache) decode(ctx context.Context, d *layout.Descriptor, space blobSpac
 	if pass != nil && pass.decSpace == space {
 		return pass.dec, pass.decErr
 	}
-	return c.decodeFrom(ctx, d.Digest, space, &blobRawReader{c: c, ctx: ctx, d: d.Digest, size: meta.size}, want)
+	return c.decodeFrom(ctx, d.Digest, meta.size, space, &blobRawReader{c: c, ctx: ctx, d: d.Digest, size: meta.size}, want)
 }
 
-func (c *Cache) decodeFrom(ctx context.Context, d layout.Digest, space blobSpace, r io.Reader, want int64) (*blobDecodeResult, error) {
-	s := c.newDecSink(d, space, want)
+// maxDecodeRatio and decodeRatioFloor bound a gzip or zstd body past
+// decodeRatioFloor bytes decoded to maxDecodeRatio times what it stores
+// (decodedLimit). A body's decoded size is learnt by decoding it (Size),
+// for the stat of a listing too: 210 KB of zstd that decode to 4 GiB held
+// `ls` of their session for half a minute, and 16 GiB for over a minute,
+// with the caller unable to stop it (review R2). Gzip cannot pass 1,032
+// times; zstd passes it only on runs of one byte, which no session's files
+// are (a sparse disk image's zeros would be); the stored bytes stay
+// readable under objects/.
+const (
+	maxDecodeRatio   = 1024
+	decodeRatioFloor = 256 << 20
+)
+
+// decodedLimit is the most a body stored in stored bytes may decode to:
+// Options.MaxDecoded, and past decodeRatioFloor maxDecodeRatio times
+// stored.
+func (c *Cache) decodedLimit(stored int64) int64 {
+	return min(c.opts.MaxDecoded, max(decodeRatioFloor, stored*maxDecodeRatio))
+}
+
+func (c *Cache) decodeFrom(ctx context.Context, d layout.Digest, stored int64, space blobSpace, r io.Reader, want int64) (*blobDecodeResult, error) {
+	s := c.newDecSink(d, stored, space, want)
 	if err := s.run(ctx, r); err != nil {
 		s.abort()
 		return nil, err
@@ -336,6 +357,7 @@ type blobDecSink struct {
 	d       layout.Digest
 	space   blobSpace
 	want    int64
+	limit   int64      // the most the body may decode to (decodedLimit)
 	chain   *blobChain // the digest of the decoded body and its chunk proofs
 	total   int64
 	mem     *blobStager // every chunk, while the body may stay memory-only
@@ -346,9 +368,11 @@ type blobDecSink struct {
 	scratch []byte
 }
 
-func (c *Cache) newDecSink(d layout.Digest, space blobSpace, want int64) *blobDecSink {
+// newDecSink returns the sink of the decoding of blob d, stored in
+// stored bytes.
+func (c *Cache) newDecSink(d layout.Digest, stored int64, space blobSpace, want int64) *blobDecSink {
 	return &blobDecSink{
-		c: c, d: d, space: space, want: want, chain: c.newChain(0),
+		c: c, d: d, space: space, want: want, limit: c.decodedLimit(stored), chain: c.newChain(0),
 		mem:   &blobStager{c: c, lo: 0, hi: math.MaxInt64},
 		stage: c.newStager(want),
 	}
@@ -418,8 +442,9 @@ func (s *blobDecSink) add(buf []byte) (bool, error) {
 	idx := s.total / s.c.cs
 	s.chain.add(buf)
 	s.total += int64(len(buf))
-	if s.total > s.c.opts.MaxDecoded {
-		return false, fmt.Errorf("%s: %w: %s body decodes past %d bytes", s.key(), layout.ErrTooLarge, s.space.encoding(), s.c.opts.MaxDecoded)
+	if s.total > s.limit {
+		return false, fmt.Errorf("%s: %w: %s body decodes past %d bytes (at most %d times what is stored past %d MiB, and %d in all)",
+			s.key(), layout.ErrTooLarge, s.space.encoding(), s.limit, maxDecodeRatio, decodeRatioFloor>>20, s.c.opts.MaxDecoded)
 	}
 	k := blobChunkKey{s.d, s.space, idx}
 	if s.f == nil {
@@ -569,9 +594,9 @@ type blobDecodeJob struct {
 	dead  bool // the decoder stopped reading
 }
 
-func (c *Cache) startDecodeJob(ctx context.Context, d layout.Digest, space blobSpace, want int64) *blobDecodeJob {
+func (c *Cache) startDecodeJob(ctx context.Context, d layout.Digest, stored int64, space blobSpace, want int64) *blobDecodeJob {
 	pr, pw := io.Pipe()
-	j := &blobDecodeJob{space: space, pw: pw, done: make(chan struct{}), sink: c.newDecSink(d, space, want)}
+	j := &blobDecodeJob{space: space, pw: pw, done: make(chan struct{}), sink: c.newDecSink(d, stored, space, want)}
 	go func() {
 		defer close(j.done)
 		j.err = j.sink.run(ctx, pr)

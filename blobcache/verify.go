@@ -178,7 +178,7 @@ func (c *Cache) consume(ctx context.Context, d layout.Digest, size int64, mode b
 				space = blobSpaceOf(layout.Sniff(head))
 			}
 			if space != blobRaw {
-				job = c.startDecodeJob(ctx, d, space, want)
+				job = c.startDecodeJob(ctx, d, size, space, want)
 				w.noStage()
 			}
 		}
@@ -190,7 +190,7 @@ func (c *Cache) consume(ctx context.Context, d layout.Digest, size int64, mode b
 		}
 	}
 	if n == 0 && mode.decode != blobRaw {
-		job = c.startDecodeJob(ctx, d, mode.decode, want)
+		job = c.startDecodeJob(ctx, d, size, mode.decode, want)
 	}
 	got, err := chain.sum()
 	if err != nil {
