@@ -58,7 +58,7 @@ func TestRenameRefRace(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if prevs[0].ETag == "" || prevs[0] != prevs[1] {
+				if prevs[0].ETag == "" || prevs[0].Target != prevs[1].Target || prevs[0].ETag != prevs[1].ETag {
 					t.Fatalf("round %d: the two stores read %+v and %+v", round, prevs[0], prevs[1])
 				}
 				errs := make([]error, 2)
