@@ -128,25 +128,59 @@ func (w *Writer) ChangeAttrs(ctx context.Context, id layout.SessionID, s *File, 
 	ws := w.session(id)
 	ws.nsMu.Lock()
 	w.waitCommits(id, s.Name())
+	// The new descriptor of the committed bytes keeps the time they show
+	// (keepingMtime), and s takes the same change once it landed.
+	var kept func(*Attrs)
 	onDesc := func(d *layout.Descriptor) {
+		kept = keepingMtime(fn, layout.ShownMtime(d.Metadata, d.CreatedAt, id.Time()))
 		a := Attrs{Meta: maps.Clone(d.Metadata), ContentType: d.ContentType, SchemaURL: d.SchemaURL}
-		fn(&a)
+		kept(&a)
 		d.Metadata, d.ContentType, d.SchemaURL = a.Meta, a.ContentType, a.SchemaURL
 	}
 	onFile := func(s *File) {
 		a := Attrs{Meta: maps.Clone(s.meta), ContentType: s.ctype, SchemaURL: s.schema}
-		fn(&a)
+		kept(&a)
 		s.meta, s.ctype, s.schema = a.Meta, a.ContentType, a.SchemaURL
 	}
 	done, err := w.commitHeldLocked(ctx, id, s, onDesc, onFile, false)
 	ws.nsMu.Unlock()
 	if !done && err == nil {
-		s.changeAttrs(fn)
+		s.changeAttrsKeepingMtime(fn, id.Time())
 	}
 	if rerr := w.Release(ctx, id, s); err == nil {
 		err = rerr
 	}
 	return err
+}
+
+// keepingMtime wraps fn, a setxattr's or removexattr's change, so that
+// it pins keep, the time the file's committed bytes show, as posix-mtime:
+// metadata set on those bytes must not move their modification time, as
+// a chmod's does not (AttrChange.Apply; README: setfattr "commits the
+// same way"). Left out, the new descriptor's created-at became the
+// file's mtime, and a file tagged after it was written looked new to
+// make and rsync. It pins nothing when keep is zero (bytes not committed
+// yet: their commit is their time), when fn changed nothing (no new
+// version), or when the metadata had or has a posix-mtime of its own (a
+// removexattr of it asks for the time of the change).
+func keepingMtime(fn func(*Attrs), keep time.Time) func(*Attrs) {
+	if keep.IsZero() {
+		return fn
+	}
+	return func(a *Attrs) {
+		before := Attrs{Meta: maps.Clone(a.Meta), ContentType: a.ContentType, SchemaURL: a.SchemaURL}
+		fn(a)
+		_, had := before.Meta[layout.MetaPosixMtime]
+		_, has := a.Meta[layout.MetaPosixMtime]
+		same := maps.Equal(before.Meta, a.Meta) && before.ContentType == a.ContentType && before.SchemaURL == a.SchemaURL
+		if had || has || same {
+			return
+		}
+		if a.Meta == nil {
+			a.Meta = map[string]string{}
+		}
+		a.Meta[layout.MetaPosixMtime] = layout.FormatPosixMtime(keep)
+	}
 }
 
 // commitHeldLocked commits a metadata change of staged file s as a new

@@ -958,6 +958,26 @@ func (s *File) Attrs() Attrs {
 func (s *File) changeAttrs(fn func(*Attrs)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.changeAttrsLocked(fn)
+}
+
+// changeAttrsKeepingMtime is changeAttrs for a setxattr or removexattr:
+// when the staged bytes are the ones committed (nothing written since),
+// the change pins the time they show as posix-mtime, as a chmod does
+// (SetAttrs), so that it does not move the file's mtime. born is the
+// session's time, what a file with no time of its own shows.
+func (s *File) changeAttrsKeepingMtime(fn func(*Attrs), born time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keep time.Time
+	if !s.dirty && s.committed != nil {
+		keep = layout.ShownMtime(s.committed.Metadata, s.committed.CreatedAt, born)
+	}
+	s.changeAttrsLocked(keepingMtime(fn, keep))
+}
+
+// changeAttrsLocked is changeAttrs with s.mu held.
+func (s *File) changeAttrsLocked(fn func(*Attrs)) {
 	a := Attrs{Meta: s.meta, ContentType: s.ctype, SchemaURL: s.schema}
 	fn(&a)
 	s.meta, s.ctype, s.schema = a.Meta, a.ContentType, a.SchemaURL

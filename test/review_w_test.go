@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pugmark/pugfs/internal/testbucket"
+	"github.com/pugmark/pugfs/layout"
+)
+
+// seedAt commits files to id as one checkpoint, each descriptor created
+// at the given time, with no posix-mtime: the files show that time as
+// their mtime, as files written by a program that never set one do.
+func seedAt(t testing.TB, bk *Bucket, id layout.SessionID, at time.Time, files map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	var ds []layout.Descriptor
+	for name, content := range files {
+		bi, err := bk.Store.PutBlobBytes(ctx, []byte(content), layout.BlobOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, layout.Descriptor{Name: name, Digest: bi.Digest, Size: bi.Size, Data: []byte(content), CreatedAt: at.UTC()})
+	}
+	if _, err := bk.Store.Commit(ctx, id, layout.CommitRequest{Type: layout.Checkpoint, Descriptors: ds}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReviewW1_SetfattrKeepsMtime: the README promises that a metadata
+// change of a committed file is a new descriptor of the same blob "which
+// keeps the file's mtime", and that "metadata set with setfattr commits
+// the same way" as a chmod. A chmod kept it; a setfattr, a setfattr -x
+// and an fsetxattr through a descriptor that wrote nothing moved it to
+// the time of the change (a file tagged after it was written then looked
+// new to make and rsync), in both commit modes.
+func TestReviewW1_SetfattrKeepsMtime(t *testing.T) {
+	t.Parallel()
+	needTool(t, "setfattr")
+	needTool(t, "python3")
+	old := time.Date(2024, 3, 4, 5, 6, 7, 890000000, time.UTC)
+	for _, mode := range []string{"close", "fsync"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			bk := openBucket(t, testbucket.Local)
+			id := newSession(t, bk)
+			seedAt(t, bk, id, old, map[string]string{
+				"chmod.txt": "c\n", "set.txt": "s\n", "unset.txt": "u\n", "fd.txt": "f\n",
+			})
+			m := mount(t, bk, "--metadata-ttl=0", "--commit="+mode)
+			dir := sessDir(m, id)
+			sh(t, dir, `setfattr -n user.pugmark.meta.k -v v unset.txt`)
+			sh(t, dir, `chmod 600 chmod.txt
+setfattr -n user.pugmark.meta.k -v v set.txt
+setfattr -x user.pugmark.meta.k unset.txt
+python3 -c '
+import os
+fd = os.open("fd.txt", os.O_RDWR)
+os.setxattr(fd, "user.pugmark.meta.k", b"v")
+os.close(fd)'
+sync chmod.txt`)
+			names := []string{"chmod.txt", "set.txt", "unset.txt", "fd.txt"}
+			check := func(where, d string) {
+				t.Helper()
+				for _, n := range names {
+					fi, err := os.Stat(filepath.Join(d, n))
+					if err != nil {
+						t.Errorf("%s: %v", where, err)
+						continue
+					}
+					if !fi.ModTime().Equal(old) {
+						t.Errorf("%s: %s mtime %s, want %s as before the metadata change", where, n, fi.ModTime().UTC().Format(time.RFC3339Nano), old.Format(time.RFC3339Nano))
+					}
+				}
+			}
+			check("this mount", dir)
+			s := slots(t, bk, id)
+			for _, n := range names {
+				e := s[n]
+				if got := layout.ShownMtime(e.Metadata, e.CreatedAt, id.Time()); !got.Equal(old) {
+					t.Errorf("bucket: %s shows mtime %s (metadata %v)", n, got.Format(time.RFC3339Nano), e.Metadata)
+				}
+			}
+			if got := s["set.txt"].Metadata["k"]; got != "v" {
+				t.Errorf("bucket: set.txt meta k = %q, want v", got)
+			}
+			if _, ok := s["unset.txt"].Metadata["k"]; ok {
+				t.Errorf("bucket: unset.txt still has meta k")
+			}
+			m.Stop(t)
+			check("fresh mount", freshMount(t, bk, id))
+			if strings.Contains(m.Log(), "level=ERROR") {
+				t.Errorf("log has errors:\n%s", m.Log())
+			}
+		})
+	}
+}
