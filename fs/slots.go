@@ -356,7 +356,31 @@ func (n *sessDirNode) Rename(ctx context.Context, name string, newParent gofs.In
 	}
 	markGone(victim)
 	n.f.inos.renamed(n.sd.id, from, to)
+	if src != nil {
+		if sf, ok := src.Operations().(*slotFile); ok {
+			sf.showRenamed(ctx, to)
+		}
+	}
 	return 0
+}
+
+// showRenamed makes the node of a file just renamed to to show the
+// descriptor the rename gave that name: its inode moves with the
+// dentry, which the kernel trusts for the entry TTL without a lookup,
+// so it went on showing the old name's descriptor (the version,
+// sequence number and content type of its extended attributes: a.json
+// renamed a.html read application/json) until the metadata TTL ran out,
+// while other mounts showed the new one at once. A state it cannot read
+// leaves the node as it was, for the next lookup to refresh.
+func (n *slotFile) showRenamed(ctx context.Context, to string) {
+	st, err := n.f.cache.State(ctx, n.id)
+	if err != nil {
+		return
+	}
+	slots, _ := n.f.w.Live(st)
+	if e, ok := slots(to); ok {
+		n.adopt(e)
+	}
 }
 
 // Link is link(2) of a file of this session (staging.Writer.Link): the

@@ -2,14 +2,17 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pugmark/pugfs/internal/testbucket"
 	"github.com/pugmark/pugfs/layout"
+	"golang.org/x/sys/unix"
 )
 
 // seedAt commits files to id as one checkpoint, each descriptor created
@@ -97,5 +100,60 @@ sync chmod.txt`)
 				t.Errorf("log has errors:\n%s", m.Log())
 			}
 		})
+	}
+}
+
+// TestReviewW2_RenameShowsNewDescriptor: after a rename inside a session,
+// the writing mount's user.pugmark.* attributes of the new name must be
+// those of the descriptor the rename committed (tree.md: the extended
+// attributes are the descriptor's), as other mounts show at once. The
+// moved inode kept showing the old name's descriptor (its version,
+// sequence number and content type: a.json renamed a.html read
+// application/json) until the metadata TTL ran out, while the bucket
+// held text/html.
+func TestReviewW2_RenameShowsNewDescriptor(t *testing.T) {
+	t.Parallel()
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	m := mount(t, bk, "--metadata-ttl=30s")
+	dir := sessDir(m, id)
+	type move struct{ from, to string }
+	var moves []move
+	// Several of each: whether the kernel's release of the write came
+	// before the rename or after it, the old descriptor showed.
+	for i := range 5 {
+		moves = append(moves, move{fmt.Sprintf("a%d.json", i), fmt.Sprintf("a%d.html", i)},
+			move{fmt.Sprintf("b%d.csv", i), fmt.Sprintf("sub-b%d.css", i)})
+	}
+	for _, c := range moves {
+		if err := os.WriteFile(filepath.Join(dir, c.from), []byte("{}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// Looked at before the rename, as a tool checking what it wrote.
+		// (ENODATA while the kernel's release of the write is pending.)
+		_, _ = unix.Getxattr(filepath.Join(dir, c.from), "user.pugmark.content-type", make([]byte, 64))
+		if err := os.Rename(filepath.Join(dir, c.from), filepath.Join(dir, c.to)); err != nil {
+			t.Fatal(err)
+		}
+		e, ok := slots(t, bk, id)[c.to]
+		if !ok {
+			t.Fatalf("bucket: %s missing", c.to)
+		}
+		want := map[string]string{
+			"user.pugmark.content-type":    e.ContentType,
+			"user.pugmark.version":         strconv.FormatUint(uint64(e.Version), 10),
+			"user.pugmark.sequence-number": strconv.FormatInt(e.SequenceNumber, 10),
+		}
+		for attr, w := range want {
+			buf := make([]byte, 256)
+			n, err := unix.Getxattr(filepath.Join(dir, c.to), attr, buf)
+			if err != nil {
+				t.Errorf("%s: getxattr %s: %v", c.to, attr, err)
+				continue
+			}
+			if got := string(buf[:n]); got != w {
+				t.Errorf("%s: %s = %q on the writing mount, the bucket's descriptor has %q", c.to, attr, got, w)
+			}
+		}
 	}
 }
