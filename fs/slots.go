@@ -915,6 +915,13 @@ func (n *slotFile) changeAttrs(ctx context.Context, c staging.AttrChange) syscal
 func (n *slotFile) xattrs() map[string]string {
 	s, e := n.current()
 	if s != nil {
+		if c := s.CommittedAsIs(); c != nil {
+			// Closed, committed, its release not come yet: the
+			// descriptor's attributes, as once it is released. Built
+			// from the staged file, digest, version and the rest were
+			// missing (ENODATA) for a moment after close(2) returned.
+			return descXattrs(c)()
+		}
 		a := s.Attrs()
 		m := map[string]string{}
 		for k, v := range a.Meta {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
 	"os"
@@ -996,6 +997,28 @@ func (s *File) CleanDigest() (layout.Digest, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.cleanDigestLocked()
+}
+
+// CommittedAsIs returns the entry s was last committed as when s holds
+// exactly that: the same name, the bytes it hashed (nothing written
+// since) and the same user-set fields; else nil. A file whose close has
+// committed it and whose release the kernel has not sent yet is such a
+// file: its descriptor is in the bucket, and what the mount shows of it
+// (its digest, version and the like) is that descriptor's.
+func (s *File) CommittedAsIs() *layout.Entry {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c := s.committed
+	if c == nil || c.Name != s.name || s.unlinked {
+		return nil
+	}
+	if d, ok := s.cleanDigestLocked(); !ok || d != c.Digest {
+		return nil
+	}
+	if !maps.Equal(s.meta, c.Metadata) || s.schema != c.SchemaURL || (s.ctype != "" && s.ctype != c.ContentType) {
+		return nil
+	}
+	return c
 }
 
 // Committed returns the entry this staged file last became (before its

@@ -157,3 +157,50 @@ func TestReviewW2_RenameShowsNewDescriptor(t *testing.T) {
 		}
 	}
 }
+
+// TestReviewW3_AttributesRightAfterClose: once close(2) has returned,
+// the file is committed, and the README promises its user.pugmark.*
+// attributes (digest, version, ...). A program that wrote a file and
+// then read its digest to record it got ENODATA now and then: until the
+// kernel's release, which comes a moment after the close, the mount
+// built the attributes from the staged file, which has no descriptor's
+// digest, version, sequence number or created-at (and no content type
+// when the name's extension or the content gave it).
+func TestReviewW3_AttributesRightAfterClose(t *testing.T) {
+	t.Parallel()
+	bk := openBucket(t, testbucket.Local)
+	id := newSession(t, bk)
+	m := mount(t, bk)
+	dir := sessDir(m, id)
+	missing := 0
+	const n = 60
+	for i := range n {
+		name := fmt.Sprintf("f%02d.json", i)
+		content := fmt.Sprintf("{\"i\": %d}\n", i)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, attr := range []string{"user.pugmark.digest", "user.pugmark.version", "user.pugmark.content-type"} {
+			buf := make([]byte, 256)
+			if _, err := unix.Getxattr(filepath.Join(dir, name), attr, buf); err != nil {
+				missing++
+				if missing <= 5 {
+					t.Errorf("%s right after its close: getxattr %s: %v", name, attr, err)
+				}
+			}
+		}
+	}
+	if missing > 0 {
+		t.Errorf("%d of %d attributes missing right after a close", missing, 3*n)
+	}
+	// And they are the bucket's.
+	s := slots(t, bk, id)
+	for i := range n {
+		name := fmt.Sprintf("f%02d.json", i)
+		buf := make([]byte, 256)
+		k, err := unix.Getxattr(filepath.Join(dir, name), "user.pugmark.digest", buf)
+		if err != nil || string(buf[:k]) != s[name].Digest.String() {
+			t.Errorf("%s: digest %q (%v), bucket has %s", name, buf[:k], err, s[name].Digest)
+		}
+	}
+}
