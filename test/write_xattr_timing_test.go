@@ -34,14 +34,14 @@ func seedAt(t testing.TB, bk *Bucket, id layout.SessionID, at time.Time, files m
 	}
 }
 
-// TestReviewW1_SetfattrKeepsMtime: the README promises that a metadata
+// TestXattrChangeKeepsMtime: the README promises that a metadata
 // change of a committed file is a new descriptor of the same blob "which
 // keeps the file's mtime", and that "metadata set with setfattr commits
 // the same way" as a chmod. A chmod kept it; a setfattr, a setfattr -x
 // and an fsetxattr through a descriptor that wrote nothing moved it to
 // the time of the change (a file tagged after it was written then looked
 // new to make and rsync), in both commit modes.
-func TestReviewW1_SetfattrKeepsMtime(t *testing.T) {
+func TestXattrChangeKeepsMtime(t *testing.T) {
 	t.Parallel()
 	needTool(t, "setfattr")
 	needTool(t, "python3")
@@ -103,7 +103,7 @@ sync chmod.txt`)
 	}
 }
 
-// TestReviewW2_RenameShowsNewDescriptor: after a rename inside a session,
+// TestRenameShowsNewDescriptorAtOnce: after a rename inside a session,
 // the writing mount's user.pugmark.* attributes of the new name must be
 // those of the descriptor the rename committed (tree.md: the extended
 // attributes are the descriptor's), as other mounts show at once. The
@@ -111,7 +111,7 @@ sync chmod.txt`)
 // sequence number and content type: a.json renamed a.html read
 // application/json) until the metadata TTL ran out, while the bucket
 // held text/html.
-func TestReviewW2_RenameShowsNewDescriptor(t *testing.T) {
+func TestRenameShowsNewDescriptorAtOnce(t *testing.T) {
 	t.Parallel()
 	bk := openBucket(t, testbucket.Local)
 	id := newSession(t, bk)
@@ -158,7 +158,7 @@ func TestReviewW2_RenameShowsNewDescriptor(t *testing.T) {
 	}
 }
 
-// TestReviewW3_AttributesRightAfterClose: once close(2) has returned,
+// TestXattrsRightAfterClose: once close(2) has returned,
 // the file is committed, and the README promises its user.pugmark.*
 // attributes (digest, version, ...). A program that wrote a file and
 // then read its digest to record it got ENODATA now and then: until the
@@ -166,7 +166,7 @@ func TestReviewW2_RenameShowsNewDescriptor(t *testing.T) {
 // built the attributes from the staged file, which has no descriptor's
 // digest, version, sequence number or created-at (and no content type
 // when the name's extension or the content gave it).
-func TestReviewW3_AttributesRightAfterClose(t *testing.T) {
+func TestXattrsRightAfterClose(t *testing.T) {
 	t.Parallel()
 	bk := openBucket(t, testbucket.Local)
 	id := newSession(t, bk)
