@@ -1,0 +1,53 @@
+package layout
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestReviewC3_LargeCommitOfSmallDescriptorsReads: a snapshot of pugfs's
+// own writing reads back at the mount's bound (32 MiB) whatever its
+// descriptors are: one that deletes a large tree (rm -rf of 200,000
+// files: tombstones, a name and a time each), or one of 200,000 files of
+// the same content (empty files, copies of one LICENSE: one digest).
+// Sequential names compress to a byte or two a descriptor, under the 8
+// stored bytes one decodedBound demands past its floor (64 x stored /
+// descriptorCost), so the session's snapshot is refused as a bomb
+// (ErrTooLarge: the whole session EIO).
+func TestReviewC3_LargeCommitOfSmallDescriptorsReads(t *testing.T) {
+	const n = 200_000
+	at := time.Date(2026, 12, 8, 1, 0, 0, 0, time.UTC)
+	empty := Digest(sha256.Sum256(nil))
+	for _, tc := range []struct {
+		name string
+		desc func(i int) Descriptor
+	}{
+		{"tombstones", func(i int) Descriptor {
+			return Descriptor{Name: fmt.Sprintf("out/dir%03d/file%06d.txt", i/2000, i), Deleted: true, CreatedAt: at, SequenceNumber: 7}
+		}},
+		{"files of one content", func(i int) Descriptor {
+			return Descriptor{Name: fmt.Sprintf("out/dir%03d/file%06d.txt", i/2000, i), Digest: empty, CreatedAt: at, ContentType: "text/plain"}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ds := make([]Descriptor, n)
+			for i := range ds {
+				ds[i] = tc.desc(i)
+			}
+			body, err := EncodeDescriptors(ds)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d descriptors stored in %d bytes (%.1f each)", n, len(body), float64(len(body))/n)
+			got, err := DecodeDescriptors(body, "", 32<<20)
+			if err != nil {
+				t.Fatalf("a snapshot of %d %s, as pugfs writes it: %v", n, tc.name, err)
+			}
+			if len(got) != n {
+				t.Fatalf("read %d descriptors, want %d", len(got), n)
+			}
+		})
+	}
+}
