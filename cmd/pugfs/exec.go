@@ -1063,6 +1063,7 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
+	handlerStarting()
 	if ctx.Err() != nil {
 		fmt.Fprintf(sio.err, "pugfs exec: %s before the command started; nothing run, nothing committed\n", unix.SignalName(signalOf(ctx)))
 		return 128 + int(signalOf(ctx)), nil

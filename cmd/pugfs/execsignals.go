@@ -49,7 +49,18 @@ var origins = struct {
 	firstGroup atomic.Bool
 	// quits has a value for each SIGQUIT: whether it reached the group.
 	quits chan bool
+	// starting is set once the run is about to start its handler
+	// (handlerStarting): until then no handler has a signal, whatever
+	// its origin, so a notice need not wait for its copy.
+	starting atomic.Bool
 }{known: make(chan struct{}), quits: make(chan bool, 4)}
+
+// handlerStarting says, in the inner process, that the run is about to
+// start its handler: from now on a notice of a stop signal waits
+// sameDelivery for a copy of its own (sortSignals). Before, it is raised
+// at once: held back, it let a handler whose mount ended meanwhile be
+// started after the signal (runHandler starts none after one).
+func handlerStarting() { origins.starting.Store(true) }
 
 // noteOrigin records where the first stop signal came from.
 func noteOrigin(group bool) {
@@ -139,6 +150,14 @@ func sortSignals(direct <-chan os.Signal, passed <-chan syscall.Signal) {
 		case sig := <-passed:
 			if time.Since(last[sig]) < sameDelivery {
 				continue // came directly: the group's signal
+			}
+			if sig != syscall.SIGQUIT && !origins.starting.Load() {
+				// No handler yet to have had it: the run must see it
+				// now, before it starts one (handlerStarting).
+				raised[sig]++
+				noteOrigin(false)
+				_ = syscall.Kill(os.Getpid(), sig)
+				continue
 			}
 			waiting[sig]++
 			time.AfterFunc(sameDelivery, func() { due <- sig })
