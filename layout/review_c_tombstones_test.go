@@ -9,15 +9,15 @@ import (
 
 // TestReviewC3_LargeCommitOfSmallDescriptorsReads: a snapshot of pugfs's
 // own writing reads back at the mount's bound (32 MiB) whatever its
-// descriptors are: one that deletes a large tree (rm -rf of 200,000
-// files: tombstones, a name and a time each), or one of 200,000 files of
+// descriptors are: one that deletes a large tree (rm -rf of 100,000
+// files: tombstones, a name and a time each), or one of 100,000 files of
 // the same content (empty files, copies of one LICENSE: one digest).
 // Sequential names compress to a byte or two a descriptor, under the 8
 // stored bytes one decodedBound demands past its floor (64 x stored /
 // descriptorCost), so the session's snapshot is refused as a bomb
 // (ErrTooLarge: the whole session EIO).
 func TestReviewC3_LargeCommitOfSmallDescriptorsReads(t *testing.T) {
-	const n = 200_000
+	const n = 100_000
 	at := time.Date(2026, 12, 8, 1, 0, 0, 0, time.UTC)
 	empty := Digest(sha256.Sum256(nil))
 	for _, tc := range []struct {
