@@ -27,6 +27,12 @@ func TestReviewC3_LargeCommitOfSmallDescriptorsReads(t *testing.T) {
 		{"tombstones", func(i int) Descriptor {
 			return Descriptor{Name: fmt.Sprintf("out/dir%03d/file%06d.txt", i/2000, i), Deleted: true, CreatedAt: at, SequenceNumber: 7}
 		}},
+		{"tombstones of an unlink each", func(i int) Descriptor {
+			// rm -rf: one unlink, and one time (staging's Now()), each,
+			// some 20 µs apart.
+			t := at.Add(time.Duration(i)*20*time.Microsecond + time.Duration(i*7919%1000))
+			return Descriptor{Name: fmt.Sprintf("out/dir%03d/file%06d.txt", i/2000, i), Deleted: true, CreatedAt: t, SequenceNumber: 7}
+		}},
 		{"files of one content", func(i int) Descriptor {
 			return Descriptor{Name: fmt.Sprintf("out/dir%03d/file%06d.txt", i/2000, i), Digest: empty, CreatedAt: at, ContentType: "text/plain"}
 		}},
