@@ -567,8 +567,12 @@ func integralUint64(s string) (uint64, bool) {
 func integralDecimal(s string) (string, bool) {
 	neg := strings.HasPrefix(s, "-")
 	mant, exp := strings.TrimPrefix(s, "-"), 0
+	huge := false // an exponent past int: only zero is whole and in range
 	if i := strings.IndexAny(mant, "eE"); i >= 0 {
 		e, err := strconv.Atoi(mant[i+1:])
+		if errors.Is(err, strconv.ErrRange) {
+			huge, err = true, nil
+		}
 		if err != nil {
 			return "", false
 		}
@@ -587,7 +591,7 @@ func integralDecimal(s string) (string, bool) {
 	switch {
 	case digits == "":
 		return "0", true
-	case exp < 0 || exp > 20 || len(digits)+exp > 20:
+	case huge || exp < 0 || exp > 20 || len(digits)+exp > 20:
 		return "", false
 	}
 	digits += strings.Repeat("0", exp)
