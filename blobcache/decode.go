@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"sync/atomic"
 
 	"github.com/pugmark/pugfs/layout"
 )
@@ -46,6 +47,9 @@ var errBlobStale = errors.New("cache: decoded copy unusable")
 
 // errBlobDecodeDone unblocks a pass still feeding a decoder that finished.
 var errBlobDecodeDone = errors.New("cache: decoder finished")
+
+// errBlobDecodeStopped ends a decoder whose pass failed (blobDecodeJob.abort).
+var errBlobDecodeStopped = errors.New("cache: decoding stopped: its pass failed")
 
 // ensureDecoded returns the decoded body of d in space; sniffed says the
 // encoding was only sniffed (a decode failure is then not an error worth
@@ -353,11 +357,20 @@ func (c *Cache) readDecoded(ctx context.Context, d *layout.Descriptor, b blobBod
 // it, keeps it in memory while it is small and spills it to a file when
 // it is not.
 type blobDecSink struct {
-	c       *Cache
-	d       layout.Digest
-	space   blobSpace
-	want    int64
-	limit   int64      // the most the body may decode to (decodedLimit)
+	c     *Cache
+	d     layout.Digest
+	space blobSpace
+	want  int64
+	limit int64 // the most the body may decode to (decodedLimit)
+	// stop is set when the pass that feeds the decoder failed (a body
+	// shorter than its descriptor says, a digest mismatch): the decoder
+	// stops at its next chunk instead of decoding what it has whole.
+	stop atomic.Bool
+	// fed, when set, counts the stored bytes fed to the decoder so far
+	// (blobDecodeJob): the bound follows them, not the size the
+	// descriptor declares, which a producer may make as large as it
+	// likes (review C2: 64 KiB declared as 64 MiB decoded to 640 MiB).
+	fed     *atomic.Int64
 	chain   *blobChain // the digest of the decoded body and its chunk proofs
 	total   int64
 	mem     *blobStager // every chunk, while the body may stay memory-only
@@ -440,11 +453,18 @@ func (s *blobDecSink) decodeErr(err error) error {
 // add takes one decoded chunk; it reports whether it kept buf.
 func (s *blobDecSink) add(buf []byte) (bool, error) {
 	idx := s.total / s.c.cs
+	if s.stop.Load() {
+		return false, errBlobDecodeStopped
+	}
 	s.chain.add(buf)
 	s.total += int64(len(buf))
-	if s.total > s.limit {
+	limit := s.limit
+	if s.fed != nil {
+		limit = min(limit, s.c.decodedLimit(s.fed.Load()))
+	}
+	if s.total > limit {
 		return false, fmt.Errorf("%s: %w: %s body decodes past %d bytes (at most %d times what is stored past %d MiB, and %d in all)",
-			s.key(), layout.ErrTooLarge, s.space.encoding(), s.limit, maxDecodeRatio, decodeRatioFloor>>20, s.c.opts.MaxDecoded)
+			s.key(), layout.ErrTooLarge, s.space.encoding(), limit, maxDecodeRatio, decodeRatioFloor>>20, s.c.opts.MaxDecoded)
 	}
 	k := blobChunkKey{s.d, s.space, idx}
 	if s.f == nil {
@@ -591,12 +611,14 @@ type blobDecodeJob struct {
 	done  chan struct{}
 	sink  *blobDecSink
 	err   error
-	dead  bool // the decoder stopped reading
+	dead  bool         // the decoder stopped reading
+	fed   atomic.Int64 // stored bytes fed so far (blobDecSink.fed)
 }
 
 func (c *Cache) startDecodeJob(ctx context.Context, d layout.Digest, stored int64, space blobSpace, want int64) *blobDecodeJob {
 	pr, pw := io.Pipe()
 	j := &blobDecodeJob{space: space, pw: pw, done: make(chan struct{}), sink: c.newDecSink(d, stored, space, want)}
+	j.sink.fed = &j.fed
 	go func() {
 		defer close(j.done)
 		j.err = j.sink.run(ctx, pr)
@@ -610,6 +632,7 @@ func (j *blobDecodeJob) feed(buf []byte) {
 	if j.dead {
 		return
 	}
+	j.fed.Add(int64(len(buf)))
 	if _, err := j.pw.Write(buf); err != nil {
 		j.dead = true
 	}
@@ -628,7 +651,14 @@ func (j *blobDecodeJob) finish() (*blobDecodeResult, error) {
 }
 
 // abort stops the decoder and discards its output.
+//
+// The decoder stops at its next chunk: a few KiB of one zstd frame decode
+// to gigabytes without another read of the pipe, and a descriptor that
+// declares a larger size than its body has gave the bomb the bound of
+// that size, decoded whole before the pass found the body short (review
+// C2).
 func (j *blobDecodeJob) abort(err error) {
+	j.sink.stop.Store(true)
 	j.pw.CloseWithError(err)
 	<-j.done
 	j.sink.abort()

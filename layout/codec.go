@@ -547,13 +547,14 @@ func indexFrom(b []byte, i int, c byte) int {
 // A fixed bound made a large snapshot unreadable: pugfs's own commit of
 // 70,000 files (one fsync, one pugfs exec run) wrote a snapshot that no
 // mount could read again (more than 65,536 descriptors), and so did a
-// memory namespace past 65,536 records, which only grows (§8.3). A real
-// descriptor holds a digest (32 bytes no compressor shrinks) or a
-// tombstone's name and time: it is stored in 10 bytes or more, and costs
-// at most about 50 times that decoded; a decompression bomb costs
-// thousands of times what it stores, and is still refused.
+// memory namespace past 65,536 records, which only grows (§8.3). pugfs's
+// own zstd stores a descriptor in as little as 1.4 bytes (100,000
+// tombstones of one rm -r, or files of one content, under sequential
+// names: review C3), about 370 times less than it costs decoded, so the
+// ratio is 1,024; a decompression bomb of a few kilobytes stays within
+// the caller's bound, and a large one within the ceiling.
 const (
-	decodedPerStored = 64
+	decodedPerStored = 1024
 	decodedCeiling   = 1 << 20 * descriptorCost
 )
 

@@ -1,11 +1,13 @@
 package layout
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"gocloud.dev/blob"
 )
 
@@ -43,8 +45,8 @@ func TestLargeSnapshotReads(t *testing.T) {
 
 // TestDecodeBound: decodedBound lets a large stored object decode to
 // what its descriptors take, not past decodedCeiling, and a bomb of
-// empty descriptors ("{}", some 170 times what it stores in memory
-// uncompressed, thousands compressed) stays refused.
+// empty descriptors that compresses to a few kilobytes stays refused at
+// the caller's bound.
 func TestDecodeBound(t *testing.T) {
 	const floor = 32 << 20
 	for _, tc := range []struct {
@@ -52,22 +54,23 @@ func TestDecodeBound(t *testing.T) {
 		want   int64
 	}{
 		{0, floor},
-		{100 << 10, floor},
-		{1 << 20, 64 << 20},
+		{16 << 10, floor},
+		{100 << 10, 100 << 20},
+		{1 << 20, decodedCeiling},
 		{32 << 20, decodedCeiling},
 	} {
 		if got := decodedBound(floor, tc.stored); got != tc.want {
 			t.Errorf("decodedBound(%d, %d) = %d, want %d", floor, tc.stored, got, tc.want)
 		}
 	}
-	// 1 MiB of "{}," uncompressed: 350,000 descriptors in 1 MiB, past
-	// 64 MiB / 512 = 131,072.
-	bomb := make([]byte, 0, 1<<20+2)
-	bomb = append(bomb, '[')
-	for len(bomb) < 1<<20-3 {
-		bomb = append(bomb, "{},"...)
+	// 2,000,000 empty descriptors, 6 MB of JSON, compressed.
+	js := append(append([]byte("["), bytes.Repeat([]byte("{},"), 2_000_000)...), "{}]"...)
+	enc, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	bomb = append(bomb, "{}]"...)
-	_, err := DecodeDescriptors(bomb, "", floor)
+	bomb := enc.EncodeAll(js, nil)
+	t.Logf("the bomb stores %d bytes", len(bomb))
+	_, err = DecodeDescriptors(bomb, "", floor)
 	wantErrIs(t, err, ErrTooLarge)
 }

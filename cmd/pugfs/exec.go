@@ -1073,12 +1073,15 @@ func runHandler(ctx context.Context, sio *stdio, cfg execConfig, mnt string, id 
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("start %s: %w (nothing committed)", cfg.argv[0], err)
 	}
+	// A signal that came while the handler was being started may have
+	// come before it existed: passed on whatever its origin (review C6).
+	early := ctx.Err() != nil
 	done := make(chan struct{})
 	go quitTo(cmd.Process.Pid, cfg.quits, done)
 	go func() {
 		select {
 		case <-ctx.Done():
-			signalTree(cmd.Process.Pid, signalOf(ctx), firstReachedGroup())
+			signalTree(cmd.Process.Pid, signalOf(ctx), !early && firstReachedGroup())
 			fmt.Fprintf(sio.err, "pugfs exec: %s passed to the command; nothing will be committed; a second one kills it\n", unix.SignalName(signalOf(ctx)))
 		case <-done:
 			return

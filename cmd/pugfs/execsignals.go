@@ -12,40 +12,48 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Where a signal of pugfs exec's inner process came from. A signal to
-// the whole process group (a terminal's Ctrl-C or Ctrl-\, kill -INT
-// -PGID, a service manager stopping every process of the job) reaches
-// pugfs exec, its inner process and the handler at once; one sent to
-// pugfs exec alone reaches the outer process only, which passes it on.
-// The handler must get each signal once: passed on again after a group
-// delivery, a shell handler's trap (or Python's KeyboardInterrupt) ran
-// twice, the second cutting the first one's cleanup short. Go's
-// os/signal does not say who sent a signal (siginfo), so the outer
-// process passes what it gets on a pipe rather than as a signal, and the
-// inner one tells the two apart: a signal it gets directly came to the
-// group, and the outer process's notice of it, arriving beside it, is
-// the same signal; a notice with no such signal beside it came to pugfs
-// exec alone, and the inner process raises it in itself, so that all
-// that waits for a signal (the run's context, the second-signal count,
-// the commit's notes) sees it, and passes it on to the handler.
+// Where a signal of pugfs exec's inner process came from. A terminal's
+// Ctrl-C or Ctrl-\ (SIGINT, SIGQUIT) goes to the whole foreground
+// process group: pugfs exec, its inner process and the handler at once.
+// Passed on again by pugfs exec, the handler got it twice: a sh trap ran
+// twice, and Python's second KeyboardInterrupt cut the first one's
+// cleanup short. Go's os/signal does not say who sent a signal
+// (siginfo), and even siginfo does not tell kill(-pgid) from kill(pid),
+// so the inner process goes by what reached it, and by the kind: the
+// outer process passes what it gets on a pipe rather than as a signal,
+// and a SIGINT or SIGQUIT that the inner process also got directly came
+// to the group (the outer process's notice of it is the same signal) and
+// is not sent to the handler's group again. A SIGTERM or SIGHUP the
+// inner process got directly is passed on all the same (once, with the
+// outer's notice of it dropped): `pkill pugfs` and a service manager
+// signal pugfs's processes, not the handler, which then never learnt of
+// it (review C1), while one to the whole group is rarer and costs a
+// second copy. A notice with no copy beside it came to pugfs exec alone:
+// the inner process raises it in itself, so that all that waits for a
+// signal (the run's context, the second-signal count, the commit's
+// notes) sees it, and passes it on.
 
 // execForwardFD is the inner process's end of a third pipe, on which the
 // outer process passes on each signal it gets: one byte, its number.
 const execForwardFD = 5
 
-// sameDelivery is how far apart a signal the inner process gets directly
-// and the outer process's notice of one of the same kind can be and
-// still be one delivery to the group: both come within a millisecond of
-// the signal. A notice waits this long for its signal before it counts
-// as sent to pugfs exec alone.
+// sameDelivery is how long the notice of a SIGINT or SIGQUIT waits for
+// a copy of its own once the handler runs: both come within a
+// millisecond of the signal, a copy received directly first (the usual
+// order) drops a notice that comes within sameSignal after it.
 const sameDelivery = 100 * time.Millisecond
+
+// groupKind reports whether sig is a kind a terminal sends to its
+// foreground process group (Ctrl-C, Ctrl-\): one the inner process got
+// directly reached the handler too.
+func groupKind(sig syscall.Signal) bool { return sig == syscall.SIGINT || sig == syscall.SIGQUIT }
 
 // origins is what the inner process learnt of its signals' origins.
 var origins = struct {
 	known chan struct{} // closed once firstGroup is set
 	once  sync.Once     // closes known
-	// firstGroup: the first SIGINT, SIGTERM or SIGHUP reached the
-	// process group directly (and with it the handler).
+	// firstGroup: the first SIGINT, SIGTERM or SIGHUP was a SIGINT that
+	// reached the process group directly (and with it the handler).
 	firstGroup atomic.Bool
 	// quits has a value for each SIGQUIT: whether it reached the group.
 	quits chan bool
@@ -126,6 +134,13 @@ func sortSignals(direct <-chan os.Signal, passed <-chan syscall.Signal) {
 		waiting = map[syscall.Signal]int{}       // notices waiting for their signal
 		last    = map[syscall.Signal]time.Time{} // when each kind last came directly
 	)
+	raise := func(sig syscall.Signal) {
+		raised[sig]++
+		if sig != syscall.SIGQUIT {
+			noteOrigin(false) // before the context sees it
+		}
+		_ = syscall.Kill(os.Getpid(), sig)
+	}
 	for {
 		select {
 		case s := <-direct:
@@ -139,6 +154,7 @@ func sortSignals(direct <-chan os.Signal, passed <-chan syscall.Signal) {
 			} else {
 				raised[sig]--
 			}
+			group = group && groupKind(sig)
 			if sig == syscall.SIGQUIT {
 				select {
 				case origins.quits <- group:
@@ -148,15 +164,14 @@ func sortSignals(direct <-chan os.Signal, passed <-chan syscall.Signal) {
 				noteOrigin(group)
 			}
 		case sig := <-passed:
-			if time.Since(last[sig]) < sameDelivery {
-				continue // came directly: the group's signal
+			if time.Since(last[sig]) < sameSignal {
+				continue // came directly: the same signal, sorted then
 			}
-			if sig != syscall.SIGQUIT && !origins.starting.Load() {
-				// No handler yet to have had it: the run must see it
-				// now, before it starts one (handlerStarting).
-				raised[sig]++
-				noteOrigin(false)
-				_ = syscall.Kill(os.Getpid(), sig)
+			if !groupKind(sig) || (sig != syscall.SIGQUIT && !origins.starting.Load()) {
+				// Passed on whatever its origin, or no handler yet to
+				// have had it: the run must see it now, before it
+				// starts one (handlerStarting).
+				raise(sig)
 				continue
 			}
 			waiting[sig]++
@@ -166,11 +181,7 @@ func sortSignals(direct <-chan os.Signal, passed <-chan syscall.Signal) {
 				continue // its signal came directly meanwhile
 			}
 			waiting[sig]--
-			raised[sig]++
-			if sig != syscall.SIGQUIT {
-				noteOrigin(false) // before the context sees it
-			}
-			_ = syscall.Kill(os.Getpid(), sig)
+			raise(sig)
 		}
 	}
 }

@@ -2,11 +2,11 @@ package layout
 
 import "testing"
 
-// TestReviewC5_ZeroWithAnyExponent: zero is zero however large its
+// TestZeroWithAnyExponent: zero is zero however large its
 // exponent is written, as 0e999999999999 already reads: one past int's
 // range (0e99999999999999999999) was refused, the exponent failing to
 // parse before the mantissa was seen to be zero.
-func TestReviewC5_ZeroWithAnyExponent(t *testing.T) {
+func TestZeroWithAnyExponent(t *testing.T) {
 	for _, in := range []string{"0e99999999999999999999", "-0.0E+99999999999999999999", "0.000e-99999999999999999999"} {
 		if got, ok := IntegralNumber(in); got != 0 || !ok {
 			t.Errorf("IntegralNumber(%q) = %d, %v; want 0, true", in, got, ok)

@@ -7,16 +7,15 @@ import (
 	"time"
 )
 
-// TestReviewC3_LargeCommitOfSmallDescriptorsReads: a snapshot of pugfs's
-// own writing reads back at the mount's bound (32 MiB) whatever its
+// TestLargeCommitOfSmallDescriptorsReads: a snapshot of pugfs's own
+// writing reads back at the mount's bound (32 MiB) whatever its
 // descriptors are: one that deletes a large tree (rm -rf of 100,000
 // files: tombstones, a name and a time each), or one of 100,000 files of
 // the same content (empty files, copies of one LICENSE: one digest).
-// Sequential names compress to a byte or two a descriptor, under the 8
-// stored bytes one decodedBound demands past its floor (64 x stored /
-// descriptorCost), so the session's snapshot is refused as a bomb
-// (ErrTooLarge: the whole session EIO).
-func TestReviewC3_LargeCommitOfSmallDescriptorsReads(t *testing.T) {
+// Sequential names compress to a byte or two a descriptor; at 64 times
+// what it stored (decodedPerStored, review C3) such a snapshot was
+// refused as a bomb, the whole session EIO.
+func TestLargeCommitOfSmallDescriptorsReads(t *testing.T) {
 	const n = 100_000
 	at := time.Date(2026, 12, 8, 1, 0, 0, 0, time.UTC)
 	empty := Digest(sha256.Sum256(nil))

@@ -10,7 +10,7 @@ import (
 	"github.com/pugmark/pugfs/layout"
 )
 
-// TestReviewC2_BombBoundByStoredNotDeclared: the bound on what a gzip or
+// TestDecodeBoundFollowsStoredBytes: the bound on what a gzip or
 // zstd body decodes to (decodedLimit: 1,024 times what it stores past
 // 256 MiB) is taken from the bytes stored, not from the size its
 // descriptor declares, which any producer writes (§15). The verify pass
@@ -19,7 +19,7 @@ import (
 // Options.MaxDecoded, 64 GiB by default) before the pass found the body
 // shorter than declared, where the same bomb declared truthfully stops at
 // 256 MiB.
-func TestReviewC2_BombBoundByStoredNotDeclared(t *testing.T) {
+func TestDecodeBoundFollowsStoredBytes(t *testing.T) {
 	ctx := context.Background()
 	const chunk = 64 << 10
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBestCompression), zstd.WithEncoderConcurrency(1))

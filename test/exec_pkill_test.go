@@ -12,7 +12,7 @@ import (
 	"github.com/pugmark/pugfs/internal/testbucket"
 )
 
-// TestReviewC1_SignalToEachPugfsProcess: a SIGTERM sent to each pugfs
+// TestExecSignalToEachPugfsProcess: a SIGTERM sent to each pugfs
 // process of a run and to nothing else (pkill pugfs, killall pugfs: run
 // as root, the inner process in its PID namespace is a pugfs process of
 // the host's too) is a SIGTERM to pugfs exec, which README says goes to
@@ -20,7 +20,7 @@ import (
 // the whole process group, which had reached the command already, and
 // passed nothing on: the command ran on as if no signal had come (its
 // trap never ran), and only a second signal ended it, with SIGKILL.
-func TestReviewC1_SignalToEachPugfsProcess(t *testing.T) {
+func TestExecSignalToEachPugfsProcess(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("the inner process exists only for root")
 	}
