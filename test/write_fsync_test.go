@@ -16,8 +16,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// seed commits files (name -> content) to id as one checkpoint.
+// seed commits files (name -> content) to id as one checkpoint, created
+// now.
 func seed(t testing.TB, bk *Bucket, id layout.SessionID, files map[string]string) {
+	t.Helper()
+	seedAt(t, bk, id, time.Now(), files)
+}
+
+// seedAt commits files to id as one checkpoint, each descriptor created
+// at the given time, with no posix-mtime: the files show that time as
+// their mtime, as files written by a program that never set one do.
+func seedAt(t testing.TB, bk *Bucket, id layout.SessionID, at time.Time, files map[string]string) {
 	t.Helper()
 	ctx := context.Background()
 	var ds []layout.Descriptor
@@ -26,7 +35,7 @@ func seed(t testing.TB, bk *Bucket, id layout.SessionID, files map[string]string
 		if err != nil {
 			t.Fatal(err)
 		}
-		ds = append(ds, layout.Descriptor{Name: name, Digest: bi.Digest, Size: bi.Size, Data: []byte(content), CreatedAt: time.Now().UTC()})
+		ds = append(ds, layout.Descriptor{Name: name, Digest: bi.Digest, Size: bi.Size, Data: []byte(content), CreatedAt: at.UTC()})
 	}
 	if _, err := bk.Store.Commit(ctx, id, layout.CommitRequest{Type: layout.Checkpoint, Descriptors: ds}); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,25 +13,6 @@ import (
 	"github.com/pugmark/pugfs/layout"
 	"golang.org/x/sys/unix"
 )
-
-// seedAt commits files to id as one checkpoint, each descriptor created
-// at the given time, with no posix-mtime: the files show that time as
-// their mtime, as files written by a program that never set one do.
-func seedAt(t testing.TB, bk *Bucket, id layout.SessionID, at time.Time, files map[string]string) {
-	t.Helper()
-	ctx := context.Background()
-	var ds []layout.Descriptor
-	for name, content := range files {
-		bi, err := bk.Store.PutBlobBytes(ctx, []byte(content), layout.BlobOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ds = append(ds, layout.Descriptor{Name: name, Digest: bi.Digest, Size: bi.Size, Data: []byte(content), CreatedAt: at.UTC()})
-	}
-	if _, err := bk.Store.Commit(ctx, id, layout.CommitRequest{Type: layout.Checkpoint, Descriptors: ds}); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestXattrChangeKeepsMtime: the README promises that a metadata
 // change of a committed file is a new descriptor of the same blob "which
