@@ -357,6 +357,25 @@ func encodeStream(ds []Descriptor) ([]byte, error) {
 // DecodeDescriptors parses a snapshot or memory file body: encoded per enc
 // (sniffed when empty), a JSON array of descriptors.
 func DecodeDescriptors(body []byte, enc string, max int64) ([]Descriptor, error) {
+	return guardDecode("descriptor array", func() ([]Descriptor, error) { return decodeDescriptors(body, enc, max) })
+}
+
+// guardDecode runs decode, the decoding of one object, and makes a panic
+// in it that object's ErrCorrupt: a decoder's bug must cost the object
+// it met, not the mount. A panic in a goroutine that reads snapshots
+// ends the process, and a torn snapshot did so (review R4: every path of
+// the mount then failed with ENOTCONN).
+func guardDecode[T any](what string, decode func() (T, error)) (v T, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			var zero T
+			v, err = zero, fmt.Errorf("%w: %s: the decoder failed on it (%v); please report this", ErrCorrupt, what, p)
+		}
+	}()
+	return decode()
+}
+
+func decodeDescriptors(body []byte, enc string, max int64) ([]Descriptor, error) {
 	max = decodedBound(max, len(body))
 	r, err := openBody(body, enc, max)
 	if err != nil {

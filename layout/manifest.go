@@ -103,6 +103,10 @@ func objectValue(dec *jsontext.Decoder) bool {
 // make its whole session unreadable; the document as stored stays in
 // Stored. The session, parent, name and first-sequence-number must read.
 func DecodeManifest(body []byte) (*Manifest, error) {
+	return guardDecode("manifest", func() (*Manifest, error) { return decodeManifest(body) })
+}
+
+func decodeManifest(body []byte) (*Manifest, error) {
 	var m Manifest
 	// The loose fields, one level up, shadow the Manifest's own: they
 	// are taken as raw values and read below.
