@@ -30,6 +30,24 @@ func waitingRLockIn(fn string) bool {
 	return false
 }
 
+// within returns what ch sends, or fails the test with every goroutine's
+// stack when nothing comes within two minutes: a hang of the mount (seen
+// once, not reproduced) says where it waits instead of holding the test
+// binary until its own deadline.
+func within[T any](t *testing.T, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(2 * time.Minute):
+		var buf bytes.Buffer
+		pprof.Lookup("goroutine").WriteTo(&buf, 2)
+		fmt.Fprintf(os.Stderr, "%s did not end within two minutes; goroutines:\n%s\n", what, buf.String())
+		t.Fatalf("%s did not end within two minutes (goroutines on stderr)", what)
+		panic("unreachable")
+	}
+}
+
 // TestMemoryOpenWaitingForARename: the other order of
 // TestMemoryOpenRacingARename: an open(O_RDWR) of a record waits for a
 // rename of it in flight, and then reads and writes the record under its
@@ -52,6 +70,7 @@ func TestMemoryOpenWaitingForARename(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { ro.Close() }) // before the unmount, on any failure
 		gate := faultblob.NewGate()
 		var armed atomic.Bool
 		armed.Store(true)
@@ -71,20 +90,26 @@ func TestMemoryOpenWaitingForARename(t *testing.T) {
 			f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", ro.Fd()), os.O_RDWR, 0)
 			op <- opened{f, err}
 		}()
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for !waitingRLockIn("memFile).Open") {
 			if time.Now().After(deadline) {
+				// Everything open on the mount is closed first: a
+				// descriptor left open held the unmount of the test's
+				// cleanup for good (lingering.go waits for its users).
 				gate.Release()
+				if o := within(t, "the open", op); o.f != nil {
+					o.f.Close()
+				}
 				t.Fatal("the open did not wait for the rename")
 			}
 			time.Sleep(time.Millisecond)
 		}
 		gate.Release()
 		inj.Remove(rule)
-		if err := <-renamed; err != nil {
+		if err := within(t, "the mv", renamed); err != nil {
 			t.Fatalf("mv: %v", err)
 		}
-		o := <-op
+		o := within(t, "the open", op)
 		if o.err != nil {
 			t.Fatalf("open: %v", o.err)
 		}
